@@ -1,0 +1,64 @@
+// Package refindex holds the reference index: which storage objects the live Flink checkpoints and
+// savepoints of a store reference, and the decision whether a path may be deleted, renamed or truncated.
+package refindex
+
+// Op is a namespace change the guard filesystem asks about before it lets it happen.
+type Op int
+
+const (
+	OpUnlink   Op = iota + 1 // unlink(2) of a file
+	OpRmdir                  // rmdir(2) of a directory
+	OpRename                 // the source of a rename (file or directory)
+	OpReplace                // an existing target that a rename would replace
+	OpTruncate               // setattr(size) or open with O_TRUNC
+	OpWrite                  // open of an existing file for writing
+	OpLink                   // a hard link to an existing file
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpUnlink:
+		return "unlink"
+	case OpRmdir:
+		return "rmdir"
+	case OpRename:
+		return "rename"
+	case OpReplace:
+		return "replace"
+	case OpTruncate:
+		return "truncate"
+	case OpWrite:
+		return "write"
+	case OpLink:
+		return "link"
+	}
+	return "unknown-op"
+}
+
+// Reason is a stable, machine-readable code for why a decision was taken (metrics label, audit field).
+type Reason string
+
+const (
+	ReasonAllowed           Reason = "allowed"
+	ReasonIndexStale        Reason = "index-stale"          // index older than --max-staleness
+	ReasonSyncFailed        Reason = "sync-failed"          // last sync failed: fail closed
+	ReasonUnparseable       Reason = "unparseable-metadata" // some _metadata cannot be parsed
+	ReasonReferenced        Reason = "referenced"           // a live checkpoint/savepoint references it
+	ReasonProtectedMetadata Reason = "protected-metadata"   // newest checkpoint of an active job
+	ReasonPinned            Reason = "pinned"               // pinned with `ckguard pin`
+	ReasonProtectGlob       Reason = "protect-glob"         // matches a --protect glob
+	ReasonGrace             Reason = "grace"                // unreferenced but younger than --grace
+	ReasonStoreError        Reason = "store-error"          // storage error while deciding: fail closed
+)
+
+// Decision is the answer to "may this operation happen to this path?".
+// Paths are store-relative keys: '/'-separated, no leading slash, "" is the store root.
+type Decision struct {
+	Allow   bool
+	Reason  Reason
+	Message string // one human sentence: the file, the checkpoint(s) and the fix
+	// Referencing lists the first few checkpoints/savepoints (their _metadata keys) that reference the
+	// path or something below it; RefCount is the total number.
+	Referencing []string
+	RefCount    int
+}
