@@ -1,0 +1,184 @@
+// Package localstore implements store.Store for a local directory (also an NFS export or a fuse-dfs
+// mount of HDFS used as a local directory).
+package localstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/ckguard/ckguard/refindex/store"
+)
+
+// Store is a directory tree seen as a store. Symlinks are reported as objects and never followed
+// while walking, so a link cannot pull an outside tree into the guarded store.
+type Store struct {
+	root string // absolute, cleaned, symlinks of the root itself resolved
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New opens dir as a store. dir must exist and be a directory.
+func New(dir string) (*Store, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("local store %s: %w", dir, err)
+	}
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = r
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return nil, fmt.Errorf("local store %s: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("local store %s: not a directory", dir)
+	}
+	return &Store{root: abs}, nil
+}
+
+// Root returns the absolute directory of the store.
+func (s *Store) Root() string { return s.root }
+
+// OSPath returns the local file name of key.
+func (s *Store) OSPath(key string) (string, error) {
+	k, err := store.CleanKey(key)
+	if err != nil {
+		return "", err
+	}
+	if k == "" {
+		return s.root, nil
+	}
+	return filepath.Join(s.root, filepath.FromSlash(k)), nil
+}
+
+func (s *Store) info(key string, fi fs.FileInfo) store.ObjectInfo {
+	oi := store.ObjectInfo{Path: key, ModTime: fi.ModTime(), IsDir: fi.IsDir()}
+	if !fi.IsDir() {
+		oi.Size = fi.Size()
+	}
+	return oi
+}
+
+// Stat describes key without following a final symlink.
+func (s *Store) Stat(ctx context.Context, key string) (store.ObjectInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return store.ObjectInfo{}, err
+	}
+	k, err := store.CleanKey(key)
+	if err != nil {
+		return store.ObjectInfo{}, err
+	}
+	p, _ := s.OSPath(k)
+	fi, err := os.Lstat(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return store.ObjectInfo{}, store.NotExist("stat", k)
+		}
+		return store.ObjectInfo{}, fmt.Errorf("stat %s: %w", k, err)
+	}
+	return s.info(k, fi), nil
+}
+
+type reader struct {
+	*os.File
+	size int64
+}
+
+func (r reader) Size() int64 { return r.size }
+
+// Open opens a regular file for reading.
+func (s *Store) Open(ctx context.Context, key string) (store.Reader, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	k, err := store.CleanKey(key)
+	if err != nil {
+		return nil, err
+	}
+	p, _ := s.OSPath(k)
+	f, err := os.Open(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, store.NotExist("open", k)
+		}
+		return nil, fmt.Errorf("open %s: %w", k, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open %s: %w", k, err)
+	}
+	if fi.IsDir() {
+		f.Close()
+		return nil, fmt.Errorf("open %s: is a directory", k)
+	}
+	return reader{File: f, size: fi.Size()}, nil
+}
+
+// Walk reports every file and directory strictly below prefix. A missing prefix is not an error
+// (an S3 prefix with no objects does not exist either).
+func (s *Store) Walk(ctx context.Context, prefix string, fn func(store.ObjectInfo) error) error {
+	k, err := store.CleanKey(prefix)
+	if err != nil {
+		return err
+	}
+	base, _ := s.OSPath(k)
+	return s.walk(ctx, base, fn, nil)
+}
+
+func (s *Store) walk(ctx context.Context, base string, fn func(store.ObjectInfo) error, filter func(d fs.DirEntry) bool) error {
+	err := filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		if err != nil {
+			if p == base && errors.Is(err, fs.ErrNotExist) {
+				return filepath.SkipAll
+			}
+			// A file removed between readdir and lstat is simply gone.
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return fmt.Errorf("walk %s: %w", p, err)
+		}
+		if p == base {
+			if !d.IsDir() {
+				return filepath.SkipAll
+			}
+			return nil
+		}
+		if filter != nil && !filter(d) {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return fmt.Errorf("walk %s: %w", p, err)
+		}
+		rel, err := filepath.Rel(s.root, p)
+		if err != nil {
+			return err
+		}
+		return fn(s.info(filepath.ToSlash(rel), fi))
+	})
+	if err != nil && !errors.Is(err, filepath.SkipAll) {
+		return err
+	}
+	return nil
+}
+
+// ListMetadata reports every regular file named `_metadata` below the root.
+func (s *Store) ListMetadata(ctx context.Context, fn func(store.ObjectInfo) error) error {
+	return s.walk(ctx, s.root, fn, func(d fs.DirEntry) bool {
+		return d.Type().IsRegular() && d.Name() == store.MetadataName
+	})
+}
+
+// String is for logs.
+func (s *Store) String() string { return "local:" + s.root }

@@ -1,0 +1,57 @@
+package localstore_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/localstore"
+	"github.com/ckguard/ckguard/refindex/store/storetest"
+)
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		dir := t.TempDir()
+		st, err := localstore.New(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return storetest.Harness{
+			Store:           st,
+			ModTimeSettable: true,
+			Put: func(_ context.Context, key string, data []byte, mt time.Time) error {
+				p := filepath.Join(dir, filepath.FromSlash(key))
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					return err
+				}
+				if err := os.WriteFile(p, data, 0o644); err != nil {
+					return err
+				}
+				if !mt.IsZero() {
+					return os.Chtimes(p, mt, mt)
+				}
+				return nil
+			},
+		}
+	})
+}
+
+func TestSymlinkNotFollowed(t *testing.T) {
+	dir := t.TempDir()
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "_metadata"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := localstore.New(dir)
+	n := 0
+	_ = st.ListMetadata(context.Background(), func(oi store.ObjectInfo) error { n++; return nil })
+	if n != 0 {
+		t.Errorf("ListMetadata followed a symlink out of the store")
+	}
+}

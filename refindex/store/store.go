@@ -1,0 +1,92 @@
+// Package store is the index's narrow view of checkpoint storage: list the `_metadata` objects, stat,
+// read and walk. It is implemented for a local (or NFS / fuse-dfs) directory by localstore and for S3
+// by s3backend; storetest is the conformance suite every implementation runs.
+//
+// Paths are store-relative keys: '/'-separated, no leading or trailing slash, "" is the store root.
+// Missing objects are reported with errors that wrap io/fs.ErrNotExist.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"strings"
+	"time"
+)
+
+// MetadataName is the file name of a checkpoint's or savepoint's metadata (the root of its references).
+const MetadataName = "_metadata"
+
+// ObjectInfo describes one object (or directory) of a store.
+type ObjectInfo struct {
+	Path    string // store-relative key
+	Size    int64
+	ModTime time.Time
+	IsDir   bool
+	// ETag identifies the object's content version where the backend has one (S3); "" otherwise.
+	ETag string
+}
+
+// Reader reads one object.
+type Reader interface {
+	io.ReaderAt
+	io.Closer
+	Size() int64
+}
+
+// Store is the storage the index is derived from.
+type Store interface {
+	// Root names the store as Flink would see it: an absolute directory ("/srv/flink") for a local
+	// store, "s3://bucket/prefix" for S3. References under Root need no prefix mapping.
+	Root() string
+	// Stat describes path ("" = the root, a directory).
+	Stat(ctx context.Context, path string) (ObjectInfo, error)
+	// Open opens a file for reading.
+	Open(ctx context.Context, path string) (Reader, error)
+	// Walk calls fn for every file below the directory prefix ("" = everything), in no particular
+	// order. Backends may also report directories (IsDir); callers must not rely on that. A non-nil
+	// error from fn stops the walk and is returned.
+	Walk(ctx context.Context, prefix string, fn func(ObjectInfo) error) error
+	// ListMetadata calls fn for every file named exactly `_metadata` at any depth (chk-N/_metadata,
+	// savepoint-…/_metadata, …). Flink's temporary and in-progress names (`._metadata_temp`,
+	// `._metadata.inprogress.…`) are not `_metadata` and are never reported.
+	ListMetadata(ctx context.Context, fn func(ObjectInfo) error) error
+}
+
+// IsMetadata reports whether key names a `_metadata` file.
+func IsMetadata(key string) bool { return path.Base(key) == MetadataName && key != "" }
+
+// ErrInvalidPath is wrapped by errors for keys that are not clean store-relative keys.
+var ErrInvalidPath = errors.New("invalid store path")
+
+// CleanKey returns the canonical form of a store-relative key: duplicate and trailing slashes removed,
+// "." segments dropped, ".." resolved. A leading slash is tolerated. Keys that climb above the store
+// root are rejected: they would name an object outside the guarded store.
+func CleanKey(key string) (string, error) {
+	if strings.ContainsRune(key, 0) {
+		return "", fmt.Errorf("%w %q: contains NUL", ErrInvalidPath, key)
+	}
+	segs := strings.Split(key, "/")
+	out := make([]string, 0, len(segs))
+	for _, s := range segs {
+		switch s {
+		case "", ".":
+		case "..":
+			if len(out) == 0 {
+				return "", fmt.Errorf("%w %q: climbs above the store root", ErrInvalidPath, key)
+			}
+			out = out[:len(out)-1]
+		default:
+			out = append(out, s)
+		}
+	}
+	return strings.Join(out, "/"), nil
+}
+
+// NotExist returns an error for a missing key that wraps fs.ErrNotExist.
+func NotExist(op, key string) error {
+	return &fs.PathError{Op: op, Path: key, Err: fs.ErrNotExist}
+}
