@@ -1,0 +1,92 @@
+package s3server
+
+import (
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Proxy forwards S3 requests to a target endpoint and injects faults: a fraction of requests fail with
+// 503 SlowDown before reaching the server (so they had no effect), every request can be delayed, and a
+// killed proxy drops every connection as a dead server would. It preserves the Host header, so SigV4
+// signatures made for the proxy's address stay valid.
+type Proxy struct {
+	URL string
+
+	failPermille atomic.Int64
+	latency      atomic.Int64
+	killed       atomic.Bool
+	requests     atomic.Int64
+	failed       atomic.Int64
+
+	srv *http.Server
+	mu  sync.Mutex
+	rng *rand.Rand
+}
+
+// NewProxy starts a proxy on a free 127.0.0.1 port in front of target; it is closed at the end of the test.
+func NewProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Proxy{URL: "http://" + l.Addr().String(), rng: rand.New(rand.NewPCG(1, 2))}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ErrorLog = nil
+	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.requests.Add(1)
+		if p.killed.Load() {
+			p.failed.Add(1)
+			if hj, ok := w.(http.Hijacker); ok {
+				if c, _, err := hj.Hijack(); err == nil {
+					_ = c.Close()
+					return
+				}
+			}
+			panic(http.ErrAbortHandler)
+		}
+		if d := time.Duration(p.latency.Load()); d > 0 {
+			time.Sleep(d)
+		}
+		if pm := p.failPermille.Load(); pm > 0 {
+			p.mu.Lock()
+			fail := p.rng.Int64N(1000) < pm
+			p.mu.Unlock()
+			if fail {
+				p.failed.Add(1)
+				w.Header().Set("Content-Type", "application/xml")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = w.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>injected by the ckguard test proxy</Message></Error>`))
+				return
+			}
+		}
+		rp.ServeHTTP(w, r)
+	})}
+	go func() { _ = p.srv.Serve(l) }()
+	t.Cleanup(func() { _ = p.srv.Close() })
+	return p
+}
+
+// SetFailRate makes the given fraction (0..1) of requests fail with 503.
+func (p *Proxy) SetFailRate(f float64) { p.failPermille.Store(int64(f * 1000)) }
+
+// SetLatency delays every request by d.
+func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
+
+// Kill drops every request from now on (connection closed without a response); Revive undoes it.
+func (p *Proxy) Kill()   { p.killed.Store(true) }
+func (p *Proxy) Revive() { p.killed.Store(false) }
+
+// Stats returns the number of requests seen and of injected failures.
+func (p *Proxy) Stats() (requests, failed int64) { return p.requests.Load(), p.failed.Load() }

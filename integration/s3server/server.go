@@ -1,0 +1,220 @@
+// Package s3server starts a real S3 server (versitygw, posix backend) on 127.0.0.1 for tests, and a fault
+// proxy in front of any S3 endpoint (503s, latency, a "killed" mode). Tests skip when versitygw is missing,
+// unless CI=true, where a missing prerequisite is a failure.
+package s3server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/ckguard/ckguard/s3backend/s3client"
+)
+
+const (
+	AccessKey = "testkey"
+	SecretKey = "testsecret"
+	Region    = "us-east-1"
+)
+
+// Server is one versitygw process serving a temp posix directory.
+type Server struct {
+	Endpoint string // http://127.0.0.1:PORT
+	Addr     string // 127.0.0.1:PORT
+	DataDir  string // the posix backend root: DataDir/BUCKET/KEY are plain files
+	bin      string
+	cmd      *exec.Cmd
+	done     chan struct{}
+	logs     bytes.Buffer
+	t        testing.TB
+}
+
+// Binary finds versitygw: $CKGUARD_VERSITYGW, the repo's .tools/bin, then $PATH.
+func Binary() (string, error) {
+	if p := os.Getenv("CKGUARD_VERSITYGW"); p != "" {
+		return p, nil
+	}
+	if root, err := repoRoot(); err == nil {
+		p := filepath.Join(root, ".tools", "bin", "versitygw")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("versitygw"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("versitygw not found: run `make setup` (GOBIN=.tools/bin go install github.com/versity/versitygw/cmd/versitygw@v1.8.0)")
+}
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found")
+		}
+		dir = parent
+	}
+}
+
+// Require skips the test when prereq is unavailable, or fails it when CI=true.
+func Require(t testing.TB, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("prerequisite missing in CI: %v", err)
+	}
+	t.Skipf("prerequisite missing: %v", err)
+}
+
+// FreeAddr returns a free 127.0.0.1 port.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// Start runs versitygw on a free port with a fresh data dir and waits until /health answers. It is
+// stopped at the end of the test.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("real S3 server (versitygw) not started in -short mode")
+	}
+	bin, err := Binary()
+	Require(t, err)
+	addr, err := FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Endpoint: "http://" + addr, Addr: addr, DataDir: t.TempDir(), bin: bin, t: t}
+	if err := s.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func (s *Server) start() error {
+	s.logs.Reset()
+	cmd := exec.Command(s.bin, "--access", AccessKey, "--secret", SecretKey, "--port", s.Addr,
+		"--health", "/health", "--quiet", "posix", s.DataDir)
+	cmd.Stdout, cmd.Stderr = &s.logs, &s.logs
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start versitygw: %w", err)
+	}
+	s.cmd, s.done = cmd, make(chan struct{})
+	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(s.done)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-s.done:
+			return fmt.Errorf("versitygw exited at start: %s", s.logs.String())
+		default:
+		}
+		resp, err := http.Get(s.Endpoint + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.kill(syscall.SIGKILL)
+	return fmt.Errorf("versitygw not healthy after 20s: %s", s.logs.String())
+}
+
+func (s *Server) kill(sig syscall.Signal) {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(sig)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+	s.cmd = nil
+}
+
+// Stop terminates the server gracefully (SIGTERM).
+func (s *Server) Stop() { s.kill(syscall.SIGTERM) }
+
+// Kill terminates the server abruptly (SIGKILL), as a crash would.
+func (s *Server) Kill() { s.kill(syscall.SIGKILL) }
+
+// Restart starts the server again on the same address and data directory.
+func (s *Server) Restart() error {
+	s.kill(syscall.SIGTERM)
+	return s.start()
+}
+
+// Config is a client configuration for this server.
+func (s *Server) Config() s3client.Config {
+	return s3client.Config{Endpoint: s.Endpoint, Region: Region, PathStyle: true, AccessKey: AccessKey, SecretKey: SecretKey,
+		MaxAttempts: 3, MaxBackoff: 200 * time.Millisecond, OpTimeout: 20 * time.Second}
+}
+
+// Bucket creates a bucket and returns its name.
+func (s *Server) Bucket(t testing.TB, name string) string {
+	t.Helper()
+	c, err := s3client.New(context.Background(), s.Config(), s3client.Location{Bucket: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.API().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+		t.Fatalf("create bucket %s: %v", name, err)
+	}
+	return name
+}
+
+// AWSEnv is the environment for /usr/bin/aws against this server (no config files are read).
+func AWSEnv() []string {
+	return append(os.Environ(), "AWS_ACCESS_KEY_ID="+AccessKey, "AWS_SECRET_ACCESS_KEY="+SecretKey,
+		"AWS_DEFAULT_REGION="+Region, "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null",
+		"AWS_PAGER=", "AWS_EC2_METADATA_DISABLED=true")
+}
+
+// AWSCLI is Debian's aws-cli v2. A pyenv shim may shadow `aws`, so the path is fixed.
+const AWSCLI = "/usr/bin/aws"
+
+// AWS runs /usr/bin/aws against endpoint and returns its combined output; failure fails the test.
+func AWS(t testing.TB, endpoint string, args ...string) string {
+	t.Helper()
+	if _, err := os.Stat(AWSCLI); err != nil {
+		Require(t, fmt.Errorf("%s (Debian awscli) missing: %w", AWSCLI, err))
+	}
+	cmd := exec.Command(AWSCLI, append([]string{"--endpoint-url", endpoint}, args...)...)
+	cmd.Env = AWSEnv()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("aws %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
