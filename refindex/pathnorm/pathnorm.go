@@ -1,0 +1,349 @@
+// Package pathnorm gives every storage object one canonical identity, so that the names Flink wrote
+// into `_metadata` files and the names a guarded filesystem is asked to delete can be compared.
+//
+// # The canonical key
+//
+// An object inside the guarded store is identified by its store-relative key: the physical location
+// in the store, '/'-separated, no leading or trailing slash, duplicate slashes and "." removed, ".."
+// resolved. Everything that names the object differently is mapped onto that key:
+//
+//   - scheme aliases: s3://, s3a://, s3n://, s3p:// (and the native S3 file system's s3://) of the
+//     same bucket and key are one object; scheme names are case-insensitive;
+//   - file:/x, file:///x, file://localhost/x and a scheme-less /x are the same local file;
+//   - prefix maps (--map PREFIX=STOREPATH) tie what Flink wrote (file:/flink/ckpt on the TaskManagers,
+//     hdfs://nn:8020/flink behind an NFS gateway, s3://bucket/flink) to a directory of the store; the
+//     store's own root (Store.Root) is always mapped to "" so that file: URIs into a local store's own
+//     directory and s3:// URIs into an S3 store's bucket/prefix need no map; the longest prefix wins;
+//   - relative handles (savepoints, exclusive checkpoint files) resolve against the directory of the
+//     `_metadata` that names them.
+//
+// Entropy injection (s3.entropy.key): Flink writes each data file to a path where the key segment of
+// the configured checkpoint directory is replaced by random characters, and records that resolved
+// path in `_metadata`; the `_metadata` file itself is written where the key segment is removed. Data
+// files with different random segments are different physical objects, so the canonical key keeps the
+// random segment — it is the key the object really has in the store and the key a delete through the
+// mount names. The entropy key matters in two places: a prefix map whose PREFIX contains the key
+// (s3://bucket/_entropy_/flink=…) matches any single segment, or no segment at all, in the key's place,
+// and if STOREPATH contains the key too, the matched random segment is carried over (else dropped);
+// and JobFolder attributes an entropy-injected data key to the entropy-free job folder its checkpoint
+// `_metadata` lives in.
+//
+// A reference that no mapping ties to the store is "outside the guarded store": it keeps a canonical
+// URI (scheme aliases and slashes normalised) so it can be reported, but nothing in the store is
+// protected by it.
+package pathnorm
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Mapping ties a URI prefix Flink wrote to a store-relative directory ("" = the store root).
+type Mapping struct {
+	From string
+	To   string
+}
+
+// ParseMapping parses "PREFIX=STOREPATH" (the --map flag). The last '=' separates, so prefixes
+// containing '=' work; STOREPATH may be empty (the store root).
+func ParseMapping(s string) (Mapping, error) {
+	i := strings.LastIndexByte(s, '=')
+	if i <= 0 {
+		return Mapping{}, fmt.Errorf("prefix map %q: want PREFIX=STOREPATH, e.g. file:/flink/ckpt= or hdfs://nn:8020/flink=flink", s)
+	}
+	return Mapping{From: s[:i], To: s[i+1:]}, nil
+}
+
+// Config configures a Normalizer.
+type Config struct {
+	// StoreRoot is Store.Root(): an absolute local directory or a URI such as s3://bucket/prefix.
+	StoreRoot string
+	Maps      []Mapping
+	// EntropyKey is Flink's s3.entropy.key (e.g. "_entropy_"); "" = no entropy injection.
+	EntropyKey string
+}
+
+// Key is the canonical identity of a referenced object.
+type Key struct {
+	// Path is the store-relative key when Inside, else the canonical URI of the outside object.
+	Path   string
+	Inside bool
+}
+
+// URI is a parsed, canonicalised URI.
+type URI struct {
+	Scheme    string // lower case, S3 aliases folded to "s3", "file" for local paths
+	Authority string // bucket, namenode host:port; "" for local files
+	Segs      []string
+}
+
+func (u URI) String() string {
+	p := "/" + strings.Join(u.Segs, "/")
+	if u.Scheme == "file" {
+		return "file:" + p
+	}
+	if u.Scheme == "" {
+		return strings.Join(u.Segs, "/")
+	}
+	return u.Scheme + "://" + u.Authority + p
+}
+
+// s3Aliases are the schemes Flink's S3 file systems (presto, hadoop, native) and Hadoop register for
+// the same S3 objects.
+var s3Aliases = map[string]bool{"s3": true, "s3a": true, "s3n": true, "s3p": true}
+
+// ParseURI splits and canonicalises a path as Flink writes it. A string without a scheme that starts
+// with '/' is a local file; one without a leading slash gets Scheme "" (a relative name).
+func ParseURI(s string) URI {
+	var u URI
+	rest := s
+	if i := strings.IndexByte(s, ':'); i > 0 && validScheme(s[:i]) {
+		u.Scheme = strings.ToLower(s[:i])
+		rest = s[i+1:]
+		if strings.HasPrefix(rest, "//") {
+			rest = rest[2:]
+			j := strings.IndexByte(rest, '/')
+			if j < 0 {
+				u.Authority, rest = rest, ""
+			} else {
+				u.Authority, rest = rest[:j], rest[j:]
+			}
+		}
+		if s3Aliases[u.Scheme] {
+			u.Scheme = "s3"
+		}
+		if u.Scheme == "file" && strings.EqualFold(u.Authority, "localhost") {
+			u.Authority = ""
+		}
+	} else if strings.HasPrefix(s, "/") {
+		u.Scheme = "file"
+	}
+	u.Segs = cleanSegs(rest, u.Scheme != "")
+	return u
+}
+
+func validScheme(s string) bool {
+	// A single letter is a Windows drive ("C:"), never a Flink scheme.
+	if len(s) < 2 {
+		return false
+	}
+	for i, c := range s {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
+		case i > 0 && (c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// cleanSegs drops empty and "." segments and resolves "..". For absolute paths ".." at the root stays
+// at the root (as the file system does); for relative names it is kept so the caller sees the climb.
+func cleanSegs(p string, absolute bool) []string {
+	var out []string
+	for _, s := range strings.Split(p, "/") {
+		switch s {
+		case "", ".":
+		case "..":
+			if len(out) > 0 && out[len(out)-1] != ".." {
+				out = out[:len(out)-1]
+			} else if !absolute {
+				out = append(out, "..")
+			}
+		default:
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+type rule struct {
+	from URI
+	to   []string // store-relative segments
+	src  string
+}
+
+// Normalizer maps URIs to canonical keys. It is immutable and safe for concurrent use.
+type Normalizer struct {
+	cfg   Config
+	rules []rule // longest From first
+}
+
+// New validates cfg and builds a Normalizer.
+func New(cfg Config) (*Normalizer, error) {
+	n := &Normalizer{cfg: cfg}
+	seen := map[string]string{}
+	add := func(from, to, src string) error {
+		u := ParseURI(from)
+		if u.Scheme == "" {
+			return fmt.Errorf("prefix map %q: PREFIX must be absolute (a URI such as s3://bucket/flink or a path starting with /)", src)
+		}
+		if strings.Contains(to, "://") || strings.HasPrefix(to, "file:") {
+			return fmt.Errorf("prefix map %q: STOREPATH must be a path inside the store, not a URI", src)
+		}
+		toSegs := cleanSegs(to, false)
+		for _, s := range toSegs {
+			if s == ".." {
+				return fmt.Errorf("prefix map %q: STOREPATH climbs above the store root", src)
+			}
+		}
+		k := u.String()
+		if prev, ok := seen[k]; ok && prev != strings.Join(toSegs, "/") {
+			return fmt.Errorf("prefix map %q: %s is already mapped to %q", src, k, prev)
+		}
+		seen[k] = strings.Join(toSegs, "/")
+		n.rules = append(n.rules, rule{from: u, to: toSegs, src: src})
+		return nil
+	}
+	if cfg.StoreRoot != "" {
+		if err := add(cfg.StoreRoot, "", "store root "+cfg.StoreRoot); err != nil {
+			return nil, err
+		}
+	}
+	for _, m := range cfg.Maps {
+		if err := add(m.From, m.To, m.From+"="+m.To); err != nil {
+			return nil, err
+		}
+	}
+	sort.SliceStable(n.rules, func(i, j int) bool { return len(n.rules[i].from.Segs) > len(n.rules[j].from.Segs) })
+	return n, nil
+}
+
+// Fingerprint identifies the configuration: an index built with another mapping must be rebuilt,
+// because its keys were derived with different rules.
+func (n *Normalizer) Fingerprint() string {
+	h := sha256.New()
+	fmt.Fprintf(h, "v1\x00%s\x00%s\x00", n.cfg.StoreRoot, n.cfg.EntropyKey)
+	for _, r := range n.rules {
+		fmt.Fprintf(h, "%s\x00%s\x00", r.from.String(), strings.Join(r.to, "/"))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// Config returns the configuration the normalizer was built from.
+func (n *Normalizer) Config() Config { return n.cfg }
+
+// Absolute maps an absolute reference (a URI or a /path) to its canonical key.
+func (n *Normalizer) Absolute(ref string) Key {
+	u := ParseURI(ref)
+	if u.Scheme == "" {
+		// Not absolute: Flink would resolve it against its default file system, which we do not
+		// know. Keep it visible as an outside reference rather than guessing.
+		return Key{Path: ref}
+	}
+	for _, r := range n.rules {
+		if segs, ok := n.match(r, u); ok {
+			return Key{Path: strings.Join(segs, "/"), Inside: true}
+		}
+	}
+	return Key{Path: u.String()}
+}
+
+// Relative resolves a relative handle's name against the directory of the `_metadata` (a store key)
+// that contains it. A name that climbs above the store root is hostile; it is reported as an outside
+// reference so that it stays visible.
+func (n *Normalizer) Relative(metadataKey, name string) Key {
+	dir := ""
+	if i := strings.LastIndexByte(metadataKey, '/'); i >= 0 {
+		dir = metadataKey[:i]
+	}
+	segs := cleanSegs(dir+"/"+name, false)
+	if len(segs) > 0 && segs[0] == ".." {
+		return Key{Path: "relative:" + dir + "/" + name}
+	}
+	return Key{Path: strings.Join(segs, "/"), Inside: true}
+}
+
+// match reports whether u lies under rule r and returns the store-relative segments.
+func (n *Normalizer) match(r rule, u URI) ([]string, bool) {
+	if r.from.Scheme != u.Scheme || r.from.Authority != u.Authority {
+		return nil, false
+	}
+	ek := n.cfg.EntropyKey
+	i := 0 // index into u.Segs
+	entropy, removed := "", false
+	hasKey := false
+	for j, f := range r.from.Segs {
+		if ek != "" && f == ek {
+			hasKey = true
+			// Key removed (a _metadata path): the next template literal sits at u.Segs[i].
+			if j+1 < len(r.from.Segs) && i < len(u.Segs) && u.Segs[i] == r.from.Segs[j+1] &&
+				!(i+1 < len(u.Segs) && u.Segs[i+1] == r.from.Segs[j+1]) {
+				removed = true
+				continue
+			}
+			if j+1 == len(r.from.Segs) && i >= len(u.Segs) {
+				removed = true
+				continue
+			}
+			if i >= len(u.Segs) {
+				return nil, false
+			}
+			entropy = u.Segs[i] // replaced by random characters (a data file)
+			i++
+			continue
+		}
+		if i >= len(u.Segs) || u.Segs[i] != f {
+			return nil, false
+		}
+		i++
+	}
+	out := make([]string, 0, len(r.to)+len(u.Segs)-i)
+	for _, t := range r.to {
+		if ek != "" && t == ek && hasKey {
+			if removed || entropy == "" {
+				continue
+			}
+			out = append(out, entropy)
+			continue
+		}
+		out = append(out, t)
+	}
+	return append(out, u.Segs[i:]...), true
+}
+
+// JobFolder returns the job folder a store key belongs to by layout (the directory holding chk-N/,
+// shared/, taskowned/), or "" when the key does not follow the layout. With an entropy key
+// configured, a data key such as ab12/flink/<job>/shared/x is attributed to the entropy-free folder
+// flink/<job> when known(folder) says that folder holds checkpoints.
+func (n *Normalizer) JobFolder(key string, known func(string) bool) string {
+	segs := strings.Split(key, "/")
+	pos := -1
+	for i, s := range segs[:max(0, len(segs)-1)] {
+		if s == "shared" || s == "taskowned" || IsCheckpointDir(s) {
+			pos = i
+			break
+		}
+	}
+	if pos < 0 {
+		return ""
+	}
+	folder := strings.Join(segs[:pos], "/")
+	if known == nil || known(folder) || n.cfg.EntropyKey == "" {
+		return folder
+	}
+	for drop := 0; drop < pos; drop++ {
+		cand := append(append([]string{}, segs[:drop]...), segs[drop+1:pos]...)
+		if f := strings.Join(cand, "/"); known(f) {
+			return f
+		}
+	}
+	return folder
+}
+
+// IsCheckpointDir reports whether a directory name is chk-<n>.
+func IsCheckpointDir(name string) bool {
+	if !strings.HasPrefix(name, "chk-") || len(name) == 4 {
+		return false
+	}
+	for _, c := range name[4:] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
