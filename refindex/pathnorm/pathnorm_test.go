@@ -68,7 +68,10 @@ func TestAbsolute(t *testing.T) {
 
 func TestRelative(t *testing.T) {
 	n, _ := New(Config{StoreRoot: "/s"})
-	tests := []struct{ meta, name, want string; inside bool }{
+	tests := []struct {
+		meta, name, want string
+		inside           bool
+	}{
 		{"sp/savepoint-1/_metadata", "abc", "sp/savepoint-1/abc", true},
 		{"_metadata", "abc", "abc", true},
 		{"a/chk-1/_metadata", "../chk-0/x", "a/chk-0/x", true},
