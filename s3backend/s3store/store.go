@@ -1,0 +1,225 @@
+// Package s3store implements the index's store.Store on S3 (s3client): stat by HEAD, reads by ranged
+// GETs, walks by paged ListObjectsV2, and a `_metadata` discovery that does not walk the whole bucket on
+// every sync (see discovery.go).
+package s3store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/s3backend/s3client"
+)
+
+// Options tune the store. The zero value is usable.
+type Options struct {
+	// FullWalkEvery is the period of the full-bucket walk that finds `_metadata` in places the targeted
+	// listing does not look (new checkpoint roots, odd layouts). Default 15m: shorter than the index's
+	// default grace period (1h), so a checkpoint written outside the mount into a brand-new root is
+	// discovered while its new files are still protected by grace.
+	FullWalkEvery time.Duration
+	// Parallel bounds concurrent HEAD/LIST requests of one discovery. Default 16.
+	Parallel int
+	// BlockSize is the unit of the reader's ranged GETs. Default 1 MiB.
+	BlockSize int64
+	// Now is the clock (tests). Default time.Now.
+	Now func() time.Time
+}
+
+// Store is a store.Store over one bucket/prefix.
+type Store struct {
+	c    *s3client.Client
+	opts Options
+
+	mu       sync.Mutex
+	lastFull time.Time
+	layout   layout // what the last full walk learned about where checkpoints live
+	stats    Stats
+}
+
+// Stats counts discoveries (for logs, metrics and tests).
+type Stats struct {
+	FullWalks, TargetedListings int
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns a store over c.
+func New(c *s3client.Client, opts Options) *Store {
+	if opts.FullWalkEvery <= 0 {
+		opts.FullWalkEvery = 15 * time.Minute
+	}
+	if opts.Parallel <= 0 {
+		opts.Parallel = 16
+	}
+	if opts.BlockSize <= 0 {
+		opts.BlockSize = 1 << 20
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Store{c: c, opts: opts}
+}
+
+// Client returns the underlying S3 client.
+func (s *Store) Client() *s3client.Client { return s.c }
+
+// Root is s3://bucket/prefix (without the trailing slash), as Flink names it.
+func (s *Store) Root() string {
+	return strings.TrimSuffix(s.c.Location().String(), "/")
+}
+
+// Stats returns discovery counters.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+func info(o s3client.Object) store.ObjectInfo {
+	return store.ObjectInfo{Path: o.Key, Size: o.Size, ModTime: o.ModTime, ETag: o.ETag, IsDir: o.IsDir}
+}
+
+// Stat is a HEAD; when there is no such object, a key with anything below it is a directory (S3 has no
+// directories: common prefixes and "dir/" markers stand for them).
+func (s *Store) Stat(ctx context.Context, p string) (store.ObjectInfo, error) {
+	key, err := store.CleanKey(p)
+	if err != nil {
+		return store.ObjectInfo{}, err
+	}
+	if key == "" {
+		if err := s.c.Check(ctx); err != nil {
+			return store.ObjectInfo{}, err
+		}
+		return store.ObjectInfo{Path: "", IsDir: true}, nil
+	}
+	o, err := s.c.Head(ctx, key)
+	if err == nil {
+		return info(o), nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return store.ObjectInfo{}, err
+	}
+	pg, lerr := s.c.ListPage(ctx, key+"/", false, "", "", 1)
+	if lerr != nil {
+		return store.ObjectInfo{}, lerr
+	}
+	if len(pg.Objects) > 0 {
+		d := store.ObjectInfo{Path: key, IsDir: true}
+		if pg.Objects[0].Key == key+"/" { // a directory marker carries a time
+			d.ModTime = pg.Objects[0].ModTime
+		}
+		return d, nil
+	}
+	return store.ObjectInfo{}, store.NotExist("stat", key)
+}
+
+// Open HEADs the object and returns a reader whose ranged GETs are pinned to the ETag seen, so a reader
+// never mixes two versions of a replaced object (it fails with ESTALE instead).
+func (s *Store) Open(ctx context.Context, p string) (store.Reader, error) {
+	key, err := store.CleanKey(p)
+	if err != nil {
+		return nil, err
+	}
+	o, err := s.c.Head(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return &reader{ctx: ctx, c: s.c, key: key, size: o.Size, etag: o.ETag, block: s.opts.BlockSize}, nil
+}
+
+// Walk lists every object below the directory prefix, page by page, in key order. Directory markers
+// ("dir/") are reported as directories.
+func (s *Store) Walk(ctx context.Context, prefix string, fn func(store.ObjectInfo) error) error {
+	key, err := store.CleanKey(prefix)
+	if err != nil {
+		return err
+	}
+	if key != "" {
+		key += "/"
+	}
+	return s.c.Walk(ctx, key, func(o s3client.Object) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if strings.HasSuffix(o.Key, "/") {
+			o.Key, o.IsDir = strings.TrimSuffix(o.Key, "/"), true
+			if o.Key == "" {
+				return nil
+			}
+		}
+		return fn(info(o))
+	})
+}
+
+// reader reads one object with block-aligned ranged GETs and keeps the last block, so the parser's many
+// small reads cost one request per block.
+type reader struct {
+	ctx   context.Context
+	c     *s3client.Client
+	key   string
+	size  int64
+	etag  string
+	block int64
+
+	mu     sync.Mutex
+	bufOff int64
+	buf    []byte
+}
+
+func (r *reader) Size() int64  { return r.size }
+func (r *reader) Close() error { return nil }
+
+func (r *reader) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("read %s: negative offset", r.key)
+	}
+	if off >= r.size {
+		return 0, io.EOF
+	}
+	n := 0
+	for n < len(p) && off < r.size {
+		r.mu.Lock()
+		if r.buf == nil || off < r.bufOff || off >= r.bufOff+int64(len(r.buf)) {
+			start := off - off%r.block
+			want := min(r.block, r.size-start)
+			if int64(len(p)-n) > r.block { // large reads go straight through
+				start, want = off, min(int64(len(p)-n), r.size-off)
+			}
+			b := make([]byte, want)
+			m, err := r.c.ReadAt(r.ctx, r.key, b, start, r.etag)
+			if err != nil && (err != io.EOF || int64(m) != want) {
+				r.mu.Unlock()
+				if err == io.EOF {
+					err = fmt.Errorf("read %s: object shorter than its size %d: %w", r.key, r.size, io.ErrUnexpectedEOF)
+				}
+				return n, err
+			}
+			r.buf, r.bufOff = b, start
+		}
+		c := copy(p[n:], r.buf[off-r.bufOff:])
+		r.mu.Unlock()
+		n += c
+		off += int64(c)
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// dirOf is path.Dir with "" for top-level keys.
+func dirOf(key string) string {
+	d := path.Dir(key)
+	if d == "." || d == "/" {
+		return ""
+	}
+	return d
+}

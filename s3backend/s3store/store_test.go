@@ -1,0 +1,195 @@
+package s3store_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/ckguard/ckguard/integration/s3server"
+	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/storetest"
+	"github.com/ckguard/ckguard/s3backend/s3client"
+	"github.com/ckguard/ckguard/s3backend/s3store"
+)
+
+// counting wraps an S3 handler and counts requests by method.
+type counting struct {
+	h          http.Handler
+	gets, head atomic.Int64
+}
+
+func (c *counting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodHead {
+		c.head.Add(1)
+	} else if r.Method == http.MethodGet {
+		c.gets.Add(1)
+	}
+	c.h.ServeHTTP(w, r)
+}
+
+func fakeClient(t *testing.T, prefix string) (*s3client.Client, *counting) {
+	cnt := &counting{h: gofakes3.New(s3mem.New()).Server()}
+	srv := httptest.NewServer(cnt)
+	t.Cleanup(srv.Close)
+	cfg := s3client.Config{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 2}
+	c, err := s3client.New(context.Background(), cfg, s3client.Location{Bucket: "bkt", Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.API().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
+		t.Fatal(err)
+	}
+	return c, cnt
+}
+
+func putter(c *s3client.Client) func(ctx context.Context, key string, data []byte, _ time.Time) error {
+	return func(ctx context.Context, key string, data []byte, _ time.Time) error {
+		_, err := c.Put(ctx, key, bytes.NewReader(data), int64(len(data)), s3client.PutOptions{})
+		return err
+	}
+}
+
+// TestConformanceFake runs the index's Store conformance suite against gofakes3 (fast, -short).
+func TestConformanceFake(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		c, _ := fakeClient(t, "flink/ckpt/")
+		return storetest.Harness{Store: s3store.New(c, s3store.Options{}), Put: putter(c)}
+	})
+}
+
+// TestConformanceVersity runs it against a real S3 server. The posix backend keeps an object as a file,
+// whose mtime is the object's Last-Modified, so modification times are settable here.
+func TestConformanceVersity(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		srv := s3server.Start(t)
+		srv.Bucket(t, "bkt")
+		c, err := s3client.New(context.Background(), srv.Config(), s3client.Location{Bucket: "bkt", Prefix: "flink/ckpt/"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		put := putter(c)
+		return storetest.Harness{Store: s3store.New(c, s3store.Options{}), ModTimeSettable: true,
+			Put: func(ctx context.Context, key string, data []byte, mt time.Time) error {
+				if err := put(ctx, key, data, mt); err != nil {
+					return err
+				}
+				return os.Chtimes(filepath.Join(srv.DataDir, "bkt", "flink/ckpt", key), mt, mt)
+			}}
+	})
+}
+
+func list(t *testing.T, s *s3store.Store) string {
+	t.Helper()
+	var got []string
+	if err := s.ListMetadata(context.Background(), func(oi store.ObjectInfo) error { got = append(got, oi.Path); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(got)
+	return strings.Join(got, ",")
+}
+
+// TestTargetedDiscovery: between full walks, ListMetadata finds new checkpoints of known jobs, new jobs
+// under known roots, new savepoints, and notices removed ones, without listing shared/ (no request
+// proportional to the number of SSTs), and a full walk runs again after FullWalkEvery.
+func TestTargetedDiscovery(t *testing.T) {
+	c, cnt := fakeClient(t, "")
+	ctx := context.Background()
+	put := func(k string) {
+		if _, err := c.Put(ctx, k, strings.NewReader("m"), 1, s3client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	del := func(k string) {
+		if err := c.Delete(ctx, k, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("ckpt/jobA/chk-1/_metadata")
+	put("ckpt/jobA/chk-2/_metadata")
+	put("sp/savepoint-aaaaaa-1/_metadata")
+	put("odd/place/_metadata")
+	for i := range 3000 {
+		put(fmt.Sprintf("ckpt/jobA/shared/sst-%05d", i))
+	}
+	now := time.Unix(1_000_000, 0)
+	s := s3store.New(c, s3store.Options{Now: func() time.Time { return now }, FullWalkEvery: time.Hour})
+	if got, want := list(t, s), "ckpt/jobA/chk-1/_metadata,ckpt/jobA/chk-2/_metadata,odd/place/_metadata,sp/savepoint-aaaaaa-1/_metadata"; got != want {
+		t.Fatalf("full walk = %s\nwant %s", got, want)
+	}
+	put("ckpt/jobA/chk-3/_metadata")             // next checkpoint of a known job
+	put("ckpt/jobB/chk-7/_metadata")             // a new job under a known root
+	put("sp/savepoint-bbbbbb-2/_metadata")       // a new savepoint
+	put("ckpt/jobA/chk-4/._metadata.inprogress") // not complete: not reported
+	del("ckpt/jobA/chk-1/_metadata")             // subsumed
+	del("odd/place/_metadata")
+	put("newroot/jobC/chk-1/_metadata") // only a full walk sees a brand-new root
+	gets := cnt.gets.Load()
+	got := list(t, s)
+	want := "ckpt/jobA/chk-2/_metadata,ckpt/jobA/chk-3/_metadata,ckpt/jobB/chk-7/_metadata,sp/savepoint-aaaaaa-1/_metadata,sp/savepoint-bbbbbb-2/_metadata"
+	if got != want {
+		t.Fatalf("targeted = %s\nwant %s", got, want)
+	}
+	if n := cnt.gets.Load() - gets; n > 20 {
+		t.Errorf("targeted discovery made %d listing requests; it must not depend on the 3000 SSTs", n)
+	}
+	if st := s.Stats(); st.FullWalks != 1 || st.TargetedListings != 1 {
+		t.Errorf("stats = %+v", st)
+	}
+	now = now.Add(time.Hour)
+	if got := list(t, s); !strings.Contains(got, "newroot/jobC/chk-1/_metadata") {
+		t.Errorf("full walk after FullWalkEvery did not find the new root: %s", got)
+	}
+	if st := s.Stats(); st.FullWalks != 2 {
+		t.Errorf("stats = %+v", st)
+	}
+	// And the new root is now targeted.
+	put("newroot/jobC/chk-2/_metadata")
+	if got := list(t, s); !strings.Contains(got, "newroot/jobC/chk-2/_metadata") {
+		t.Errorf("targeted listing after learning the new root: %s", got)
+	}
+}
+
+// TestDiscoveryFailsClosed: any S3 error aborts ListMetadata (the index then refuses deletions).
+func TestDiscoveryFailsClosed(t *testing.T) {
+	srv := s3server.Start(t)
+	srv.Bucket(t, "bkt")
+	proxy := s3server.NewProxy(t, srv.Endpoint)
+	cfg := srv.Config()
+	cfg.Endpoint = proxy.URL
+	cfg.MaxAttempts = 2
+	c, _ := s3client.New(context.Background(), cfg, s3client.Location{Bucket: "bkt"})
+	if _, err := c.Put(context.Background(), "ckpt/j/chk-1/_metadata", strings.NewReader("m"), 1, s3client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s := s3store.New(c, s3store.Options{})
+	if got := list(t, s); got != "ckpt/j/chk-1/_metadata" {
+		t.Fatal(got)
+	}
+	proxy.Kill()
+	for _, mode := range []string{"targeted", "full"} {
+		if mode == "full" {
+			s.ForceFullWalk()
+		}
+		err := s.ListMetadata(context.Background(), func(store.ObjectInfo) error { return nil })
+		if s3client.Errno(err) != 5 /* EIO */ {
+			t.Errorf("%s discovery with a dead server: %v, want an EIO-class error", mode, err)
+		}
+	}
+	if _, err := s.Stat(context.Background(), "ckpt/j/chk-1/_metadata"); err == nil {
+		t.Errorf("stat with a dead server succeeded")
+	}
+}
