@@ -1,0 +1,341 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ckguard/ckguard/fs/audit"
+	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/refindex"
+)
+
+// MetadataName is the file whose presence makes a checkpoint live.
+const MetadataName = "_metadata"
+
+// IsMetadata reports whether the store key names a checkpoint's _metadata file.
+func IsMetadata(key string) bool { return path.Base(key) == MetadataName }
+
+// ReasonHardLinked is a refusal the filesystem makes itself: the file has more than one name, so the index
+// cannot tell whether another name is referenced; writing or truncating through this name could destroy it.
+const ReasonHardLinked refindex.Reason = "hard-linked"
+
+// Check is one question to the index: may Op happen to Path? Decided, when set, is a decision the filesystem
+// took itself (for example ReasonHardLinked); it is recorded exactly like one from the index.
+type Check struct {
+	Op      refindex.Op
+	Path    string
+	To      string // rename target, for the audit record
+	Decided *refindex.Decision
+}
+
+// Config configures an Enforcer.
+type Config struct {
+	Checker     Checker
+	Audit       audit.Sink       // nil: no audit log
+	Metrics     *metrics.Metrics // nil: no metrics
+	RefuseErrno syscall.Errno    // errno for refusals; 0 means EPERM
+	Logger      *slog.Logger     // nil: slog.Default()
+}
+
+// Enforcer is the single place where guarded operations are decided: it asks the Checker, writes the audit
+// record (before the caller gets an answer), counts metrics and maps the decision to an errno. Both the local
+// loopback filesystem and the S3 filesystem use it.
+type Enforcer struct {
+	checker Checker
+	audit   audit.Sink
+	metrics *metrics.Metrics
+	refuse  syscall.Errno
+	log     *slog.Logger
+
+	// mu orders index changes made through the mount against decisions: a decision and the change it allows
+	// run under the shared lock; indexing a new _metadata (and renames) take it exclusively. So a _metadata
+	// whose close has returned is indexed before any later decision, and no decision taken before it can
+	// act after it.
+	mu sync.RWMutex
+
+	comms commCache
+}
+
+// NewEnforcer checks cfg and returns an Enforcer.
+func NewEnforcer(cfg Config) (*Enforcer, error) {
+	if cfg.Checker == nil {
+		return nil, errors.New("guard: no Checker: the filesystem cannot decide anything without the index")
+	}
+	e := &Enforcer{checker: cfg.Checker, audit: cfg.Audit, metrics: cfg.Metrics, refuse: cfg.RefuseErrno, log: cfg.Logger}
+	if e.refuse == 0 {
+		e.refuse = syscall.EPERM
+	}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	e.comms.entries = make(map[uint32]commEntry)
+	return e, nil
+}
+
+// RefuseErrno is the errno refusals are answered with.
+func (e *Enforcer) RefuseErrno() syscall.Errno { return e.refuse }
+
+// Checker returns the index the enforcer asks.
+func (e *Enforcer) Checker() Checker { return e.checker }
+
+// Mutate decides every check in order (stopping at the first refusal), records each decision, and runs do
+// only when all are allowed. It returns the refusal errno, or do's result.
+func (e *Enforcer) Mutate(ctx context.Context, checks []Check, do func() syscall.Errno) syscall.Errno {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.mutateLocked(ctx, checks, do)
+}
+
+// MutateExclusive is Mutate holding the lock exclusively, for changes that also change the index (renames,
+// which may move or create a _metadata): no other decision interleaves with it.
+func (e *Enforcer) MutateExclusive(ctx context.Context, checks []Check, do func() syscall.Errno) syscall.Errno {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.mutateLocked(ctx, checks, do)
+}
+
+func (e *Enforcer) mutateLocked(ctx context.Context, checks []Check, do func() syscall.Errno) syscall.Errno {
+	// All questions first, then the record: an operation refused for one of its paths (a rename onto a
+	// referenced file) is logged as that refusal, not as an allowed source followed by a refusal.
+	ds := make([]refindex.Decision, len(checks))
+	refused := false
+	for i, c := range checks {
+		if c.Decided != nil {
+			ds[i] = *c.Decided
+		} else {
+			ds[i] = e.ask(ctx, c.Op, c.Path)
+		}
+		if !ds[i].Allow {
+			refused = true
+			ds = ds[:i+1]
+			break
+		}
+	}
+	for i, d := range ds {
+		if refused && d.Allow {
+			continue
+		}
+		if errno := e.record1(ctx, checks[i], d); errno != 0 {
+			return errno
+		}
+	}
+	if do == nil {
+		return 0
+	}
+	return do()
+}
+
+// Decide decides one check without a change to run (an open for writing: the open is the change).
+func (e *Enforcer) Decide(ctx context.Context, c Check) syscall.Errno {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.decide(ctx, c)
+}
+
+func (e *Enforcer) decide(ctx context.Context, c Check) syscall.Errno {
+	var d refindex.Decision
+	if c.Decided != nil {
+		d = *c.Decided
+	} else {
+		d = e.ask(ctx, c.Op, c.Path)
+	}
+	return e.record1(ctx, c, d)
+}
+
+// record1 counts and logs one decision and maps it to an errno. The audit record is written (handed to the
+// kernel) before the caller learns the answer.
+func (e *Enforcer) record1(ctx context.Context, c Check, d refindex.Decision) syscall.Errno {
+	var errno syscall.Errno
+	if !d.Allow {
+		errno = e.refuse
+	}
+	e.metrics.Decision(c.Op.String(), d.Allow, string(d.Reason))
+	rec := e.record(ctx, c.Op.String(), c.Path, c.To)
+	rec.Reason = string(d.Reason)
+	rec.Message = d.Message
+	rec.Referencing = d.Referencing
+	rec.RefCount = d.RefCount
+	if d.Allow {
+		rec.Decision = "allow"
+	} else {
+		rec.Decision = "refuse"
+		rec.Errno = errnoName(errno)
+	}
+	if e.audit != nil {
+		if err := e.audit.Record(rec); err != nil {
+			// An unrecorded refusal still protects the data; an unrecorded deletion breaks the promise that
+			// the log has every decision, so a deletion whose record cannot be written does not happen.
+			e.log.Error("audit log write failed", "op", rec.Op, "path", c.Path, "err", err)
+			if d.Allow {
+				return syscall.EIO
+			}
+		}
+	}
+	if !d.Allow {
+		e.log.Info("refused", "op", rec.Op, "path", c.Path, "reason", d.Reason, "msg", d.Message, "pid", rec.PID, "comm", rec.Comm)
+	}
+	return errno
+}
+
+// ask calls the Checker, turning a panic into a refusal: the guard fails closed.
+func (e *Enforcer) ask(ctx context.Context, op refindex.Op, p string) (d refindex.Decision) {
+	defer func() {
+		if r := recover(); r != nil {
+			e.log.Error("index panicked while deciding", "op", op, "path", p, "panic", r)
+			d = refindex.Decision{Reason: refindex.ReasonStoreError,
+				Message: fmt.Sprintf("the index failed while deciding %s of %s (%v); refusing to be safe", op, p, r)}
+		}
+	}()
+	return e.checker.Decide(ctx, p, op)
+}
+
+// Deleted tells the index that p was removed through the mount. A failure is logged and counted; the index
+// still believes p exists, which can only make it refuse more, and the next sync repairs it.
+func (e *Enforcer) Deleted(ctx context.Context, p string) {
+	if err := e.checker.Deleted(ctx, p); err != nil {
+		e.notifyFailed(ctx, "deleted", p, "", err)
+	}
+}
+
+// Written tells the index that p was written and closed through the mount. A _metadata is indexed before
+// this returns, under the exclusive lock. If the index cannot record it, the caller gets EIO: the checkpoint
+// would otherwise be unprotected while the writer believes it is safely stored.
+func (e *Enforcer) Written(ctx context.Context, p string) syscall.Errno {
+	if IsMetadata(p) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+	}
+	if err := e.checker.Written(ctx, p); err != nil {
+		e.notifyFailed(ctx, "written", p, "", err)
+		return syscall.EIO
+	}
+	return 0
+}
+
+// Renamed tells the index about a rename done through the mount. Call it from the do function of
+// MutateExclusive.
+func (e *Enforcer) Renamed(ctx context.Context, from, to string) syscall.Errno {
+	if err := e.checker.Renamed(ctx, from, to); err != nil {
+		e.notifyFailed(ctx, "renamed", from, to, err)
+		return syscall.EIO
+	}
+	return 0
+}
+
+func (e *Enforcer) notifyFailed(ctx context.Context, kind, p, to string, err error) {
+	e.metrics.NotifyError(kind)
+	e.log.Error("index could not record a change made through the mount", "change", kind, "path", p, "to", to, "err", err)
+	if e.audit != nil {
+		rec := e.record(ctx, "index-"+kind, p, to)
+		rec.Decision = "error"
+		rec.Reason = "index-notify-failed"
+		rec.Message = err.Error()
+		if aerr := e.audit.Record(rec); aerr != nil {
+			e.log.Error("audit log write failed", "err", aerr)
+		}
+	}
+}
+
+// Explain returns the state and referencing checkpoints of p, for the user.ckguard.* attributes.
+func (e *Enforcer) Explain(ctx context.Context, p string) (string, []string, error) {
+	return e.checker.Explain(ctx, p)
+}
+
+func (e *Enforcer) record(ctx context.Context, op, p, to string) *audit.Record {
+	r := &audit.Record{Time: time.Now().UTC(), Op: op, Path: p, To: to}
+	if c, ok := fuse.FromContext(ctx); ok && c != nil {
+		r.PID, r.UID, r.GID = c.Pid, c.Uid, c.Gid
+		r.Comm = e.comms.get(c.Pid)
+	}
+	return r
+}
+
+func errnoName(e syscall.Errno) string {
+	switch e {
+	case syscall.EPERM:
+		return "EPERM"
+	case syscall.EACCES:
+		return "EACCES"
+	case syscall.EROFS:
+		return "EROFS"
+	case syscall.EBUSY:
+		return "EBUSY"
+	case syscall.EIO:
+		return "EIO"
+	}
+	return strconv.Itoa(int(e))
+}
+
+// ParseErrno maps a --refuse-errno value (EPERM, EACCES, EROFS, EBUSY or a number) to an errno.
+func ParseErrno(s string) (syscall.Errno, error) {
+	switch strings.ToUpper(strings.TrimSpace(s)) {
+	case "", "EPERM":
+		return syscall.EPERM, nil
+	case "EACCES":
+		return syscall.EACCES, nil
+	case "EROFS":
+		return syscall.EROFS, nil
+	case "EBUSY":
+		return syscall.EBUSY, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 || n > 4095 {
+		return 0, fmt.Errorf("--refuse-errno %q: want EPERM, EACCES, EROFS, EBUSY or a positive errno number", s)
+	}
+	return syscall.Errno(n), nil
+}
+
+// commCache remembers /proc/<pid>/comm for a short while: one rm -rf makes thousands of decisions, and reading
+// /proc for each would cost more than the decision itself. Entries expire so a reused pid is not misnamed for
+// long.
+type commCache struct {
+	mu      sync.Mutex
+	entries map[uint32]commEntry
+}
+
+type commEntry struct {
+	comm string
+	at   time.Time
+}
+
+const commTTL = 2 * time.Second
+
+func (c *commCache) get(pid uint32) string {
+	if pid == 0 {
+		return ""
+	}
+	now := time.Now()
+	c.mu.Lock()
+	if ent, ok := c.entries[pid]; ok && now.Sub(ent.at) < commTTL {
+		c.mu.Unlock()
+		return ent.comm
+	}
+	c.mu.Unlock()
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/comm")
+	comm := strings.TrimSpace(string(b))
+	if err != nil {
+		comm = "?"
+	}
+	c.mu.Lock()
+	if len(c.entries) > 4096 {
+		for k, ent := range c.entries {
+			if now.Sub(ent.at) >= commTTL {
+				delete(c.entries, k)
+			}
+		}
+	}
+	c.entries[pid] = commEntry{comm: comm, at: now}
+	c.mu.Unlock()
+	return comm
+}

@@ -1,0 +1,120 @@
+package localfs
+
+import (
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/fs/mountutil"
+)
+
+// Options configure a guard mount over a local directory.
+type Options struct {
+	Store      string // the checkpoint directory (the truth)
+	Mountpoint string
+	Enforcer   *guard.Enforcer
+	Metrics    *metrics.Metrics // nil: no FUSE latency metrics
+	AllowOther bool             // let other users use the mount (needs user_allow_other in /etc/fuse.conf for non-root)
+	Debug      bool             // log every FUSE request
+	Logger     *slog.Logger
+}
+
+// Mounted is a running guard mount.
+type Mounted struct {
+	server      *fuse.Server
+	mountpoint  string
+	passthrough bool
+}
+
+// Mount mounts the guard filesystem and returns once the kernel has it. A stale mount from a crashed daemon on
+// the mountpoint is replaced; a live one is an error.
+func Mount(o Options) (*Mounted, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Enforcer == nil {
+		return nil, fmt.Errorf("mount %s: no enforcer", o.Mountpoint)
+	}
+	store, err := filepath.Abs(o.Store)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := os.Stat(store); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("store %s is not a directory: %v", store, err)
+	}
+	mnt, err := filepath.Abs(o.Mountpoint)
+	if err != nil {
+		return nil, err
+	}
+	stale, err := mountutil.Prepare(mnt)
+	if err != nil {
+		return nil, err
+	}
+	if stale {
+		o.Logger.Warn("replaced a stale mount left by a crashed ckguard (transport endpoint was not connected)", "mountpoint", mnt)
+	}
+	root, err := newRoot(store, o.Enforcer)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %w", store, err)
+	}
+	// Attributes and entries are cached for a second, as go-fuse's loopback does; changes made through the
+	// mount invalidate them at once, direct changes to the store show up within that second.
+	sec := time.Second
+	neg := time.Duration(0)
+	opts := &fs.Options{
+		EntryTimeout:    &sec,
+		AttrTimeout:     &sec,
+		NegativeTimeout: &neg,
+		Logger:          log.New(os.Stderr, "go-fuse: ", 0),
+		MountOptions: fuse.MountOptions{
+			AllowOther: o.AllowOther,
+			FsName:     store,
+			Name:       "ckguard",
+			// The daemon runs with its own (often root's) rights; default_permissions makes the kernel check
+			// each caller against the file modes, so the mount never lets anyone do what they could not do on
+			// the store directly.
+			Options:     []string{"default_permissions"},
+			DirectMount: true,
+			Debug:       o.Debug,
+			// Room for the stack depth of a store that is itself on an overlay or FUSE filesystem.
+			MaxStackDepth: 2,
+		},
+	}
+	var raw fuse.RawFileSystem = fs.NewNodeFS(root, opts)
+	if o.Metrics != nil {
+		raw = o.Metrics.InstrumentRawFS(raw)
+	}
+	server, err := fuse.NewServer(raw, mnt, &opts.MountOptions)
+	if err != nil {
+		return nil, fmt.Errorf("mount %s on %s: %w", store, mnt, err)
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
+		_ = server.Unmount()
+		return nil, fmt.Errorf("mount %s on %s: %w", store, mnt, err)
+	}
+	m := &Mounted{server: server, mountpoint: mnt,
+		passthrough: server.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH != 0}
+	return m, nil
+}
+
+// Passthrough reports whether the kernel offered FUSE passthrough, so reads and writes of open files go
+// straight to the store's files without crossing the daemon.
+func (m *Mounted) Passthrough() bool { return m.passthrough }
+
+// Mountpoint is the absolute mountpoint.
+func (m *Mounted) Mountpoint() string { return m.mountpoint }
+
+// Unmount unmounts; it fails while files are open on the mount (EBUSY), like umount(8).
+func (m *Mounted) Unmount() error { return m.server.Unmount() }
+
+// Wait blocks until the mount is gone (unmounted by us, by `ckguard umount`, or by fusermount -u).
+func (m *Mounted) Wait() { m.server.Wait() }

@@ -1,0 +1,334 @@
+// Package localfs is the guard filesystem over a local (or NFS, or fuse-dfs) directory: go-fuse's loopback
+// with every destructive namespace change routed through a guard.Enforcer, directory listings ordered for
+// one-pass cleanup, and the index's view of each file exposed as user.ckguard.* extended attributes.
+//
+// Data never crosses the daemon when the kernel supports FUSE passthrough: files are opened as
+// fs.LoopbackFile, which hands its descriptor to the kernel (see Mounted.Passthrough).
+package localfs
+
+import (
+	"context"
+	"path"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/refindex"
+)
+
+// Extended attributes the guard answers itself (never stored, never listed: so cp -a, rsync -X and a
+// cross-device mv do not copy the guard's opinion into other filesystems).
+const (
+	XattrRefs  = "user.ckguard.refs"  // newline-separated _metadata keys of the checkpoints referencing the file
+	XattrState = "user.ckguard.state" // referenced | protected-by-policy | in-grace | deletable
+	xattrNS    = "user.ckguard."
+)
+
+// node is a loopback node whose destructive operations ask the enforcer first. It wraps the children the
+// loopback creates (fs.NodeWrapChilder), so every inode of the mount is a *node.
+type node struct {
+	*fs.LoopbackNode
+	enf *guard.Enforcer
+}
+
+var (
+	_ fs.InodeEmbedder      = (*node)(nil)
+	_ fs.NodeWrapChilder    = (*node)(nil)
+	_ fs.NodeUnlinker       = (*node)(nil)
+	_ fs.NodeRmdirer        = (*node)(nil)
+	_ fs.NodeRenamer        = (*node)(nil)
+	_ fs.NodeSetattrer      = (*node)(nil)
+	_ fs.NodeOpener         = (*node)(nil)
+	_ fs.NodeCreater        = (*node)(nil)
+	_ fs.NodeLinker         = (*node)(nil)
+	_ fs.NodeGetxattrer     = (*node)(nil)
+	_ fs.NodeSetxattrer     = (*node)(nil)
+	_ fs.NodeRemovexattrer  = (*node)(nil)
+	_ fs.NodeOpendirHandler = (*node)(nil)
+	_ fs.NodeLookuper       = (*node)(nil)
+	_ fs.NodeGetattrer      = (*node)(nil)
+	_ fs.NodeMkdirer        = (*node)(nil)
+	_ fs.NodeSymlinker      = (*node)(nil)
+	_ fs.NodeReadlinker     = (*node)(nil)
+	_ fs.NodeListxattrer    = (*node)(nil)
+	_ fs.NodeStatfser       = (*node)(nil)
+)
+
+// newRoot returns the root node of a guard loopback over dir.
+func newRoot(dir string, enf *guard.Enforcer) (*node, error) {
+	lr, err := fs.NewLoopbackRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	lb := lr.(*fs.LoopbackNode)
+	root := &node{LoopbackNode: lb, enf: enf}
+	lb.RootData.RootNode = root
+	return root, nil
+}
+
+// WrapChild makes every inode the loopback creates below this one a guarded node.
+func (n *node) WrapChild(ctx context.Context, ops fs.InodeEmbedder) fs.InodeEmbedder {
+	if lb, ok := ops.(*fs.LoopbackNode); ok {
+		return &node{LoopbackNode: lb, enf: n.enf}
+	}
+	return ops
+}
+
+// key is the store-relative key of this node ("" for the root).
+func (n *node) key() string {
+	p := n.Path(nil)
+	if p == "." {
+		return ""
+	}
+	return p
+}
+
+func (n *node) childKey(name string) string {
+	if k := n.key(); k != "" {
+		return k + "/" + name
+	}
+	return name
+}
+
+// backing is the absolute path of a key in the store.
+func (n *node) backing(key string) string {
+	return filepath.Join(n.RootData.Path, filepath.FromSlash(key))
+}
+
+func checks(op refindex.Op, key string) []guard.Check { return []guard.Check{{Op: op, Path: key}} }
+
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	key := n.childKey(name)
+	return n.enf.Mutate(ctx, checks(refindex.OpUnlink, key), func() syscall.Errno {
+		errno := n.LoopbackNode.Unlink(ctx, name)
+		if errno == 0 {
+			n.enf.Deleted(ctx, key)
+		}
+		return errno
+	})
+}
+
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	key := n.childKey(name)
+	return n.enf.Mutate(ctx, checks(refindex.OpRmdir, key), func() syscall.Errno {
+		errno := n.LoopbackNode.Rmdir(ctx, name)
+		if errno == 0 {
+			n.enf.Deleted(ctx, key)
+		}
+		return errno
+	})
+}
+
+// Rename asks about the source (for a directory: everything below it) and about a target it would replace;
+// RENAME_EXCHANGE moves both, so both are asked as sources. Renames change the index (a _metadata may appear
+// at, or move away from, its checkpoint folder), so they run exclusively.
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	np, ok := newParent.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	from, to := n.childKey(name), np.childKey(newName)
+	cs := []guard.Check{{Op: refindex.OpRename, Path: from, To: to}}
+	switch {
+	case flags&unix.RENAME_EXCHANGE != 0:
+		cs = append(cs, guard.Check{Op: refindex.OpRename, Path: to, To: from})
+	case flags&unix.RENAME_NOREPLACE != 0:
+	default:
+		var st unix.Stat_t
+		if err := unix.Lstat(n.backing(to), &st); err == nil {
+			cs = append(cs, guard.Check{Op: refindex.OpReplace, Path: to, To: from})
+		}
+	}
+	return n.enf.MutateExclusive(ctx, cs, func() syscall.Errno {
+		if errno := n.LoopbackNode.Rename(ctx, name, np.LoopbackNode, newName, flags); errno != 0 {
+			return errno
+		}
+		if errno := n.enf.Renamed(ctx, from, to); errno != 0 {
+			return errno
+		}
+		if flags&unix.RENAME_EXCHANGE != 0 {
+			return n.enf.Renamed(ctx, to, from)
+		}
+		return 0
+	})
+}
+
+// hardLinked returns a refusal when the file at key has more than one name: the index knows files by name,
+// so writing or truncating through an unreferenced name could destroy data a checkpoint reads through
+// another name.
+func (n *node) hardLinked(op refindex.Op, key string) *refindex.Decision {
+	var st unix.Stat_t
+	if err := unix.Lstat(n.backing(key), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink <= 1 {
+		return nil
+	}
+	return &refindex.Decision{Reason: guard.ReasonHardLinked,
+		Message: "/" + key + " has " + itoa(uint64(st.Nlink)) + " names (hard links); the guard cannot tell whether another name is referenced by a checkpoint, so " + op.String() + " through this name is refused; remove the extra links in the store first"}
+}
+
+// contentCheck is the check for an operation that changes an existing file's content.
+func (n *node) contentCheck(op refindex.Op, key string) []guard.Check {
+	return []guard.Check{{Op: op, Path: key, Decided: n.hardLinked(op, key)}}
+}
+
+// Setattr guards a size change (truncate(2), ftruncate(2), and the setattr the kernel sends for O_TRUNC when
+// it does not use atomic O_TRUNC). Mode, owner and time changes pass through.
+func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if f != nil {
+		if gf, ok := f.(*file); ok {
+			f = gf.LoopbackFile
+		}
+	}
+	sz, ok := in.GetSize()
+	if !ok {
+		return n.LoopbackNode.Setattr(ctx, f, in, out)
+	}
+	key := n.key()
+	var st unix.Stat_t
+	if err := unix.Lstat(n.backing(key), &st); err == nil && uint64(st.Size) == sz {
+		// Setting the size it already has changes nothing (this is what O_TRUNC of an empty file sends).
+		return n.LoopbackNode.Setattr(ctx, f, in, out)
+	}
+	return n.enf.Mutate(ctx, n.contentCheck(refindex.OpTruncate, key), func() syscall.Errno {
+		return n.LoopbackNode.Setattr(ctx, f, in, out)
+	})
+}
+
+func writable(flags uint32) bool {
+	return flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
+}
+
+// Open guards opening an existing file for writing (OpWrite) or with O_TRUNC (OpTruncate). Read-only opens
+// are not decided at all: they cannot destroy anything.
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if !writable(flags) {
+		return n.LoopbackNode.Open(ctx, flags)
+	}
+	key := n.key()
+	op := refindex.OpWrite
+	if flags&syscall.O_TRUNC != 0 {
+		op = refindex.OpTruncate
+	}
+	var fh fs.FileHandle
+	var fflags uint32
+	errno := n.enf.Mutate(ctx, n.contentCheck(op, key), func() syscall.Errno {
+		var errno syscall.Errno
+		fh, fflags, errno = n.LoopbackNode.Open(ctx, flags)
+		return errno
+	})
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	return wrapFile(fh, n), fflags, 0
+}
+
+// Create makes a new file. The kernel sends CREATE only for a name it believes absent; if the file appeared
+// in the store meanwhile, opening it would write or truncate an existing file without a decision, so the
+// create is first tried exclusively and, when the file exists, decided like an open of an existing file.
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	ch, fh, fflags, errno := n.LoopbackNode.Create(ctx, name, flags|syscall.O_EXCL, mode, out)
+	if errno == syscall.EEXIST && flags&syscall.O_EXCL == 0 {
+		key := n.childKey(name)
+		op := refindex.OpWrite
+		if flags&syscall.O_TRUNC != 0 {
+			op = refindex.OpTruncate
+		}
+		errno = n.enf.Mutate(ctx, n.contentCheck(op, key), func() syscall.Errno {
+			var errno syscall.Errno
+			ch, fh, fflags, errno = n.LoopbackNode.Create(ctx, name, flags, mode, out)
+			return errno
+		})
+	}
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	gn, _ := ch.Operations().(*node)
+	return ch, wrapFile(fh, gn), fflags, 0
+}
+
+// Link: a hard link to a file the index protects would give it a second, unreferenced name through which it
+// could later be truncated or rewritten; the index decides OpLink for the target, and files with several names
+// are further protected by hardLinked.
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	t, ok := target.(*node)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	var ch *fs.Inode
+	errno := n.enf.Mutate(ctx, []guard.Check{{Op: refindex.OpLink, Path: t.key(), To: n.childKey(name)}}, func() syscall.Errno {
+		var errno syscall.Errno
+		ch, errno = n.LoopbackNode.Link(ctx, t.LoopbackNode, name, out)
+		return errno
+	})
+	return ch, errno
+}
+
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	if !strings.HasPrefix(attr, xattrNS) {
+		return n.LoopbackNode.Getxattr(ctx, attr, dest)
+	}
+	state, refs, err := n.enf.Explain(ctx, n.key())
+	if err != nil {
+		return 0, syscall.EIO
+	}
+	var val string
+	switch attr {
+	case XattrState:
+		val = state
+	case XattrRefs:
+		val = strings.Join(refs, "\n")
+	default:
+		return 0, unix.ENODATA
+	}
+	if len(dest) == 0 {
+		return uint32(len(val)), 0
+	}
+	if len(dest) < len(val) {
+		return uint32(len(val)), syscall.ERANGE
+	}
+	return uint32(copy(dest, val)), 0
+}
+
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if strings.HasPrefix(attr, xattrNS) {
+		return syscall.EPERM
+	}
+	return n.LoopbackNode.Setxattr(ctx, attr, data, flags)
+}
+
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if strings.HasPrefix(attr, xattrNS) {
+		return syscall.EPERM
+	}
+	return n.LoopbackNode.Removexattr(ctx, attr)
+}
+
+// OpendirHandle lists the directory in cleanup order (see orderEntries).
+func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	d, errno := openOrderedDir(n.backing(n.key()))
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	return d, 0, 0
+}
+
+func itoa(v uint64) string {
+	if v == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	for v > 0 {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return string(b[i:])
+}
+
+// isMetadataKey is guard.IsMetadata, local for readability.
+func isMetadataKey(key string) bool { return path.Base(key) == guard.MetadataName }
