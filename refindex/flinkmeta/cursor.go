@@ -11,15 +11,14 @@ import (
 // tracking the absolute file offset. Errors are sticky: after the first failure every read returns
 // zero, so the grammar code can check c.err once per loop instead of after every field.
 type cursor struct {
-	r       io.ReaderAt // nil when parsing a byte slice (buf is then the whole file)
-	size    int64
-	buf     []byte
-	bufOff  int64 // file offset of buf[0]
-	i       int   // read position inside buf
-	err     error
-	name    string
-	what    string // the item being read, for truncation errors
-	scratch []byte
+	r      io.ReaderAt // nil when parsing a byte slice (buf is then the whole file)
+	size   int64
+	buf    []byte
+	bufOff int64 // file offset of buf[0]
+	i      int   // read position inside buf
+	err    error
+	name   string
+	what   string // the item being read, for truncation errors
 }
 
 const readBufSize = 256 << 10 // holds the longest mutf8 string (65535 bytes) with room to spare

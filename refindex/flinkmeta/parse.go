@@ -16,6 +16,9 @@ type Options struct {
 	KeepInline bool
 }
 
+// panicOnBug lets tests see parser bugs as panics instead of recovered errors.
+var panicOnBug = false
+
 // maxDepth bounds handle nesting (§9.4); Flink writes at most two levels.
 const maxDepth = 8
 
@@ -46,6 +49,9 @@ func parse(newC func() *cursor, name string, opts Options) (m *Metadata, err err
 		// Defence in depth only: every read is bounds-checked; a panic here is a bug, and it must
 		// still fail closed rather than crash a long-running index or mount.
 		if r := recover(); r != nil {
+			if panicOnBug {
+				panic(r)
+			}
 			m, err = nil, fmt.Errorf("%s: internal error while parsing (please report): %v", name, r)
 		}
 	}()
@@ -61,36 +67,58 @@ func parse(newC func() *cursor, name string, opts Options) (m *Metadata, err err
 	}
 	// Version 3 with an ambiguous item or a failed first attempt: try every layout combination
 	// (§8) and accept only a unique answer.
-	type result struct {
-		m *Metadata
-		l Layout
-	}
-	var ok []result
+	var ok []layoutResult
 	if err == nil {
-		ok = append(ok, result{m, Layout{}})
+		ok = append(ok, layoutResult{m, Layout{}})
 	}
 	firstErr := err
 	for _, l := range []Layout{{Flink111Channels: true}, {Flink114Changelog: true}, {Flink111Channels: true, Flink114Changelog: true}} {
 		p := &parser{c: newC(), opts: opts, layout: l}
 		if mm, e := p.run(); e == nil {
-			ok = append(ok, result{mm, l})
+			ok = append(ok, layoutResult{mm, l})
 		}
 	}
-	switch {
-	case len(ok) == 0:
-		return nil, firstErr
-	case len(ok) > 1:
-		want := refSet(ok[0].m)
-		for _, r := range ok[1:] {
-			if refSet(r.m) != want {
-				return nil, &ParseError{File: name, Offset: 8, Expected: fmt.Sprintf(
-					"one consistent reading of this version-3 file, but the layouts %+v and %+v both parse it and disagree on the referenced files (§8: failing closed)", ok[0].l, r.l)}
-			}
-		}
+	m, err = pickLayout(name, ok, firstErr)
+	if err != nil {
+		return nil, err
 	}
-	m = ok[0].m
 	m.Kind, m.SavepointFormat = deriveKind(m, name)
 	return m, nil
+}
+
+// layoutResult is one successful reading of a version-3 file under a layout variant.
+type layoutResult struct {
+	m *Metadata
+	l Layout
+}
+
+// pickLayout applies §8: the first successful reading wins, unless another successful reading
+// disagrees on the referenced files, in which case the file is unparseable (fail closed).
+func pickLayout(name string, ok []layoutResult, firstErr error) (*Metadata, error) {
+	if len(ok) == 0 {
+		return nil, firstErr
+	}
+	want := refSet(ok[0].m)
+	for _, r := range ok[1:] {
+		if refSet(r.m) != want {
+			return nil, &ParseError{File: name, Offset: 8, Expected: fmt.Sprintf(
+				"one consistent reading of this version-3 file, but the layouts %s and %s both parse it and disagree on the referenced files (§8: failing closed)", ok[0].l, r.l)}
+		}
+	}
+	return ok[0].m, nil
+}
+
+// String names a layout for messages.
+func (l Layout) String() string {
+	switch {
+	case l.Flink111Channels && l.Flink114Changelog:
+		return "Flink 1.11 channels + Flink 1.14 changelog"
+	case l.Flink111Channels:
+		return "Flink 1.11 channels"
+	case l.Flink114Changelog:
+		return "Flink 1.14 changelog"
+	}
+	return "Flink 1.12+/1.15"
 }
 
 // refSet renders the references of m (without a base directory) for comparing layout readings.
