@@ -10,9 +10,9 @@ import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import org.apache.flink.api.common.JobExecutionResult;
-import org.apache.flink.api.common.JobStatus;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.connector.source.util.ratelimit.RateLimiterStrategy;
@@ -147,11 +147,13 @@ public final class Job {
             + " restore=" + (restore == null ? "-" : restore)
             + " claim-mode=" + a.getOrDefault("--claim-mode", "-"));
 
+    // Taken once, right away: the local environment shuts its MiniCluster down when the job ends,
+    // after which status calls fail, but this future still completes with the outcome.
+    CompletableFuture<JobExecutionResult> result = client.getJobExecutionResult();
     long deadline = duration.isZero() ? Long.MAX_VALUE : System.nanoTime() + duration.toNanos();
     String why = null;
     while (why == null) {
-      JobStatus st = client.getJobStatus().get(10, TimeUnit.SECONDS);
-      if (st.isGloballyTerminalState()) {
+      if (result.isDone()) {
         break;
       }
       if (System.nanoTime() > deadline) {
@@ -165,10 +167,14 @@ public final class Job {
       }
     }
     if (why != null) {
-      client.cancel().get(60, TimeUnit.SECONDS);
+      try {
+        client.cancel().get(60, TimeUnit.SECONDS);
+      } catch (Exception e) {
+        // The job ended on its own in the meantime; its result below says how.
+      }
     }
     try {
-      JobExecutionResult r = client.getJobExecutionResult().get(120, TimeUnit.SECONDS);
+      result.get(120, TimeUnit.SECONDS);
       Events.emit("job-finished", "reason=" + why + " last-checkpoint=" + Events.LAST_COMPLETED_ID.get());
     } catch (Exception e) {
       if (why != null) {
