@@ -1,0 +1,173 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	jobTimeout  = 3 * time.Minute
+	stepTimeout = 2 * time.Minute
+	oldAge      = 10 * 24 * time.Hour // "older than a week" for the ops cleanup
+)
+
+// runSourceJob runs job A to 4 completed checkpoints into dir and returns its id and its latest
+// retained checkpoint folder.
+func runSourceJob(t *testing.T, version, dir string, o jobOpts) (jobID, chk string) {
+	t.Helper()
+	o.CheckpointDir = dir
+	o.StopAfter = 4
+	a := startJob(t, version, "A", o)
+	a.waitDone(jobTimeout)
+	last, ok := a.lastCheckpoint()
+	if !ok {
+		t.Fatalf("job A completed no checkpoint\n%s", a.tail())
+	}
+	return a.jobID(), checkpointDir(last)
+}
+
+// startRestored starts job B from chk in the given claim mode and waits for the restore and n
+// completed checkpoints of its own.
+func startRestored(t *testing.T, version, name, dir, chk, mode string, n int, o jobOpts) (*flinkJob, event) {
+	t.Helper()
+	o.CheckpointDir, o.Restore, o.ClaimMode = dir, chk, mode
+	b := startJob(t, version, name, o)
+	ev, i := b.waitFor(0, stepTimeout, func(e event) bool { return e.Name == "restored" || e.Name == "restore-failed" })
+	if ev.Name != "restored" {
+		t.Fatalf("job %s could not restore from %s: %s", name, chk, ev.Fields["cause"])
+	}
+	last, _ := b.waitCheckpoints(i, n, stepTimeout)
+	return b, last
+}
+
+// crossJobRefs returns the files of checkpoint chk (Flink's own listing) that live under prefix.
+func crossJobRefs(t *testing.T, version, chk, prefix string) []string {
+	t.Helper()
+	refs := listReferences(t, version, filepath.Join(chk, "_metadata"))
+	var res []string
+	for p := range referencedFiles(refs, "", "") {
+		if strings.HasPrefix(p, prefix) {
+			res = append(res, p)
+		}
+	}
+	return res
+}
+
+// opsCleanup is the incident's cleanup: the old job's folder is "a week old" and gets rm -rf'ed,
+// then an age-based find sweep over the whole store. It returns the commands' outputs.
+func opsCleanup(t *testing.T, root, oldJobDir string) string {
+	t.Helper()
+	backdate(t, oldJobDir, oldAge)
+	ctx := context.Background()
+	out1, code1 := run(ctx, root, "rm", "-rf", oldJobDir)
+	out2, code2 := run(ctx, root, "find", root, "-type", "f", "-mtime", "+7", "-delete")
+	t.Logf("cleanup: rm -rf %s → exit %d; find -mtime +7 -delete → exit %d", oldJobDir, code1, code2)
+	return out1 + out2
+}
+
+// restoreAfterFailure makes the job fail a task and returns the next restored/restore-failed event.
+func restoreAfterFailure(t *testing.T, j *flinkJob) event {
+	t.Helper()
+	m := j.mark()
+	j.fail()
+	if _, _, err := j.tryWaitFor(m, stepTimeout, named("induced-failure")); err != nil {
+		t.Fatalf("job %s: the induced failure did not happen: %v\n%s", j.name, err, j.tail())
+	}
+	ev, _ := j.waitFor(m, stepTimeout, func(e event) bool { return e.Name == "restored" || e.Name == "restore-failed" })
+	return ev
+}
+
+// claimModes are the restore modes with cross-job references (LEGACY exists through 2.3).
+var claimModes = []string{"CLAIM", "LEGACY"}
+
+// TestE2EIncidentWithoutGuard is the control: real Flink, no guard. Job B restored from job A
+// (CLAIM, LEGACY) references SSTs under A's shared/; the ops cleanup of A's folder on the plain
+// store then makes B's next failover fail with the missing-file error: the incident.
+func TestE2EIncidentWithoutGuard(t *testing.T) {
+	requireE2E(t)
+	for _, v := range flinkVersions() {
+		for _, mode := range claimModes {
+			t.Run(v+"/"+mode, func(t *testing.T) {
+				store := t.TempDir()
+				aID, aChk := runSourceJob(t, v, store, jobOpts{})
+				b, bLast := startRestored(t, v, "B", store, aChk, mode, 3, jobOpts{})
+				aShared := filepath.Join(store, aID, "shared") + "/"
+				cross := crossJobRefs(t, v, checkpointDir(bLast), aShared)
+				if len(cross) == 0 {
+					t.Fatalf("B's checkpoint %s references nothing under A's shared/ (%s): no cross-job reference to protect", checkpointDir(bLast), aShared)
+				}
+				t.Logf("B's %s references %d SSTs under A's shared/", filepath.Base(checkpointDir(bLast)), len(cross))
+
+				opsCleanup(t, store, filepath.Join(store, aID))
+				ev := restoreAfterFailure(t, b)
+				if ev.Name != "restore-failed" {
+					t.Fatalf("B restored after A's files were deleted without the guard: the control did not reproduce the incident (%s)", ev.Line)
+				}
+				cause := ev.Fields["cause"]
+				if !strings.Contains(cause, "FileNotFoundException") && !strings.Contains(cause, "NoSuchFileException") {
+					t.Fatalf("B failed to restore, but not with the missing-file error: %s", cause)
+				}
+				if !strings.Contains(cause, aID) {
+					t.Errorf("the missing file is not one of A's (%s): %s", aID, cause)
+				}
+				if i := strings.Index(cause, "FileNotFoundException"); i >= 0 {
+					cause = cause[i:]
+				}
+				t.Logf("incident reproduced: B's restore failed: %s", truncate(cause, 300))
+			})
+		}
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// TestE2EInspectMatchesFlink compares `ckguard inspect --json` with Flink's own loader on every
+// real _metadata fixture under testdata/flink (expected-references.json next to each, written by
+// integration/flink/ListReferences), per Flink version.
+func TestE2EInspectMatchesFlink(t *testing.T) {
+	requireE2E(t)
+	requireCommand(t, "inspect")
+	root := filepath.Join(repoRoot(t), "testdata", "flink")
+	n := 0
+	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "_metadata" {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, p)
+		parts := strings.SplitN(rel, string(filepath.Separator), 3) // <version>/<scenario>/store/...
+		if len(parts) < 3 {
+			return nil
+		}
+		t.Run(rel, func(t *testing.T) {
+			want := readExpected(t, filepath.Join(filepath.Dir(p), "expected-references.json"))
+			// Flink wrote the fixture at /tmp/ckguard-fixtures/<version>/<scenario>/store.
+			from := "/tmp/ckguard-fixtures/" + parts[0] + "/" + parts[1] + "/store"
+			to := filepath.Join(root, parts[0], parts[1], "store")
+			got, err := inspectReferences(t, p)
+			if err != nil {
+				t.Fatalf("ckguard inspect --json %s: %v", p, err)
+			}
+			// ckguard resolves relative handles against where it reads the file; absolute ones
+			// stay as Flink wrote them. Map both sides into the fixture folder.
+			mapped := map[string]bool{}
+			for k := range got {
+				mapped[strings.Replace(k, from, to, 1)] = true
+			}
+			compareSets(t, rel, flinkReferenceSet(want, from, to), mapped)
+		})
+		n++
+		return nil
+	})
+	if n == 0 {
+		t.Fatal("no fixtures under testdata/flink (run integration/flink/regen-fixtures.sh)")
+	}
+}
