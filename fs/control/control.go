@@ -1,0 +1,270 @@
+// Package control serves an index's queries on a unix socket while a mount holds the index (badger allows one
+// process), so `ckguard why|checkpoints|orphans|verify|stats|pin|unpin` work during a mount.
+//
+// Protocol: HTTP/1.1 over the unix socket. POST /v1/<Method> with a JSON array of the method's arguments
+// (without the context); the answer is 200 with a JSON array of its results (without the error), or an
+// error status with {"error": "..."}. The socket is mode 0600, owned by the user running the mount, and
+// every connection's peer credentials are checked (same uid or root), so other local users can neither
+// query nor pin/unpin.
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// SocketName is the control socket's file name inside the index directory.
+const SocketName = "ckguard.sock"
+
+// DefaultSocket is the well-known control socket of the mount that holds the index in indexDir.
+func DefaultSocket(indexDir string) string { return filepath.Join(indexDir, SocketName) }
+
+var ctxType = reflect.TypeFor[context.Context]()
+var errType = reflect.TypeFor[error]()
+
+// Server answers the methods of one interface, implemented by impl.
+type Server struct {
+	path    string
+	ln      *net.UnixListener
+	srv     *http.Server
+	methods map[string]reflect.Value
+	log     *slog.Logger
+}
+
+// Listen creates the socket at path (replacing a stale one left by a crash) and serves impl's methods of
+// interface iface (a pointer-to-interface type's Elem, e.g. reflect.TypeFor[refindex.Querier]()).
+func Listen(path string, impl any, iface reflect.Type, log *slog.Logger) (*Server, error) {
+	if iface.Kind() != reflect.Interface {
+		return nil, fmt.Errorf("control: %v is not an interface", iface)
+	}
+	s := &Server{path: path, methods: map[string]reflect.Value{}, log: log}
+	v := reflect.ValueOf(impl)
+	for i := 0; i < iface.NumMethod(); i++ {
+		m := iface.Method(i)
+		mv := v.MethodByName(m.Name)
+		if !mv.IsValid() {
+			return nil, fmt.Errorf("control: %T lacks %s", impl, m.Name)
+		}
+		t := mv.Type()
+		if t.NumIn() < 1 || t.In(0) != ctxType || t.NumOut() < 1 || t.Out(t.NumOut()-1) != errType {
+			return nil, fmt.Errorf("control: %s must take a context first and return an error last", m.Name)
+		}
+		s.methods[m.Name] = mv
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("control socket %s: %w", path, err)
+	}
+	if _, err := os.Lstat(path); err == nil {
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("control socket %s: another ckguard mount is serving it", path)
+		}
+		// Left behind by a crashed mount: nobody listens.
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("control socket %s: remove stale socket: %w", path, err)
+		}
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("control socket %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("control socket %s: %w", path, err)
+	}
+	s.ln = ln
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/{method}", s.handle)
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, peerKey{}, peerUID(c))
+		}}
+	go func() {
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("control socket stopped", "path", path, "err", err)
+		}
+	}()
+	return s, nil
+}
+
+type peerKey struct{}
+
+// peerUID is the uid of the process at the other end of a unix connection, or -1.
+func peerUID(c net.Conn) int {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return -1
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	uid := -1
+	_ = raw.Control(func(fd uintptr) {
+		cred, err := syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+		if err == nil {
+			uid = int(cred.Uid)
+		}
+	})
+	return uid
+}
+
+func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
+	uid, _ := r.Context().Value(peerKey{}).(int)
+	if uid != 0 && uid != os.Geteuid() {
+		writeErr(w, http.StatusForbidden, fmt.Errorf("uid %d may not use this control socket (owner uid %d)", uid, os.Geteuid()))
+		return
+	}
+	name := r.PathValue("method")
+	mv, ok := s.methods[name]
+	if !ok {
+		writeErr(w, http.StatusNotFound, fmt.Errorf("no method %q", name))
+		return
+	}
+	t := mv.Type()
+	var raw []json.RawMessage
+	body, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
+	if err == nil && len(body) > 0 {
+		err = json.Unmarshal(body, &raw)
+	}
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("%s: arguments: %w", name, err))
+		return
+	}
+	if len(raw) != t.NumIn()-1 {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("%s takes %d arguments, got %d", name, t.NumIn()-1, len(raw)))
+		return
+	}
+	in := []reflect.Value{reflect.ValueOf(r.Context())}
+	for i, a := range raw {
+		p := reflect.New(t.In(i + 1))
+		if err := json.Unmarshal(a, p.Interface()); err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("%s: argument %d: %w", name, i+1, err))
+			return
+		}
+		in = append(in, p.Elem())
+	}
+	out := mv.Call(in)
+	if e := out[len(out)-1]; !e.IsNil() {
+		writeErr(w, http.StatusInternalServerError, e.Interface().(error))
+		return
+	}
+	res := make([]any, 0, len(out)-1)
+	for _, o := range out[:len(out)-1] {
+		res = append(res, o.Interface())
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(res); err != nil {
+		s.log.Debug("control: write answer", "method", name, "err", err)
+	}
+}
+
+func writeErr(w http.ResponseWriter, code int, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+}
+
+// Path is the socket's path.
+func (s *Server) Path() string { return s.path }
+
+// Close stops serving and removes the socket.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return s.srv.Shutdown(ctx)
+}
+
+// Client calls a Server.
+type Client struct {
+	path string
+	hc   *http.Client
+}
+
+// Dial returns a client for the socket at path after checking that a server answers there.
+func Dial(path string) (*Client, error) {
+	c, err := net.DialTimeout("unix", path, 2*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	c.Close()
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}}
+	return &Client{path: path, hc: &http.Client{Transport: tr}}, nil
+}
+
+// RemoteError is an error the server's method returned.
+type RemoteError struct {
+	Method, Msg string
+	Status      int
+}
+
+func (e *RemoteError) Error() string {
+	if e.Status == http.StatusForbidden {
+		return "control socket: " + e.Msg
+	}
+	return e.Msg
+}
+
+// Call invokes method with args and decodes its results into the pointers in results.
+func (c *Client) Call(ctx context.Context, method string, args []any, results ...any) error {
+	if args == nil {
+		args = []any{}
+	}
+	body, err := json.Marshal(args)
+	if err != nil {
+		return fmt.Errorf("control %s: %w", method, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://ckguard/v1/"+method, strings.NewReader(string(body)))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("control socket %s: %s: %w", c.path, method, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error string }
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		if e.Error == "" {
+			e.Error = resp.Status
+		}
+		return &RemoteError{Method: method, Msg: e.Error, Status: resp.StatusCode}
+	}
+	var raw []json.RawMessage
+	if err := json.NewDecoder(resp.Body).Decode(&raw); err != nil {
+		return fmt.Errorf("control %s: answer: %w", method, err)
+	}
+	if len(raw) != len(results) {
+		return fmt.Errorf("control %s: %d results, want %d (client and mount of different versions?)", method, len(raw), len(results))
+	}
+	for i, r := range raw {
+		if err := json.Unmarshal(r, results[i]); err != nil {
+			return fmt.Errorf("control %s: result %d: %w", method, i+1, err)
+		}
+	}
+	return nil
+}
+
+// Close releases idle connections.
+func (c *Client) Close() error {
+	c.hc.CloseIdleConnections()
+	return nil
+}
