@@ -1,0 +1,327 @@
+package refindex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/ckguard/ckguard/refindex/store"
+)
+
+// maxNamed is how many referencing checkpoints a decision names; RefCount has the total.
+const maxNamed = 5
+
+// maxRefScan bounds how many reverse entries a directory decision reads to count the distinct
+// referencing checkpoints; beyond it RefCount is a lower bound (the decision is a refusal anyway).
+const maxRefScan = 200_000
+
+// Explained states (Explain, the user.ckguard.state extended attribute).
+const (
+	StateReferenced = "referenced"
+	StateProtected  = "protected-by-policy"
+	StateInGrace    = "in-grace"
+	StateDeletable  = "deletable"
+	// StateBlocked: the index cannot decide (stale, sync failed, unparseable _metadata, store error);
+	// every deletion is refused.
+	StateBlocked = "blocked"
+)
+
+// Decide answers whether op may happen to path (a store key). Rules, in this order: a stale index or
+// a failed sync refuses everything; an unparseable `_metadata` refuses every deletion except of that
+// file itself; objects referenced by a live checkpoint/savepoint are refused; protected `_metadata`
+// (newest checkpoint of an active job, pinned) is refused; --protect globs are refused; unreferenced
+// objects younger than --grace are refused; everything else is allowed. For a directory (OpRmdir,
+// OpRename/OpReplace of a directory) the answer covers everything below it. Errors refuse.
+func (ix *Index) Decide(ctx context.Context, p string, op Op) Decision {
+	key, err := store.CleanKey(p)
+	if err != nil {
+		return refuse(ReasonStoreError, fmt.Sprintf("refusing to %s %q: %v", op, p, err))
+	}
+	v, err := ix.acquire()
+	if err != nil {
+		return refuse(ReasonStoreError, fmt.Sprintf("refusing to %s %s: %v", op, key, err))
+	}
+	defer v.release()
+	return ix.decide(ctx, v, key, op, maxNamed)
+}
+
+func refuse(r Reason, msg string) Decision { return Decision{Reason: r, Message: msg} }
+
+func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit int) Decision {
+	now := time.Now()
+	if v.pol.Now != nil {
+		now = v.pol.Now()
+	}
+	what := key
+	if what == "" {
+		what = "the store root"
+	}
+	// 1. Fail closed when the view of storage may be old.
+	if v.syncErr != "" {
+		return refuse(ReasonSyncFailed, fmt.Sprintf("refusing to %s %s: the last index sync failed (%s); the guard fails closed until `ckguard index sync` succeeds", op, what, v.syncErr))
+	}
+	if v.last.IsZero() {
+		return refuse(ReasonIndexStale, fmt.Sprintf("refusing to %s %s: the index has not completed a sync of the store yet; run `ckguard index rebuild` (or wait for the mount's first sync)", op, what))
+	}
+	if v.pol.MaxStaleness > 0 && now.Sub(v.last) > v.pol.MaxStaleness {
+		return refuse(ReasonIndexStale, fmt.Sprintf("refusing to %s %s: the index was last synced %s ago, more than --max-staleness %s; run `ckguard index sync`", op, what, now.Sub(v.last).Round(time.Second), v.pol.MaxStaleness))
+	}
+	isDir := op == OpRmdir
+	maybeDir := isDir || op == OpRename || op == OpReplace
+	destructive := op != OpWrite && op != OpLink
+	st := v.st
+
+	// 2. An unparseable _metadata may reference anything.
+	if destructive && len(st.unparseable) > 0 {
+		self := false
+		for _, u := range st.unparseable {
+			if u == key && !isDir {
+				self = true
+			}
+		}
+		if !self {
+			u := st.unparseable[0]
+			more := ""
+			if n := len(st.unparseable); n > 1 {
+				more = fmt.Sprintf(" (and %d more unparseable _metadata)", n-1)
+			}
+			return Decision{Reason: ReasonUnparseable, Referencing: []string{u}, RefCount: len(st.unparseable),
+				Message: fmt.Sprintf("refusing to %s %s: %s cannot be parsed (%s)%s, so what it references is unknown; inspect it with `ckguard inspect %s`, delete or replace it, then run `ckguard index sync`", op, what, u, st.ckpts[u].Err, more, u)}
+		}
+	}
+
+	// 3. Referenced by a live checkpoint or savepoint (directly, or by a directory handle).
+	refs, n, bounded, err := ix.referencing(v, key, maybeDir, limit)
+	if err != nil {
+		return refuse(ReasonStoreError, fmt.Sprintf("refusing to %s %s: reading the index: %v", op, what, err))
+	}
+	if n > 0 {
+		count := fmt.Sprint(n)
+		if bounded {
+			count = "at least " + count
+		}
+		where := what
+		if maybeDir && !ix.refsSelf(v, key) {
+			where = what + " (something below it)"
+		}
+		return Decision{Reason: ReasonReferenced, Referencing: refs, RefCount: n,
+			Message: fmt.Sprintf("refusing to %s %s: referenced by %s live checkpoint(s)/savepoint(s): %s; they need it to restore. Retire them first (delete their _metadata, or let Flink subsume them), or take a full checkpoint of the job (`flink checkpoint <job-id> -full`) so newer checkpoints stop referencing it", op, where, count, listCheckpoints(refs, n))}
+	}
+
+	// 4. Protected _metadata: pinned, or the newest checkpoint of an active job.
+	cands := []string{key}
+	if maybeDir {
+		cands = append(cands, st.below(key)...)
+		for p := range v.pins {
+			if key == "" || strings.HasPrefix(p, key+"/") {
+				cands = append(cands, p)
+			}
+		}
+	}
+	for _, k := range cands {
+		if t, ok := v.pins[k]; ok {
+			return Decision{Reason: ReasonPinned, Referencing: []string{k}, RefCount: 1,
+				Message: fmt.Sprintf("refusing to %s %s: %s is pinned (since %s); run `ckguard unpin %s` first", op, what, k, t.UTC().Format(time.RFC3339), path.Dir(k))}
+		}
+		c := st.ckpts[k]
+		if c == nil || c.Err != "" {
+			continue
+		}
+		if newest := st.jobs[c.Job]; newest == c && v.pol.ActiveWindow > 0 && now.Sub(c.ModTime) < v.pol.ActiveWindow {
+			return Decision{Reason: ReasonProtectedMetadata, Referencing: []string{k}, RefCount: 1,
+				Message: fmt.Sprintf("refusing to %s %s: %s is the newest checkpoint of job folder %s, completed %s ago (within --active-window %s), so the job may restart from it; keep it, or use a shorter --active-window if the job is gone for good", op, what, k, c.Job, now.Sub(c.ModTime).Round(time.Second), v.pol.ActiveWindow)}
+		}
+	}
+
+	// 5. --protect globs.
+	if g := v.pol.protectedBy(key); g != "" {
+		return refuse(ReasonProtectGlob, fmt.Sprintf("refusing to %s %s: it matches --protect %q", op, what, g))
+	}
+	if !destructive {
+		return Decision{Allow: true, Reason: ReasonAllowed, Message: fmt.Sprintf("%s %s: referenced by no live checkpoint", op, what)}
+	}
+
+	// 6. In-flight files: unreferenced but young.
+	oi, err := ix.st.Stat(ctx, key)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Decision{Allow: true, Reason: ReasonAllowed, Message: fmt.Sprintf("%s %s: no such object in the store", op, what)}
+	}
+	if err != nil {
+		return refuse(ReasonStoreError, fmt.Sprintf("refusing to %s %s: cannot stat it in the store: %v", op, what, err))
+	}
+	if oi.IsDir {
+		var blocked *Decision
+		werr := ix.st.Walk(ctx, key, func(o store.ObjectInfo) error {
+			if o.IsDir {
+				return nil
+			}
+			if g := v.pol.protectedBy(o.Path); g != "" {
+				d := refuse(ReasonProtectGlob, fmt.Sprintf("refusing to %s %s: %s below it matches --protect %q", op, what, o.Path, g))
+				blocked = &d
+				return errStop
+			}
+			if young, age := ix.inGrace(v, o, now); young {
+				d := refuse(ReasonGrace, graceMsg(op, what, o.Path, age, v.pol.Grace))
+				blocked = &d
+				return errStop
+			}
+			return nil
+		})
+		if blocked != nil {
+			return *blocked
+		}
+		if werr != nil {
+			return refuse(ReasonStoreError, fmt.Sprintf("refusing to %s %s: listing it in the store: %v", op, what, werr))
+		}
+		return Decision{Allow: true, Reason: ReasonAllowed, Message: fmt.Sprintf("%s %s: nothing below it is referenced or protected", op, what)}
+	}
+	if young, age := ix.inGrace(v, oi, now); young {
+		return refuse(ReasonGrace, graceMsg(op, what, key, age, v.pol.Grace))
+	}
+	return Decision{Allow: true, Reason: ReasonAllowed, Message: fmt.Sprintf("%s %s: referenced by no live checkpoint, older than --grace %s", op, what, v.pol.Grace)}
+}
+
+var errStop = errors.New("stop")
+
+func graceMsg(op Op, what, file string, age, grace time.Duration) string {
+	return fmt.Sprintf("refusing to %s %s: %s is referenced by no checkpoint but was modified %s ago, within --grace %s, so it may belong to a checkpoint still being written; retry after %s", op, what, file, age.Round(time.Second), grace, (grace - age).Round(time.Second))
+}
+
+// inGrace reports whether an unreferenced file is young enough to belong to an in-flight
+// checkpoint. A live `_metadata` (its checkpoint is complete) and files whose referencing checkpoints
+// were retired (tombstones: they belonged to a completed checkpoint) are not in flight.
+func (ix *Index) inGrace(v *view, o store.ObjectInfo, now time.Time) (bool, time.Duration) {
+	age := now.Sub(o.ModTime)
+	if age >= v.pol.Grace {
+		return false, age
+	}
+	if c := v.st.ckpts[o.Path]; c != nil && c.Err == "" {
+		return false, age
+	}
+	var retired bool
+	_ = v.g.db.View(func(txn *badger.Txn) error {
+		_, err := txn.Get(tombKey(o.Path))
+		retired = err == nil
+		return nil
+	})
+	return !retired, age
+}
+
+// refsSelf reports whether key itself (not only something below it) is referenced.
+func (ix *Index) refsSelf(v *view, key string) bool {
+	refs, n, _, _ := ix.referencing(v, key, false, 1)
+	return n > 0 && len(refs) > 0
+}
+
+// referencing returns the first limit distinct checkpoints referencing key (and, if below, anything
+// under key as a directory) and their total count; bounded reports a count cut off at maxRefScan.
+func (ix *Index) referencing(v *view, key string, below bool, limit int) (names []string, n int, bounded bool, err error) {
+	seen := map[string]bool{}
+	add := func(meta string) {
+		if !seen[meta] {
+			seen[meta] = true
+			if len(names) < limit {
+				names = append(names, meta)
+			}
+		}
+	}
+	scanned := 0
+	err = v.g.db.View(func(txn *badger.Txn) error {
+		scan := func(prefix []byte, tbl string) {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+			defer it.Close()
+			for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+				_, meta := splitPair(it.Item().Key(), tbl)
+				add(meta)
+				if scanned++; scanned >= maxRefScan {
+					bounded = true
+					return
+				}
+			}
+		}
+		if key != "" {
+			scan(append([]byte(tblReverse+key), 0), tblReverse)
+		}
+		if below && !bounded {
+			p := tblReverse
+			if key != "" {
+				p += key + "/"
+			}
+			scan([]byte(p), tblReverse)
+		}
+		// File-merging directory handles naming key, an ancestor of it, or (for a directory) something below.
+		if len(v.st.dirRefs) > 0 {
+			for a := key; ; {
+				if v.st.dirRefs[a] > 0 {
+					scan(append([]byte(tblDir+a), 0), tblDir)
+				}
+				i := strings.LastIndexByte(a, '/')
+				if i < 0 || a == "" {
+					break
+				}
+				a = a[:i]
+			}
+			if below {
+				for d := range v.st.dirRefs {
+					if key == "" || strings.HasPrefix(d, key+"/") {
+						scan(append([]byte(tblDir+d), 0), tblDir)
+					}
+				}
+			}
+		}
+		return nil
+	})
+	return names, len(seen), bounded, err
+}
+
+func listCheckpoints(refs []string, n int) string {
+	parts := make([]string, len(refs))
+	for i, r := range refs {
+		parts[i] = strings.TrimSuffix(r, "/"+store.MetadataName)
+	}
+	s := strings.Join(parts, ", ")
+	if n > len(refs) {
+		s += fmt.Sprintf(" and %d more", n-len(refs))
+	}
+	return s
+}
+
+// Explain reports a path's state (StateReferenced, StateProtected, StateInGrace, StateDeletable or
+// StateBlocked) and the checkpoints that reference it (up to 100), for the user.ckguard.* xattrs.
+func (ix *Index) Explain(ctx context.Context, p string) (state string, referencing []string, err error) {
+	key, err := store.CleanKey(p)
+	if err != nil {
+		return "", nil, err
+	}
+	v, err := ix.acquire()
+	if err != nil {
+		return "", nil, err
+	}
+	defer v.release()
+	op := OpUnlink
+	if oi, err := ix.st.Stat(ctx, key); err == nil && oi.IsDir {
+		op = OpRmdir
+	}
+	d := ix.decide(ctx, v, key, op, 100)
+	return stateOf(d.Reason), d.Referencing, nil
+}
+
+func stateOf(r Reason) string {
+	switch r {
+	case ReasonAllowed:
+		return StateDeletable
+	case ReasonReferenced:
+		return StateReferenced
+	case ReasonProtectedMetadata, ReasonPinned, ReasonProtectGlob:
+		return StateProtected
+	case ReasonGrace:
+		return StateInGrace
+	}
+	return StateBlocked
+}

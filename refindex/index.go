@@ -1,0 +1,500 @@
+package refindex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/ckguard/ckguard/refindex/pathnorm"
+	"github.com/ckguard/ckguard/refindex/store"
+)
+
+// ErrSchema is wrapped by Open when the index directory holds an index of another schema version.
+var ErrSchema = errors.New("index schema mismatch")
+
+// ErrLocked is wrapped by Open when another process has the index open (for example a running mount).
+var ErrLocked = errors.New("index is in use by another process")
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	maps       []pathnorm.Mapping
+	entropyKey string
+	log        *slog.Logger
+	progress   io.Writer
+	workers    int
+	rebuild    bool
+	parse      parseFunc
+}
+
+// WithPathMap sets the prefix maps (--map) and the S3 entropy key (--entropy-key) used to normalise
+// references. Changing them changes derived keys: the next Sync rebuilds the index.
+func WithPathMap(maps []pathnorm.Mapping, entropyKey string) Option {
+	return func(o *options) { o.maps, o.entropyKey = maps, entropyKey }
+}
+
+// WithLogger sets the structured logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithProgress shows progress bars for rebuild, sync and verify on w (pass os.Stderr when it is a
+// terminal; nil = none).
+func WithProgress(w io.Writer) Option { return func(o *options) { o.progress = w } }
+
+// WithParseWorkers bounds how many `_metadata` files are read and parsed at once (default 2×CPUs,
+// at least 4: reading is I/O bound on network stores).
+func WithParseWorkers(n int) Option { return func(o *options) { o.workers = n } }
+
+// WithFreshIndex makes Open ignore whatever the index directory holds (another schema, a damaged
+// generation) and start from an empty generation; the caller then runs Rebuild. `ckguard index
+// rebuild` uses it.
+func WithFreshIndex() Option { return func(o *options) { o.rebuild = true } }
+
+// Index is the reference index of one store. It is safe for concurrent use; Decide never blocks on
+// a running Sync (it reads the last committed state).
+type Index struct {
+	dir  string
+	st   store.Store
+	norm *pathnorm.Normalizer
+	opt  options
+	log  *slog.Logger
+	lock *os.File
+
+	writeMu sync.Mutex // serialises Sync, Rebuild and the Note*/IndexMetadata writers
+
+	mu    sync.RWMutex // guards everything below
+	pol   Policy
+	cur   *generation
+	state *memState
+	pins  map[string]time.Time // _metadata key → pin time (kept beside the generations)
+
+	lastSync    time.Time // start time of the last complete listing
+	syncErr     string    // last sync failed: fail closed until a sync succeeds
+	needRebuild bool      // fingerprint changed or empty index
+	closed      bool
+}
+
+// generation is one badger DB. Readers hold a reference while they use it, so that a rebuild can
+// switch to a new generation and close the old one without pulling it from under a running decision.
+type generation struct {
+	db    *badger.DB
+	n     int
+	users sync.WaitGroup
+}
+
+// memState is the in-memory part of the index: small tables consulted on every decision.
+type memState struct {
+	ckpts       map[string]*checkpointRecord // _metadata key → record (parseable or not)
+	sorted      []string                     // keys of ckpts, sorted (prefix searches for directories)
+	unparseable []string                     // sorted keys of records with Err
+	jobs        map[string]*checkpointRecord // job folder → newest checkpoint (by id)
+	dirRefs     map[string]int               // file-merging directory key → number of checkpoints naming it
+}
+
+func newMemState() *memState {
+	return &memState{ckpts: map[string]*checkpointRecord{}, jobs: map[string]*checkpointRecord{}, dirRefs: map[string]int{}}
+}
+
+// finish recomputes the derived tables after ckpts changed.
+func (s *memState) finish() {
+	s.sorted = s.sorted[:0]
+	s.unparseable = s.unparseable[:0]
+	s.jobs = map[string]*checkpointRecord{}
+	for k, c := range s.ckpts {
+		s.sorted = append(s.sorted, k)
+		if c.Err != "" {
+			s.unparseable = append(s.unparseable, k)
+			continue
+		}
+		if c.Kind == "savepoint" || c.ID < 0 {
+			continue
+		}
+		if cur := s.jobs[c.Job]; cur == nil || c.ID > cur.ID || (c.ID == cur.ID && c.ModTime.After(cur.ModTime)) {
+			s.jobs[c.Job] = c
+		}
+	}
+	sort.Strings(s.sorted)
+	sort.Strings(s.unparseable)
+}
+
+func (s *memState) clone() *memState {
+	n := newMemState()
+	for k, v := range s.ckpts {
+		n.ckpts[k] = v
+	}
+	for k, v := range s.dirRefs {
+		n.dirRefs[k] = v
+	}
+	return n
+}
+
+// below returns the checkpoint keys at or below directory dir ("" = all).
+func (s *memState) below(dir string) []string {
+	if dir == "" {
+		return s.sorted
+	}
+	p := dir + "/"
+	i := sort.SearchStrings(s.sorted, p)
+	j := i
+	for j < len(s.sorted) && strings.HasPrefix(s.sorted[j], p) {
+		j++
+	}
+	return s.sorted[i:j]
+}
+
+// Open opens (or creates) the index in dir for store st. It does not sync: until the first Sync or
+// Rebuild completes, Decide refuses everything (the index is stale).
+func Open(dir string, st store.Store, pol Policy, opts ...Option) (*Index, error) {
+	o := options{log: slog.Default()}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.workers <= 0 {
+		o.workers = max(4, 2*runtime.GOMAXPROCS(0))
+	}
+	if o.parse == nil {
+		o.parse = parseFlinkMetadata
+	}
+	if err := pol.Validate(); err != nil {
+		return nil, err
+	}
+	norm, err := pathnorm.New(pathnorm.Config{StoreRoot: st.Root(), Maps: o.maps, EntropyKey: o.entropyKey})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("index dir %s: %w", dir, err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("index dir %s: %w", dir, err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("%w: %s (is a `ckguard mount` running? query it through its control socket, or stop it first)", ErrLocked, dir)
+	}
+	ix := &Index{dir: dir, st: st, norm: norm, opt: o, log: o.log, lock: lock, pol: pol, state: newMemState()}
+	if err := ix.openCurrent(); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	return ix, nil
+}
+
+func genName(n int) string { return fmt.Sprintf("gen-%08d", n) }
+
+func (ix *Index) badgerOptions(path string) badger.Options {
+	bo := badger.DefaultOptions(path).
+		WithLogger(nil).
+		WithNumVersionsToKeep(1).
+		WithMemTableSize(64 << 20).
+		WithNumMemtables(3).
+		WithBlockCacheSize(64 << 20).
+		WithIndexCacheSize(64 << 20).
+		WithValueThreshold(1 << 10).
+		WithNumCompactors(2).
+		WithDetectConflicts(false).
+		WithCompactL0OnClose(false)
+	return bo
+}
+
+// readCurrent returns the generation number CURRENT names (0 = none).
+func (ix *Index) readCurrent() (int, error) {
+	b, err := os.ReadFile(filepath.Join(ix.dir, "CURRENT"))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("index %s: %w", ix.dir, err)
+	}
+	s := strings.TrimSpace(string(b))
+	n, err := strconv.Atoi(strings.TrimPrefix(s, "gen-"))
+	if err != nil || !strings.HasPrefix(s, "gen-") {
+		return 0, fmt.Errorf("index %s: CURRENT names %q, not a generation: run `ckguard index rebuild`", ix.dir, s)
+	}
+	return n, nil
+}
+
+// writeCurrent atomically points CURRENT at generation n (write temp, fsync, rename, fsync dir).
+// This rename is the single commit point of a rebuild.
+func (ix *Index) writeCurrent(n int) error {
+	tmp := filepath.Join(ix.dir, "CURRENT.tmp")
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(genName(n) + "\n"); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(ix.dir, "CURRENT")); err != nil {
+		return err
+	}
+	return syncDir(ix.dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// removeStaleGenerations deletes generation directories other than keep: leftovers of a rebuild that
+// was killed before its commit, or the previous generation after one.
+func (ix *Index) removeStaleGenerations(keep int) {
+	ents, _ := os.ReadDir(ix.dir)
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "gen-") || e.Name() == genName(keep) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(ix.dir, e.Name())); err != nil {
+			ix.log.Warn("cannot remove old index generation", "dir", e.Name(), "err", err)
+		}
+	}
+}
+
+func (ix *Index) openCurrent() error {
+	if err := ix.loadPins(); err != nil {
+		return err
+	}
+	cur, err := ix.readCurrent()
+	if err != nil && !ix.opt.rebuild {
+		return err
+	}
+	if ix.opt.rebuild || cur == 0 {
+		// Start from an empty generation; it is stale (no lastsync) until Sync/Rebuild fills it.
+		next := max(cur, ix.maxGenOnDisk()) + 1
+		db, err := ix.createGeneration(next)
+		if err != nil {
+			return err
+		}
+		if err := ix.writeCurrent(next); err != nil {
+			db.Close()
+			return fmt.Errorf("index %s: %w", ix.dir, err)
+		}
+		ix.removeStaleGenerations(next)
+		ix.cur, ix.needRebuild = &generation{db: db, n: next}, true
+		return nil
+	}
+	ix.removeStaleGenerations(cur)
+	db, err := badger.Open(ix.badgerOptions(filepath.Join(ix.dir, genName(cur))))
+	if err != nil {
+		return fmt.Errorf("open index %s: %w (the index is derived data: `ckguard index rebuild` recreates it)", ix.dir, err)
+	}
+	var schema, fp string
+	var last time.Time
+	var syncErr string
+	err = db.View(func(txn *badger.Txn) error {
+		schema = getString(txn, keySchema)
+		fp = getString(txn, keyFingerprint)
+		syncErr = getString(txn, keySyncErr)
+		if it, err := txn.Get(keyLastSync); err == nil {
+			v, _ := it.ValueCopy(nil)
+			last = decodeTime(v)
+		}
+		return nil
+	})
+	if err == nil && schema != strconv.Itoa(SchemaVersion) {
+		db.Close()
+		return fmt.Errorf("%w: index %s has schema %q, this ckguard uses schema %d: run `ckguard index rebuild --store … --index %s`", ErrSchema, ix.dir, schema, SchemaVersion, ix.dir)
+	}
+	if err != nil {
+		db.Close()
+		return fmt.Errorf("open index %s: %w", ix.dir, err)
+	}
+	st, err := loadState(db)
+	if err != nil {
+		db.Close()
+		return fmt.Errorf("open index %s: %w (run `ckguard index rebuild`)", ix.dir, err)
+	}
+	ix.cur, ix.state, ix.lastSync, ix.syncErr = &generation{db: db, n: cur}, st, last, syncErr
+	if fp != ix.norm.Fingerprint() {
+		ix.log.Info("path mapping changed since the index was built; the next sync rebuilds it", "index", ix.dir)
+		ix.needRebuild = true
+	}
+	return nil
+}
+
+func (ix *Index) maxGenOnDisk() int {
+	n := 0
+	ents, _ := os.ReadDir(ix.dir)
+	for _, e := range ents {
+		if v, err := strconv.Atoi(strings.TrimPrefix(e.Name(), "gen-")); err == nil && strings.HasPrefix(e.Name(), "gen-") {
+			n = max(n, v)
+		}
+	}
+	return n
+}
+
+// createGeneration makes a new, empty badger DB for generation n carrying schema and fingerprint.
+func (ix *Index) createGeneration(n int) (*badger.DB, error) {
+	p := filepath.Join(ix.dir, genName(n))
+	if err := os.RemoveAll(p); err != nil {
+		return nil, err
+	}
+	db, err := badger.Open(ix.badgerOptions(p))
+	if err != nil {
+		return nil, fmt.Errorf("create index generation %s: %w", p, err)
+	}
+	err = db.Update(func(txn *badger.Txn) error {
+		if err := txn.Set(keySchema, []byte(strconv.Itoa(SchemaVersion))); err != nil {
+			return err
+		}
+		return txn.Set(keyFingerprint, []byte(ix.norm.Fingerprint()))
+	})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+func getString(txn *badger.Txn, k []byte) string {
+	it, err := txn.Get(k)
+	if err != nil {
+		return ""
+	}
+	v, _ := it.ValueCopy(nil)
+	return string(v)
+}
+
+// loadState reads the checkpoint records and directory references into memory.
+func loadState(db *badger.DB) (*memState, error) {
+	st := newMemState()
+	err := db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 100, Prefix: []byte(tblCheckpoint)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			c, err := unmarshalRecord(v)
+			if err != nil {
+				return err
+			}
+			st.ckpts[c.Key] = c
+		}
+		dit := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(tblDir)})
+		defer dit.Close()
+		for dit.Rewind(); dit.Valid(); dit.Next() {
+			obj, _ := splitPair(dit.Item().Key(), tblDir)
+			st.dirRefs[obj]++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	st.finish()
+	return st, nil
+}
+
+// SetPolicy replaces the decision policy (for example after a configuration reload).
+func (ix *Index) SetPolicy(p Policy) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	ix.mu.Lock()
+	ix.pol = p
+	ix.mu.Unlock()
+	return nil
+}
+
+// Policy returns the decision policy in force.
+func (ix *Index) Policy() Policy {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.pol
+}
+
+// Store returns the store the index is derived from.
+func (ix *Index) Store() store.Store { return ix.st }
+
+// Dir returns the index directory.
+func (ix *Index) Dir() string { return ix.dir }
+
+// Close closes the index and releases its directory lock.
+func (ix *Index) Close() error {
+	ix.writeMu.Lock()
+	defer ix.writeMu.Unlock()
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ix.closed {
+		return nil
+	}
+	ix.closed = true
+	ix.cur.users.Wait()
+	err := ix.cur.db.Close()
+	ix.lock.Close()
+	return err
+}
+
+func (ix *Index) now() time.Time {
+	if ix.pol.Now != nil {
+		return ix.pol.Now()
+	}
+	return time.Now()
+}
+
+// view is a consistent read view: one generation (held until release) and the state that goes with it.
+type view struct {
+	g       *generation
+	st      *memState
+	pol     Policy
+	last    time.Time
+	syncErr string
+	pins    map[string]time.Time
+}
+
+// acquire returns the committed state Decide and the queries read; call release when done.
+func (ix *Index) acquire() (*view, error) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	if ix.closed {
+		return nil, errors.New("index is closed")
+	}
+	ix.cur.users.Add(1)
+	return &view{g: ix.cur, st: ix.state, pol: ix.pol, last: ix.lastSync, syncErr: ix.syncErr, pins: ix.pins}, nil
+}
+
+func (v *view) release() { v.g.users.Done() }
+
+// switchGeneration makes g (already committed via CURRENT) the live generation with state st and
+// closes the previous one once its last reader is done.
+func (ix *Index) switchGeneration(g *generation, st *memState, last time.Time) {
+	ix.mu.Lock()
+	old := ix.cur
+	ix.cur, ix.state, ix.lastSync, ix.syncErr, ix.needRebuild = g, st, last, "", false
+	ix.mu.Unlock()
+	old.users.Wait()
+	if err := old.db.Close(); err != nil {
+		ix.log.Warn("closing the previous index generation", "gen", old.n, "err", err)
+	}
+	ix.removeStaleGenerations(g.n)
+}
+
+var _ = context.Background

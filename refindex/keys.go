@@ -1,0 +1,186 @@
+package refindex
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// SchemaVersion is the layout of the badger keys below. An index of another schema is refused with a
+// message telling the user to rebuild it (it is derived data).
+const SchemaVersion = 1
+
+// Key layout (one badger DB per generation; every key starts with a one-letter table and '/'):
+//
+//	m/schema, m/fingerprint, m/lastsync, m/syncerr   index metadata
+//	c/<metaKey>                    → checkpointRecord (JSON): one per `_metadata`, parseable or not
+//	f/<metaKey>                    → forward references of that checkpoint (encodeRefs)
+//	r/<objKey>\x00<metaKey>        → "" : reverse map, object inside the store → referencing checkpoint
+//	d/<dirKey>\x00<metaKey>        → "" : file-merging directory handles (also kept in memory)
+//	o/<uri>\x00<metaKey>           → "" : references outside the guarded store
+//	t/<objKey>                     → retire time: the object's last referencing checkpoint was retired
+//
+// Decide for a file is one prefix scan of r/<objKey>\x00 (first few referencing checkpoints + count);
+// "anything referenced below directory P?" is one prefix scan of r/P/. Store keys never contain NUL,
+// so \x00 ends an object key unambiguously and sorts before '/', keeping r/P\x00… next to r/P/….
+var (
+	keySchema      = []byte("m/schema")
+	keyFingerprint = []byte("m/fingerprint")
+	keyLastSync    = []byte("m/lastsync")
+	keySyncErr     = []byte("m/syncerr")
+)
+
+const (
+	tblCheckpoint = "c/"
+	tblForward    = "f/"
+	tblReverse    = "r/"
+	tblDir        = "d/"
+	tblOutside    = "o/"
+	tblTombstone  = "t/"
+)
+
+func ckKey(meta string) []byte  { return []byte(tblCheckpoint + meta) }
+func fwdKey(meta string) []byte { return []byte(tblForward + meta) }
+func pairKey(tbl, obj, meta string) []byte {
+	b := make([]byte, 0, len(tbl)+len(obj)+1+len(meta))
+	b = append(b, tbl...)
+	b = append(b, obj...)
+	b = append(b, 0)
+	return append(b, meta...)
+}
+func tombKey(obj string) []byte { return []byte(tblTombstone + obj) }
+
+// splitPair splits the part of a pair key after its table prefix.
+func splitPair(k []byte, tbl string) (obj, meta string) {
+	k = k[len(tbl):]
+	for i, c := range k {
+		if c == 0 {
+			return string(k[:i]), string(k[i+1:])
+		}
+	}
+	return string(k), ""
+}
+
+// RefKind says how a checkpoint references an object.
+type RefKind uint8
+
+const (
+	RefFile      RefKind = 1 // absolute file handle
+	RefRelative  RefKind = 2 // relative handle, resolved against the _metadata's directory
+	RefSegment   RefKind = 3 // a byte range of a file-merging physical file (the whole file is needed)
+	RefDirectory RefKind = 4 // a file-merging managed directory (needed as a whole)
+)
+
+func (k RefKind) String() string {
+	switch k {
+	case RefFile:
+		return "file"
+	case RefRelative:
+		return "relative"
+	case RefSegment:
+		return "segment"
+	case RefDirectory:
+		return "directory"
+	}
+	return "unknown"
+}
+
+// ref is one normalised reference of a checkpoint.
+type ref struct {
+	Key    string // store key (Inside) or canonical outside URI
+	Inside bool
+	Kind   RefKind
+	Length int64 // bytes of state the handle covers (0 if unknown)
+}
+
+// encodeRefs packs a checkpoint's references into one value: uvarint count, then per reference
+// kind, inside flag, uvarint key length, key, varint length.
+func encodeRefs(refs []ref) []byte {
+	n := 10
+	for _, r := range refs {
+		n += len(r.Key) + 2 + 2*binary.MaxVarintLen64
+	}
+	b := make([]byte, 0, n)
+	b = binary.AppendUvarint(b, uint64(len(refs)))
+	for _, r := range refs {
+		in := byte(0)
+		if r.Inside {
+			in = 1
+		}
+		b = append(b, byte(r.Kind), in)
+		b = binary.AppendUvarint(b, uint64(len(r.Key)))
+		b = append(b, r.Key...)
+		b = binary.AppendVarint(b, r.Length)
+	}
+	return b
+}
+
+var errCorrupt = errors.New("corrupt forward-reference record")
+
+func decodeRefs(b []byte) ([]ref, error) {
+	cnt, n := binary.Uvarint(b)
+	if n <= 0 || cnt > uint64(len(b)) {
+		return nil, errCorrupt
+	}
+	b = b[n:]
+	out := make([]ref, 0, cnt)
+	for i := uint64(0); i < cnt; i++ {
+		if len(b) < 2 {
+			return nil, errCorrupt
+		}
+		r := ref{Kind: RefKind(b[0]), Inside: b[1] == 1}
+		b = b[2:]
+		l, n := binary.Uvarint(b)
+		if n <= 0 || uint64(len(b)-n) < l {
+			return nil, errCorrupt
+		}
+		r.Key = string(b[n : n+int(l)])
+		b = b[n+int(l):]
+		r.Length, n = binary.Varint(b)
+		if n <= 0 {
+			return nil, errCorrupt
+		}
+		b = b[n:]
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// checkpointRecord is what the index knows about one `_metadata` file.
+type checkpointRecord struct {
+	Key     string    `json:"key"`   // store key of the _metadata
+	Job     string    `json:"job"`   // job folder (chk-N's parent) or a savepoint's parent folder
+	ID      int64     `json:"id"`    // checkpoint id (-1 unknown)
+	Kind    string    `json:"kind"`  // checkpoint | savepoint | unknown
+	ModTime time.Time `json:"mtime"` // completion time (the _metadata's mtime)
+	Size    int64     `json:"size"`  // size of the _metadata
+	ETag    string    `json:"etag,omitempty"`
+	Format  int       `json:"format,omitempty"` // _metadata format version
+	Refs    int       `json:"refs"`             // references inside the store
+	Outside int       `json:"outside,omitempty"`
+	// Err is set when the file could not be parsed: the index cannot know what it references.
+	Err string `json:"err,omitempty"`
+}
+
+func (c *checkpointRecord) marshal() []byte {
+	b, _ := json.Marshal(c)
+	return b
+}
+
+func unmarshalRecord(b []byte) (*checkpointRecord, error) {
+	var c checkpointRecord
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("checkpoint record: %w", err)
+	}
+	return &c, nil
+}
+
+func encodeTime(t time.Time) []byte { return binary.BigEndian.AppendUint64(nil, uint64(t.UnixNano())) }
+func decodeTime(b []byte) time.Time {
+	if len(b) != 8 {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(binary.BigEndian.Uint64(b)))
+}

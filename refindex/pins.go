@@ -1,0 +1,148 @@
+package refindex
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/ckguard/ckguard/refindex/store"
+)
+
+// Pins are the one piece of state that is not derived from the store: they are the operator's
+// decision. They live in pins.json beside the generations, so a rebuild keeps them.
+const pinsFile = "pins.json"
+
+type pinsDoc struct {
+	Pins map[string]time.Time `json:"pins"`
+}
+
+func (ix *Index) loadPins() error {
+	b, err := os.ReadFile(filepath.Join(ix.dir, pinsFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		ix.pins = map[string]time.Time{}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read pins: %w", err)
+	}
+	var d pinsDoc
+	if err := json.Unmarshal(b, &d); err != nil {
+		return fmt.Errorf("%s: %w (fix or remove the file; it holds `ckguard pin` decisions)", filepath.Join(ix.dir, pinsFile), err)
+	}
+	if d.Pins == nil {
+		d.Pins = map[string]time.Time{}
+	}
+	ix.pins = d.Pins
+	return nil
+}
+
+func (ix *Index) savePins(p map[string]time.Time) error {
+	b, _ := json.MarshalIndent(pinsDoc{Pins: p}, "", "  ")
+	tmp := filepath.Join(ix.dir, pinsFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	f, err := os.Open(tmp)
+	if err == nil {
+		_ = f.Sync()
+		f.Close()
+	}
+	if err := os.Rename(tmp, filepath.Join(ix.dir, pinsFile)); err != nil {
+		return err
+	}
+	return syncDir(ix.dir)
+}
+
+// PinResult is the answer of Pin and Unpin.
+type PinResult struct {
+	Checkpoint string    `json:"checkpoint"` // the pinned _metadata key
+	Pinned     bool      `json:"pinned"`
+	Since      time.Time `json:"since,omitzero"`
+}
+
+// pinKey resolves a checkpoint directory or its _metadata to the _metadata key.
+func (ix *Index) pinKey(ctx context.Context, p string) (string, error) {
+	key, err := store.CleanKey(p)
+	if err != nil {
+		return "", err
+	}
+	if store.IsMetadata(key) {
+		return key, nil
+	}
+	mk := store.MetadataName
+	if key != "" {
+		mk = key + "/" + store.MetadataName
+	}
+	if _, err := ix.st.Stat(ctx, mk); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("%s is not a checkpoint or savepoint (no %s): pin a chk-N or savepoint-… directory or its _metadata", p, mk)
+		}
+		return "", err
+	}
+	return mk, nil
+}
+
+// Pin protects a checkpoint or savepoint (its directory or _metadata) from retirement until Unpin.
+func (ix *Index) Pin(ctx context.Context, p string) (*PinResult, error) {
+	key, err := ix.pinKey(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	ix.writeMu.Lock()
+	defer ix.writeMu.Unlock()
+	ix.mu.RLock()
+	next := make(map[string]time.Time, len(ix.pins)+1)
+	for k, v := range ix.pins {
+		next[k] = v
+	}
+	ix.mu.RUnlock()
+	since, ok := next[key]
+	if !ok {
+		since = time.Now().UTC().Truncate(time.Second)
+		next[key] = since
+		if err := ix.savePins(next); err != nil {
+			return nil, fmt.Errorf("pin %s: %w", key, err)
+		}
+		ix.mu.Lock()
+		ix.pins = next
+		ix.mu.Unlock()
+	}
+	return &PinResult{Checkpoint: key, Pinned: true, Since: since}, nil
+}
+
+// Unpin removes a pin.
+func (ix *Index) Unpin(ctx context.Context, p string) (*PinResult, error) {
+	key, err := store.CleanKey(p)
+	if err != nil {
+		return nil, err
+	}
+	if !store.IsMetadata(key) {
+		key = filepath.ToSlash(filepath.Join(key, store.MetadataName))
+	}
+	ix.writeMu.Lock()
+	defer ix.writeMu.Unlock()
+	ix.mu.RLock()
+	_, ok := ix.pins[key]
+	next := make(map[string]time.Time, len(ix.pins))
+	for k, v := range ix.pins {
+		if k != key {
+			next[k] = v
+		}
+	}
+	ix.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%s is not pinned", key)
+	}
+	if err := ix.savePins(next); err != nil {
+		return nil, fmt.Errorf("unpin %s: %w", key, err)
+	}
+	ix.mu.Lock()
+	ix.pins = next
+	ix.mu.Unlock()
+	return &PinResult{Checkpoint: key, Pinned: false}, nil
+}

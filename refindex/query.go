@@ -1,0 +1,523 @@
+package refindex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/ckguard/ckguard/refindex/store"
+)
+
+// Querier is everything the CLI asks the index. *Index implements it directly; a running mount serves
+// the same interface over its control socket, so every result is a plain JSON-serialisable struct.
+type Querier interface {
+	// Why explains the decision for deleting path (a file, or a directory with everything below).
+	Why(ctx context.Context, path string) (*WhyResult, error)
+	// Checkpoints lists live checkpoints and savepoints per job folder ("" = all jobs).
+	Checkpoints(ctx context.Context, job string) (*CheckpointsResult, error)
+	// Orphans lists unreferenced, unprotected objects older than max(olderThan, grace).
+	Orphans(ctx context.Context, olderThan time.Duration) (*OrphansResult, error)
+	// Verify checks that every object a live checkpoint references exists.
+	Verify(ctx context.Context) (*VerifyResult, error)
+	// Stats summarises the index.
+	Stats(ctx context.Context) (*StatsResult, error)
+	// Pin protects a checkpoint/savepoint (directory or _metadata) until Unpin.
+	Pin(ctx context.Context, path string) (*PinResult, error)
+	Unpin(ctx context.Context, path string) (*PinResult, error)
+}
+
+var _ Querier = (*Index)(nil)
+
+// CheckpointInfo describes one live `_metadata`.
+type CheckpointInfo struct {
+	Metadata  string    `json:"metadata"` // store key of the _metadata
+	Dir       string    `json:"dir"`
+	Job       string    `json:"job"`
+	ID        int64     `json:"id"`
+	Kind      string    `json:"kind"`
+	Completed time.Time `json:"completed"`
+	Size      int64     `json:"size"`
+	Format    int       `json:"format,omitempty"`
+	Refs      int       `json:"refs"`
+	Outside   int       `json:"outside_refs,omitempty"`
+	Pinned    bool      `json:"pinned,omitempty"`
+	// Protected: the newest checkpoint of a job active within --active-window.
+	Protected bool `json:"protected,omitempty"`
+	// ReferencesJobs lists other job folders whose files this checkpoint references.
+	ReferencesJobs []string `json:"references_jobs,omitempty"`
+	Error          string   `json:"error,omitempty"` // unparseable: why
+}
+
+// WhyResult explains one decision.
+type WhyResult struct {
+	Path        string          `json:"path"`
+	IsDir       bool            `json:"is_dir"`
+	Exists      bool            `json:"exists"`
+	Op          string          `json:"op"`
+	Allow       bool            `json:"allow"`
+	Reason      Reason          `json:"reason"`
+	State       string          `json:"state"`
+	Message     string          `json:"message"`
+	Referencing []string        `json:"referencing,omitempty"` // up to 100 _metadata keys
+	RefCount    int             `json:"ref_count"`
+	Checkpoint  *CheckpointInfo `json:"checkpoint,omitempty"` // when path is a _metadata
+}
+
+// JobCheckpoints groups the checkpoints of one job folder.
+type JobCheckpoints struct {
+	Job           string           `json:"job"`
+	Checkpoints   []CheckpointInfo `json:"checkpoints"`
+	Count         int              `json:"checkpoint_count"`
+	Savepoints    int              `json:"savepoint_count"`
+	MetadataBytes int64            `json:"metadata_bytes"`
+	References    int              `json:"refs"`
+	// ReferencesJobs lists other job folders any of them references (restored from / LEGACY chains).
+	ReferencesJobs []string `json:"references_jobs,omitempty"`
+}
+
+// CheckpointsResult is the answer of Checkpoints.
+type CheckpointsResult struct {
+	Jobs        []JobCheckpoints `json:"jobs"`
+	Unparseable []CheckpointInfo `json:"unparseable,omitempty"`
+}
+
+// OrphanFile is one object nothing needs.
+type OrphanFile struct {
+	Path    string    `json:"path"`
+	Size    int64     `json:"size"`
+	ModTime time.Time `json:"mtime"`
+}
+
+// OrphansResult is the answer of Orphans.
+type OrphansResult struct {
+	OlderThan time.Duration `json:"older_than"`
+	Files     []OrphanFile  `json:"files"`
+	Bytes     int64         `json:"bytes"`
+	// Blocked is set (and Files empty) when no object can be called garbage: stale index, failed
+	// sync or an unparseable _metadata.
+	Blocked string `json:"blocked,omitempty"`
+}
+
+// BrokenCheckpoint is a live checkpoint that cannot be restored.
+type BrokenCheckpoint struct {
+	Metadata     string   `json:"metadata"`
+	Missing      []string `json:"missing,omitempty"`
+	MissingCount int      `json:"missing_count"`
+	Error        string   `json:"error,omitempty"` // unparseable
+}
+
+// VerifyResult is the answer of Verify.
+type VerifyResult struct {
+	Checked        int                `json:"checked"`
+	Objects        int                `json:"objects_checked"`
+	Broken         []BrokenCheckpoint `json:"broken"`
+	OutsideSkipped int                `json:"outside_refs_not_checked"`
+	OK             bool               `json:"ok"`
+}
+
+// StatsResult is the answer of Stats.
+type StatsResult struct {
+	Store             string     `json:"store"`
+	IndexDir          string     `json:"index_dir"`
+	Schema            int        `json:"schema"`
+	Generation        int        `json:"generation"`
+	LastSync          time.Time  `json:"last_sync,omitzero"`
+	SyncError         string     `json:"sync_error,omitempty"`
+	Stale             bool       `json:"stale"`
+	Jobs              int        `json:"jobs"`
+	Checkpoints       int        `json:"checkpoints"`
+	Savepoints        int        `json:"savepoints"`
+	Unparseable       int        `json:"unparseable"`
+	References        int        `json:"references"`
+	OutsideReferences int        `json:"outside_references"`
+	DirectoryHandles  int        `json:"directory_handles"`
+	Pins              int        `json:"pins"`
+	IndexBytes        int64      `json:"index_bytes"`
+	Policy            PolicyInfo `json:"policy"`
+}
+
+// PolicyInfo is Policy in JSON-friendly form.
+type PolicyInfo struct {
+	Grace        string   `json:"grace"`
+	ActiveWindow string   `json:"active_window"`
+	MaxStaleness string   `json:"max_staleness"`
+	Protect      []string `json:"protect,omitempty"`
+}
+
+func (v *view) info(c *checkpointRecord) CheckpointInfo {
+	ci := CheckpointInfo{Metadata: c.Key, Dir: dirOf(c.Key), Job: c.Job, ID: c.ID, Kind: c.Kind, Completed: c.ModTime,
+		Size: c.Size, Format: c.Format, Refs: c.Refs, Outside: c.Outside, Error: c.Err}
+	_, ci.Pinned = v.pins[c.Key]
+	now := time.Now()
+	if v.pol.Now != nil {
+		now = v.pol.Now()
+	}
+	if c.Err == "" && v.st.jobs[c.Job] == c && v.pol.ActiveWindow > 0 && now.Sub(c.ModTime) < v.pol.ActiveWindow {
+		ci.Protected = true
+	}
+	return ci
+}
+
+func dirOf(k string) string {
+	if i := strings.LastIndexByte(k, '/'); i >= 0 {
+		return k[:i]
+	}
+	return ""
+}
+
+// Why explains the decision for deleting path.
+func (ix *Index) Why(ctx context.Context, p string) (*WhyResult, error) {
+	key, err := store.CleanKey(p)
+	if err != nil {
+		return nil, err
+	}
+	v, err := ix.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer v.release()
+	res := &WhyResult{Path: key, Op: OpUnlink.String()}
+	op := OpUnlink
+	oi, err := ix.st.Stat(ctx, key)
+	switch {
+	case err == nil:
+		res.Exists = true
+		if oi.IsDir {
+			res.IsDir, op = true, OpRmdir
+			res.Op = "rm -r"
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, err
+	}
+	d := ix.decide(ctx, v, key, op, 100)
+	res.Allow, res.Reason, res.Message, res.Referencing, res.RefCount = d.Allow, d.Reason, d.Message, d.Referencing, d.RefCount
+	res.State = stateOf(d.Reason)
+	if c := v.st.ckpts[key]; c != nil {
+		ci := v.info(c)
+		res.Checkpoint = &ci
+	}
+	return res, nil
+}
+
+// Checkpoints lists live checkpoints and savepoints grouped by job folder.
+func (ix *Index) Checkpoints(ctx context.Context, job string) (*CheckpointsResult, error) {
+	v, err := ix.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer v.release()
+	job = strings.Trim(job, "/")
+	known := map[string]bool{}
+	for _, c := range v.st.ckpts {
+		known[c.Job] = true
+	}
+	byJob := map[string]*JobCheckpoints{}
+	res := &CheckpointsResult{}
+	err = v.g.db.View(func(txn *badger.Txn) error {
+		for _, k := range v.st.sorted {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			c := v.st.ckpts[k]
+			if job != "" && c.Job != job && !strings.HasSuffix("/"+c.Job, "/"+job) {
+				continue
+			}
+			ci := v.info(c)
+			if c.Err != "" {
+				res.Unparseable = append(res.Unparseable, ci)
+				continue
+			}
+			refs, err := readRefs(txn, k)
+			if err != nil {
+				return err
+			}
+			other := map[string]bool{}
+			for _, r := range refs {
+				if !r.Inside {
+					continue
+				}
+				if j := ix.norm.JobFolder(r.Key, func(s string) bool { return known[s] }); j != "" && j != c.Job {
+					other[j] = true
+				}
+			}
+			for j := range other {
+				ci.ReferencesJobs = append(ci.ReferencesJobs, j)
+			}
+			sort.Strings(ci.ReferencesJobs)
+			jc := byJob[c.Job]
+			if jc == nil {
+				jc = &JobCheckpoints{Job: c.Job}
+				byJob[c.Job] = jc
+			}
+			jc.Checkpoints = append(jc.Checkpoints, ci)
+			if c.Kind == "savepoint" {
+				jc.Savepoints++
+			} else {
+				jc.Count++
+			}
+			jc.MetadataBytes += c.Size
+			jc.References += c.Refs
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, jc := range byJob {
+		set := map[string]bool{}
+		for _, c := range jc.Checkpoints {
+			for _, j := range c.ReferencesJobs {
+				set[j] = true
+			}
+		}
+		for j := range set {
+			jc.ReferencesJobs = append(jc.ReferencesJobs, j)
+		}
+		sort.Strings(jc.ReferencesJobs)
+		sort.Slice(jc.Checkpoints, func(a, b int) bool {
+			x, y := jc.Checkpoints[a], jc.Checkpoints[b]
+			if x.Kind != y.Kind {
+				return x.Kind < y.Kind
+			}
+			if x.ID != y.ID {
+				return x.ID < y.ID
+			}
+			return x.Metadata < y.Metadata
+		})
+		res.Jobs = append(res.Jobs, *jc)
+	}
+	sort.Slice(res.Jobs, func(a, b int) bool { return res.Jobs[a].Job < res.Jobs[b].Job })
+	return res, nil
+}
+
+// blocked returns why no object can be called garbage right now, or "".
+func (v *view) blocked() string {
+	now := time.Now()
+	if v.pol.Now != nil {
+		now = v.pol.Now()
+	}
+	switch {
+	case v.syncErr != "":
+		return "the last index sync failed: " + v.syncErr
+	case v.last.IsZero():
+		return "the index has not completed a sync yet"
+	case v.pol.MaxStaleness > 0 && now.Sub(v.last) > v.pol.MaxStaleness:
+		return fmt.Sprintf("the index was last synced %s ago (more than --max-staleness %s)", now.Sub(v.last).Round(time.Second), v.pol.MaxStaleness)
+	case len(v.st.unparseable) > 0:
+		return fmt.Sprintf("%s cannot be parsed (%s), so what it references is unknown", v.st.unparseable[0], v.st.ckpts[v.st.unparseable[0]].Err)
+	}
+	return ""
+}
+
+// Orphans lists every object the guard would let a script delete that no checkpoint needs:
+// unreferenced, not a live _metadata, not pinned or --protect'ed, past the grace period, and at
+// least olderThan old.
+func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*OrphansResult, error) {
+	v, err := ix.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer v.release()
+	res := &OrphansResult{OlderThan: olderThan, Files: []OrphanFile{}}
+	if b := v.blocked(); b != "" {
+		res.Blocked = b
+		return res, nil
+	}
+	now := time.Now()
+	if v.pol.Now != nil {
+		now = v.pol.Now()
+	}
+	err = v.g.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{})
+		defer it.Close()
+		referenced := func(key string) bool {
+			p := append([]byte(tblReverse+key), 0)
+			it.Seek(p)
+			if it.ValidForPrefix(p) {
+				return true
+			}
+			for a := key; len(v.st.dirRefs) > 0; {
+				if v.st.dirRefs[a] > 0 {
+					return true
+				}
+				i := strings.LastIndexByte(a, '/')
+				if i < 0 {
+					return false
+				}
+				a = a[:i]
+			}
+			return false
+		}
+		tomb := func(key string) bool {
+			_, err := txn.Get(tombKey(key))
+			return err == nil
+		}
+		return ix.st.Walk(ctx, "", func(o store.ObjectInfo) error {
+			if o.IsDir {
+				return nil
+			}
+			if v.st.ckpts[o.Path] != nil {
+				return nil
+			}
+			if _, pinned := v.pins[o.Path]; pinned {
+				return nil
+			}
+			if v.pol.protectedBy(o.Path) != "" || referenced(o.Path) {
+				return nil
+			}
+			age := now.Sub(o.ModTime)
+			if age < olderThan || (age < v.pol.Grace && !tomb(o.Path)) {
+				return nil
+			}
+			res.Files = append(res.Files, OrphanFile{Path: o.Path, Size: o.Size, ModTime: o.ModTime})
+			res.Bytes += o.Size
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(res.Files, func(a, b int) bool { return res.Files[a].Path < res.Files[b].Path })
+	return res, nil
+}
+
+// Verify checks, for every live checkpoint, that every object it references exists in the store.
+// Unparseable _metadata count as broken.
+func (ix *Index) Verify(ctx context.Context) (*VerifyResult, error) {
+	v, err := ix.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer v.release()
+	res := &VerifyResult{Broken: []BrokenCheckpoint{}}
+	type job struct {
+		meta string
+		refs []ref
+	}
+	var jobs []job
+	err = v.g.db.View(func(txn *badger.Txn) error {
+		for _, k := range v.st.sorted {
+			c := v.st.ckpts[k]
+			if c.Err != "" {
+				res.Broken = append(res.Broken, BrokenCheckpoint{Metadata: k, Error: c.Err})
+				continue
+			}
+			refs, err := readRefs(txn, k)
+			if err != nil {
+				return err
+			}
+			jobs = append(jobs, job{meta: k, refs: refs})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Each distinct object is stat'ed once, with bounded concurrency (network stores).
+	var mu sync.Mutex
+	exists := map[string]error{}
+	var objs []string
+	for _, j := range jobs {
+		for _, r := range j.refs {
+			if !r.Inside {
+				res.OutsideSkipped++
+				continue
+			}
+			if _, ok := exists[r.Key]; !ok {
+				exists[r.Key] = nil
+				objs = append(objs, r.Key)
+			}
+		}
+	}
+	res.Objects = len(objs)
+	bar := ix.newBar(len(objs), "verifying")
+	sem := make(chan struct{}, ix.opt.workers)
+	var wg sync.WaitGroup
+	var firstErr error
+	for _, o := range objs {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(o string) {
+			defer func() { <-sem; wg.Done(); bar.Add(1) }()
+			_, err := ix.st.Stat(ctx, o)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && !errors.Is(err, fs.ErrNotExist) && firstErr == nil {
+				firstErr = fmt.Errorf("verify: stat %s: %w", o, err)
+			}
+			exists[o] = err
+		}(o)
+	}
+	wg.Wait()
+	bar.Finish()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for _, j := range jobs {
+		res.Checked++
+		var b BrokenCheckpoint
+		for _, r := range j.refs {
+			if r.Inside && exists[r.Key] != nil {
+				b.MissingCount++
+				if len(b.Missing) < 1000 {
+					b.Missing = append(b.Missing, r.Key)
+				}
+			}
+		}
+		if b.MissingCount > 0 {
+			b.Metadata = j.meta
+			res.Broken = append(res.Broken, b)
+		}
+	}
+	sort.Slice(res.Broken, func(a, b int) bool { return res.Broken[a].Metadata < res.Broken[b].Metadata })
+	res.OK = len(res.Broken) == 0
+	return res, nil
+}
+
+// Stats summarises the index.
+func (ix *Index) Stats(ctx context.Context) (*StatsResult, error) {
+	v, err := ix.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer v.release()
+	lsm, vlog := v.g.db.Size()
+	s := &StatsResult{Store: ix.st.Root(), IndexDir: ix.dir, Schema: SchemaVersion, Generation: v.g.n, LastSync: v.last,
+		SyncError: v.syncErr, Pins: len(v.pins), DirectoryHandles: len(v.st.dirRefs), IndexBytes: lsm + vlog,
+		Policy: PolicyInfo{Grace: v.pol.Grace.String(), ActiveWindow: v.pol.ActiveWindow.String(), MaxStaleness: v.pol.MaxStaleness.String(), Protect: v.pol.Protect}}
+	b := v.blocked()
+	s.Stale = b != "" && len(v.st.unparseable) == 0
+	jobs := map[string]bool{}
+	for _, c := range v.st.ckpts {
+		switch {
+		case c.Err != "":
+			s.Unparseable++
+			continue
+		case c.Kind == "savepoint":
+			s.Savepoints++
+		default:
+			s.Checkpoints++
+			jobs[c.Job] = true
+		}
+		s.References += c.Refs
+		s.OutsideReferences += c.Outside
+	}
+	s.Jobs = len(jobs)
+	return s, nil
+}
+
+// NewQuerier returns the Querier of a locally opened index (the index itself).
+func NewQuerier(ix *Index) Querier { return ix }

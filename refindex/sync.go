@@ -1,0 +1,645 @@
+package refindex
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/ckguard/ckguard/refindex/pathnorm"
+	"github.com/ckguard/ckguard/refindex/store"
+)
+
+// bigSync is the number of changed `_metadata` above which Sync builds a new generation instead of
+// one transaction (badger bounds transaction size; a new generation is switched atomically).
+const bigSync = 256
+
+// maxMetadataSize bounds how much of a `_metadata` is read into memory (Flink's are KBs to a few MB).
+const maxMetadataSize = 1 << 30
+
+// entry is one read `_metadata`: its record and normalised references.
+type entry struct {
+	rec  *checkpointRecord
+	refs []ref
+}
+
+// writer is what badger.Txn and badger.WriteBatch have in common.
+type writer interface {
+	Set(k, v []byte) error
+	Delete(k []byte) error
+}
+
+// layoutOf derives job folder, checkpoint id and kind from where a `_metadata` lies.
+func layoutOf(key string) (job string, id int64, kind string) {
+	dir := path.Dir(key)
+	if dir == "." {
+		dir = ""
+	}
+	base := path.Base(dir)
+	parent := path.Dir(dir)
+	if parent == "." || dir == "" {
+		parent = ""
+	}
+	switch {
+	case pathnorm.IsCheckpointDir(base):
+		n, err := strconv.ParseInt(base[4:], 10, 64)
+		if err != nil {
+			n = -1
+		}
+		return parent, n, "checkpoint"
+	case strings.HasPrefix(base, "savepoint-"):
+		return parent, -1, "savepoint"
+	}
+	return parent, -1, "unknown"
+}
+
+// readEntry reads and parses one `_metadata`. A file that cannot be parsed yields a record with Err
+// (fail closed); a file that vanished yields fs.ErrNotExist; other read errors are returned.
+func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, error) {
+	r, err := ix.st.Open(ctx, oi.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	size := r.Size()
+	if size > maxMetadataSize {
+		return ix.unparseable(oi, size, fmt.Errorf("%s is %d bytes, larger than any Flink _metadata this index reads (%d)", oi.Path, size, maxMetadataSize)), nil
+	}
+	buf := make([]byte, size)
+	if n, err := r.ReadAt(buf, 0); n != int(size) {
+		if err == nil {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("read %s: %w", oi.Path, err)
+	}
+	job, id, kind := layoutOf(oi.Path)
+	rec := &checkpointRecord{Key: oi.Path, Job: job, ID: id, Kind: kind, ModTime: oi.ModTime, Size: size, ETag: oi.ETag}
+	pm, err := ix.opt.parse(bytes.NewReader(buf), size, oi.Path)
+	if err != nil {
+		return ix.unparseable(oi, size, err), nil
+	}
+	rec.Format = pm.Format
+	if pm.Kind == "checkpoint" || pm.Kind == "savepoint" {
+		rec.Kind = pm.Kind
+	}
+	if rec.Kind == "checkpoint" || pm.ID >= 0 {
+		rec.ID = pm.ID
+	}
+	e := &entry{rec: rec}
+	seen := make(map[string]int, len(pm.Refs))
+	for _, rr := range pm.Refs {
+		var k pathnorm.Key
+		if rr.Kind == RefRelative {
+			k = ix.norm.Relative(oi.Path, rr.URI)
+		} else {
+			k = ix.norm.Absolute(rr.URI)
+		}
+		kind := rr.Kind
+		if kind == RefRelative || kind == RefSegment {
+			// The whole object is needed either way; keep the kind for reports.
+		}
+		id := string(rune('0'+kind)) + k.Path
+		if i, ok := seen[id]; ok {
+			e.refs[i].Length += rr.Length
+			continue
+		}
+		seen[id] = len(e.refs)
+		e.refs = append(e.refs, ref{Key: k.Path, Inside: k.Inside, Kind: kind, Length: rr.Length})
+	}
+	for _, r := range e.refs {
+		if r.Inside {
+			rec.Refs++
+		} else {
+			rec.Outside++
+		}
+	}
+	return e, nil
+}
+
+func (ix *Index) unparseable(oi store.ObjectInfo, size int64, err error) *entry {
+	job, id, kind := layoutOf(oi.Path)
+	ix.log.Warn("unparseable _metadata: every deletion is refused until it is fixed or removed", "file", oi.Path, "err", err)
+	return &entry{rec: &checkpointRecord{Key: oi.Path, Job: job, ID: id, Kind: kind, ModTime: oi.ModTime, Size: size, ETag: oi.ETag, Err: err.Error()}}
+}
+
+// putEntry writes a checkpoint and its references.
+func putEntry(w writer, e *entry, clearTombstones bool) error {
+	if err := w.Set(ckKey(e.rec.Key), e.rec.marshal()); err != nil {
+		return err
+	}
+	if err := w.Set(fwdKey(e.rec.Key), encodeRefs(e.refs)); err != nil {
+		return err
+	}
+	for _, r := range e.refs {
+		if err := w.Set(pairKeyFor(r, e.rec.Key), nil); err != nil {
+			return err
+		}
+		if clearTombstones && r.Inside {
+			if err := w.Delete(tombKey(r.Key)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func pairKeyFor(r ref, meta string) []byte {
+	switch {
+	case !r.Inside:
+		return pairKey(tblOutside, r.Key, meta)
+	case r.Kind == RefDirectory:
+		return pairKey(tblDir, r.Key, meta)
+	}
+	return pairKey(tblReverse, r.Key, meta)
+}
+
+// removeEntry deletes a checkpoint's records; references not in keep lose this checkpoint and get a
+// tombstone (their last checkpoint was retired, so they are not in-flight files).
+func removeEntry(w writer, meta string, refs []ref, keep map[string]bool, now time.Time, dropRecord bool) error {
+	if dropRecord {
+		if err := w.Delete(ckKey(meta)); err != nil {
+			return err
+		}
+		if err := w.Delete(fwdKey(meta)); err != nil {
+			return err
+		}
+	}
+	for _, r := range refs {
+		pk := pairKeyFor(r, meta)
+		if keep[string(pk)] {
+			continue
+		}
+		if err := w.Delete(pk); err != nil {
+			return err
+		}
+		if r.Inside && r.Kind != RefDirectory {
+			if err := w.Set(tombKey(r.Key), encodeTime(now)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func readRefs(txn *badger.Txn, meta string) ([]ref, error) {
+	it, err := txn.Get(fwdKey(meta))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	v, err := it.ValueCopy(nil)
+	if err != nil {
+		return nil, err
+	}
+	return decodeRefs(v)
+}
+
+// change is one batch of index updates applied atomically.
+type change struct {
+	puts    []*entry // new or changed _metadata (applied first)
+	removes []string // retired _metadata keys
+	synced  time.Time
+}
+
+// errNeedRebuild asks the caller to fall back to a full rebuild into a new generation.
+var errNeedRebuild = errors.New("change too large for one transaction")
+
+// apply writes a change in ONE badger transaction, additions before removals, and installs the new
+// in-memory state. Readers see either the old or the new state, never a mix.
+func (ix *Index) apply(ch change) error {
+	ix.mu.RLock()
+	g, cur := ix.cur, ix.state
+	ix.mu.RUnlock()
+	now := time.Now()
+	next := cur.clone()
+	txn := g.db.NewTransaction(true)
+	defer txn.Discard()
+	fail := func(err error) error {
+		if errors.Is(err, badger.ErrTxnTooBig) {
+			return errNeedRebuild
+		}
+		return err
+	}
+	for _, e := range ch.puts {
+		var oldRefs []ref
+		if old := cur.ckpts[e.rec.Key]; old != nil {
+			var err error
+			if oldRefs, err = readRefs(txn, old.Key); err != nil {
+				return err
+			}
+		}
+		if err := putEntry(txn, e, true); err != nil {
+			return fail(err)
+		}
+		if oldRefs != nil {
+			keep := map[string]bool{}
+			for _, r := range e.refs {
+				keep[string(pairKeyFor(r, e.rec.Key))] = true
+			}
+			if err := removeEntry(txn, e.rec.Key, oldRefs, keep, now, false); err != nil {
+				return fail(err)
+			}
+			adjustDirRefs(next, oldRefs, -1)
+		}
+		adjustDirRefs(next, e.refs, +1)
+		next.ckpts[e.rec.Key] = e.rec
+	}
+	for _, k := range ch.removes {
+		if cur.ckpts[k] == nil {
+			continue
+		}
+		refs, err := readRefs(txn, k)
+		if err != nil {
+			return err
+		}
+		if err := removeEntry(txn, k, refs, nil, now, true); err != nil {
+			return fail(err)
+		}
+		adjustDirRefs(next, refs, -1)
+		delete(next.ckpts, k)
+	}
+	if !ch.synced.IsZero() {
+		if err := txn.Set(keyLastSync, encodeTime(ch.synced)); err != nil {
+			return fail(err)
+		}
+		if err := txn.Delete(keySyncErr); err != nil {
+			return fail(err)
+		}
+	}
+	if err := txn.Commit(); err != nil {
+		return fail(err)
+	}
+	next.finish()
+	ix.mu.Lock()
+	ix.state = next
+	if !ch.synced.IsZero() {
+		ix.lastSync, ix.syncErr = ch.synced, ""
+	}
+	ix.mu.Unlock()
+	return nil
+}
+
+func adjustDirRefs(s *memState, refs []ref, d int) {
+	for _, r := range refs {
+		if r.Inside && r.Kind == RefDirectory {
+			s.dirRefs[r.Key] += d
+			if s.dirRefs[r.Key] <= 0 {
+				delete(s.dirRefs, r.Key)
+			}
+		}
+	}
+}
+
+// failSync records a failed sync: every decision is refused until a sync succeeds. The error is
+// persisted so that a restarted mount stays closed too.
+func (ix *Index) failSync(err error) error {
+	ix.mu.Lock()
+	ix.syncErr = err.Error()
+	g := ix.cur
+	ix.mu.Unlock()
+	_ = g.db.Update(func(txn *badger.Txn) error { return txn.Set(keySyncErr, []byte(err.Error())) })
+	ix.log.Error("index sync failed; refusing every deletion until a sync succeeds", "err", err)
+	return err
+}
+
+// Sync brings the index up to date with the store: it lists every `_metadata`, parses the new and
+// changed ones, and applies additions before removals in one transaction (or, for large changes and
+// changed path maps, builds a new generation and switches to it atomically).
+func (ix *Index) Sync(ctx context.Context) error {
+	ix.writeMu.Lock()
+	defer ix.writeMu.Unlock()
+	ix.mu.RLock()
+	need, cur := ix.needRebuild, ix.state
+	ix.mu.RUnlock()
+	if need {
+		return ix.rebuildLocked(ctx)
+	}
+	t0 := time.Now()
+	start := t0
+	var changed []store.ObjectInfo
+	listed := map[string]bool{}
+	err := ix.st.ListMetadata(ctx, func(oi store.ObjectInfo) error {
+		listed[oi.Path] = true
+		c := cur.ckpts[oi.Path]
+		if c == nil || c.Size != oi.Size || !c.ModTime.Equal(oi.ModTime) || c.ETag != oi.ETag {
+			changed = append(changed, oi)
+		}
+		return nil
+	})
+	if err != nil {
+		return ix.failSync(fmt.Errorf("list _metadata in %s: %w", ix.st.Root(), err))
+	}
+	var removed []string
+	for k := range cur.ckpts {
+		if !listed[k] {
+			removed = append(removed, k)
+		}
+	}
+	sort.Strings(removed)
+	if len(changed) > bigSync {
+		return ix.rebuildLocked(ctx)
+	}
+	var puts []*entry
+	err = ix.readAll(ctx, changed, func(e *entry) error { puts = append(puts, e); return nil }, func(key string) {
+		removed = append(removed, key)
+	})
+	if err != nil {
+		return ix.failSync(err)
+	}
+	err = ix.apply(change{puts: puts, removes: removed, synced: start})
+	if errors.Is(err, errNeedRebuild) {
+		return ix.rebuildLocked(ctx)
+	}
+	if err != nil {
+		return ix.failSync(fmt.Errorf("write index: %w", err))
+	}
+	ix.log.Info("index synced", "added_or_changed", len(puts), "removed", len(removed), "checkpoints", len(ix.state.ckpts), "took", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// readAll reads infos with bounded concurrency, calling fn (serially) for each entry and gone for
+// files that disappeared in the meantime. The first read error cancels the rest.
+func (ix *Index) readAll(ctx context.Context, infos []store.ObjectInfo, fn func(*entry) error, gone func(string)) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		e    *entry
+		key  string
+		err  error
+		gone bool
+	}
+	jobs := make(chan store.ObjectInfo)
+	results := make(chan result, ix.opt.workers)
+	var wg sync.WaitGroup
+	for range ix.opt.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for oi := range jobs {
+				e, err := ix.readEntry(ctx, oi)
+				r := result{e: e, key: oi.Path, err: err}
+				if errors.Is(err, fs.ErrNotExist) {
+					r = result{key: oi.Path, gone: true}
+				}
+				select {
+				case results <- r:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		defer close(jobs)
+		for _, oi := range infos {
+			select {
+			case jobs <- oi:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() { wg.Wait(); close(results) }()
+	bar := ix.newBar(len(infos), "parsing _metadata")
+	var first error
+	for r := range results {
+		bar.Add(1)
+		if first != nil {
+			continue
+		}
+		switch {
+		case r.gone:
+			gone(r.key)
+		case r.err != nil:
+			first = r.err
+			cancel()
+		default:
+			if err := fn(r.e); err != nil {
+				first = err
+				cancel()
+			}
+		}
+	}
+	bar.Finish()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+type bar interface {
+	Add(int) error
+	Finish() error
+}
+
+type noBar struct{}
+
+func (noBar) Add(int) error { return nil }
+func (noBar) Finish() error { return nil }
+
+func (ix *Index) newBar(n int, what string) bar {
+	if ix.opt.progress == nil || n < 100 {
+		return noBar{}
+	}
+	return progressbar.NewOptions(n, progressbar.OptionSetWriter(ix.opt.progress), progressbar.OptionSetDescription(what),
+		progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
+}
+
+// Rebuild recreates the index from the store alone: it writes a new generation and switches to it
+// atomically; until then the previous generation stays in use, and a crash leaves it in place.
+func (ix *Index) Rebuild(ctx context.Context) error {
+	ix.writeMu.Lock()
+	defer ix.writeMu.Unlock()
+	return ix.rebuildLocked(ctx)
+}
+
+func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
+	t0 := time.Now()
+	start := t0
+	var infos []store.ObjectInfo
+	if err := ix.st.ListMetadata(ctx, func(oi store.ObjectInfo) error { infos = append(infos, oi); return nil }); err != nil {
+		return ix.failSync(fmt.Errorf("list _metadata in %s: %w", ix.st.Root(), err))
+	}
+	ix.mu.RLock()
+	next := max(ix.cur.n, ix.maxGenOnDisk()) + 1
+	ix.mu.RUnlock()
+	db, err := ix.createGeneration(next)
+	if err != nil {
+		return ix.failSync(err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			db.Close()
+			os.RemoveAll(filepath.Join(ix.dir, genName(next)))
+		}
+	}()
+	wb := db.NewWriteBatch()
+	defer wb.Cancel()
+	st := newMemState()
+	refs := 0
+	err = ix.readAll(ctx, infos, func(e *entry) error {
+		st.ckpts[e.rec.Key] = e.rec
+		adjustDirRefs(st, e.refs, +1)
+		refs += len(e.refs)
+		return putEntry(wb, e, false)
+	}, func(string) {})
+	if err == nil {
+		err = wb.Set(keyLastSync, encodeTime(start))
+	}
+	if err == nil {
+		err = wb.Flush()
+	}
+	if err == nil {
+		err = db.Sync()
+	}
+	if err == nil {
+		err = ix.writeCurrent(next)
+	}
+	if err != nil {
+		return ix.failSync(fmt.Errorf("rebuild index: %w", err))
+	}
+	committed = true
+	st.finish()
+	ix.switchGeneration(&generation{db: db, n: next}, st, start)
+	ix.log.Info("index rebuilt", "generation", next, "checkpoints", len(st.ckpts), "references", refs,
+		"unparseable", len(st.unparseable), "took", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// IndexMetadata parses and indexes one `_metadata` synchronously (a guarded filesystem calls it when
+// a `_metadata` was written and closed, or renamed into place, through the mount). A file that cannot
+// be parsed is recorded as unparseable (every deletion is then refused) and the parse error returned.
+func (ix *Index) IndexMetadata(ctx context.Context, p string) error {
+	key, err := store.CleanKey(p)
+	if err != nil {
+		return err
+	}
+	ix.writeMu.Lock()
+	defer ix.writeMu.Unlock()
+	oi, err := ix.st.Stat(ctx, key)
+	if errors.Is(err, fs.ErrNotExist) {
+		return ix.applyOrRebuild(ctx, change{removes: []string{key}})
+	}
+	if err != nil {
+		return fmt.Errorf("index %s: %w", key, err)
+	}
+	e, err := ix.readEntry(ctx, oi)
+	if errors.Is(err, fs.ErrNotExist) {
+		return ix.applyOrRebuild(ctx, change{removes: []string{key}})
+	}
+	if err != nil {
+		return fmt.Errorf("index %s: %w", key, err)
+	}
+	if err := ix.applyOrRebuild(ctx, change{puts: []*entry{e}}); err != nil {
+		return err
+	}
+	if e.rec.Err != "" {
+		return fmt.Errorf("index %s: unparseable, every deletion is refused until it is fixed or removed: %s", key, e.rec.Err)
+	}
+	return nil
+}
+
+func (ix *Index) applyOrRebuild(ctx context.Context, ch change) error {
+	err := ix.apply(ch)
+	if errors.Is(err, errNeedRebuild) {
+		return ix.rebuildLocked(ctx)
+	}
+	return err
+}
+
+// NoteDeleted records that path (a file or a directory) was removed: deleting a `_metadata` retires
+// its checkpoint at once, so the files only it referenced become deletable.
+func (ix *Index) NoteDeleted(ctx context.Context, p string) error {
+	key, err := store.CleanKey(p)
+	if err != nil {
+		return err
+	}
+	ix.writeMu.Lock()
+	defer ix.writeMu.Unlock()
+	ix.mu.RLock()
+	cur := ix.state
+	ix.mu.RUnlock()
+	var removes []string
+	if cur.ckpts[key] != nil {
+		removes = append(removes, key)
+	}
+	removes = append(removes, cur.below(key)...)
+	if len(removes) == 0 {
+		return nil
+	}
+	return ix.applyOrRebuild(ctx, change{removes: removes})
+}
+
+// NoteRenamed records a rename done through the mount: checkpoints at or below from are retired and
+// every `_metadata` at or below to is (re)indexed — e.g. Flink renaming its temporary metadata file
+// to `_metadata`, or a savepoint directory moved (its relative references now resolve there).
+func (ix *Index) NoteRenamed(ctx context.Context, from, to string) error {
+	fk, err := store.CleanKey(from)
+	if err != nil {
+		return err
+	}
+	tk, err := store.CleanKey(to)
+	if err != nil {
+		return err
+	}
+	ix.writeMu.Lock()
+	defer ix.writeMu.Unlock()
+	ix.mu.RLock()
+	cur := ix.state
+	ix.mu.RUnlock()
+	var removes []string
+	for _, k := range []string{fk, tk} {
+		if cur.ckpts[k] != nil {
+			removes = append(removes, k)
+		}
+		removes = append(removes, cur.below(k)...)
+	}
+	var infos []store.ObjectInfo
+	oi, err := ix.st.Stat(ctx, tk)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("index rename %s → %s: %w", fk, tk, err)
+	case oi.IsDir:
+		err = ix.st.Walk(ctx, tk, func(o store.ObjectInfo) error {
+			if !o.IsDir && store.IsMetadata(o.Path) {
+				infos = append(infos, o)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("index rename %s → %s: %w", fk, tk, err)
+		}
+	case store.IsMetadata(tk):
+		infos = append(infos, oi)
+	}
+	var puts []*entry
+	put := map[string]bool{}
+	err = ix.readAll(ctx, infos, func(e *entry) error { puts = append(puts, e); put[e.rec.Key] = true; return nil }, func(string) {})
+	if err != nil {
+		return fmt.Errorf("index rename %s → %s: %w", fk, tk, err)
+	}
+	var rm []string
+	for _, k := range removes {
+		if !put[k] {
+			rm = append(rm, k)
+		}
+	}
+	return ix.applyOrRebuild(ctx, change{puts: puts, removes: rm})
+}
