@@ -11,20 +11,21 @@ import (
 // tracking the absolute file offset. Errors are sticky: after the first failure every read returns
 // zero, so the grammar code can check c.err once per loop instead of after every field.
 type cursor struct {
-	r      io.ReaderAt // nil when parsing a byte slice (buf is then the whole file)
-	size   int64
-	buf    []byte
-	bufOff int64 // file offset of buf[0]
-	i      int   // read position inside buf
-	err    error
-	name   string
-	what   string // the item being read, for truncation errors
+	r       io.ReaderAt // nil when parsing a byte slice (buf is then the whole file)
+	size    int64
+	buf     []byte
+	bufOff  int64 // file offset of buf[0]
+	i       int   // read position inside buf
+	err     error
+	name    string
+	what    string // the item being read, for truncation errors
+	bufSize int    // refill size for ReaderAt input
 }
 
 const readBufSize = 256 << 10 // holds the longest mutf8 string (65535 bytes) with room to spare
 
-func newCursor(r io.ReaderAt, size int64, name string) *cursor {
-	return &cursor{r: r, size: size, name: name}
+func newCursor(r io.ReaderAt, size int64, name string, bufSize int) *cursor {
+	return &cursor{r: r, size: size, name: name, bufSize: bufSize}
 }
 
 func newBytesCursor(b []byte, name string) *cursor {
@@ -81,7 +82,7 @@ func (c *cursor) fill(n int) bool {
 	}
 	// Refill: move the window to the current position.
 	p := c.pos()
-	want := readBufSize
+	want := c.bufSize
 	if n > want {
 		want = n
 	}
@@ -89,7 +90,7 @@ func (c *cursor) fill(n int) bool {
 		want = int(rem)
 	}
 	if cap(c.buf) < want {
-		c.buf = make([]byte, want, max(want, readBufSize))
+		c.buf = make([]byte, want, max(want, c.bufSize))
 	}
 	c.buf = c.buf[:want]
 	m, err := c.r.ReadAt(c.buf, p)

@@ -19,6 +19,20 @@ type fixture struct {
 	backend    string
 }
 
+func fixturesPath() string {
+	dir, _ := filepath.Abs(filepath.Join("..", "..", "..", "shared", "fixtures", "flink-test-resources"))
+	return dir
+}
+
+// fixturesDirOrEmpty returns the fixtures directory if it exists (for fuzz seeding, which must
+// not skip).
+func fixturesDirOrEmpty() string {
+	if _, err := os.Stat(filepath.Join(fixturesPath(), "MANIFEST.md")); err != nil {
+		return ""
+	}
+	return fixturesPath()
+}
+
 // fixturesDir locates <repo root>/../shared/fixtures/flink-test-resources. Missing fixtures skip
 // the test locally but fail it in CI.
 func fixturesDir(t testing.TB) string {

@@ -35,7 +35,14 @@ func Parse(r io.ReaderAt, size int64, name string, opts Options) (m *Metadata, e
 		}
 		return ParseBytes(buf, name, opts)
 	}
-	return parse(func() *cursor { return newCursor(r, size, name) }, name, opts)
+	return parseReaderAt(r, size, name, opts, readBufSize)
+}
+
+func parseReaderAt(r io.ReaderAt, size int64, name string, opts Options, bufSize int) (*Metadata, error) {
+	if size < 0 {
+		return nil, fmt.Errorf("%s: negative file size %d", name, size)
+	}
+	return parse(func() *cursor { return newCursor(r, size, name, bufSize) }, name, opts)
 }
 
 // ParseBytes parses a `_metadata` file held in memory. With KeepInline the returned Metadata

@@ -1,6 +1,10 @@
 package flinkmeta
 
-import "strings"
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"strings"
+)
 
 // RefKind says what kind of storage object a Reference names.
 type RefKind string
@@ -57,14 +61,42 @@ func (m *Metadata) References(metadataPath string) []Reference {
 	if i := strings.LastIndexByte(metadataPath, '/'); i >= 0 {
 		dir = metadataPath[:i+1]
 	}
-	var out []Reference
-	seen := map[refKey]struct{}{}
+	// Deduplicate through a map of 64-bit hashes to the first index (small and fast even for
+	// millions of references); a hash match is confirmed by comparing the keys, and the rare true
+	// collision falls back to a map of full keys.
+	n := m.countPathHandles()
+	out := make([]Reference, 0, n)
+	first := make(map[uint64]int32, n)
+	var collided map[refKey]struct{}
+	seed := maphash.MakeSeed()
 	add := func(r Reference) {
-		k := refKey{r.Kind, r.Resolved, r.Offset, r.Length}
-		if _, dup := seen[k]; dup {
+		var h maphash.Hash
+		h.SetSeed(seed)
+		h.WriteString(string(r.Kind))
+		h.WriteByte(0)
+		h.WriteString(r.Resolved)
+		var num [16]byte
+		binary.LittleEndian.PutUint64(num[:], uint64(r.Offset))
+		binary.LittleEndian.PutUint64(num[8:], uint64(r.Length))
+		h.Write(num[:])
+		sum := h.Sum64()
+		if i, ok := first[sum]; ok {
+			o := &out[i]
+			if o.Kind == r.Kind && o.Resolved == r.Resolved && o.Offset == r.Offset && o.Length == r.Length {
+				return
+			}
+			k := refKey{r.Kind, r.Resolved, r.Offset, r.Length}
+			if collided == nil {
+				collided = map[refKey]struct{}{}
+			}
+			if _, dup := collided[k]; dup {
+				return
+			}
+			collided[k] = struct{}{}
+			out = append(out, r)
 			return
 		}
-		seen[k] = struct{}{}
+		first[sum] = int32(len(out))
 		out = append(out, r)
 	}
 	w := walker{
@@ -95,6 +127,25 @@ func (m *Metadata) References(metadataPath string) []Reference {
 	}
 	w.walk(m)
 	return out
+}
+
+// countPathHandles is an upper bound of the references (handles that name storage paths).
+func (m *Metadata) countPathHandles() int {
+	n := 0
+	w := walker{
+		stream: func(_ *walkCtx, h *StreamHandle) {
+			if h.Code == StreamFile || h.Code == StreamRelativeFile || h.Code == StreamSegmentFile {
+				n++
+			}
+		},
+		operator: func(_ *walkCtx, h *OperatorHandle) {
+			if h.Code == OperatorFileMerging {
+				n += 2
+			}
+		},
+	}
+	w.walk(m)
+	return n
 }
 
 // InlineBytes is the number of state bytes held inside the file itself: ByteStream payloads
