@@ -1,0 +1,327 @@
+package integration
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// guardMount is one `ckguard mount` of a local store, run by the test in the foreground.
+type guardMount struct {
+	t      *testing.T
+	store  string
+	index  string
+	mnt    string
+	cmd    *exec.Cmd
+	log    string
+	exited chan struct{}
+}
+
+// requireFUSE skips (fails in CI) without /dev/fuse or fusermount3.
+func requireFUSE(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		prerequisite(t, "/dev/fuse: %v", err)
+	}
+	if _, err := exec.LookPath("fusermount3"); err != nil {
+		prerequisite(t, "fusermount3 not installed (fuse3)")
+	}
+}
+
+// startMount mounts store at a fresh mountpoint. Flink writes `file:<mnt>/...` into _metadata, so
+// the index maps that prefix to the store root.
+func startMount(t *testing.T, store string, extra ...string) *guardMount {
+	t.Helper()
+	requireFUSE(t)
+	requireCommand(t, "mount")
+	dir := t.TempDir()
+	g := &guardMount{t: t, store: store, index: filepath.Join(dir, "index"), mnt: filepath.Join(dir, "mnt"),
+		log: filepath.Join(dir, "mount.log"), exited: make(chan struct{})}
+	if err := os.MkdirAll(g.mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"mount", "--store", store, "--index", g.index, "--map", "file:" + g.mnt + "=",
+		"--sync-interval", "2s", "--foreground"}, extra...)
+	args = append(args, g.mnt)
+	logf, err := os.Create(g.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.cmd = exec.Command(ckguard(t), args...)
+	g.cmd.Stdout, g.cmd.Stderr = logf, logf
+	if err := g.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.cmd.Wait(); logf.Close(); close(g.exited) }()
+	t.Cleanup(g.unmount)
+	deadline := time.Now().Add(60 * time.Second)
+	for !isMounted(g.mnt) {
+		select {
+		case <-g.exited:
+			b, _ := os.ReadFile(g.log)
+			t.Fatalf("ckguard mount exited: %s", b)
+		default:
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(g.log)
+			t.Fatalf("mount did not come up in 60s: %s", b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("ckguard %s", strings.Join(args, " "))
+	return g
+}
+
+func isMounted(mnt string) bool {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && fields[4] == mnt {
+			return true
+		}
+	}
+	return false
+}
+
+// unmount stops the mount: SIGTERM (clean unmount), then a lazy fusermount as a last resort.
+func (g *guardMount) unmount() {
+	if g.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-g.exited:
+		return
+	default:
+	}
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-g.exited:
+	case <-time.After(20 * time.Second):
+		_ = exec.Command("fusermount3", "-u", "-z", g.mnt).Run()
+		_ = g.cmd.Process.Kill()
+		<-g.exited
+	}
+}
+
+// cli runs a ckguard query command against this mount's store and index (the CLI reaches the
+// running mount through its control socket).
+func (g *guardMount) cli(args ...string) (string, int) {
+	g.t.Helper()
+	full := append([]string{args[0], "--store", g.store, "--index", g.index}, args[1:]...)
+	return ckguardRun(g.t, full...)
+}
+
+// inStore maps a path below the mountpoint to the same object in the store.
+func (g *guardMount) inStore(p string) string {
+	if strings.HasPrefix(p, g.mnt) {
+		return g.store + strings.TrimPrefix(p, g.mnt)
+	}
+	return p
+}
+
+// liveRefs is Flink's own listing of every live _metadata in the store, as store paths.
+func (g *guardMount) liveRefs(version string) (refs map[string]string, metas []string) {
+	g.t.Helper()
+	metas = liveMetadata(g.t, g.store)
+	return referencedFiles(listReferences(g.t, version, metas...), g.mnt, g.store), metas
+}
+
+// assertNothingReferencedMissing fails when a file any live checkpoint needs is gone.
+func (g *guardMount) assertNothingReferencedMissing(version string) map[string]string {
+	g.t.Helper()
+	refs, metas := g.liveRefs(version)
+	var missing []string
+	for p, by := range refs {
+		if _, err := os.Stat(p); err != nil {
+			missing = append(missing, p+" (needed by "+by+")")
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		g.t.Fatalf("%d files referenced by live checkpoints are gone: %v", len(missing), head(missing))
+	}
+	g.t.Logf("%d live _metadata, %d referenced objects, all present", len(metas), len(refs))
+	return refs
+}
+
+// guardedScenario is scenarios (i), (iii), (iv) and, with file merging or changelog, (v) of issue 6.
+func guardedScenario(t *testing.T, version, mode string, o jobOpts) {
+	store := t.TempDir()
+	g := startMount(t, store)
+	ck := filepath.Join(g.mnt, "ck")
+	if o.Changelog {
+		o.DSTLDir = filepath.Join(g.mnt, "dstl")
+	}
+
+	// (i) A checkpoints through the mount; B restores from A's latest checkpoint.
+	aID, aChk := runSourceJob(t, version, ck, o)
+	b, bLast := startRestored(t, version, "B", ck, aChk, mode, 3, o)
+	aDir := filepath.Join(ck, aID)
+	cross := crossJobRefs(t, version, checkpointDir(bLast), aDir+"/")
+	if len(cross) == 0 && !o.FileMerging {
+		t.Fatalf("B's %s references nothing under A's folder", checkpointDir(bLast))
+	}
+	t.Logf("B's %s references %d files under A's folder", filepath.Base(checkpointDir(bLast)), len(cross))
+	if len(cross) > 0 {
+		out, code := g.cli("why", cross[0])
+		if code == 0 && !strings.Contains(out, filepath.Base(checkpointDir(bLast))) && !strings.Contains(out, b.jobID()) {
+			t.Errorf("ckguard why %s does not name B's checkpoint:\n%s", cross[0], out)
+		}
+		if !strings.Contains(strings.ToLower(out), "refuse") && !strings.Contains(strings.ToLower(out), "referenced") {
+			t.Errorf("ckguard why %s does not refuse:\n%s", cross[0], out)
+		}
+		t.Logf("ckguard why %s:\n%s", cross[0], truncate(out, 800))
+	}
+	// CLAIM: B subsumes A's claimed checkpoint and Flink deletes it through the mount, unless the
+	// policy protects it (newest checkpoint of a recently active job): then it must stay visible.
+	if mode == "CLAIM" {
+		if _, err := os.Stat(filepath.Join(g.inStore(aChk), "_metadata")); err == nil {
+			out, _ := g.cli("checkpoints", "--json")
+			if !strings.Contains(out, aID) {
+				t.Errorf("A's claimed %s was left behind but `ckguard checkpoints` does not list job %s:\n%s", aChk, aID, truncate(out, 2000))
+			}
+			t.Logf("CLAIM: A's claimed %s kept (protected by policy), listed by ckguard checkpoints", filepath.Base(aChk))
+		} else {
+			t.Logf("CLAIM: Flink (job B) deleted A's claimed %s through the mount", filepath.Base(aChk))
+		}
+	}
+
+	// (iii) the ops cleanup through the mount: A's folder is "a week old".
+	before := filesUnder(t, g.inStore(aDir))
+	backdate(t, g.inStore(aDir), oldAge)
+	out := opsCleanup(t, g.mnt, aDir)
+	after := filesUnder(t, g.inStore(aDir))
+	refused := strings.Count(out, "Operation not permitted")
+	t.Logf("cleanup through the mount: %d files of A before, %d left, %d refusals reported by rm/find", len(before), len(after), refused)
+	refs := g.assertNothingReferencedMissing(version)
+	for _, f := range after {
+		if _, ok := refs[f]; ok || filepath.Base(f) == "_metadata" {
+			continue
+		}
+		if inReferencedDir(f, refs) {
+			continue
+		}
+		t.Errorf("cleanup left %s although no live checkpoint references it (one pass should delete it)", f)
+	}
+	if len(after) == 0 {
+		t.Errorf("nothing of A survived the cleanup, yet B references %d of A's files", len(cross))
+	}
+
+	// The task failure in B: Flink restores from B's latest checkpoint, which needs A's files.
+	ev := restoreAfterFailure(t, b)
+	if ev.Name != "restored" {
+		t.Fatalf("B could not restore after the guarded cleanup: %s", ev.Fields["cause"])
+	}
+	_, _ = b.waitCheckpoints(b.mark(), 2, stepTimeout)
+	b.stop()
+	bLast, _ = b.lastCheckpoint()
+	if strings.Contains(b.tail(), "Operation not permitted") {
+		t.Errorf("Flink's own deletes (subsumption) were refused through the mount:\n%s", b.tail())
+	}
+
+	// C starts from B's latest retained checkpoint.
+	c, _ := startRestored(t, version, "C", ck, checkpointDir(bLast), mode, 2, o)
+	c.stop()
+	cLast, _ := c.lastCheckpoint()
+	if out, code := g.cli("verify"); code != 0 {
+		t.Fatalf("ckguard verify after the cleanup: exit %d\n%s", code, out)
+	}
+
+	// (iv) orphans: with no job running, everything listed must be garbage; deleting it through
+	// the mount must not break a restore from C's latest checkpoint.
+	refs = g.assertNothingReferencedMissing(version)
+	orphans := g.orphans()
+	for _, p := range orphans {
+		sp := g.inStore(p)
+		if _, ok := refs[sp]; ok {
+			t.Errorf("ckguard orphans lists %s, which a live checkpoint references", p)
+		}
+	}
+	deleted := 0
+	for _, p := range orphans {
+		if err := os.Remove(filepath.Join(g.mnt, strings.TrimPrefix(g.inStore(p), g.store))); err == nil {
+			deleted++
+		} else if !os.IsNotExist(err) {
+			t.Errorf("deleting orphan %s through the mount: %v", p, err)
+		}
+	}
+	t.Logf("orphans: %d listed, %d deleted through the mount", len(orphans), deleted)
+	g.assertNothingReferencedMissing(version)
+	d, _ := startRestored(t, version, "D", ck, checkpointDir(cLast), mode, 1, o)
+	d.stop()
+	if out, code := g.cli("verify"); code != 0 {
+		t.Fatalf("ckguard verify at the end: exit %d\n%s", code, out)
+	}
+}
+
+// inReferencedDir: a file below a referenced directory (file-merging directory handle) is protected.
+func inReferencedDir(f string, refs map[string]string) bool {
+	for dir := filepath.Dir(f); dir != "/" && dir != "."; dir = filepath.Dir(dir) {
+		if _, ok := refs[dir]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// orphans runs `ckguard orphans --json --grace 0s` and returns every path it lists (the JSON shape
+// is walked generically: any "path" string field).
+func (g *guardMount) orphans() []string {
+	g.t.Helper()
+	out, code := g.cli("orphans", "--json", "--grace", "0s")
+	if code != 0 {
+		g.t.Fatalf("ckguard orphans: exit %d\n%s", code, out)
+	}
+	var doc any
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		g.t.Fatalf("ckguard orphans --json: %v\n%s", err, truncate(out, 2000))
+	}
+	var paths []string
+	var walk func(any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				if s, ok := e.(string); ok && k == "path" {
+					if !filepath.IsAbs(s) {
+						s = filepath.Join(g.store, s)
+					}
+					paths = append(paths, s)
+				} else {
+					walk(e)
+				}
+			}
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	walk(doc)
+	return paths
+}
+
+// TestE2EGuarded runs issue 6's guarded scenarios on every Flink version: RocksDB incremental with
+// CLAIM and LEGACY restores, then file merging and the changelog backend (CLAIM).
+func TestE2EGuarded(t *testing.T) {
+	requireE2E(t)
+	for _, v := range flinkVersions() {
+		for _, mode := range claimModes {
+			t.Run(v+"/incremental/"+mode, func(t *testing.T) { guardedScenario(t, v, mode, jobOpts{}) })
+		}
+		t.Run(v+"/file-merging/CLAIM", func(t *testing.T) { guardedScenario(t, v, "CLAIM", jobOpts{FileMerging: true}) })
+		t.Run(v+"/changelog/CLAIM", func(t *testing.T) { guardedScenario(t, v, "CLAIM", jobOpts{Changelog: true}) })
+	}
+}
