@@ -290,12 +290,18 @@ func (c *Client) Delete(ctx context.Context, rel, ifMatch string) error {
 	return wrap("DeleteObject", c.url(rel), err)
 }
 
-// Copy copies src to dst on the server, conditional on src still having srcETag (when set).
-func (c *Client) Copy(ctx context.Context, src, dst, srcETag string) (string, error) {
+// Copy copies src to dst on the server, conditional on src still having srcETag (when set) and on the
+// destination conditions in o (create-only, or replace only the version the caller's decision saw).
+func (c *Client) Copy(ctx context.Context, src, dst, srcETag string, o PutOptions) (string, error) {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	out, err := c.api.CopyObject(ctx, &s3.CopyObjectInput{Bucket: &c.loc.Bucket, Key: aws.String(c.full(dst)),
-		CopySource: aws.String(c.loc.Bucket + "/" + escapeCopySource(c.full(src))), CopySourceIfMatch: quote(srcETag)})
+	in := &s3.CopyObjectInput{Bucket: &c.loc.Bucket, Key: aws.String(c.full(dst)),
+		CopySource: aws.String(c.loc.Bucket + "/" + escapeCopySource(c.full(src))), CopySourceIfMatch: quote(srcETag),
+		IfMatch: quote(o.IfMatch)}
+	if o.IfNoneMatch {
+		in.IfNoneMatch = aws.String("*")
+	}
+	out, err := c.api.CopyObject(ctx, in)
 	if err != nil {
 		return "", wrap("CopyObject", c.url(src)+" -> "+c.url(dst), err)
 	}

@@ -1,0 +1,226 @@
+package s3mount
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ckguard/ckguard/s3backend/s3client"
+)
+
+var (
+	_ = (gofs.FileReaddirenter)((*dirHandle)(nil))
+	_ = (gofs.FileSeekdirer)((*dirHandle)(nil))
+	_ = (gofs.FileReleasedirer)((*dirHandle)(nil))
+)
+
+// OpendirHandle returns a streaming directory handle.
+func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	return &dirHandle{fsys: n.fsys, dir: n.key()}, 0, 0
+}
+
+// dirHandle lists a directory page by page (ListObjectsV2 with delimiter), so the first entries of a
+// 100,000-entry folder are returned after one request and memory stays at one page.
+//
+// Order, as on the local mount (fs/localfs): `_metadata` first, then chk-* newest first, then the rest, so
+// rm -rf / find -delete retire each checkpoint before reaching its files. A folder that fits in one page is
+// ordered in memory. A bigger one cannot be sorted while streaming, so it is served in three phases: a HEAD
+// of `_metadata`; a delimiter listing of the chk-* names alone (few: one per retained checkpoint), sorted;
+// then the full listing streamed, skipping the names already returned. Every entry also fills the stat cache,
+// so the kernel's LOOKUP/GETATTR that follow (readdirplus) cost no request.
+type dirHandle struct {
+	fsys *filesystem
+	dir  string
+
+	started bool
+	queue   []fuse.DirEntry // entries ready to return
+	token   string          // continuation of the streamed listing
+	more    bool            // the streamed listing has more pages
+	skip    bool            // big folder: skip _metadata and chk-* in the streamed listing
+	pos     uint64          // entries returned so far (the seekdir offset)
+}
+
+func (d *dirHandle) prefix() string {
+	if d.dir == "" {
+		return ""
+	}
+	return d.dir + "/"
+}
+
+// entries converts a page to directory entries, filling the stat cache.
+func (d *dirHandle) entries(pg s3client.Page) []fuse.DirEntry {
+	p := d.prefix()
+	out := make([]fuse.DirEntry, 0, len(pg.Objects)+len(pg.Prefixes))
+	seen := make(map[string]bool, len(pg.Prefixes))
+	for _, pre := range pg.Prefixes {
+		name := strings.TrimPrefix(pre, p)
+		if !validName(name) || seen[name] {
+			continue
+		}
+		seen[name] = true
+		d.fsys.cache.put(pre, s3client.Object{Key: pre, IsDir: true}, true)
+		out = append(out, fuse.DirEntry{Name: name, Mode: syscall.S_IFDIR})
+	}
+	for _, o := range pg.Objects {
+		name := strings.TrimPrefix(o.Key, p)
+		isDir := false
+		if trimmed, ok := strings.CutSuffix(name, "/"); ok { // a "dir/" marker some servers list as an object
+			name, isDir = trimmed, true
+		}
+		if !validName(name) || seen[name] {
+			continue // the folder's own marker, or odd keys ("a//b") POSIX cannot name
+		}
+		seen[name] = true
+		if isDir {
+			d.fsys.cache.put(p+name, s3client.Object{Key: p + name, IsDir: true, ModTime: o.ModTime, ETag: o.ETag}, true)
+			out = append(out, fuse.DirEntry{Name: name, Mode: syscall.S_IFDIR})
+			continue
+		}
+		o.Key = p + name
+		d.fsys.cache.put(o.Key, o, true)
+		out = append(out, fuse.DirEntry{Name: name, Mode: syscall.S_IFREG})
+	}
+	return out
+}
+
+func (d *dirHandle) list(ctx context.Context, token string) (s3client.Page, error) {
+	return d.fsys.c.ListPage(ctx, d.prefix(), true, token, "", d.fsys.opts.PageSize)
+}
+
+// begin fetches the first page and decides between the one-page and the streaming mode.
+func (d *dirHandle) begin(ctx context.Context) syscall.Errno {
+	pg, err := d.list(ctx, "")
+	if err != nil {
+		return s3client.Errno(err)
+	}
+	d.started = true
+	ents := d.entries(pg)
+	if pg.Next == "" {
+		d.queue = orderEntries(ents)
+		return 0
+	}
+	d.more, d.token, d.skip = true, pg.Next, true
+	var head []fuse.DirEntry
+	metaKey := d.prefix() + "_metadata"
+	if o, err := d.fsys.c.Head(ctx, metaKey); err == nil {
+		d.fsys.cache.put(metaKey, o, true)
+		head = append(head, fuse.DirEntry{Name: "_metadata", Mode: syscall.S_IFREG})
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return s3client.Errno(err)
+	}
+	var chk []fuse.DirEntry
+	for tok := ""; ; {
+		cp, err := d.fsys.c.ListPage(ctx, d.prefix()+"chk-", true, tok, "", d.fsys.opts.PageSize)
+		if err != nil {
+			return s3client.Errno(err)
+		}
+		chk = append(chk, d.entries(cp)...)
+		if cp.Next == "" {
+			break
+		}
+		tok = cp.Next
+	}
+	sortChk(chk)
+	d.queue = append(append(head, chk...), skipOrdered(ents)...)
+	return 0
+}
+
+// skipOrdered drops the names the big-folder mode returned up front.
+func skipOrdered(ents []fuse.DirEntry) []fuse.DirEntry {
+	out := ents[:0]
+	for _, e := range ents {
+		if e.Name == "_metadata" || strings.HasPrefix(e.Name, "chk-") {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	if !d.started {
+		if errno := d.begin(ctx); errno != 0 {
+			return nil, errno
+		}
+	}
+	for len(d.queue) == 0 && d.more {
+		pg, err := d.list(ctx, d.token)
+		if err != nil {
+			return nil, s3client.Errno(err)
+		}
+		d.token, d.more = pg.Next, pg.Next != ""
+		d.queue = skipOrdered(d.entries(pg))
+	}
+	if len(d.queue) == 0 {
+		return nil, 0
+	}
+	e := d.queue[0]
+	d.queue = d.queue[1:]
+	d.pos++
+	return &e, 0
+}
+
+// Seekdir restarts the listing and skips off entries (rewinddir is off 0). Listings are not snapshots, so
+// a seek into a folder that changed meanwhile may repeat or miss entries, as on NFS.
+func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	*d = dirHandle{fsys: d.fsys, dir: d.dir}
+	for d.pos < off {
+		e, errno := d.Readdirent(ctx)
+		if errno != 0 {
+			return errno
+		}
+		if e == nil {
+			break
+		}
+	}
+	return 0
+}
+
+func (d *dirHandle) Releasedir(ctx context.Context, releaseFlags uint32) {
+	d.queue = nil
+}
+
+// orderEntries is the local mount's readdir order (fs/localfs): `_metadata`, then chk-* newest first,
+// then everything else in listing order.
+func orderEntries(in []fuse.DirEntry) []fuse.DirEntry {
+	out := make([]fuse.DirEntry, 0, len(in))
+	var chk, rest []fuse.DirEntry
+	for _, e := range in {
+		switch {
+		case e.Name == "_metadata":
+			out = append(out, e)
+		case strings.HasPrefix(e.Name, "chk-"):
+			chk = append(chk, e)
+		default:
+			rest = append(rest, e)
+		}
+	}
+	sortChk(chk)
+	return append(append(out, chk...), rest...)
+}
+
+func sortChk(chk []fuse.DirEntry) {
+	sort.SliceStable(chk, func(i, j int) bool {
+		a, aok := chkNumber(chk[i].Name)
+		b, bok := chkNumber(chk[j].Name)
+		switch {
+		case aok && bok:
+			return a > b
+		case aok != bok:
+			return aok
+		}
+		return chk[i].Name < chk[j].Name
+	})
+}
+
+func chkNumber(name string) (int64, bool) {
+	n, err := strconv.ParseInt(strings.TrimPrefix(name, "chk-"), 10, 64)
+	return n, err == nil && n >= 0
+}

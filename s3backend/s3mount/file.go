@@ -1,0 +1,246 @@
+package s3mount
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/s3backend/s3client"
+)
+
+var (
+	_ = (gofs.FileReader)((*readHandle)(nil))
+	_ = (gofs.FileReleaser)((*readHandle)(nil))
+	_ = (gofs.FileReader)((*writeHandle)(nil))
+	_ = (gofs.FileWriter)((*writeHandle)(nil))
+	_ = (gofs.FileFlusher)((*writeHandle)(nil))
+	_ = (gofs.FileFsyncer)((*writeHandle)(nil))
+	_ = (gofs.FileReleaser)((*writeHandle)(nil))
+	_ = (gofs.FileGetattrer)((*writeHandle)(nil))
+)
+
+// Open: read-only opens read with ranged GETs; O_TRUNC is guarded as OpTruncate, other writable opens as
+// OpWrite (refused for referenced objects). A writable open of an existing object copies it into the spool
+// (unless truncated) and uploads it on close, replacing only the version it started from (If-Match).
+func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	key := n.key()
+	o, err := n.fsys.stat(ctx, key, 0)
+	if err != nil {
+		return nil, 0, s3client.Errno(err)
+	}
+	if o.IsDir {
+		return nil, 0, syscall.EISDIR
+	}
+	n.setObj(o)
+	if flags&(syscall.O_WRONLY|syscall.O_RDWR) == 0 {
+		if flags&syscall.O_TRUNC != 0 {
+			return nil, 0, syscall.EINVAL
+		}
+		return newReadHandle(n.fsys, key, o), 0, 0
+	}
+	op := refindex.OpWrite
+	if flags&syscall.O_TRUNC != 0 {
+		op = refindex.OpTruncate
+	}
+	if errno := n.fsys.g.Decide(ctx, guard.Check{Op: op, Path: key}); errno != 0 {
+		return nil, 0, errno
+	}
+	w, err := n.newWriteHandle(key, s3client.PutOptions{IfMatch: o.ETag})
+	if err != nil {
+		return nil, 0, syscall.EIO
+	}
+	if op == refindex.OpWrite && o.Size > 0 {
+		// Read-modify-write: start from the current object (pinned to its ETag).
+		buf := make([]byte, 8<<20)
+		for off := int64(0); off < o.Size; {
+			m, err := n.fsys.c.ReadAt(ctx, key, buf[:min(int64(len(buf)), o.Size-off)], off, o.ETag)
+			if m > 0 {
+				if _, werr := w.spool.WriteAt(buf[:m], off); werr != nil {
+					w.discard()
+					return nil, 0, syscall.EIO
+				}
+			}
+			off += int64(m)
+			if err != nil && err != io.EOF {
+				w.discard()
+				return nil, 0, s3client.Errno(err)
+			}
+			if m == 0 {
+				break
+			}
+		}
+	} else {
+		w.dirty = true // truncated: close uploads the (possibly empty) new content
+	}
+	n.addWriter(w)
+	return w, fuse.FOPEN_DIRECT_IO, 0
+}
+
+// Create makes a new file in the spool; it is uploaded create-only (If-None-Match: *) on close, so it never
+// replaces an object that appeared in the meantime.
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	if !validName(name) {
+		return nil, nil, 0, syscall.EINVAL
+	}
+	key := childKey(n.key(), name)
+	if o, err := n.fsys.stat(ctx, key, 0); err == nil {
+		if flags&syscall.O_EXCL != 0 {
+			return nil, nil, 0, syscall.EEXIST
+		}
+		if o.IsDir {
+			return nil, nil, 0, syscall.EISDIR
+		}
+		// The kernel thought it was missing; treat as open with O_TRUNC.
+		if errno := n.fsys.g.Decide(ctx, guard.Check{Op: refindex.OpTruncate, Path: key}); errno != 0 {
+			return nil, nil, 0, errno
+		}
+		ch := n.newChild(ctx, o)
+		cn := ch.Operations().(*node)
+		w, err := cn.newWriteHandle(key, s3client.PutOptions{IfMatch: o.ETag})
+		if err != nil {
+			return nil, nil, 0, syscall.EIO
+		}
+		w.dirty = true
+		cn.addWriter(w)
+		cn.attr(&out.Attr)
+		return ch, w, fuse.FOPEN_DIRECT_IO, 0
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, 0, s3client.Errno(err)
+	}
+	ch := n.newChild(ctx, s3client.Object{Key: key, ModTime: time.Now()})
+	cn := ch.Operations().(*node)
+	w, err := cn.newWriteHandle(key, s3client.PutOptions{IfNoneMatch: true})
+	if err != nil {
+		return nil, nil, 0, syscall.EIO
+	}
+	w.dirty = true
+	cn.addWriter(w)
+	n.fsys.cache.drop(key)
+	cn.attr(&out.Attr)
+	return ch, w, fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (n *node) addWriter(w *writeHandle) {
+	n.mu.Lock()
+	if n.writers == nil {
+		n.writers = map[*writeHandle]bool{}
+	}
+	n.writers[w] = true
+	n.mu.Unlock()
+}
+
+func (n *node) removeWriter(w *writeHandle) {
+	n.mu.Lock()
+	delete(n.writers, w)
+	n.mu.Unlock()
+}
+
+// writeHandle spools writes to a local file and uploads it when the file is closed (flush) or fsync'ed.
+type writeHandle struct {
+	n     *node
+	key   string
+	spool *os.File
+	cond  s3client.PutOptions
+
+	mu    sync.Mutex
+	dirty bool
+}
+
+func (n *node) newWriteHandle(key string, cond s3client.PutOptions) (*writeHandle, error) {
+	f, err := os.CreateTemp(n.fsys.opts.SpoolDir, "spool-*")
+	if err != nil {
+		n.fsys.log.Error("cannot create a spool file", "dir", n.fsys.opts.SpoolDir, "err", err)
+		return nil, err
+	}
+	_ = os.Remove(f.Name()) // anonymous: a crash leaves nothing behind
+	return &writeHandle{n: n, key: key, spool: f, cond: cond}, nil
+}
+
+func (w *writeHandle) size() (int64, error) {
+	st, err := w.spool.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+func (w *writeHandle) truncate(sz int64) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.dirty = true
+	return w.spool.Truncate(sz)
+}
+
+func (w *writeHandle) discard() { _ = w.spool.Close() }
+
+func (w *writeHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	m, err := w.spool.ReadAt(dest, off)
+	if err != nil && err != io.EOF {
+		return nil, syscall.EIO
+	}
+	return fuse.ReadResultData(dest[:m]), 0
+}
+
+func (w *writeHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m, err := w.spool.WriteAt(data, off)
+	w.dirty = true
+	if err != nil {
+		return uint32(m), syscall.EIO
+	}
+	return uint32(m), 0
+}
+
+func (w *writeHandle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
+	w.n.attr(&out.Attr)
+	return 0
+}
+
+// Flush runs on every close(2): the spool is uploaded (multipart above PartSize), then the index learns of
+// it (a _metadata is parsed and indexed before close returns). An upload error is close's error.
+func (w *writeHandle) Flush(ctx context.Context) syscall.Errno { return w.upload(ctx) }
+
+func (w *writeHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno { return w.upload(ctx) }
+
+func (w *writeHandle) upload(ctx context.Context) syscall.Errno {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.dirty {
+		return 0
+	}
+	fsys := w.n.fsys
+	sz, err := w.size()
+	if err != nil {
+		return syscall.EIO
+	}
+	etag, err := fsys.c.Upload(ctx, w.key, w.spool, sz, fsys.opts.PartSize, fsys.opts.UploadParallel, w.cond)
+	fsys.cache.drop(w.key)
+	if err != nil {
+		fsys.log.Error("upload failed", "key", w.key, "err", err)
+		return s3client.Errno(err)
+	}
+	w.dirty = false
+	// Later uploads through this handle replace exactly what it wrote.
+	w.cond = s3client.PutOptions{IfMatch: etag}
+	o := s3client.Object{Key: w.key, Size: sz, ETag: etag, ModTime: time.Now()}
+	w.n.setObj(o)
+	fsys.cache.put(w.key, o, true)
+	return fsys.g.Written(ctx, w.key)
+}
+
+func (w *writeHandle) Release(ctx context.Context) syscall.Errno {
+	w.n.removeWriter(w)
+	_ = w.spool.Close()
+	return 0
+}

@@ -1,0 +1,187 @@
+// Package s3mount is the guard FUSE filesystem over an S3 bucket/prefix: the same guarded operations as the
+// local mount (fs/localfs), decided through fs/guard's Enforcer, with S3's namespace (common prefixes and
+// "dir/" markers), ranged reads with readahead, spooled writes uploaded on close, conditional deletes, and
+// streamed directory listings. docs/SEMANTICS.md describes every operation and how stale a view can be.
+package s3mount
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/fs/mountutil"
+	"github.com/ckguard/ckguard/s3backend/s3client"
+)
+
+// Options configure an S3 guard mount.
+type Options struct {
+	Client     *s3client.Client
+	Mountpoint string
+	Enforcer   *guard.Enforcer
+	Metrics    *metrics.Metrics // nil: no FUSE latency metrics
+	AllowOther bool
+	Debug      bool
+	Logger     *slog.Logger
+
+	// SpoolDir holds files being written until they are uploaded on close. Default: a fresh directory under
+	// os.TempDir(), removed at unmount.
+	SpoolDir string
+	// StatTTL bounds how long a listed or HEADed attribute answers stat (default 2s). See statCache.
+	StatTTL time.Duration
+	// ETagTTL bounds how old a cached ETag unlink/rename may use for their conditional request (default 60s).
+	ETagTTL time.Duration
+	// ReadChunk is the size of one readahead GET (default 8 MiB); ReadAhead the number of chunks fetched
+	// ahead of a sequential reader (default 4).
+	ReadChunk int64
+	ReadAhead int
+	// PartSize is the multipart part size; files larger than it are uploaded in parts (default 16 MiB),
+	// UploadParallel parts at a time (default 4).
+	PartSize       int64
+	UploadParallel int
+	// PageSize is the number of keys per ListObjectsV2 page in readdir (default 1000, the S3 maximum).
+	PageSize int32
+	// UID/GID own every file (default: the mount process's).
+	UID, GID uint32
+}
+
+func (o *Options) defaults() {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.StatTTL <= 0 {
+		o.StatTTL = 2 * time.Second
+	}
+	if o.ETagTTL <= 0 {
+		o.ETagTTL = time.Minute
+	}
+	if o.ReadChunk <= 0 {
+		o.ReadChunk = 8 << 20
+	}
+	if o.ReadAhead <= 0 {
+		o.ReadAhead = 4
+	}
+	if o.PartSize <= 0 {
+		o.PartSize = 16 << 20
+	}
+	if o.UploadParallel <= 0 {
+		o.UploadParallel = 4
+	}
+	if o.PageSize <= 0 {
+		o.PageSize = 1000
+	}
+	if o.UID == 0 && o.GID == 0 {
+		o.UID, o.GID = uint32(os.Getuid()), uint32(os.Getgid())
+	}
+}
+
+// Mounted is a running S3 guard mount.
+type Mounted struct {
+	server     *fuse.Server
+	mountpoint string
+	fsys       *filesystem
+}
+
+// Mount checks the bucket, mounts, and returns once the kernel has the mount. A stale mount left by a
+// crashed daemon on the mountpoint is replaced; a live one is an error.
+func Mount(ctx context.Context, o Options) (*Mounted, error) {
+	o.defaults()
+	if o.Enforcer == nil {
+		return nil, fmt.Errorf("mount %s: no enforcer", o.Mountpoint)
+	}
+	if o.Client == nil {
+		return nil, fmt.Errorf("mount %s: no S3 client", o.Mountpoint)
+	}
+	loc := o.Client.Location()
+	if err := o.Client.Check(ctx); err != nil {
+		return nil, fmt.Errorf("bucket %s is not reachable (check --s3-endpoint, credentials, --s3-path-style): %w", loc, err)
+	}
+	mnt, err := filepath.Abs(o.Mountpoint)
+	if err != nil {
+		return nil, err
+	}
+	stale, err := mountutil.Prepare(mnt)
+	if err != nil {
+		return nil, err
+	}
+	if stale {
+		o.Logger.Warn("replaced a stale mount left by a crashed ckguard", "mountpoint", mnt)
+	}
+	ownSpool := o.SpoolDir == ""
+	if ownSpool {
+		if o.SpoolDir, err = os.MkdirTemp("", "ckguard-spool-"); err != nil {
+			return nil, fmt.Errorf("spool directory: %w", err)
+		}
+	} else if err := os.MkdirAll(o.SpoolDir, 0o700); err != nil {
+		return nil, fmt.Errorf("spool directory: %w", err)
+	}
+	fsys := &filesystem{opts: o, c: o.Client, g: o.Enforcer, cache: newStatCache(2_000_000), log: o.Logger,
+		started: time.Now(), ownSpool: ownSpool}
+	root := &node{fsys: fsys}
+	sec := time.Second
+	opts := &fs.Options{
+		EntryTimeout:    &sec,
+		AttrTimeout:     &sec,
+		NegativeTimeout: &sec,
+		UID:             o.UID,
+		GID:             o.GID,
+		Logger:          log.New(os.Stderr, "go-fuse: ", 0),
+		MountOptions: fuse.MountOptions{
+			AllowOther:    o.AllowOther,
+			FsName:        loc.String(),
+			Name:          "ckguard-s3",
+			Options:       []string{"default_permissions"},
+			DirectMount:   true,
+			Debug:         o.Debug,
+			MaxReadAhead:  1 << 20,
+			MaxWrite:      1 << 20,
+			MaxBackground: 64,
+		},
+	}
+	var raw fuse.RawFileSystem = fs.NewNodeFS(root, opts)
+	if o.Metrics != nil {
+		raw = o.Metrics.InstrumentRawFS(raw)
+	}
+	server, err := fuse.NewServer(raw, mnt, &opts.MountOptions)
+	if err != nil {
+		return nil, fmt.Errorf("mount %s on %s: %w", loc, mnt, err)
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
+		_ = server.Unmount()
+		return nil, fmt.Errorf("mount %s on %s: %w", loc, mnt, err)
+	}
+	return &Mounted{server: server, mountpoint: mnt, fsys: fsys}, nil
+}
+
+// Mountpoint is the absolute mountpoint.
+func (m *Mounted) Mountpoint() string { return m.mountpoint }
+
+// Unmount unmounts (EBUSY while files are open, like umount(8)) and removes the mount's own spool.
+func (m *Mounted) Unmount() error {
+	if err := m.server.Unmount(); err != nil {
+		return err
+	}
+	m.cleanup()
+	return nil
+}
+
+// Wait blocks until the mount is gone.
+func (m *Mounted) Wait() {
+	m.server.Wait()
+	m.cleanup()
+}
+
+func (m *Mounted) cleanup() {
+	if m.fsys.ownSpool {
+		_ = os.RemoveAll(m.fsys.opts.SpoolDir)
+	}
+}

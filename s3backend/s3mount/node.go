@@ -1,0 +1,490 @@
+package s3mount
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/s3backend/s3client"
+)
+
+// filesystem is the state shared by all nodes of one mount.
+type filesystem struct {
+	opts     Options
+	c        *s3client.Client
+	g        *guard.Enforcer
+	cache    *statCache
+	log      *slog.Logger
+	started  time.Time
+	ownSpool bool
+}
+
+// node is a file or directory, named by its position in the tree (its key is its path from the root, so
+// a rename moves it without bookkeeping).
+type node struct {
+	gofs.Inode
+	fsys *filesystem
+
+	mu sync.Mutex
+	// last known object attributes of a file (size, mtime, ETag); a file open for writing reports its spool.
+	obj     s3client.Object
+	writers map[*writeHandle]bool
+}
+
+var (
+	_ = (gofs.NodeLookuper)((*node)(nil))
+	_ = (gofs.NodeGetattrer)((*node)(nil))
+	_ = (gofs.NodeSetattrer)((*node)(nil))
+	_ = (gofs.NodeOpener)((*node)(nil))
+	_ = (gofs.NodeCreater)((*node)(nil))
+	_ = (gofs.NodeUnlinker)((*node)(nil))
+	_ = (gofs.NodeRmdirer)((*node)(nil))
+	_ = (gofs.NodeMkdirer)((*node)(nil))
+	_ = (gofs.NodeRenamer)((*node)(nil))
+	_ = (gofs.NodeOpendirHandler)((*node)(nil))
+	_ = (gofs.NodeGetxattrer)((*node)(nil))
+	_ = (gofs.NodeListxattrer)((*node)(nil))
+	_ = (gofs.NodeStatfser)((*node)(nil))
+)
+
+// key is the node's store-relative key ("" for the root).
+func (n *node) key() string { return n.Path(n.Root()) }
+
+func childKey(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+// validName rejects names S3 keys cannot round-trip through a delimiter listing.
+func validName(name string) bool {
+	return name != "" && name != "." && name != ".." && !strings.Contains(name, "/") && !strings.ContainsRune(name, 0)
+}
+
+func (f *filesystem) fileAttr(o s3client.Object, out *fuse.Attr) {
+	out.Mode = syscall.S_IFREG | 0o644
+	out.Size = uint64(o.Size)
+	out.Blocks = (out.Size + 511) / 512
+	out.Nlink = 1
+	mt := o.ModTime
+	if mt.IsZero() {
+		mt = f.started
+	}
+	out.SetTimes(&mt, &mt, &mt)
+	out.Owner = fuse.Owner{Uid: f.opts.UID, Gid: f.opts.GID}
+	out.Blksize = 1 << 20
+}
+
+func (f *filesystem) dirAttr(o s3client.Object, out *fuse.Attr) {
+	out.Mode = syscall.S_IFDIR | 0o755
+	out.Nlink = 2
+	mt := o.ModTime
+	if mt.IsZero() {
+		mt = f.started
+	}
+	out.SetTimes(&mt, &mt, &mt)
+	out.Owner = fuse.Owner{Uid: f.opts.UID, Gid: f.opts.GID}
+	out.Size = 4096
+	out.Blksize = 1 << 20
+}
+
+// stat finds key: a file (HEAD), a directory (anything below key/, or a key/ marker), or nothing. A key
+// that is both (S3 allows "a" and "a/x") is shown as the directory, so its contents stay reachable.
+// maxAge bounds how old a cached answer may be.
+func (f *filesystem) stat(ctx context.Context, key string, maxAge time.Duration) (s3client.Object, error) {
+	if e, ok := f.cache.get(key, maxAge); ok {
+		if !e.exists {
+			return s3client.Object{}, &fs.PathError{Op: "stat", Path: key, Err: fs.ErrNotExist}
+		}
+		return e.obj, nil
+	}
+	var (
+		wg         sync.WaitGroup
+		head       s3client.Object
+		headErr    error
+		pg         s3client.Page
+		listErr    error
+		dirMarker  s3client.Object
+		haveMarker bool
+	)
+	wg.Add(2)
+	go func() { defer wg.Done(); head, headErr = f.c.Head(ctx, key) }()
+	go func() { defer wg.Done(); pg, listErr = f.c.ListPage(ctx, key+"/", false, "", "", 1) }()
+	wg.Wait()
+	if listErr != nil {
+		return s3client.Object{}, listErr
+	}
+	if len(pg.Objects) > 0 {
+		if pg.Objects[0].Key == key+"/" {
+			dirMarker, haveMarker = pg.Objects[0], true
+		}
+		d := s3client.Object{Key: key, IsDir: true}
+		if haveMarker {
+			d.ModTime, d.ETag = dirMarker.ModTime, dirMarker.ETag
+		}
+		f.cache.put(key, d, true)
+		return d, nil
+	}
+	if headErr != nil {
+		if errors.Is(headErr, fs.ErrNotExist) {
+			f.cache.put(key, s3client.Object{Key: key}, false)
+		}
+		return s3client.Object{}, headErr
+	}
+	f.cache.put(key, head, true)
+	return head, nil
+}
+
+func (n *node) newChild(ctx context.Context, o s3client.Object) *gofs.Inode {
+	mode := uint32(syscall.S_IFREG)
+	if o.IsDir {
+		mode = syscall.S_IFDIR
+	}
+	child := &node{fsys: n.fsys, obj: o}
+	return n.NewInode(ctx, child, gofs.StableAttr{Mode: mode})
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if !validName(name) {
+		return nil, syscall.ENOENT
+	}
+	key := childKey(n.key(), name)
+	// A file being written through the mount exists for its writers before its upload.
+	if ch := n.GetChild(name); ch != nil {
+		if cn, ok := ch.Operations().(*node); ok && cn.writing() {
+			cn.attr(&out.Attr)
+			return ch, 0
+		}
+	}
+	o, err := n.fsys.stat(ctx, key, n.fsys.opts.StatTTL)
+	if err != nil {
+		return nil, s3client.Errno(err)
+	}
+	if ch := n.GetChild(name); ch != nil {
+		if cn, ok := ch.Operations().(*node); ok && cn.IsDir() == o.IsDir {
+			cn.setObj(o)
+			cn.attr(&out.Attr)
+			return ch, 0
+		}
+	}
+	ch := n.newChild(ctx, o)
+	ch.Operations().(*node).attr(&out.Attr)
+	return ch, 0
+}
+
+func (n *node) setObj(o s3client.Object) {
+	n.mu.Lock()
+	n.obj = o
+	n.mu.Unlock()
+}
+
+func (n *node) writing() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.writers) > 0
+}
+
+// attr fills out from what the node knows; a file open for writing reports its spool's size.
+func (n *node) attr(out *fuse.Attr) {
+	n.mu.Lock()
+	o := n.obj
+	var w *writeHandle
+	for h := range n.writers {
+		w = h
+		break
+	}
+	n.mu.Unlock()
+	if n.IsDir() {
+		n.fsys.dirAttr(o, out)
+		return
+	}
+	if w != nil {
+		if sz, err := w.size(); err == nil {
+			o.Size = sz
+		}
+	}
+	n.fsys.fileAttr(o, out)
+}
+
+func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if n.IsRoot() || n.IsDir() || n.writing() {
+		n.attr(&out.Attr)
+		return 0
+	}
+	key := n.key()
+	o, err := n.fsys.stat(ctx, key, n.fsys.opts.StatTTL)
+	if err != nil {
+		return s3client.Errno(err)
+	}
+	if !o.IsDir {
+		n.setObj(o)
+	}
+	n.attr(&out.Attr)
+	return 0
+}
+
+// Setattr: truncation is guarded (OpTruncate) and supported on an open writer's spool, or to size 0 by
+// path; mode, owner and times are not stored on S3 and are accepted without effect (so touch, cp -p and
+// rsync do not fail).
+func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if sz, ok := in.GetSize(); ok && !n.IsDir() {
+		key := n.key()
+		if w, ok := fh.(*writeHandle); ok {
+			if errno := n.fsys.g.Decide(ctx, guard.Check{Op: refindex.OpTruncate, Path: key}); errno != 0 {
+				return errno
+			}
+			if err := w.truncate(int64(sz)); err != nil {
+				return s3client.Errno(err)
+			}
+		} else {
+			if sz != 0 {
+				return syscall.EOPNOTSUPP
+			}
+			o, err := n.fsys.stat(ctx, key, 0)
+			if err != nil {
+				return s3client.Errno(err)
+			}
+			if o.Size != 0 {
+				errno := n.fsys.g.Mutate(ctx, []guard.Check{{Op: refindex.OpTruncate, Path: key}}, func() syscall.Errno {
+					etag, err := n.fsys.c.Put(ctx, key, strings.NewReader(""), 0, s3client.PutOptions{IfMatch: o.ETag})
+					n.fsys.cache.drop(key)
+					if err != nil {
+						return s3client.Errno(err)
+					}
+					n.setObj(s3client.Object{Key: key, ETag: etag, ModTime: time.Now()})
+					return 0
+				})
+				if errno != 0 {
+					return errno
+				}
+				// Outside Mutate: indexing a _metadata takes the enforcer's lock exclusively.
+				if errno := n.fsys.g.Written(ctx, key); errno != 0 {
+					return errno
+				}
+			}
+		}
+	}
+	n.attr(&out.Attr)
+	return 0
+}
+
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	// S3 has no capacity; report plenty so df, cp and Flink's space checks do not refuse.
+	const blocks = 1 << 40
+	out.Blocks, out.Bfree, out.Bavail = blocks, blocks, blocks
+	out.Files, out.Ffree = 1<<40, 1<<40
+	out.Bsize, out.Frsize = 4096, 4096
+	out.NameLen = 1024
+	return 0
+}
+
+// Getxattr serves user.ckguard.state and user.ckguard.refs from the index, as the local mount does.
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	var val string
+	switch attr {
+	case "user.ckguard.state", "user.ckguard.refs":
+		state, refs, err := n.fsys.g.Explain(ctx, n.key())
+		if err != nil {
+			return 0, syscall.EIO
+		}
+		val = state
+		if attr == "user.ckguard.refs" {
+			val = strings.Join(refs, "\n")
+		}
+	default:
+		return 0, syscall.ENODATA
+	}
+	if len(dest) == 0 {
+		return uint32(len(val)), 0
+	}
+	if len(dest) < len(val) {
+		return uint32(len(val)), syscall.ERANGE
+	}
+	return uint32(copy(dest, val)), 0
+}
+
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	val := "user.ckguard.state\x00user.ckguard.refs\x00"
+	if len(dest) == 0 {
+		return uint32(len(val)), 0
+	}
+	if len(dest) < len(val) {
+		return uint32(len(val)), syscall.ERANGE
+	}
+	return uint32(copy(dest, val)), 0
+}
+
+// Mkdir writes a "name/" marker, so the empty directory exists for other clients too.
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if !validName(name) {
+		return nil, syscall.EINVAL
+	}
+	key := childKey(n.key(), name)
+	if _, err := n.fsys.stat(ctx, key, 0); err == nil {
+		return nil, syscall.EEXIST
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, s3client.Errno(err)
+	}
+	etag, err := n.fsys.c.Put(ctx, key+"/", strings.NewReader(""), 0, s3client.PutOptions{})
+	if err != nil {
+		return nil, s3client.Errno(err)
+	}
+	o := s3client.Object{Key: key, IsDir: true, ModTime: time.Now(), ETag: etag}
+	n.fsys.cache.put(key, o, true)
+	ch := n.newChild(ctx, o)
+	ch.Operations().(*node).attr(&out.Attr)
+	return ch, 0
+}
+
+// Unlink is guarded (OpUnlink) and deletes with If-Match on the ETag seen before the decision, so an object
+// replaced in the meantime is not removed. If the ETag was stale (412), it looks again and decides again,
+// once.
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	key := childKey(n.key(), name)
+	maxAge := n.fsys.opts.ETagTTL
+	for attempt := 0; ; attempt++ {
+		o, err := n.fsys.stat(ctx, key, maxAge)
+		if err != nil {
+			return s3client.Errno(err)
+		}
+		if o.IsDir {
+			return syscall.EISDIR
+		}
+		var delErr error
+		errno := n.fsys.g.Mutate(ctx, []guard.Check{{Op: refindex.OpUnlink, Path: key}}, func() syscall.Errno {
+			delErr = n.fsys.c.Delete(ctx, key, o.ETag)
+			if delErr != nil {
+				return s3client.Errno(delErr)
+			}
+			n.fsys.cache.put(key, s3client.Object{Key: key}, false)
+			n.fsys.g.Deleted(ctx, key)
+			return 0
+		})
+		if errors.Is(delErr, s3client.ErrPrecondition) && attempt == 0 {
+			n.fsys.cache.drop(key)
+			maxAge = 0
+			continue
+		}
+		if errors.Is(delErr, fs.ErrNotExist) { // deleted beside us between stat and delete
+			n.fsys.cache.put(key, s3client.Object{Key: key}, false)
+		}
+		return errno
+	}
+}
+
+// Rmdir removes an empty directory: ENOTEMPTY while any key is below it; otherwise the guarded (OpRmdir)
+// delete of its "name/" marker if there is one. A directory that existed only implicitly (as the prefix of
+// keys now deleted) has nothing left to delete: rmdir succeeds.
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	key := childKey(n.key(), name)
+	pg, err := n.fsys.c.ListPage(ctx, key+"/", false, "", "", 2)
+	if err != nil {
+		return s3client.Errno(err)
+	}
+	var marker *s3client.Object
+	for i, o := range pg.Objects {
+		if o.Key == key+"/" {
+			marker = &pg.Objects[i]
+			continue
+		}
+		return syscall.ENOTEMPTY
+	}
+	if len(pg.Objects) == 0 {
+		// Implicit directory: S3 may still hold "key" as a file, which rmdir must not touch.
+		if _, err := n.fsys.c.Head(ctx, key); err == nil {
+			return syscall.ENOTDIR
+		}
+	}
+	return n.fsys.g.Mutate(ctx, []guard.Check{{Op: refindex.OpRmdir, Path: key}}, func() syscall.Errno {
+		if marker != nil {
+			if err := n.fsys.c.Delete(ctx, key+"/", marker.ETag); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return s3client.Errno(err)
+			}
+		}
+		n.fsys.cache.dropTree(key)
+		n.fsys.cache.put(key, s3client.Object{Key: key}, false)
+		n.fsys.g.Deleted(ctx, key)
+		return 0
+	})
+}
+
+// Rename of a file is CopyObject (conditional on the source ETag) then DeleteObject (conditional on the same
+// ETag), both under one guarded decision: the source (OpRename) and an existing target (OpReplace). A
+// directory rename would be one copy and one delete per object below it, not atomic and unbounded: it is
+// refused with EXDEV, so mv falls back to copying and unlinking file by file, each through the guard.
+func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if flags&^renameNoReplace != 0 {
+		return syscall.EINVAL // RENAME_EXCHANGE / RENAME_WHITEOUT cannot be done on S3
+	}
+	if !validName(newName) {
+		return syscall.EINVAL
+	}
+	np, ok := newParent.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	src := childKey(n.key(), name)
+	dst := childKey(np.key(), newName)
+	if src == dst {
+		return 0
+	}
+	so, err := n.fsys.stat(ctx, src, 0)
+	if err != nil {
+		return s3client.Errno(err)
+	}
+	if so.IsDir {
+		return syscall.EXDEV
+	}
+	checks := []guard.Check{{Op: refindex.OpRename, Path: src, To: dst}}
+	do, err := n.fsys.stat(ctx, dst, 0)
+	dstExists := err == nil
+	switch {
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return s3client.Errno(err)
+	case dstExists && do.IsDir:
+		return syscall.EISDIR
+	case dstExists && flags&renameNoReplace != 0:
+		return syscall.EEXIST
+	case dstExists:
+		checks = append(checks, guard.Check{Op: refindex.OpReplace, Path: dst, To: src})
+	}
+	return n.fsys.g.MutateExclusive(ctx, checks, func() syscall.Errno {
+		po := s3client.PutOptions{IfNoneMatch: !dstExists}
+		if dstExists {
+			po.IfMatch = do.ETag
+		}
+		etag, err := n.fsys.c.Copy(ctx, src, dst, so.ETag, po)
+		n.fsys.cache.drop(dst)
+		if err != nil {
+			return s3client.Errno(err)
+		}
+		if err := n.fsys.c.Delete(ctx, src, so.ETag); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			// The copy exists, the source too: nothing is lost, the rename did not happen as one step.
+			n.fsys.log.Error("rename: copied but could not delete the source; both exist now", "from", src, "to", dst, "err", err)
+			n.fsys.cache.drop(src)
+			return s3client.Errno(err)
+		}
+		n.fsys.cache.put(src, s3client.Object{Key: src}, false)
+		n.fsys.cache.put(dst, s3client.Object{Key: dst, Size: so.Size, ETag: etag, ModTime: time.Now()}, true)
+		if ch := n.GetChild(name); ch != nil {
+			if cn, ok := ch.Operations().(*node); ok {
+				cn.setObj(s3client.Object{Key: dst, Size: so.Size, ETag: etag, ModTime: time.Now()})
+			}
+		}
+		return n.fsys.g.Renamed(ctx, src, dst)
+	})
+}
+
+// renameNoReplace is renameat2's RENAME_NOREPLACE (go-fuse only names RENAME_EXCHANGE).
+const renameNoReplace = 0x1
