@@ -1,12 +1,54 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
 
-// umountCommand is a placeholder until its issue lands; it fails so nobody mistakes it for the real thing.
+	"github.com/urfave/cli/v2"
+
+	"github.com/ckguard/ckguard/fs/mountutil"
+)
+
 func umountCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "umount",
-		Usage:  "(not built yet)",
-		Action: func(*cli.Context) error { return cli.Exit("ckguard umount: not built yet", 2) },
+		Name:      "umount",
+		Usage:     "unmount a ckguard mount (the daemon then closes its index and exits)",
+		ArgsUsage: "MOUNTPOINT",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "lazy", Aliases: []string{"l"}, Usage: "detach even while files are open (also clears a stale mount of a crashed daemon)"},
+			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "wait this long for the mount to disappear"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return cli.Exit("usage: ckguard umount [--lazy] MOUNTPOINT", 2)
+			}
+			mnt, err := filepath.Abs(c.Args().First())
+			if err != nil {
+				return err
+			}
+			mi, err := mountutil.Lookup(mnt)
+			if err != nil {
+				return err
+			}
+			if mi == nil {
+				return cli.Exit(fmt.Sprintf("ckguard umount: %s is not mounted", mnt), 1)
+			}
+			if !strings.HasPrefix(mi.FSType, "fuse.ckguard") && !c.Bool("lazy") {
+				return cli.Exit(fmt.Sprintf("ckguard umount: %s is a %s mount, not ckguard's (use umount(8))", mnt, mi.FSType), 1)
+			}
+			if err := mountutil.Unmount(mnt, c.Bool("lazy")); err != nil {
+				return fmt.Errorf("%w (files still open on the mount? close them or use --lazy)", err)
+			}
+			deadline := time.Now().Add(c.Duration("timeout"))
+			for time.Now().Before(deadline) {
+				if mi, _ := mountutil.Lookup(mnt); mi == nil {
+					return nil
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			return fmt.Errorf("%s still mounted after %v", mnt, c.Duration("timeout"))
+		},
 	}
 }

@@ -124,8 +124,8 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	})
 }
 
-// Rename asks about the source (for a directory: everything below it) and about a target it would replace;
-// RENAME_EXCHANGE moves both, so both are asked as sources. Renames change the index (a _metadata may appear
+// Rename asks about the source (for a directory: everything below it) and about a target it would replace.
+// Renames change the index (a _metadata may appear
 // at, or move away from, its checkpoint folder), so they run exclusively.
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	np, ok := newParent.(*node)
@@ -133,12 +133,14 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		return syscall.EXDEV
 	}
 	from, to := n.childKey(name), np.childKey(newName)
+	if flags&unix.RENAME_EXCHANGE != 0 {
+		// A swap moves two trees at once; the index records renames one way (retire below the source,
+		// index below the target), so a swap cannot be recorded faithfully. Refuse it like filesystems that
+		// lack it do; mv and rename(1) never need it.
+		return syscall.EINVAL
+	}
 	cs := []guard.Check{{Op: refindex.OpRename, Path: from, To: to}}
-	switch {
-	case flags&unix.RENAME_EXCHANGE != 0:
-		cs = append(cs, guard.Check{Op: refindex.OpRename, Path: to, To: from})
-	case flags&unix.RENAME_NOREPLACE != 0:
-	default:
+	if flags&unix.RENAME_NOREPLACE == 0 {
 		var st unix.Stat_t
 		if err := unix.Lstat(n.backing(to), &st); err == nil {
 			cs = append(cs, guard.Check{Op: refindex.OpReplace, Path: to, To: from})
@@ -148,13 +150,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		if errno := n.LoopbackNode.Rename(ctx, name, np.LoopbackNode, newName, flags); errno != 0 {
 			return errno
 		}
-		if errno := n.enf.Renamed(ctx, from, to); errno != 0 {
-			return errno
-		}
-		if flags&unix.RENAME_EXCHANGE != 0 {
-			return n.enf.Renamed(ctx, to, from)
-		}
-		return 0
+		return n.enf.Renamed(ctx, from, to)
 	})
 }
 

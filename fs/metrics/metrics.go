@@ -79,7 +79,7 @@ func New() *Metrics {
 	m.liveSavepoints = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "ckguard_live_savepoints", Help: "Live savepoints in the index."})
 	m.refBytes = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "ckguard_referenced_bytes", Help: "Bytes of store objects referenced by live checkpoints/savepoints."})
+		Name: "ckguard_referenced_bytes", Help: "Bytes of store objects that are not garbage: referenced by live checkpoints/savepoints or protected by policy (store bytes minus orphaned bytes)."})
 	m.orphanBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "ckguard_orphaned_bytes", Help: "Bytes of unreferenced store objects past the grace period."})
 	lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -1,0 +1,243 @@
+// Package guardd runs one guard mount over a local directory from start to clean stop: it opens and syncs
+// the index (with progress), opens the audit log, mounts, serves the control socket and metrics, re-syncs
+// periodically for changes made to the store directly, and on cancellation (SIGINT/SIGTERM) or an external
+// unmount tears everything down in order. cmd/ckguard's `mount` is a thin flag parser over Run.
+package guardd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/ckguard/ckguard/fs/audit"
+	"github.com/ckguard/ckguard/fs/control"
+	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/fs/localfs"
+	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/fs/mountutil"
+	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/localstore"
+)
+
+// Config is everything a mount needs.
+type Config struct {
+	StoreDir      string
+	IndexDir      string
+	Mountpoint    string
+	Policy        refindex.Policy
+	IndexOptions  []refindex.Option
+	AllowOther    bool
+	SyncInterval  time.Duration // 0: 30 s
+	RefuseErrno   syscall.Errno // 0: EPERM
+	AuditLog      string        // "": <index>/audit.jsonl
+	AuditFsync    time.Duration // see audit.Options
+	ControlSocket string        // "": control.DefaultSocket(index)
+	MetricsAddr   string        // "": no metrics endpoint
+	Debug         bool
+	Logger        *slog.Logger
+	Progress      io.Writer // initial sync progress (nil: none)
+	// Ready is called once the mount is usable (daemon mode tells its parent, systemd gets READY=1).
+	Ready func(m *Mounted)
+}
+
+// Mounted describes a running mount, for the Ready callback and tests.
+type Mounted struct {
+	Mountpoint    string
+	ControlSocket string
+	AuditLog      string
+	MetricsAddr   string // the bound address ("" when disabled)
+	Passthrough   bool
+}
+
+// Run mounts and serves until ctx is cancelled or the filesystem is unmounted from outside.
+func Run(ctx context.Context, c Config) (err error) {
+	log := c.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if c.SyncInterval <= 0 {
+		c.SyncInterval = 30 * time.Second
+	}
+	if c.AuditLog == "" {
+		c.AuditLog = filepath.Join(c.IndexDir, "audit.jsonl")
+	}
+	if c.ControlSocket == "" {
+		c.ControlSocket = control.DefaultSocket(c.IndexDir)
+	}
+	// Check the mountpoint before the (possibly long) initial sync, so a typo fails in a second.
+	if _, err := mountutil.Prepare(c.Mountpoint); err != nil {
+		return err
+	}
+	st, err := localstore.New(c.StoreDir)
+	if err != nil {
+		return fmt.Errorf("store %s: %w", c.StoreDir, err)
+	}
+	opts := append([]refindex.Option{refindex.WithLogger(log)}, c.IndexOptions...)
+	if c.Progress != nil {
+		opts = append(opts, refindex.WithProgress(c.Progress))
+	}
+	ix, err := refindex.Open(c.IndexDir, st, c.Policy, opts...)
+	if err != nil {
+		return fmt.Errorf("open index: %w", err)
+	}
+	defer func() {
+		if cerr := ix.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close index: %w", cerr)
+		}
+	}()
+
+	met := metrics.New()
+	stats := &statsRefresher{}
+	var q refindex.Querier = ix
+	syncOnce := func() error {
+		t0 := time.Now()
+		serr := ix.Sync(ctx)
+		met.Sync(time.Since(t0), serr)
+		if serr != nil {
+			log.Error("index sync failed; refusing every deletion until a sync succeeds", "store", c.StoreDir, "err", serr)
+		} else {
+			log.Debug("index synced", "took", time.Since(t0))
+		}
+		if c.MetricsAddr != "" {
+			stats.refresh(ctx, q, st, met, log)
+		}
+		return serr
+	}
+	log.Info("syncing index with the store", "store", c.StoreDir, "index", c.IndexDir)
+	t0 := time.Now()
+	if err := syncOnce(); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// Fail closed but stay up: reads work, every deletion is refused with the reason, and the periodic
+		// sync retries.
+		log.Warn("mounting with a failed index sync: every deletion will be refused until a sync succeeds", "err", err)
+	} else {
+		log.Info("index in sync", "took", time.Since(t0).Round(time.Millisecond))
+	}
+
+	al, err := audit.Open(c.AuditLog, audit.Options{FsyncInterval: c.AuditFsync})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := al.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	enf, err := guard.NewEnforcer(guard.Config{Checker: refindex.Checker(ix), Audit: al, Metrics: met,
+		RefuseErrno: c.RefuseErrno, Logger: log})
+	if err != nil {
+		return err
+	}
+
+	srvCtx, stopServers := context.WithCancel(context.Background())
+	defer stopServers()
+	var metricsAddr string
+	if c.MetricsAddr != "" {
+		a, err := met.Serve(srvCtx, c.MetricsAddr, log)
+		if err != nil {
+			return err
+		}
+		metricsAddr = a.String()
+	}
+	ctl, err := control.ServeQuerier(c.ControlSocket, q, log)
+	if err != nil {
+		return err
+	}
+	defer ctl.Close()
+
+	m, err := localfs.Mount(localfs.Options{Store: c.StoreDir, Mountpoint: c.Mountpoint, Enforcer: enf,
+		Metrics: met, AllowOther: c.AllowOther, Debug: c.Debug, Logger: log})
+	if err != nil {
+		return err
+	}
+	log.Info("mounted", "store", c.StoreDir, "mountpoint", m.Mountpoint(), "passthrough", m.Passthrough(),
+		"control_socket", c.ControlSocket, "audit_log", c.AuditLog, "metrics", metricsAddr)
+	if c.Ready != nil {
+		c.Ready(&Mounted{Mountpoint: m.Mountpoint(), ControlSocket: c.ControlSocket, AuditLog: c.AuditLog,
+			MetricsAddr: metricsAddr, Passthrough: m.Passthrough()})
+	}
+
+	gone := make(chan struct{})
+	go func() { m.Wait(); close(gone) }()
+	tick := time.NewTicker(c.SyncInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-gone:
+			log.Info("unmounted from outside; shutting down", "mountpoint", m.Mountpoint())
+			return nil
+		case <-tick.C:
+			_ = syncOnce()
+		case <-ctx.Done():
+			log.Info("signal received; unmounting", "mountpoint", m.Mountpoint())
+			return unmount(m, gone, log)
+		}
+	}
+}
+
+// unmount unmounts cleanly, or — when files are still open on the mount — detaches it lazily: the mount
+// leaves the namespace at once and the daemon exits; decisions still asked by open descriptors are then
+// refused because the index is closed (fail closed).
+func unmount(m *localfs.Mounted, gone <-chan struct{}, log *slog.Logger) error {
+	if err := m.Unmount(); err != nil {
+		log.Warn("mount busy; detaching lazily", "mountpoint", m.Mountpoint(), "err", err)
+		if derr := mountutil.Unmount(m.Mountpoint(), true); derr != nil {
+			return fmt.Errorf("unmount %s: %v; lazy detach: %w", m.Mountpoint(), err, derr)
+		}
+	}
+	select {
+	case <-gone:
+	case <-time.After(10 * time.Second):
+		log.Warn("FUSE server still has open requests after unmount; closing anyway", "mountpoint", m.Mountpoint())
+	}
+	return nil
+}
+
+// statsRefresher updates the index gauges in the background, one refresh at a time: counting orphaned
+// bytes walks the store, which must never delay a sync or a decision.
+type statsRefresher struct{ busy atomic.Bool }
+
+func (r *statsRefresher) refresh(ctx context.Context, q refindex.Querier, st store.Store, met *metrics.Metrics, log *slog.Logger) {
+	if !r.busy.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer r.busy.Store(false)
+		s, err := q.Stats(ctx)
+		if err != nil {
+			if !errors.Is(err, context.Canceled) {
+				log.Warn("index stats for metrics", "err", err)
+			}
+			return
+		}
+		is := metrics.IndexStats{LiveCheckpoints: int64(s.Checkpoints), LiveSavepoints: int64(s.Savepoints), LastSync: s.LastSync}
+		if o, err := q.Orphans(ctx, 0); err == nil && o.Blocked == "" {
+			is.OrphanedBytes = o.Bytes
+			if total, err := storeBytes(ctx, st); err == nil {
+				is.ReferencedBytes = total - o.Bytes
+			}
+		}
+		met.SetIndexStats(is)
+	}()
+}
+
+// storeBytes is the size of every object in the store.
+func storeBytes(ctx context.Context, st store.Store) (int64, error) {
+	var n int64
+	err := st.Walk(ctx, "", func(o store.ObjectInfo) error {
+		if !o.IsDir {
+			n += o.Size
+		}
+		return nil
+	})
+	return n, err
+}
