@@ -272,7 +272,9 @@ func (p *parser) operator() OperatorState {
 	if p.version == 2 {
 		op.ChainLength = c.i32()
 		n := c.count(4+8+4+4+4+2, "subtask states")
-		op.Subtasks = make([]SubtaskState, 0, capFor(n))
+		if n > 0 {
+			op.Subtasks = make([]SubtaskState, 0, capFor(n))
+		}
 		for k := 0; k < n && c.err == nil; k++ {
 			var st SubtaskState
 			at := c.pos()
@@ -315,7 +317,9 @@ func (p *parser) operator() OperatorState {
 		c.seekFail(at, fmt.Sprintf("subtask count at most %d, got %d", c.remaining()/4, n))
 		return op
 	}
-	op.Subtasks = make([]SubtaskState, 0, capFor(int(n)))
+	if n > 0 {
+		op.Subtasks = make([]SubtaskState, 0, capFor(int(n)))
+	}
 	for k := 0; k < int(n) && c.err == nil; k++ {
 		var st SubtaskState
 		at := c.pos()
