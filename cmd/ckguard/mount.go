@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +16,8 @@ import (
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/pathnorm"
+	"github.com/ckguard/ckguard/s3backend/s3cli"
+	"github.com/ckguard/ckguard/s3backend/s3guardd"
 )
 
 func mountCommand() *cli.Command {
@@ -33,6 +36,7 @@ func mountCommand() *cli.Command {
 		&cli.BoolFlag{Name: "debug", Usage: "log every FUSE request"},
 	}
 	flags = append(flags, mountPolicyFlags()...)
+	flags = append(flags, s3cli.Flags()...) // --store s3://bucket/prefix (S3 engineer)
 	return &cli.Command{
 		Name:      "mount",
 		Usage:     "mount the store through the guard: cleanup tools then delete only what no live checkpoint needs",
@@ -111,7 +115,13 @@ func runMount(c *cli.Context) error {
 			daemon.Ready(fmt.Sprintf("guarding %s on %s", c.String("store"), m.Mountpoint))
 		},
 	}
-	if err := guardd.Run(c.Context, cfg); err != nil {
+	run := guardd.Run
+	if s3cli.IsURL(cfg.StoreDir) { // s3://bucket/prefix: the S3 backend (s3backend/), same daemon behaviour
+		run = func(ctx context.Context, cfg guardd.Config) error {
+			return s3guardd.Run(ctx, cfg, s3cli.Config(c), nil)
+		}
+	}
+	if err := run(c.Context, cfg); err != nil {
 		daemon.Fail(err)
 		return err
 	}
