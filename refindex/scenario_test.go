@@ -1,0 +1,201 @@
+package refindex_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/localstore"
+	"github.com/ckguard/ckguard/refindex/treegen"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+var testNow = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func testPolicy() refindex.Policy {
+	p := refindex.DefaultPolicy()
+	p.Now = func() time.Time { return testNow }
+	p.MaxStaleness = 0
+	return p
+}
+
+func openTree(t *testing.T, tr *treegen.Tree) *refindex.Index {
+	t.Helper()
+	st, err := localstore.New(tr.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := refindex.Open(t.TempDir(), st, testPolicy(), refindex.WithPathMap(tr.Maps, tr.EntropyKey), refindex.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ix.Close() })
+	if err := ix.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return ix
+}
+
+type scenario struct {
+	name string
+	gen  func(dir string, now time.Time) (*treegen.Tree, error)
+}
+
+var scenarios = []scenario{
+	{"IncidentOne", func(d string, n time.Time) (*treegen.Tree, error) { return treegen.IncidentOne(d, n) }},
+	{"IncidentTwo", func(d string, n time.Time) (*treegen.Tree, error) { return treegen.IncidentTwo(d, n) }},
+	{"SavepointsRelative", func(d string, n time.Time) (*treegen.Tree, error) { return treegen.SavepointsRelative(d, n) }},
+	{"Entropy", treegen.Entropy},
+	{"SchemeAliasing", treegen.SchemeAliasing},
+	{"Unparseable", func(d string, n time.Time) (*treegen.Tree, error) { return treegen.Unparseable(d, n) }},
+	{"YoungOrphan", func(d string, n time.Time) (*treegen.Tree, error) { return treegen.YoungOrphan(d, n) }},
+}
+
+func union(sets ...[]string) []string {
+	m := map[string]bool{}
+	for _, s := range sets {
+		for _, k := range s {
+			m[k] = true
+		}
+	}
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func diff(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	sort.Strings(got)
+	sort.Strings(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("%s:\n got  %q\n want %q", what, got, want)
+	}
+}
+
+// TestScenarios checks, for every generated tree, the exact set of objects `why` refuses and the exact
+// set `orphans` lists, and that purging the scenario's folder through the guard leaves exactly the
+// expected survivors.
+func TestScenarios(t *testing.T) {
+	ctx := context.Background()
+	pol := treegen.DefaultPolicy
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			tr, err := sc.gen(t.TempDir(), testNow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ix := openTree(t, tr)
+			var refused []string
+			for _, k := range tr.AllFiles() {
+				d := ix.Decide(ctx, k, refindex.OpUnlink)
+				if !d.Allow {
+					refused = append(refused, k)
+					if d.Message == "" || !strings.Contains(d.Message, k) && d.Reason != refindex.ReasonUnparseable {
+						t.Errorf("refusal of %s does not name it: %q", k, d.Message)
+					}
+				}
+			}
+			want := union(tr.Referenced(), tr.ProtectedMetadata(pol), tr.InGrace(pol))
+			if len(tr.Unparseable) > 0 {
+				want = nil
+				for _, k := range tr.AllFiles() {
+					if !slices.Contains(tr.Unparseable, k) {
+						want = append(want, k)
+					}
+				}
+			}
+			diff(t, "refused", refused, want)
+			or, err := ix.Orphans(ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var orphans []string
+			for _, f := range or.Files {
+				orphans = append(orphans, f.Path)
+			}
+			diff(t, "orphans", orphans, tr.Orphans(pol, 0))
+			if len(tr.Unparseable) > 0 && or.Blocked == "" {
+				t.Errorf("orphans not blocked by the unparseable _metadata")
+			}
+			vr, err := ix.Verify(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if vr.OK != (len(tr.Unparseable) == 0) {
+				t.Errorf("verify ok=%v broken=%+v", vr.OK, vr.Broken)
+			}
+			// Purge the scenario's folder (or everything) through the guard.
+			purge := tr.Purge
+			cleanup(t, ix, tr.Root, purge)
+			var left []string
+			for _, k := range tr.AllFiles() {
+				if strings.HasPrefix(k, purge) {
+					if _, err := os.Lstat(filepath.Join(tr.Root, k)); err == nil {
+						left = append(left, k)
+					}
+				}
+			}
+			diff(t, "survivors of purging "+purge, left, tr.Survivors(purge, pol))
+			vr, err = ix.Verify(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stillBroken := false
+			for _, u := range tr.Unparseable {
+				if _, err := os.Stat(filepath.Join(tr.Root, u)); err == nil {
+					stillBroken = true
+				}
+			}
+			if vr.OK == stillBroken {
+				t.Errorf("verify after the guarded cleanup: ok=%v broken=%+v", vr.OK, vr.Broken)
+			}
+		})
+	}
+}
+
+// cleanup deletes everything under dir the guard allows, in the mount's order (_metadata first, then
+// chk-* folders, then the rest), repeating until nothing changes, as `rm -rf` through the mount does.
+func cleanup(t *testing.T, ix *refindex.Index, root, dir string) {
+	t.Helper()
+	ctx := context.Background()
+	for pass := 0; pass < 10; pass++ {
+		var files []string
+		_ = ix.Store().Walk(ctx, dir, func(o store.ObjectInfo) error {
+			if !o.IsDir {
+				files = append(files, o.Path)
+			}
+			return nil
+		})
+		sort.SliceStable(files, func(a, b int) bool {
+			return store.IsMetadata(files[a]) && !store.IsMetadata(files[b])
+		})
+		n := 0
+		for _, k := range files {
+			if d := ix.Decide(ctx, k, refindex.OpUnlink); d.Allow {
+				if err := os.Remove(filepath.Join(root, k)); err != nil {
+					t.Fatal(err)
+				}
+				if err := ix.NoteDeleted(ctx, k); err != nil {
+					t.Fatal(err)
+				}
+				n++
+			}
+		}
+		if n == 0 {
+			return
+		}
+	}
+}
