@@ -1,12 +1,55 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"fmt"
+	"strings"
 
-// checkpointsCommand is a placeholder until its issue lands; it fails so nobody mistakes it for the real thing.
+	"github.com/urfave/cli/v2"
+)
+
 func checkpointsCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "checkpoints",
-		Usage:  "(not built yet)",
-		Action: func(*cli.Context) error { return cli.Exit("ckguard checkpoints: not built yet", 2) },
+		Name:  "checkpoints",
+		Usage: "list live checkpoints and savepoints per job folder, with sizes and the other jobs they reference",
+		Flags: append(append(storeFlags(), policyFlags()...),
+			&cli.StringFlag{Name: "job", Usage: "only this job folder (or its last path segments, e.g. the job id)"}),
+		Action: runCheckpoints,
 	}
+}
+
+func runCheckpoints(c *cli.Context) error {
+	q, closeFn, err := openQuerier(c)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	res, err := q.Checkpoints(c.Context, c.String("job"))
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, res)
+	}
+	w := c.App.Writer
+	for _, j := range res.Jobs {
+		fmt.Fprintf(w, "job %s: %d checkpoints, %d savepoints, %s of _metadata, %d references", displayKey(j.Job), j.Count, j.Savepoints, humanBytes(j.MetadataBytes), j.References)
+		if len(j.ReferencesJobs) > 0 {
+			fmt.Fprintf(w, "; references files of: %s", strings.Join(j.ReferencesJobs, ", "))
+		}
+		fmt.Fprintln(w)
+		tw := newTable(w)
+		fmt.Fprintln(tw, "  KIND\tID\tCOMPLETED\tMETADATA\tREFS\tOUTSIDE\tFLAGS\tREFERENCES JOBS\tPATH")
+		for _, ck := range j.Checkpoints {
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", ck.Kind, ck.ID, ck.Completed.UTC().Format("2006-01-02 15:04:05Z"),
+				humanBytes(ck.Size), ck.Refs, ck.Outside, strings.TrimSpace(strings.Trim(flags(ck.Pinned, ck.Protected), " []")), strings.Join(ck.ReferencesJobs, ","), ck.Dir)
+		}
+		tw.Flush()
+	}
+	if len(res.Jobs) == 0 {
+		fmt.Fprintln(w, "no live checkpoints or savepoints")
+	}
+	for _, u := range res.Unparseable {
+		fmt.Fprintf(w, "UNPARSEABLE %s: %s\n", u.Metadata, u.Error)
+	}
+	return nil
 }

@@ -1,12 +1,71 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"fmt"
+	"time"
 
-// indexCommand is a placeholder until its issue lands; it fails so nobody mistakes it for the real thing.
+	"github.com/urfave/cli/v2"
+
+	"github.com/ckguard/ckguard/refindex"
+)
+
 func indexCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "index",
-		Usage:  "(not built yet)",
-		Action: func(*cli.Context) error { return cli.Exit("ckguard index: not built yet", 2) },
+		Name:  "index",
+		Usage: "build or update the reference index of a store",
+		Subcommands: []*cli.Command{
+			{
+				Name:  "rebuild",
+				Usage: "recreate the index from the store alone (a new generation, switched atomically)",
+				Description: "Lists every _metadata in --store, parses it and writes a fresh index. The previous index stays\n" +
+					"in use until the new one is complete; an index of another schema version is replaced.",
+				Flags:  storeFlags(),
+				Action: func(c *cli.Context) error { return runIndex(c, true) },
+			},
+			{
+				Name:   "sync",
+				Usage:  "bring the index up to date with the store (new, changed and removed _metadata)",
+				Flags:  storeFlags(),
+				Action: func(c *cli.Context) error { return runIndex(c, false) },
+			},
+		},
 	}
+}
+
+func runIndex(c *cli.Context, rebuild bool) error {
+	var extra []refindex.Option
+	if rebuild {
+		extra = append(extra, refindex.WithFreshIndex())
+	}
+	ix, err := openIndex(c, extra...)
+	if err != nil {
+		return err
+	}
+	defer ix.Close()
+	t0 := time.Now()
+	if rebuild {
+		err = ix.Rebuild(c.Context)
+	} else {
+		err = ix.Sync(c.Context)
+	}
+	if err != nil {
+		return err
+	}
+	s, err := ix.Stats(c.Context)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, s)
+	}
+	what := "synced"
+	if rebuild {
+		what = "rebuilt"
+	}
+	fmt.Fprintf(c.App.Writer, "index %s in %s: %d jobs, %d checkpoints, %d savepoints, %d references (%d outside the guarded store), %d unparseable _metadata\nindex: %s (generation %d, %s)\n",
+		what, time.Since(t0).Round(time.Millisecond), s.Jobs, s.Checkpoints, s.Savepoints, s.References, s.OutsideReferences, s.Unparseable, s.IndexDir, s.Generation, humanBytes(s.IndexBytes))
+	if s.Unparseable > 0 {
+		fmt.Fprintln(c.App.ErrWriter, "warning: unparseable _metadata block every deletion; see `ckguard checkpoints`")
+	}
+	return nil
 }

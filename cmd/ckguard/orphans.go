@@ -1,12 +1,48 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"fmt"
+	"time"
 
-// orphansCommand is a placeholder until its issue lands; it fails so nobody mistakes it for the real thing.
+	"github.com/urfave/cli/v2"
+)
+
 func orphansCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "orphans",
-		Usage:  "(not built yet)",
-		Action: func(*cli.Context) error { return cli.Exit("ckguard orphans: not built yet", 2) },
+		Name:  "orphans",
+		Usage: "list objects no live checkpoint needs (unreferenced, unprotected, past --grace), with bytes reclaimable",
+		Flags: append(append(storeFlags(), policyFlags()...),
+			&cli.DurationFlag{Name: "older-than", Usage: "only objects last modified longer ago than this (Go duration, e.g. 168h)"}),
+		Description: "Exit status 3 when the list cannot be trusted (stale index, failed sync, unparseable _metadata).",
+		Action:      runOrphans,
 	}
+}
+
+func runOrphans(c *cli.Context) error {
+	q, closeFn, err := openQuerier(c)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	res, err := q.Orphans(c.Context, c.Duration("older-than"))
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		if err := printJSON(c.App.Writer, res); err != nil {
+			return err
+		}
+	} else {
+		tw := newTable(c.App.Writer)
+		fmt.Fprintln(tw, "SIZE\tMODIFIED\tPATH")
+		for _, f := range res.Files {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", humanBytes(f.Size), f.ModTime.UTC().Format(time.DateTime), f.Path)
+		}
+		tw.Flush()
+		fmt.Fprintf(c.App.Writer, "%d orphaned objects, %s reclaimable\n", len(res.Files), humanBytes(res.Bytes))
+	}
+	if res.Blocked != "" {
+		return exitf(3, "no object can be called an orphan: %s", res.Blocked)
+	}
+	return nil
 }

@@ -1,12 +1,54 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"fmt"
+	"time"
 
-// pinCommand is a placeholder until its issue lands; it fails so nobody mistakes it for the real thing.
+	"github.com/urfave/cli/v2"
+)
+
 func pinCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "pin",
-		Usage:  "(not built yet)",
-		Action: func(*cli.Context) error { return cli.Exit("ckguard pin: not built yet", 2) },
+		Name:      "pin",
+		Usage:     "protect a checkpoint or savepoint (its folder or _metadata) from retirement until unpinned",
+		ArgsUsage: "PATH",
+		Flags:     storeFlags(),
+		Action:    func(c *cli.Context) error { return runPin(c, true) },
 	}
+}
+
+func runPin(c *cli.Context, pin bool) error {
+	if c.NArg() != 1 {
+		return exitf(2, "usage: ckguard %s --store S --index I PATH", c.Command.Name)
+	}
+	q, closeFn, err := openQuerier(c)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	key := storeKey(c, c.Args().First())
+	var res any
+	if pin {
+		r, err := q.Pin(c.Context, key)
+		if err != nil {
+			return err
+		}
+		res = r
+		if !c.Bool("json") {
+			fmt.Fprintf(c.App.Writer, "pinned %s (since %s)\n", r.Checkpoint, r.Since.UTC().Format(time.DateTime))
+		}
+	} else {
+		r, err := q.Unpin(c.Context, key)
+		if err != nil {
+			return err
+		}
+		res = r
+		if !c.Bool("json") {
+			fmt.Fprintf(c.App.Writer, "unpinned %s\n", r.Checkpoint)
+		}
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, res)
+	}
+	return nil
 }

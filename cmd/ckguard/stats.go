@@ -1,12 +1,55 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"fmt"
+	"time"
 
-// statsCommand is a placeholder until its issue lands; it fails so nobody mistakes it for the real thing.
+	"github.com/urfave/cli/v2"
+)
+
 func statsCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "stats",
-		Usage:  "(not built yet)",
-		Action: func(*cli.Context) error { return cli.Exit("ckguard stats: not built yet", 2) },
+		Usage:  "summarise the index: jobs, checkpoints, references, last sync, policy",
+		Flags:  append(storeFlags(), policyFlags()...),
+		Action: runStats,
 	}
+}
+
+func runStats(c *cli.Context) error {
+	q, closeFn, err := openQuerier(c)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	s, err := q.Stats(c.Context)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, s)
+	}
+	tw := newTable(c.App.Writer)
+	last := "never"
+	if !s.LastSync.IsZero() {
+		last = fmt.Sprintf("%s (%s ago)", s.LastSync.UTC().Format(time.DateTime), time.Since(s.LastSync).Round(time.Second))
+	}
+	rows := [][2]string{
+		{"store", s.Store}, {"index", fmt.Sprintf("%s (schema %d, generation %d, %s)", s.IndexDir, s.Schema, s.Generation, humanBytes(s.IndexBytes))},
+		{"last sync", last}, {"jobs", fmt.Sprint(s.Jobs)}, {"checkpoints", fmt.Sprint(s.Checkpoints)}, {"savepoints", fmt.Sprint(s.Savepoints)},
+		{"unparseable _metadata", fmt.Sprint(s.Unparseable)}, {"references", fmt.Sprint(s.References)},
+		{"outside the guarded store", fmt.Sprint(s.OutsideReferences)}, {"directory handles", fmt.Sprint(s.DirectoryHandles)},
+		{"pins", fmt.Sprint(s.Pins)},
+		{"policy", fmt.Sprintf("grace %s, active window %s, max staleness %s, protect %v", s.Policy.Grace, s.Policy.ActiveWindow, s.Policy.MaxStaleness, s.Policy.Protect)},
+	}
+	if s.SyncError != "" {
+		rows = append(rows, [2]string{"SYNC FAILED", s.SyncError})
+	}
+	if s.Stale {
+		rows = append(rows, [2]string{"STALE", "every deletion is refused until the index is synced"})
+	}
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
+	}
+	return tw.Flush()
 }

@@ -2,11 +2,12 @@ package main
 
 import "github.com/urfave/cli/v2"
 
-// unpinCommand is a placeholder until its issue lands; it fails so nobody mistakes it for the real thing.
 func unpinCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "unpin",
-		Usage:  "(not built yet)",
-		Action: func(*cli.Context) error { return cli.Exit("ckguard unpin: not built yet", 2) },
+		Name:      "unpin",
+		Usage:     "remove a pin set with `ckguard pin`",
+		ArgsUsage: "PATH",
+		Flags:     storeFlags(),
+		Action:    func(c *cli.Context) error { return runPin(c, false) },
 	}
 }

@@ -1,12 +1,59 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"fmt"
 
-// verifyCommand is a placeholder until its issue lands; it fails so nobody mistakes it for the real thing.
+	"github.com/urfave/cli/v2"
+)
+
 func verifyCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "verify",
-		Usage:  "(not built yet)",
-		Action: func(*cli.Context) error { return cli.Exit("ckguard verify: not built yet", 2) },
+		Name:        "verify",
+		Usage:       "check that every object each live checkpoint references exists; exit 1 when any checkpoint is broken",
+		Flags:       storeFlags(),
+		Description: "Lists broken checkpoints and their missing files. Unparseable _metadata count as broken.",
+		Action:      runVerify,
 	}
+}
+
+func runVerify(c *cli.Context) error {
+	q, closeFn, err := openQuerier(c)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	res, err := q.Verify(c.Context)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		if err := printJSON(c.App.Writer, res); err != nil {
+			return err
+		}
+	} else {
+		w := c.App.Writer
+		for _, b := range res.Broken {
+			if b.Error != "" {
+				fmt.Fprintf(w, "BROKEN %s: unparseable: %s\n", b.Metadata, b.Error)
+				continue
+			}
+			fmt.Fprintf(w, "BROKEN %s: %d referenced objects missing\n", b.Metadata, b.MissingCount)
+			for _, m := range b.Missing {
+				fmt.Fprintf(w, "  missing %s\n", m)
+			}
+			if b.MissingCount > len(b.Missing) {
+				fmt.Fprintf(w, "  … and %d more\n", b.MissingCount-len(b.Missing))
+			}
+		}
+		status := "OK"
+		if !res.OK {
+			status = "FAILED"
+		}
+		fmt.Fprintf(w, "verify %s: %d checkpoints checked, %d objects, %d broken, %d references outside the guarded store not checked\n",
+			status, res.Checked, res.Objects, len(res.Broken), res.OutsideSkipped)
+	}
+	if !res.OK {
+		return cli.Exit("", 1)
+	}
+	return nil
 }

@@ -1,12 +1,97 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"fmt"
+	"strings"
 
-// whyCommand is a placeholder until its issue lands; it fails so nobody mistakes it for the real thing.
+	"github.com/urfave/cli/v2"
+)
+
 func whyCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "why",
-		Usage:  "(not built yet)",
-		Action: func(*cli.Context) error { return cli.Exit("ckguard why: not built yet", 2) },
+		Name:      "why",
+		Usage:     "explain whether PATH may be deleted, and which checkpoints reference it",
+		ArgsUsage: "PATH",
+		Description: "PATH is a store key (flink/<job>/shared/<file>), a path under a local --store, or an s3:// URI\n" +
+			"under an S3 --store. For a directory the answer covers everything below it (rm -r).\n" +
+			"Exit status: 0 allowed, 1 refused.",
+		Flags:  append(storeFlags(), policyFlags()...),
+		Action: runWhy,
 	}
+}
+
+func runWhy(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return exitf(2, "usage: ckguard why --store S --index I PATH")
+	}
+	q, closeFn, err := openQuerier(c)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	res, err := q.Why(c.Context, storeKey(c, c.Args().First()))
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		if err := printJSON(c.App.Writer, res); err != nil {
+			return err
+		}
+	} else {
+		w := c.App.Writer
+		verdict := "ALLOWED"
+		if !res.Allow {
+			verdict = "REFUSED"
+		}
+		kind := "file"
+		if res.IsDir {
+			kind = "directory"
+		}
+		if !res.Exists {
+			kind = "missing"
+		}
+		fmt.Fprintf(w, "%s  %s (%s): %s\nreason: %s  state: %s\n%s\n", verdict, displayKey(res.Path), kind, res.Op, res.Reason, res.State, res.Message)
+		if len(res.Referencing) > 0 {
+			fmt.Fprintf(w, "referencing checkpoints (%d):\n", res.RefCount)
+			for _, r := range res.Referencing {
+				fmt.Fprintf(w, "  %s\n", r)
+			}
+			if res.RefCount > len(res.Referencing) {
+				fmt.Fprintf(w, "  … and %d more\n", res.RefCount-len(res.Referencing))
+			}
+		}
+		if ck := res.Checkpoint; ck != nil {
+			status := "live"
+			if ck.Error != "" {
+				status = "UNPARSEABLE: " + ck.Error
+			}
+			fmt.Fprintf(w, "this is the _metadata of %s %d of job folder %s (%s, completed %s, %d references)%s\n",
+				ck.Kind, ck.ID, displayKey(ck.Job), status, ck.Completed.UTC().Format("2006-01-02 15:04:05Z"), ck.Refs, flags(ck.Pinned, ck.Protected))
+		}
+	}
+	if !res.Allow {
+		return cli.Exit("", 1)
+	}
+	return nil
+}
+
+func displayKey(k string) string {
+	if k == "" {
+		return "/"
+	}
+	return k
+}
+
+func flags(pinned, protected bool) string {
+	var f []string
+	if pinned {
+		f = append(f, "pinned")
+	}
+	if protected {
+		f = append(f, "newest checkpoint of an active job")
+	}
+	if len(f) == 0 {
+		return ""
+	}
+	return " [" + strings.Join(f, ", ") + "]"
 }

@@ -1,0 +1,263 @@
+package main
+
+// Shared CLI plumbing of the index commands: --store/--index/--map/--entropy-key, the policy flags,
+// --json output, and opening a Querier (a running mount's control socket first, else the index).
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ckguard/ckguard/fs/control"
+	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/pathnorm"
+	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/localstore"
+	"github.com/ckguard/ckguard/s3backend/s3cli"
+)
+
+// storeFlags name the store and the index (every index command takes them after its own name).
+func storeFlags() []cli.Flag {
+	f := []cli.Flag{
+		&cli.StringFlag{Name: "store", EnvVars: []string{"CKGUARD_STORE"}, Usage: "checkpoint storage: a local/NFS directory or s3://bucket/prefix", Required: true},
+		&cli.StringFlag{Name: "index", EnvVars: []string{"CKGUARD_INDEX"}, Usage: "index directory (default: $XDG_CACHE_HOME/ckguard/<hash of --store>)"},
+		&cli.StringSliceFlag{Name: "map", Usage: "prefix map `PREFIX=STOREPATH` tying URIs written in _metadata to the store (repeatable), e.g. file:/flink/ckpt= or hdfs://nn:8020/flink=flink"},
+		&cli.StringFlag{Name: "entropy-key", Usage: "Flink's s3.entropy.key (e.g. _entropy_), when checkpoints use entropy injection"},
+		&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
+		&cli.StringFlag{Name: "control-socket", Usage: "query a running mount through this socket (default: INDEX/" + control.SocketName + " when it answers)"},
+		&cli.BoolFlag{Name: "no-sync", Usage: "when opening the index directly, do not sync it with the store first"},
+	}
+	return append(f, s3cli.Flags()...)
+}
+
+// policyFlags are the decision policy flags (wherever a decision is made).
+func policyFlags() []cli.Flag {
+	d := refindex.DefaultPolicy()
+	return []cli.Flag{
+		&cli.DurationFlag{Name: "grace", Value: d.Grace, Usage: "protect unreferenced files younger than this (in-flight checkpoints); Go duration: 90s, 1h, 0s"},
+		&cli.DurationFlag{Name: "active-window", Value: d.ActiveWindow, Usage: "protect the newest checkpoint _metadata of jobs whose newest checkpoint completed within this window"},
+		&cli.DurationFlag{Name: "max-staleness", Value: d.MaxStaleness, Usage: "refuse everything when the index's last complete sync is older than this (0 = no limit)"},
+		&cli.StringSliceFlag{Name: "protect", Usage: "never remove store paths matching this `GLOB` or anything below them (repeatable), e.g. ha"},
+	}
+}
+
+// policyFrom reads the policy flags (defaults when a command has none).
+func policyFrom(c *cli.Context) (refindex.Policy, error) {
+	p := refindex.DefaultPolicy()
+	if hasFlag(c, "grace") {
+		p.Grace = c.Duration("grace")
+		p.ActiveWindow = c.Duration("active-window")
+		p.MaxStaleness = c.Duration("max-staleness")
+		p.Protect = c.StringSlice("protect")
+	}
+	return p, p.Validate()
+}
+
+// hasFlag reports whether the running command defines flag name.
+func hasFlag(c *cli.Context, name string) bool {
+	if c.Command == nil {
+		return false
+	}
+	for _, f := range c.Command.Flags {
+		for _, n := range f.Names() {
+			if n == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// indexOptions builds the index options from the path flags.
+func indexOptions(c *cli.Context) ([]refindex.Option, error) {
+	var maps []pathnorm.Mapping
+	for _, m := range c.StringSlice("map") {
+		pm, err := pathnorm.ParseMapping(m)
+		if err != nil {
+			return nil, err
+		}
+		maps = append(maps, pm)
+	}
+	opts := []refindex.Option{refindex.WithPathMap(maps, c.String("entropy-key")), refindex.WithLogger(cliLogger())}
+	if isTerminal(os.Stderr) {
+		opts = append(opts, refindex.WithProgress(os.Stderr))
+	}
+	return opts, nil
+}
+
+func cliLogger() *slog.Logger {
+	level := slog.LevelWarn
+	if os.Getenv("CKGUARD_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// openStore opens --store.
+func openStore(c *cli.Context) (store.Store, error) {
+	s := c.String("store")
+	if s3cli.IsURL(s) {
+		return s3cli.OpenStore(c.Context, s, s3cli.Config(c))
+	}
+	return localstore.New(s)
+}
+
+// indexDir returns --index or the per-store default under the user's cache directory.
+func indexDir(c *cli.Context) (string, error) {
+	if d := c.String("index"); d != "" {
+		return filepath.Abs(d)
+	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("no --index given and no cache directory: %w", err)
+	}
+	s := c.String("store")
+	if !s3cli.IsURL(s) {
+		if abs, err := filepath.Abs(s); err == nil {
+			s = abs
+		}
+	}
+	h := sha256.Sum256([]byte(s))
+	return filepath.Join(base, "ckguard", hex.EncodeToString(h[:8])), nil
+}
+
+// openIndex opens the index directly (no mount running), with extra options.
+func openIndex(c *cli.Context, extra ...refindex.Option) (*refindex.Index, error) {
+	st, err := openStore(c)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := indexDir(c)
+	if err != nil {
+		return nil, err
+	}
+	pol, err := policyFrom(c)
+	if err != nil {
+		return nil, cli.Exit(err.Error(), 2)
+	}
+	opts, err := indexOptions(c)
+	if err != nil {
+		return nil, cli.Exit(err.Error(), 2)
+	}
+	ix, err := refindex.Open(dir, st, pol, append(opts, extra...)...)
+	if err != nil {
+		return nil, err
+	}
+	return ix, nil
+}
+
+// openQuerier returns the Querier for a command: a running mount's control socket when one answers
+// (the mount holds the index lock and its own policy), else the index opened directly and — unless
+// --no-sync — synced with the store first, so that answers reflect the store as it is now.
+func openQuerier(c *cli.Context) (refindex.Querier, func() error, error) {
+	dir, err := indexDir(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	sock := c.String("control-socket")
+	explicit := sock != ""
+	if !explicit {
+		sock = control.DefaultSocket(dir)
+	}
+	if _, err := os.Stat(sock); err == nil || explicit {
+		q, err := control.DialQuerier(sock)
+		if err == nil {
+			return q, q.Close, nil
+		}
+		if explicit {
+			return nil, nil, fmt.Errorf("control socket %s: %w", sock, err)
+		}
+	}
+	ix, err := openIndex(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !c.Bool("no-sync") {
+		if err := ix.Sync(c.Context); err != nil {
+			ix.Close()
+			return nil, nil, fmt.Errorf("sync index with %s: %w", c.String("store"), err)
+		}
+	}
+	return ix, ix.Close, nil
+}
+
+// storeKey turns a command-line PATH into a store key: absolute paths under a local --store are made
+// relative to it; anything else is taken as a key.
+func storeKey(c *cli.Context, p string) string {
+	s := c.String("store")
+	if filepath.IsAbs(p) && !s3cli.IsURL(s) {
+		if root, err := filepath.Abs(s); err == nil {
+			if r, err := filepath.EvalSymlinks(root); err == nil {
+				root = r
+			}
+			for _, cand := range []string{p, evalOr(p)} {
+				if rel, err := filepath.Rel(root, cand); err == nil && !strings.HasPrefix(rel, "..") {
+					if rel == "." {
+						return ""
+					}
+					return filepath.ToSlash(rel)
+				}
+			}
+		}
+	}
+	for _, pre := range []string{"s3://", "s3a://", "s3p://"} {
+		if strings.HasPrefix(p, pre) && s3cli.IsURL(s) {
+			root := strings.TrimSuffix(s, "/") + "/"
+			u := "s3://" + strings.TrimPrefix(p, pre)
+			r := "s3://" + strings.TrimPrefix(strings.TrimPrefix(strings.TrimPrefix(root, "s3://"), "s3a://"), "s3p://")
+			if strings.HasPrefix(u, r) {
+				return strings.TrimPrefix(u, r)
+			}
+		}
+	}
+	return strings.Trim(p, "/")
+}
+
+func evalOr(p string) string {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	return p
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
+
+// humanBytes formats a byte count.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// exitf is an error with an exit status.
+func exitf(code int, format string, args ...any) error {
+	return cli.Exit(fmt.Sprintf(format, args...), code)
+}
