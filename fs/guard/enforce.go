@@ -37,7 +37,15 @@ type Check struct {
 	Path    string
 	To      string // rename target, for the audit record
 	Decided *refindex.Decision
+	// MetadataCommit marks the source of a rename onto a _metadata in the same folder: a writer (Flink's
+	// recoverable writer) committing a checkpoint written under a temporary name. Such a source is
+	// necessarily young and unreferenced, so the grace rule alone would refuse the commit; here a refusal
+	// for grace (and only for grace) is turned into an allow, recorded with ReasonMetadataCommit.
+	MetadataCommit bool
 }
+
+// ReasonMetadataCommit records a rename onto _metadata allowed although its source was in grace.
+const ReasonMetadataCommit refindex.Reason = "metadata-commit"
 
 // Config configures an Enforcer.
 type Config struct {
@@ -115,6 +123,10 @@ func (e *Enforcer) mutateLocked(ctx context.Context, checks []Check, do func() s
 			ds[i] = *c.Decided
 		} else {
 			ds[i] = e.ask(ctx, c.Op, c.Path)
+		}
+		if !ds[i].Allow && c.MetadataCommit && ds[i].Reason == refindex.ReasonGrace {
+			ds[i] = refindex.Decision{Allow: true, Reason: ReasonMetadataCommit,
+				Message: "committing " + c.To + " (renamed from a young, unreferenced temporary file): " + ds[i].Message}
 		}
 		if !ds[i].Allow {
 			refused = true

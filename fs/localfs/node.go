@@ -139,7 +139,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		// lack it do; mv and rename(1) never need it.
 		return syscall.EINVAL
 	}
-	cs := []guard.Check{{Op: refindex.OpRename, Path: from, To: to}}
+	cs := []guard.Check{{Op: refindex.OpRename, Path: from, To: to,
+		MetadataCommit: newName == guard.MetadataName && np == n && name != guard.MetadataName}}
 	if flags&unix.RENAME_NOREPLACE == 0 {
 		var st unix.Stat_t
 		if err := unix.Lstat(n.backing(to), &st); err == nil {
