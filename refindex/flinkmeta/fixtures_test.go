@@ -17,6 +17,8 @@ type fixture struct {
 	data       []byte
 	otherFiles int // "Other files copied" from MANIFEST.md
 	backend    string
+	// snapshotType is MANIFEST's "Snapshot type", decoded independently of this package.
+	snapshotType string
 }
 
 func fixturesPath() string {
@@ -63,8 +65,8 @@ func loadFixtures(t testing.TB) []fixture {
 		t.Fatal(err)
 	}
 	type row struct {
-		other   int
-		backend string
+		other          int
+		backend, snaps string
 	}
 	rows := map[string]row{}
 	for _, line := range strings.Split(string(manifest), "\n") {
@@ -76,7 +78,7 @@ func loadFixtures(t testing.TB) []fixture {
 		if err != nil {
 			continue
 		}
-		rows[strings.Trim(strings.TrimSpace(cols[1]), "`")] = row{n, strings.TrimSpace(cols[4])}
+		rows[strings.Trim(strings.TrimSpace(cols[1]), "`")] = row{n, strings.TrimSpace(cols[4]), strings.TrimSpace(cols[5])}
 	}
 	var out []fixture
 	err = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
@@ -92,7 +94,7 @@ func loadFixtures(t testing.TB) []fixture {
 		if !ok {
 			t.Errorf("%s not listed in MANIFEST.md", rel)
 		}
-		out = append(out, fixture{rel: filepath.ToSlash(rel), path: p, data: b, otherFiles: r.other, backend: r.backend})
+		out = append(out, fixture{rel: filepath.ToSlash(rel), path: p, data: b, otherFiles: r.other, backend: r.backend, snapshotType: r.snaps})
 		return nil
 	})
 	if err != nil {
@@ -123,6 +125,19 @@ func TestFixtures(t *testing.T) {
 		if err != nil {
 			t.Errorf("%s: %v", f.rel, err)
 			continue
+		}
+		if version >= 4 {
+			want := map[string]string{"checkpoint": "checkpoint/", "savepoint, canonical": "savepoint/canonical",
+				"savepoint, native": "savepoint/native", "stop-with-savepoint (suspend), canonical": "savepoint/canonical"}[f.snapshotType]
+			if strings.HasPrefix(f.snapshotType, "unknown: properties=null") {
+				want = "unknown/"
+			}
+			if got := m.Kind + "/" + m.SavepointFormat; got != want {
+				t.Errorf("%s: kind %s, MANIFEST says %q", f.rel, got, f.snapshotType)
+			}
+			if f.snapshotType == "stop-with-savepoint (suspend), canonical" && (m.Properties.PostCheckpointAction != "SUSPEND" || m.Properties.TypeName != "Suspend Savepoint") {
+				t.Errorf("%s: properties %+v, MANIFEST says %q", f.rel, m.Properties, f.snapshotType)
+			}
 		}
 		if m.FormatVersion != version {
 			t.Errorf("%s: FormatVersion %d, header says %d", f.rel, m.FormatVersion, version)
