@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -15,13 +16,18 @@ import (
 
 // guardMount is one `ckguard mount` of a local store, run by the test in the foreground.
 type guardMount struct {
-	t      *testing.T
-	store  string
-	index  string
-	mnt    string
-	cmd    *exec.Cmd
-	log    string
-	exited chan struct{}
+	t     *testing.T
+	store string
+	index string
+	mnt   string
+	// flinkRoot is where Flink writes: the mountpoint when the mount can map the file: URIs Flink
+	// writes there back to the store (--map), else the store itself (cleanup still goes through
+	// the mount; the index learns new checkpoints from its periodic sync).
+	flinkRoot string
+	syncWait  time.Duration
+	cmd       *exec.Cmd
+	log       string
+	exited    chan struct{}
 }
 
 // requireFUSE skips (fails in CI) without /dev/fuse or fusermount3.
@@ -47,8 +53,17 @@ func startMount(t *testing.T, store string, extra ...string) *guardMount {
 	if err := os.MkdirAll(g.mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"mount", "--store", store, "--index", g.index, "--map", "file:" + g.mnt + "=",
-		"--sync-interval", "2s", "--foreground"}, extra...)
+	args := []string{"mount", "--store", store, "--index", g.index, "--sync-interval", "2s", "--foreground"}
+	help, _ := run(context.Background(), "", ckguard(t), "mount", "--help")
+	if strings.Contains(help, "--map") && os.Getenv("CKGUARD_E2E_FLINK_DIRECT") != "1" {
+		args = append(args, "--map", "file:"+g.mnt+"=")
+		g.flinkRoot = g.mnt
+	} else {
+		g.flinkRoot = store
+		g.syncWait = 5 * time.Second
+		t.Logf("Flink writes to the store directly, cleanup goes through the mount (CKGUARD_E2E_FLINK_DIRECT=1, or the mount has no --map)")
+	}
+	args = append(args, extra...)
 	args = append(args, g.mnt)
 	logf, err := os.Create(g.log)
 	if err != nil {
@@ -115,12 +130,43 @@ func (g *guardMount) unmount() {
 	}
 }
 
+// has reports whether a ckguard command is built; while it is still the skeleton's placeholder the
+// check that needs it is skipped (logged), except in CI where that is an error.
+func (g *guardMount) has(cmd string) bool {
+	g.t.Helper()
+	out, _ := run(context.Background(), "", ckguard(g.t), cmd, "--help")
+	if !strings.Contains(out, "not built yet") {
+		return true
+	}
+	if os.Getenv("CI") == "true" {
+		g.t.Errorf("ckguard %s is not built yet", cmd)
+	} else {
+		g.t.Logf("SKIPPED: the check with `ckguard %s` (not built yet)", cmd)
+	}
+	return false
+}
+
 // cli runs a ckguard query command against this mount's store and index (the CLI reaches the
 // running mount through its control socket).
 func (g *guardMount) cli(args ...string) (string, int) {
 	g.t.Helper()
 	full := append([]string{args[0], "--store", g.store, "--index", g.index}, args[1:]...)
 	return ckguardRun(g.t, full...)
+}
+
+// settle waits for the periodic sync when Flink writes to the store directly.
+func (g *guardMount) settle() {
+	if g.syncWait > 0 {
+		time.Sleep(g.syncWait)
+	}
+}
+
+// inMount maps a store path to the same object seen through the mount.
+func (g *guardMount) inMount(p string) string {
+	if strings.HasPrefix(p, g.store) {
+		return g.mnt + strings.TrimPrefix(p, g.store)
+	}
+	return p
 }
 
 // inStore maps a path below the mountpoint to the same object in the store.
@@ -160,9 +206,9 @@ func (g *guardMount) assertNothingReferencedMissing(version string) map[string]s
 func guardedScenario(t *testing.T, version, mode string, o jobOpts) {
 	store := t.TempDir()
 	g := startMount(t, store)
-	ck := filepath.Join(g.mnt, "ck")
+	ck := filepath.Join(g.flinkRoot, "ck")
 	if o.Changelog {
-		o.DSTLDir = filepath.Join(g.mnt, "dstl")
+		o.DSTLDir = filepath.Join(g.flinkRoot, "dstl")
 	}
 
 	// (i) A checkpoints through the mount; B restores from A's latest checkpoint.
@@ -174,8 +220,9 @@ func guardedScenario(t *testing.T, version, mode string, o jobOpts) {
 		t.Fatalf("B's %s references nothing under A's folder", checkpointDir(bLast))
 	}
 	t.Logf("B's %s references %d files under A's folder", filepath.Base(checkpointDir(bLast)), len(cross))
-	if len(cross) > 0 {
-		out, code := g.cli("why", cross[0])
+	if len(cross) > 0 && g.has("why") {
+		g.settle()
+		out, code := g.cli("why", g.inMount(cross[0]))
 		if code == 0 && !strings.Contains(out, filepath.Base(checkpointDir(bLast))) && !strings.Contains(out, b.jobID()) {
 			t.Errorf("ckguard why %s does not name B's checkpoint:\n%s", cross[0], out)
 		}
@@ -187,24 +234,25 @@ func guardedScenario(t *testing.T, version, mode string, o jobOpts) {
 	// CLAIM: B subsumes A's claimed checkpoint and Flink deletes it through the mount, unless the
 	// policy protects it (newest checkpoint of a recently active job): then it must stay visible.
 	if mode == "CLAIM" {
-		if _, err := os.Stat(filepath.Join(g.inStore(aChk), "_metadata")); err == nil {
+		if _, err := os.Stat(filepath.Join(g.inStore(aChk), "_metadata")); err == nil && g.has("checkpoints") {
 			out, _ := g.cli("checkpoints", "--json")
 			if !strings.Contains(out, aID) {
 				t.Errorf("A's claimed %s was left behind but `ckguard checkpoints` does not list job %s:\n%s", aChk, aID, truncate(out, 2000))
 			}
 			t.Logf("CLAIM: A's claimed %s kept (protected by policy), listed by ckguard checkpoints", filepath.Base(aChk))
 		} else {
-			t.Logf("CLAIM: Flink (job B) deleted A's claimed %s through the mount", filepath.Base(aChk))
+			t.Logf("CLAIM: Flink (job B) deleted A's claimed %s itself (Flink writes to %s)", filepath.Base(aChk), g.flinkRoot)
 		}
 	}
 
 	// (iii) the ops cleanup through the mount: A's folder is "a week old".
 	before := filesUnder(t, g.inStore(aDir))
 	backdate(t, g.inStore(aDir), oldAge)
-	out := opsCleanup(t, g.mnt, aDir)
+	g.settle()
+	out := opsCleanup(t, g.mnt, g.inMount(aDir))
 	after := filesUnder(t, g.inStore(aDir))
 	refused := strings.Count(out, "Operation not permitted")
-	t.Logf("cleanup through the mount: %d files of A before, %d left, %d refusals reported by rm/find", len(before), len(after), refused)
+	t.Logf("cleanup through the mount: %d files of A before, %d left, %d refusals reported by rm/find; audit so far %v", len(before), len(after), refused, g.auditCounts())
 	refs := g.assertNothingReferencedMissing(version)
 	for _, f := range after {
 		if _, ok := refs[f]; ok || filepath.Base(f) == "_metadata" {
@@ -235,14 +283,20 @@ func guardedScenario(t *testing.T, version, mode string, o jobOpts) {
 	c, _ := startRestored(t, version, "C", ck, checkpointDir(bLast), mode, 2, o)
 	c.stop()
 	cLast, _ := c.lastCheckpoint()
-	if out, code := g.cli("verify"); code != 0 {
-		t.Fatalf("ckguard verify after the cleanup: exit %d\n%s", code, out)
+	g.settle()
+	if g.has("verify") {
+		if out, code := g.cli("verify"); code != 0 {
+			t.Fatalf("ckguard verify after the cleanup: exit %d\n%s", code, out)
+		}
 	}
 
 	// (iv) orphans: with no job running, everything listed must be garbage; deleting it through
 	// the mount must not break a restore from C's latest checkpoint.
 	refs = g.assertNothingReferencedMissing(version)
-	orphans := g.orphans()
+	var orphans []string
+	if g.has("orphans") {
+		orphans = g.orphans()
+	}
 	for _, p := range orphans {
 		sp := g.inStore(p)
 		if _, ok := refs[sp]; ok {
@@ -261,9 +315,47 @@ func guardedScenario(t *testing.T, version, mode string, o jobOpts) {
 	g.assertNothingReferencedMissing(version)
 	d, _ := startRestored(t, version, "D", ck, checkpointDir(cLast), mode, 1, o)
 	d.stop()
-	if out, code := g.cli("verify"); code != 0 {
-		t.Fatalf("ckguard verify at the end: exit %d\n%s", code, out)
+	g.settle()
+	if g.has("verify") {
+		if out, code := g.cli("verify"); code != 0 {
+			t.Fatalf("ckguard verify at the end: exit %d\n%s", code, out)
+		}
 	}
+}
+
+// auditCounts tallies the mount's audit log (INDEX/audit.jsonl) of deleting operations
+// (unlink, rmdir, rename) by who asked — "tool" for rm/find, "flink" for everything else (the JVM's
+// threads) — and decision: keys like "tool/allow", "flink/refuse".
+func (g *guardMount) auditCounts() map[string]int {
+	g.t.Helper()
+	res := map[string]int{}
+	f, err := os.Open(filepath.Join(g.index, "audit.jsonl"))
+	if err != nil {
+		g.t.Logf("audit log: %v", err)
+		return res
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var r struct {
+			Op       string `json:"op"`
+			Decision string `json:"decision"`
+			Comm     string `json:"comm"`
+		}
+		if json.Unmarshal(sc.Bytes(), &r) != nil {
+			continue
+		}
+		if r.Op != "unlink" && r.Op != "rmdir" && r.Op != "rename" {
+			continue
+		}
+		who := "flink"
+		if r.Comm == "rm" || r.Comm == "find" {
+			who = "tool"
+		}
+		res[who+"/"+r.Decision]++
+	}
+	return res
 }
 
 // inReferencedDir: a file below a referenced directory (file-merging directory handle) is protected.
