@@ -1,0 +1,386 @@
+package refindex_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/pathnorm"
+	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/localstore"
+	"github.com/ckguard/ckguard/refindex/treegen"
+)
+
+// flakyStore fails listings while fail is set.
+type flakyStore struct {
+	store.Store
+	fail bool
+}
+
+func (f *flakyStore) ListMetadata(ctx context.Context, fn func(store.ObjectInfo) error) error {
+	if f.fail {
+		return errors.New("503 Slow Down")
+	}
+	return f.Store.ListMetadata(ctx, fn)
+}
+
+func TestFailClosed(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, _ := localstore.New(tr.Root)
+	fs := &flakyStore{Store: ls}
+	now := testNow
+	pol := testPolicy()
+	pol.MaxStaleness = 5 * time.Minute
+	pol.Now = func() time.Time { return now }
+	ix, err := refindex.Open(t.TempDir(), fs, pol, refindex.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	garbage := tr.Orphans(treegen.DefaultPolicy, 0)[0]
+	if d := ix.Decide(ctx, garbage, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonIndexStale {
+		t.Fatalf("never-synced index allowed: %+v", d)
+	}
+	// Sync records the listing's start time; pretend the clock is at the real time now.
+	now = time.Now()
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pol.Now = func() time.Time { return now }
+	if d := ix.Decide(ctx, garbage, refindex.OpUnlink); !d.Allow {
+		t.Fatalf("garbage refused after sync: %+v", d)
+	}
+	now = now.Add(6 * time.Minute)
+	if d := ix.Decide(ctx, garbage, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonIndexStale || !strings.Contains(d.Message, "max-staleness") {
+		t.Fatalf("stale index allowed: %+v", d)
+	}
+	now = time.Now()
+	fs.fail = true
+	if err := ix.Sync(ctx); err == nil {
+		t.Fatal("sync with a failing listing succeeded")
+	}
+	if d := ix.Decide(ctx, garbage, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonSyncFailed || !strings.Contains(d.Message, "503") {
+		t.Fatalf("failed sync allowed: %+v", d)
+	}
+	if st, _, _ := ix.Explain(ctx, garbage); st != refindex.StateBlocked {
+		t.Fatalf("explain after failed sync = %s", st)
+	}
+	// The failure survives a restart (persisted), and a good sync clears it.
+	ix.Close()
+	ix, err = refindex.Open(ix.Dir(), fs, pol, refindex.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	if d := ix.Decide(ctx, garbage, refindex.OpUnlink); d.Reason != refindex.ReasonSyncFailed {
+		t.Fatalf("failed sync forgotten on reopen: %+v", d)
+	}
+	fs.fail = false
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := ix.Decide(ctx, garbage, refindex.OpUnlink); !d.Allow {
+		t.Fatalf("garbage refused after recovery: %+v", d)
+	}
+}
+
+func TestDirectoriesAndPolicy(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.IncidentOne(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A file-merging checkpoint of a third job whose operator state names managed directories.
+	fm := "flink-checkpoints/11112222333344445555666677778888"
+	c, err := tr.Checkpoint(treegen.Spec{Dir: fm + "/chk-5", ID: 5, Completed: testNow.Add(-20 * 24 * time.Hour),
+		Dirs: []string{fm + "/taskowned/job_1111_tm_a", fm + "/shared/op_0_2_"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Data(c, testNow.Add(-21*24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Write(fm+"/taskowned/job_1111_tm_a/unlisted-physical-file", 10, testNow.Add(-30*24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Write("ha/completedCheckpoint00001", 10, testNow.Add(-30*24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	ls, _ := localstore.New(tr.Root)
+	pol := testPolicy()
+	pol.Protect = []string{"ha"}
+	ix, err := refindex.Open(t.TempDir(), ls, pol, refindex.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	old := "flink-checkpoints/" + treegen.IncidentOneOldJob
+	cur := "flink-checkpoints/" + treegen.IncidentOneNewJob
+	tests := []struct {
+		path   string
+		op     refindex.Op
+		reason refindex.Reason
+	}{
+		{old, refindex.OpRmdir, refindex.ReasonReferenced},
+		{old, refindex.OpRename, refindex.ReasonReferenced},
+		{old + "/shared", refindex.OpRename, refindex.ReasonReferenced},
+		{old + "/chk-100270", refindex.OpRmdir, refindex.ReasonAllowed},
+		{old + "/chk-100270", refindex.OpRename, refindex.ReasonAllowed},
+		{old + "/taskowned", refindex.OpRmdir, refindex.ReasonAllowed},
+		{"", refindex.OpRmdir, refindex.ReasonReferenced},
+		{cur + "/chk-100274/_metadata", refindex.OpUnlink, refindex.ReasonProtectedMetadata},
+		{cur + "/chk-100274/_metadata", refindex.OpRename, refindex.ReasonProtectedMetadata},
+		{cur + "/chk-100273/_metadata", refindex.OpUnlink, refindex.ReasonAllowed},
+		{cur + "/chk-100273/_metadata", refindex.OpTruncate, refindex.ReasonAllowed},
+		{fm + "/taskowned/job_1111_tm_a", refindex.OpRmdir, refindex.ReasonReferenced},
+		{fm + "/taskowned/job_1111_tm_a/unlisted-physical-file", refindex.OpUnlink, refindex.ReasonReferenced},
+		{fm + "/taskowned", refindex.OpRename, refindex.ReasonReferenced},
+		{fm + "/chk-5/_metadata", refindex.OpUnlink, refindex.ReasonAllowed},
+		{"ha/completedCheckpoint00001", refindex.OpUnlink, refindex.ReasonProtectGlob},
+		{"ha", refindex.OpRmdir, refindex.ReasonProtectGlob},
+		{"ha/../" + old + "/chk-100270/" + "x", refindex.OpUnlink, refindex.ReasonAllowed},
+		{"../outside", refindex.OpUnlink, refindex.ReasonStoreError},
+		{old + "/shared/" + "does-not-exist", refindex.OpUnlink, refindex.ReasonAllowed},
+	}
+	for _, tc := range tests {
+		d := ix.Decide(ctx, tc.path, tc.op)
+		if d.Reason != tc.reason || d.Allow != (tc.reason == refindex.ReasonAllowed) {
+			t.Errorf("Decide(%q, %s) = %s %q, want %s", tc.path, tc.op, d.Reason, d.Message, tc.reason)
+		}
+	}
+	// A referenced SST names its checkpoints (first few and the count) and the fix.
+	var oldSST string
+	for _, k := range tr.Referenced() {
+		if strings.HasPrefix(k, old+"/shared/") {
+			oldSST = k
+		}
+	}
+	d := ix.Decide(ctx, oldSST, refindex.OpUnlink)
+	if d.RefCount < 1 || len(d.Referencing) == 0 || !strings.Contains(d.Message, "chk-10027") || !strings.Contains(d.Message, "full") {
+		t.Errorf("referenced refusal lacks names or the fix: %+v", d)
+	}
+	// Writes: a referenced file may not be opened for writing; an unreferenced young one may.
+	if d := ix.Decide(ctx, tr.Referenced()[0], refindex.OpWrite); d.Allow {
+		t.Errorf("write to a referenced file allowed")
+	}
+	if d := ix.Decide(ctx, tr.Referenced()[0], refindex.OpLink); d.Allow {
+		t.Errorf("hard link to a referenced file allowed")
+	}
+	// Pinning protects a checkpoint; unpinning releases it.
+	pinned := cur + "/chk-100273"
+	if _, err := ix.Pin(ctx, pinned); err != nil {
+		t.Fatal(err)
+	}
+	if d := ix.Decide(ctx, pinned+"/_metadata", refindex.OpUnlink); d.Reason != refindex.ReasonPinned || !strings.Contains(d.Message, "ckguard unpin") {
+		t.Errorf("pinned checkpoint: %+v", d)
+	}
+	if d := ix.Decide(ctx, cur, refindex.OpRename); d.Allow {
+		t.Errorf("rename of a folder holding a pinned checkpoint allowed")
+	}
+	if _, err := ix.Pin(ctx, old+"/chk-100270"); err == nil {
+		t.Errorf("pin of a folder without _metadata succeeded")
+	}
+	// Pins survive a rebuild (they are not derived data).
+	if err := ix.Rebuild(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := ix.Decide(ctx, pinned+"/_metadata", refindex.OpUnlink); d.Reason != refindex.ReasonPinned {
+		t.Errorf("pin lost in rebuild: %+v", d)
+	}
+	if _, err := ix.Unpin(ctx, pinned); err != nil {
+		t.Fatal(err)
+	}
+	if d := ix.Decide(ctx, pinned+"/_metadata", refindex.OpUnlink); !d.Allow {
+		t.Errorf("unpinned checkpoint still refused: %+v", d)
+	}
+	st, refs, err := ix.Explain(ctx, tr.Referenced()[0])
+	if err != nil || st != refindex.StateReferenced || len(refs) == 0 {
+		t.Errorf("Explain = %s %v %v", st, refs, err)
+	}
+	if st, _, _ := ix.Explain(ctx, cur+"/chk-100274/_metadata"); st != refindex.StateProtected {
+		t.Errorf("Explain(protected) = %s", st)
+	}
+}
+
+// TestThroughTheMount drives the index as the guarded filesystem does: Flink writes a checkpoint
+// through the mount (files, then a temporary metadata file renamed to _metadata), then subsumes the
+// previous one; the files only the old checkpoint used are deletable at once, though young.
+func TestThroughTheMount(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now()
+	tr, err := treegen.YoungOrphan(t.TempDir(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, _ := localstore.New(tr.Root)
+	pol := refindex.DefaultPolicy()
+	ix, err := refindex.Open(t.TempDir(), ls, pol, refindex.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	chk := refindex.Checker(ix)
+	job := "flink/fedcba9876543210fedcba9876543210"
+	prev := tr.Live[job+"/chk-77/_metadata"]
+	// chk-78: reuses two SSTs of chk-77, uploads a new one, and a private file.
+	newSST := job + "/shared/new-sst-78"
+	c, err := tr.Checkpoint(treegen.Spec{Dir: job + "/chk-78", ID: 78, Completed: now, Shared: append([]string{newSST}, prev.Refs[:2]...), Private: []string{"priv-78"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Data(c, now); err != nil {
+		t.Fatal(err)
+	}
+	// Before the _metadata is known, the new upload is protected only by the grace period.
+	if d := chk.Decide(ctx, newSST, refindex.OpUnlink); d.Reason != refindex.ReasonGrace {
+		t.Fatalf("in-flight upload: %+v", d)
+	}
+	// Flink's local writer writes a hidden temp file and renames it to _metadata.
+	tmp := job + "/chk-78/._metadata.inprogress.1"
+	if err := os.Rename(filepath.Join(tr.Root, c.Metadata), filepath.Join(tr.Root, tmp)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chk.Written(ctx, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(tr.Root, tmp), filepath.Join(tr.Root, c.Metadata)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chk.Renamed(ctx, tmp, c.Metadata); err != nil {
+		t.Fatal(err)
+	}
+	if d := chk.Decide(ctx, newSST, refindex.OpUnlink); d.Reason != refindex.ReasonReferenced || d.Referencing[0] != c.Metadata {
+		t.Fatalf("new checkpoint not protected at once: %+v", d)
+	}
+	// Subsume chk-77: _metadata first, then its files. Files chk-78 reuses stay protected.
+	if d := chk.Decide(ctx, prev.Metadata, refindex.OpUnlink); !d.Allow {
+		t.Fatalf("subsuming chk-77 refused: %+v", d)
+	}
+	os.Remove(filepath.Join(tr.Root, prev.Metadata))
+	if err := chk.Deleted(ctx, prev.Metadata); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range prev.Refs {
+		d := chk.Decide(ctx, r, refindex.OpUnlink)
+		if want := strings.Contains(strings.Join(c.Refs, " "), r); d.Allow == want {
+			t.Errorf("after subsumption %s: allow=%v (%s), still referenced=%v", r, d.Allow, d.Message, want)
+		}
+	}
+	// Writing an unparseable _metadata through the mount blocks everything at once.
+	bad := job + "/chk-79/_metadata"
+	os.MkdirAll(filepath.Join(tr.Root, job, "chk-79"), 0o755)
+	os.WriteFile(filepath.Join(tr.Root, bad), []byte("not a checkpoint"), 0o644)
+	if err := chk.Written(ctx, bad); err == nil {
+		t.Fatal("unparseable _metadata indexed without error")
+	}
+	if d := chk.Decide(ctx, prev.Refs[2], refindex.OpUnlink); d.Reason != refindex.ReasonUnparseable || !strings.Contains(d.Message, bad) {
+		t.Fatalf("unparseable _metadata does not block: %+v", d)
+	}
+	if d := chk.Decide(ctx, bad, refindex.OpUnlink); d.Reason != refindex.ReasonGrace {
+		t.Fatalf("young unparseable _metadata: %+v", d)
+	}
+	// Removing its folder through the mount unblocks.
+	os.RemoveAll(filepath.Join(tr.Root, job, "chk-79"))
+	if err := chk.Deleted(ctx, job+"/chk-79"); err != nil {
+		t.Fatal(err)
+	}
+	if d := chk.Decide(ctx, prev.Refs[2], refindex.OpUnlink); !d.Allow {
+		t.Fatalf("still blocked after removing the unparseable _metadata: %+v", d)
+	}
+}
+
+func TestSchemaAndMapChanges(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.SchemeAliasing(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, _ := localstore.New(tr.Root)
+	dir := t.TempDir()
+	// Without the map only the relative (private) files are inside the store.
+	ix, err := refindex.Open(dir, ls, testPolicy(), refindex.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := ix.Stats(ctx)
+	if s.References != 2 || s.OutsideReferences != 12 {
+		t.Fatalf("unmapped stats %+v", s)
+	}
+	ix.Close()
+	// With the map, the next sync rebuilds (the fingerprint changed) and the aliases meet.
+	ix, err = refindex.Open(dir, ls, testPolicy(), refindex.WithLogger(quiet), refindex.WithPathMap(tr.Maps, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, _ = ix.Stats(ctx)
+	if s.OutsideReferences != 1 {
+		t.Fatalf("mapped stats %+v", s)
+	}
+	gen := s.Generation
+	ix.Close()
+	// Tamper with the schema version: Open refuses and says to rebuild; WithFreshIndex recovers.
+	db, err := badger.Open(badger.DefaultOptions(filepath.Join(dir, "gen-"+pad(gen))).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Update(func(txn *badger.Txn) error { return txn.Set([]byte("m/schema"), []byte("0")) })
+	db.Close()
+	_, err = refindex.Open(dir, ls, testPolicy(), refindex.WithLogger(quiet))
+	if !errors.Is(err, refindex.ErrSchema) || !strings.Contains(err.Error(), "ckguard index rebuild") {
+		t.Fatalf("schema mismatch: %v", err)
+	}
+	ix, err = refindex.Open(dir, ls, testPolicy(), refindex.WithLogger(quiet), refindex.WithFreshIndex(), refindex.WithPathMap(tr.Maps, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	if err := ix.Rebuild(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A second Open of the same index is refused while the first holds it.
+	if _, err := refindex.Open(dir, ls, testPolicy(), refindex.WithLogger(quiet)); !errors.Is(err, refindex.ErrLocked) {
+		t.Fatalf("second open: %v", err)
+	}
+	if _, err := pathnorm.New(pathnorm.Config{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func pad(n int) string {
+	s := "00000000" + itoa(n)
+	return s[len(s)-8:]
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; n > 0; n /= 10 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+	}
+	return string(b)
+}
