@@ -166,6 +166,10 @@ func (p *mntProc) stop() {
 	}
 	select {
 	case <-p.exited:
+		// Killed on purpose (kill9): only clear the stale mount it left.
+		if mi, _ := mountutil.Lookup(p.mnt); mi != nil {
+			_ = mountutil.Unmount(p.mnt, true)
+		}
 		return
 	default:
 	}

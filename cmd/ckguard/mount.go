@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,29 +13,25 @@ import (
 	"github.com/ckguard/ckguard/fs/daemon"
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guardd"
-	"github.com/ckguard/ckguard/refindex"
-	"github.com/ckguard/ckguard/refindex/pathnorm"
 	"github.com/ckguard/ckguard/s3backend/s3cli"
 	"github.com/ckguard/ckguard/s3backend/s3guardd"
 )
 
 func mountCommand() *cli.Command {
 	flags := []cli.Flag{
-		&cli.StringFlag{Name: "store", Usage: "checkpoint storage directory to guard (local, NFS or fuse-dfs)", Required: true},
-		&cli.StringFlag{Name: "index", Usage: "index directory (created if missing; holds the control socket, audit log and daemon log by default)", Required: true},
 		&cli.BoolFlag{Name: "allow-other", Usage: "let other users use the mount (kernel permission checks stay on)"},
 		&cli.DurationFlag{Name: "sync-interval", Value: 30 * time.Second, Usage: "re-sync the index with the store this often (picks up changes made directly)"},
 		&cli.StringFlag{Name: "refuse-errno", Value: "EPERM", Usage: "errno for refused operations: EPERM, EACCES, EROFS, EBUSY or a number"},
 		&cli.StringFlag{Name: "audit-log", Usage: "JSON-lines audit log of every decision (default INDEX/audit.jsonl)"},
 		&cli.DurationFlag{Name: "audit-fsync", Value: time.Second, Usage: "fsync the audit log this often (records are written before each reply regardless); negative: after every record"},
-		&cli.StringFlag{Name: "control-socket", Usage: "unix socket serving queries while mounted (default INDEX/ckguard.sock)"},
 		&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics on this address, e.g. 127.0.0.1:9477"},
 		&cli.BoolFlag{Name: "foreground", Aliases: []string{"f"}, Usage: "stay in the foreground (for systemd Type=notify and containers); default: detach once mounted"},
 		&cli.StringFlag{Name: "log-file", Usage: "daemon mode: log here (default INDEX/ckguard.log)"},
 		&cli.BoolFlag{Name: "debug", Usage: "log every FUSE request"},
 	}
-	flags = append(flags, mountPolicyFlags()...)
-	flags = append(flags, s3cli.Flags()...) // --store s3://bucket/prefix (S3 engineer)
+	// --store, --index, --map, --entropy-key, --control-socket and the S3 flags are shared with every index
+	// command (common.go), as are the policy flags.
+	flags = append(append(storeFlags(), policyFlags()...), flags...)
 	return &cli.Command{
 		Name:      "mount",
 		Usage:     "mount the store through the guard: cleanup tools then delete only what no live checkpoint needs",
@@ -51,13 +46,13 @@ func mountCommand() *cli.Command {
 
 func runMount(c *cli.Context) error {
 	if c.NArg() != 1 {
-		return cli.Exit("usage: ckguard mount --store DIR --index DIR [flags] MOUNTPOINT", 2)
+		return cli.Exit("usage: ckguard mount --store DIR|s3://BUCKET/PREFIX [--index DIR] [flags] MOUNTPOINT", 2)
 	}
 	mnt, err := filepath.Abs(c.Args().First())
 	if err != nil {
 		return err
 	}
-	indexDir, err := filepath.Abs(c.String("index"))
+	indexDir, err := indexDir(c)
 	if err != nil {
 		return err
 	}
@@ -65,7 +60,11 @@ func runMount(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
-	pol, idxOpts, err := mountPolicy(c)
+	pol, err := policyFrom(c)
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	idxOpts, err := indexOptions(c)
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
@@ -91,10 +90,6 @@ func runMount(c *cli.Context) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	var progress io.Writer
-	if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-		progress = os.Stderr
-	}
 	cfg := guardd.Config{
 		StoreDir:      c.String("store"),
 		IndexDir:      indexDir,
@@ -110,7 +105,6 @@ func runMount(c *cli.Context) error {
 		MetricsAddr:   c.String("metrics-addr"),
 		Debug:         c.Bool("debug"),
 		Logger:        log,
-		Progress:      progress,
 		Ready: func(m *guardd.Mounted) {
 			daemon.Ready(fmt.Sprintf("guarding %s on %s", c.String("store"), m.Mountpoint))
 		},
@@ -127,36 +121,4 @@ func runMount(c *cli.Context) error {
 	}
 	daemon.Stopping()
 	return nil
-}
-
-// mountPolicyFlags are the index policy flags of the mount.
-// TODO(mount): switch to the shared policy flags of common.go once the INDEX engineer lands them.
-func mountPolicyFlags() []cli.Flag {
-	d := refindex.DefaultPolicy()
-	return []cli.Flag{
-		&cli.DurationFlag{Name: "grace", Value: d.Grace, Usage: "protect unreferenced files younger than this (in-flight checkpoints)"},
-		&cli.DurationFlag{Name: "active-window", Value: d.ActiveWindow, Usage: "protect the newest checkpoint of jobs active within this window"},
-		&cli.DurationFlag{Name: "max-staleness", Value: d.MaxStaleness, Usage: "refuse everything when the last sync is older than this (0 = no limit)"},
-		&cli.StringSliceFlag{Name: "protect", Usage: "never remove store paths matching this glob (repeatable)"},
-		&cli.StringSliceFlag{Name: "map", Usage: "prefix map PREFIX=STOREPATH tying URIs in _metadata to the store (repeatable), e.g. hdfs://nn:8020/flink="},
-		&cli.StringFlag{Name: "entropy-key", Usage: "Flink's s3.entropy.key (e.g. _entropy_)"},
-	}
-}
-
-func mountPolicy(c *cli.Context) (refindex.Policy, []refindex.Option, error) {
-	p := refindex.Policy{Grace: c.Duration("grace"), ActiveWindow: c.Duration("active-window"),
-		MaxStaleness: c.Duration("max-staleness"), Protect: c.StringSlice("protect")}
-	var maps []pathnorm.Mapping
-	for _, m := range c.StringSlice("map") {
-		pm, err := pathnorm.ParseMapping(m)
-		if err != nil {
-			return p, nil, err
-		}
-		maps = append(maps, pm)
-	}
-	var opts []refindex.Option
-	if len(maps) > 0 || c.String("entropy-key") != "" {
-		opts = append(opts, refindex.WithPathMap(maps, c.String("entropy-key")))
-	}
-	return p, opts, p.Validate()
 }

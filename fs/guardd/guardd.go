@@ -79,7 +79,8 @@ func Run(ctx context.Context, c Config) (err error) {
 	if err != nil {
 		return fmt.Errorf("store %s: %w", c.StoreDir, err)
 	}
-	opts := append([]refindex.Option{refindex.WithLogger(log)}, c.IndexOptions...)
+	// The mount's logger last: it wins over a logger among the caller's options.
+	opts := append(append([]refindex.Option{}, c.IndexOptions...), refindex.WithLogger(log))
 	if c.Progress != nil {
 		opts = append(opts, refindex.WithProgress(c.Progress))
 	}
