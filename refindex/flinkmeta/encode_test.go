@@ -338,3 +338,26 @@ func TestEncodeRejectsInvalid(t *testing.T) {
 		}
 	}
 }
+
+// TestIDFromUID checks the uid hash against the operator ids and uids recorded in real V5+ files.
+func TestIDFromUID(t *testing.T) {
+	if got := IDFromUID("CheckpointingSource2").String(); got != "1f2b5df5a66154aca61fcb26193792be" {
+		t.Errorf("IDFromUID = %s", got)
+	}
+	checked := 0
+	for _, f := range loadFixtures(t) {
+		m, err := ParseBytes(f.data, f.path, Options{})
+		if err != nil || m.FormatVersion < 5 {
+			continue
+		}
+		for _, op := range m.Operators {
+			if op.UID != "" && IDFromUID(op.UID) == op.ID {
+				checked++
+			}
+		}
+	}
+	if checked == 0 {
+		t.Error("no V5+ fixture operator id matches the hash of its uid")
+	}
+	t.Logf("%d operator ids match their uid hash", checked)
+}

@@ -32,7 +32,11 @@ func (p *parser) stream(depth int) StreamHandle {
 	case StreamFile:
 		c.what = "FileStateHandle"
 		h.Size = c.i64()
+		pat := c.pos()
 		h.Path = c.str()
+		if c.err == nil && h.Path == "" {
+			c.seekFail(pat, "a non-empty file path in a file state handle")
+		}
 	case StreamRelativeFile:
 		c.what = "RelativeFileStateHandle"
 		pat := c.pos()
@@ -65,7 +69,11 @@ func (p *parser) stream(depth int) StreamHandle {
 			c.seekFail(sat, fmt.Sprintf("segment scope 0 (EXCLUSIVE) or 1 (SHARED), got %d", scope))
 		}
 		h.Scope = uint8(scope)
+		pat := c.pos()
 		h.Path = c.str()
+		if c.err == nil && h.Path == "" {
+			c.seekFail(pat, "a non-empty physical file path in a segment file state handle")
+		}
 		h.LogicalFileID = c.str()
 	default:
 		c.seekFail(at, fmt.Sprintf("stream state handle type code 0, 1, 2, 3, 6, 15 or 16, got %d", h.Code))

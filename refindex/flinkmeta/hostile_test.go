@@ -180,6 +180,7 @@ func TestHostileStructure(t *testing.T) {
 		"deep nesting":     {nested, "nested"},
 		"relative ..":      {relHostile("../../etc/passwd"), "relative"},
 		"relative slash":   {relHostile("a/b"), "relative"},
+		"empty file path":  {header(4, be64(1), be32(0), be32(1), make([]byte, 16), be32(1), be32(1), []byte{0}, be32(1), be32(0), be32(1), []byte{4}, be32(0), []byte{2}, be64(1), []byte{0, 0}, make([]byte, 40)), "non-empty file path"},
 		"relative empty":   {relHostile(""), "relative"},
 		"trailing bytes":   {append(mustEncode(t, NewCheckpoint(3, 1, true)), 0), "end of file"},
 		"bad trailer":      {append(mustEncode(t, NewCheckpoint(4, 1, true))[:len(mustEncode(t, NewCheckpoint(4, 1, true)))-8], bytes.Repeat([]byte{0}, 8)...), "UTF-8"},

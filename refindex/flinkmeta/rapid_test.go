@@ -53,7 +53,7 @@ func (g gen) stream(depth int) StreamHandle {
 		h.Path, h.Data = g.str("bs name"), g.data("bs data")
 		h.Size = int64(len(h.Data))
 	case StreamFile:
-		h.Path = rapid.SampledFrom([]string{"s3://b/k", "s3a://b/shared/x", "hdfs://nn:8020/f/shared/y", "file:/tmp/z", "/abs/p"}).Draw(g.t, "uri") + g.str("suffix")
+		h.Path = rapid.SampledFrom([]string{"s3://b/k", "s3a://b/shared/x", "hdfs://nn:8020/f/shared/y", "file:/tmp/z", "/abs/p", "s3://b/ünï/😀"}).Draw(g.t, "uri") + g.str("suffix")
 		h.Size = g.i64("size")
 	case StreamRelativeFile:
 		h.Path = rapid.StringMatching(`[A-Za-z0-9_-]{1,20}`).Draw(g.t, "rel")
