@@ -16,7 +16,7 @@ func Example() {
 		Index: 0,
 		ManagedKeyed: flinkmeta.Incremental(42, start, num,
 			flinkmeta.Inline("meta", []byte("rocksdb meta")),
-			[]flinkmeta.NamedHandle{{LocalPath: "000007.sst", Handle: flinkmeta.File("s3://ckpt/job/shared/sst-7", 1 << 20)}},
+			[]flinkmeta.NamedHandle{{LocalPath: "000007.sst", Handle: flinkmeta.File("s3://ckpt/job/shared/sst-7", 1<<20)}},
 			[]flinkmeta.NamedHandle{{LocalPath: "MANIFEST-000004", Handle: flinkmeta.Relative("manifest-uuid", 512)}}),
 	}}
 	m.Operators = append(m.Operators, op)
