@@ -137,8 +137,10 @@ func (p *mntProc) start(extra ...string) {
 	t.Cleanup(p.stop)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
+		// A stale mount of a killed daemon is also "fuse.ckguard" in the mount table, but listing it fails
+		// (ENOTCONN); the new mount is there once both hold.
 		if mi, _ := mountutil.Lookup(p.mnt); mi != nil && strings.HasPrefix(mi.FSType, "fuse.ckguard") {
-			if _, err := os.Stat(p.mnt); err == nil {
+			if _, err := os.ReadDir(p.mnt); err == nil {
 				break
 			}
 		}

@@ -72,8 +72,10 @@ func Run(ctx context.Context, c Config) (err error) {
 		c.ControlSocket = control.DefaultSocket(c.IndexDir)
 	}
 	// Check the mountpoint before the (possibly long) initial sync, so a typo fails in a second.
-	if _, err := mountutil.Prepare(c.Mountpoint); err != nil {
+	if stale, err := mountutil.Prepare(c.Mountpoint); err != nil {
 		return err
+	} else if stale {
+		log.Warn("replaced a stale mount left by a crashed ckguard (transport endpoint was not connected)", "mountpoint", c.Mountpoint)
 	}
 	st, err := localstore.New(c.StoreDir)
 	if err != nil {
@@ -115,7 +117,8 @@ func Run(ctx context.Context, c Config) (err error) {
 	t0 := time.Now()
 	if err := syncOnce(); err != nil {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			log.Info("interrupted during the initial sync; not mounting")
+			return nil
 		}
 		// Fail closed but stay up: reads work, every deletion is refused with the reason, and the periodic
 		// sync retries.
