@@ -1,0 +1,646 @@
+package demo
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/dustin/go-humanize"
+
+	"github.com/ckguard/ckguard/fs/mountutil"
+)
+
+// Config configures one demo run.
+type Config struct {
+	// Dir is the work directory; "" = a fresh temporary directory, removed afterwards.
+	Dir string
+	// Exe is the ckguard binary the demo runs (mount, pin, why, verify, umount); Env is added to
+	// its environment.
+	Exe string
+	Env []string
+	Out io.Writer
+	// Color enables ANSI colours (only on a terminal).
+	Color bool
+	// SkipControl skips the unguarded run that reproduces the incident.
+	SkipControl bool
+}
+
+// Result is what the demo measured.
+type Result struct {
+	Dir            string
+	Deleted        int
+	DeletedBytes   int64
+	Refused        int
+	Expected       int // refused files the ground truth predicts
+	VerifyOK       bool
+	ControlMissing int // files live checkpoints lost in the unguarded run
+	Mounted        bool
+	Elapsed        time.Duration
+}
+
+// Error is a demo that did not behave: Reason says what differed from the ground truth.
+type Error struct{ Reason string }
+
+func (e *Error) Error() string { return "demo failed: " + e.Reason }
+
+func failf(format string, a ...any) error { return &Error{Reason: fmt.Sprintf(format, a...)} }
+
+type printer struct {
+	w     io.Writer
+	color bool
+}
+
+func (p *printer) f(format string, a ...any) { fmt.Fprintf(p.w, format, a...) }
+
+func (p *printer) paint(code, s string) string {
+	if !p.color {
+		return s
+	}
+	return "\x1b[" + code + "m" + s + "\x1b[0m"
+}
+func (p *printer) green(s string) string { return p.paint("32;1", s) }
+func (p *printer) red(s string) string   { return p.paint("31;1", s) }
+func (p *printer) bold(s string) string  { return p.paint("1", s) }
+func (p *printer) cmd(s string)          { p.f("   %s %s\n", p.paint("2", "$"), s) }
+
+// Run runs the demo. The error is an *Error when the guard misbehaved, another error when the demo
+// could not run (missing tool, no /dev/fuse, Ctrl-C). Nothing is left mounted in either case.
+func Run(ctx context.Context, cfg Config) (res *Result, err error) {
+	start := time.Now()
+	p := &printer{w: cfg.Out, color: cfg.Color}
+	res = &Result{}
+	dir := cfg.Dir
+	temp := dir == ""
+	if temp {
+		if dir, err = os.MkdirTemp("", "ckguard-demo-"); err != nil {
+			return res, err
+		}
+	} else if dir, err = filepath.Abs(dir); err != nil {
+		return res, err
+	}
+	res.Dir = dir
+	if err := preflight(cfg.Exe); err != nil {
+		return res, err
+	}
+	p.f("%s\n", p.bold("ckguard demo: the checkpoint-cleanup incident, then the same cleanup through the guard"))
+	p.f("work dir: %s", dir)
+	if temp {
+		p.f(" (removed at the end; --dir DIR keeps it)")
+	}
+	p.f("\n\n")
+
+	var mnt *mountProc
+	defer func() {
+		// Whatever happened: unmount, check the kernel's mount table, and only then remove the tree
+		// (removing a still-mounted tree would go through the mount).
+		if mnt != nil {
+			if uerr := mnt.stop(); uerr != nil && err == nil {
+				err = uerr
+			}
+		}
+		mp := filepath.Join(dir, "guarded", "mnt")
+		if mi, _ := mountutil.Lookup(mp); mi != nil {
+			res.Mounted = true
+			if err == nil {
+				err = fmt.Errorf("%s is still mounted", mp)
+			}
+			return
+		}
+		if temp && (err == nil || !errors.As(err, new(*Error))) {
+			_ = os.RemoveAll(dir)
+		} else if temp {
+			p.f("\nkept %s for inspection\n", dir)
+		}
+		res.Elapsed = time.Since(start)
+	}()
+
+	now := time.Now()
+	if !cfg.SkipControl {
+		if err := control(ctx, p, cfg, filepath.Join(dir, "unguarded"), now, res); err != nil {
+			return res, err
+		}
+	}
+	return res, guarded(ctx, p, cfg, filepath.Join(dir, "guarded"), now, res, &mnt)
+}
+
+// preflight names what is missing before anything is generated.
+func preflight(exe string) error {
+	if _, err := os.Stat(exe); err != nil {
+		return fmt.Errorf("ckguard binary %s: %w", exe, err)
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		return fmt.Errorf("/dev/fuse is missing (%w): the demo mounts a FUSE filesystem; in a container run it with --device /dev/fuse --cap-add SYS_ADMIN", err)
+	}
+	for _, tool := range []string{"fusermount3", "rm", "find"} {
+		if _, err := lookPath(tool); err != nil {
+			hint := ""
+			if tool == "fusermount3" {
+				hint = " (Debian/Ubuntu: apt-get install fuse3; `make setup` does it)"
+			}
+			return fmt.Errorf("%s not found on PATH%s", tool, hint)
+		}
+	}
+	return nil
+}
+
+// describe prints the generated store in plain words, every figure computed from the tree.
+func describe(p *printer, s *Scenario) {
+	t := s.Tree
+	count := func(dir string) (n int, b int64) {
+		for k, f := range t.Files {
+			if strings.HasPrefix(k, dir+"/") {
+				n++
+				b += f.Size
+			}
+		}
+		return
+	}
+	age := func(tm time.Time) string {
+		d := t.Now.Sub(tm)
+		if d >= 48*time.Hour {
+			return fmt.Sprintf("%d days ago", int(d/(24*time.Hour)))
+		}
+		return fmt.Sprintf("%d minutes ago", int(d/time.Minute))
+	}
+	curLive := s.LiveUnder(s.CurrentJobDir)
+	inherited := 0
+	for k := range s.Referenced(curLive) {
+		if strings.HasPrefix(k, s.OldJobDir+"/") {
+			inherited++
+		}
+	}
+	all := s.Referenced(s.LiveUnder(""))
+	var garbage int
+	var garbageBytes int64
+	for k, f := range t.Files {
+		if _, ref := all[k]; !ref && t.Live[k] == nil {
+			garbage++
+			garbageBytes += f.Size
+		}
+	}
+	n, b := count(s.OldJobDir)
+	p.f("   old job      %s/\n                %d files (%s); its last checkpoint %s completed %s: the job is gone, its folder is to be purged\n",
+		s.OldJobDir, n, humanize.IBytes(uint64(b)), path.Base(s.Restored), age(t.Live[s.Restored+"/_metadata"].Completed))
+	n, b = count(s.CurrentJobDir)
+	newest := t.Live[curLive[len(curLive)-1]]
+	p.f("   current job  %s/\n                %d files (%s); restored from %s; live %s, the newest completed %s;\n"+
+		"                they still reference %d SSTs in the old job's shared/ folder\n",
+		s.CurrentJobDir, n, humanize.IBytes(uint64(b)), path.Base(s.Restored), checkpointRange(curLive), age(newest.Completed), inherited)
+	n, b = count(s.Savepoint)
+	p.f("   savepoint    %s/\n                %d files (%s), taken %s\n", s.Savepoint, n, humanize.IBytes(uint64(b)),
+		age(t.Live[s.Savepoint+"/_metadata"].Completed))
+	p.f("   garbage      %d files (%s) no checkpoint references: leftovers of subsumed and failed checkpoints, compacted SSTs\n", garbage, humanize.IBytes(uint64(garbageBytes)))
+	p.f("   (%d files; _metadata written with ckguard's encoder in Flink's format; mtimes backdated)\n\n", len(t.Files))
+}
+
+func checkpointRange(metas []string) string {
+	var names []string
+	for _, m := range metas {
+		names = append(names, path.Base(path.Dir(m)))
+	}
+	if len(names) <= 2 {
+		return strings.Join(names, ", ")
+	}
+	return names[0] + " … " + strings.TrimPrefix(names[len(names)-1], "chk-")
+}
+
+// cleanup runs the two classic cleanup commands against root (a relative path below the work dir):
+// `rm -rf` of the old job's folder, then `find -mtime +7 -delete`. It returns what each selected.
+type phase struct {
+	name      string
+	attempted map[string]bool
+	deleted   map[string]bool
+	stderr    string
+	code      int
+}
+
+func cleanup(ctx context.Context, p *printer, r *runner, s *Scenario, root, storeAbs string) ([]phase, error) {
+	var out []phase
+	before, err := snapshot(storeAbs)
+	if err != nil {
+		return nil, err
+	}
+	// 1. rm -rf of the old job folder: selects everything below it.
+	target := root + "/" + s.OldJobDir
+	ph := phase{name: "rm -rf " + target, attempted: map[string]bool{}}
+	for k := range before {
+		if strings.HasPrefix(k, s.OldJobDir+"/") {
+			ph.attempted[k] = true
+		}
+	}
+	p.cmd(ph.name)
+	res, err := r.run(ctx, "rm", "-rf", target)
+	if err != nil {
+		return nil, err
+	}
+	ph.stderr, ph.code = res.stderr, res.code
+	after, err := snapshot(storeAbs)
+	if err != nil {
+		return nil, err
+	}
+	ph.deleted = gone(before, after)
+	p.f("     %s\n", phaseSummary(p, ph))
+	out = append(out, ph)
+
+	// 2. find -mtime +7 -delete: selects files older than 7 whole days (by their backdated mtimes).
+	before = after
+	ph = phase{name: "find " + root + " -mtime +7 -delete", attempted: map[string]bool{}}
+	cut := time.Now().Add(-s.StaleAfter)
+	for k, f := range before {
+		if f.ModTime.Before(cut) {
+			ph.attempted[k] = true
+		}
+	}
+	p.cmd(ph.name)
+	res, err = r.run(ctx, "find", root, "-mtime", "+7", "-delete")
+	if err != nil {
+		return nil, err
+	}
+	ph.stderr, ph.code = res.stderr, res.code
+	if after, err = snapshot(storeAbs); err != nil {
+		return nil, err
+	}
+	ph.deleted = gone(before, after)
+	p.f("     %s\n", phaseSummary(p, ph))
+	out = append(out, ph)
+	return out, nil
+}
+
+func phaseSummary(p *printer, ph phase) string {
+	refused := len(ph.attempted) - len(ph.deleted)
+	s := fmt.Sprintf("exit %d: deleted %d of the %d files it selected", ph.code, len(ph.deleted), len(ph.attempted))
+	if refused > 0 {
+		s += fmt.Sprintf(", %d refused", refused)
+		if first := firstLine(ph.stderr); first != "" {
+			s += "\n     e.g. " + first
+		}
+	}
+	return s
+}
+
+func firstLine(s string) string {
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			return l
+		}
+	}
+	return ""
+}
+
+// control runs the cleanup on an unguarded copy of the store: the incident, reproduced.
+func control(ctx context.Context, p *printer, cfg Config, dir string, now time.Time, res *Result) error {
+	p.f("%s\n", p.bold("1. Without ckguard: the incident"))
+	s, err := Build(dir, now)
+	if err != nil {
+		return err
+	}
+	describe(p, s)
+	r := &runner{dir: dir, exe: cfg.Exe, env: cfg.Env}
+	phases, err := cleanup(ctx, p, r, s, "store", s.Tree.Root)
+	if err != nil {
+		return err
+	}
+	deleted := map[string]bool{}
+	for _, ph := range phases {
+		for k := range ph.deleted {
+			deleted[k] = true
+		}
+	}
+	p.cmd("ckguard verify --store store --index index")
+	v, code, err := verify(ctx, r, "store", "index")
+	if err != nil {
+		return err
+	}
+	// Ground truth: what the current job's live checkpoints need that the cleanup removed.
+	needed := s.Referenced(s.LiveUnder(s.CurrentJobDir))
+	var lost []string
+	for k := range needed {
+		if deleted[k] {
+			lost = append(lost, k)
+		}
+	}
+	sort.Strings(lost)
+	res.ControlMissing = len(lost)
+	missingSet := map[string]bool{}
+	for _, b := range v.Broken {
+		for _, m := range b.Missing {
+			missingSet[m] = true
+		}
+	}
+	missing := len(missingSet)
+	if code != 1 || v.OK || missing != len(lost) {
+		return failf("without the guard, verify should exit 1 and report the %d files the cleanup removed from under live checkpoints; it exited %d, ok=%v, reported %d missing",
+			len(lost), code, v.OK, missing)
+	}
+	p.f("     exit %d: %s — %d live checkpoints of the current job are broken, %d files they need are gone, e.g.\n       %s\n",
+		code, p.red("RED"), len(v.Broken), missing, lost[0])
+	p.f("   The next restore of the current job fails with FileNotFoundException; the savepoint (%d files) is gone too.\n\n",
+		len(s.LiveUnder(s.Savepoint))+len(s.Referenced(s.LiveUnder(s.Savepoint))))
+	return nil
+}
+
+// verifyResult is the part of `ckguard verify --json` the demo reads.
+type verifyResult struct {
+	Checked int  `json:"checked"`
+	OK      bool `json:"ok"`
+	Broken  []struct {
+		Metadata     string   `json:"metadata"`
+		Missing      []string `json:"missing"`
+		MissingCount int      `json:"missing_count"`
+		Error        string   `json:"error"`
+	} `json:"broken"`
+}
+
+func verify(ctx context.Context, r *runner, store, index string) (*verifyResult, int, error) {
+	out, err := r.ckguard(ctx, "verify", "--store", store, "--index", index, "--json")
+	if err != nil {
+		return nil, 0, err
+	}
+	var v verifyResult
+	if err := json.Unmarshal([]byte(out.stdout), &v); err != nil {
+		return nil, out.code, fmt.Errorf("ckguard verify --json exited %d with output that is not JSON (%v):\n%s%s", out.code, err, out.stdout, out.stderr)
+	}
+	return &v, out.code, nil
+}
+
+// guarded runs the same cleanup through the guard mount and checks every outcome.
+func guarded(ctx context.Context, p *printer, cfg Config, dir string, now time.Time, res *Result, mp **mountProc) error {
+	p.f("%s\n", p.bold("2. With ckguard: the same cleanup through the guard mount"))
+	s, err := Build(dir, now)
+	if err != nil {
+		return err
+	}
+	if cfg.SkipControl {
+		describe(p, s)
+	} else {
+		p.f("   The same store, generated again in guarded/store.\n\n")
+	}
+	r := &runner{dir: dir, exe: cfg.Exe, env: cfg.Env}
+	mntAbs := filepath.Join(dir, "mnt")
+	if err := os.MkdirAll(mntAbs, 0o755); err != nil {
+		return err
+	}
+	args := []string{"mount", "--store", "store", "--index", "index", "--foreground", "mnt"}
+	p.cmd("ckguard " + strings.Join(args, " ") + " &")
+	t0 := time.Now()
+	m, err := r.startMount(ctx, mntAbs, filepath.Join(dir, "mount.log"), args...)
+	if err != nil {
+		return err
+	}
+	*mp = m
+	p.f("     mounted in %.1fs (index built from the store's %d _metadata)\n", time.Since(t0).Seconds(), len(s.Tree.Live))
+
+	// Savepoints belong to people, not to the cleanup's age rule: pin it.
+	pin := []string{"pin", "--store", "store", "--index", "index", s.Savepoint}
+	p.cmd("ckguard " + strings.Join(pin, " "))
+	if out, err := r.ckguard(ctx, pin...); err != nil {
+		return err
+	} else if out.code != 0 {
+		return fmt.Errorf("ckguard pin exited %d: %s%s", out.code, out.stdout, out.stderr)
+	}
+
+	phases, err := cleanup(ctx, p, r, s, "mnt", s.Tree.Root)
+	if err != nil {
+		return err
+	}
+	if err := judge(p, s, phases, res); err != nil {
+		return err
+	}
+
+	// Ask the guard about one refused file, as an operator would.
+	var inherited []string
+	for k := range s.Referenced(s.LiveUnder(s.CurrentJobDir)) {
+		if strings.HasPrefix(k, s.OldJobDir+"/") {
+			inherited = append(inherited, k)
+		}
+	}
+	sort.Strings(inherited)
+	p.f("\n   Why was %s refused?\n", path.Base(inherited[0]))
+	why := []string{"why", "--store", "store", "--index", "index", inherited[0]}
+	p.cmd("ckguard " + strings.Join(why, " "))
+	out, err := r.ckguard(ctx, why...)
+	if err != nil {
+		return err
+	}
+	p.f("%s", indent(out.stdout+out.stderr, "     "))
+	if !strings.Contains(out.stdout+out.stderr, path.Base(path.Dir(s.LiveUnder(s.CurrentJobDir)[0]))) {
+		return failf("ckguard why did not name a referencing checkpoint of the current job:\n%s%s", out.stdout, out.stderr)
+	}
+	if err := auditSummary(p, filepath.Join(dir, "index", "audit.jsonl")); err != nil {
+		return err
+	}
+
+	p.f("\n")
+	p.cmd("ckguard verify --store store --index index")
+	v, code, err := verify(ctx, r, "store", "index")
+	if err != nil {
+		return err
+	}
+	res.VerifyOK = code == 0 && v.OK
+	if !res.VerifyOK {
+		return failf("verify after the guarded cleanup: exit %d, %d broken checkpoints (want exit 0, none broken)", code, len(v.Broken))
+	}
+	p.f("     exit 0: %s — all %d live checkpoints and savepoints have every file they reference\n", p.green("GREEN"), v.Checked)
+
+	p.cmd("ckguard umount mnt")
+	if out, err := r.ckguard(ctx, "umount", "mnt"); err != nil {
+		return err
+	} else if out.code != 0 {
+		return fmt.Errorf("ckguard umount exited %d: %s%s", out.code, out.stdout, out.stderr)
+	}
+	*mp = nil
+	if err := m.stop(); err != nil {
+		return err
+	}
+	p.f("     unmounted; nothing left in /proc/self/mountinfo\n\n")
+	p.f("%s deleted %d files (%s), refused %d (exactly the files live checkpoints reference), verify green\n",
+		p.green("RESULT: OK —"), res.Deleted, humanize.IBytes(uint64(res.DeletedBytes)), res.Refused)
+	return nil
+}
+
+// judge compares what the guarded cleanup deleted with the ground truth and prints it per folder.
+// Ground truth: the cleanup retires the old job's checkpoints (its folder is purged and its newest
+// checkpoint is older than the active window); the current job's checkpoints and the pinned
+// savepoint stay live, and exactly the files they reference must survive.
+func judge(p *printer, s *Scenario, phases []phase, res *Result) error {
+	stay := append(s.LiveUnder(s.CurrentJobDir), s.LiveUnder(s.Savepoint)...)
+	keep := s.Referenced(stay)
+	for _, m := range stay {
+		keep[m] = m
+	}
+	attempted, deleted := map[string]bool{}, map[string]bool{}
+	for _, ph := range phases {
+		for k := range ph.attempted {
+			attempted[k] = true
+		}
+		for k := range ph.deleted {
+			deleted[k] = true
+		}
+	}
+	type row struct{ deleted, refused int }
+	rows := map[string]*row{}
+	var wrong []string
+	expected := 0
+	for k := range attempted {
+		f := folderOf(k)
+		if rows[f] == nil {
+			rows[f] = &row{}
+		}
+		_, mustKeep := keep[k]
+		if mustKeep {
+			expected++
+		}
+		switch {
+		case deleted[k] && mustKeep:
+			wrong = append(wrong, "deleted although a live checkpoint needs it: "+k)
+		case !deleted[k] && !mustKeep:
+			wrong = append(wrong, "refused although nothing needs it: "+k)
+		}
+		if deleted[k] {
+			rows[f].deleted++
+			res.Deleted++
+			res.DeletedBytes += s.Tree.Files[k].Size
+		} else {
+			rows[f].refused++
+			res.Refused++
+		}
+	}
+	res.Expected = expected
+	folders := make([]string, 0, len(rows))
+	for f := range rows {
+		folders = append(folders, f)
+	}
+	sort.Strings(folders)
+	p.f("\n   What happened, folder by folder (checked against the generator's ground truth):\n")
+	p.f("     %-62s %8s %8s\n", "folder", "deleted", "refused")
+	for _, f := range folders {
+		p.f("     %-62s %8d %8d  %s\n", f, rows[f].deleted, rows[f].refused, reasonFor(s, f, rows[f].refused))
+	}
+	p.f("     %-62s %8d %8d\n", "total", res.Deleted, res.Refused)
+	if len(wrong) > 0 {
+		sort.Strings(wrong)
+		if len(wrong) > 10 {
+			wrong = append(wrong[:10], fmt.Sprintf("… and %d more", len(wrong)-10))
+		}
+		return failf("the guarded cleanup did not match the ground truth:\n  %s", strings.Join(wrong, "\n  "))
+	}
+	p.f("   Refused set == referenced set: all %d refused files are needed by a live checkpoint or the pinned savepoint,\n"+
+		"   and every file the cleanup selected that nothing needs was deleted.\n", res.Refused)
+	return nil
+}
+
+// folderOf groups a store key by job folder and its first sub-folder (shared, chk-N, taskowned).
+func folderOf(k string) string {
+	segs := strings.Split(k, "/")
+	for i, seg := range segs {
+		if seg == "shared" || seg == "taskowned" || strings.HasPrefix(seg, "chk-") || strings.HasPrefix(seg, "savepoint-") {
+			return strings.Join(segs[:i+1], "/")
+		}
+	}
+	return path.Dir(k)
+}
+
+func reasonFor(s *Scenario, folder string, refused int) string {
+	if refused == 0 {
+		return ""
+	}
+	switch {
+	case strings.HasPrefix(folder, s.Savepoint):
+		return "(pinned savepoint and its files)"
+	case strings.HasPrefix(folder, s.OldJobDir):
+		return "(referenced by the current job's live checkpoints)"
+	default:
+		return "(referenced by live checkpoints)"
+	}
+}
+
+// auditSummary counts the mount's audit records by decision and reason.
+func auditSummary(p *printer, file string) error {
+	f, err := os.Open(file)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return failf("the mount wrote no audit log at %s", file)
+		}
+		return err
+	}
+	defer f.Close()
+	counts := map[string]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var rec struct{ Op, Decision, Reason string }
+		if json.Unmarshal(sc.Bytes(), &rec) != nil {
+			continue
+		}
+		counts[rec.Decision+" "+rec.Op+" ("+rec.Reason+")"]++
+	}
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	p.f("\n   The audit log (index/audit.jsonl) has one JSON line per decision:\n")
+	for _, k := range keys {
+		p.f("     %5d × %s\n", counts[k], k)
+	}
+	return sc.Err()
+}
+
+func indent(s, pre string) string {
+	s = strings.TrimRight(s, "\n")
+	if s == "" {
+		return ""
+	}
+	return pre + strings.ReplaceAll(s, "\n", "\n"+pre) + "\n"
+}
+
+// file is one object of a store snapshot.
+type file struct {
+	Size    int64
+	ModTime time.Time
+}
+
+// snapshot lists every regular file below root as store keys: the truth the demo checks against,
+// read from the store itself, not through the mount or the index.
+func snapshot(root string) (map[string]file, error) {
+	out := map[string]file{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(root, p)
+			out[filepath.ToSlash(rel)] = file{Size: fi.Size(), ModTime: fi.ModTime()}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list store %s: %w", root, err)
+	}
+	return out, nil
+}
+
+func gone(before, after map[string]file) map[string]bool {
+	out := map[string]bool{}
+	for k := range before {
+		if _, ok := after[k]; !ok {
+			out[k] = true
+		}
+	}
+	return out
+}
