@@ -237,3 +237,24 @@ func TestMUTF8(t *testing.T) {
 		}
 	}
 }
+
+// TestTrailerStrict: the properties trailer is walked strictly.
+func TestTrailerStrict(t *testing.T) {
+	base := mustEncode(t, NewCheckpoint(4, 1, true))
+	body := base[:len(base)-len(appendProperties(nil, CheckpointProps(true)))]
+	for name, trailer := range map[string][]byte{
+		"no header":         {0x70},
+		"bad header":        {0xAC, 0xED, 0x00, 0x06, 0x70},
+		"string not object": append([]byte{0xAC, 0xED, 0x00, 0x05, tcString, 0, 1}, 'x'),
+		"dangling ref":      append([]byte{0xAC, 0xED, 0x00, 0x05, tcReference}, be32(baseHandle+5)...),
+		"self ref enum":     append([]byte{0xAC, 0xED, 0x00, 0x05, tcEnum, tcClassDesc, 0, 1, 'E', 0, 0, 0, 0, 0, 0, 0, 0, 0x12, 0, 0, tcEndBlock, tcNull, tcReference}, be32(baseHandle+1)...),
+		"two nulls":         {0xAC, 0xED, 0x00, 0x05, 0x70, 0x70},
+		"wrong class":       appendProperties(nil, &Properties{TypeName: "x", SharingStrategy: "FORWARD"})[:40],
+	} {
+		_, err := ParseBytes(append(bytes.Clone(body), trailer...), name, Options{})
+		var pe *ParseError
+		if !errors.As(err, &pe) {
+			t.Errorf("%s: want ParseError, got %v", name, err)
+		}
+	}
+}

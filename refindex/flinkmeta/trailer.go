@@ -1,9 +1,6 @@
 package flinkmeta
 
-import (
-	"encoding/binary"
-	"fmt"
-)
+import "encoding/binary"
 
 // The V4+ properties trailer is one Java Object Serialization stream (§7). This file holds a small,
 // strict reader for the subset of the grammar Flink's CheckpointProperties uses, and the writer.
@@ -81,7 +78,7 @@ func (j *javaReader) newHandle(v any) int {
 	return len(j.handles) - 1
 }
 
-func (j *javaReader) ref(want string) any {
+func (j *javaReader) ref() any {
 	h := j.c.i32()
 	idx := int64(h) - baseHandle
 	if j.c.err != nil {
@@ -115,11 +112,15 @@ func (j *javaReader) content() jvalue {
 	case tcNull:
 		return jvalue{kind: jNull}
 	case tcReference:
-		switch v := j.ref("object").(type) {
+		switch v := j.ref().(type) {
 		case jvalue:
 			return v
 		case *jclass:
 			return jvalue{kind: jClassRef, class: v}
+		}
+		if j.c.err == nil {
+			j.c.back(4)
+			j.c.failf("Java back-reference to a completely read item")
 		}
 		return jvalue{}
 	case tcString:
@@ -211,7 +212,7 @@ func (j *javaReader) classDesc() *jclass {
 	case tcNull:
 		return nil
 	case tcReference:
-		cl, ok := j.ref("class").(*jclass)
+		cl, ok := j.ref().(*jclass)
 		if !ok && j.c.err == nil {
 			j.c.back(4)
 			j.c.failf("Java back-reference to a class descriptor")
@@ -479,5 +480,3 @@ func kindOf(p *Properties) (kind, format string) {
 	}
 	return "checkpoint", ""
 }
-
-var _ = fmt.Sprintf
