@@ -52,7 +52,9 @@ func runInspect(c *cli.Context) error {
 		return cli.Exit("ckguard inspect: expected exactly one argument, a _metadata file or - for stdin (see --help)", 2)
 	}
 	arg := c.Args().First()
-	m, name, err := readMetadata(arg, c.App.Reader)
+	// The name given to the parser appears in errors and, for format versions 2/3 (no
+	// properties trailer), decides checkpoint vs savepoint from the directory name.
+	m, name, err := readMetadata(arg, c.String("location"), c.App.Reader)
 	if err != nil {
 		// One line: the parser's errors already name the file, byte offset and expectation.
 		return cli.Exit(strings.ReplaceAll(err.Error(), "\n", " "), 1)
@@ -78,17 +80,21 @@ func runInspect(c *cli.Context) error {
 }
 
 // readMetadata parses a file (through a ReaderAt, so large files are not loaded whole) or stdin.
-func readMetadata(arg string, stdin io.Reader) (*flinkmeta.Metadata, string, error) {
+func readMetadata(arg, location string, stdin io.Reader) (*flinkmeta.Metadata, string, error) {
 	if arg == "-" {
 		if stdin == nil {
 			stdin = os.Stdin
 		}
+		name := "<stdin>"
+		if location != "" {
+			name = location + " (stdin)"
+		}
 		b, err := io.ReadAll(stdin)
 		if err != nil {
-			return nil, "<stdin>", fmt.Errorf("<stdin>: read: %w", err)
+			return nil, name, fmt.Errorf("%s: read: %w", name, err)
 		}
-		m, err := flinkmeta.ParseBytes(b, "<stdin>", flinkmeta.Options{})
-		return m, "<stdin>", err
+		m, err := flinkmeta.ParseBytes(b, name, flinkmeta.Options{})
+		return m, name, err
 	}
 	abs, err := filepath.Abs(arg)
 	if err != nil {

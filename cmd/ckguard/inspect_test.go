@@ -96,6 +96,12 @@ func TestInspectHumanAndStdin(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"resolved": "`+wd+"/") {
 		t.Errorf("stdin: relative references should resolve against the current directory (exit %d):\n%.400s", code, out)
 	}
+	// V3 carries no kind; with --location the directory name decides it.
+	v3, _ := os.ReadFile(filepath.Join(fx, "new-stateful-broadcast-udf-migration-itcase-flink1.15-rocksdb-checkpoint", "_metadata"))
+	out, _, _ = runCLI(t, v3, "inspect", "--json", "--location", "s3://b/job/chk-9/_metadata", "-")
+	if !strings.Contains(out, `"kind": "checkpoint"`) {
+		t.Errorf("V3 kind from --location directory:\n%.300s", out)
+	}
 	out, _, _ = runCLI(t, data, "inspect", "--json", "--location", "s3://b/job/savepoint-1/_metadata", "-")
 	if !strings.Contains(out, `"resolved": "s3://b/job/savepoint-1/`) {
 		t.Errorf("--location not used:\n%.400s", out)
@@ -120,6 +126,7 @@ func TestInspectFailures(t *testing.T) {
 		{[]string{"inspect", v1}, nil, 1, []string{v1, "byte offset 4", "version 1", "no longer supported"}},
 		{[]string{"inspect", "--json", trunc}, nil, 1, []string{trunc, "byte offset 2997", "expected"}},
 		{[]string{"inspect", "-"}, data[:100], 1, []string{"<stdin>", "byte offset", "expected"}},
+		{[]string{"inspect", "--location", "s3://b/j/chk-3/_metadata", "-"}, data[:100], 1, []string{"s3://b/j/chk-3/_metadata (stdin)", "byte offset"}},
 		{[]string{"inspect", filepath.Join(fx, "does-not-exist")}, nil, 1, []string{"does-not-exist"}},
 		{[]string{"inspect"}, nil, 2, []string{"expected exactly one argument"}},
 	} {
