@@ -1,0 +1,275 @@
+package refindex_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/store/localstore"
+	"github.com/ckguard/ckguard/refindex/treegen"
+)
+
+// model is the ground truth of the randomized test: which checkpoints are live and what they reference.
+type model struct {
+	t      *rapid.T
+	tr     *treegen.Tree
+	ix     *refindex.Index
+	now    time.Time
+	jobs   []string                   // job folders
+	live   map[string][]string        // job → live _metadata keys, oldest first
+	refs   map[string]map[string]bool // _metadata → referenced keys
+	nextID map[string]int64
+	seq    int
+}
+
+func (m *model) referencedBy(key string) []string {
+	var out []string
+	for meta, rs := range m.refs {
+		if rs[key] {
+			out = append(out, meta)
+		}
+	}
+	return out
+}
+
+func (m *model) isLiveMeta(key string) bool { _, ok := m.refs[key]; return ok }
+
+// notify tells the index about a new _metadata: through the mount (synchronously) or by a sync.
+func (m *model) notify(meta string) {
+	var err error
+	if rapid.Bool().Draw(m.t, "through-mount") {
+		err = m.ix.IndexMetadata(context.Background(), meta)
+	} else {
+		err = m.ix.Sync(context.Background())
+	}
+	if err != nil {
+		m.t.Fatal(err)
+	}
+}
+
+// writeCheckpoint is Flink completing checkpoint n of job, reusing some SSTs of n-1 (or of a
+// restored job's checkpoint when from is set).
+func (m *model) writeCheckpoint(job, from string) {
+	id := m.nextID[job]
+	m.nextID[job]++
+	var shared []string
+	if from != "" {
+		for k := range m.refs[from] {
+			if strings.Contains(k, "/shared/") && rapid.Bool().Draw(m.t, "reuse") {
+				shared = append(shared, k)
+			}
+		}
+	}
+	sort.Strings(shared)
+	nNew := rapid.IntRange(0, 3).Draw(m.t, "new-ssts")
+	for i := 0; i < nNew; i++ {
+		m.seq++
+		shared = append(shared, fmt.Sprintf("%s/shared/sst-%d", job, m.seq))
+	}
+	dir := fmt.Sprintf("%s/chk-%d", job, id)
+	c, err := m.tr.Checkpoint(treegen.Spec{Dir: dir, ID: id, Completed: m.now, Shared: shared, Private: []string{fmt.Sprintf("priv-%d", id)}})
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	if err := m.tr.Data(c, m.now); err != nil {
+		m.t.Fatal(err)
+	}
+	set := map[string]bool{}
+	for _, r := range c.Refs {
+		set[r] = true
+	}
+	m.refs[c.Metadata] = set
+	m.live[job] = append(m.live[job], c.Metadata)
+	m.notify(c.Metadata)
+}
+
+func (m *model) check(key string, op refindex.Op) refindex.Decision {
+	d := m.ix.Decide(context.Background(), key, op)
+	if by := m.referencedBy(key); len(by) > 0 && d.Allow {
+		m.t.Fatalf("Decide allowed %s of %s, referenced by %v", op, key, by)
+	}
+	return d
+}
+
+// TestModel runs random sequences of Flink writing checkpoint n (reusing SSTs of n-1), subsuming n-1
+// (and deleting what it no longer uses), restoring a job from another job's checkpoint, and a script
+// deleting random paths or renaming random folders, against an in-memory model: the index never allows
+// deleting (or moving) an object a live checkpoint references, and never refuses garbage past grace.
+// -rapid.checks=N runs more sequences (default 100; 20 with -short).
+func TestModel(t *testing.T) {
+	if testing.Short() && flag.Lookup("rapid.checks").Value.String() == "100" {
+		flag.Set("rapid.checks", "20")
+	}
+	rapid.Check(t, func(rt *rapid.T) {
+		root, err := os.MkdirTemp("", "ckguard-model-*")
+		if err != nil {
+			rt.Fatal(err)
+		}
+		defer os.RemoveAll(root)
+		m := &model{t: rt, now: time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC), live: map[string][]string{},
+			refs: map[string]map[string]bool{}, nextID: map[string]int64{}}
+		m.tr, err = treegen.YoungOrphan(filepath.Join(root, "store"), m.now.Add(-30*24*time.Hour))
+		if err != nil {
+			rt.Fatal(err)
+		}
+		// Adopt the scenario's checkpoint into the model.
+		for k, c := range m.tr.Live {
+			set := map[string]bool{}
+			for _, r := range c.Refs {
+				set[r] = true
+			}
+			m.refs[k] = set
+			m.live[c.Job] = append(m.live[c.Job], k)
+			m.jobs = append(m.jobs, c.Job)
+			m.nextID[c.Job] = c.ID + 1
+		}
+		ls, _ := localstore.New(m.tr.Root)
+		pol := refindex.DefaultPolicy()
+		pol.MaxStaleness = 0
+		pol.ActiveWindow = 0 // subsumption and scripts may retire any checkpoint
+		pol.Now = func() time.Time { return m.now }
+		m.ix, err = refindex.Open(filepath.Join(root, "index"), ls, pol, refindex.WithLogger(quiet), refindex.WithParseWorkers(2))
+		if err != nil {
+			rt.Fatal(err)
+		}
+		defer m.ix.Close()
+		if err := m.ix.Sync(context.Background()); err != nil {
+			rt.Fatal(err)
+		}
+		ctx := context.Background()
+		rt.Repeat(map[string]func(*rapid.T){
+			"checkpoint": func(t *rapid.T) {
+				job := rapid.SampledFrom(m.jobs).Draw(t, "job")
+				from := ""
+				if l := m.live[job]; len(l) > 0 {
+					from = l[len(l)-1]
+				}
+				m.writeCheckpoint(job, from)
+			},
+			"subsume": func(t *rapid.T) {
+				job := rapid.SampledFrom(m.jobs).Draw(t, "job")
+				l := m.live[job]
+				if len(l) < 2 {
+					t.Skip("nothing to subsume")
+				}
+				old := l[0]
+				d := m.check(old, refindex.OpUnlink)
+				if !d.Allow {
+					t.Fatalf("Flink's subsumption of %s refused: %s", old, d.Message)
+				}
+				if err := os.Remove(filepath.Join(m.tr.Root, old)); err != nil {
+					t.Fatal(err)
+				}
+				if err := m.ix.NoteDeleted(ctx, old); err != nil {
+					t.Fatal(err)
+				}
+				oldRefs := m.refs[old]
+				delete(m.refs, old)
+				delete(m.tr.Files, old)
+				m.live[job] = l[1:]
+				// Flink deletes what no retained checkpoint uses any more: the guard must allow it.
+				for k := range oldRefs {
+					if len(m.referencedBy(k)) > 0 {
+						continue
+					}
+					if _, exists := m.tr.Files[k]; !exists {
+						continue
+					}
+					if d := m.check(k, refindex.OpUnlink); !d.Allow {
+						t.Fatalf("Flink's cleanup of %s after subsuming %s refused: %s", k, old, d.Message)
+					}
+					os.Remove(filepath.Join(m.tr.Root, k))
+					delete(m.tr.Files, k)
+					if err := m.ix.NoteDeleted(ctx, k); err != nil {
+						t.Fatal(err)
+					}
+				}
+			},
+			"restore": func(t *rapid.T) {
+				src := rapid.SampledFrom(m.jobs).Draw(t, "from-job")
+				l := m.live[src]
+				if len(l) == 0 {
+					t.Skip("no checkpoint to restore from")
+				}
+				job := fmt.Sprintf("flink/restored%08d000000000000000000000", len(m.jobs))
+				m.jobs = append(m.jobs, job)
+				m.nextID[job] = m.nextID[src]
+				m.writeCheckpoint(job, l[len(l)-1])
+			},
+			"script-delete": func(t *rapid.T) {
+				files := m.tr.AllFiles()
+				if len(files) == 0 {
+					t.Skip("empty store")
+				}
+				k := rapid.SampledFrom(files).Draw(t, "file")
+				d := m.check(k, refindex.OpUnlink)
+				garbage := len(m.referencedBy(k)) == 0 && !m.isLiveMeta(k) && m.now.Sub(m.tr.Files[k].ModTime) >= time.Hour
+				if garbage && !d.Allow {
+					t.Fatalf("garbage %s (age %s) refused: %s", k, m.now.Sub(m.tr.Files[k].ModTime), d.Message)
+				}
+				if !d.Allow {
+					return
+				}
+				os.Remove(filepath.Join(m.tr.Root, k))
+				delete(m.tr.Files, k)
+				if err := m.ix.NoteDeleted(ctx, k); err != nil {
+					t.Fatal(err)
+				}
+				if m.isLiveMeta(k) {
+					delete(m.refs, k)
+					for j, l := range m.live {
+						for i, x := range l {
+							if x == k {
+								m.live[j] = append(l[:i:i], l[i+1:]...)
+								break
+							}
+						}
+					}
+				}
+			},
+			"script-rename-dir": func(t *rapid.T) {
+				files := m.tr.AllFiles()
+				if len(files) == 0 {
+					t.Skip("empty store")
+				}
+				dir := path.Dir(rapid.SampledFrom(files).Draw(t, "file"))
+				d := m.ix.Decide(ctx, dir, refindex.OpRename)
+				for meta, rs := range m.refs {
+					for r := range rs {
+						if strings.HasPrefix(r, dir+"/") && d.Allow {
+							t.Fatalf("rename of %s allowed though %s references %s", dir, meta, r)
+						}
+					}
+				}
+			},
+			"clock": func(t *rapid.T) {
+				m.now = m.now.Add(time.Duration(rapid.IntRange(1, 120).Draw(t, "minutes")) * time.Minute)
+			},
+			"sync": func(t *rapid.T) {
+				if err := m.ix.Sync(ctx); err != nil {
+					t.Fatal(err)
+				}
+			},
+			"": func(t *rapid.T) {
+				// Invariant: every object a live checkpoint references exists (nothing referenced was lost).
+				for meta, rs := range m.refs {
+					for r := range rs {
+						if _, err := os.Stat(filepath.Join(m.tr.Root, r)); err != nil {
+							t.Fatalf("%s lost %s", meta, r)
+						}
+					}
+				}
+			},
+		})
+	})
+}
