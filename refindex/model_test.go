@@ -2,7 +2,6 @@ package refindex_test
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"path"
@@ -105,11 +104,8 @@ func (m *model) check(key string, op refindex.Op) refindex.Decision {
 // (and deleting what it no longer uses), restoring a job from another job's checkpoint, and a script
 // deleting random paths or renaming random folders, against an in-memory model: the index never allows
 // deleting (or moving) an object a live checkpoint references, and never refuses garbage past grace.
-// -rapid.checks=N runs more sequences (default 100; 20 with -short).
+// -rapid.checks=N runs more sequences (default 100; rapid runs a fifth with -short).
 func TestModel(t *testing.T) {
-	if testing.Short() && flag.Lookup("rapid.checks").Value.String() == "100" {
-		flag.Set("rapid.checks", "20")
-	}
 	rapid.Check(t, func(rt *rapid.T) {
 		root, err := os.MkdirTemp("", "ckguard-model-*")
 		if err != nil {
