@@ -1,0 +1,114 @@
+package integration
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckguard/ckguard/refindex/treegen"
+)
+
+// nobodyUID is the unprivileged user the test acts as (present on every Debian/Ubuntu system).
+const nobodyUID = "65534"
+
+// asNobody runs a command as uid/gid 65534 with no supplementary groups.
+func asNobody(t *testing.T, name string, args ...string) (string, int) {
+	t.Helper()
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("setpriv (util-linux) is required")
+		}
+		t.Skip("setpriv not installed")
+	}
+	full := append([]string{"--reuid=" + nobodyUID, "--regid=" + nobodyUID, "--clear-groups", "--", name}, args...)
+	return mntRun(t, "/", "setpriv", full...)
+}
+
+// TestMountNonRootCannotBypass: with --allow-other, an unprivileged user who owns the checkpoint files can
+// clean up through the mount like root (garbage goes, referenced files stay), but has no way around the
+// guard: the store itself is out of reach, and every trick that would destroy referenced data through the
+// mount is refused. The control socket refuses them too.
+func TestMountNonRootCannotBypass(t *testing.T) {
+	mntRequire(t)
+	// base is 0700 root: the store below it is reachable only through the mount.
+	base, err := os.MkdirTemp("", "ckguard-users-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	tr, err := treegen.IncidentTwo(filepath.Join(base, "store"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The checkpoints belong to the (unprivileged) Flink user, as in production.
+	if out, err := exec.Command("chown", "-R", nobodyUID+":"+nobodyUID, tr.Root).CombinedOutput(); err != nil {
+		t.Fatalf("chown: %v %s", err, out)
+	}
+	if err := os.Chmod(base, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// The mountpoint must be reachable by the user: a 0755 directory outside base.
+	mdir, err := os.MkdirTemp("", "ckguard-users-mnt-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(mdir) })
+	if err := os.Chmod(mdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := &mntProc{t: t, store: tr.Root, index: filepath.Join(base, "index"), mnt: filepath.Join(mdir, "mnt"),
+		log: filepath.Join(base, "mount.log")}
+	p.audit, p.sock = filepath.Join(p.index, "audit.jsonl"), filepath.Join(p.index, "ckguard.sock")
+	if err := os.Mkdir(p.mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p.start("--allow-other")
+
+	ref := tr.Referenced()[0]
+	refM := p.m(ref)
+	// Each bypass attempt as the user; all must fail and leave the referenced file intact.
+	attempts := []struct {
+		name string
+		argv []string
+	}{
+		{"rm through the mount", []string{"rm", "-f", refM}},
+		{"truncate through the mount", []string{"truncate", "-s", "0", refM}},
+		{"overwrite through the mount", []string{"sh", "-c", "echo x > " + refM}},
+		{"rename away then delete", []string{"mv", refM, p.m("stolen")}},
+		{"hard link then truncate", []string{"sh", "-c", "ln " + refM + " " + p.m("alias") + " && truncate -s 0 " + p.m("alias")}},
+		{"forge the guard's xattr", []string{"setfattr", "-n", "user.ckguard.state", "-v", "deletable", refM}},
+		{"rm in the store directly", []string{"rm", "-f", filepath.Join(tr.Root, ref)}},
+		{"truncate in the store directly", []string{"truncate", "-s", "0", filepath.Join(tr.Root, ref)}},
+		{"unmount the guard", []string{"fusermount3", "-u", p.mnt}},
+		{"query the control socket", []string{"python3", "-c", "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])", p.sock}},
+	}
+	want, _ := os.ReadFile(filepath.Join(tr.Root, ref))
+	for _, a := range attempts {
+		out, code := asNobody(t, a.argv[0], a.argv[1:]...)
+		if code == 0 {
+			t.Errorf("%s: succeeded as uid %s (%s)", a.name, nobodyUID, strings.TrimSpace(out))
+		}
+		got, err := os.ReadFile(filepath.Join(tr.Root, ref))
+		if err != nil || string(got) != string(want) {
+			al, _ := os.ReadFile(p.audit)
+			t.Fatalf("%s: referenced %s damaged (%v)\naudit:\n%s\nlog:\n%s", a.name, ref, err, al, p.logText())
+		}
+	}
+	if st, err := os.Stat(p.sock); err != nil || st.Mode().Perm() != 0o600 || st.Sys() == nil {
+		t.Errorf("control socket %s: %v %v, want mode 0600", p.sock, st.Mode(), err)
+	}
+	// The user's own cleanup works through the mount exactly as root's does.
+	asNobody(t, "rm", "-rf", p.m(tr.Purge))
+	p.stop()
+	mntSameSet(t, "after the user's rm -rf through the mount", mntFiles(t, tr.Root), expectedAfter(tr, mntCleanups[0], treegen.DefaultPolicy))
+	var uids = map[uint32]bool{}
+	for _, r := range p.auditRecords() {
+		uids[r.UID] = true
+	}
+	if !uids[65534] {
+		t.Errorf("audit log does not attribute decisions to uid 65534: %v", uids)
+	}
+}
