@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	builtOnce sync.Once
+	builtExe  string
+	builtErr  error
+	builtOut  []byte
+)
+
+// builtBinary builds ckguard once per test run: the demo runs its own binary as `ckguard mount`,
+// `ckguard why`, ... so the test must run the real thing, as `make demo` does.
+func builtBinary(t *testing.T) string {
+	t.Helper()
+	builtOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "ckguard-bin-")
+		if err != nil {
+			builtErr = err
+			return
+		}
+		builtExe = filepath.Join(dir, "ckguard")
+		builtOut, builtErr = exec.Command("go", "build", "-o", builtExe, ".").CombinedOutput()
+	})
+	if builtErr != nil {
+		t.Fatalf("go build: %v\n%s", builtErr, builtOut)
+	}
+	return builtExe
+}
+
+// requireFUSEForDemo skips without /dev/fuse or fusermount3, except in CI where it fails.
+func requireFUSEForDemo(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("real FUSE mount: not in -short")
+	}
+	var missing string
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		missing = "/dev/fuse"
+	} else if _, err := exec.LookPath("fusermount3"); err != nil {
+		missing = "fusermount3 (fuse3)"
+	}
+	if missing == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s missing in CI", missing)
+	}
+	t.Skipf("%s missing", missing)
+}
+
+// mountsUnder lists the mount points in /proc/self/mountinfo at or below dir.
+func mountsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := strings.ReplaceAll(fields[4], `\040`, " ")
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out
+}
+
+// TestDemoEndToEnd runs `ckguard demo` as make demo does, with a real FUSE mount, and checks the
+// counts it prints against the scenario (IncidentOne plus the demo's savepoint and garbage), the
+// verify results, the exit status and that nothing stays mounted.
+func TestDemoEndToEnd(t *testing.T) {
+	requireFUSEForDemo(t)
+	exe := builtBinary(t)
+	dir := filepath.Join(t.TempDir(), "demo")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	out, err := exec.CommandContext(ctx, exe, "demo", "--dir", dir).CombinedOutput()
+	t.Logf("ckguard demo took %v", time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		t.Fatalf("ckguard demo: %v\n%s", err, out)
+	}
+	s := string(out)
+	for _, want := range []*regexp.Regexp{
+		// The unguarded control reproduces the incident: verify exits 1.
+		regexp.MustCompile(`(?m)^\s+exit 1: RED — 2 live checkpoints of the current job are broken, 8 files they need are gone`),
+		// Through the guard: rm -rf refuses the 6 old-job SSTs the new job references.
+		regexp.MustCompile(`(?m)rm -rf mnt/\S+\n\s+exit 1: deleted 11 of the 17 files it selected, 6 refused`),
+		regexp.MustCompile(`(?m)^\s+total\s+22\s+15$`),
+		regexp.MustCompile(`(?m)^\s+REFUSED  \S+/shared/\S+ \(file\): unlink`),
+		regexp.MustCompile(`(?m)^\s+exit 0: GREEN`),
+		regexp.MustCompile(`(?m)^RESULT: OK — deleted 22 files \(.*\), refused 15 .*verify green$`),
+	} {
+		if !want.MatchString(s) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s", s)
+	}
+	if m := mountsUnder(t, dir); len(m) > 0 {
+		t.Fatalf("still mounted after the demo: %v", m)
+	}
+	// --dir keeps the work directory: the audit log is there and agrees with the printed counts.
+	audit, err := os.ReadFile(filepath.Join(dir, "guarded", "index", "audit.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(audit), `"decision":"refuse"`); n < 15 {
+		t.Errorf("audit log has %d refusals, want at least the 15 refused files", n)
+	}
+}
+
+// TestDemoInterrupted interrupts the demo once it has mounted (Ctrl-C) and kills it outright
+// (kill -9): in both cases the mount must go away.
+func TestDemoInterrupted(t *testing.T) {
+	requireFUSEForDemo(t)
+	exe := builtBinary(t)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "demo")
+			cmd := exec.Command(exe, "demo", "--dir", dir, "--skip-control")
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Stderr = cmd.Stdout
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			var seen strings.Builder
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				seen.WriteString(sc.Text() + "\n")
+				if strings.Contains(sc.Text(), "mounted in") {
+					break
+				}
+			}
+			if !strings.Contains(seen.String(), "mounted in") {
+				_ = cmd.Wait()
+				t.Fatalf("demo never mounted:\n%s", seen.String())
+			}
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			go func() { // drain so the demo never blocks on a full pipe
+				for sc.Scan() {
+				}
+			}()
+			err = cmd.Wait()
+			if sig == syscall.SIGINT && err == nil {
+				// The demo may have finished before the signal arrived; that is fine too.
+				t.Logf("demo completed before SIGINT")
+			}
+			deadline := time.Now().Add(15 * time.Second)
+			for len(mountsUnder(t, dir)) > 0 && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if m := mountsUnder(t, dir); len(m) > 0 {
+				_ = exec.Command("fusermount3", "-u", "-z", m[0]).Run()
+				t.Fatalf("after %v the demo left %v mounted", sig, m)
+			}
+			if ee, ok := err.(*exec.ExitError); ok && sig == syscall.SIGINT {
+				t.Logf("exit status after SIGINT: %s", strconv.Itoa(ee.ExitCode()))
+			}
+		})
+	}
+}

@@ -1,0 +1,150 @@
+package graph
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+	"path"
+	"strings"
+
+	"github.com/dustin/go-humanize"
+
+	"github.com/ckguard/ckguard/refindex"
+)
+
+// Node identifiers: one per job folder and one per live `_metadata`, both unambiguous store keys.
+func folderID(f string) string { return "folder:" + f }
+func ckptID(m string) string   { return "ckpt:" + m }
+
+// quote makes s a DOT double-quoted string; "\n" in s becomes a centred line break.
+func quote(s string) string {
+	s = strings.ReplaceAll(s, `\`, `\\`)
+	s = strings.ReplaceAll(s, `"`, `\"`)
+	return `"` + strings.ReplaceAll(s, "\n", `\n`) + `"`
+}
+
+func folderName(f string) string {
+	if f == "" {
+		return "/"
+	}
+	return f + "/"
+}
+
+// EdgeLabel is the label of an edge: "6 files, 1.2 MiB" (plus missing files, if any).
+func EdgeLabel(e Edge) string {
+	if !e.Counted {
+		return "files unknown"
+	}
+	files := "files"
+	if e.Files == 1 {
+		files = "file"
+	}
+	l := fmt.Sprintf("%d %s, %s", e.Files, files, humanize.IBytes(uint64(e.Bytes)))
+	if e.Missing > 0 {
+		l += fmt.Sprintf("\n%d MISSING", e.Missing)
+	}
+	return l
+}
+
+func ckptLabel(ci refindex.CheckpointInfo) string {
+	name := path.Base(ci.Dir)
+	var tags []string
+	if ci.Protected {
+		tags = append(tags, "protected: newest")
+	}
+	if ci.Pinned {
+		tags = append(tags, "pinned")
+	}
+	l := fmt.Sprintf("%s\n%s, %s\n%d refs", name, ci.Kind, ci.Completed.UTC().Format("2006-01-02 15:04Z"), ci.Refs)
+	if len(tags) > 0 {
+		l += "\n" + strings.Join(tags, ", ")
+	}
+	return l
+}
+
+// DOT writes the graph in Graphviz's language: one cluster per job folder holding its folder node
+// and its live checkpoints; referenced folders without live checkpoints stand alone, in red (the
+// folders a purge must not touch); an edge per checkpoint and referenced foreign folder.
+func (g *Graph) DOT(w io.Writer) error {
+	var b bytes.Buffer
+	title := "ckguard graph: live checkpoints and the job folders whose files they reference"
+	if g.Store != "" {
+		title += "\nstore: " + g.Store
+	}
+	fmt.Fprintf(&b, "digraph ckguard {\n")
+	fmt.Fprintf(&b, "  graph [rankdir=LR, fontname=\"Helvetica\", fontsize=12, labelloc=t, label=%s];\n", quote(title))
+	fmt.Fprintf(&b, "  node [fontname=\"Helvetica\", fontsize=10];\n  edge [fontname=\"Helvetica\", fontsize=9];\n")
+	for i, j := range g.Jobs {
+		cks, sps := 0, 0
+		for _, ci := range j.Checkpoints {
+			if ci.Kind == "savepoint" {
+				sps++
+			} else {
+				cks++
+			}
+		}
+		fmt.Fprintf(&b, "  subgraph cluster_%d {\n    style=rounded; color=gray50; label=%s;\n", i, quote(folderName(j.Folder)))
+		fmt.Fprintf(&b, "    %s [shape=folder, label=%s];\n", quote(folderID(j.Folder)),
+			quote(fmt.Sprintf("%s\n%d checkpoints, %d savepoints", folderName(j.Folder), cks, sps)))
+		for _, ci := range j.Checkpoints {
+			style := "shape=box, style=rounded"
+			if ci.Kind == "savepoint" {
+				style = "shape=box, style=\"rounded,filled\", fillcolor=lightyellow"
+			}
+			fmt.Fprintf(&b, "    %s [%s, label=%s];\n", quote(ckptID(ci.Metadata)), style, quote(ckptLabel(ci)))
+		}
+		fmt.Fprintf(&b, "  }\n")
+	}
+	for _, f := range g.Folders {
+		fmt.Fprintf(&b, "  %s [shape=folder, style=filled, fillcolor=\"#fbd5d5\", color=red, label=%s];\n", quote(folderID(f)),
+			quote(folderName(f)+"\nno live checkpoints: files still referenced"))
+	}
+	orphanFolder := map[string]bool{}
+	for _, f := range g.Folders {
+		orphanFolder[f] = true
+	}
+	for _, e := range g.Edges {
+		attrs := ""
+		if orphanFolder[e.To] {
+			attrs = ", color=red, fontcolor=red, penwidth=2"
+		}
+		if e.Missing > 0 {
+			attrs = ", color=red, fontcolor=red, penwidth=2, style=dashed"
+		}
+		fmt.Fprintf(&b, "  %s -> %s [label=%s%s];\n", quote(ckptID(e.From)), quote(folderID(e.To)), quote(EdgeLabel(e)), attrs)
+	}
+	for _, u := range g.Unparseable {
+		fmt.Fprintf(&b, "  %s [shape=octagon, color=red, label=%s];\n", quote(ckptID(u.Metadata)),
+			quote(u.Metadata+"\nUNPARSEABLE: blocks every deletion"))
+	}
+	if len(g.Jobs) == 0 && len(g.Folders) == 0 && len(g.Unparseable) == 0 {
+		fmt.Fprintf(&b, "  empty [shape=plaintext, label=\"no live checkpoints or savepoints\"];\n")
+	}
+	fmt.Fprintf(&b, "}\n")
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// DotAvailable reports whether Graphviz's dot is installed.
+func DotAvailable() bool {
+	_, err := exec.LookPath("dot")
+	return err == nil
+}
+
+// SVG renders DOT source with Graphviz (`dot -Tsvg`).
+func SVG(ctx context.Context, dot []byte) ([]byte, error) {
+	exe, err := exec.LookPath("dot")
+	if err != nil {
+		return nil, fmt.Errorf("graphviz is not installed (Debian/Ubuntu: apt-get install graphviz): %w", err)
+	}
+	cmd := exec.CommandContext(ctx, exe, "-Tsvg")
+	cmd.Stdin = bytes.NewReader(dot)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("dot -Tsvg: %w: %s", err, strings.TrimSpace(errb.String()))
+	}
+	return out.Bytes(), nil
+}

@@ -1,0 +1,252 @@
+// Package graph builds the dependency picture of `ckguard graph`: job folders, their live
+// checkpoints and savepoints, and an edge from each checkpoint to every other job folder whose files
+// it references, labelled with the number of files and bytes. It answers the on-call question "which
+// job folders can I not purge, and because of whom?" at a glance.
+//
+// The nodes and edges come from the index (refindex.Querier.Checkpoints: live checkpoints and the
+// other job folders each references); the file counts and bytes of each edge come from a RefLister,
+// which reads the checkpoint's own `_metadata` (the index keeps no per-edge totals).
+package graph
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+
+	"github.com/ckguard/ckguard/refindex"
+)
+
+// Ref is one object a checkpoint references, as a canonical store key.
+type Ref struct {
+	Key string
+	// Folder is the job folder the key belongs to by Flink's layout (pathnorm's JobFolder, which
+	// also attributes entropy-injected keys), "" when it follows no job layout.
+	Folder string
+	// Dir marks a file-merging directory handle: everything below Key is referenced.
+	Dir bool
+}
+
+// RefLister lists the objects one live `_metadata` references inside the store.
+type RefLister interface {
+	Refs(ctx context.Context, metadataKey string) ([]Ref, error)
+}
+
+// Sizer sizes referenced files: one listing per referenced folder (cheap on S3 compared with a HEAD
+// per file), and a single stat for keys the listing did not contain (entropy-injected keys live
+// outside their job folder's prefix).
+type Sizer interface {
+	Sizes(ctx context.Context, folder string) (map[string]int64, error)
+	// Size returns the size of key; ok is false when it does not exist.
+	Size(ctx context.Context, key string) (n int64, ok bool, err error)
+}
+
+// Edge is a live checkpoint referencing files of another job folder.
+type Edge struct {
+	From    string `json:"from"`     // _metadata store key
+	FromJob string `json:"from_job"` // its job folder
+	To      string `json:"to"`       // the other job folder
+	Files   int    `json:"files"`    // distinct referenced files in To (below directory handles too)
+	Bytes   int64  `json:"bytes"`    // their size in the store
+	Missing int    `json:"missing"`  // referenced files no longer in the store (verify reports them)
+	// Counted is false when the counts could not be read (the _metadata vanished since the index
+	// answered, or it could not be read): the edge is still drawn, labelled "files unknown".
+	Counted bool `json:"counted"`
+}
+
+// Job is a job folder with live checkpoints or savepoints.
+type Job struct {
+	Folder      string                    `json:"folder"`
+	Checkpoints []refindex.CheckpointInfo `json:"checkpoints"`
+}
+
+// Graph is the whole picture.
+type Graph struct {
+	Store string `json:"store,omitempty"`
+	Jobs  []Job  `json:"jobs"`
+	// Folders are referenced job folders without live checkpoints of their own, such as the folder
+	// of an old job whose checkpoints were retired but whose SSTs a restored job still uses: exactly
+	// the folders a cleanup must not purge.
+	Folders     []string                  `json:"referenced_folders_without_checkpoints,omitempty"`
+	Edges       []Edge                    `json:"edges"`
+	Unparseable []refindex.CheckpointInfo `json:"unparseable,omitempty"`
+}
+
+// matchJob reports whether folder is job (or ends with it, e.g. just the job id), as the index's
+// Checkpoints(job) filter does.
+func matchJob(folder, job string) bool {
+	job = strings.Trim(job, "/")
+	return job == "" || folder == job || strings.HasSuffix("/"+folder, "/"+job)
+}
+
+// Build assembles the graph from the index's answer, restricted to job ("" = all): the job's own
+// checkpoints, the folders they reference, and the checkpoints of other jobs that reference the job.
+func Build(ctx context.Context, res *refindex.CheckpointsResult, job string, refs RefLister, sizes Sizer, log *slog.Logger) (*Graph, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	g := &Graph{Jobs: []Job{}, Edges: []Edge{}}
+	known := map[string]bool{}
+	for _, j := range res.Jobs {
+		known[j.Job] = true
+	}
+	type pending struct {
+		ci refindex.CheckpointInfo
+		to string
+	}
+	var want []pending
+	keepJob := map[string]bool{}
+	referenced := map[string]bool{}
+	for _, j := range res.Jobs {
+		for _, ci := range j.Checkpoints {
+			for _, to := range ci.ReferencesJobs {
+				if matchJob(j.Job, job) || matchJob(to, job) {
+					want = append(want, pending{ci, to})
+					keepJob[j.Job] = true
+					referenced[to] = true
+				}
+			}
+		}
+		if matchJob(j.Job, job) {
+			keepJob[j.Job] = true
+		}
+	}
+	for _, j := range res.Jobs {
+		if !keepJob[j.Job] {
+			continue
+		}
+		jj := Job{Folder: j.Job}
+		for _, ci := range j.Checkpoints {
+			// With a job filter, other jobs show only the checkpoints that reference it.
+			if matchJob(j.Job, job) || referencesMatching(ci, job) {
+				jj.Checkpoints = append(jj.Checkpoints, ci)
+			}
+		}
+		g.Jobs = append(g.Jobs, jj)
+	}
+	for f := range referenced {
+		if !known[f] {
+			g.Folders = append(g.Folders, f)
+		}
+	}
+	sort.Strings(g.Folders)
+	for _, u := range res.Unparseable {
+		if matchJob(u.Job, job) {
+			g.Unparseable = append(g.Unparseable, u)
+		}
+	}
+
+	// Counts: parse each checkpoint once, list each referenced folder once.
+	c := &counter{sizes: sizes, listed: map[string]map[string]int64{}}
+	refsOf := map[string][]Ref{}
+	for _, p := range want {
+		e := Edge{From: p.ci.Metadata, FromJob: p.ci.Job, To: p.to}
+		rs, ok := refsOf[p.ci.Metadata]
+		if !ok {
+			var err error
+			if rs, err = refs.Refs(ctx, p.ci.Metadata); err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				log.Warn("graph: cannot count the references of a checkpoint; its edges are drawn without counts", "metadata", p.ci.Metadata, "err", err)
+				rs = nil
+			}
+			refsOf[p.ci.Metadata] = rs
+		}
+		if rs != nil {
+			if err := c.count(ctx, &e, rs); err != nil {
+				return nil, err
+			}
+			if e.Files == 0 {
+				// The index says this checkpoint references the folder but its _metadata (read now)
+				// does not: the store changed in between. Draw the index's edge, flagged.
+				log.Warn("graph: the index and the _metadata disagree about an edge (store changed meanwhile?)", "metadata", p.ci.Metadata, "folder", p.to)
+				e.Counted = false
+			}
+		}
+		g.Edges = append(g.Edges, e)
+	}
+	sort.Slice(g.Edges, func(a, b int) bool {
+		x, y := g.Edges[a], g.Edges[b]
+		if x.From != y.From {
+			return x.From < y.From
+		}
+		return x.To < y.To
+	})
+	return g, nil
+}
+
+func referencesMatching(ci refindex.CheckpointInfo, job string) bool {
+	for _, to := range ci.ReferencesJobs {
+		if matchJob(to, job) {
+			return true
+		}
+	}
+	return false
+}
+
+// counter sizes the files of edges, listing every folder at most once.
+type counter struct {
+	sizes  Sizer
+	listed map[string]map[string]int64
+}
+
+func (c *counter) list(ctx context.Context, folder string) (map[string]int64, error) {
+	if m, ok := c.listed[folder]; ok {
+		return m, nil
+	}
+	m, err := c.sizes.Sizes(ctx, folder)
+	if err != nil {
+		return nil, fmt.Errorf("graph: list %s: %w", folder, err)
+	}
+	c.listed[folder] = m
+	return m, nil
+}
+
+// count fills e with the distinct files of refs in e.To, and their size in the store.
+func (c *counter) count(ctx context.Context, e *Edge, refs []Ref) error {
+	inFolder, err := c.list(ctx, e.To)
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	add := func(k string, n int64, ok bool) {
+		if seen[k] {
+			return
+		}
+		seen[k] = true
+		e.Files++
+		if ok {
+			e.Bytes += n
+		} else {
+			e.Missing++
+		}
+	}
+	for _, r := range refs {
+		if r.Folder != e.To {
+			continue
+		}
+		if r.Dir {
+			below, err := c.list(ctx, r.Key)
+			if err != nil {
+				return err
+			}
+			for k, n := range below {
+				add(k, n, true)
+			}
+			continue
+		}
+		if n, ok := inFolder[r.Key]; ok {
+			add(r.Key, n, true)
+			continue
+		}
+		n, ok, err := c.sizes.Size(ctx, r.Key)
+		if err != nil {
+			return fmt.Errorf("graph: stat %s: %w", r.Key, err)
+		}
+		add(r.Key, n, ok)
+	}
+	e.Counted = true
+	return nil
+}

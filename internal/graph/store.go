@@ -1,0 +1,95 @@
+package graph
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/ckguard/ckguard/refindex/flinkmeta"
+	"github.com/ckguard/ckguard/refindex/pathnorm"
+	"github.com/ckguard/ckguard/refindex/store"
+)
+
+// maxMetadata bounds what one `_metadata` may make the graph read (the index applies its own bound).
+const maxMetadata = 256 << 20
+
+// StoreRefs reads `_metadata` from the store and resolves its references with the same rules as
+// the index (pathnorm with the same --map and --entropy-key), so the folders match the index's.
+type StoreRefs struct {
+	Store store.Store
+	Norm  *pathnorm.Normalizer
+	// Known reports whether a folder holds checkpoints (attributes entropy-injected keys); may be nil.
+	Known func(folder string) bool
+}
+
+var (
+	_ RefLister = (*StoreRefs)(nil)
+	_ Sizer     = (*StoreRefs)(nil)
+)
+
+// NewStoreRefs builds a StoreRefs for st with the index's path mapping.
+func NewStoreRefs(st store.Store, maps []pathnorm.Mapping, entropyKey string) (*StoreRefs, error) {
+	n, err := pathnorm.New(pathnorm.Config{StoreRoot: st.Root(), Maps: maps, EntropyKey: entropyKey})
+	if err != nil {
+		return nil, err
+	}
+	return &StoreRefs{Store: st, Norm: n}, nil
+}
+
+// Refs parses metadataKey and returns its references inside the store.
+func (s *StoreRefs) Refs(ctx context.Context, metadataKey string) ([]Ref, error) {
+	r, err := s.Store.Open(ctx, metadataKey)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	if r.Size() > maxMetadata {
+		return nil, fmt.Errorf("%s is %d bytes, more than the graph reads (%d)", metadataKey, r.Size(), maxMetadata)
+	}
+	m, err := flinkmeta.Parse(r, r.Size(), metadataKey, flinkmeta.Options{})
+	if err != nil {
+		return nil, err
+	}
+	var out []Ref
+	for _, rf := range m.References(metadataKey) {
+		var k pathnorm.Key
+		if rf.Kind == flinkmeta.RefRelative {
+			k = s.Norm.Relative(metadataKey, rf.URI)
+		} else {
+			k = s.Norm.Absolute(rf.URI)
+		}
+		if !k.Inside {
+			continue
+		}
+		out = append(out, Ref{Key: k.Path, Folder: s.Norm.JobFolder(k.Path, s.Known), Dir: rf.Kind == flinkmeta.RefDirectory})
+	}
+	return out, nil
+}
+
+// Sizes lists the files below folder.
+func (s *StoreRefs) Sizes(ctx context.Context, folder string) (map[string]int64, error) {
+	out := map[string]int64{}
+	err := s.Store.Walk(ctx, folder, func(o store.ObjectInfo) error {
+		if !o.IsDir {
+			out[o.Path] = o.Size
+		}
+		return nil
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return out, nil
+	}
+	return out, err
+}
+
+// Size stats one key.
+func (s *StoreRefs) Size(ctx context.Context, key string) (int64, bool, error) {
+	o, err := s.Store.Stat(ctx, key)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, err
+	}
+	return o.Size, true, nil
+}
