@@ -57,19 +57,19 @@ wait_mounted() {
 	return 1
 }
 
-# start KIND STORE: prints the directory to operate on.
+# start KIND STORE: sets DIR, the directory to operate on (not via $(...): PID must stay in this shell).
 start() {
 	local kind=$1 store=$2
 	case $kind in
-	plain) echo "$store"; return ;;
+	plain) DIR=$store; return ;;
 	unguard) "$PLAINLOOP" "$store" "$MNT" >"$WORK/plainloop.log" 2>&1 & PID=$! ;;
 	guard)
 		rm -rf "$WORK/index"
 		"$CKGUARD" mount --foreground --store "$store" --index "$WORK/index" --grace 0s \
 			--audit-log "$WORK/audit.jsonl" --control-socket "$WORK/ctl.sock" "$MNT" >"$WORK/guard.log" 2>&1 & PID=$! ;;
 	esac
-	wait_mounted >&2
-	echo "$MNT"
+	wait_mounted
+	DIR=$MNT
 }
 
 stop() {
@@ -87,8 +87,8 @@ for kind in plain unguard guard; do
 		store="$WORK/rm-$kind-$r"
 		make_files "$store" "$N_RM"
 		sync
-		dir=$(start "$kind" "$store")
-		t0=$(now); rm -rf "$dir/job_old"; t1=$(now)
+		start "$kind" "$store"
+		t0=$(now); rm -rf "$DIR/job_old"; t1=$(now)
 		stop
 		left=$(find "$store" -type f | wc -l)
 		[ "$left" -eq 0 ] || { echo "$kind: rm -rf left $left files" >&2; exit 1; }
@@ -104,8 +104,8 @@ find "$FSTORE" -type f >/dev/null # warm the backing filesystem's caches for eve
 for kind in plain unguard guard; do
 	ts=()
 	for r in $(seq 1 "$RUNS"); do
-		dir=$(start "$kind" "$FSTORE")
-		t0=$(now); n=$(find "$dir" -type f | wc -l); t1=$(now)
+		start "$kind" "$FSTORE"
+		t0=$(now); n=$(find "$DIR" -type f | wc -l); t1=$(now)
 		stop
 		[ "$n" -eq "$N_FIND" ] || { echo "$kind: find saw $n files, want $N_FIND" >&2; exit 1; }
 		ts+=("$(python3 -c "print($t1-$t0)")")
