@@ -14,8 +14,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // Record is one guarded decision.
@@ -96,11 +98,7 @@ func (l *Log) Record(r *Record) error {
 	if l.closed {
 		return fmt.Errorf("audit log %s: closed", l.path)
 	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("audit log %s: encode: %w", l.path, err)
-	}
-	l.buf = append(append(l.buf[:0], b...), '\n')
+	l.buf = append(r.AppendJSON(l.buf[:0]), '\n')
 	if _, err := l.f.Write(l.buf); err != nil {
 		return fmt.Errorf("audit log %s: %w", l.path, err)
 	}
@@ -186,4 +184,100 @@ func ReadFile(path string) ([]Record, error) {
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// AppendJSON appends r as one JSON object (the same document encoding/json produces for Record, without
+// reflection: the audit record is written on the path of every guarded operation).
+func (r *Record) AppendJSON(b []byte) []byte {
+	b = append(b, `{"time":"`...)
+	b = r.Time.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","op":`...)
+	b = appendString(b, r.Op)
+	b = append(b, `,"path":`...)
+	b = appendString(b, r.Path)
+	if r.To != "" {
+		b = append(b, `,"to":`...)
+		b = appendString(b, r.To)
+	}
+	b = append(b, `,"decision":`...)
+	b = appendString(b, r.Decision)
+	b = append(b, `,"reason":`...)
+	b = appendString(b, r.Reason)
+	if r.Message != "" {
+		b = append(b, `,"message":`...)
+		b = appendString(b, r.Message)
+	}
+	if len(r.Referencing) > 0 {
+		b = append(b, `,"referencing":[`...)
+		for i, x := range r.Referencing {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, x)
+		}
+		b = append(b, ']')
+	}
+	if r.RefCount != 0 {
+		b = append(b, `,"ref_count":`...)
+		b = strconv.AppendInt(b, int64(r.RefCount), 10)
+	}
+	if r.Errno != "" {
+		b = append(b, `,"errno":`...)
+		b = appendString(b, r.Errno)
+	}
+	if r.PID != 0 {
+		b = append(b, `,"pid":`...)
+		b = strconv.AppendUint(b, uint64(r.PID), 10)
+	}
+	b = append(b, `,"uid":`...)
+	b = strconv.AppendUint(b, uint64(r.UID), 10)
+	b = append(b, `,"gid":`...)
+	b = strconv.AppendUint(b, uint64(r.GID), 10)
+	if r.Comm != "" {
+		b = append(b, `,"comm":`...)
+		b = appendString(b, r.Comm)
+	}
+	return append(b, '}')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string. Invalid UTF-8 (file names are bytes) becomes U+FFFD, as
+// encoding/json does, so every line stays valid JSON.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c < 0x20:
+				switch c {
+				case '\n':
+					b = append(b, '\\', 'n')
+				case '\t':
+					b = append(b, '\\', 't')
+				case '\r':
+					b = append(b, '\\', 'r')
+				default:
+					b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+				}
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, `\ufffd`...)
+		} else if r == '\u2028' || r == '\u2029' {
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
 }
