@@ -1,0 +1,106 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+
+	"github.com/ckguard/ckguard/fs/audit"
+	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/fs/guard/guardtest"
+	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/refindex"
+)
+
+type sink struct {
+	recs []audit.Record
+	err  error
+}
+
+func (s *sink) Record(r *audit.Record) error {
+	s.recs = append(s.recs, *r)
+	return s.err
+}
+
+type panicky struct{ guard.Checker }
+
+func (panicky) Decide(context.Context, string, refindex.Op) refindex.Decision { panic("boom") }
+
+type graceChecker struct{ *guardtest.Checker }
+
+func (graceChecker) Decide(context.Context, string, refindex.Op) refindex.Decision {
+	return refindex.Decision{Reason: refindex.ReasonGrace, Message: "young"}
+}
+
+func TestEnforcer(t *testing.T) {
+	fake := guardtest.New()
+	fake.Protect("job/shared/ref", "job/chk-1/_metadata")
+	tests := []struct {
+		name      string
+		checker   guard.Checker
+		auditErr  error
+		errno     syscall.Errno
+		checks    []guard.Check
+		wantErrno syscall.Errno
+		wantRan   bool
+		wantRecs  []string // decision/reason per record
+	}{
+		{"allowed runs the change", fake, nil, 0, []guard.Check{{Op: refindex.OpUnlink, Path: "job/shared/free"}}, 0, true, []string{"allow/allowed"}},
+		{"refused does not run it", fake, nil, 0, []guard.Check{{Op: refindex.OpUnlink, Path: "job/shared/ref"}}, syscall.EPERM, false, []string{"refuse/referenced"}},
+		{"custom errno", fake, nil, syscall.EACCES, []guard.Check{{Op: refindex.OpUnlink, Path: "job/shared/ref"}}, syscall.EACCES, false, []string{"refuse/referenced"}},
+		{"rename refused on target only logs the refusal", fake, nil, 0, []guard.Check{
+			{Op: refindex.OpRename, Path: "job/shared/free"}, {Op: refindex.OpReplace, Path: "job/shared/ref"}}, syscall.EPERM, false, []string{"refuse/referenced"}},
+		{"a panicking index refuses (fail closed)", panicky{fake}, nil, 0, []guard.Check{{Op: refindex.OpUnlink, Path: "x"}}, syscall.EPERM, false, []string{"refuse/store-error"}},
+		{"an allowed change whose record cannot be written does not happen", fake, errors.New("disk full"), 0, []guard.Check{{Op: refindex.OpUnlink, Path: "job/shared/free"}}, syscall.EIO, false, []string{"allow/allowed"}},
+		{"a refusal stays a refusal when the log fails", fake, errors.New("disk full"), 0, []guard.Check{{Op: refindex.OpUnlink, Path: "job/shared/ref"}}, syscall.EPERM, false, []string{"refuse/referenced"}},
+		{"pre-decided refusal", fake, nil, 0, []guard.Check{{Op: refindex.OpWrite, Path: "a", Decided: &refindex.Decision{Reason: guard.ReasonHardLinked}}}, syscall.EPERM, false, []string{"refuse/hard-linked"}},
+		{"metadata commit overrides grace", graceChecker{fake}, nil, 0, []guard.Check{{Op: refindex.OpRename, Path: "j/chk-1/.tmp", To: "j/chk-1/_metadata", MetadataCommit: true}}, 0, true, []string{"allow/metadata-commit"}},
+		{"grace without commit refuses", graceChecker{fake}, nil, 0, []guard.Check{{Op: refindex.OpRename, Path: "j/chk-1/.tmp", To: "j/chk-1/x"}}, syscall.EPERM, false, []string{"refuse/grace"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &sink{err: tc.auditErr}
+			e, err := guard.NewEnforcer(guard.Config{Checker: tc.checker, Audit: s, Metrics: metrics.New(), RefuseErrno: tc.errno})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ran := false
+			got := e.Mutate(context.Background(), tc.checks, func() syscall.Errno { ran = true; return 0 })
+			if got != tc.wantErrno || ran != tc.wantRan {
+				t.Fatalf("errno %v ran %v, want %v %v", got, ran, tc.wantErrno, tc.wantRan)
+			}
+			var recs []string
+			for _, r := range s.recs {
+				recs = append(recs, r.Decision+"/"+r.Reason)
+			}
+			if len(recs) != len(tc.wantRecs) {
+				t.Fatalf("records %v, want %v", recs, tc.wantRecs)
+			}
+			for i := range recs {
+				if recs[i] != tc.wantRecs[i] {
+					t.Fatalf("records %v, want %v", recs, tc.wantRecs)
+				}
+			}
+		})
+	}
+}
+
+func TestParseErrno(t *testing.T) {
+	for in, want := range map[string]syscall.Errno{"": syscall.EPERM, "eperm": syscall.EPERM, "EACCES": syscall.EACCES, "EROFS": syscall.EROFS, "16": syscall.EBUSY} {
+		if got, err := guard.ParseErrno(in); err != nil || got != want {
+			t.Errorf("ParseErrno(%q) = %v %v, want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"ENOPE", "-1", "0", "99999"} {
+		if _, err := guard.ParseErrno(bad); err == nil {
+			t.Errorf("ParseErrno(%q) accepted", bad)
+		}
+	}
+}
+
+func TestNoChecker(t *testing.T) {
+	if _, err := guard.NewEnforcer(guard.Config{}); err == nil {
+		t.Fatal("an enforcer without an index was created")
+	}
+}
