@@ -89,13 +89,12 @@ func mntRequire(t testing.TB) {
 
 // mntProc is one `ckguard mount --foreground` child process.
 type mntProc struct {
-	t                        testing.TB
-	store, index, mnt, log   string
-	audit, sock, metricsAddr string
-	args                     []string
-	cmd                      *exec.Cmd
-	exited                   chan struct{}
-	logBuf                   *os.File
+	t                      testing.TB
+	store, index, mnt, log string
+	audit, sock            string
+	args                   []string
+	cmd                    *exec.Cmd
+	exited                 chan struct{}
 }
 
 // mntStart mounts store (index in index, "" = fresh temp dir) on a fresh mountpoint (or mnt when given
@@ -259,16 +258,6 @@ func mntFiles(t testing.TB, root string) []string {
 		t.Fatal(err)
 	}
 	sort.Strings(out)
-	return out
-}
-
-func mntUnder(keys []string, dir string) []string {
-	out := []string{}
-	for _, k := range keys {
-		if dir == "" || k == dir || strings.HasPrefix(k, dir+"/") {
-			out = append(out, k)
-		}
-	}
 	return out
 }
 
