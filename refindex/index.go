@@ -197,18 +197,23 @@ func Open(dir string, st store.Store, pol Policy, opts ...Option) (*Index, error
 func genName(n int) string { return fmt.Sprintf("gen-%08d", n) }
 
 func (ix *Index) badgerOptions(path string) badger.Options {
-	bo := badger.DefaultOptions(path).
+	// Memory is bounded for stores of millions of references: small memtables (each costs its arena
+	// plus a mapped write-ahead file of twice its size), a modest block cache for decisions, table
+	// indices kept in memory (they are small), and 256 MiB value-log files.
+	return badger.DefaultOptions(path).
 		WithLogger(nil).
 		WithNumVersionsToKeep(1).
-		WithMemTableSize(64 << 20).
-		WithNumMemtables(3).
+		WithMemTableSize(32 << 20).
+		WithNumMemtables(2).
+		WithNumLevelZeroTables(8).
+		WithNumLevelZeroTablesStall(16).
 		WithBlockCacheSize(64 << 20).
-		WithIndexCacheSize(64 << 20).
+		WithIndexCacheSize(0).
 		WithValueThreshold(1 << 10).
+		WithValueLogFileSize(256 << 20).
 		WithNumCompactors(2).
 		WithDetectConflicts(false).
 		WithCompactL0OnClose(false)
-	return bo
 }
 
 // readCurrent returns the generation number CURRENT names (0 = none).

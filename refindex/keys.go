@@ -2,15 +2,18 @@ package refindex
 
 import (
 	"encoding/binary"
+	"sort"
+
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/klauspost/compress/zstd"
 	"time"
 )
 
 // SchemaVersion is the layout of the badger keys below. An index of another schema is refused with a
 // message telling the user to rebuild it (it is derived data).
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // Key layout (one badger DB per generation; every key starts with a one-letter table and '/'):
 //
@@ -95,48 +98,77 @@ type ref struct {
 	Length int64 // bytes of state the handle covers (0 if unknown)
 }
 
-// encodeRefs packs a checkpoint's references into one value: uvarint count, then per reference
-// kind, inside flag, uvarint key length, key, varint length.
+// Forward references are the bulk of the index (a checkpoint names ~1,000 SSTs, most sharing a long
+// prefix), so they are stored as one value per checkpoint: sorted by key, each key encoded as the
+// length of the prefix it shares with the previous one plus the rest, the whole compressed with zstd.
+//
+//	uvarint count, then per reference: kind, inside flag, uvarint shared, uvarint len(rest), rest,
+//	varint length
+var (
+	zenc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	zdec, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0))
+)
+
 func encodeRefs(refs []ref) []byte {
+	sorted := make([]ref, len(refs))
+	copy(sorted, refs)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Key < sorted[j].Key })
 	n := 10
-	for _, r := range refs {
-		n += len(r.Key) + 2 + 2*binary.MaxVarintLen64
+	for _, r := range sorted {
+		n += len(r.Key)/4 + 16
 	}
 	b := make([]byte, 0, n)
-	b = binary.AppendUvarint(b, uint64(len(refs)))
-	for _, r := range refs {
+	b = binary.AppendUvarint(b, uint64(len(sorted)))
+	prev := ""
+	for _, r := range sorted {
 		in := byte(0)
 		if r.Inside {
 			in = 1
 		}
+		shared := 0
+		for shared < len(prev) && shared < len(r.Key) && prev[shared] == r.Key[shared] {
+			shared++
+		}
 		b = append(b, byte(r.Kind), in)
-		b = binary.AppendUvarint(b, uint64(len(r.Key)))
-		b = append(b, r.Key...)
+		b = binary.AppendUvarint(b, uint64(shared))
+		b = binary.AppendUvarint(b, uint64(len(r.Key)-shared))
+		b = append(b, r.Key[shared:]...)
 		b = binary.AppendVarint(b, r.Length)
+		prev = r.Key
 	}
-	return b
+	return zenc.EncodeAll(b, make([]byte, 0, len(b)/2))
 }
 
 var errCorrupt = errors.New("corrupt forward-reference record")
 
-func decodeRefs(b []byte) ([]ref, error) {
+func decodeRefs(z []byte) ([]ref, error) {
+	b, err := zdec.DecodeAll(z, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errCorrupt, err)
+	}
 	cnt, n := binary.Uvarint(b)
 	if n <= 0 || cnt > uint64(len(b)) {
 		return nil, errCorrupt
 	}
 	b = b[n:]
 	out := make([]ref, 0, cnt)
+	prev := ""
 	for i := uint64(0); i < cnt; i++ {
 		if len(b) < 2 {
 			return nil, errCorrupt
 		}
 		r := ref{Kind: RefKind(b[0]), Inside: b[1] == 1}
 		b = b[2:]
+		shared, n := binary.Uvarint(b)
+		if n <= 0 || shared > uint64(len(prev)) {
+			return nil, errCorrupt
+		}
+		b = b[n:]
 		l, n := binary.Uvarint(b)
 		if n <= 0 || uint64(len(b)-n) < l {
 			return nil, errCorrupt
 		}
-		r.Key = string(b[n : n+int(l)])
+		r.Key = prev[:shared] + string(b[n:n+int(l)])
 		b = b[n+int(l):]
 		r.Length, n = binary.Varint(b)
 		if n <= 0 {
@@ -144,6 +176,7 @@ func decodeRefs(b []byte) ([]ref, error) {
 		}
 		b = b[n:]
 		out = append(out, r)
+		prev = r.Key
 	}
 	return out, nil
 }
