@@ -92,6 +92,18 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err := preflight(cfg.Exe); err != nil {
 		return res, err
 	}
+	if !temp {
+		// A previous run's stores would not match the ground truth: start again, unless something
+		// is still mounted there (removing it would go through the mount).
+		for _, sub := range []string{"unguarded", "guarded"} {
+			if mi, _ := mountutil.Lookup(filepath.Join(dir, sub, "mnt")); mi != nil {
+				return res, fmt.Errorf("%s is still mounted from an earlier run: ckguard umount %s", mi.Mountpoint, mi.Mountpoint)
+			}
+			if err := os.RemoveAll(filepath.Join(dir, sub)); err != nil {
+				return res, err
+			}
+		}
+	}
 	p.f("%s\n", p.bold("ckguard demo: the checkpoint-cleanup incident, then the same cleanup through the guard"))
 	p.f("work dir: %s", dir)
 	if temp {
@@ -307,6 +319,7 @@ func control(ctx context.Context, p *printer, cfg Config, dir string, now time.T
 	}
 	describe(p, s)
 	r := &runner{dir: dir, exe: cfg.Exe, env: cfg.Env}
+	p.cmd("cd " + dir)
 	phases, err := cleanup(ctx, p, r, s, "store", s.Tree.Root)
 	if err != nil {
 		return err
@@ -391,6 +404,7 @@ func guarded(ctx context.Context, p *printer, cfg Config, dir string, now time.T
 	if err := os.MkdirAll(mntAbs, 0o755); err != nil {
 		return err
 	}
+	p.cmd("cd " + dir)
 	args := []string{"mount", "--store", "store", "--index", "index", "--foreground", "mnt"}
 	p.cmd("ckguard " + strings.Join(args, " ") + " &")
 	t0 := time.Now()
