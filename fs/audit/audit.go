@@ -122,14 +122,23 @@ func (l *Log) flusher(interval time.Duration) {
 			return
 		case <-t.C:
 			l.mu.Lock()
-			if l.dirty && !l.closed {
-				// An fsync error here is reported by Close; the records are already in the page cache.
-				if err := l.f.Sync(); err != nil && l.closeErr == nil {
+			dirty := l.dirty && !l.closed
+			l.dirty = false
+			l.mu.Unlock()
+			if !dirty {
+				continue
+			}
+			// fsync without the lock: writers keep appending (write(2) and fsync(2) on one descriptor are
+			// safe together), so a slow journal commit never stalls a decision. Close stops this loop
+			// before it closes the file.
+			if err := l.f.Sync(); err != nil {
+				l.mu.Lock()
+				if l.closeErr == nil {
+					// Reported by Close; the records are already in the page cache.
 					l.closeErr = fmt.Errorf("audit log %s: fsync: %w", l.path, err)
 				}
-				l.dirty = false
+				l.mu.Unlock()
 			}
-			l.mu.Unlock()
 		}
 	}
 }
