@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -217,10 +218,13 @@ func TestMetadataIndexedBeforeCloseReturns(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(e.mnt, "job/chk-5"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	var sawContent string
+	// Set from the FUSE server goroutine; the kernel orders it before close returns, which the race
+	// detector cannot see, hence the atomic.
+	var sawContent atomic.Value
+	sawContent.Store("")
 	e.checker.WrittenHook = func(key string) error {
 		b, _ := os.ReadFile(filepath.Join(e.store, key))
-		sawContent = string(b)
+		sawContent.Store(string(b))
 		e.checker.Protect("job/chk-5/state", key)
 		return nil
 	}
@@ -231,8 +235,8 @@ func TestMetadataIndexedBeforeCloseReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	// WriteFile returned after close: the index must already protect what the _metadata references.
-	if sawContent != "meta-bytes" {
-		t.Fatalf("index saw %q at close, want the complete file", sawContent)
+	if got := sawContent.Load().(string); got != "meta-bytes" {
+		t.Fatalf("index saw %q at close, want the complete file", got)
 	}
 	if err := os.Remove(filepath.Join(e.mnt, "job/chk-5/state")); !errors.Is(err, syscall.EPERM) {
 		t.Fatalf("delete right after the _metadata close: %v, want EPERM", err)
