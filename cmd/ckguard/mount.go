@@ -78,6 +78,9 @@ func runMount(c *cli.Context) error {
 		if logFile == "" {
 			logFile = filepath.Join(indexDir, "ckguard.log")
 		}
+		if isTerminal(os.Stderr) {
+			fmt.Fprintf(os.Stderr, "ckguard: syncing the index with %s, then mounting on %s (progress: %s)\n", c.String("store"), mnt, logFile)
+		}
 		if err := daemon.Detach(logFile); err != nil {
 			return fmt.Errorf("mount %s: %w", mnt, err)
 		}
