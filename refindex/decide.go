@@ -1,6 +1,7 @@
 package refindex
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -222,23 +223,34 @@ func (ix *Index) refsSelf(v *view, key string) bool {
 // referencing returns the first limit distinct checkpoints referencing key (and, if below, anything
 // under key as a directory) and their total count; bounded reports a count cut off at maxRefScan.
 func (ix *Index) referencing(v *view, key string, below bool, limit int) (names []string, n int, bounded bool, err error) {
-	seen := map[string]bool{}
-	add := func(meta string) {
-		if !seen[meta] {
-			seen[meta] = true
-			if len(names) < limit {
-				names = append(names, meta)
+	// A file's reverse entries name each checkpoint once; only scans of several objects (directories,
+	// directory handles) need de-duplication.
+	var seen map[string]bool
+	add := func(meta []byte, dedupe bool) {
+		if dedupe {
+			if seen == nil {
+				seen = map[string]bool{}
 			}
+			if seen[string(meta)] {
+				return
+			}
+			seen[string(meta)] = true
+		}
+		n++
+		if len(names) < limit {
+			names = append(names, string(meta))
 		}
 	}
 	scanned := 0
 	err = v.g.db.View(func(txn *badger.Txn) error {
-		scan := func(prefix []byte, tbl string) {
+		scan := func(prefix []byte, tbl string, dedupe bool) {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 			defer it.Close()
 			for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-				_, meta := splitPair(it.Item().Key(), tbl)
-				add(meta)
+				k := it.Item().Key()
+				if i := bytes.IndexByte(k[len(tbl):], 0); i >= 0 {
+					add(k[len(tbl)+i+1:], dedupe)
+				}
 				if scanned++; scanned >= maxRefScan {
 					bounded = true
 					return
@@ -246,20 +258,20 @@ func (ix *Index) referencing(v *view, key string, below bool, limit int) (names 
 			}
 		}
 		if key != "" {
-			scan(append([]byte(tblReverse+key), 0), tblReverse)
+			scan(append([]byte(tblReverse+key), 0), tblReverse, below || len(v.st.dirRefs) > 0)
 		}
 		if below && !bounded {
 			p := tblReverse
 			if key != "" {
 				p += key + "/"
 			}
-			scan([]byte(p), tblReverse)
+			scan([]byte(p), tblReverse, true)
 		}
 		// File-merging directory handles naming key, an ancestor of it, or (for a directory) something below.
 		if len(v.st.dirRefs) > 0 {
 			for a := key; ; {
 				if v.st.dirRefs[a] > 0 {
-					scan(append([]byte(tblDir+a), 0), tblDir)
+					scan(append([]byte(tblDir+a), 0), tblDir, true)
 				}
 				i := strings.LastIndexByte(a, '/')
 				if i < 0 || a == "" {
@@ -270,14 +282,14 @@ func (ix *Index) referencing(v *view, key string, below bool, limit int) (names 
 			if below {
 				for d := range v.st.dirRefs {
 					if key == "" || strings.HasPrefix(d, key+"/") {
-						scan(append([]byte(tblDir+d), 0), tblDir)
+						scan(append([]byte(tblDir+d), 0), tblDir, true)
 					}
 				}
 			}
 		}
 		return nil
 	})
-	return names, len(seen), bounded, err
+	return names, n, bounded, err
 }
 
 func listCheckpoints(refs []string, n int) string {

@@ -214,6 +214,30 @@ type change struct {
 	puts    []*entry // new or changed _metadata (applied first)
 	removes []string // retired _metadata keys
 	synced  time.Time
+	// tombstoneTTL: tombstones of objects retired longer ago than this are dropped on sync (they only
+	// matter while the object is younger than the grace period).
+	tombstoneTTL time.Duration
+}
+
+// maxTombstonePurge bounds the tombstones one sync drops (the rest go on the next sync).
+const maxTombstonePurge = 10_000
+
+func purgeTombstones(txn *badger.Txn, before time.Time) error {
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(tblTombstone), PrefetchValues: false})
+	var old [][]byte
+	for it.Rewind(); it.Valid() && len(old) < maxTombstonePurge; it.Next() {
+		v, err := it.Item().ValueCopy(nil)
+		if err == nil && decodeTime(v).Before(before) {
+			old = append(old, it.Item().KeyCopy(nil))
+		}
+	}
+	it.Close()
+	for _, k := range old {
+		if err := txn.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // errNeedRebuild asks the caller to fall back to a full rebuild into a new generation.
@@ -274,6 +298,9 @@ func (ix *Index) apply(ch change) error {
 		delete(next.ckpts, k)
 	}
 	if !ch.synced.IsZero() {
+		if err := purgeTombstones(txn, ch.synced.Add(-ch.tombstoneTTL)); err != nil {
+			return fail(err)
+		}
 		if err := txn.Set(keyLastSync, encodeTime(ch.synced)); err != nil {
 			return fail(err)
 		}
@@ -361,7 +388,10 @@ func (ix *Index) Sync(ctx context.Context) error {
 	if err != nil {
 		return ix.failSync(err)
 	}
-	err = ix.apply(change{puts: puts, removes: removed, synced: start})
+	ix.mu.RLock()
+	ttl := max(ix.pol.Grace, time.Hour)
+	ix.mu.RUnlock()
+	err = ix.apply(change{puts: puts, removes: removed, synced: start, tombstoneTTL: ttl})
 	if errors.Is(err, errNeedRebuild) {
 		return ix.rebuildLocked(ctx)
 	}

@@ -66,6 +66,9 @@ var ErrInvalidPath = errors.New("invalid store path")
 // "." segments dropped, ".." resolved. A leading slash is tolerated. Keys that climb above the store
 // root are rejected: they would name an object outside the guarded store.
 func CleanKey(key string) (string, error) {
+	if isClean(key) {
+		return key, nil // the common case on the decision path: no allocation
+	}
 	if strings.ContainsRune(key, 0) {
 		return "", fmt.Errorf("%w %q: contains NUL", ErrInvalidPath, key)
 	}
@@ -84,6 +87,28 @@ func CleanKey(key string) (string, error) {
 		}
 	}
 	return strings.Join(out, "/"), nil
+}
+
+// isClean reports whether key is already canonical: no empty, "." or ".." segment, no NUL.
+func isClean(key string) bool {
+	if key == "" {
+		return true
+	}
+	start := 0
+	for i := 0; i <= len(key); i++ {
+		if i < len(key) && key[i] != '/' {
+			if key[i] == 0 {
+				return false
+			}
+			continue
+		}
+		seg := key[start:i]
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+		start = i + 1
+	}
+	return true
 }
 
 // NotExist returns an error for a missing key that wraps fs.ErrNotExist.
