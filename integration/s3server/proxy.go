@@ -57,7 +57,13 @@ func NewProxy(t testing.TB, target string) *Proxy {
 			panic(http.ErrAbortHandler)
 		}
 		if d := time.Duration(p.latency.Load()); d > 0 {
-			time.Sleep(d)
+			// A client that gave up (timeout) closes the connection: the request is then never forwarded,
+			// as with a server that did not get to it.
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+				return
+			}
 		}
 		if pm := p.failPermille.Load(); pm > 0 {
 			p.mu.Lock()
