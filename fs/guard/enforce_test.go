@@ -104,3 +104,25 @@ func TestNoChecker(t *testing.T) {
 		t.Fatal("an enforcer without an index was created")
 	}
 }
+
+// BenchmarkMutateAllowed is the enforcer's own cost per allowed deletion (fake index): the audit record
+// written to a real file, the metrics, the lock. The index's Decide comes on top.
+func BenchmarkMutateAllowed(b *testing.B) {
+	al, err := audit.Open(b.TempDir()+"/audit.jsonl", audit.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer al.Close()
+	e, err := guard.NewEnforcer(guard.Config{Checker: guardtest.New(), Audit: al, Metrics: metrics.New()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	checks := []guard.Check{{Op: refindex.OpUnlink, Path: "job_old/shared/d001/sst-000001"}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if errno := e.Mutate(ctx, checks, func() syscall.Errno { return 0 }); errno != 0 {
+			b.Fatal(errno)
+		}
+	}
+}
