@@ -18,8 +18,9 @@ type cursor struct {
 	i       int   // read position inside buf
 	err     error
 	name    string
-	what    string // the item being read, for truncation errors
-	bufSize int    // refill size for ReaderAt input
+	what    string      // the item being read, for truncation errors
+	bufSize int         // refill size for ReaderAt input
+	arena   stringArena // backs parsed strings
 }
 
 const readBufSize = 256 << 10 // holds the longest mutf8 string (65535 bytes) with room to spare
@@ -158,7 +159,7 @@ func (c *cursor) mutf8Body(n int) string {
 	if b == nil {
 		return ""
 	}
-	s, err := decodeMUTF8(b)
+	s, err := decodeMUTF8In(&c.arena, b)
 	if err != nil {
 		c.seekFail(start, fmt.Sprintf("well-formed modified UTF-8 string of %d bytes", n))
 		return ""

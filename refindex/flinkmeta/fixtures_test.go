@@ -251,3 +251,23 @@ func stripInline(m *Metadata) {
 		}
 	}
 }
+
+// TestNoAliasing: the parse result must not share memory with the input (callers reuse buffers).
+func TestNoAliasing(t *testing.T) {
+	b := mustEncode(t, richMetadata(6))
+	m, err := ParseBytes(b, "x", Options{KeepInline: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := GoldenJSON(m, "/x/_metadata")
+	enc, _ := Encode(m)
+	for i := range b {
+		b[i] ^= 0xFF
+	}
+	if after := GoldenJSON(m, "/x/_metadata"); !bytes.Equal(before, after) {
+		t.Error("parsed metadata changed when the input buffer was overwritten")
+	}
+	if again, _ := Encode(m); !bytes.Equal(enc, again) {
+		t.Error("inline payloads alias the input buffer")
+	}
+}

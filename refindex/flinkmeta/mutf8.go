@@ -14,10 +14,18 @@ var errMUTF8 = errors.New("malformed modified UTF-8")
 // decodeMUTF8 converts modified UTF-8 to a Go (UTF-8) string. The all-ASCII case, which is every
 // string Flink writes in practice, is a single conversion.
 func decodeMUTF8(b []byte) (string, error) {
+	return decodeMUTF8In(nil, b)
+}
+
+// decodeMUTF8In is decodeMUTF8 with ASCII strings stored in arena (if not nil).
+func decodeMUTF8In(arena *stringArena, b []byte) (string, error) {
 	for i := 0; i < len(b); i++ {
 		if b[i] == 0 || b[i] >= 0x80 {
 			return decodeMUTF8Slow(b)
 		}
+	}
+	if arena != nil {
+		return arena.str(b), nil
 	}
 	return string(b), nil
 }

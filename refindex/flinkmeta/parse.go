@@ -45,8 +45,10 @@ func parseReaderAt(r io.ReaderAt, size int64, name string, opts Options, bufSize
 	return parse(func() *cursor { return newCursor(r, size, name, bufSize) }, name, opts)
 }
 
-// ParseBytes parses a `_metadata` file held in memory. With KeepInline the returned Metadata
-// does not alias b.
+// ParseBytes parses a `_metadata` file held in memory. The returned Metadata never aliases b.
+//
+// Parsed strings share a few large backing allocations (see stringArena); a caller that keeps
+// only a handful of strings from many files should strings.Clone them.
 func ParseBytes(b []byte, name string, opts Options) (*Metadata, error) {
 	return parse(func() *cursor { return newBytesCursor(b, name) }, name, opts)
 }
