@@ -24,7 +24,9 @@ import (
 //     decision, installed by make setup).
 //   - ```sh readme-run blocks are checked the same way and then RUN, line by line, in a temporary
 //     directory standing in for /tmp/ckdemo; a line ending in "# exit N" must exit N, others 0.
-//   - ```ini blocks (systemd units): ExecStart=/ExecStop= ckguard command lines are checked as above.
+//   - ```ini blocks (systemd units) are excerpts of docs/ckguard@.service, which the mount's integration
+//     tests run as written: every line must appear there, in order; ckguard command lines are checked
+//     as above. ```fstab lines must appear verbatim in docs/fstab.example (also tested as written).
 
 // readmeBlock is one fenced block.
 type readmeBlock struct {
@@ -65,7 +67,7 @@ func readmeBlocks(t *testing.T) []readmeBlock {
 
 // knownTools are the non-ckguard programs the README may tell people to run.
 var knownTools = map[string]bool{"make": true, "rm": true, "find": true, "mkdir": true, "install": true,
-	"getfattr": true, "cd": true, "systemctl": true, "curl": true}
+	"getfattr": true, "cd": true, "systemctl": true, "curl": true, "mount": true}
 
 var exitComment = regexp.MustCompile(`#\s*exit (\d+)\s*$`)
 
@@ -179,10 +181,20 @@ func checkLine(t *testing.T, where string, c command) {
 	}
 }
 
+func docFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 // TestReadmeCommands checks every command line of the README against the CLI and the Makefile.
 func TestReadmeCommands(t *testing.T) {
 	blocks := readmeBlocks(t)
 	checked := 0
+	unitPos := map[int]int{} // per ini block: how far into the unit file its lines matched
 	for _, b := range blocks {
 		lang := strings.Fields(b.info + " x")[0]
 		for i, l := range b.lines {
@@ -193,7 +205,20 @@ func TestReadmeCommands(t *testing.T) {
 					checkLine(t, where, c)
 					checked++
 				}
+			case "fstab":
+				if strings.TrimSpace(l) != "" && !strings.Contains(docFile(t, "fstab.example"), l+"\n") {
+					t.Errorf("%s: fstab line is not the tested one in docs/fstab.example: %q", where, l)
+				}
 			case "ini":
+				if l = strings.TrimSpace(l); l == "" {
+					continue
+				}
+				unit := docFile(t, "ckguard@.service")
+				if i := strings.Index(unit[unitPos[b.line]:], l+"\n"); i < 0 {
+					t.Errorf("%s: %q is not in docs/ckguard@.service (after the previous README line)", where, l)
+				} else {
+					unitPos[b.line] += i + len(l)
+				}
 				if k, v, ok := strings.Cut(l, "="); ok && (k == "ExecStart" || k == "ExecStop") {
 					if c, ok := parseCommand(v); ok && filepath.Base(c.words[0]) == "ckguard" {
 						checkLine(t, where, c)
