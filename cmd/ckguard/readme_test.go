@@ -181,6 +181,26 @@ func checkLine(t *testing.T, where string, c command) {
 	}
 }
 
+// TestReadmeLinks: every relative link in the README names a file in the repository.
+func TestReadmeLinks(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := regexp.MustCompile(`\]\(([^)#]+)(#[^)]*)?\)`).FindAllStringSubmatch(string(b), -1)
+	for _, m := range links {
+		if strings.Contains(m[1], "://") {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join("..", "..", m[1])); err != nil {
+			t.Errorf("README links to %s: %v", m[1], err)
+		}
+	}
+	if len(links) == 0 {
+		t.Fatal("no links found: did the regexp break?")
+	}
+}
+
 func docFile(t *testing.T, name string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "..", "docs", name))
