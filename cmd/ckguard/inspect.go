@@ -34,11 +34,10 @@ _metadata and are counted as inlineBytes.
 A file that cannot be parsed (truncated, corrupt, unknown or unsupported version) is
 reported on one line with the byte offset and what was expected; the exit code is 1.
 
-Examples:
+EXAMPLES:
    ckguard inspect /ckpt/7f3c.../chk-42/_metadata
    ckguard inspect --json savepoint-1a2b3c-0123456789ab/_metadata | jq '.references[].resolved'
-   aws s3 cp s3://bucket/ckpt/job/chk-42/_metadata - | \
-       ckguard inspect --location s3://bucket/ckpt/job/chk-42/_metadata -`,
+   aws s3 cp s3://bucket/ckpt/job/chk-42/_metadata - | ckguard inspect --location s3://bucket/ckpt/job/chk-42/_metadata -`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object (formatVersion, checkpointId, kind, savepointFormat, operators, handleCounts, references, inlineBytes)"},
 			&cli.StringFlag{Name: "location", Usage: "path or URI the _metadata was read from, for resolving relative references (default: PATH, or ./_metadata for stdin)"},
