@@ -35,10 +35,12 @@ not (the reason is printed), 2 when the demo could not run (no /dev/fuse, fuse3 
 EXAMPLES:
    make demo                       # builds ckguard, then runs: ./bin/ckguard demo
    ckguard demo
-   ckguard demo --dir /tmp/ckdemo  # keep the stores, index and audit log to look at afterwards`,
+   ckguard demo --dir /tmp/ckdemo  # keep the stores, index and audit log to look at afterwards
+   ckguard demo --s3               # the same through ckguard mount --store s3://… on a local S3 server`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dir", Usage: "work directory to keep (default: a temporary directory, removed at the end)"},
 			&cli.BoolFlag{Name: "skip-control", Usage: "skip the unguarded run that reproduces the incident"},
+			&cli.BoolFlag{Name: "s3", Usage: "guard an S3 bucket instead of a directory: the store is served by versitygw on 127.0.0.1 (installed by make setup)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 0 {
@@ -49,7 +51,7 @@ EXAMPLES:
 				return cli.Exit(fmt.Sprintf("ckguard demo: cannot find its own binary: %v", err), 2)
 			}
 			_, err = demo.Run(c.Context, demo.Config{Dir: c.String("dir"), Exe: exe, Out: c.App.Writer,
-				Color: writerIsTerminal(c.App.Writer), SkipControl: c.Bool("skip-control")})
+				Color: writerIsTerminal(c.App.Writer), SkipControl: c.Bool("skip-control"), S3: c.Bool("s3")})
 			var de *demo.Error
 			switch {
 			case err == nil:

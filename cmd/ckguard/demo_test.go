@@ -131,6 +131,36 @@ func TestDemoEndToEnd(t *testing.T) {
 	}
 }
 
+// TestDemoS3 runs `ckguard demo --s3`: the guarded cleanup through `ckguard mount --store s3://…` on
+// versitygw (installed by make setup), with the same ground-truth checks.
+func TestDemoS3(t *testing.T) {
+	requireFUSEForDemo(t)
+	exe := builtBinary(t)
+	if _, err := os.Stat(filepath.Join("..", "..", ".tools", "bin", "versitygw")); err != nil && os.Getenv("CKGUARD_VERSITYGW") == "" {
+		if _, err := exec.LookPath("versitygw"); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatal("versitygw missing in CI (make setup installs it)")
+			}
+			t.Skip("versitygw not installed (make setup)")
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "demo")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, exe, "demo", "--s3", "--skip-control", "--dir", dir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ckguard demo --s3: %v\n%s", err, out)
+	}
+	for _, want := range []string{"ckguard mount --store s3://ckguard-demo", "exit 0: GREEN", "RESULT: OK — deleted 22 files"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if m := mountsUnder(t, dir); len(m) > 0 {
+		t.Fatalf("still mounted after the demo: %v", m)
+	}
+}
+
 // TestDemoInterrupted interrupts the demo once it has mounted (Ctrl-C) and kills it outright
 // (kill -9): in both cases the mount must go away.
 func TestDemoInterrupted(t *testing.T) {

@@ -33,6 +33,8 @@ type Config struct {
 	Color bool
 	// SkipControl skips the unguarded run that reproduces the incident.
 	SkipControl bool
+	// S3 runs the guarded part on an S3 bucket (versitygw on 127.0.0.1) instead of a local directory.
+	S3 bool
 }
 
 // Result is what the demo measured.
@@ -331,7 +333,7 @@ func control(ctx context.Context, p *printer, cfg Config, dir string, now time.T
 		}
 	}
 	p.cmd("ckguard verify --store store --index index")
-	v, code, err := verify(ctx, r, "store", "index")
+	v, code, err := verify(ctx, r, []string{"verify", "--store", "store", "--index", "index"})
 	if err != nil {
 		return err
 	}
@@ -375,8 +377,8 @@ type verifyResult struct {
 	} `json:"broken"`
 }
 
-func verify(ctx context.Context, r *runner, store, index string) (*verifyResult, int, error) {
-	out, err := r.ckguard(ctx, "verify", "--store", store, "--index", index, "--json")
+func verify(ctx context.Context, r *runner, args []string) (*verifyResult, int, error) {
+	out, err := r.ckguard(ctx, append(args, "--json")...)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -389,23 +391,53 @@ func verify(ctx context.Context, r *runner, store, index string) (*verifyResult,
 
 // guarded runs the same cleanup through the guard mount and checks every outcome.
 func guarded(ctx context.Context, p *printer, cfg Config, dir string, now time.Time, res *Result, mp **mountProc) error {
-	p.f("%s\n", p.bold("2. With ckguard: the same cleanup through the guard mount"))
-	s, err := Build(dir, now)
+	title := "2. With ckguard: the same cleanup through the guard mount"
+	storeArg, storeRoot, uriPrefix := "store", filepath.Join(dir, "store"), ""
+	r := &runner{dir: dir, exe: cfg.Exe, env: cfg.Env}
+	var s3flags []string
+	if cfg.S3 {
+		title = "2. With ckguard on S3: the same cleanup through the guard mount of a bucket"
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		srv, err := startS3(ctx, cfg.Exe, dir)
+		if err != nil {
+			return err
+		}
+		defer srv.stop()
+		storeArg, storeRoot, uriPrefix = "s3://"+s3Bucket, filepath.Join(srv.data, s3Bucket), "s3://"+s3Bucket
+		s3flags = srv.flags()
+		r.env = append(append([]string{}, r.env...), s3Env()...)
+		defer func() {
+			if *mp != nil { // unmount before the server goes away
+				_ = (*mp).stop()
+				*mp = nil
+			}
+		}()
+	}
+	p.f("%s\n", p.bold(title))
+	s, err := BuildAt(storeRoot, now, uriPrefix)
 	if err != nil {
 		return err
 	}
-	if cfg.SkipControl {
+	switch {
+	case cfg.SkipControl:
 		describe(p, s)
-	} else {
+	case cfg.S3:
+		p.f("   The same store, generated again as bucket %s on a local S3 server (versitygw, %s).\n\n", storeArg, strings.Join(s3flags[:2], " "))
+	default:
 		p.f("   The same store, generated again in guarded/store.\n\n")
 	}
-	r := &runner{dir: dir, exe: cfg.Exe, env: cfg.Env}
+	q := func(args ...string) []string { // a ckguard command on this store
+		out := append([]string{args[0], "--store", storeArg, "--index", "index"}, s3flags...)
+		return append(out, args[1:]...)
+	}
 	mntAbs := filepath.Join(dir, "mnt")
 	if err := os.MkdirAll(mntAbs, 0o755); err != nil {
 		return err
 	}
 	p.cmd("cd " + dir)
-	args := []string{"mount", "--store", "store", "--index", "index", "--foreground", "mnt"}
+	args := q("mount", "--foreground", "mnt")
 	p.cmd("ckguard " + strings.Join(args, " ") + " &")
 	t0 := time.Now()
 	m, err := r.startMount(ctx, mntAbs, filepath.Join(dir, "mount.log"), args...)
@@ -416,7 +448,7 @@ func guarded(ctx context.Context, p *printer, cfg Config, dir string, now time.T
 	p.f("     mounted in %.1fs (index built from the store's %d _metadata)\n", time.Since(t0).Seconds(), len(s.Tree.Live))
 
 	// Savepoints belong to people, not to the cleanup's age rule: pin it.
-	pin := []string{"pin", "--store", "store", "--index", "index", s.Savepoint}
+	pin := q("pin", s.Savepoint)
 	p.cmd("ckguard " + strings.Join(pin, " "))
 	if out, err := r.ckguard(ctx, pin...); err != nil {
 		return err
@@ -441,7 +473,7 @@ func guarded(ctx context.Context, p *printer, cfg Config, dir string, now time.T
 	}
 	sort.Strings(inherited)
 	p.f("\n   Why was %s refused?\n", path.Base(inherited[0]))
-	why := []string{"why", "--store", "store", "--index", "index", inherited[0]}
+	why := q("why", inherited[0])
 	p.cmd("ckguard " + strings.Join(why, " "))
 	out, err := r.ckguard(ctx, why...)
 	if err != nil {
@@ -456,8 +488,8 @@ func guarded(ctx context.Context, p *printer, cfg Config, dir string, now time.T
 	}
 
 	p.f("\n")
-	p.cmd("ckguard verify --store store --index index")
-	v, code, err := verify(ctx, r, "store", "index")
+	p.cmd("ckguard " + strings.Join(q("verify"), " "))
+	v, code, err := verify(ctx, r, q("verify"))
 	if err != nil {
 		return err
 	}
@@ -639,6 +671,9 @@ func snapshot(root string) (map[string]file, error) {
 				return err
 			}
 			rel, _ := filepath.Rel(root, p)
+			if isServerFile(filepath.ToSlash(rel)) {
+				return nil
+			}
 			out[filepath.ToSlash(rel)] = file{Size: fi.Size(), ModTime: fi.ModTime()}
 		}
 		return nil

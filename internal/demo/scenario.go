@@ -39,11 +39,17 @@ type Scenario struct {
 //   - true garbage of the current job, backdated: the files of a failed chk-100272 (9 days old) and
 //     SSTs RocksDB compacted away 16 to 10 days ago.
 func Build(dir string, now time.Time) (*Scenario, error) {
-	root, err := filepath.Abs(filepath.Join(dir, "store"))
+	return BuildAt(filepath.Join(dir, "store"), now, "")
+}
+
+// BuildAt writes the demo store into root; uriPrefix is what Flink wrote for root ("" = file:<root>;
+// s3://bucket when root is an S3 server's backing directory for that bucket).
+func BuildAt(root string, now time.Time, uriPrefix string) (*Scenario, error) {
+	root, err := filepath.Abs(root)
 	if err != nil {
 		return nil, err
 	}
-	t, err := treegen.IncidentOne(root, now)
+	t, err := treegen.IncidentOne(root, now, treegen.Options{URIPrefix: uriPrefix})
 	if err != nil {
 		return nil, fmt.Errorf("demo store %s: %w", root, err)
 	}
