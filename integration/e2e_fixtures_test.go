@@ -16,7 +16,7 @@ import (
 // It needs no JVM, so it runs in every `go test ./...`; TestE2EInspectMatchesFlink does the same
 // through the `ckguard inspect --json` binary.
 func TestFlinkFixturesMatchFlinkLoader(t *testing.T) {
-	root := filepath.Join(repoRoot(t), "testdata", "flink")
+	root := filepath.Join(e2eRepoRoot(t), "testdata", "flink")
 	n := 0
 	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() || d.Name() != "_metadata" {
@@ -26,7 +26,7 @@ func TestFlinkFixturesMatchFlinkLoader(t *testing.T) {
 		parts := strings.SplitN(filepath.ToSlash(rel), "/", 3) // <version>/<scenario>/store/...
 		n++
 		t.Run(rel, func(t *testing.T) {
-			want := readExpected(t, filepath.Join(filepath.Dir(p), "expected-references.json"))
+			want := readExpectedRefs(t, filepath.Join(filepath.Dir(p), "expected-references.json"))
 			b, err := os.ReadFile(p)
 			if err != nil {
 				t.Fatal(err)
@@ -39,12 +39,12 @@ func TestFlinkFixturesMatchFlinkLoader(t *testing.T) {
 				t.Errorf("checkpoint id %d, Flink says %d", m.CheckpointID, want.CheckpointID)
 			}
 			// Flink read the file where it wrote it; resolve relative handles at the same place.
-			written := localPath(want.Metadata)
+			written := flinkLocalPath(want.Metadata)
 			got := map[string]bool{}
 			for _, r := range m.References(written) {
-				got[refKey(string(r.Kind), localPath(r.Resolved), r.Offset, r.Length)] = true
+				got[e2eRefKey(string(r.Kind), flinkLocalPath(r.Resolved), r.Offset, r.Length)] = true
 			}
-			compareSets(t, rel, flinkReferenceSet(want, "", ""), got)
+			e2eCompareSets(t, rel, flinkReferenceSet(want, "", ""), got)
 			if len(parts) == 3 && len(want.References) == 0 {
 				t.Errorf("fixture %s has no references at all; regenerate it", rel)
 			}

@@ -10,9 +10,9 @@ import (
 )
 
 const (
-	jobTimeout  = 3 * time.Minute
-	stepTimeout = 2 * time.Minute
-	oldAge      = 10 * 24 * time.Hour // "older than a week" for the ops cleanup
+	flinkJobTimeout  = 3 * time.Minute
+	flinkStepTimeout = 2 * time.Minute
+	cleanupAge       = 10 * 24 * time.Hour // "older than a week" for the ops cleanup
 )
 
 // runSourceJob runs job A to 4 completed checkpoints into dir and returns its id and its latest
@@ -22,30 +22,30 @@ func runSourceJob(t *testing.T, version, dir string, o jobOpts) (jobID, chk stri
 	o.CheckpointDir = dir
 	o.StopAfter = 4
 	a := startJob(t, version, "A", o)
-	a.waitDone(jobTimeout)
+	a.waitDone(flinkJobTimeout)
 	last, ok := a.lastCheckpoint()
 	if !ok {
 		t.Fatalf("job A completed no checkpoint\n%s", a.tail())
 	}
-	return a.jobID(), checkpointDir(last)
+	return a.jobID(), flinkCheckpointDir(last)
 }
 
 // startRestored starts job B from chk in the given claim mode and waits for the restore and n
 // completed checkpoints of its own.
-func startRestored(t *testing.T, version, name, dir, chk, mode string, n int, o jobOpts) (*flinkJob, event) {
+func startRestored(t *testing.T, version, name, dir, chk, mode string, n int, o jobOpts) (*flinkJob, flinkEvent) {
 	t.Helper()
 	o.CheckpointDir, o.Restore, o.ClaimMode = dir, chk, mode
 	b := startJob(t, version, name, o)
-	ev, i := b.waitFor(0, stepTimeout, func(e event) bool { return e.Name == "restored" || e.Name == "restore-failed" })
+	ev, i := b.waitFor(0, flinkStepTimeout, func(e flinkEvent) bool { return e.Name == "restored" || e.Name == "restore-failed" })
 	if ev.Name != "restored" {
 		t.Fatalf("job %s could not restore from %s: %s", name, chk, ev.Fields["cause"])
 	}
-	last, _ := b.waitCheckpoints(i, n, stepTimeout)
+	last, _ := b.waitCheckpoints(i, n, flinkStepTimeout)
 	return b, last
 }
 
 // crossJobRefs returns the files of checkpoint chk (Flink's own listing) that live under prefix.
-func crossJobRefs(t *testing.T, version, chk, prefix string) []string {
+func flinkCrossJobRefs(t *testing.T, version, chk, prefix string) []string {
 	t.Helper()
 	refs := listReferences(t, version, filepath.Join(chk, "_metadata"))
 	var res []string
@@ -59,50 +59,50 @@ func crossJobRefs(t *testing.T, version, chk, prefix string) []string {
 
 // opsCleanup is the incident's cleanup: the old job's folder is "a week old" and gets rm -rf'ed,
 // then an age-based find sweep over the whole store. It returns the commands' outputs.
-func opsCleanup(t *testing.T, root, oldJobDir string) string {
+func e2eOpsCleanup(t *testing.T, root, oldJobDir string) string {
 	t.Helper()
-	backdate(t, oldJobDir, oldAge)
+	e2eBackdate(t, oldJobDir, cleanupAge)
 	ctx := context.Background()
-	out1, code1 := run(ctx, root, "rm", "-rf", oldJobDir)
-	out2, code2 := run(ctx, root, "find", root, "-type", "f", "-mtime", "+7", "-delete")
+	out1, code1 := e2eRun(ctx, root, "rm", "-rf", oldJobDir)
+	out2, code2 := e2eRun(ctx, root, "find", root, "-type", "f", "-mtime", "+7", "-delete")
 	t.Logf("cleanup: rm -rf %s → exit %d; find -mtime +7 -delete → exit %d", oldJobDir, code1, code2)
 	return out1 + out2
 }
 
 // restoreAfterFailure makes the job fail a task and returns the next restored/restore-failed event.
-func restoreAfterFailure(t *testing.T, j *flinkJob) event {
+func restoreAfterFailure(t *testing.T, j *flinkJob) flinkEvent {
 	t.Helper()
 	m := j.mark()
 	j.fail()
-	if _, _, err := j.tryWaitFor(m, stepTimeout, named("induced-failure")); err != nil {
+	if _, _, err := j.tryWaitFor(m, flinkStepTimeout, eventNamed("induced-failure")); err != nil {
 		t.Fatalf("job %s: the induced failure did not happen: %v\n%s", j.name, err, j.tail())
 	}
-	ev, _ := j.waitFor(m, stepTimeout, func(e event) bool { return e.Name == "restored" || e.Name == "restore-failed" })
+	ev, _ := j.waitFor(m, flinkStepTimeout, func(e flinkEvent) bool { return e.Name == "restored" || e.Name == "restore-failed" })
 	return ev
 }
 
 // claimModes are the restore modes with cross-job references (LEGACY exists through 2.3).
-var claimModes = []string{"CLAIM", "LEGACY"}
+var flinkClaimModes = []string{"CLAIM", "LEGACY"}
 
 // TestE2EIncidentWithoutGuard is the control: real Flink, no guard. Job B restored from job A
 // (CLAIM, LEGACY) references SSTs under A's shared/; the ops cleanup of A's folder on the plain
 // store then makes B's next failover fail with the missing-file error: the incident.
 func TestE2EIncidentWithoutGuard(t *testing.T) {
-	requireE2E(t)
+	e2eRequire(t)
 	for _, v := range flinkVersions() {
-		for _, mode := range claimModes {
+		for _, mode := range flinkClaimModes {
 			t.Run(v+"/"+mode, func(t *testing.T) {
 				store := t.TempDir()
 				aID, aChk := runSourceJob(t, v, store, jobOpts{})
 				b, bLast := startRestored(t, v, "B", store, aChk, mode, 3, jobOpts{})
 				aShared := filepath.Join(store, aID, "shared") + "/"
-				cross := crossJobRefs(t, v, checkpointDir(bLast), aShared)
+				cross := flinkCrossJobRefs(t, v, flinkCheckpointDir(bLast), aShared)
 				if len(cross) == 0 {
-					t.Fatalf("B's checkpoint %s references nothing under A's shared/ (%s): no cross-job reference to protect", checkpointDir(bLast), aShared)
+					t.Fatalf("B's checkpoint %s references nothing under A's shared/ (%s): no cross-job reference to protect", flinkCheckpointDir(bLast), aShared)
 				}
-				t.Logf("B's %s references %d SSTs under A's shared/", filepath.Base(checkpointDir(bLast)), len(cross))
+				t.Logf("B's %s references %d SSTs under A's shared/", filepath.Base(flinkCheckpointDir(bLast)), len(cross))
 
-				opsCleanup(t, store, filepath.Join(store, aID))
+				e2eOpsCleanup(t, store, filepath.Join(store, aID))
 				ev := restoreAfterFailure(t, b)
 				if ev.Name != "restore-failed" {
 					t.Fatalf("B restored after A's files were deleted without the guard: the control did not reproduce the incident (%s)", ev.Line)
@@ -117,13 +117,13 @@ func TestE2EIncidentWithoutGuard(t *testing.T) {
 				if i := strings.Index(cause, "FileNotFoundException"); i >= 0 {
 					cause = cause[i:]
 				}
-				t.Logf("incident reproduced: B's restore failed: %s", truncate(cause, 300))
+				t.Logf("incident reproduced: B's restore failed: %s", e2eTruncate(cause, 300))
 			})
 		}
 	}
 }
 
-func truncate(s string, n int) string {
+func e2eTruncate(s string, n int) string {
 	if len(s) > n {
 		return s[:n] + "…"
 	}
@@ -134,9 +134,9 @@ func truncate(s string, n int) string {
 // real _metadata fixture under testdata/flink (expected-references.json next to each, written by
 // integration/flink/ListReferences), per Flink version.
 func TestE2EInspectMatchesFlink(t *testing.T) {
-	requireE2E(t)
-	requireCommand(t, "inspect")
-	root := filepath.Join(repoRoot(t), "testdata", "flink")
+	e2eRequire(t)
+	e2eRequireCommand(t, "inspect")
+	root := filepath.Join(e2eRepoRoot(t), "testdata", "flink")
 	n := 0
 	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() || d.Name() != "_metadata" {
@@ -148,7 +148,7 @@ func TestE2EInspectMatchesFlink(t *testing.T) {
 			return nil
 		}
 		t.Run(rel, func(t *testing.T) {
-			want := readExpected(t, filepath.Join(filepath.Dir(p), "expected-references.json"))
+			want := readExpectedRefs(t, filepath.Join(filepath.Dir(p), "expected-references.json"))
 			// Flink wrote the fixture at /tmp/ckguard-fixtures/<version>/<scenario>/store.
 			from := "/tmp/ckguard-fixtures/" + parts[0] + "/" + parts[1] + "/store"
 			to := filepath.Join(root, parts[0], parts[1], "store")
@@ -162,7 +162,7 @@ func TestE2EInspectMatchesFlink(t *testing.T) {
 			for k := range got {
 				mapped[strings.Replace(k, from, to, 1)] = true
 			}
-			compareSets(t, rel, flinkReferenceSet(want, from, to), mapped)
+			e2eCompareSets(t, rel, flinkReferenceSet(want, from, to), mapped)
 		})
 		n++
 		return nil

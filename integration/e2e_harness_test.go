@@ -27,7 +27,7 @@ import (
 )
 
 // requireE2E skips unless the e2e suite was asked for.
-func requireE2E(t *testing.T) {
+func e2eRequire(t *testing.T) {
 	t.Helper()
 	if os.Getenv("CKGUARD_E2E") != "1" {
 		t.Skip("end-to-end test against real Flink: set CKGUARD_E2E=1 (make e2e)")
@@ -37,13 +37,13 @@ func requireE2E(t *testing.T) {
 	}
 	for _, tool := range []string{"java", "mvn"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			prerequisite(t, "%s not on PATH (make setup installs it)", tool)
+			e2ePrerequisite(t, "%s not on PATH (make setup installs it)", tool)
 		}
 	}
 }
 
 // prerequisite skips a test whose prerequisite is missing, except in CI where it must fail.
-func prerequisite(t *testing.T, format string, args ...any) {
+func e2ePrerequisite(t *testing.T, format string, args ...any) {
 	t.Helper()
 	if os.Getenv("CI") == "true" {
 		t.Fatalf("missing prerequisite: "+format, args...)
@@ -61,15 +61,15 @@ func flinkVersions() []string {
 	return strings.Split(v, ",")
 }
 
-func repoRoot(t testing.TB) string {
+func e2eRepoRoot(t testing.TB) string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Dir(filepath.Dir(file))
 }
 
-var buildOnce sync.Map // version -> *buildResult
+var flinkBuildOnce sync.Map // version -> *buildResult
 
-type buildResult struct {
+type flinkBuildResult struct {
 	once sync.Once
 	err  error
 }
@@ -77,11 +77,11 @@ type buildResult struct {
 // buildFlink compiles the e2e project for one Flink profile once per test binary (offline).
 func buildFlink(t *testing.T, version string) {
 	t.Helper()
-	v, _ := buildOnce.LoadOrStore(version, &buildResult{})
-	br := v.(*buildResult)
+	v, _ := flinkBuildOnce.LoadOrStore(version, &flinkBuildResult{})
+	br := v.(*flinkBuildResult)
 	br.once.Do(func() {
 		cmd := exec.Command("mvn", "-o", "-q", "-B", "-P", "flink-"+version, "package", "dependency:build-classpath")
-		cmd.Dir = filepath.Join(repoRoot(t), "integration", "flink")
+		cmd.Dir = filepath.Join(e2eRepoRoot(t), "integration", "flink")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			br.err = fmt.Errorf("mvn -o package -P flink-%s (run integration/flink/prefetch.sh first): %v\n%s", version, err, out)
@@ -93,21 +93,21 @@ func buildFlink(t *testing.T, version string) {
 }
 
 // event is one `CKGUARD-EVENT name k=v ...` line of the job.
-type event struct {
+type flinkEvent struct {
 	Name   string
 	Fields map[string]string
 	Line   string
 }
 
-func parseEvent(line string) (event, bool) {
+func parseFlinkEvent(line string) (flinkEvent, bool) {
 	const p = "CKGUARD-EVENT "
 	i := strings.Index(line, p)
 	if i < 0 {
-		return event{}, false
+		return flinkEvent{}, false
 	}
 	rest := line[i+len(p):]
 	name, rest, _ := strings.Cut(rest, " ")
-	ev := event{Name: name, Fields: map[string]string{}, Line: line}
+	ev := flinkEvent{Name: name, Fields: map[string]string{}, Line: line}
 	for rest != "" {
 		kv, tail, _ := strings.Cut(rest, " ")
 		k, v, _ := strings.Cut(kv, "=")
@@ -131,7 +131,7 @@ type flinkJob struct {
 	log      string
 
 	mu     sync.Mutex
-	events []event
+	events []flinkEvent
 	cond   *sync.Cond
 	done   bool
 	err    error
@@ -171,7 +171,7 @@ func startJob(t *testing.T, version, name string, o jobOpts) *flinkJob {
 		args = append(args, "--stop-after-checkpoints", strconv.Itoa(o.StopAfter))
 	}
 	args = append(args, o.Extra...)
-	j.cmd = exec.Command(filepath.Join(repoRoot(t), "integration", "flink", "run.sh"), args...)
+	j.cmd = exec.Command(filepath.Join(e2eRepoRoot(t), "integration", "flink", "run.sh"), args...)
 	j.cmd.Env = append(os.Environ(), "JAVA_OPTS=-Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1")
 	j.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	logf, err := os.Create(j.log)
@@ -189,7 +189,7 @@ func startJob(t *testing.T, version, name string, o jobOpts) *flinkJob {
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
-			if ev, ok := parseEvent(sc.Text()); ok {
+			if ev, ok := parseFlinkEvent(sc.Text()); ok {
 				j.mu.Lock()
 				j.events = append(j.events, ev)
 				j.cond.Broadcast()
@@ -247,7 +247,7 @@ func (j *flinkJob) waitCond(deadline time.Time) {
 
 // waitFor waits until an event after index `from` matches; it fails the test on timeout or job exit.
 // It returns the event and its index.
-func (j *flinkJob) waitFor(from int, d time.Duration, match func(event) bool) (event, int) {
+func (j *flinkJob) waitFor(from int, d time.Duration, match func(flinkEvent) bool) (flinkEvent, int) {
 	j.t.Helper()
 	ev, i, err := j.tryWaitFor(from, d, match)
 	if err != nil {
@@ -256,7 +256,7 @@ func (j *flinkJob) waitFor(from int, d time.Duration, match func(event) bool) (e
 	return ev, i
 }
 
-func (j *flinkJob) tryWaitFor(from int, d time.Duration, match func(event) bool) (event, int, error) {
+func (j *flinkJob) tryWaitFor(from int, d time.Duration, match func(flinkEvent) bool) (flinkEvent, int, error) {
 	deadline := time.Now().Add(d)
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -267,10 +267,10 @@ func (j *flinkJob) tryWaitFor(from int, d time.Duration, match func(event) bool)
 			}
 		}
 		if j.done {
-			return event{}, i, fmt.Errorf("job exited (%v) before the awaited event", j.err)
+			return flinkEvent{}, i, fmt.Errorf("job exited (%v) before the awaited event", j.err)
 		}
 		if time.Now().After(deadline) {
-			return event{}, i, fmt.Errorf("timeout after %s waiting for an event", d)
+			return flinkEvent{}, i, fmt.Errorf("timeout after %s waiting for an event", d)
 		}
 		j.waitCond(deadline)
 	}
@@ -282,15 +282,17 @@ func (j *flinkJob) mark() int {
 	return len(j.events)
 }
 
-func named(n string) func(event) bool { return func(e event) bool { return e.Name == n } }
+func eventNamed(n string) func(flinkEvent) bool {
+	return func(e flinkEvent) bool { return e.Name == n }
+}
 
 // waitCheckpoints waits for n more completed checkpoints after index from and returns the last.
-func (j *flinkJob) waitCheckpoints(from, n int, d time.Duration) (event, int) {
+func (j *flinkJob) waitCheckpoints(from, n int, d time.Duration) (flinkEvent, int) {
 	j.t.Helper()
-	var ev event
+	var ev flinkEvent
 	i := from
 	for k := 0; k < n; k++ {
-		ev, i = j.waitFor(i, d, named("checkpoint-completed"))
+		ev, i = j.waitFor(i, d, eventNamed("checkpoint-completed"))
 		i++
 	}
 	return ev, i
@@ -299,12 +301,12 @@ func (j *flinkJob) waitCheckpoints(from, n int, d time.Duration) (event, int) {
 // jobID is the Flink job id from the job-started event.
 func (j *flinkJob) jobID() string {
 	j.t.Helper()
-	ev, _ := j.waitFor(0, 2*time.Minute, named("job-started"))
+	ev, _ := j.waitFor(0, 2*time.Minute, eventNamed("job-started"))
 	return ev.Fields["job-id"]
 }
 
 // checkpointDir turns a checkpoint-completed event into the local chk-N folder.
-func checkpointDir(ev event) string {
+func flinkCheckpointDir(ev flinkEvent) string {
 	p := ev.Fields["path"]
 	p = strings.TrimPrefix(p, "file://")
 	return strings.TrimPrefix(p, "file:")
@@ -327,7 +329,7 @@ func (j *flinkJob) stop() {
 	if !j.waitExit(2 * time.Minute) {
 		j.t.Fatalf("job %s did not stop\n%s", j.name, j.tail())
 	}
-	if _, _, err := j.tryWaitFor(0, time.Second, named("job-stopped")); err != nil {
+	if _, _, err := j.tryWaitFor(0, time.Second, eventNamed("job-stopped")); err != nil {
 		j.t.Fatalf("job %s did not stop cleanly: %v\n%s", j.name, err, j.tail())
 	}
 }
@@ -338,12 +340,12 @@ func (j *flinkJob) waitDone(d time.Duration) {
 	if !j.waitExit(d) {
 		j.t.Fatalf("job %s still running after %s\n%s", j.name, d, j.tail())
 	}
-	if _, _, err := j.tryWaitFor(0, time.Second, named("job-stopped")); err != nil {
+	if _, _, err := j.tryWaitFor(0, time.Second, eventNamed("job-stopped")); err != nil {
 		j.t.Fatalf("job %s: %v\n%s", j.name, err, j.tail())
 	}
 }
 
-func (j *flinkJob) lastCheckpoint() (event, bool) {
+func (j *flinkJob) lastCheckpoint() (flinkEvent, bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for i := len(j.events) - 1; i >= 0; i-- {
@@ -351,7 +353,7 @@ func (j *flinkJob) lastCheckpoint() (event, bool) {
 			return j.events[i], true
 		}
 	}
-	return event{}, false
+	return flinkEvent{}, false
 }
 
 // tail is the end of the job's log, for failure messages.
@@ -378,7 +380,7 @@ type flinkRefs struct {
 }
 
 // localPath strips the file: scheme Flink writes (file:/x and file:///x).
-func localPath(uri string) string {
+func flinkLocalPath(uri string) string {
 	if strings.HasPrefix(uri, "file://") {
 		return strings.TrimPrefix(uri, "file://")
 	}
@@ -393,7 +395,7 @@ func listReferences(t *testing.T, version string, metadata ...string) []flinkRef
 	}
 	buildFlink(t, version)
 	args := append([]string{version, "ListReferences"}, metadata...)
-	cmd := exec.Command(filepath.Join(repoRoot(t), "integration", "flink", "run.sh"), args...)
+	cmd := exec.Command(filepath.Join(e2eRepoRoot(t), "integration", "flink", "run.sh"), args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -421,18 +423,18 @@ func referencedFiles(refs []flinkRefs, from, to string) map[string]string {
 	m := map[string]string{}
 	for _, r := range refs {
 		for _, ref := range r.References {
-			p := localPath(ref.Path)
+			p := flinkLocalPath(ref.Path)
 			if from != "" && strings.HasPrefix(p, from) {
 				p = to + strings.TrimPrefix(p, from)
 			}
-			m[p] = localPath(r.Metadata)
+			m[p] = flinkLocalPath(r.Metadata)
 		}
 	}
 	return m
 }
 
 // liveMetadata lists every _metadata under root.
-func liveMetadata(t *testing.T, root string) []string {
+func e2eLiveMetadata(t *testing.T, root string) []string {
 	t.Helper()
 	var res []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -455,7 +457,7 @@ func liveMetadata(t *testing.T, root string) []string {
 }
 
 // filesUnder lists the regular files below dir.
-func filesUnder(t *testing.T, dir string) []string {
+func e2eFilesUnder(t *testing.T, dir string) []string {
 	t.Helper()
 	var res []string
 	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -469,7 +471,7 @@ func filesUnder(t *testing.T, dir string) []string {
 }
 
 // run runs a command and returns combined output and exit code (never fails the test itself).
-func run(ctx context.Context, dir, name string, args ...string) (string, int) {
+func e2eRun(ctx context.Context, dir, name string, args ...string) (string, int) {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
@@ -488,7 +490,7 @@ func run(ctx context.Context, dir, name string, args ...string) (string, int) {
 
 // backdate sets the mtime of every entry below dir to `age` ago, so that an age-based cleanup
 // (`find -mtime +7 -delete`) selects the old job's files as it would in production.
-func backdate(t *testing.T, dir string, age time.Duration) {
+func e2eBackdate(t *testing.T, dir string, age time.Duration) {
 	t.Helper()
 	old := time.Now().Add(-age)
 	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -500,7 +502,7 @@ func backdate(t *testing.T, dir string, age time.Duration) {
 }
 
 // readExpected reads an expected-references.json fixture.
-func readExpected(t *testing.T, path string) flinkRefs {
+func readExpectedRefs(t *testing.T, path string) flinkRefs {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 // every job folder in the store and an age-based `find -delete`, through the guard. Every restore
 // must succeed, and no file a live checkpoint references may disappear. Gated on CKGUARD_SOAK=1.
 func TestE2ESoak(t *testing.T) {
-	requireE2E(t)
+	e2eRequire(t)
 	if os.Getenv("CKGUARD_SOAK") != "1" {
 		t.Skip("soak: set CKGUARD_SOAK=1")
 	}
@@ -27,7 +27,7 @@ func TestE2ESoak(t *testing.T) {
 	version := flinkVersions()[0]
 	start := time.Now()
 	store := t.TempDir()
-	g := startMount(t, store)
+	g := startGuardMount(t, store)
 	ck := filepath.Join(g.flinkRoot, "ck")
 	aID, aChk := runSourceJob(t, version, ck, jobOpts{})
 	// Up to one induced failure every few seconds: allow more than the default 3 per 10 s.
@@ -36,13 +36,13 @@ func TestE2ESoak(t *testing.T) {
 
 	var refusedTotal, deletedTotal int
 	for i := 1; i <= cycles; i++ {
-		_, _ = b.waitCheckpoints(b.mark(), 1, stepTimeout)
-		before := len(filesUnder(t, store))
+		_, _ = b.waitCheckpoints(b.mark(), 1, flinkStepTimeout)
+		before := len(e2eFilesUnder(t, store))
 		// Old job A is "a week old"; B's files are as young as Flink made them.
-		backdate(t, filepath.Join(store, "ck", aID), oldAge)
+		e2eBackdate(t, filepath.Join(store, "ck", aID), cleanupAge)
 		g.settle()
-		out := storm(t, g.mnt, g.inMount(ck))
-		after := len(filesUnder(t, store))
+		out := soakStorm(t, g.mnt, g.inMount(ck))
+		after := len(e2eFilesUnder(t, store))
 		refused := strings.Count(out, "Operation not permitted")
 		refusedTotal += refused
 		if before > after {
@@ -73,7 +73,7 @@ func TestE2ESoak(t *testing.T) {
 // storm is a careless cleanup through the mount: rm -rf of every job folder (the running job's
 // too), then an age-based find sweep. Only A's files were made old; B's in-flight files keep their
 // real age, so the grace period is what protects them.
-func storm(t *testing.T, mnt, ck string) string {
+func soakStorm(t *testing.T, mnt, ck string) string {
 	t.Helper()
 	entries, err := os.ReadDir(ck)
 	if err != nil {
@@ -83,7 +83,7 @@ func storm(t *testing.T, mnt, ck string) string {
 	for _, e := range entries {
 		args = append(args, filepath.Join(ck, e.Name()))
 	}
-	out1, _ := run(context.Background(), mnt, "rm", args...)
-	out2, _ := run(context.Background(), mnt, "find", mnt, "-type", "f", "-mtime", "+7", "-delete")
+	out1, _ := e2eRun(context.Background(), mnt, "rm", args...)
+	out2, _ := e2eRun(context.Background(), mnt, "find", mnt, "-type", "f", "-mtime", "+7", "-delete")
 	return out1 + out2
 }
