@@ -87,7 +87,7 @@ func (g *Graph) DOT(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "  subgraph cluster_%d {\n    style=rounded; color=gray50; label=%s;\n", i, quote(folderName(j.Folder)))
 		fmt.Fprintf(&b, "    %s [shape=folder, label=%s];\n", quote(folderID(j.Folder)),
-			quote(fmt.Sprintf("%s\n%d checkpoints, %d savepoints", folderName(j.Folder), cks, sps)))
+			quote(fmt.Sprintf("job folder\n%s, %s", plural(cks, "live checkpoint"), plural(sps, "savepoint"))))
 		for _, ci := range j.Checkpoints {
 			style := "shape=box, style=rounded"
 			if ci.Kind == "savepoint" {
@@ -125,6 +125,13 @@ func (g *Graph) DOT(w io.Writer) error {
 	fmt.Fprintf(&b, "}\n")
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // DotAvailable reports whether Graphviz's dot is installed.
