@@ -20,6 +20,7 @@ import (
 	"github.com/ckguard/ckguard/s3backend/s3cli"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3mount"
+	"github.com/ckguard/ckguard/s3backend/s3store"
 )
 
 // Run mounts c.StoreDir (an s3:// URL) and serves until ctx is cancelled or the filesystem is unmounted
@@ -45,6 +46,10 @@ func Run(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func(
 	if err != nil {
 		return err
 	}
+	// One attribute cache for the mount and the index's store: deciding an unlink of a listed object
+	// costs no extra HEAD (see s3store.Options.Attrs for why that is safe).
+	attrs := s3client.NewAttrCache(s3mount.DefaultCacheEntries)
+	st = s3store.New(st.Client(), s3store.Options{Attrs: attrs})
 	opts := append([]refindex.Option{refindex.WithLogger(log)}, c.IndexOptions...)
 	if c.Progress != nil {
 		opts = append(opts, refindex.WithProgress(c.Progress))
@@ -110,7 +115,7 @@ func Run(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func(
 	}
 	defer ctl.Close()
 
-	mo := s3mount.Options{Client: st.Client(), Mountpoint: c.Mountpoint, Enforcer: enf, Metrics: met,
+	mo := s3mount.Options{Client: st.Client(), Mountpoint: c.Mountpoint, Enforcer: enf, Metrics: met, Attrs: attrs,
 		AllowOther: c.AllowOther, Debug: c.Debug, Logger: log}
 	if tune != nil {
 		tune(&mo)

@@ -27,7 +27,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 }
 
 // dirHandle lists a directory page by page (ListObjectsV2 with delimiter), so the first entries of a
-// 100,000-entry folder are returned after one request and memory stays at one page.
+// 100,000-entry folder are returned after one request and memory stays at two pages (the one served and the one prefetched).
 //
 // Order, as on the local mount (fs/localfs): `_metadata` first, then chk-* newest first, then the rest, so
 // rm -rf / find -delete retire each checkpoint before reaching its files. A folder that fits in one page is
@@ -40,11 +40,37 @@ type dirHandle struct {
 	dir  string
 
 	started bool
-	queue   []fuse.DirEntry // entries ready to return
-	token   string          // continuation of the streamed listing
-	more    bool            // the streamed listing has more pages
-	skip    bool            // big folder: skip _metadata and chk-* in the streamed listing
 	pos     uint64          // entries returned so far (the seekdir offset)
+	queue   []fuse.DirEntry // entries ready to return
+	more    bool            // the streamed listing has more pages
+	// next is the following page, fetched while the kernel consumes this one; lastToken its continuation
+	// token (to ask again after an error).
+	next      chan pageResult
+	lastToken string
+	ctx       context.Context // prefetches run in it; cancelled on release
+	cancel    context.CancelFunc
+}
+
+type pageResult struct {
+	pg  s3client.Page
+	err error
+}
+
+// prefetch starts fetching the page after token, so S3's latency overlaps with the kernel consuming the
+// current page (one page of look-ahead: memory stays at two pages).
+func (d *dirHandle) prefetch(token string) {
+	if d.cancel == nil {
+		var ctx context.Context
+		ctx, d.cancel = context.WithCancel(context.Background())
+		d.ctx = ctx
+	}
+	ch := make(chan pageResult, 1)
+	d.next = ch
+	ctx := d.ctx
+	go func() {
+		pg, err := d.list(ctx, token)
+		ch <- pageResult{pg, err}
+	}()
 }
 
 func (d *dirHandle) prefix() string {
@@ -65,7 +91,7 @@ func (d *dirHandle) entries(pg s3client.Page) []fuse.DirEntry {
 			continue
 		}
 		seen[name] = true
-		d.fsys.cache.put(pre, s3client.Object{Key: pre, IsDir: true}, true)
+		d.fsys.cache.Put(pre, s3client.Object{Key: pre, IsDir: true}, true)
 		out = append(out, fuse.DirEntry{Name: name, Mode: syscall.S_IFDIR})
 	}
 	for _, o := range pg.Objects {
@@ -79,12 +105,12 @@ func (d *dirHandle) entries(pg s3client.Page) []fuse.DirEntry {
 		}
 		seen[name] = true
 		if isDir {
-			d.fsys.cache.put(p+name, s3client.Object{Key: p + name, IsDir: true, ModTime: o.ModTime, ETag: o.ETag}, true)
+			d.fsys.cache.Put(p+name, s3client.Object{Key: p + name, IsDir: true, ModTime: o.ModTime, ETag: o.ETag}, true)
 			out = append(out, fuse.DirEntry{Name: name, Mode: syscall.S_IFDIR})
 			continue
 		}
 		o.Key = p + name
-		d.fsys.cache.put(o.Key, o, true)
+		d.fsys.cache.Put(o.Key, o, true)
 		out = append(out, fuse.DirEntry{Name: name, Mode: syscall.S_IFREG})
 	}
 	return out
@@ -106,11 +132,13 @@ func (d *dirHandle) begin(ctx context.Context) syscall.Errno {
 		d.queue = orderEntries(ents)
 		return 0
 	}
-	d.more, d.token, d.skip = true, pg.Next, true
+	d.more = true
+	d.lastToken = pg.Next
+	d.prefetch(pg.Next)
 	var head []fuse.DirEntry
 	metaKey := d.prefix() + "_metadata"
 	if o, err := d.fsys.c.Head(ctx, metaKey); err == nil {
-		d.fsys.cache.put(metaKey, o, true)
+		d.fsys.cache.Put(metaKey, o, true)
 		head = append(head, fuse.DirEntry{Name: "_metadata", Mode: syscall.S_IFREG})
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return s3client.Errno(err)
@@ -151,12 +179,22 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		}
 	}
 	for len(d.queue) == 0 && d.more {
-		pg, err := d.list(ctx, d.token)
-		if err != nil {
-			return nil, s3client.Errno(err)
+		var r pageResult
+		select {
+		case r = <-d.next:
+		case <-ctx.Done():
+			return nil, syscall.EINTR
 		}
-		d.token, d.more = pg.Next, pg.Next != ""
-		d.queue = skipOrdered(d.entries(pg))
+		if r.err != nil {
+			d.prefetch(d.lastToken) // a retry of readdir asks again
+			return nil, s3client.Errno(r.err)
+		}
+		d.more = r.pg.Next != ""
+		if d.more {
+			d.lastToken = r.pg.Next
+			d.prefetch(r.pg.Next)
+		}
+		d.queue = skipOrdered(d.entries(r.pg))
 	}
 	if len(d.queue) == 0 {
 		return nil, 0
@@ -170,6 +208,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 // Seekdir restarts the listing and skips off entries (rewinddir is off 0). Listings are not snapshots, so
 // a seek into a folder that changed meanwhile may repeat or miss entries, as on NFS.
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	d.release()
 	*d = dirHandle{fsys: d.fsys, dir: d.dir}
 	for d.pos < off {
 		e, errno := d.Readdirent(ctx)
@@ -183,7 +222,12 @@ func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	return 0
 }
 
-func (d *dirHandle) Releasedir(ctx context.Context, releaseFlags uint32) {
+func (d *dirHandle) Releasedir(ctx context.Context, releaseFlags uint32) { d.release() }
+
+func (d *dirHandle) release() {
+	if d.cancel != nil {
+		d.cancel()
+	}
 	d.queue = nil
 }
 

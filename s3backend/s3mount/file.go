@@ -125,7 +125,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	}
 	w.dirty = true
 	cn.addWriter(w)
-	n.fsys.cache.drop(key)
+	n.fsys.cache.Drop(key)
 	cn.attr(&out.Attr)
 	return ch, w, fuse.FOPEN_DIRECT_IO, 0
 }
@@ -225,7 +225,7 @@ func (w *writeHandle) upload(ctx context.Context) syscall.Errno {
 		return syscall.EIO
 	}
 	etag, err := fsys.c.Upload(ctx, w.key, w.spool, sz, fsys.opts.PartSize, fsys.opts.UploadParallel, w.cond)
-	fsys.cache.drop(w.key)
+	fsys.cache.Drop(w.key)
 	if err != nil {
 		fsys.log.Error("upload failed", "key", w.key, "err", err)
 		return s3client.Errno(err)
@@ -235,7 +235,7 @@ func (w *writeHandle) upload(ctx context.Context) syscall.Errno {
 	w.cond = s3client.PutOptions{IfMatch: etag}
 	o := s3client.Object{Key: w.key, Size: sz, ETag: etag, ModTime: time.Now()}
 	w.n.setObj(o)
-	fsys.cache.put(w.key, o, true)
+	fsys.cache.Put(w.key, o, true)
 	return fsys.g.Written(ctx, w.key)
 }
 

@@ -35,7 +35,8 @@ type Options struct {
 	// SpoolDir holds files being written until they are uploaded on close. Default: a fresh directory under
 	// os.TempDir(), removed at unmount.
 	SpoolDir string
-	// StatTTL bounds how long a listed or HEADed attribute answers stat (default 2s). See statCache.
+	// StatTTL bounds how long a listed or HEADed attribute answers stat (default 10s). See
+	// s3client.AttrCache. A change made beside the mount shows within StatTTL plus the kernel's 1 s.
 	StatTTL time.Duration
 	// ETagTTL bounds how old a cached ETag unlink/rename may use for their conditional request (default 60s).
 	ETagTTL time.Duration
@@ -51,6 +52,9 @@ type Options struct {
 	PageSize int32
 	// UID/GID own every file (default: the mount process's).
 	UID, GID uint32
+	// Attrs is the attribute cache; share it with the index's store (s3store.Options.Attrs) so a decision
+	// about an object the mount just listed costs no HEAD. Default: a private cache.
+	Attrs *s3client.AttrCache
 }
 
 func (o *Options) defaults() {
@@ -58,7 +62,7 @@ func (o *Options) defaults() {
 		o.Logger = slog.Default()
 	}
 	if o.StatTTL <= 0 {
-		o.StatTTL = 2 * time.Second
+		o.StatTTL = 10 * time.Second
 	}
 	if o.ETagTTL <= 0 {
 		o.ETagTTL = time.Minute
@@ -78,10 +82,16 @@ func (o *Options) defaults() {
 	if o.PageSize <= 0 {
 		o.PageSize = 1000
 	}
+	if o.Attrs == nil {
+		o.Attrs = s3client.NewAttrCache(DefaultCacheEntries)
+	}
 	if o.UID == 0 && o.GID == 0 {
 		o.UID, o.GID = uint32(os.Getuid()), uint32(os.Getgid())
 	}
 }
+
+// DefaultCacheEntries bounds the attribute cache (about 200 bytes an entry).
+const DefaultCacheEntries = 2_000_000
 
 // Mounted is a running S3 guard mount.
 type Mounted struct {
@@ -123,7 +133,7 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 	} else if err := os.MkdirAll(o.SpoolDir, 0o700); err != nil {
 		return nil, fmt.Errorf("spool directory: %w", err)
 	}
-	fsys := &filesystem{opts: o, c: o.Client, g: o.Enforcer, cache: newStatCache(2_000_000), log: o.Logger,
+	fsys := &filesystem{opts: o, c: o.Client, g: o.Enforcer, cache: o.Attrs, log: o.Logger,
 		started: time.Now(), ownSpool: ownSpool}
 	root := &node{fsys: fsys}
 	sec := time.Second

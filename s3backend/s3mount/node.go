@@ -23,7 +23,7 @@ type filesystem struct {
 	opts     Options
 	c        *s3client.Client
 	g        *guard.Enforcer
-	cache    *statCache
+	cache    *s3client.AttrCache
 	log      *slog.Logger
 	started  time.Time
 	ownSpool bool
@@ -103,11 +103,11 @@ func (f *filesystem) dirAttr(o s3client.Object, out *fuse.Attr) {
 // that is both (S3 allows "a" and "a/x") is shown as the directory, so its contents stay reachable.
 // maxAge bounds how old a cached answer may be.
 func (f *filesystem) stat(ctx context.Context, key string, maxAge time.Duration) (s3client.Object, error) {
-	if e, ok := f.cache.get(key, maxAge); ok {
-		if !e.exists {
+	if e, ok := f.cache.Get(key, maxAge); ok {
+		if !e.Exists {
 			return s3client.Object{}, &fs.PathError{Op: "stat", Path: key, Err: fs.ErrNotExist}
 		}
-		return e.obj, nil
+		return e.Obj, nil
 	}
 	var (
 		wg         sync.WaitGroup
@@ -133,16 +133,16 @@ func (f *filesystem) stat(ctx context.Context, key string, maxAge time.Duration)
 		if haveMarker {
 			d.ModTime, d.ETag = dirMarker.ModTime, dirMarker.ETag
 		}
-		f.cache.put(key, d, true)
+		f.cache.Put(key, d, true)
 		return d, nil
 	}
 	if headErr != nil {
 		if errors.Is(headErr, fs.ErrNotExist) {
-			f.cache.put(key, s3client.Object{Key: key}, false)
+			f.cache.Put(key, s3client.Object{Key: key}, false)
 		}
 		return s3client.Object{}, headErr
 	}
-	f.cache.put(key, head, true)
+	f.cache.Put(key, head, true)
 	return head, nil
 }
 
@@ -258,7 +258,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 			if o.Size != 0 {
 				errno := n.fsys.g.Mutate(ctx, []guard.Check{{Op: refindex.OpTruncate, Path: key}}, func() syscall.Errno {
 					etag, err := n.fsys.c.Put(ctx, key, strings.NewReader(""), 0, s3client.PutOptions{IfMatch: o.ETag})
-					n.fsys.cache.drop(key)
+					n.fsys.cache.Drop(key)
 					if err != nil {
 						return s3client.Errno(err)
 					}
@@ -341,7 +341,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, s3client.Errno(err)
 	}
 	o := s3client.Object{Key: key, IsDir: true, ModTime: time.Now(), ETag: etag}
-	n.fsys.cache.put(key, o, true)
+	n.fsys.cache.Put(key, o, true)
 	ch := n.newChild(ctx, o)
 	ch.Operations().(*node).attr(&out.Attr)
 	return ch, 0
@@ -367,17 +367,17 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 			if delErr != nil {
 				return s3client.Errno(delErr)
 			}
-			n.fsys.cache.put(key, s3client.Object{Key: key}, false)
+			n.fsys.cache.Put(key, s3client.Object{Key: key}, false)
 			n.fsys.g.Deleted(ctx, key)
 			return 0
 		})
 		if errors.Is(delErr, s3client.ErrPrecondition) && attempt == 0 {
-			n.fsys.cache.drop(key)
+			n.fsys.cache.Drop(key)
 			maxAge = 0
 			continue
 		}
 		if errors.Is(delErr, fs.ErrNotExist) { // deleted beside us between stat and delete
-			n.fsys.cache.put(key, s3client.Object{Key: key}, false)
+			n.fsys.cache.Put(key, s3client.Object{Key: key}, false)
 		}
 		return errno
 	}
@@ -412,8 +412,8 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 				return s3client.Errno(err)
 			}
 		}
-		n.fsys.cache.dropTree(key)
-		n.fsys.cache.put(key, s3client.Object{Key: key}, false)
+		n.fsys.cache.DropTree(key)
+		n.fsys.cache.Put(key, s3client.Object{Key: key}, false)
 		n.fsys.g.Deleted(ctx, key)
 		return 0
 	})
@@ -465,18 +465,18 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 			po.IfMatch = do.ETag
 		}
 		etag, err := n.fsys.c.Copy(ctx, src, dst, so.ETag, po)
-		n.fsys.cache.drop(dst)
+		n.fsys.cache.Drop(dst)
 		if err != nil {
 			return s3client.Errno(err)
 		}
 		if err := n.fsys.c.Delete(ctx, src, so.ETag); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			// The copy exists, the source too: nothing is lost, the rename did not happen as one step.
 			n.fsys.log.Error("rename: copied but could not delete the source; both exist now", "from", src, "to", dst, "err", err)
-			n.fsys.cache.drop(src)
+			n.fsys.cache.Drop(src)
 			return s3client.Errno(err)
 		}
-		n.fsys.cache.put(src, s3client.Object{Key: src}, false)
-		n.fsys.cache.put(dst, s3client.Object{Key: dst, Size: so.Size, ETag: etag, ModTime: time.Now()}, true)
+		n.fsys.cache.Put(src, s3client.Object{Key: src}, false)
+		n.fsys.cache.Put(dst, s3client.Object{Key: dst, Size: so.Size, ETag: etag, ModTime: time.Now()}, true)
 		if ch := n.GetChild(name); ch != nil {
 			if cn, ok := ch.Operations().(*node); ok {
 				cn.setObj(s3client.Object{Key: dst, Size: so.Size, ETag: etag, ModTime: time.Now()})

@@ -31,6 +31,12 @@ type Options struct {
 	BlockSize int64
 	// Now is the clock (tests). Default time.Now.
 	Now func() time.Time
+	// Attrs, when set, answers Stat for files some listing or HEAD saw within AttrsTTL (default 60s)
+	// without a request: the S3 mount shares its cache here, so deciding an unlink the mount just listed
+	// costs no HEAD. Safe because the mount's DeleteObject carries If-Match with the ETag of that same
+	// entry: if the object changed since, the delete fails and is decided again on fresh data.
+	Attrs    *s3client.AttrCache
+	AttrsTTL time.Duration
 }
 
 // Store is a store.Store over one bucket/prefix.
@@ -64,6 +70,9 @@ func New(c *s3client.Client, opts Options) *Store {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.AttrsTTL <= 0 {
+		opts.AttrsTTL = time.Minute
 	}
 	return &Store{c: c, opts: opts}
 }
@@ -99,6 +108,13 @@ func (s *Store) Stat(ctx context.Context, p string) (store.ObjectInfo, error) {
 			return store.ObjectInfo{}, err
 		}
 		return store.ObjectInfo{Path: "", IsDir: true}, nil
+	}
+	if s.opts.Attrs != nil {
+		if e, ok := s.opts.Attrs.Get(key, s.opts.AttrsTTL); ok && e.Exists && !e.Obj.IsDir && e.Obj.ETag != "" {
+			o := e.Obj
+			o.Key = key
+			return info(o), nil
+		}
 	}
 	o, err := s.c.Head(ctx, key)
 	if err == nil {

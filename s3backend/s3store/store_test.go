@@ -193,3 +193,33 @@ func TestDiscoveryFailsClosed(t *testing.T) {
 		t.Errorf("stat with a dead server succeeded")
 	}
 }
+
+// TestStatFromSharedAttrs: with the mount's attribute cache shared, Stat of a file the mount listed costs no
+// HEAD (the decision then uses that entry's ETag, the one the mount's conditional delete carries); entries
+// older than AttrsTTL, directories and negative entries are not used.
+func TestStatFromSharedAttrs(t *testing.T) {
+	c, cnt := fakeClient(t, "")
+	ctx := context.Background()
+	etag, err := c.Put(ctx, "j/f", strings.NewReader("abc"), 3, s3client.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	attrs := s3client.NewAttrCache(100)
+	s := s3store.New(c, s3store.Options{Attrs: attrs, AttrsTTL: time.Minute})
+	listed := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	attrs.Put("j/f", s3client.Object{Key: "j/f", Size: 3, ModTime: listed, ETag: etag}, true)
+	heads := cnt.head.Load()
+	oi, err := s.Stat(ctx, "j/f")
+	if err != nil || !oi.ModTime.Equal(listed) || oi.ETag != etag || cnt.head.Load() != heads {
+		t.Fatalf("stat from the shared cache = %+v, %v, %d HEADs", oi, err, cnt.head.Load()-heads)
+	}
+	attrs.Put("j/g", s3client.Object{Key: "j/g"}, false) // negative: must ask the server
+	if _, err := s.Stat(ctx, "j/g"); err == nil || cnt.head.Load() == heads {
+		t.Fatalf("negative cache entry answered Stat: %v", err)
+	}
+	s2 := s3store.New(c, s3store.Options{Attrs: attrs, AttrsTTL: time.Nanosecond})
+	time.Sleep(time.Millisecond)
+	if oi, err := s2.Stat(ctx, "j/f"); err != nil || oi.ModTime.Equal(listed) {
+		t.Fatalf("expired entry used: %+v %v", oi, err)
+	}
+}
