@@ -486,6 +486,9 @@ func guarded(ctx context.Context, p *printer, cfg Config, dir string, now time.T
 	if err := auditSummary(p, filepath.Join(dir, "index", "audit.jsonl")); err != nil {
 		return err
 	}
+	if err := lineage(ctx, p, r, s, q); err != nil {
+		return err
+	}
 
 	p.f("\n")
 	p.cmd("ckguard " + strings.Join(q("verify"), " "))
@@ -609,6 +612,49 @@ func reasonFor(s *Scenario, folder string, refused int) string {
 	default:
 		return "(referenced by live checkpoints)"
 	}
+}
+
+// lineage shows `ckguard graph`: which job folders the live checkpoints depend on. It writes the
+// picture (SVG with Graphviz, else DOT) next to the store and prints the edges in words.
+func lineage(ctx context.Context, p *printer, r *runner, s *Scenario, q func(...string) []string) error {
+	args := q("graph", "--json")
+	p.f("\n   Which job folders do the live checkpoints depend on?\n")
+	p.cmd("ckguard " + strings.Join(args, " "))
+	out, err := r.ckguard(ctx, args...)
+	if err != nil {
+		return err
+	}
+	var g struct {
+		Edges []struct {
+			From, To     string
+			Files, Bytes int64
+		}
+		Folders []string `json:"referenced_folders_without_checkpoints"`
+	}
+	if out.code != 0 || json.Unmarshal([]byte(out.stdout), &g) != nil {
+		return failf("ckguard graph --json exited %d:\n%s%s", out.code, out.stdout, out.stderr)
+	}
+	toOld := 0
+	for _, e := range g.Edges {
+		p.f("     %s  →  %s/  (%d files, %s)\n", path.Dir(e.From), e.To, e.Files, humanize.IBytes(uint64(e.Bytes)))
+		if e.To == s.OldJobDir {
+			toOld++
+		}
+	}
+	for _, f := range g.Folders {
+		p.f("     %s/ has no live checkpoint left but is still referenced: never purge it by age or name\n", f)
+	}
+	if toOld != len(s.LiveUnder(s.CurrentJobDir)) {
+		return failf("ckguard graph shows %d edges from the current job's checkpoints to %s, want %d", toOld, s.OldJobDir, len(s.LiveUnder(s.CurrentJobDir)))
+	}
+	svg := q("graph", "-o", "lineage.svg")
+	if out, err := r.ckguard(ctx, svg...); err != nil {
+		return err
+	} else if out.code != 0 {
+		return failf("ckguard graph -o lineage.svg exited %d: %s", out.code, out.stderr)
+	}
+	p.cmd("ckguard " + strings.Join(svg, " ") + "   # the picture (SVG with Graphviz installed, else DOT)")
+	return nil
 }
 
 // auditSummary counts the mount's audit records by decision and reason.
