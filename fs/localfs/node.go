@@ -105,7 +105,8 @@ func checks(op refindex.Op, key string) []guard.Check { return []guard.Check{{Op
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	key := n.childKey(name)
 	return n.enf.Mutate(ctx, checks(refindex.OpUnlink, key), func() syscall.Errno {
-		errno := n.LoopbackNode.Unlink(ctx, name)
+		// The key is already computed; unlink by it rather than have the loopback walk the tree again.
+		errno := fs.ToErrno(unix.Unlink(n.backing(key)))
 		if errno == 0 {
 			n.enf.Deleted(ctx, key)
 		}
@@ -116,7 +117,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	key := n.childKey(name)
 	return n.enf.Mutate(ctx, checks(refindex.OpRmdir, key), func() syscall.Errno {
-		errno := n.LoopbackNode.Rmdir(ctx, name)
+		errno := fs.ToErrno(unix.Rmdir(n.backing(key)))
 		if errno == 0 {
 			n.enf.Deleted(ctx, key)
 		}
