@@ -13,15 +13,24 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// orderedDir is a directory handle that lists entries in cleanup order. It reads the whole directory on the
-// first read (the order needs to know every name), then serves entries from memory; offsets are positions in
-// that list, so seekdir/telldir work, and rewinddir (seek to 0) re-reads the directory.
+// orderedDir is a directory handle that lists entries in cleanup order (see orderEntries) without holding
+// the directory in memory: a first pass over the directory keeps only the entries that must come first
+// (".", "..", _metadata, chk-*), which are served sorted; a second pass then streams everything else in the
+// directory's own order. Memory is bounded by the number of checkpoint folders, not by the size of a
+// 100,000-file shared/ folder. Offsets are positions in the listing, so telldir/seekdir work (a seek into the
+// streamed part re-reads up to that position), and rewinddir (seek to 0) starts over with a fresh first pass.
 type orderedDir struct {
-	mu      sync.Mutex
-	path    string
-	entries []fuse.DirEntry
-	loaded  bool
-	pos     int
+	mu    sync.Mutex
+	path  string
+	fd    int // -1 until the first read
+	buf   []byte
+	todo  []byte // unparsed getdents output of the streaming pass
+	first []fuse.DirEntry
+	// emitted are the names served from first; the streaming pass skips exactly those (an entry created
+	// in between is then listed once, in the streamed part).
+	emitted map[string]bool
+	pos     uint64 // entries served so far (= the offset of the next one)
+	eof     bool
 }
 
 var (
@@ -32,97 +41,149 @@ var (
 )
 
 func openOrderedDir(path string) (*orderedDir, syscall.Errno) {
-	// Open once now so permission and existence errors surface at opendir, as on a plain directory.
+	// Open now so permission and existence errors surface at opendir, as on a plain directory.
 	fd, err := unix.Open(path, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fs.ToErrno(err)
 	}
-	unix.Close(fd)
-	return &orderedDir{path: path}, 0
+	return &orderedDir{path: path, fd: fd, buf: make([]byte, 64<<10)}, 0
 }
 
-func (d *orderedDir) load() syscall.Errno {
-	fd, err := unix.Open(d.path, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
+// isFirst reports whether an entry belongs to the sorted head of the listing.
+func isFirst(name string) bool {
+	return name == "." || name == ".." || name == "_metadata" || strings.HasPrefix(name, "chk-")
+}
+
+// start runs the first pass and rewinds for the streaming pass.
+func (d *orderedDir) start() syscall.Errno {
+	if _, err := unix.Seek(d.fd, 0, 0); err != nil {
 		return fs.ToErrno(err)
 	}
-	defer unix.Close(fd)
-	var entries []fuse.DirEntry
-	buf := make([]byte, 64<<10)
+	var first []fuse.DirEntry
 	for {
-		n, err := unix.Getdents(fd, buf)
+		n, err := unix.Getdents(d.fd, d.buf)
 		if err != nil {
 			return fs.ToErrno(err)
 		}
 		if n <= 0 {
 			break
 		}
-		b := buf[:n]
-		for len(b) > 0 {
+		for b := d.buf[:n]; len(b) > 0; {
 			var e fuse.DirEntry
 			used := e.Parse(b)
 			if used <= 0 {
 				break
 			}
 			b = b[used:]
-			entries = append(entries, e)
+			if isFirst(e.Name) {
+				first = append(first, e)
+			}
 		}
 	}
-	entries = orderEntries(entries)
-	for i := range entries {
-		entries[i].Off = uint64(i + 1)
+	d.first = orderEntries(first)
+	d.emitted = make(map[string]bool, len(d.first))
+	for _, e := range d.first {
+		d.emitted[e.Name] = true
 	}
-	d.entries, d.loaded, d.pos = entries, true, 0
+	if _, err := unix.Seek(d.fd, 0, 0); err != nil {
+		return fs.ToErrno(err)
+	}
+	d.todo, d.pos, d.eof = nil, 0, false
 	return 0
+}
+
+// next returns the next entry of the listing, or nil at the end.
+func (d *orderedDir) next() (*fuse.DirEntry, syscall.Errno) {
+	if d.first == nil && d.emitted == nil {
+		if errno := d.start(); errno != 0 {
+			return nil, errno
+		}
+	}
+	if d.pos < uint64(len(d.first)) {
+		e := d.first[d.pos]
+		d.pos++
+		e.Off = d.pos
+		return &e, 0
+	}
+	for !d.eof {
+		if len(d.todo) == 0 {
+			n, err := unix.Getdents(d.fd, d.buf)
+			if err != nil {
+				return nil, fs.ToErrno(err)
+			}
+			if n <= 0 {
+				d.eof = true
+				break
+			}
+			d.todo = d.buf[:n]
+		}
+		var e fuse.DirEntry
+		used := e.Parse(d.todo)
+		if used <= 0 {
+			d.todo = nil
+			continue
+		}
+		d.todo = d.todo[used:]
+		if d.emitted[e.Name] {
+			continue
+		}
+		d.pos++
+		e.Off = d.pos
+		return &e, 0
+	}
+	return nil, 0
 }
 
 func (d *orderedDir) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.loaded {
-		if errno := d.load(); errno != 0 {
-			return nil, errno
-		}
+	if d.fd < 0 {
+		return nil, syscall.EBADF
 	}
-	if d.pos >= len(d.entries) {
-		return nil, 0
-	}
-	e := d.entries[d.pos]
-	d.pos++
-	return &e, 0
+	return d.next()
 }
 
 func (d *orderedDir) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if off == 0 {
-		return d.load()
+	if d.fd < 0 {
+		return syscall.EBADF
 	}
-	if !d.loaded {
-		if errno := d.load(); errno != 0 {
+	if off == 0 || off < d.pos || d.emitted == nil {
+		// Backwards (or rewinddir): start over; rewinddir also sees changes made since opendir.
+		if errno := d.start(); errno != 0 {
 			return errno
 		}
 	}
-	if off > uint64(len(d.entries)) {
-		off = uint64(len(d.entries))
+	for d.pos < off {
+		e, errno := d.next()
+		if errno != 0 {
+			return errno
+		}
+		if e == nil {
+			break
+		}
 	}
-	d.pos = int(off)
 	return 0
 }
 
 func (d *orderedDir) Releasedir(ctx context.Context, flags uint32) {
 	d.mu.Lock()
-	d.entries = nil
-	d.mu.Unlock()
+	defer d.mu.Unlock()
+	if d.fd >= 0 {
+		unix.Close(d.fd)
+		d.fd = -1
+	}
+	d.first, d.emitted, d.todo, d.buf = nil, nil, nil, nil
 }
 
 func (d *orderedDir) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
-	fd, err := unix.Open(d.path, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fs.ToErrno(err)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fd < 0 {
+		return syscall.EBADF
 	}
-	defer unix.Close(fd)
-	return fs.ToErrno(unix.Fsync(fd))
+	return fs.ToErrno(unix.Fsync(d.fd))
 }
 
 // orderEntries puts a directory in cleanup order: "." and "..", then _metadata, then chk-N folders newest
