@@ -479,3 +479,90 @@ func TestStaleness(t *testing.T) {
 		t.Errorf("own write not visible at once: %v %v", st, err)
 	}
 }
+
+// TestDirectoryRenameFallsBack: rename(2) of a directory is refused with EXDEV, so GNU mv copies and unlinks
+// file by file, each through the guard: unreferenced files move, a referenced one stays where it is.
+func TestDirectoryRenameFallsBack(t *testing.T) {
+	e := setup(t, newChecker("job/old/ref"), nil)
+	e.put(t, "job/old/ref", "r")
+	e.put(t, "job/old/a", "a")
+	e.put(t, "job/old/sub/b", "b")
+	out, err := exec.Command("mv", e.path("job/old"), e.path("job/new")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "Operation not permitted") {
+		t.Errorf("mv of a directory holding a referenced file: %v %s", err, out)
+	}
+	for k, want := range map[string]bool{"job/old/ref": true, "job/old/a": false, "job/old/sub/b": false,
+		"job/new/ref": true, "job/new/a": true, "job/new/sub/b": true} {
+		if got := e.exists(t, k); got != want {
+			t.Errorf("after mv: %s exists=%v, want %v", k, got, want)
+		}
+	}
+}
+
+// TestSetattrAndLinks: truncation of an unreferenced file by path works to size 0 (other sizes are not
+// supported by path), times and modes are accepted without effect, hard links and symlinks are not
+// supported.
+func TestSetattrAndLinks(t *testing.T) {
+	e := setup(t, newChecker(), nil)
+	e.put(t, "j/f", "content")
+	if err := os.Truncate(e.path("j/f"), 0); err != nil {
+		t.Fatalf("truncate to 0: %v", err)
+	}
+	if o, err := e.c.Head(context.Background(), "j/f"); err != nil || o.Size != 0 {
+		t.Errorf("after truncate: %+v %v", o, err)
+	}
+	e.put(t, "j/g", "content")
+	wantErrno(t, "truncate to 3 by path", os.Truncate(e.path("j/g"), 3), syscall.EOPNOTSUPP)
+	if err := os.Chtimes(e.path("j/g"), time.Now(), time.Now().Add(-time.Hour)); err != nil {
+		t.Errorf("utimens: %v", err)
+	}
+	if err := os.Chmod(e.path("j/g"), 0o600); err != nil {
+		t.Errorf("chmod: %v", err)
+	}
+	if err := os.Symlink("g", e.path("j/s")); err == nil {
+		t.Errorf("symlink succeeded")
+	}
+	if err := os.Link(e.path("j/g"), e.path("j/h")); err == nil {
+		t.Errorf("link succeeded")
+	}
+}
+
+// TestCreateOnlyAndPinnedReads: a new file is uploaded create-only (If-None-Match), so an object that
+// appeared under its name meanwhile is not overwritten (close fails with ESTALE); an open file reads one
+// object version (If-Match), so an object replaced while open fails reads with ESTALE instead of mixing
+// versions.
+func TestCreateOnlyAndPinnedReads(t *testing.T) {
+	e := setup(t, newChecker(), func(o *s3mount.Options) { o.ReadChunk = 1 << 20; o.ReadAhead = 1 })
+	e.put(t, "j/x", "x")
+	f, err := os.Create(e.path("j/new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("mine"); err != nil {
+		t.Fatal(err)
+	}
+	e.put(t, "j/new", "theirs")
+	wantErrno(t, "close of a create racing another writer", f.Close(), syscall.ESTALE)
+	if b, _ := os.ReadFile(e.path("j/new")); string(b) != "theirs" {
+		t.Errorf("the other writer's object was overwritten: %q", b)
+	}
+
+	big := strings.Repeat("v1", 6<<20/2)
+	e.put(t, "j/big", big)
+	r, err := os.Open(e.path("j/big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p := make([]byte, 10)
+	if _, err := r.ReadAt(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	e.put(t, "j/big", strings.Repeat("v2", 6<<20/2))
+	// Within the readahead window the open version's bytes are served; beyond it the pinned GET fails.
+	if _, err := r.ReadAt(p, 1<<20); err != nil || string(p) != "v1v1v1v1v1" {
+		t.Errorf("read inside the readahead window: %q %v", p, err)
+	}
+	_, err = r.ReadAt(p, 5<<20)
+	wantErrno(t, "read of an object replaced while open", err, syscall.ESTALE)
+}
