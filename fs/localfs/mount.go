@@ -102,7 +102,9 @@ func Mount(o Options) (*Mounted, error) {
 		return nil, fmt.Errorf("mount %s on %s: %w", store, mnt, err)
 	}
 	m := &Mounted{server: server, mountpoint: mnt,
-		passthrough: server.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH != 0}
+		// The kernel offers passthrough, and registering backing files needs CAP_SYS_ADMIN (go-fuse
+		// silently falls back to serving reads itself without it).
+		passthrough: server.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH != 0 && os.Geteuid() == 0}
 	return m, nil
 }
 
