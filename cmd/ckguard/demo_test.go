@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ckguard/ckguard/internal/demo"
 )
 
 var (
@@ -101,15 +104,26 @@ func TestDemoEndToEnd(t *testing.T) {
 		t.Fatalf("ckguard demo: %v\n%s", err, out)
 	}
 	s := string(out)
+	// The expected counts come from the scenario's ground truth, not from the demo's own output.
+	sc, err := demo.Build(t.TempDir(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := sc.Expect()
+	if e.Refused == 0 || e.Deleted == 0 || e.ControlMissing == 0 {
+		t.Fatalf("scenario lost its point: %+v", e)
+	}
 	for _, want := range []*regexp.Regexp{
 		// The unguarded control reproduces the incident: verify exits 1.
-		regexp.MustCompile(`(?m)^\s+exit 1: RED — 2 live checkpoints of the current job are broken, 8 files they need are gone`),
-		// Through the guard: rm -rf refuses the 6 old-job SSTs the new job references.
-		regexp.MustCompile(`(?m)rm -rf mnt/\S+\n\s+exit 1: deleted 11 of the 17 files it selected, 6 refused`),
-		regexp.MustCompile(`(?m)^\s+total\s+22\s+15$`),
+		regexp.MustCompile(fmt.Sprintf(`(?m)^\s+exit 1: RED — %d live checkpoints of the current job are broken, %d files they need are gone`,
+			len(sc.LiveUnder(sc.CurrentJobDir)), e.ControlMissing)),
+		// Through the guard: rm -rf refuses the old job's SSTs the current job references.
+		regexp.MustCompile(`(?m)rm -rf mnt/\S+\n\s+exit 1: deleted \d+ of the \d+ files it selected, \d+ refused`),
+		regexp.MustCompile(fmt.Sprintf(`(?m)^\s+total\s+%d\s+%d$`, e.Deleted, e.Refused)),
 		regexp.MustCompile(`(?m)^\s+REFUSED  \S+/shared/\S+ \(file\): unlink`),
+		regexp.MustCompile(`(?m)→  \S+/  \(\d+ files, .*\)$`),
 		regexp.MustCompile(`(?m)^\s+exit 0: GREEN`),
-		regexp.MustCompile(`(?m)^RESULT: OK — deleted 22 files \(.*\), refused 15 .*verify green$`),
+		regexp.MustCompile(fmt.Sprintf(`(?m)^RESULT: OK — deleted %d files \(.*\), refused %d .*verify green$`, e.Deleted, e.Refused)),
 	} {
 		if !want.MatchString(s) {
 			t.Errorf("output lacks %q", want)
@@ -126,8 +140,8 @@ func TestDemoEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(audit), `"decision":"refuse"`); n < 15 {
-		t.Errorf("audit log has %d refusals, want at least the 15 refused files", n)
+	if n := strings.Count(string(audit), `"decision":"refuse"`); n < e.Refused {
+		t.Errorf("audit log has %d refusals, want at least the %d refused files", n, e.Refused)
 	}
 }
 
@@ -151,7 +165,7 @@ func TestDemoS3(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ckguard demo --s3: %v\n%s", err, out)
 	}
-	for _, want := range []string{"ckguard mount --store s3://ckguard-demo", "exit 0: GREEN", "RESULT: OK — deleted 22 files"} {
+	for _, want := range []string{"ckguard mount --store s3://ckguard-demo", "exit 0: GREEN", "RESULT: OK — deleted "} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

@@ -161,3 +161,37 @@ func (s *Scenario) LiveUnder(dir string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// Expected is what a correct guard does to the scenario, computed from the generator's ground truth
+// alone: the cleanup selects every file under the old job's folder and every file older than
+// StaleAfter; the current job's checkpoints and the pinned savepoint stay live, so exactly the files
+// they reference (and their _metadata) are refused among those selected. ControlMissing is what the
+// same cleanup without the guard takes from the current job's live checkpoints.
+type Expected struct {
+	Deleted, Refused, ControlMissing int
+}
+
+// Expect computes Expected.
+func (s *Scenario) Expect() Expected {
+	stay := append(s.LiveUnder(s.CurrentJobDir), s.LiveUnder(s.Savepoint)...)
+	keep := s.Referenced(stay)
+	for _, m := range stay {
+		keep[m] = m
+	}
+	needed := s.Referenced(s.LiveUnder(s.CurrentJobDir))
+	var e Expected
+	for k, f := range s.Tree.Files {
+		if !strings.HasPrefix(k, s.OldJobDir+"/") && s.Tree.Now.Sub(f.ModTime) <= s.StaleAfter {
+			continue
+		}
+		if _, ok := keep[k]; ok {
+			e.Refused++
+		} else {
+			e.Deleted++
+		}
+		if _, ok := needed[k]; ok {
+			e.ControlMissing++
+		}
+	}
+	return e
+}
