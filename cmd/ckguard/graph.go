@@ -27,7 +27,7 @@ the counts come from reading those checkpoints' _metadata in the store.
 
 --format svg renders with Graphviz (dot -Tsvg; Debian package graphviz, installed by make setup).
 Without Graphviz, or with --format dot, the output is DOT source. Default: svg when Graphviz is
-installed, else dot; a --output file ending in .dot or .svg picks the format.
+installed (DOT when writing to a terminal), else dot; a --output file ending in .dot picks DOT.
 
 --job J (a job folder, or its last segments such as the job id) keeps J's checkpoints, the folders
 they reference, and the checkpoints of other jobs that reference J.
@@ -53,6 +53,10 @@ func runGraph(c *cli.Context) error {
 	out := c.String("output")
 	switch {
 	case format == "" && strings.HasSuffix(out, ".dot"), format == "gv":
+		format = "dot"
+	case format == "" && (out == "" || out == "-") && writerIsTerminal(c.App.Writer):
+		// SVG markup is unreadable in a terminal: show the DOT text and say how to get the picture.
+		fmt.Fprintln(os.Stderr, "ckguard graph: writing DOT to the terminal; use -o graph.svg for the picture")
 		format = "dot"
 	case format == "":
 		format = "svg"
