@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -206,7 +207,7 @@ func TestMountDaemonAndUmount(t *testing.T) {
 	st, _ := localstore.New(tr.Root)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		ix, err := refindex.Open(index, st, refindex.DefaultPolicy())
+		ix, err := refindex.Open(index, st, refindex.DefaultPolicy(), refindex.WithLogger(slog.New(slog.DiscardHandler)))
 		if err == nil {
 			ix.Close()
 			break
