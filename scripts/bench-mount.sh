@@ -80,10 +80,11 @@ stop() {
 
 best() { python3 -c 'import sys; print(min(float(x) for x in sys.argv[1:]))' "$@"; }
 
-declare -A RM FIND
-for kind in plain unguard guard; do
-	ts=()
-	for r in $(seq 1 "$RUNS"); do
+# Runs are interleaved (plain, unguarded, guard, plain, ...) so drifting machine load hits every contender
+# alike; the best run of each counts.
+declare -A RM FIND RMT FINDT
+for r in $(seq 1 "$RUNS"); do
+	for kind in plain unguard guard; do
 		store="$WORK/rm-$kind-$r"
 		make_files "$store" "$N_RM"
 		sync
@@ -92,26 +93,25 @@ for kind in plain unguard guard; do
 		stop
 		left=$(find "$store" -type f | wc -l)
 		[ "$left" -eq 0 ] || { echo "$kind: rm -rf left $left files" >&2; exit 1; }
-		ts+=("$(python3 -c "print($t1-$t0)")")
+		RMT[$kind]="${RMT[$kind]:-} $(python3 -c "print($t1-$t0)")"
 		rm -rf "$store"
 	done
-	RM[$kind]=$(best "${ts[@]}")
 done
+for kind in plain unguard guard; do RM[$kind]=$(best ${RMT[$kind]}); done
 
 FSTORE="$WORK/find-store"
 make_files "$FSTORE" "$N_FIND"
 find "$FSTORE" -type f >/dev/null # warm the backing filesystem's caches for every contender alike
-for kind in plain unguard guard; do
-	ts=()
-	for r in $(seq 1 "$RUNS"); do
+for r in $(seq 1 "$RUNS"); do
+	for kind in plain unguard guard; do
 		start "$kind" "$FSTORE"
 		t0=$(now); n=$(find "$DIR" -type f | wc -l); t1=$(now)
 		stop
 		[ "$n" -eq "$N_FIND" ] || { echo "$kind: find saw $n files, want $N_FIND" >&2; exit 1; }
-		ts+=("$(python3 -c "print($t1-$t0)")")
+		FINDT[$kind]="${FINDT[$kind]:-} $(python3 -c "print($t1-$t0)")"
 	done
-	FIND[$kind]=$(best "${ts[@]}")
 done
+for kind in plain unguard guard; do FIND[$kind]=$(best ${FINDT[$kind]}); done
 
 python3 - "${RM[plain]}" "${RM[unguard]}" "${RM[guard]}" "${FIND[plain]}" "${FIND[unguard]}" "${FIND[guard]}" "$N_RM" "$N_FIND" "$RUNS" <<'PY'
 import sys
