@@ -91,8 +91,8 @@ func Run(ctx context.Context, c Config) (err error) {
 		return fmt.Errorf("open index: %w", err)
 	}
 	defer func() {
-		if cerr := ix.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("close index: %w", cerr)
+		if cerr := closeIndex(ix, log); cerr != nil && err == nil {
+			err = cerr
 		}
 	}()
 
@@ -244,4 +244,24 @@ func storeBytes(ctx context.Context, st store.Store) (int64, error) {
 		return nil
 	})
 	return n, err
+}
+
+// indexCloseTimeout bounds the index's shutdown. Badger retries a memtable flush that cannot succeed (for
+// example the index directory was removed under a running mount) forever; the index is derived data and
+// crash-safe, so the daemon gives up waiting rather than never exiting.
+const indexCloseTimeout = 30 * time.Second
+
+func closeIndex(ix *refindex.Index, log *slog.Logger) error {
+	done := make(chan error, 1)
+	go func() { done <- ix.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("close index: %w", err)
+		}
+		return nil
+	case <-time.After(indexCloseTimeout):
+		log.Error("the index did not close in time; exiting anyway (it is rebuilt or recovered at the next start)", "timeout", indexCloseTimeout)
+		return fmt.Errorf("close index: timed out after %v", indexCloseTimeout)
+	}
 }
