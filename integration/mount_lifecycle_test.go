@@ -280,3 +280,36 @@ func TestMountPosix(t *testing.T) {
 		t.Errorf("audit line not JSON: %v", err)
 	}
 }
+
+// TestMountPicksUpDirectChanges: checkpoints written into the store directly (not through the mount) are
+// protected once the periodic sync has seen them; until then the guard still holds (in-flight files are in
+// grace, and an index older than --max-staleness refuses everything).
+func TestMountPicksUpDirectChanges(t *testing.T) {
+	mntRequire(t)
+	dir := t.TempDir()
+	store := filepath.Join(dir, "store")
+	if err := os.MkdirAll(store, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := mntStart(t, store, "") // --sync-interval 1s
+	tr, err := treegen.IncidentTwo(store, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the mount's index has seen every new _metadata.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		buf := make([]byte, 64)
+		n, err := syscall.Getxattr(p.m(tr.Referenced()[0]), "user.ckguard.state", buf)
+		if err == nil && string(buf[:n]) == "referenced" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("periodic sync did not pick up the checkpoints written directly: %q %v", buf[:n], err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	mntRun(t, "", "rm", "-rf", p.m(tr.Purge))
+	p.stop()
+	mntSameSet(t, "after rm -rf of checkpoints written directly into the store", mntFiles(t, store), expectedAfter(tr, mntCleanups[0], treegen.DefaultPolicy))
+}
