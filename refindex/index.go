@@ -211,6 +211,9 @@ func (ix *Index) badgerOptions(path string) badger.Options {
 		WithIndexCacheSize(0).
 		WithValueThreshold(1 << 10).
 		WithValueLogFileSize(256 << 20).
+		// Bottom-level tables are BaseTableSize×2^5; a rebuild's StreamWriter builds up to 16 of them
+		// at once in memory, so keep them at 8 MiB.
+		WithBaseTableSize(256 << 10).
 		WithNumCompactors(2).
 		WithDetectConflicts(false).
 		WithCompactL0OnClose(false)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/pb"
+	"github.com/dgraph-io/ristretto/v2/z"
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/ckguard/ckguard/refindex/pathnorm"
@@ -498,6 +501,21 @@ func (ix *Index) Rebuild(ctx context.Context) error {
 	return ix.rebuildLocked(ctx)
 }
 
+// Stream ids of a rebuild: one per table, whose key ranges are disjoint and written in order.
+const (
+	streamCheckpoint uint32 = iota + 1
+	streamDir
+	streamForward
+	streamMeta
+	streamOutside
+	streamReverse
+)
+
+// rebuildLocked bulk-loads a new generation with badger's StreamWriter (sorted tables written
+// straight to the bottom level: no memtables, no write-ahead log, no compaction). `_metadata` files
+// are parsed in parallel but consumed in key order, so checkpoint records and forward references
+// stream out sorted; reverse pairs are collected as (object, checkpoint) number pairs, sorted, and
+// streamed last. Memory: the distinct referenced object keys plus 8 bytes per reference.
 func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
 	t0 := time.Now()
 	start := t0
@@ -505,35 +523,134 @@ func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
 	if err := ix.st.ListMetadata(ctx, func(oi store.ObjectInfo) error { infos = append(infos, oi); return nil }); err != nil {
 		return ix.failSync(fmt.Errorf("list _metadata in %s: %w", ix.st.Root(), err))
 	}
+	sort.Slice(infos, func(i, j int) bool { return infos[i].Path < infos[j].Path })
 	ix.mu.RLock()
 	next := max(ix.cur.n, ix.maxGenOnDisk()) + 1
 	ix.mu.RUnlock()
-	db, err := ix.createGeneration(next)
-	if err != nil {
+	p := filepath.Join(ix.dir, genName(next))
+	if err := os.RemoveAll(p); err != nil {
 		return ix.failSync(err)
+	}
+	db, err := badger.Open(ix.badgerOptions(p))
+	if err != nil {
+		return ix.failSync(fmt.Errorf("create index generation %s: %w", p, err))
 	}
 	committed := false
 	defer func() {
 		if !committed {
 			db.Close()
-			os.RemoveAll(filepath.Join(ix.dir, genName(next)))
+			os.RemoveAll(p)
 		}
 	}()
-	wb := db.NewWriteBatch()
-	defer wb.Cancel()
+	sw := db.NewStreamWriter()
+	if err := sw.Prepare(); err != nil {
+		return ix.failSync(err)
+	}
+	buf := z.NewBuffer(8<<20, "ckguard.rebuild")
+	defer buf.Release()
+	put := func(stream uint32, k, v []byte) error {
+		badger.KVToBuffer(&pb.KV{Key: k, Value: v, Version: 1, StreamId: stream}, buf)
+		if buf.LenNoPadding() < 4<<20 {
+			return nil
+		}
+		err := sw.Write(buf)
+		buf.Reset()
+		return err
+	}
 	st := newMemState()
-	refs := 0
-	err = ix.readAll(ctx, infos, func(e *entry) error {
-		st.ckpts[e.rec.Key] = e.rec
+	intern := map[string]uint32{}
+	var objs, metas []string
+	var pairs []uint64
+	var dirKeys, outKeys []string
+	err = ix.readOrdered(ctx, infos, func(e *entry) error {
+		mi := uint64(len(metas))
+		meta := e.rec.Key
+		metas = append(metas, meta)
+		st.ckpts[meta] = e.rec
 		adjustDirRefs(st, e.refs, +1)
-		refs += len(e.refs)
-		return putEntry(wb, e, false)
-	}, func(string) {})
+		if err := put(streamCheckpoint, ckKey(meta), e.rec.marshal()); err != nil {
+			return err
+		}
+		if err := put(streamForward, fwdKey(meta), encodeRefs(e.refs)); err != nil {
+			return err
+		}
+		for _, r := range e.refs {
+			switch {
+			case !r.Inside:
+				outKeys = append(outKeys, string(pairKey(tblOutside, r.Key, meta)))
+			case r.Kind == RefDirectory:
+				dirKeys = append(dirKeys, string(pairKey(tblDir, r.Key, meta)))
+			default:
+				id, ok := intern[r.Key]
+				if !ok {
+					id = uint32(len(objs))
+					objs = append(objs, r.Key)
+					intern[r.Key] = id
+				}
+				pairs = append(pairs, uint64(id)<<32|mi)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		sw.Cancel()
+		return ix.failSync(fmt.Errorf("rebuild index: %w", err))
+	}
+	intern = nil
+	// Rank the distinct objects by key so that (rank, checkpoint) pairs sort like the reverse keys.
+	order := make([]uint32, len(objs))
+	for i := range order {
+		order[i] = uint32(i)
+	}
+	sort.Slice(order, func(a, b int) bool { return objs[order[a]] < objs[order[b]] })
+	rank := make([]uint32, len(objs))
+	for r, id := range order {
+		rank[id] = uint32(r)
+	}
+	for i, pr := range pairs {
+		pairs[i] = uint64(rank[pr>>32])<<32 | pr&0xffffffff
+	}
+	rank = nil
+	slices.Sort(pairs)
+	emitSorted := func(stream uint32, keys []string) error {
+		sort.Strings(keys)
+		for i, k := range keys {
+			if i > 0 && keys[i-1] == k {
+				continue
+			}
+			if err := put(stream, []byte(k), nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	err = emitSorted(streamDir, dirKeys)
 	if err == nil {
-		err = wb.Set(keyLastSync, encodeTime(start))
+		err = put(streamMeta, keyFingerprint, []byte(ix.norm.Fingerprint()))
 	}
 	if err == nil {
-		err = wb.Flush()
+		err = put(streamMeta, keyLastSync, encodeTime(start))
+	}
+	if err == nil {
+		err = put(streamMeta, keySchema, []byte(strconv.Itoa(SchemaVersion)))
+	}
+	if err == nil {
+		err = emitSorted(streamOutside, outKeys)
+	}
+	for i := 0; err == nil && i < len(pairs); i++ {
+		if i > 0 && pairs[i] == pairs[i-1] {
+			continue // the same object named twice by one checkpoint (e.g. file and segment)
+		}
+		pr := pairs[i]
+		err = put(streamReverse, pairKey(tblReverse, objs[order[pr>>32]], metas[pr&0xffffffff]), nil)
+	}
+	if err == nil && buf.LenNoPadding() > 0 {
+		err = sw.Write(buf)
+	}
+	if err == nil {
+		err = sw.Flush()
+	} else {
+		sw.Cancel()
 	}
 	if err == nil {
 		err = db.Sync()
@@ -547,8 +664,70 @@ func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
 	committed = true
 	st.finish()
 	ix.switchGeneration(&generation{db: db, n: next}, st, start)
-	ix.log.Info("index rebuilt", "generation", next, "checkpoints", len(st.ckpts), "references", refs,
-		"unparseable", len(st.unparseable), "took", time.Since(t0).Round(time.Millisecond))
+	ix.log.Info("index rebuilt", "generation", next, "checkpoints", len(st.ckpts), "references", len(pairs)+len(dirKeys)+len(outKeys),
+		"objects", len(objs), "unparseable", len(st.unparseable), "took", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// readOrdered reads infos with bounded concurrency and calls fn in the order of infos; files that
+// vanished meanwhile are skipped. At most a small window of parsed entries is held at once.
+func (ix *Index) readOrdered(ctx context.Context, infos []store.ObjectInfo, fn func(*entry) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		e   *entry
+		err error
+	}
+	slots := make([]chan result, len(infos))
+	for i := range slots {
+		slots[i] = make(chan result, 1)
+	}
+	window := make(chan struct{}, 4*ix.opt.workers)
+	jobs := make(chan int)
+	go func() {
+		defer close(jobs)
+		for i := range infos {
+			select {
+			case window <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case jobs <- i:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for range ix.opt.workers {
+		go func() {
+			for i := range jobs {
+				e, err := ix.readEntry(ctx, infos[i])
+				slots[i] <- result{e, err}
+			}
+		}()
+	}
+	bar := ix.newBar(len(infos), "parsing _metadata")
+	defer bar.Finish()
+	for i := range infos {
+		var r result
+		select {
+		case r = <-slots[i]:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		<-window
+		bar.Add(1)
+		switch {
+		case errors.Is(r.err, fs.ErrNotExist):
+			continue
+		case r.err != nil:
+			return r.err
+		}
+		if err := fn(r.e); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"text/tabwriter"
 
@@ -152,6 +153,11 @@ func openIndex(c *cli.Context, extra ...refindex.Option) (*refindex.Index, error
 	opts, err := indexOptions(c)
 	if err != nil {
 		return nil, cli.Exit(err.Error(), 2)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// A rebuild of millions of references churns through parse garbage; a soft limit keeps the
+		// heap near its live size instead of doubling it (GOGC), without capping correctness.
+		debug.SetMemoryLimit(512 << 20)
 	}
 	ix, err := refindex.Open(dir, st, pol, append(opts, extra...)...)
 	if err != nil {

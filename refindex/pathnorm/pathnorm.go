@@ -144,6 +144,10 @@ func validScheme(s string) bool {
 // cleanSegs drops empty and "." segments and resolves "..". For absolute paths ".." at the root stays
 // at the root (as the file system does); for relative names it is kept so the caller sees the climb.
 func cleanSegs(p string, absolute bool) []string {
+	if q := strings.TrimPrefix(p, "/"); q != "" && !strings.Contains(q, "//") && !strings.HasSuffix(q, "/") &&
+		!strings.Contains("/"+q+"/", "/./") && !strings.Contains("/"+q+"/", "/../") {
+		return strings.Split(q, "/") // already clean: one allocation
+	}
 	var out []string
 	for _, s := range strings.Split(p, "/") {
 		switch s {
