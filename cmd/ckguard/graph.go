@@ -30,20 +30,27 @@ Without Graphviz, or with --format dot, the output is DOT source. Default: svg w
 installed (DOT when writing to a terminal), else dot; a --output file ending in .dot picks DOT.
 
 --job J (a job folder, or its last segments such as the job id) keeps J's checkpoints, the folders
-they reference, and the checkpoints of other jobs that reference J.
+they reference, and the checkpoints of other jobs that reference J. --by-job draws one edge per pair
+of job folders (each file counted once); it is automatic above 300 checkpoints.
 
 EXAMPLES:
    ckguard graph --store /flink/checkpoints --index /var/lib/ckguard/index -o deps.svg
    ckguard graph --store /flink/checkpoints --index /var/lib/ckguard/index --job af8b2e4c6d8f0a1b3c5d7e9f1a2b4c6d --format dot
+   ckguard graph --store /flink/checkpoints --index /var/lib/ckguard/index --by-job -o jobs.svg
    ckguard graph --store s3://bucket/flink --index /var/lib/ckguard/s3-index --json`,
 		Flags: append(storeFlags(),
 			&cli.StringFlag{Name: "job", Usage: "only this job folder (or its last path segments, e.g. the job id) and what depends on it"},
 			&cli.StringFlag{Name: "format", Usage: "svg (Graphviz) or dot; default svg when Graphviz is installed, else dot"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write to this `FILE` instead of stdout"},
+			&cli.BoolFlag{Name: "by-job", Usage: "one edge per pair of job folders instead of per checkpoint (automatic above 300 checkpoints)"},
 		),
 		Action: runGraph,
 	}
 }
+
+// maxCheckpointNodes bounds the checkpoints drawn one by one: beyond it Graphviz layouts get slow and
+// the picture unreadable, so edges are merged per job folder.
+const maxCheckpointNodes = 300
 
 func runGraph(c *cli.Context) error {
 	if c.NArg() != 0 {
@@ -103,6 +110,16 @@ func runGraph(c *cli.Context) error {
 		return err
 	}
 	g.Store = c.String("store")
+	nodes := 0
+	for _, j := range g.Jobs {
+		nodes += len(j.Checkpoints)
+	}
+	if c.Bool("by-job") || nodes > maxCheckpointNodes {
+		if !c.Bool("by-job") {
+			fmt.Fprintf(os.Stderr, "ckguard graph: %d checkpoints are too many to draw one by one; drawing one edge per pair of job folders (--job J shows one job's checkpoints)\n", nodes)
+		}
+		g = g.ByJob()
+	}
 	if job := c.String("job"); job != "" && len(g.Jobs) == 0 && len(g.Folders) == 0 {
 		return exitf(1, "ckguard graph: no live checkpoint belongs to or references job %q", job)
 	}

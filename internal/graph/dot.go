@@ -89,6 +89,9 @@ func (g *Graph) DOT(w io.Writer) error {
 		fmt.Fprintf(&b, "    %s [shape=folder, label=%s];\n", quote(folderID(j.Folder)),
 			quote(fmt.Sprintf("job folder\n%s, %s", plural(cks, "live checkpoint"), plural(sps, "savepoint"))))
 		for _, ci := range j.Checkpoints {
+			if g.byJob {
+				break
+			}
 			style := "shape=box, style=rounded"
 			if ci.Kind == "savepoint" {
 				style = "shape=box, style=\"rounded,filled\", fillcolor=lightyellow"
@@ -113,7 +116,12 @@ func (g *Graph) DOT(w io.Writer) error {
 		if e.Missing > 0 {
 			attrs = ", color=red, fontcolor=red, penwidth=2, style=dashed"
 		}
-		fmt.Fprintf(&b, "  %s -> %s [label=%s%s];\n", quote(ckptID(e.From)), quote(folderID(e.To)), quote(EdgeLabel(e)), attrs)
+		from, label := ckptID(e.From), EdgeLabel(e)
+		if g.byJob {
+			from = folderID(e.From)
+			label += "\nfrom " + plural(e.Checkpoints, "checkpoint")
+		}
+		fmt.Fprintf(&b, "  %s -> %s [label=%s%s];\n", quote(from), quote(folderID(e.To)), quote(label), attrs)
 	}
 	for _, u := range g.Unparseable {
 		fmt.Fprintf(&b, "  %s [shape=octagon, color=red, label=%s];\n", quote(ckptID(u.Metadata)),

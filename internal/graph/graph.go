@@ -53,6 +53,10 @@ type Edge struct {
 	// Counted is false when the counts could not be read (the _metadata vanished since the index
 	// answered, or it could not be read): the edge is still drawn, labelled "files unknown".
 	Counted bool `json:"counted"`
+	// Checkpoints is how many checkpoints a job-level edge (ByJob) stands for.
+	Checkpoints int `json:"checkpoints,omitempty"`
+
+	files map[string]int64 // key → size (-1: missing), for merging edges by job
 }
 
 // Job is a job folder with live checkpoints or savepoints.
@@ -71,6 +75,8 @@ type Graph struct {
 	Folders     []string                  `json:"referenced_folders_without_checkpoints,omitempty"`
 	Edges       []Edge                    `json:"edges"`
 	Unparseable []refindex.CheckpointInfo `json:"unparseable,omitempty"`
+	// byJob: edges start at job folders (ByJob), checkpoints are summarised, not drawn.
+	byJob bool
 }
 
 // matchJob reports whether folder is job (or ends with it, e.g. just the job id), as the index's
@@ -211,11 +217,17 @@ func (c *counter) count(ctx context.Context, e *Edge, refs []Ref) error {
 		return err
 	}
 	seen := map[string]bool{}
+	e.files = map[string]int64{}
 	add := func(k string, n int64, ok bool) {
 		if seen[k] {
 			return
 		}
 		seen[k] = true
+		if ok {
+			e.files[k] = n
+		} else {
+			e.files[k] = -1
+		}
 		e.Files++
 		if ok {
 			e.Bytes += n
@@ -249,4 +261,44 @@ func (c *counter) count(ctx context.Context, e *Edge, refs []Ref) error {
 	}
 	e.Counted = true
 	return nil
+}
+
+// ByJob merges the edges of each job's checkpoints into one edge per pair of job folders, counting
+// each referenced file once: the picture for stores with too many checkpoints to draw one by one.
+func (g *Graph) ByJob() *Graph {
+	out := &Graph{Store: g.Store, Folders: g.Folders, Unparseable: g.Unparseable, Edges: []Edge{}, Jobs: make([]Job, 0, len(g.Jobs))}
+	for _, j := range g.Jobs {
+		out.Jobs = append(out.Jobs, Job{Folder: j.Folder, Checkpoints: j.Checkpoints})
+	}
+	type pair struct{ from, to string }
+	merged := map[pair]*Edge{}
+	var order []pair
+	for _, e := range g.Edges {
+		p := pair{e.FromJob, e.To}
+		m := merged[p]
+		if m == nil {
+			m = &Edge{From: e.FromJob, FromJob: e.FromJob, To: e.To, Counted: true, files: map[string]int64{}}
+			merged[p] = m
+			order = append(order, p)
+		}
+		m.Checkpoints++
+		m.Counted = m.Counted && e.Counted
+		for k, n := range e.files {
+			m.files[k] = n
+		}
+	}
+	for _, p := range order {
+		m := merged[p]
+		for _, n := range m.files {
+			m.Files++
+			if n < 0 {
+				m.Missing++
+			} else {
+				m.Bytes += n
+			}
+		}
+		out.Edges = append(out.Edges, *m)
+	}
+	out.byJob = true
+	return out
 }

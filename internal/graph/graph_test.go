@@ -194,6 +194,30 @@ func TestGraphIncidents(t *testing.T) {
 				t.Errorf("--job no-such-job drew edges")
 			}
 
+			// --by-job: one edge, every referenced file of the old job counted once.
+			union := map[string]bool{}
+			var unionBytes int64
+			for m, c := range tree.Live {
+				if strings.HasPrefix(m, tc.cur+"/") {
+					for _, r := range c.Refs {
+						if strings.HasPrefix(r, tc.old+"/") && !union[r] {
+							union[r] = true
+							unionBytes += tree.Files[r].Size
+						}
+					}
+				}
+			}
+			bj := g.ByJob()
+			var bd bytes.Buffer
+			if err := bj.DOT(&bd); err != nil {
+				t.Fatal(err)
+			}
+			be := parseDOT(t, bd.String())
+			wantLabel := EdgeLabel(Edge{Files: len(union), Bytes: unionBytes, Counted: true}) + "\nfrom " + plural(len(want), "checkpoint")
+			if len(be) != 1 || be[0].from != folderID(tc.cur) || be[0].to != folderID(tc.old) || be[0].label != wantLabel {
+				t.Errorf("by job: edges %+v, want one %s -> %s %q", be, tc.cur, tc.old, wantLabel)
+			}
+
 			svg := requireSVG(t, dot)
 			if svg != "" && (!strings.Contains(svg, "<svg") || !strings.Contains(svg, "chk&#45;") || strings.Count(svg, "class=\"edge\"") != len(want)) {
 				t.Errorf("dot -Tsvg output is not the graph:\n%.400s", svg)
