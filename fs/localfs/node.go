@@ -126,8 +126,8 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 }
 
 // Rename asks about the source (for a directory: everything below it) and about a target it would replace.
-// Renames change the index (a _metadata may appear
-// at, or move away from, its checkpoint folder), so they run exclusively.
+// Renames change the index (a _metadata may appear at, or move away from, its checkpoint folder), so they
+// run exclusively.
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	np, ok := newParent.(*node)
 	if !ok {
