@@ -37,7 +37,7 @@ bench: build
 FUZZTIME ?= 30s
 fuzz:
 	@for t in $$($(GO) test -list '^Fuzz' ./refindex/flinkmeta/ | grep ^Fuzz); do \
-		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./refindex/flinkmeta/ || exit 1; done
+		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 3s -timeout 0 -parallel 1 ./refindex/flinkmeta/ || exit 1; done
 
 # End-to-end tests against real Flink (Maven Central) on a local MiniCluster.
 e2e: build
