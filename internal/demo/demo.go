@@ -586,6 +586,20 @@ func judge(p *printer, s *Scenario, phases []phase, res *Result) error {
 	}
 	p.f("   Refused set == referenced set: all %d refused files are needed by a live checkpoint or the pinned savepoint,\n"+
 		"   and every file the cleanup selected that nothing needs was deleted.\n", res.Refused)
+	// Explain why more than the garbage went: rm -rf met each old checkpoint's _metadata first (the
+	// mount lists it first), deleting it retired the checkpoint, and the files only it needed followed.
+	retired := s.LiveUnder(s.OldJobDir)
+	freed := 0
+	for k := range s.Referenced(retired) {
+		if _, needed := keep[k]; !needed && deleted[k] {
+			freed++
+		}
+	}
+	if len(retired) > 0 && freed > 0 {
+		p.f("   %d of the deleted files belonged to the old job's live %s: its _metadata and the files only it\n"+
+			"   referenced. The mount lists _metadata first, so rm -rf retired the checkpoint before reaching its files,\n"+
+			"   and one pass deleted them.\n", freed+len(retired), checkpointRange(retired))
+	}
 	return nil
 }
 
