@@ -80,7 +80,9 @@ go build -o "$WORK/s3raw" ./s3backend/internal/cmd/s3raw
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 EP=http://127.0.0.1:$PORT
 mkdir -p "$WORK/data"
-"$VGW" --access testkey --secret testsecret --port "127.0.0.1:$PORT" --health /health --quiet posix "$WORK/data" &
+# --keep-alive: versitygw closes every connection by default; S3 services keep them open, and every
+# client here (ckguard, aws-cli, s3fs, rclone) reuses connections when allowed.
+"$VGW" --access testkey --secret testsecret --port "127.0.0.1:$PORT" --health /health --quiet --keep-alive posix "$WORK/data" &
 PIDS+=($!)
 for _ in $(seq 1 200); do curl -fsS "$EP/health" >/dev/null 2>&1 && break; sleep 0.05; done
 export AWS_ACCESS_KEY_ID=testkey AWS_SECRET_ACCESS_KEY=testsecret AWS_DEFAULT_REGION=us-east-1 AWS_REGION=us-east-1 \
