@@ -73,7 +73,8 @@ type Index struct {
 	log  *slog.Logger
 	lock *os.File
 
-	writeMu sync.Mutex // serialises Sync, Rebuild and the Note*/IndexMetadata writers
+	writeMu sync.Mutex     // serialises Sync, Rebuild and the Note*/IndexMetadata writers
+	bg      sync.WaitGroup // closing of previous generations
 
 	mu    sync.RWMutex // guards everything below
 	pol   Policy
@@ -455,6 +456,7 @@ func (ix *Index) Close() error {
 		return nil
 	}
 	ix.closed = true
+	ix.bg.Wait()
 	ix.cur.users.Wait()
 	err := ix.cur.db.Close()
 	ix.lock.Close()
@@ -491,18 +493,25 @@ func (ix *Index) acquire() (*view, error) {
 
 func (v *view) release() { v.g.users.Done() }
 
-// switchGeneration makes g (already committed via CURRENT) the live generation with state st and
-// closes the previous one once its last reader is done.
+// switchGeneration makes g (already committed via CURRENT) the live generation with state st. The
+// previous one is closed in the background once its last reader (a long orphans walk, say) is done,
+// so writers through the mount are not held up.
 func (ix *Index) switchGeneration(g *generation, st *memState, last time.Time) {
 	ix.mu.Lock()
 	old := ix.cur
 	ix.cur, ix.state, ix.lastSync, ix.syncErr, ix.needRebuild = g, st, last, "", false
 	ix.mu.Unlock()
-	old.users.Wait()
-	if err := old.db.Close(); err != nil {
-		ix.log.Warn("closing the previous index generation", "gen", old.n, "err", err)
-	}
-	ix.removeStaleGenerations(g.n)
+	ix.bg.Add(1)
+	go func() {
+		defer ix.bg.Done()
+		old.users.Wait()
+		if err := old.db.Close(); err != nil {
+			ix.log.Warn("closing the previous index generation", "gen", old.n, "err", err)
+		}
+		if err := os.RemoveAll(filepath.Join(ix.dir, genName(old.n))); err != nil {
+			ix.log.Warn("removing the previous index generation", "gen", old.n, "err", err)
+		}
+	}()
 }
 
 var _ = context.Background
