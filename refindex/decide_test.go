@@ -384,3 +384,56 @@ func itoa(n int) string {
 	}
 	return string(b)
 }
+
+// TestSyncPaths: a small change is applied in one transaction on the live generation; a change larger
+// than one transaction may hold goes into a new generation that is switched atomically.
+func TestSyncPaths(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	now := time.Now()
+	if _, err := treegen.Large(root, treegen.LargeSpec{Jobs: 2, CheckpointsPerJob: 10, RefsPerCheckpoint: 50, NewPerCheckpoint: 5, Seed: "a"}, now.Add(-48*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	ls, _ := localstore.New(root)
+	pol := refindex.DefaultPolicy()
+	ix, err := refindex.Open(t.TempDir(), ls, pol, refindex.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s1, _ := ix.Stats(ctx)
+	big, err := treegen.Large(root, treegen.LargeSpec{Jobs: 3, CheckpointsPerJob: 100, RefsPerCheckpoint: 20, NewPerCheckpoint: 2, Seed: "b"}, now.Add(-24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s2, _ := ix.Stats(ctx)
+	if s2.Checkpoints != 320 || s2.Generation <= s1.Generation {
+		t.Fatalf("large sync: %d checkpoints, generation %d → %d", s2.Checkpoints, s1.Generation, s2.Generation)
+	}
+	for _, k := range big.SampleReferenced {
+		if d := ix.Decide(ctx, k, refindex.OpUnlink); d.Reason != refindex.ReasonReferenced {
+			t.Fatalf("%s after the large sync: %+v", k, d)
+		}
+	}
+	// Retire the newest checkpoint of one job directly in the store: a small, transactional sync.
+	meta := treegen.LargeJob("b", 0) + "/chk-1099/_metadata"
+	if err := os.Remove(filepath.Join(root, meta)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s3, _ := ix.Stats(ctx)
+	if s3.Checkpoints != 319 || s3.Generation != s2.Generation {
+		t.Fatalf("small sync: %d checkpoints, generation %d → %d", s3.Checkpoints, s2.Generation, s3.Generation)
+	}
+	if st, _, _ := ix.Explain(ctx, meta); st != refindex.StateDeletable {
+		t.Fatalf("retired _metadata state %s", st)
+	}
+}

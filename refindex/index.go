@@ -1,7 +1,6 @@
 package refindex
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -463,13 +462,6 @@ func (ix *Index) Close() error {
 	return err
 }
 
-func (ix *Index) now() time.Time {
-	if ix.pol.Now != nil {
-		return ix.pol.Now()
-	}
-	return time.Now()
-}
-
 // view is a consistent read view: one generation (held until release) and the state that goes with it.
 type view struct {
 	g       *generation
@@ -513,5 +505,3 @@ func (ix *Index) switchGeneration(g *generation, st *memState, last time.Time) {
 		}
 	}()
 }
-
-var _ = context.Background

@@ -110,10 +110,9 @@ func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, er
 		} else {
 			k = ix.norm.Absolute(rr.URI)
 		}
+		// Relative and segment references need the whole object just like files; the kind is kept
+		// for reports.
 		kind := rr.Kind
-		if kind == RefRelative || kind == RefSegment {
-			// The whole object is needed either way; keep the kind for reports.
-		}
 		id := string(rune('0'+kind)) + k.Path
 		if i, ok := seen[id]; ok {
 			e.refs[i].Length += rr.Length
