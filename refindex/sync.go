@@ -738,6 +738,9 @@ func (ix *Index) IndexMetadata(ctx context.Context, p string) error {
 	if err != nil {
 		return err
 	}
+	if !store.IsMetadata(key) {
+		return fmt.Errorf("index %s: not a %s file", key, store.MetadataName)
+	}
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()
 	oi, err := ix.st.Stat(ctx, key)
