@@ -369,6 +369,7 @@ func (j *flinkJob) tail() string {
 type flinkRefs struct {
 	FlinkVersion string `json:"flinkVersion"`
 	Metadata     string `json:"metadata"`
+	Missing      bool   `json:"missing"` // deleted (subsumed) before the loader read it
 	CheckpointID int64  `json:"checkpointId"`
 	InlineBytes  int64  `json:"inlineBytes"`
 	References   []struct {
@@ -411,23 +412,26 @@ func listReferences(t *testing.T, version string, metadata ...string) []flinkRef
 		} else if err != nil {
 			t.Fatalf("ListReferences output: %v", err)
 		}
-		res = append(res, r)
+		if !r.Missing {
+			res = append(res, r)
+		}
 	}
 	return res
 }
 
-// referencedFiles is the set of local paths (physical files and directories) the checkpoints need,
+// referencedFiles maps each local path (physical file or directory) the checkpoints need to the
+// _metadata files that need it,
 // with each path's store root prefix `from` rewritten to `to` (Flink wrote mount paths, the test
 // checks the store).
-func referencedFiles(refs []flinkRefs, from, to string) map[string]string {
-	m := map[string]string{}
+func referencedFiles(refs []flinkRefs, from, to string) map[string][]string {
+	m := map[string][]string{}
 	for _, r := range refs {
 		for _, ref := range r.References {
 			p := flinkLocalPath(ref.Path)
 			if from != "" && strings.HasPrefix(p, from) {
 				p = to + strings.TrimPrefix(p, from)
 			}
-			m[p] = flinkLocalPath(r.Metadata)
+			m[p] = append(m[p], flinkLocalPath(r.Metadata))
 		}
 	}
 	return m

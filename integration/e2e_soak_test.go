@@ -63,7 +63,8 @@ func TestE2ESoak(t *testing.T) {
 			t.Fatalf("ckguard verify after the soak: exit %d\n%s", code, out)
 		}
 	}
-	a := g.auditCounts()
+	a, flinkRefused := g.audit()
+	t.Logf("Flink's refused deletes: %v", e2eHead(flinkRefused))
 	t.Logf("SOAK RESULT: %d cycles, 0 failed restores, %d refusals reported by rm/find, ≥%d files gone from the store; "+
 		"audit log: cleanup tools (rm/find) allowed %d, refused %d; Flink's own deletes allowed %d, refused %d; wall time %s",
 		cycles, refusedTotal, deletedTotal, a["tool/allow"], a["tool/refuse"], a["flink/allow"], a["flink/refuse"],

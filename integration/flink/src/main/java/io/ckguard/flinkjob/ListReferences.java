@@ -35,7 +35,8 @@ import org.apache.flink.runtime.util.EnvironmentInformation;
  * <p>The handle tree is walked generically (every field of every Flink object below an operator's
  * subtask state, plus collections, maps and optionals), so handle containers that differ between
  * Flink versions need no code here; only the leaves are named. Usage: {@code ListReferences
- * /path/to/_metadata [...]}; several files print one JSON object per line.
+ * /path/to/_metadata [...]}; several files print one JSON object per line; a file that does not
+ * exist (any more) prints {@code {"metadata": path, "missing": true}}.
  */
 public final class ListReferences {
   private ListReferences() {}
@@ -64,7 +65,13 @@ public final class ListReferences {
       System.exit(2);
     }
     for (String a : args) {
-      System.out.println(new ListReferences().run(new File(a).getAbsoluteFile()));
+      File f = new File(a).getAbsoluteFile();
+      if (!f.exists()) {
+        // A running job may subsume (delete) a checkpoint between listing and reading it.
+        System.out.println("{\"metadata\":" + q(f.getPath()) + ",\"missing\":true}");
+        continue;
+      }
+      System.out.println(new ListReferences().run(f));
     }
   }
 
