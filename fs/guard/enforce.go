@@ -202,7 +202,9 @@ func (e *Enforcer) record1(ctx context.Context, c Check, d refindex.Decision) sy
 
 // ask calls the Checker, turning a panic into a refusal: the guard fails closed.
 func (e *Enforcer) ask(ctx context.Context, op refindex.Op, p string) (d refindex.Decision) {
+	t0 := time.Now()
 	defer func() {
+		e.metrics.DecisionLatency(op.String(), time.Since(t0))
 		if r := recover(); r != nil {
 			e.log.Error("index panicked while deciding", "op", op, "path", p, "panic", r)
 			d = refindex.Decision{Reason: refindex.ReasonStoreError,

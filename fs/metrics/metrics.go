@@ -37,6 +37,7 @@ type Metrics struct {
 	syncDuration   prometheus.Histogram
 	syncFailures   prometheus.Counter
 	fuseLatency    *prometheus.HistogramVec
+	decideLatency  *prometheus.HistogramVec
 	liveCkpt       prometheus.Gauge
 	liveSavepoints prometheus.Gauge
 	refBytes       prometheus.Gauge
@@ -75,6 +76,11 @@ func New() *Metrics {
 		Help:    "Time the daemon spent answering FUSE requests, by operation.",
 		Buckets: prometheus.ExponentialBuckets(5e-6, 4, 10),
 	}, []string{"op"})
+	m.decideLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "ckguard_decision_duration_seconds",
+		Help:    "Time the index took to decide a guarded operation, by operation (part of the FUSE latency).",
+		Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10),
+	}, []string{"op"})
 	m.liveCkpt = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "ckguard_live_checkpoints", Help: "Live checkpoints in the index."})
 	m.liveSavepoints = prometheus.NewGauge(prometheus.GaugeOpts{
@@ -95,7 +101,7 @@ func New() *Metrics {
 		return time.Since(m.lastSync).Seconds()
 	})
 	m.Registry.MustRegister(m.refusals, m.allowed, m.notifyErrors, m.syncDuration, m.syncFailures,
-		m.fuseLatency, m.liveCkpt, m.liveSavepoints, m.refBytes, m.orphanBytes, lag,
+		m.fuseLatency, m.decideLatency, m.liveCkpt, m.liveSavepoints, m.refBytes, m.orphanBytes, lag,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -110,6 +116,14 @@ func (m *Metrics) Decision(op string, allowed bool, reason string) {
 		return
 	}
 	m.refusals.WithLabelValues(reason, op).Inc()
+}
+
+// DecisionLatency records how long the index took to decide op.
+func (m *Metrics) DecisionLatency(op string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.decideLatency.WithLabelValues(op).Observe(d.Seconds())
 }
 
 // NotifyError counts a change the index failed to record; kind is "deleted", "written" or "renamed".
