@@ -93,8 +93,33 @@ func TestMountControlMetricsXattrs(t *testing.T) {
 	if code == 0 || !strings.Contains(out, "referenced") {
 		t.Errorf("`ckguard why` while mounted (exit %d):\n%s", code, out)
 	}
-	if _, err := q.Pin(context.Background(), filepath.Dir(tr.Purge+"/chk-100/_metadata")); err != nil {
-		t.Errorf("pin over the socket: %v", err)
+	ctx := context.Background()
+	pinned := tr.Purge + "/chk-100"
+	if r, err := q.Pin(ctx, pinned); err != nil || !r.Pinned {
+		t.Errorf("pin over the socket: %+v %v", r, err)
+	}
+	if w, err := q.Why(ctx, pinned+"/_metadata"); err != nil || w.Allow || w.Reason != refindex.ReasonPinned {
+		t.Errorf("pinned checkpoint's _metadata: %+v %v", w, err)
+	}
+	if r, err := q.Unpin(ctx, pinned); err != nil || r.Pinned {
+		t.Errorf("unpin over the socket: %+v %v", r, err)
+	}
+	if c, err := q.Checkpoints(ctx, ""); err != nil || len(c.Jobs) == 0 {
+		t.Errorf("checkpoints over the socket: %+v %v", c, err)
+	}
+	if o, err := q.Orphans(ctx, time.Hour); err != nil || o.OlderThan != time.Hour {
+		t.Errorf("orphans over the socket: %+v %v", o, err)
+	}
+	if v, err := q.Verify(ctx); err != nil || !v.OK || v.Checked != len(tr.Live) {
+		t.Errorf("verify over the socket: %+v %v", v, err)
+	}
+	if s, err := q.Stats(ctx); err != nil || s.Checkpoints+s.Savepoints != len(tr.Live) || s.LastSync.IsZero() {
+		t.Errorf("stats over the socket: %+v %v", s, err)
+	}
+	for _, cmd := range [][]string{{"stats"}, {"verify"}, {"checkpoints"}, {"orphans"}} {
+		if out, code := p.cli(cmd...); code != 0 {
+			t.Errorf("ckguard %s while mounted: exit %d\n%s", cmd[0], code, out)
+		}
 	}
 
 	// xattrs where the user stands.
