@@ -437,3 +437,37 @@ func TestSyncPaths(t *testing.T) {
 		t.Fatalf("retired _metadata state %s", st)
 	}
 }
+
+// TestFreshIndexKeepsUsableGeneration: `ckguard index rebuild` (WithFreshIndex) on a healthy index
+// keeps deciding from the previous generation until the new one is complete.
+func TestFreshIndexKeepsUsableGeneration(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.IncidentTwo(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, _ := localstore.New(tr.Root)
+	dir := t.TempDir()
+	ix, err := refindex.Open(dir, ls, testPolicy(), refindex.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ix.Close()
+	ix, err = refindex.Open(dir, ls, testPolicy(), refindex.WithLogger(quiet), refindex.WithFreshIndex())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	if d := ix.Decide(ctx, tr.Referenced()[0], refindex.OpUnlink); d.Reason != refindex.ReasonReferenced {
+		t.Fatalf("before the rebuild completes: %+v", d)
+	}
+	if err := ix.Rebuild(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := ix.Decide(ctx, tr.Referenced()[0], refindex.OpUnlink); d.Reason != refindex.ReasonReferenced {
+		t.Fatalf("after the rebuild: %+v", d)
+	}
+}

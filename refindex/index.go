@@ -292,21 +292,33 @@ func (ix *Index) openCurrent() error {
 	if err != nil && !ix.opt.rebuild {
 		return err
 	}
-	if ix.opt.rebuild || cur == 0 {
-		// Start from an empty generation; it is stale (no lastsync) until Sync/Rebuild fills it.
-		next := max(cur, ix.maxGenOnDisk()) + 1
-		db, err := ix.createGeneration(next)
-		if err != nil {
+	if cur != 0 {
+		err := ix.openExisting(cur)
+		if err == nil || !ix.opt.rebuild {
 			return err
 		}
-		if err := ix.writeCurrent(next); err != nil {
-			db.Close()
-			return fmt.Errorf("index %s: %w", ix.dir, err)
-		}
-		ix.removeStaleGenerations(next)
-		ix.cur, ix.needRebuild = &generation{db: db, n: next}, true
-		return nil
+		// WithFreshIndex: the current generation cannot be used (another schema, damaged); start
+		// from an empty one. A usable generation is kept: Rebuild replaces it atomically, so a
+		// rebuild that is interrupted leaves the previous index in place.
+		ix.log.Warn("discarding an index generation that cannot be opened", "index", ix.dir, "err", err)
 	}
+	// Start from an empty generation; it is stale (no lastsync) until Sync/Rebuild fills it.
+	next := max(cur, ix.maxGenOnDisk()) + 1
+	db, err := ix.createGeneration(next)
+	if err != nil {
+		return err
+	}
+	if err := ix.writeCurrent(next); err != nil {
+		db.Close()
+		return fmt.Errorf("index %s: %w", ix.dir, err)
+	}
+	ix.removeStaleGenerations(next)
+	ix.cur, ix.needRebuild = &generation{db: db, n: next}, true
+	return nil
+}
+
+// openExisting opens generation cur and loads its state.
+func (ix *Index) openExisting(cur int) error {
 	ix.removeStaleGenerations(cur)
 	db, err := badger.Open(ix.badgerOptions(filepath.Join(ix.dir, genName(cur))))
 	if err != nil {
