@@ -31,6 +31,8 @@ const (
 	// StateBlocked: the index cannot decide (stale, sync failed, unparseable _metadata, store error);
 	// every deletion is refused.
 	StateBlocked = "blocked"
+	// StateOutside: a URI outside the guarded store (Why only).
+	StateOutside = "outside-guarded-store"
 )
 
 // Decide answers whether op may happen to path (a store key). Rules, in this order: a stale index or

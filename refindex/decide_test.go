@@ -528,3 +528,29 @@ func TestConcurrentDecideAndSync(t *testing.T) {
 		}
 	}
 }
+
+func TestWhyOutside(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.SchemeAliasing(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix := openTree(t, tr)
+	out := tr.Live["bbbb1111bbbb1111bbbb1111bbbb1111/chk-8/_metadata"].Outside[0]
+	res, err := ix.Why(ctx, strings.Replace(out, "s3://", "s3a://", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Outside || res.RefCount != 1 || !strings.Contains(res.Message, "outside the guarded store") {
+		t.Fatalf("why outside: %+v", res)
+	}
+	// A URI that a map ties to the store is answered like its store key.
+	in := "s3p://bucket/flink/" + tr.Referenced()[0]
+	res, err = ix.Why(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outside || res.Allow || res.Path != tr.Referenced()[0] {
+		t.Fatalf("why of a mapped URI: %+v", res)
+	}
+}

@@ -68,6 +68,9 @@ type WhyResult struct {
 	Referencing []string        `json:"referencing,omitempty"` // up to 100 _metadata keys
 	RefCount    int             `json:"ref_count"`
 	Checkpoint  *CheckpointInfo `json:"checkpoint,omitempty"` // when path is a _metadata
+	// Outside: the path is a URI outside the guarded store (Allow then only says this guard does
+	// not stand in the way; it cannot protect the object).
+	Outside bool `json:"outside,omitempty"`
 }
 
 // JobCheckpoints groups the checkpoints of one job folder.
@@ -172,8 +175,17 @@ func dirOf(k string) string {
 	return ""
 }
 
-// Why explains the decision for deleting path.
+// Why explains the decision for deleting path: a store key, or a URI as Flink writes them (mapped to
+// the store when a prefix map or the store root covers it; otherwise reported as outside the
+// guarded store, with the checkpoints that reference it).
 func (ix *Index) Why(ctx context.Context, p string) (*WhyResult, error) {
+	if strings.Contains(p, "://") || strings.HasPrefix(p, "file:") {
+		k := ix.norm.Absolute(p)
+		if !k.Inside {
+			return ix.whyOutside(k.Path)
+		}
+		p = k.Path
+	}
 	key, err := store.CleanKey(p)
 	if err != nil {
 		return nil, err
@@ -202,6 +214,38 @@ func (ix *Index) Why(ctx context.Context, p string) (*WhyResult, error) {
 	if c := v.st.ckpts[key]; c != nil {
 		ci := v.info(c)
 		res.Checkpoint = &ci
+	}
+	return res, nil
+}
+
+func (ix *Index) whyOutside(uri string) (*WhyResult, error) {
+	v, err := ix.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer v.release()
+	res := &WhyResult{Path: uri, Op: OpUnlink.String(), Reason: ReasonAllowed, Outside: true, State: StateOutside}
+	err = v.g.db.View(func(txn *badger.Txn) error {
+		prefix := append([]byte(tblOutside+uri), 0)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+			_, meta := splitPair(it.Item().Key(), tblOutside)
+			res.RefCount++
+			if len(res.Referencing) < 100 {
+				res.Referencing = append(res.Referencing, meta)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.Message = fmt.Sprintf("%s is outside the guarded store: this guard cannot protect it", uri)
+	if res.RefCount > 0 {
+		res.Message += fmt.Sprintf("; %d live checkpoint(s)/savepoint(s) reference it (%s): guard its storage too, or add --map PREFIX=STOREPATH if it is inside this store under another name", res.RefCount, listCheckpoints(res.Referencing, res.RefCount))
+	} else {
+		res.Message += "; no live checkpoint references it"
 	}
 	return res, nil
 }

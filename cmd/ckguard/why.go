@@ -12,8 +12,9 @@ func whyCommand() *cli.Command {
 		Name:      "why",
 		Usage:     "explain whether PATH may be deleted, and which checkpoints reference it",
 		ArgsUsage: "PATH",
-		Description: "PATH is a store key (flink/<job>/shared/<file>), a path under a local --store, or an s3:// URI\n" +
-			"under an S3 --store. For a directory the answer covers everything below it (rm -r).\n" +
+		Description: "PATH is a store key (flink/<job>/shared/<file>), a path under a local --store, or a URI as\n" +
+			"written in _metadata (s3a://…, file:/…; mapped with --map). For a directory the answer covers\n" +
+			"everything below it (rm -r). URIs outside the guarded store are reported as such.\n" +
 			"Exit status: 0 allowed, 1 refused.",
 		Flags:  append(storeFlags(), policyFlags()...),
 		Action: runWhy,
@@ -49,6 +50,9 @@ func runWhy(c *cli.Context) error {
 		}
 		if !res.Exists {
 			kind = "missing"
+		}
+		if res.Outside {
+			verdict, kind = "OUTSIDE", "not in the guarded store"
 		}
 		fmt.Fprintf(w, "%s  %s (%s): %s\nreason: %s  state: %s\n%s\n", verdict, displayKey(res.Path), kind, res.Op, res.Reason, res.State, res.Message)
 		if len(res.Referencing) > 0 {
