@@ -13,7 +13,7 @@ import (
 
 // readHandle reads one object version (pinned by ETag) with ranged GETs. A sequential reader gets
 // ReadAhead chunks of ReadChunk bytes fetched in parallel ahead of it; a random reader fetches exactly
-// what it asks for. Memory per sequential reader: at most (ReadAhead+1) × ReadChunk.
+// what it asks for. Memory per sequential reader: at most (ReadAhead+2) × ReadChunk.
 type readHandle struct {
 	fsys *filesystem
 	key  string
@@ -25,8 +25,7 @@ type readHandle struct {
 
 	mu      sync.Mutex
 	chunks  map[int64]*chunk
-	nextOff int64 // where a sequential reader's next read starts
-	seq     int   // consecutive sequential reads seen
+	nextOff int64 // the end of the furthest sequential read so far
 }
 
 type chunk struct {
@@ -67,51 +66,58 @@ func (r *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	}
 	end := min(off+int64(len(dest)), r.size)
 	cs := r.fsys.opts.ReadChunk
+	ahead := int64(r.fsys.opts.ReadAhead)
 
 	r.mu.Lock()
-	if off == r.nextOff {
-		r.seq++
-	} else {
-		r.seq = 0
-	}
-	r.nextOff = end
-	sequential := r.seq >= 2 || off == 0
-	if !sequential {
-		// Random access: drop the readahead and read exactly the range, unless one cached chunk has it.
-		ci := off / cs
-		_, cached := r.chunks[ci]
-		for i := range r.chunks {
-			if i != ci {
-				delete(r.chunks, i)
-			}
+	// The kernel's readahead sends several reads at once and they arrive out of order, so "sequential"
+	// means: within the readahead window around where the stream is (or the start of the file).
+	window := (ahead + 1) * cs
+	if !(off == 0 || (off >= r.nextOff-window && off <= r.nextOff+window)) {
+		r.mu.Unlock()
+		// Random access: read exactly the range; the stream's chunks stay for the sequential reader.
+		buf := dest[:end-off]
+		m, err := r.fsys.c.ReadAt(ctx, r.key, buf, off, r.etag)
+		if err != nil && err != io.EOF {
+			return nil, s3client.Errno(err)
 		}
-		if !cached || (end-1)/cs != ci {
-			r.mu.Unlock()
-			buf := dest[:end-off]
-			m, err := r.fsys.c.ReadAt(ctx, r.key, buf, off, r.etag)
-			if err != nil && err != io.EOF {
-				return nil, s3client.Errno(err)
-			}
-			return fuse.ReadResultData(buf[:m]), 0
-		}
+		return fuse.ReadResultData(buf[:m]), 0
 	}
+	r.nextOff = max(r.nextOff, end)
 	first, last := off/cs, (end-1)/cs
-	want := []*chunk{}
+	want := make([]*chunk, 0, last-first+1)
 	for i := first; i <= last; i++ {
 		want = append(want, r.start(i))
 	}
-	if sequential {
-		for i := last + 1; i <= last+int64(r.fsys.opts.ReadAhead) && i*cs < r.size; i++ {
-			r.start(i)
-		}
+	for i := last + 1; i <= last+ahead && i*cs < r.size; i++ {
+		r.start(i)
 	}
 	for i := range r.chunks {
-		if i < first {
+		if i < first-1 || i > last+ahead { // keep one chunk behind for reads that arrive late
 			delete(r.chunks, i)
 		}
 	}
 	r.mu.Unlock()
 
+	if len(want) == 1 { // the common case: serve from the chunk without copying it
+		c := want[0]
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return nil, syscall.EINTR
+		}
+		if c.err != nil {
+			r.mu.Lock()
+			delete(r.chunks, first)
+			r.mu.Unlock()
+			return nil, s3client.Errno(c.err)
+		}
+		cOff := first * cs
+		from, to := off-cOff, min(end-cOff, int64(len(c.data)))
+		if from >= to {
+			return fuse.ReadResultData(nil), 0
+		}
+		return fuse.ReadResultData(c.data[from:to]), 0
+	}
 	n := 0
 	for k, c := range want {
 		select {
