@@ -169,6 +169,10 @@ type rule struct {
 	from URI
 	to   []string // store-relative segments
 	src  string
+	// For the allocation-free fast path (see fastAbsolute): the canonical path of from ("" for the
+	// root), the store prefix it maps to ("" or "dir/"), and whether from contains the entropy key.
+	fromPath, toPrefix string
+	entropy            bool
 }
 
 // Normalizer maps URIs to canonical keys. It is immutable and safe for concurrent use.
@@ -200,7 +204,17 @@ func New(cfg Config) (*Normalizer, error) {
 			return fmt.Errorf("prefix map %q: %s is already mapped to %q", src, k, prev)
 		}
 		seen[k] = strings.Join(toSegs, "/")
-		n.rules = append(n.rules, rule{from: u, to: toSegs, src: src})
+		r := rule{from: u, to: toSegs, src: src}
+		if len(u.Segs) > 0 {
+			r.fromPath = "/" + strings.Join(u.Segs, "/")
+		}
+		if len(toSegs) > 0 {
+			r.toPrefix = strings.Join(toSegs, "/") + "/"
+		}
+		for _, sg := range u.Segs {
+			r.entropy = r.entropy || (cfg.EntropyKey != "" && sg == cfg.EntropyKey)
+		}
+		n.rules = append(n.rules, r)
 		return nil
 	}
 	if cfg.StoreRoot != "" {
@@ -233,6 +247,13 @@ func (n *Normalizer) Config() Config { return n.cfg }
 
 // Absolute maps an absolute reference (a URI or a /path) to its canonical key.
 func (n *Normalizer) Absolute(ref string) Key {
+	if k, ok := n.fastAbsolute(ref); ok {
+		return k
+	}
+	return n.slowAbsolute(ref)
+}
+
+func (n *Normalizer) slowAbsolute(ref string) Key {
 	u := ParseURI(ref)
 	if u.Scheme == "" {
 		// Not absolute: Flink would resolve it against its default file system, which we do not
@@ -245,6 +266,86 @@ func (n *Normalizer) Absolute(ref string) Key {
 		}
 	}
 	return Key{Path: u.String()}
+}
+
+// fastAbsolute handles the common spelling — a lower-case scheme, file:/path or scheme://authority/path
+// with a clean path — without allocating (millions of references per rebuild). It gives up (ok=false)
+// whenever the general path could decide differently: odd spellings, or a candidate rule that carries
+// the entropy key.
+func (n *Normalizer) fastAbsolute(ref string) (Key, bool) {
+	i := strings.IndexByte(ref, ':')
+	if i < 2 {
+		return Key{}, false
+	}
+	scheme := ref[:i]
+	for j := 0; j < len(scheme); j++ {
+		if c := scheme[j]; !(c >= 'a' && c <= 'z' || j > 0 && c >= '0' && c <= '9') {
+			return Key{}, false
+		}
+	}
+	rest := ref[i+1:]
+	authority := ""
+	switch {
+	case scheme == "file":
+		if len(rest) < 2 || rest[0] != '/' || rest[1] == '/' {
+			return Key{}, false
+		}
+	case strings.HasPrefix(rest, "//"):
+		rest = rest[2:]
+		j := strings.IndexByte(rest, '/')
+		if j <= 0 {
+			return Key{}, false
+		}
+		authority, rest = rest[:j], rest[j:]
+		if s3Aliases[scheme] {
+			scheme = "s3"
+		}
+	default:
+		return Key{}, false
+	}
+	if !cleanAbsPath(rest) {
+		return Key{}, false
+	}
+	for k := range n.rules {
+		r := &n.rules[k]
+		if r.from.Scheme != scheme || r.from.Authority != authority {
+			continue
+		}
+		if r.entropy {
+			return Key{}, false
+		}
+		switch {
+		case r.fromPath == "":
+			return Key{Path: r.toPrefix + rest[1:], Inside: true}, true
+		case rest == r.fromPath:
+			return Key{Path: strings.TrimSuffix(r.toPrefix, "/"), Inside: true}, true
+		case strings.HasPrefix(rest, r.fromPath) && rest[len(r.fromPath)] == '/':
+			return Key{Path: r.toPrefix + rest[len(r.fromPath)+1:], Inside: true}, true
+		}
+	}
+	if scheme == "file" {
+		return Key{Path: ref, Inside: false}, true
+	}
+	return Key{}, false // outside references keep the general path's canonical spelling
+}
+
+// cleanAbsPath reports whether p is "/seg/seg…" without empty, "." or ".." segments.
+func cleanAbsPath(p string) bool {
+	if len(p) < 2 || p[0] != '/' {
+		return false
+	}
+	start := 1
+	for i := 1; i <= len(p); i++ {
+		if i < len(p) && p[i] != '/' {
+			continue
+		}
+		seg := p[start:i]
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+		start = i + 1
+	}
+	return true
 }
 
 // Relative resolves a relative handle's name against the directory of the `_metadata` (a store key)

@@ -1,6 +1,9 @@
 package pathnorm
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestAbsolute(t *testing.T) {
 	local, err := New(Config{StoreRoot: "/srv/flink", Maps: []Mapping{
@@ -138,5 +141,50 @@ func TestJobFolder(t *testing.T) {
 		if got := n.JobFolder(tc.key, k); got != tc.want {
 			t.Errorf("JobFolder(%q) = %q, want %q", tc.key, got, tc.want)
 		}
+	}
+}
+
+// TestFastPathAgrees: the allocation-free fast path answers exactly like the general one.
+func TestFastPathAgrees(t *testing.T) {
+	norms := []*Normalizer{}
+	for _, cfg := range []Config{
+		{StoreRoot: "/srv/flink", Maps: []Mapping{{From: "file:/flink/ckpt", To: ""}, {From: "hdfs://nn:8020/flink", To: "hdfs"}, {From: "s3://bucket/flink", To: "s3"}, {From: "s3://bucket/flink/special", To: "elsewhere/sp"}}},
+		{StoreRoot: "s3://ckpt-bucket/prod", EntropyKey: "_entropy_", Maps: []Mapping{{From: "s3://ckpt-bucket/prod/_entropy_/flink", To: "_entropy_/flink"}}},
+		{StoreRoot: "s3://b"},
+	} {
+		n, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		norms = append(norms, n)
+	}
+	schemes := []string{"file:", "file://", "file:///", "s3://", "s3a://", "s3p://", "S3://", "hdfs://", "gs://", "/", ""}
+	auths := []string{"", "bucket", "ckpt-bucket", "b", "nn:8020", "localhost"}
+	paths := []string{"/srv/flink/j/shared/x", "/srv/flink", "/srv/flinkx/a", "/flink/ckpt/j/chk-1/f", "/flink/j/x", "/flink/special/y",
+		"/prod/ab12/flink/j/x", "/prod/flink/j/chk-1/_metadata", "/prod/j/x", "/k", "/a//b", "/a/./b", "/a/../b", "/a/b/", "/"}
+	n := 0
+	for _, nm := range norms {
+		for _, sc := range schemes {
+			for _, au := range auths {
+				for _, p := range paths {
+					var ref string
+					switch {
+					case strings.HasSuffix(sc, "://"):
+						ref = sc + au + p
+					default:
+						ref = sc + p
+					}
+					if k, ok := nm.fastAbsolute(ref); ok {
+						n++
+						if want := nm.slowAbsolute(ref); k != want {
+							t.Errorf("fast %q = %+v, general path %+v", ref, k, want)
+						}
+					}
+				}
+			}
+		}
+	}
+	if n < 100 {
+		t.Errorf("fast path taken only %d times", n)
 	}
 }
