@@ -51,11 +51,12 @@ func e2eRequireFUSE(t *testing.T) {
 // the index maps that prefix to the store root.
 func startGuardMount(t *testing.T, store string, extra ...string) *guardMount {
 	t.Helper()
-	return startGuardMountOn(t, store, store, nil, extra...)
+	return startGuardMountOn(t, store, store, nil, os.Getenv("CKGUARD_E2E_FLINK_DIRECT") == "1", extra...)
 }
 
 // startGuardMountOn mounts storeArg (with storeFlags) whose objects are visible locally at store.
-func startGuardMountOn(t *testing.T, store, storeArg string, storeFlags []string, extra ...string) *guardMount {
+// direct: Flink writes into the local view of the store instead of through the mount.
+func startGuardMountOn(t *testing.T, store, storeArg string, storeFlags []string, direct bool, extra ...string) *guardMount {
 	t.Helper()
 	e2eRequireFUSE(t)
 	e2eRequireCommand(t, "mount")
@@ -67,19 +68,42 @@ func startGuardMountOn(t *testing.T, store, storeArg string, storeFlags []string
 	}
 	args := append([]string{"mount", "--store", storeArg, "--index", g.index, "--sync-interval", "2s", "--foreground"}, storeFlags...)
 	args = append(args, extra...)
-	help, _ := e2eRun(context.Background(), "", e2eCkguard(t), "mount", "--help")
-	if strings.Contains(help, "--map") && os.Getenv("CKGUARD_E2E_FLINK_DIRECT") != "1" {
+	if !direct {
 		args = append(args, "--map", "file:"+g.mnt+"=")
 		g.flinkRoot = g.mnt
 	} else {
+		if storeArg != store {
+			// Flink writes file: URIs of the local view (e.g. the S3 server's posix folder).
+			args = append(args, "--map", "file:"+store+"=")
+		}
 		g.flinkRoot = store
 		g.syncWait = 5 * time.Second
-		t.Logf("Flink writes to the store directly, cleanup goes through the mount (CKGUARD_E2E_FLINK_DIRECT=1, or the mount has no --map)")
+		t.Logf("Flink writes to the store directly (%s), cleanup goes through the mount", store)
 	}
 	g.baseArgs = args
 	g.launch(extra...)
 	t.Cleanup(g.unmount)
+	t.Cleanup(func() {
+		if t.Failed() {
+			g.dumpRefusals()
+		}
+	})
 	return g
+}
+
+// dumpRefusals logs the first refused operations of the audit log (why a failing job failed).
+func (g *guardMount) dumpRefusals() {
+	b, err := os.ReadFile(filepath.Join(g.index, "audit.jsonl"))
+	if err != nil {
+		return
+	}
+	n := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, `"decision":"refuse"`) && n < 5 {
+			g.t.Logf("audit: %s", e2eTruncate(l, 600))
+			n++
+		}
+	}
 }
 
 // launch starts the mount process with the base arguments plus extra, and waits until it is mounted.

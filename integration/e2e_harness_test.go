@@ -356,13 +356,21 @@ func (j *flinkJob) lastCheckpoint() (flinkEvent, bool) {
 	return flinkEvent{}, false
 }
 
-// tail is the end of the job's log, for failure messages.
+// tail is the job's distinct root causes and the end of its log, for failure messages.
 func (j *flinkJob) tail() string {
 	b, _ := os.ReadFile(j.log)
-	if len(b) > 6000 {
-		b = b[len(b)-6000:]
+	seen := map[string]bool{}
+	var causes []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "Caused by: ") && !seen[l] && len(causes) < 12 {
+			seen[l] = true
+			causes = append(causes, l)
+		}
 	}
-	return string(b)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return "distinct causes:\n" + strings.Join(causes, "\n") + "\n--- end of log:\n" + string(b)
 }
 
 // flinkRefs is what Flink's own loader (ListReferences) reports for one _metadata.

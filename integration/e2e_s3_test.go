@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -17,20 +18,32 @@ import (
 func TestE2ES3(t *testing.T) {
 	e2eRequire(t)
 	for _, v := range flinkVersions() {
-		t.Run(v+"/incremental/CLAIM", func(t *testing.T) {
-			e2eRequireFUSE(t)
-			srv := s3server.Start(t)
-			bucket := srv.Bucket(t, "checkpoints")
-			for k, val := range map[string]string{"AWS_ACCESS_KEY_ID": s3server.AccessKey,
-				"AWS_SECRET_ACCESS_KEY": s3server.SecretKey, "AWS_REGION": s3server.Region,
-				"AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
-				"AWS_EC2_METADATA_DISABLED": "true"} {
-				t.Setenv(k, val)
+		for _, direct := range []bool{false, true} {
+			name := v + "/incremental/CLAIM/flink-through-mount"
+			if direct {
+				// Flink writes the objects into the server's posix backend folder (they are S3
+				// objects at once); the guard still sees them only through S3, and the cleanup runs
+				// through the S3 mount.
+				name = v + "/incremental/CLAIM/flink-into-bucket-folder"
 			}
-			flags := []string{"--s3-endpoint", srv.Endpoint, "--s3-path-style", "--s3-region", s3server.Region}
-			local := filepath.Join(srv.DataDir, bucket, "flink")
-			g := startGuardMountOn(t, local, "s3://"+bucket+"/flink", flags)
-			guardedScenarioOn(t, g, v, "CLAIM", jobOpts{})
-		})
+			t.Run(name, func(t *testing.T) {
+				e2eRequireFUSE(t)
+				srv := s3server.Start(t)
+				bucket := srv.Bucket(t, "checkpoints")
+				for k, val := range map[string]string{"AWS_ACCESS_KEY_ID": s3server.AccessKey,
+					"AWS_SECRET_ACCESS_KEY": s3server.SecretKey, "AWS_REGION": s3server.Region,
+					"AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+					"AWS_EC2_METADATA_DISABLED": "true"} {
+					t.Setenv(k, val)
+				}
+				flags := []string{"--s3-endpoint", srv.Endpoint, "--s3-path-style", "--s3-region", s3server.Region}
+				local := filepath.Join(srv.DataDir, bucket, "flink")
+				if err := os.MkdirAll(local, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				g := startGuardMountOn(t, local, "s3://"+bucket+"/flink", flags, direct)
+				guardedScenarioOn(t, g, v, "CLAIM", jobOpts{})
+			})
+		}
 	}
 }
