@@ -29,6 +29,7 @@ import (
 type fakeChecker struct {
 	mu        sync.Mutex
 	protected map[string]bool
+	young     map[string]bool // refused for grace
 	written   []string
 	deleted   []string
 	renamed   []string
@@ -60,6 +61,12 @@ func (c *fakeChecker) Decide(ctx context.Context, p string, op refindex.Op) refi
 	}
 	if prot {
 		return refindex.Decision{Reason: refindex.ReasonReferenced, Message: p + " is referenced by test"}
+	}
+	c.mu.Lock()
+	young := c.young[p]
+	c.mu.Unlock()
+	if young {
+		return refindex.Decision{Reason: refindex.ReasonGrace, Message: p + " is young"}
 	}
 	return refindex.Decision{Allow: true, Reason: refindex.ReasonAllowed}
 }
@@ -565,4 +572,28 @@ func TestCreateOnlyAndPinnedReads(t *testing.T) {
 	}
 	_, err = r.ReadAt(p, 5<<20)
 	wantErrno(t, "read of an object replaced while open", err, syscall.ESTALE)
+}
+
+// TestMetadataCommitRename: Flink's commit of a checkpoint, the rename of chk-N/._metadata.inprogress.<id>
+// onto chk-N/_metadata, is allowed although its young source is in grace (as on the local mount); any other
+// rename of a young file onto _metadata is still refused for grace.
+func TestMetadataCommitRename(t *testing.T) {
+	ck := newChecker()
+	ck.young = map[string]bool{"job/chk-7/._metadata.inprogress.0f3a": true, "job/chk-7/state": true}
+	e := setup(t, ck, nil)
+	e.put(t, "job/chk-7/._metadata.inprogress.0f3a", "meta")
+	e.put(t, "job/chk-7/state", "s")
+	wantErrno(t, "rename of a young state file onto _metadata",
+		os.Rename(e.path("job/chk-7/state"), e.path("job/chk-7/_metadata")), syscall.EPERM)
+	if err := os.Rename(e.path("job/chk-7/._metadata.inprogress.0f3a"), e.path("job/chk-7/_metadata")); err != nil {
+		t.Fatalf("metadata commit rename: %v", err)
+	}
+	if !e.exists(t, "job/chk-7/_metadata") || e.exists(t, "job/chk-7/._metadata.inprogress.0f3a") {
+		t.Errorf("commit rename did not move the object")
+	}
+	ck.mu.Lock()
+	defer ck.mu.Unlock()
+	if !slices.Contains(ck.renamed, "job/chk-7/._metadata.inprogress.0f3a -> job/chk-7/_metadata") {
+		t.Errorf("index not told about the commit: %v", ck.renamed)
+	}
 }

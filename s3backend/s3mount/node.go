@@ -446,7 +446,12 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	if so.IsDir {
 		return syscall.EXDEV
 	}
-	checks := []guard.Check{{Op: refindex.OpRename, Path: src, To: dst}}
+	// Flink's recoverable writer commits a checkpoint by renaming chk-N/._metadata.inprogress.<uuid> onto
+	// chk-N/_metadata; its source is young by nature, so (exactly as on the local mount) a grace refusal of
+	// that source, and only that, is allowed by the enforcer. S3 objects have a single name.
+	commit := guard.IsMetadataCommit(guard.RenameFacts{SameDir: np == n, OldName: name, NewName: newName,
+		Regular: true, Nlink: 1})
+	checks := []guard.Check{{Op: refindex.OpRename, Path: src, To: dst, MetadataCommit: commit}}
 	do, err := n.fsys.stat(ctx, dst, 0)
 	dstExists := err == nil
 	switch {
