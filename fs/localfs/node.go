@@ -140,20 +140,42 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		// lack it do; mv and rename(1) never need it.
 		return syscall.EINVAL
 	}
-	cs := []guard.Check{{Op: refindex.OpRename, Path: from, To: to,
-		MetadataCommit: newName == guard.MetadataName && np == n && name != guard.MetadataName}}
-	if flags&unix.RENAME_NOREPLACE == 0 {
-		var st unix.Stat_t
-		if err := unix.Lstat(n.backing(to), &st); err == nil {
-			cs = append(cs, guard.Check{Op: refindex.OpReplace, Path: to, To: from})
+	var sst unix.Stat_t
+	commit := unix.Lstat(n.backing(from), &sst) == nil && guard.IsMetadataCommit(guard.RenameFacts{
+		SameDir: np == n, OldName: name, NewName: newName, Exchange: flags&unix.RENAME_EXCHANGE != 0,
+		Regular: sst.Mode&unix.S_IFMT == unix.S_IFREG, Nlink: uint64(sst.Nlink)})
+	for attempt := 0; ; attempt++ {
+		cs := []guard.Check{{Op: refindex.OpRename, Path: from, To: to, MetadataCommit: commit}}
+		replacing := false
+		if flags&unix.RENAME_NOREPLACE == 0 {
+			var st unix.Stat_t
+			if err := unix.Lstat(n.backing(to), &st); err == nil {
+				replacing = true
+				cs = append(cs, guard.Check{Op: refindex.OpReplace, Path: to, To: from})
+			}
 		}
+		// No target was seen, so none was decided: rename with RENAME_NOREPLACE so a target that appears
+		// in the store meanwhile is not replaced undecided; then decide again with it (once).
+		doFlags := flags
+		if !replacing {
+			doFlags |= unix.RENAME_NOREPLACE
+		}
+		errno := n.enf.MutateExclusive(ctx, cs, func() syscall.Errno {
+			errno := n.LoopbackNode.Rename(ctx, name, np.LoopbackNode, newName, doFlags)
+			if errno == syscall.EINVAL && doFlags != flags {
+				// The backing filesystem lacks renameat2 flags (older NFS, fuse-dfs): plain rename.
+				errno = n.LoopbackNode.Rename(ctx, name, np.LoopbackNode, newName, flags)
+			}
+			if errno != 0 {
+				return errno
+			}
+			return n.enf.Renamed(ctx, from, to)
+		})
+		if errno == syscall.EEXIST && doFlags != flags && attempt == 0 {
+			continue
+		}
+		return errno
 	}
-	return n.enf.MutateExclusive(ctx, cs, func() syscall.Errno {
-		if errno := n.LoopbackNode.Rename(ctx, name, np.LoopbackNode, newName, flags); errno != 0 {
-			return errno
-		}
-		return n.enf.Renamed(ctx, from, to)
-	})
 }
 
 // hardLinked returns a refusal when the file at key has more than one name: the index knows files by name,

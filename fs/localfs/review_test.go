@@ -1,0 +1,141 @@
+package localfs
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/fs/internal/fusetest"
+	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/store/localstore"
+	"github.com/ckguard/ckguard/refindex/treegen"
+)
+
+// indexed is a guard mount over a generated store with the real index (grace, active window, references),
+// for the scenarios of the safety review that depend on the index's rules rather than on a fake.
+type indexed struct {
+	tree *treegen.Tree
+	mnt  string
+	job  string
+	ix   *refindex.Index
+}
+
+func (x *indexed) m(k string) string     { return filepath.Join(x.mnt, filepath.FromSlash(k)) }
+func (x *indexed) store(k string) string { return filepath.Join(x.tree.Root, filepath.FromSlash(k)) }
+
+// mountIndexed mounts the YoungOrphan scenario plus an in-flight checkpoint chk-78 (two private state files
+// written a minute ago, no _metadata yet).
+func mountIndexed(t *testing.T) *indexed {
+	t.Helper()
+	fusetest.Require(t)
+	ctx := context.Background()
+	base := t.TempDir()
+	now := time.Now()
+	tr, err := treegen.YoungOrphan(filepath.Join(base, "store"), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &indexed{tree: tr, mnt: filepath.Join(base, "mnt"), job: "flink/fedcba9876543210fedcba9876543210"}
+	for _, f := range []string{"inflight-state", "inflight-state-2"} {
+		if err := tr.Write(x.job+"/chk-78/"+f, 8192, now.Add(-time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := localstore.New(tr.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.ix, err = refindex.Open(filepath.Join(base, "index"), st, refindex.DefaultPolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.ix.Close() })
+	if err := x.ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	enf, err := guard.NewEnforcer(guard.Config{Checker: refindex.Checker(x.ix)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(x.mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Mount(Options{Store: tr.Root, Mountpoint: x.mnt, Enforcer: enf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Unmount(); err != nil {
+			_ = exec.Command("fusermount3", "-uz", x.mnt).Run()
+		}
+	})
+	return x
+}
+
+func runCmd(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// TestMetadataCommitRuleIsNarrow (review M1/H1): Flink's recoverable-writer commit
+// (._metadata.inprogress.<uuid> -> _metadata in the same folder) passes although its source is in grace; a
+// whole in-flight checkpoint folder or an in-flight state file renamed onto _metadata does not.
+func TestMetadataCommitRuleIsNarrow(t *testing.T) {
+	x := mountIndexed(t)
+	chk := x.job + "/chk-78"
+	if out, err := runCmd("mv", "-T", x.m(chk), x.m(x.job+"/_metadata")); err == nil {
+		t.Errorf("mv -T chk-78 _metadata succeeded; the in-flight checkpoint left its folder")
+	} else if !strings.Contains(out, "not permitted") {
+		t.Errorf("mv -T chk-78 _metadata: %v %s, want EPERM", err, out)
+	}
+	if out, err := runCmd("mv", x.m(chk+"/inflight-state-2"), x.m(chk+"/_metadata")); err == nil {
+		t.Errorf("mv chk-78/inflight-state-2 chk-78/_metadata succeeded")
+	} else if !strings.Contains(out, "not permitted") {
+		t.Errorf("mv inflight-state-2 _metadata: %v %s, want EPERM", err, out)
+	}
+	for _, k := range []string{chk + "/inflight-state", chk + "/inflight-state-2"} {
+		if _, err := os.Lstat(x.store(k)); err != nil {
+			t.Errorf("%s moved or lost: %v", k, err)
+		}
+	}
+
+	// A hard-linked in-progress file is not a commit: its other name could be anything.
+	var meta string
+	for _, c := range x.tree.Live {
+		meta = c.Metadata
+	}
+	b, err := os.ReadFile(x.store(meta))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := chk + "/._metadata.inprogress.6f1c2a9e-0b1d-4c3e-9a7f-1d2e3f4a5b6c"
+	if err := os.WriteFile(x.m(tmp), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(x.store(tmp), x.store(chk+"/alias")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // the kernel's cached nlink of tmp expires
+	if err := os.Rename(x.m(tmp), x.m(chk+"/_metadata")); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("commit of a hard-linked in-progress file: %v, want EPERM", err)
+	}
+	if err := os.Remove(x.store(chk + "/alias")); err != nil {
+		t.Fatal(err)
+	}
+
+	// Flink's commit.
+	if err := os.Rename(x.m(tmp), x.m(chk+"/_metadata")); err != nil {
+		t.Fatalf("Flink's _metadata commit refused: %v", err)
+	}
+	d := x.ix.Decide(context.Background(), chk+"/_metadata", refindex.OpUnlink)
+	if d.Allow {
+		t.Errorf("the committed chk-78/_metadata is deletable at once: %+v", d)
+	}
+}
