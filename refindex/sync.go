@@ -364,8 +364,7 @@ func (ix *Index) Sync(ctx context.Context) error {
 	listed := map[string]bool{}
 	err := ix.st.ListMetadata(ctx, func(oi store.ObjectInfo) error {
 		listed[oi.Path] = true
-		c := cur.ckpts[oi.Path]
-		if c == nil || c.Size != oi.Size || !c.ModTime.Equal(oi.ModTime) || c.ETag != oi.ETag {
+		if c := cur.ckpts[oi.Path]; c == nil || !sameVersion(c, oi) {
 			changed = append(changed, oi)
 		}
 		return nil
@@ -373,12 +372,19 @@ func (ix *Index) Sync(ctx context.Context) error {
 	if err != nil {
 		return ix.failSync(fmt.Errorf("list _metadata in %s: %w", ix.st.Root(), err))
 	}
-	var removed []string
+	var unlisted []string
 	for k := range cur.ckpts {
 		if !listed[k] {
-			removed = append(removed, k)
+			unlisted = append(unlisted, k)
 		}
 	}
+	// A listing may be partial (S3 targeted discovery only looks where it found checkpoints at its
+	// last full walk): an indexed _metadata is retired only when the store says it is gone.
+	removed, restat, _, err := ix.confirmGone(ctx, cur, unlisted)
+	if err != nil {
+		return ix.failSync(err)
+	}
+	changed = append(changed, restat...)
 	sort.Strings(removed)
 	if len(changed) > bigSync {
 		return ix.rebuildLocked(ctx)
@@ -402,6 +408,80 @@ func (ix *Index) Sync(ctx context.Context) error {
 	}
 	ix.log.Info("index synced", "added_or_changed", len(puts), "removed", len(removed), "checkpoints", len(ix.state.ckpts), "took", time.Since(t0).Round(time.Millisecond))
 	return nil
+}
+
+// sameVersion reports whether a listed or stat'ed object is the version a record was read from.
+// Where both sides carry an ETag it decides (with the size): S3 reports LastModified at different
+// precisions in listings (milliseconds) and HEAD (seconds), so comparing times would call every
+// object changed. Otherwise the modification times must agree, at second precision when either side
+// has none finer.
+func sameVersion(c *checkpointRecord, oi store.ObjectInfo) bool {
+	if c.Size != oi.Size {
+		return false
+	}
+	if c.ETag != "" && oi.ETag != "" {
+		return strings.Trim(c.ETag, `"`) == strings.Trim(oi.ETag, `"`)
+	}
+	if c.ModTime.Equal(oi.ModTime) {
+		return true
+	}
+	if c.ModTime.Nanosecond() == 0 || oi.ModTime.Nanosecond() == 0 {
+		return c.ModTime.Truncate(time.Second).Equal(oi.ModTime.Truncate(time.Second))
+	}
+	return false
+}
+
+// confirmGone stats indexed `_metadata` keys a listing did not report. It returns the keys the store
+// says do not exist (to retire), the ones that exist in another version than indexed (to re-read)
+// and the unchanged ones (kept). Any other stat error fails: the index cannot tell whether they are
+// live.
+func (ix *Index) confirmGone(ctx context.Context, cur *memState, keys []string) (gone []string, restat, kept []store.ObjectInfo, err error) {
+	if len(keys) == 0 {
+		return nil, nil, nil, nil
+	}
+	type res struct {
+		key string
+		oi  store.ObjectInfo
+		err error
+	}
+	out := make([]res, len(keys))
+	sem := make(chan struct{}, ix.opt.workers)
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			oi, err := ix.st.Stat(ctx, k)
+			out[i] = res{key: k, oi: oi, err: err}
+		}()
+	}
+	wg.Wait()
+	for _, r := range out {
+		switch {
+		case errors.Is(r.err, fs.ErrNotExist):
+			gone = append(gone, r.key)
+		case r.err != nil:
+			return nil, nil, nil, fmt.Errorf("stat %s (indexed, but not reported by the listing of %s): %w", r.key, ix.st.Root(), r.err)
+		case r.oi.IsDir:
+			gone = append(gone, r.key) // a directory named _metadata is no checkpoint
+		case !sameVersion(cur.ckpts[r.key], r.oi):
+			r.oi.Path = r.key
+			restat = append(restat, r.oi)
+		default:
+			r.oi.Path = r.key
+			kept = append(kept, r.oi)
+		}
+	}
+	return gone, restat, kept, nil
+}
+
+// listAll lists every `_metadata` of the store, never a store's partial shortcut (see FullLister).
+func (ix *Index) listAll(ctx context.Context, fn func(store.ObjectInfo) error) error {
+	if fl, ok := ix.st.(store.FullLister); ok {
+		return fl.ListAllMetadata(ctx, fn)
+	}
+	return ix.st.ListMetadata(ctx, fn)
 }
 
 // readAll reads infos with bounded concurrency, calling fn (serially) for each entry and gone for
@@ -519,9 +599,26 @@ func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
 	t0 := time.Now()
 	start := t0
 	var infos []store.ObjectInfo
-	if err := ix.st.ListMetadata(ctx, func(oi store.ObjectInfo) error { infos = append(infos, oi); return nil }); err != nil {
+	listed := map[string]bool{}
+	if err := ix.listAll(ctx, func(oi store.ObjectInfo) error { infos = append(infos, oi); listed[oi.Path] = true; return nil }); err != nil {
 		return ix.failSync(fmt.Errorf("list _metadata in %s: %w", ix.st.Root(), err))
 	}
+	// Belt and braces for a store whose listing misses something: a rebuild keeps every indexed
+	// _metadata that still exists.
+	ix.mu.RLock()
+	cur := ix.state
+	ix.mu.RUnlock()
+	var unlisted []string
+	for k := range cur.ckpts {
+		if !listed[k] {
+			unlisted = append(unlisted, k)
+		}
+	}
+	_, restat, kept, err := ix.confirmGone(ctx, cur, unlisted)
+	if err != nil {
+		return ix.failSync(err)
+	}
+	infos = append(append(infos, restat...), kept...)
 	sort.Slice(infos, func(i, j int) bool { return infos[i].Path < infos[j].Path })
 	ix.mu.RLock()
 	next := max(ix.cur.n, ix.maxGenOnDisk()) + 1

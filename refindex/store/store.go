@@ -56,6 +56,19 @@ type Store interface {
 	ListMetadata(ctx context.Context, fn func(ObjectInfo) error) error
 }
 
+// FullLister is implemented by stores whose ListMetadata may take shortcuts and report only part of
+// the `_metadata` objects (the S3 store's targeted discovery lists only the folders it learned at its
+// last full walk). ListAllMetadata must report every `_metadata` of the store, like a full walk.
+//
+// The index relies on it in two places: a rebuild (which replaces the whole index with what it
+// lists) uses ListAllMetadata when the store has it; and an incremental sync never retires an indexed
+// `_metadata` just because the listing did not report it — it stats the key and retires it only when
+// the store says it does not exist (fs.ErrNotExist). A store without FullLister promises that
+// ListMetadata is complete.
+type FullLister interface {
+	ListAllMetadata(ctx context.Context, fn func(ObjectInfo) error) error
+}
+
 // IsMetadata reports whether key names a `_metadata` file.
 func IsMetadata(key string) bool { return path.Base(key) == MetadataName && key != "" }
 

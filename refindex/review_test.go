@@ -1,0 +1,164 @@
+package refindex_test
+
+// Regression tests for the safety review of 2026-11-29 (/work/team/REVIEW.md), one per finding.
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/localstore"
+	"github.com/ckguard/ckguard/refindex/treegen"
+)
+
+// partialStore lists nothing through ListMetadata (like S3 targeted discovery that has not learned a
+// folder yet) unless full is set; ListAllMetadata, when offered, is complete.
+type partialStore struct {
+	store.Store
+	mu      sync.Mutex
+	full    bool
+	statErr error
+	fulls   int
+}
+
+func (p *partialStore) ListMetadata(ctx context.Context, fn func(store.ObjectInfo) error) error {
+	p.mu.Lock()
+	full := p.full
+	p.mu.Unlock()
+	if full {
+		return p.Store.ListMetadata(ctx, fn)
+	}
+	return nil
+}
+
+func (p *partialStore) Stat(ctx context.Context, key string) (store.ObjectInfo, error) {
+	p.mu.Lock()
+	err := p.statErr
+	p.mu.Unlock()
+	if err != nil && store.IsMetadata(key) {
+		return store.ObjectInfo{}, err
+	}
+	return p.Store.Stat(ctx, key)
+}
+
+// fullPartialStore also offers the complete listing.
+type fullPartialStore struct{ *partialStore }
+
+func (f fullPartialStore) ListAllMetadata(ctx context.Context, fn func(store.ObjectInfo) error) error {
+	f.mu.Lock()
+	f.fulls++
+	f.mu.Unlock()
+	return f.Store.ListMetadata(ctx, fn)
+}
+
+// C1: a checkpoint indexed through the mount must survive a sync whose listing does not report it.
+func TestReviewC1PartialListingKeepsIndexedCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta, ref string
+	for _, c := range tr.Live {
+		meta, ref = c.Metadata, c.Refs[0]
+	}
+	ls, _ := localstore.New(tr.Root)
+	ps := &partialStore{Store: ls}
+	ix, err := refindex.Open(t.TempDir(), ps, testPolicy(), refindex.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	if err := ix.Sync(ctx); err != nil { // "empty bucket": the listing finds nothing
+		t.Fatal(err)
+	}
+	if err := ix.IndexMetadata(ctx, meta); err != nil {
+		t.Fatal(err)
+	}
+	if d := ix.Decide(ctx, ref, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonReferenced {
+		t.Fatalf("after IndexMetadata: %+v", d)
+	}
+	for i := 0; i < 2; i++ {
+		if err := ix.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if d := ix.Decide(ctx, ref, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonReferenced {
+			t.Fatalf("sync %d with a partial listing retired the checkpoint: %+v", i, d)
+		}
+	}
+	// A stat error on an unlisted key fails the sync (closed), it does not retire the key.
+	ps.mu.Lock()
+	ps.statErr = errors.New("503 Slow Down")
+	ps.mu.Unlock()
+	if err := ix.Sync(ctx); err == nil {
+		t.Fatal("sync succeeded although an unlisted indexed _metadata could not be stat'ed")
+	}
+	if d := ix.Decide(ctx, ref, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonSyncFailed {
+		t.Fatalf("after failed stat: %+v", d)
+	}
+	ps.mu.Lock()
+	ps.statErr = nil
+	ps.mu.Unlock()
+	// Really deleted (outside the mount): the next sync retires it.
+	if err := tr.Retire(meta); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := ix.Decide(ctx, ref, refindex.OpUnlink); !d.Allow {
+		t.Fatalf("retired checkpoint still protects its file: %+v", d)
+	}
+}
+
+// C1: a rebuild replaces the index with a complete listing (FullLister), and keeps indexed
+// _metadata a partial listing misses even without one.
+func TestReviewC1RebuildUsesCompleteListing(t *testing.T) {
+	ctx := context.Background()
+	for _, withFull := range []bool{true, false} {
+		tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var meta, ref string
+		for _, c := range tr.Live {
+			meta, ref = c.Metadata, c.Refs[0]
+		}
+		ls, _ := localstore.New(tr.Root)
+		ps := &partialStore{Store: ls}
+		var st store.Store = ps
+		if withFull {
+			st = fullPartialStore{ps}
+		}
+		ix, err := refindex.Open(t.TempDir(), st, testPolicy(), refindex.WithLogger(quiet))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if withFull {
+			// The first sync of an empty index is a rebuild: it must see the checkpoint.
+			if err := ix.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if ps.fulls == 0 {
+				t.Fatal("rebuild did not use ListAllMetadata")
+			}
+		} else {
+			if err := ix.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := ix.IndexMetadata(ctx, meta); err != nil {
+				t.Fatal(err)
+			}
+			if err := ix.Rebuild(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d := ix.Decide(ctx, ref, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonReferenced {
+			t.Fatalf("full lister %v: rebuild lost the checkpoint: %+v", withFull, d)
+		}
+		ix.Close()
+	}
+}
