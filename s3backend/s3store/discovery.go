@@ -21,24 +21,26 @@ import (
 //	<root>/<job>/chk-<n>/_metadata            checkpoints
 //	<root>/savepoint-<job6>-<rand>/_metadata   savepoints  (<root> = the savepoint directory)
 //
-// ListMetadata therefore works in two modes:
+// ListMetadata therefore works in one of two modes (Options.FullWalkEvery):
 //
-//   - Full walk (the first call, then every Options.FullWalkEvery): a flat ListObjectsV2 of the whole
-//     prefix, keeping keys whose last segment is `_metadata`. Complete for any layout. From its result it
-//     learns the layout: every "parent" folder P that holds chk-*/savepoint-* folders with a `_metadata`
-//     (P = <root>/<job> for checkpoints, P = <root> for savepoints), every "root" folder above such a P,
-//     and every `_metadata` in any other place (kept as an exact key).
-//   - Targeted listing (every other call): for each known root, one delimiter listing of its child
-//     folders finds new jobs; for each known or new parent P, delimiter listings of P+"chk-" and
-//     P+"savepoint-" give the checkpoint folders; for each such folder one HEAD of folder/_metadata.
-//     Exact keys are HEADed. Cost: a few requests per job and one per retained checkpoint, independent
-//     of the number of SSTs.
+//   - Full walk (the default, on every call; with FullWalkEvery > 0 the first call, then every
+//     FullWalkEvery): a flat ListObjectsV2 of the whole prefix, keeping keys whose last segment is
+//     `_metadata`. Complete for any layout. From its result it learns the layout: every "parent" folder P
+//     that holds chk-*/savepoint-* folders with a `_metadata` (P = <root>/<job> for checkpoints,
+//     P = <root> for savepoints), every "root" folder above such a P, and every `_metadata` in any other
+//     place (kept as an exact key).
+//   - Targeted listing (only with FullWalkEvery > 0, between full walks): for each known root, one
+//     delimiter listing of its child folders finds new jobs; for each known or new parent P, delimiter
+//     listings of P+"chk-" and P+"savepoint-" give the checkpoint folders; for each such folder one HEAD of
+//     folder/_metadata. Exact keys are HEADed. Cost: a few requests per job and one per retained
+//     checkpoint, independent of the number of SSTs.
 //
-// What the targeted mode cannot see until the next full walk: a `_metadata` in a root that did not hold
-// one at the last full walk, or in an odd place (not directly in a chk-*/savepoint-* folder). Writes
-// through the mount are indexed synchronously anyway; writes beside the mount in a brand-new root are
-// found by the next full walk, which runs more often than the default grace period expires, so their new
-// files stay protected until then (docs/SEMANTICS.md).
+// Why the full walk is the default: the targeted mode cannot see a `_metadata` in a root that held none at
+// the last full walk, or in an odd place. New files of such a checkpoint are still protected by --grace,
+// but what it references is not: job B restored from job A, checkpointing into a new root, references A's
+// month-old SSTs, and until the next full walk the guard would let `rm -rf A` delete them. A guard must not
+// trade that for listing cost, so the targeted mode is an explicit choice for buckets whose checkpoint
+// roots are fixed (docs/SEMANTICS.md).
 //
 // Every S3 error aborts ListMetadata with that error: the index then treats the sync as failed and
 // refuses deletions (fail closed). A missing `_metadata` (404 on HEAD) just means "not a live checkpoint".
@@ -74,7 +76,7 @@ func learn(keys []string) layout {
 // ListMetadata reports every `_metadata` object (see the discovery notes above for the two modes).
 func (s *Store) ListMetadata(ctx context.Context, fn func(store.ObjectInfo) error) error {
 	s.mu.Lock()
-	full := s.layout.roots == nil || s.opts.Now().Sub(s.lastFull) >= s.opts.FullWalkEvery
+	full := s.opts.FullWalkEvery <= 0 || s.layout.roots == nil || s.opts.Now().Sub(s.lastFull) >= s.opts.FullWalkEvery
 	l := s.layout
 	s.mu.Unlock()
 	if full {

@@ -20,10 +20,12 @@ import (
 
 // Options tune the store. The zero value is usable.
 type Options struct {
-	// FullWalkEvery is the period of the full-bucket walk that finds `_metadata` in places the targeted
-	// listing does not look (new checkpoint roots, odd layouts). Default 15m: shorter than the index's
-	// default grace period (1h), so a checkpoint written outside the mount into a brand-new root is
-	// discovered while its new files are still protected by grace.
+	// FullWalkEvery selects the `_metadata` discovery (discovery.go). 0 (the default): every ListMetadata
+	// is a full walk of the prefix, complete by construction. > 0: targeted listings between full walks
+	// this far apart, far cheaper on big buckets, but a checkpoint written beside the mount into a folder
+	// that held no checkpoint at the last full walk stays unseen until the next one, and so do its
+	// references to other jobs' old files (finding of TestE2ES3/flink-into-bucket-folder). Use it only
+	// where every checkpoint root is known and stable, or every write goes through the mount.
 	FullWalkEvery time.Duration
 	// Parallel bounds concurrent HEAD/LIST requests of one discovery. Default 16.
 	Parallel int
@@ -59,9 +61,6 @@ var _ store.Store = (*Store)(nil)
 
 // New returns a store over c.
 func New(c *s3client.Client, opts Options) *Store {
-	if opts.FullWalkEvery <= 0 {
-		opts.FullWalkEvery = 15 * time.Minute
-	}
 	if opts.Parallel <= 0 {
 		opts.Parallel = 16
 	}

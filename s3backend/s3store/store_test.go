@@ -223,3 +223,34 @@ func TestStatFromSharedAttrs(t *testing.T) {
 		t.Fatalf("expired entry used: %+v %v", oi, err)
 	}
 }
+
+// TestDefaultDiscoveryIsComplete: with the default options every ListMetadata is a full walk, so a
+// checkpoint written into a brand-new root (job B restored from job A, checkpointing elsewhere) is seen by
+// the very next sync; the targeted mode would miss it until its next full walk.
+func TestDefaultDiscoveryIsComplete(t *testing.T) {
+	c, _ := fakeClient(t, "")
+	ctx := context.Background()
+	put := func(k string) {
+		if _, err := c.Put(ctx, k, strings.NewReader("m"), 1, s3client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("ckpt/jobA/chk-1/_metadata")
+	s := s3store.New(c, s3store.Options{})
+	if got := list(t, s); got != "ckpt/jobA/chk-1/_metadata" {
+		t.Fatal(got)
+	}
+	put("elsewhere/jobB/chk-1/_metadata")
+	if got := list(t, s); got != "ckpt/jobA/chk-1/_metadata,elsewhere/jobB/chk-1/_metadata" {
+		t.Errorf("default discovery missed a checkpoint in a new root: %s", got)
+	}
+	if st := s.Stats(); st.FullWalks != 2 || st.TargetedListings != 0 {
+		t.Errorf("stats = %+v, want two full walks", st)
+	}
+	targeted := s3store.New(c, s3store.Options{FullWalkEvery: time.Hour})
+	list(t, targeted)
+	put("third/jobC/chk-1/_metadata")
+	if got := list(t, targeted); strings.Contains(got, "third/") {
+		t.Errorf("targeted mode saw a new root before its full walk (test assumption wrong): %s", got)
+	}
+}
