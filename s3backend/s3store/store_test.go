@@ -175,7 +175,7 @@ func TestDiscoveryFailsClosed(t *testing.T) {
 	if _, err := c.Put(context.Background(), "ckpt/j/chk-1/_metadata", strings.NewReader("m"), 1, s3client.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	s := s3store.New(c, s3store.Options{})
+	s := s3store.New(c, s3store.Options{FullWalkEvery: time.Hour}) // so the second call is targeted
 	if got := list(t, s); got != "ckpt/j/chk-1/_metadata" {
 		t.Fatal(got)
 	}
