@@ -326,6 +326,9 @@ func (ix *Index) apply(ch change) error {
 func adjustDirRefs(s *memState, refs []ref, d int) {
 	for _, r := range refs {
 		if r.Inside && r.Kind == RefDirectory {
+			if _, ok := s.dirRefs[r.Key]; !ok && d > 0 {
+				s.dirRefs[strings.Clone(r.Key)] = 0 // do not pin the parsed file
+			}
 			s.dirRefs[r.Key] += d
 			if s.dirRefs[r.Key] <= 0 {
 				delete(s.dirRefs, r.Key)
@@ -679,9 +682,11 @@ func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
 			default:
 				id, ok := intern[r.Key]
 				if !ok {
+					// Copy: the key may be a substring of the parsed file, which must not stay pinned.
+					k := strings.Clone(r.Key)
 					id = uint32(len(objs))
-					objs = append(objs, r.Key)
-					intern[r.Key] = id
+					objs = append(objs, k)
+					intern[k] = id
 				}
 				pairs = append(pairs, uint64(id)<<32|mi)
 			}
