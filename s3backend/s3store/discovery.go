@@ -57,26 +57,57 @@ func isCheckpointFolder(name string) bool {
 func learn(keys []string) layout {
 	l := layout{roots: map[string]bool{}, parents: map[string]bool{}, exact: map[string]bool{}}
 	for _, k := range keys {
-		folder := dirOf(k)
-		if folder == "" || !isCheckpointFolder(path.Base(folder)) {
-			l.exact[k] = true
-			continue
-		}
-		parent := dirOf(folder)
-		l.parents[parent] = true
-		if strings.HasPrefix(path.Base(folder), "chk-") && parent != "" {
-			l.roots[dirOf(parent)] = true
-		} else {
-			l.roots[parent] = true
-		}
+		l.add(k)
 	}
 	return l
+}
+
+// add records where the `_metadata` key k lives.
+func (l *layout) add(k string) {
+	folder := dirOf(k)
+	if folder == "" || !isCheckpointFolder(path.Base(folder)) {
+		l.exact[k] = true
+		return
+	}
+	parent := dirOf(folder)
+	l.parents[parent] = true
+	if strings.HasPrefix(path.Base(folder), "chk-") && parent != "" {
+		l.roots[dirOf(parent)] = true
+	} else {
+		l.roots[parent] = true
+	}
+}
+
+// empty reports whether the layout knows no place a checkpoint lives: nothing learned yet, or the last
+// full walk found no `_metadata` at all. A targeted listing of an empty layout looks nowhere and would
+// report an empty store whatever has been written since, so an empty layout always means a full walk.
+func (l layout) empty() bool { return len(l.parents) == 0 && len(l.exact) == 0 }
+
+// Learn adds the place of a `_metadata` key to the layout the targeted listing looks in, so a checkpoint
+// the index read (indexed through the mount the moment it was written) is listed again by the next
+// targeted listing even in a folder that held no checkpoint at the last full walk. Open calls it for
+// every `_metadata` it opens.
+func (s *Store) Learn(key string) {
+	if !store.IsMetadata(key) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.layout.empty() {
+		return // the next listing is a full walk anyway
+	}
+	s.layout.add(key)
+}
+
+// ListAllMetadata is a full walk whatever the discovery mode (store.FullLister): the index rebuilds from it.
+func (s *Store) ListAllMetadata(ctx context.Context, fn func(store.ObjectInfo) error) error {
+	return s.fullWalk(ctx, fn)
 }
 
 // ListMetadata reports every `_metadata` object (see the discovery notes above for the two modes).
 func (s *Store) ListMetadata(ctx context.Context, fn func(store.ObjectInfo) error) error {
 	s.mu.Lock()
-	full := s.opts.FullWalkEvery <= 0 || s.layout.roots == nil || s.opts.Now().Sub(s.lastFull) >= s.opts.FullWalkEvery
+	full := s.opts.FullWalkEvery <= 0 || s.layout.empty() || s.opts.Now().Sub(s.lastFull) >= s.opts.FullWalkEvery
 	l := s.layout
 	s.mu.Unlock()
 	if full {

@@ -57,7 +57,10 @@ type Stats struct {
 	FullWalks, TargetedListings int
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store      = (*Store)(nil)
+	_ store.FullLister = (*Store)(nil)
+)
 
 // New returns a store over c.
 func New(c *s3client.Client, opts Options) *Store {
@@ -147,6 +150,7 @@ func (s *Store) Open(ctx context.Context, p string) (store.Reader, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.Learn(key)
 	return &reader{ctx: ctx, c: s.c, key: key, size: o.Size, etag: o.ETag, block: s.opts.BlockSize}, nil
 }
 
