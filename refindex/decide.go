@@ -80,7 +80,8 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 	destructive := op != OpWrite && op != OpLink
 	st := v.st
 
-	// 2. An unparseable _metadata may reference anything.
+	// 2. An unparseable _metadata may reference anything. Deleting that file itself is not refused
+	// here (it is how the user fixes it), but rules 3–6 still apply to it.
 	if destructive && len(st.unparseable) > 0 {
 		self := false
 		for _, u := range st.unparseable {
@@ -133,7 +134,7 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 				Message: fmt.Sprintf("refusing to %s %s: %s is pinned (since %s); run `ckguard unpin %s` first", op, what, k, t.UTC().Format(time.RFC3339), path.Dir(k))}
 		}
 		c := st.ckpts[k]
-		if c == nil || c.Err != "" {
+		if c == nil {
 			continue
 		}
 		if newest := st.jobs[c.Job]; newest == c && v.pol.ActiveWindow > 0 && now.Sub(c.ModTime) < v.pol.ActiveWindow {

@@ -116,8 +116,9 @@ func (s *memState) finish() {
 	for k, c := range s.ckpts {
 		s.sorted = append(s.sorted, k)
 		if c.Err != "" {
+			// Still a candidate for the newest checkpoint of its job (its id comes from the chk-N
+			// folder): an unparseable newest _metadata must not lose the active-window protection.
 			s.unparseable = append(s.unparseable, k)
-			continue
 		}
 		if c.Kind == "savepoint" || c.ID < 0 {
 			continue

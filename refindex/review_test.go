@@ -7,6 +7,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store"
@@ -160,5 +161,50 @@ func TestReviewC1RebuildUsesCompleteListing(t *testing.T) {
 			t.Fatalf("full lister %v: rebuild lost the checkpoint: %+v", withFull, d)
 		}
 		ix.Close()
+	}
+}
+
+// C2: the newest checkpoint of an active job stays protected when its _metadata cannot be parsed
+// (its id comes from the chk-N folder); otherwise deleting it would lift the unparseable block and
+// then its files.
+func TestReviewC2UnparseableNewestProtected(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := "flink/fedcba9876543210fedcba9876543210"
+	c, err := tr.Checkpoint(treegen.Spec{Dir: job + "/chk-78", ID: 78, Completed: testNow.Add(-2 * time.Hour), Private: []string{"p"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.WriteBytes(c.Metadata, []byte("\x00\x00\x00\x06garbage"), testNow.Add(-2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	ix := openTree(t, tr)
+	for _, op := range []refindex.Op{refindex.OpUnlink, refindex.OpRename, refindex.OpTruncate} {
+		if d := ix.Decide(ctx, c.Metadata, op); d.Allow || d.Reason != refindex.ReasonProtectedMetadata {
+			t.Errorf("%s of the unparseable newest _metadata: %+v", op, d)
+		}
+	}
+	if d := ix.Decide(ctx, job+"/chk-78", refindex.OpRmdir); d.Allow {
+		t.Errorf("rmdir of the unparseable newest checkpoint: %+v", d)
+	}
+	cs, err := ix.Checkpoints(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs.Unparseable) != 1 || !cs.Unparseable[0].Protected {
+		t.Errorf("checkpoints does not show the unparseable newest one as protected: %+v", cs.Unparseable)
+	}
+	// Outside the active window the damaged file itself may go (that is how it is fixed).
+	pol := testPolicy()
+	pol.Now = func() time.Time { return testNow.Add(8 * 24 * time.Hour) }
+	pol.Grace = time.Hour
+	if err := ix.SetPolicy(pol); err != nil {
+		t.Fatal(err)
+	}
+	if d := ix.Decide(ctx, c.Metadata, refindex.OpUnlink); !d.Allow {
+		t.Errorf("unparseable _metadata outside the active window refused: %+v", d)
 	}
 }

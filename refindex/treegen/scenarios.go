@@ -315,8 +315,9 @@ func SchemeAliasing(dir string, now time.Time) (*Tree, error) {
 	return t, nil
 }
 
-// Unparseable writes a small healthy job plus one chk-N/_metadata with a damaged (truncated) body:
-// every deletion except of that file must be refused, and orphans must list nothing.
+// Unparseable writes a small healthy job plus one chk-N/_metadata with a damaged (truncated) body,
+// followed by a newer healthy checkpoint: every deletion except of the damaged file must be refused,
+// and orphans must list nothing.
 func Unparseable(dir string, now time.Time, opts ...Options) (*Tree, error) {
 	t, err := newTree("unparseable", dir, first(opts).URIPrefix, now)
 	if err != nil {
@@ -351,6 +352,16 @@ func Unparseable(dir string, now time.Time, opts ...Options) (*Tree, error) {
 	}
 	delete(t.Live, c2.Metadata)
 	t.Unparseable = append(t.Unparseable, c2.Metadata)
+	// chk-3 completed after it: the damaged chk-2 is not the job's newest checkpoint, so deleting it
+	// is allowed (a damaged newest one is protected by the active window like any newest one).
+	c3, err := t.Checkpoint(Spec{Dir: job + "/chk-3", ID: 3, Completed: now.Add(-1 * day), Shared: prefixAll(job+"/shared/", uuids("unp/sst", 2)),
+		Private: uuids("unp/chk-3", 1)})
+	if err != nil {
+		return nil, err
+	}
+	if err := t.Data(c3, now.Add(-1*day-time.Minute)); err != nil {
+		return nil, err
+	}
 	return t, nil
 }
 
