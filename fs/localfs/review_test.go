@@ -1,6 +1,7 @@
 package localfs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/internal/fusetest"
@@ -137,5 +140,55 @@ func TestMetadataCommitRuleIsNarrow(t *testing.T) {
 	d := x.ix.Decide(context.Background(), chk+"/_metadata", refindex.OpUnlink)
 	if d.Allow {
 		t.Errorf("the committed chk-78/_metadata is deletable at once: %+v", d)
+	}
+}
+
+// TestPunchHoleDecidedAsTruncate (review H2, e6): fallocate modes that destroy data are decided like a
+// truncation, so an in-flight file cannot be hole-punched through the mount; plain preallocation passes.
+func TestPunchHoleDecidedAsTruncate(t *testing.T) {
+	x := mountIndexed(t)
+	k := x.job + "/chk-78/inflight-state"
+	before, err := os.ReadFile(x.store(k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCmd("fallocate", "-p", "-o", "0", "-l", "8192", x.m(k)); err == nil {
+		t.Errorf("fallocate -p of an in-flight file through the mount succeeded")
+	} else if !strings.Contains(out, "not permitted") {
+		t.Errorf("fallocate -p: %v %s, want EPERM", err, out)
+	}
+	if after, err := os.ReadFile(x.store(k)); err != nil || !bytes.Equal(after, before) {
+		t.Errorf("in-flight file changed: %v", err)
+	}
+
+	// On a descriptor the writer already holds (its own new file, in grace): preallocation passes, every
+	// data-destroying mode is refused.
+	f, err := os.OpenFile(x.m(x.job+"/chk-78/new-state"), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(bytes.Repeat([]byte{'s'}, 8192)); err != nil {
+		t.Fatal(err)
+	}
+	fd := int(f.Fd())
+	if err := unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, 0, 1<<20); err != nil {
+		t.Errorf("preallocation (KEEP_SIZE): %v", err)
+	}
+	for name, mode := range map[string]uint32{
+		"PUNCH_HOLE": unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE,
+		"ZERO_RANGE": unix.FALLOC_FL_ZERO_RANGE,
+		"COLLAPSE":   unix.FALLOC_FL_COLLAPSE_RANGE,
+		"INSERT":     unix.FALLOC_FL_INSERT_RANGE,
+	} {
+		err := unix.Fallocate(fd, mode, 0, 4096)
+		// The kernel's FUSE client sends only KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE; it answers the other
+		// modes with EOPNOTSUPP itself (the mount refuses them too should a kernel ever pass them on).
+		if !errors.Is(err, syscall.EPERM) && !(errors.Is(err, syscall.EOPNOTSUPP) && mode&(unix.FALLOC_FL_COLLAPSE_RANGE|unix.FALLOC_FL_INSERT_RANGE) != 0) {
+			t.Errorf("fallocate %s of an in-grace file: %v, want EPERM", name, err)
+		}
+	}
+	if b, err := os.ReadFile(x.store(x.job + "/chk-78/new-state")); err != nil || !bytes.Equal(b, bytes.Repeat([]byte{'s'}, 8192)) {
+		t.Errorf("new file changed: %v", err)
 	}
 }
