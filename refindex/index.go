@@ -31,13 +31,15 @@ var ErrLocked = errors.New("index is in use by another process")
 type Option func(*options)
 
 type options struct {
-	maps       []pathnorm.Mapping
-	entropyKey string
-	log        *slog.Logger
-	progress   io.Writer
-	workers    int
-	rebuild    bool
-	parse      parseFunc
+	maps        []pathnorm.Mapping
+	mountpoints []string
+	entropyKey  string
+	log         *slog.Logger
+	progress    io.Writer
+	workers     int
+	rebuild     bool
+	parse       parseFunc
+	ports       map[string]int
 }
 
 // WithPathMap sets the prefix maps (--map) and the S3 entropy key (--entropy-key) used to normalise
@@ -45,6 +47,17 @@ type options struct {
 func WithPathMap(maps []pathnorm.Mapping, entropyKey string) Option {
 	return func(o *options) { o.maps, o.entropyKey = maps, entropyKey }
 }
+
+// WithMountpoint tells the index that a guard mount shows the store at dir: Flink configured with the
+// mountpoint writes references as file:<dir>/…, and they name store keys. The prefix map file:<dir>= is
+// added unless a --map already maps that prefix (the user's mapping wins). Both mount daemons set it.
+func WithMountpoint(dir string) Option {
+	return func(o *options) { o.mountpoints = append(o.mountpoints, dir) }
+}
+
+// WithDefaultPorts sets the port an authority without one means, per scheme (nil = hdfs 8020; see
+// pathnorm.Config.DefaultPorts).
+func WithDefaultPorts(ports map[string]int) Option { return func(o *options) { o.ports = ports } }
 
 // WithLogger sets the structured logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
@@ -172,7 +185,22 @@ func Open(dir string, st store.Store, pol Policy, opts ...Option) (*Index, error
 	if err := pol.Validate(); err != nil {
 		return nil, err
 	}
-	norm, err := pathnorm.New(pathnorm.Config{StoreRoot: st.Root(), Maps: o.maps, EntropyKey: o.entropyKey})
+	maps := o.maps
+	for _, mp := range o.mountpoints {
+		from := "file:" + mp
+		mapped := false
+		for _, m := range maps {
+			mapped = mapped || pathnorm.ParseURI(m.From).String() == pathnorm.ParseURI(from).String()
+		}
+		if !mapped {
+			maps = append(maps[:len(maps):len(maps)], pathnorm.Mapping{From: from})
+		}
+	}
+	var aliases []string
+	if ra, ok := st.(store.RootAliaser); ok {
+		aliases = ra.RootAliases() // e.g. a local store given through a symlink (review C3)
+	}
+	norm, err := pathnorm.New(pathnorm.Config{StoreRoot: st.Root(), Maps: maps, EntropyKey: o.entropyKey, RootAliases: aliases, DefaultPorts: o.ports})
 	if err != nil {
 		return nil, err
 	}

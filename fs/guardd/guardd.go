@@ -81,8 +81,13 @@ func Run(ctx context.Context, c Config) (err error) {
 	if err != nil {
 		return fmt.Errorf("store %s: %w", c.StoreDir, err)
 	}
-	// The mount's logger last: it wins over a logger among the caller's options.
-	opts := append(append([]refindex.Option{}, c.IndexOptions...), refindex.WithLogger(log))
+	// The mount's logger last: it wins over a logger among the caller's options. Flink pointed at the
+	// mountpoint writes file:<mountpoint>/… references: they are store keys (unless --map says otherwise).
+	mntAbs, err := filepath.Abs(c.Mountpoint)
+	if err != nil {
+		return err
+	}
+	opts := append(append([]refindex.Option{}, c.IndexOptions...), refindex.WithLogger(log), refindex.WithMountpoint(mntAbs))
 	if c.Progress != nil {
 		opts = append(opts, refindex.WithProgress(c.Progress))
 	}

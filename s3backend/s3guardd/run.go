@@ -50,7 +50,14 @@ func Run(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func(
 	// costs no extra HEAD (see s3store.Options.Attrs for why that is safe).
 	attrs := s3client.NewAttrCache(s3mount.DefaultCacheEntries)
 	st = s3store.New(st.Client(), s3store.Options{Attrs: attrs})
+	// Flink pointed at the mountpoint writes file:<mountpoint>/… references: they are store keys (unless
+	// --map says otherwise).
+	mntAbs, err := filepath.Abs(c.Mountpoint)
+	if err != nil {
+		return err
+	}
 	opts := append([]refindex.Option{refindex.WithLogger(log)}, c.IndexOptions...)
+	opts = append(opts, refindex.WithMountpoint(mntAbs))
 	if c.Progress != nil {
 		opts = append(opts, refindex.WithProgress(c.Progress))
 	}
