@@ -39,6 +39,7 @@ type options struct {
 	workers     int
 	rebuild     bool
 	parse       parseFunc
+	ports       map[string]int
 }
 
 // WithPathMap sets the prefix maps (--map) and the S3 entropy key (--entropy-key) used to normalise
@@ -53,6 +54,10 @@ func WithPathMap(maps []pathnorm.Mapping, entropyKey string) Option {
 func WithMountpoint(dir string) Option {
 	return func(o *options) { o.mountpoints = append(o.mountpoints, dir) }
 }
+
+// WithDefaultPorts sets the port an authority without one means, per scheme (nil = hdfs 8020; see
+// pathnorm.Config.DefaultPorts).
+func WithDefaultPorts(ports map[string]int) Option { return func(o *options) { o.ports = ports } }
 
 // WithLogger sets the structured logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
@@ -191,7 +196,11 @@ func Open(dir string, st store.Store, pol Policy, opts ...Option) (*Index, error
 			maps = append(maps[:len(maps):len(maps)], pathnorm.Mapping{From: from})
 		}
 	}
-	norm, err := pathnorm.New(pathnorm.Config{StoreRoot: st.Root(), Maps: maps, EntropyKey: o.entropyKey})
+	var aliases []string
+	if ra, ok := st.(store.RootAliaser); ok {
+		aliases = ra.RootAliases() // e.g. a local store given through a symlink (review C3)
+	}
+	norm, err := pathnorm.New(pathnorm.Config{StoreRoot: st.Root(), Maps: maps, EntropyKey: o.entropyKey, RootAliases: aliases, DefaultPorts: o.ports})
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,8 @@ package refindex_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -206,5 +208,49 @@ func TestReviewC2UnparseableNewestProtected(t *testing.T) {
 	}
 	if d := ix.Decide(ctx, c.Metadata, refindex.OpUnlink); !d.Allow {
 		t.Errorf("unparseable _metadata outside the active window refused: %+v", d)
+	}
+}
+
+// C3: a store given through a symlinked path: Flink wrote its references through the link, and they
+// must protect the store's files.
+func TestReviewC3SymlinkedStoreRoot(t *testing.T) {
+	ctx := context.Background()
+	base := t.TempDir()
+	real := filepath.Join(base, "nfs", "ckpt")
+	if err := os.MkdirAll(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(base, "flink")
+	if err := os.Symlink(filepath.Join(base, "nfs"), link); err != nil {
+		t.Fatal(err)
+	}
+	given := filepath.Join(link, "ckpt")
+	tr, err := treegen.IncidentOne(real, testNow, treegen.Options{URIPrefix: "file:" + given})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := localstore.New(given)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := refindex.Open(t.TempDir(), st, testPolicy(), refindex.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	refs := tr.Referenced()
+	if len(refs) == 0 {
+		t.Fatal("scenario references nothing")
+	}
+	for _, k := range refs {
+		if d := ix.Decide(ctx, k, refindex.OpUnlink); d.Allow {
+			t.Errorf("referenced %s deletable: %+v", k, d)
+		}
+	}
+	if s, _ := ix.Stats(ctx); s.OutsideReferences != 0 {
+		t.Errorf("%d references through the symlinked root counted as outside", s.OutsideReferences)
 	}
 }

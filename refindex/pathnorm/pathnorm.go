@@ -64,7 +64,18 @@ type Config struct {
 	Maps      []Mapping
 	// EntropyKey is Flink's s3.entropy.key (e.g. "_entropy_"); "" = no entropy injection.
 	EntropyKey string
+	// RootAliases are other names of StoreRoot, mapped to the store root like it: the directory as
+	// the user gave it before symlinks were resolved (Flink writes paths through the link), a guard's
+	// own mountpoint (Flink writing through the mount).
+	RootAliases []string
+	// DefaultPorts gives, per scheme, the port an authority without one means, so that hdfs://nn/x
+	// and hdfs://nn:8020/x are one object. nil = {"hdfs": 8020} (the NameNode RPC port HDFS clients
+	// use when a URI names none); an empty map disables it.
+	DefaultPorts map[string]int
 }
+
+// defaultPorts applies when Config.DefaultPorts is nil.
+var defaultPorts = map[string]int{"hdfs": 8020}
 
 // Key is the canonical identity of a referenced object.
 type Key struct {
@@ -114,8 +125,12 @@ func ParseURI(s string) URI {
 		}
 		if s3Aliases[u.Scheme] {
 			u.Scheme = "s3"
+		} else {
+			// Host names are case-insensitive (S3 bucket names are not folded: they are lower case
+			// by rule, and a legacy mixed-case bucket is another bucket).
+			u.Authority = strings.ToLower(u.Authority)
 		}
-		if u.Scheme == "file" && strings.EqualFold(u.Authority, "localhost") {
+		if u.Scheme == "file" && u.Authority == "localhost" {
 			u.Authority = ""
 		}
 	} else if strings.HasPrefix(s, "/") {
@@ -178,15 +193,34 @@ type rule struct {
 // Normalizer maps URIs to canonical keys. It is immutable and safe for concurrent use.
 type Normalizer struct {
 	cfg   Config
-	rules []rule // longest From first
+	ports map[string]int // scheme → default port
+	rules []rule         // longest From first
+}
+
+// parse is ParseURI plus the configured default ports.
+func (n *Normalizer) parse(s string) URI {
+	u := ParseURI(s)
+	if p := n.ports[u.Scheme]; p > 0 && u.Authority != "" && !hasPort(u.Authority) {
+		u.Authority = fmt.Sprintf("%s:%d", u.Authority, p)
+	}
+	return u
+}
+
+// hasPort reports whether an authority ends in :port (an IPv6 literal is bracketed).
+func hasPort(a string) bool {
+	i := strings.LastIndexByte(a, ':')
+	return i >= 0 && i > strings.LastIndexByte(a, ']')
 }
 
 // New validates cfg and builds a Normalizer.
 func New(cfg Config) (*Normalizer, error) {
-	n := &Normalizer{cfg: cfg}
+	n := &Normalizer{cfg: cfg, ports: cfg.DefaultPorts}
+	if n.ports == nil {
+		n.ports = defaultPorts
+	}
 	seen := map[string]string{}
 	add := func(from, to, src string) error {
-		u := ParseURI(from)
+		u := n.parse(from)
 		if u.Scheme == "" {
 			return fmt.Errorf("prefix map %q: PREFIX must be absolute (a URI such as s3://bucket/flink or a path starting with /)", src)
 		}
@@ -222,6 +256,14 @@ func New(cfg Config) (*Normalizer, error) {
 			return nil, err
 		}
 	}
+	for _, a := range cfg.RootAliases {
+		if a == "" || a == cfg.StoreRoot {
+			continue
+		}
+		if err := add(a, "", "store root alias "+a); err != nil {
+			return nil, err
+		}
+	}
 	for _, m := range cfg.Maps {
 		if err := add(m.From, m.To, m.From+"="+m.To); err != nil {
 			return nil, err
@@ -235,7 +277,18 @@ func New(cfg Config) (*Normalizer, error) {
 // because its keys were derived with different rules.
 func (n *Normalizer) Fingerprint() string {
 	h := sha256.New()
-	fmt.Fprintf(h, "v1\x00%s\x00%s\x00", n.cfg.StoreRoot, n.cfg.EntropyKey)
+	// v2: host authorities folded to lower case and default ports added (keys derived by v1 differ).
+	fmt.Fprintf(h, "v2\x00%s\x00%s\x00", n.cfg.StoreRoot, n.cfg.EntropyKey)
+	if n.cfg.DefaultPorts != nil {
+		schemes := make([]string, 0, len(n.ports))
+		for s := range n.ports {
+			schemes = append(schemes, s)
+		}
+		sort.Strings(schemes)
+		for _, s := range schemes {
+			fmt.Fprintf(h, "port\x00%s\x00%d\x00", s, n.ports[s])
+		}
+	}
 	for _, r := range n.rules {
 		fmt.Fprintf(h, "%s\x00%s\x00", r.from.String(), strings.Join(r.to, "/"))
 	}
@@ -254,7 +307,7 @@ func (n *Normalizer) Absolute(ref string) Key {
 }
 
 func (n *Normalizer) slowAbsolute(ref string) Key {
-	u := ParseURI(ref)
+	u := n.parse(ref)
 	if u.Scheme == "" {
 		// Not absolute: Flink would resolve it against its default file system, which we do not
 		// know. Keep it visible as an outside reference rather than guessing.

@@ -69,6 +69,13 @@ type FullLister interface {
 	ListAllMetadata(ctx context.Context, fn func(ObjectInfo) error) error
 }
 
+// RootAliaser is implemented by stores known under more than one name: a local store opened through
+// a symlinked path resolves it for Root, but Flink wrote its paths through the link. The index maps
+// every alias to the store root like Root itself.
+type RootAliaser interface {
+	RootAliases() []string
+}
+
 // IsMetadata reports whether key names a `_metadata` file.
 func IsMetadata(key string) bool { return path.Base(key) == MetadataName && key != "" }
 

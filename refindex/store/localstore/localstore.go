@@ -16,7 +16,8 @@ import (
 // Store is a directory tree seen as a store. Symlinks are reported as objects and never followed
 // while walking, so a link cannot pull an outside tree into the guarded store.
 type Store struct {
-	root string // absolute, cleaned, symlinks of the root itself resolved
+	root  string // absolute, cleaned, symlinks of the root itself resolved
+	given string // absolute and cleaned as given (symlinks not resolved)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -27,6 +28,7 @@ func New(dir string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local store %s: %w", dir, err)
 	}
+	given := abs
 	if r, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = r
 	}
@@ -37,7 +39,16 @@ func New(dir string) (*Store, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("local store %s: not a directory", dir)
 	}
-	return &Store{root: abs}, nil
+	return &Store{root: abs, given: given}, nil
+}
+
+// RootAliases returns the directory as given when it differs from Root (a path through a symlink):
+// Flink wrote its references through that path (see store.RootAliaser).
+func (s *Store) RootAliases() []string {
+	if s.given == s.root {
+		return nil
+	}
+	return []string{s.given}
 }
 
 // Root returns the absolute directory of the store.
