@@ -293,7 +293,9 @@ func TestThroughTheMount(t *testing.T) {
 	if d := chk.Decide(ctx, prev.Refs[2], refindex.OpUnlink); d.Reason != refindex.ReasonUnparseable || !strings.Contains(d.Message, bad) {
 		t.Fatalf("unparseable _metadata does not block: %+v", d)
 	}
-	if d := chk.Decide(ctx, bad, refindex.OpUnlink); d.Reason != refindex.ReasonGrace {
+	// The unparseable file itself is exempt only from the unparseable rule: young, and the newest
+	// chk-N of its job, it stays refused (grace / active window).
+	if d := chk.Decide(ctx, bad, refindex.OpUnlink); d.Allow || (d.Reason != refindex.ReasonGrace && d.Reason != refindex.ReasonProtectedMetadata) {
 		t.Fatalf("young unparseable _metadata: %+v", d)
 	}
 	// Removing its folder through the mount unblocks.
