@@ -92,3 +92,24 @@ func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	return s
 }
+
+// TestS3QueriesWhileMounted: while the S3 mount holds the index, `ckguard why` answers through its control
+// socket, and the user.ckguard.* extended attributes explain a file where the user stands.
+func TestS3QueriesWhileMounted(t *testing.T) {
+	e := s3Start(t)
+	tr := e.tree(t, incident{"IncidentOne", treegen.IncidentOne}, s3Root)
+	p := mntStart(t, s3Root, filepath.Join(t.TempDir(), "index"), e.mountArgs()...)
+	ref := tr.Referenced()[0]
+	out, code := p.cli(append(append([]string{"why"}, e.mountArgs()...), ref)...)
+	if code != 1 || !strings.Contains(out, "referenced") {
+		t.Errorf("ckguard why %s while mounted: exit %d\n%s", ref, code, out)
+	}
+	out, code = mntRun(t, "", "getfattr", "--absolute-names", "--only-values", "-n", "user.ckguard.state", p.m(ref))
+	if code != 0 || strings.TrimSpace(out) != "referenced" {
+		t.Errorf("getfattr user.ckguard.state %s: exit %d %q", ref, code, out)
+	}
+	out, code = mntRun(t, "", "getfattr", "--absolute-names", "--only-values", "-n", "user.ckguard.refs", p.m(ref))
+	if code != 0 || !strings.Contains(out, "/_metadata") {
+		t.Errorf("getfattr user.ckguard.refs %s: exit %d %q", ref, code, out)
+	}
+}
