@@ -59,6 +59,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if err != nil {
 		return nil, 0, syscall.EIO
 	}
+	w.redecide = op
 	if op == refindex.OpWrite && o.Size > 0 {
 		// Read-modify-write: start from the current object (pinned to its ETag).
 		buf := make([]byte, 8<<20)
@@ -110,6 +111,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		if err != nil {
 			return nil, nil, 0, syscall.EIO
 		}
+		w.redecide = refindex.OpTruncate
 		w.dirty = true
 		cn.addWriter(w)
 		cn.attr(&out.Attr)
@@ -151,6 +153,11 @@ type writeHandle struct {
 	key   string
 	spool *os.File
 	cond  s3client.PutOptions
+	// redecide is the operation the open of an existing object was decided as; the first upload, which is
+	// when the object is really replaced, decides it again: a checkpoint indexed since the open may have
+	// come to reference the object (review M4). 0 once the handle has replaced it (the object is then the
+	// handle's own content, pinned by If-Match) and for objects the handle created.
+	redecide refindex.Op
 
 	mu    sync.Mutex
 	dirty bool
@@ -220,6 +227,11 @@ func (w *writeHandle) upload(ctx context.Context) syscall.Errno {
 		return 0
 	}
 	fsys := w.n.fsys
+	if w.redecide != 0 {
+		if errno := fsys.g.Decide(ctx, guard.Check{Op: w.redecide, Path: w.key}); errno != 0 {
+			return errno
+		}
+	}
 	sz, err := w.size()
 	if err != nil {
 		return syscall.EIO
@@ -231,6 +243,7 @@ func (w *writeHandle) upload(ctx context.Context) syscall.Errno {
 		return s3client.Errno(err)
 	}
 	w.dirty = false
+	w.redecide = 0
 	// Later uploads through this handle replace exactly what it wrote.
 	w.cond = s3client.PutOptions{IfMatch: etag}
 	o := s3client.Object{Key: w.key, Size: sz, ETag: etag, ModTime: time.Now()}
