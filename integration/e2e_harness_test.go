@@ -52,11 +52,11 @@ func e2ePrerequisite(t *testing.T, format string, args ...any) {
 }
 
 // flinkVersions are the Maven profiles (integration/flink/pom.xml) the e2e runs against:
-// CKGUARD_E2E_FLINK="1.20,2.2" by default.
+// CKGUARD_E2E_FLINK="1.20,2.0,2.2" by default (_metadata format versions 4, 5 and 6).
 func flinkVersions() []string {
 	v := os.Getenv("CKGUARD_E2E_FLINK")
 	if v == "" {
-		v = "1.20,2.2"
+		v = "1.20,2.0,2.2"
 	}
 	return strings.Split(v, ",")
 }
