@@ -192,3 +192,68 @@ func TestPunchHoleDecidedAsTruncate(t *testing.T) {
 		t.Errorf("new file changed: %v", err)
 	}
 }
+
+// TestBackdatingDecided (review M6): setting a file's mtime into the past through the mount is decided
+// like a write (OpWrite): refused for a referenced file; for an in-flight one the mount answers exactly
+// what the index answers for OpWrite (refused once OpWrite honours grace, review H2 index side); touching
+// to now and backdating a deletable file pass.
+func TestBackdatingDecided(t *testing.T) {
+	x := mountIndexed(t)
+	var ref string
+	for _, c := range x.tree.Live {
+		ref = c.Refs[0]
+	}
+	inflight := x.job + "/chk-78/inflight-state"
+	past := time.Now().Add(-30 * 24 * time.Hour)
+	graceRefused := !x.ix.Decide(context.Background(), inflight, refindex.OpWrite).Allow
+	if !graceRefused {
+		t.Logf("the index allows OpWrite of in-grace files (review H2 index side not in): backdating %s passes", inflight)
+	}
+	for _, k := range []string{ref, inflight} {
+		before, err := os.Stat(x.store(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantRefused := k == ref || graceRefused
+		out, err := runCmd("touch", "-d", "30 days ago", x.m(k))
+		if wantRefused && (err == nil || !strings.Contains(out, "not permitted")) {
+			t.Errorf("touch -d '30 days ago' %s: %v %s, want EPERM", k, err, out)
+		}
+		if !wantRefused && err != nil {
+			t.Errorf("touch -d '30 days ago' %s: %v %s, want the index's answer (allowed)", k, err, out)
+		}
+		if !wantRefused {
+			continue
+		}
+		if err := os.Chtimes(x.m(k), past, past); !errors.Is(err, syscall.EPERM) {
+			t.Errorf("utimes into the past of %s: %v, want EPERM", k, err)
+		}
+		if after, err := os.Stat(x.store(k)); err != nil || !after.ModTime().Equal(before.ModTime()) {
+			t.Errorf("%s mtime changed: %v -> %v (%v)", k, before.ModTime(), after.ModTime(), err)
+		}
+	}
+	if out, err := runCmd("touch", x.m(ref)); err != nil {
+		t.Errorf("touch (to now) of a referenced file: %v %s", err, out)
+	}
+	var orphan string
+	for k, f := range x.tree.Files {
+		if strings.Contains(k, "/shared/") && time.Since(f.ModTime) > 48*time.Hour && !slicesContains(x.tree.Referenced(), k) {
+			orphan = k
+		}
+	}
+	if orphan == "" {
+		t.Fatal("scenario has no old orphan")
+	}
+	if err := os.Chtimes(x.m(orphan), past.Add(-24*time.Hour), past.Add(-24*time.Hour)); err != nil {
+		t.Errorf("backdating a deletable file: %v", err)
+	}
+}
+
+func slicesContains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
