@@ -184,7 +184,15 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 // another name.
 func (n *node) hardLinked(op refindex.Op, key string) *refindex.Decision {
 	var st unix.Stat_t
-	if err := unix.Lstat(n.backing(key), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink <= 1 {
+	if err := unix.Lstat(n.backing(key), &st); err != nil {
+		if err == unix.ENOENT {
+			return nil // nothing there to protect; the operation itself will say so
+		}
+		// Fail closed: without the link count the guard cannot know whether another name is referenced.
+		return &refindex.Decision{Reason: refindex.ReasonStoreError,
+			Message: "refusing to " + op.String() + " /" + key + ": cannot stat it in the store (" + err.Error() + ") to count its names (hard links)"}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink <= 1 {
 		return nil
 	}
 	return &refindex.Decision{Reason: guard.ReasonHardLinked,

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/fs/guard/guardtest"
 	"github.com/ckguard/ckguard/fs/internal/fusetest"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
@@ -256,4 +257,24 @@ func slicesContains(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// TestHardLinkedFailsClosed (review L5): when the link count cannot be read (anything but "no such file"),
+// the content check refuses instead of assuming a single name.
+func TestHardLinkedFailsClosed(t *testing.T) {
+	enf, err := guard.NewEnforcer(guard.Config{Checker: guardtest.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := newRoot(t.TempDir(), enf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := root.hardLinked(refindex.OpWrite, "missing"); d != nil {
+		t.Errorf("missing file: %+v, want no decision", d)
+	}
+	long := strings.Repeat(strings.Repeat("d", 200)+"/", 25) + "f" // longer than PATH_MAX: ENAMETOOLONG
+	if d := root.hardLinked(refindex.OpWrite, long); d == nil || d.Allow || d.Reason != refindex.ReasonStoreError {
+		t.Errorf("unreadable link count: %+v, want a store-error refusal", d)
+	}
 }
