@@ -56,6 +56,13 @@ func (ix *Index) Decide(ctx context.Context, p string, op Op) Decision {
 
 func refuse(r Reason, msg string) Decision { return Decision{Reason: r, Message: msg} }
 
+func orRoot(k string) string {
+	if k == "" {
+		return "the store root"
+	}
+	return k
+}
+
 func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit int) Decision {
 	now := time.Now()
 	if v.pol.Now != nil {
@@ -97,6 +104,15 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 			}
 			return Decision{Reason: ReasonUnparseable, Referencing: []string{u}, RefCount: len(st.unparseable),
 				Message: fmt.Sprintf("refusing to %s %s: %s cannot be parsed (%s)%s, so what it references is unknown; inspect it with `ckguard inspect %s`, delete or replace it, then run `ckguard index sync`", op, what, u, st.ckpts[u].Err, more, u)}
+		}
+	}
+
+	// 2b. A live _metadata names files of its own folder by a URI no mapping ties to the store: its
+	// references there are unknown (a --map is missing).
+	if destructive {
+		if c := st.unmappedFor(key); c != nil {
+			return Decision{Reason: ReasonUnmappedReferences, Referencing: []string{c.Key}, RefCount: len(st.unmapped),
+				Message: fmt.Sprintf("refusing to %s %s: %s references %d file(s) of its own folder as %s, outside the guarded store, so what it needs in %s is unknown; add --map %s (and run `ckguard index sync`)", op, what, c.Key, c.Unmapped, c.UnmappedURI, orRoot(c.UnmappedScope), c.UnmappedMap)}
 		}
 	}
 

@@ -49,6 +49,10 @@ const (
 	ReasonProtectGlob       Reason = "protect-glob"         // matches a --protect glob
 	ReasonGrace             Reason = "grace"                // unreferenced but younger than --grace
 	ReasonStoreError        Reason = "store-error"          // storage error while deciding: fail closed
+	// ReasonUnmappedReferences: a live _metadata references, outside the store, files of its own
+	// checkpoint folder: they are in this store under a name no --map ties to it, so what it
+	// references there is unknown.
+	ReasonUnmappedReferences Reason = "unmapped-references"
 )
 
 // Decision is the answer to "may this operation happen to this path?".

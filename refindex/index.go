@@ -113,6 +113,7 @@ type memState struct {
 	ckpts       map[string]*checkpointRecord // _metadata key → record (parseable or not)
 	sorted      []string                     // keys of ckpts, sorted (prefix searches for directories)
 	unparseable []string                     // sorted keys of records with Err
+	unmapped    []string                     // sorted keys of records with Unmapped references
 	jobs        map[string]*checkpointRecord // job folder → newest checkpoint (by id)
 	dirRefs     map[string]int               // file-merging directory key → number of checkpoints naming it
 }
@@ -125,6 +126,7 @@ func newMemState() *memState {
 func (s *memState) finish() {
 	s.sorted = s.sorted[:0]
 	s.unparseable = s.unparseable[:0]
+	s.unmapped = s.unmapped[:0]
 	s.jobs = map[string]*checkpointRecord{}
 	for k, c := range s.ckpts {
 		s.sorted = append(s.sorted, k)
@@ -132,6 +134,9 @@ func (s *memState) finish() {
 			// Still a candidate for the newest checkpoint of its job (its id comes from the chk-N
 			// folder): an unparseable newest _metadata must not lose the active-window protection.
 			s.unparseable = append(s.unparseable, k)
+		}
+		if c.Unmapped > 0 {
+			s.unmapped = append(s.unmapped, k)
 		}
 		if c.Kind == "savepoint" || c.ID < 0 {
 			continue
@@ -142,6 +147,20 @@ func (s *memState) finish() {
 	}
 	sort.Strings(s.sorted)
 	sort.Strings(s.unparseable)
+	sort.Strings(s.unmapped)
+}
+
+// unmappedFor returns the first live _metadata with unmapped references (see
+// checkpointRecord.Unmapped) whose folder key lies in, or which lies in directory key, or nil.
+func (s *memState) unmappedFor(key string) *checkpointRecord {
+	for _, u := range s.unmapped {
+		c := s.ckpts[u]
+		sc := c.UnmappedScope
+		if key == "" || key == sc || strings.HasPrefix(key, sc+"/") || sc == "" || strings.HasPrefix(sc, key+"/") {
+			return c
+		}
+	}
+	return nil
 }
 
 func (s *memState) clone() *memState {

@@ -195,6 +195,12 @@ type checkpointRecord struct {
 	Outside int       `json:"outside,omitempty"`
 	// Err is set when the file could not be parsed: the index cannot know what it references.
 	Err string `json:"err,omitempty"`
+	// Unmapped counts references outside the store that run through this checkpoint's own folder
+	// (pathnorm.Normalizer.Unmapped): a --map is missing, and objects in UnmappedScope are refused.
+	Unmapped      int    `json:"unmapped,omitempty"`
+	UnmappedURI   string `json:"unmapped_uri,omitempty"`   // the first one, as written
+	UnmappedScope string `json:"unmapped_scope,omitempty"` // store folder they land in
+	UnmappedMap   string `json:"unmapped_map,omitempty"`   // the --map that would tie them to the store
 }
 
 func (c *checkpointRecord) marshal() []byte {

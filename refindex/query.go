@@ -413,7 +413,7 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 			if _, pinned := v.pins[o.Path]; pinned {
 				return nil
 			}
-			if v.pol.protectedBy(o.Path) != "" || referenced(o.Path) {
+			if v.pol.protectedBy(o.Path) != "" || referenced(o.Path) || v.st.unmappedFor(o.Path) != nil {
 				return nil
 			}
 			age := now.Sub(o.ModTime)

@@ -109,6 +109,14 @@ func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, er
 			k = ix.norm.Relative(oi.Path, rr.URI)
 		} else {
 			k = ix.norm.Absolute(rr.URI)
+			if !k.Inside {
+				if scope, suggest, ok := ix.norm.Unmapped(rr.URI, oi.Path); ok {
+					if rec.Unmapped == 0 {
+						rec.UnmappedURI, rec.UnmappedScope, rec.UnmappedMap = rr.URI, scope, suggest
+					}
+					rec.Unmapped++
+				}
+			}
 		}
 		// Relative and segment references need the whole object just like files; the kind is kept
 		// for reports.
@@ -127,6 +135,10 @@ func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, er
 		} else {
 			rec.Outside++
 		}
+	}
+	if rec.Unmapped > 0 {
+		ix.log.Warn("a live _metadata references files of its own folder outside the store: a --map is missing; deletions in its folder are refused",
+			"file", oi.Path, "uri", rec.UnmappedURI, "map", rec.UnmappedMap)
 	}
 	return e, nil
 }

@@ -505,3 +505,50 @@ func IsCheckpointDir(name string) bool {
 	}
 	return true
 }
+
+// Unmapped recognises a reference that is outside the guarded store but almost certainly names an
+// object inside it under a name no mapping covers (a missing --map): its path runs through the
+// `_metadata`'s own folder — …/<job>/chk-N/<file> for a checkpoint at <dirs>/<job>/chk-N/_metadata
+// (the files Flink wrote for checkpoint N lie beside its _metadata), …/<folder>/<file> for any other
+// `_metadata`. A checkpoint restored from another storage references that storage's shared files and
+// older checkpoints' folders, never this checkpoint's own folder, so it does not match.
+// It returns the store folder whose objects are then unprotected (the job folder of a checkpoint,
+// the folder of any other _metadata) and the map that would tie the reference to the store
+// ("PREFIX=STOREPATH"). uri must be an absolute reference Absolute reported as outside.
+func (n *Normalizer) Unmapped(uri, metadataKey string) (scope, suggest string, ok bool) {
+	u := n.parse(uri)
+	if u.Scheme == "" || len(u.Segs) < 2 {
+		return "", "", false
+	}
+	dirSegs := strings.Split(metadataKey, "/")
+	dirSegs = dirSegs[:len(dirSegs)-1] // the _metadata's folder and its ancestors
+	if len(dirSegs) == 0 {
+		return "", "", false
+	}
+	own := dirSegs[len(dirSegs)-1]
+	anchor := own // the folder name the reference must run through
+	scopeLen := len(dirSegs)
+	children := map[string]bool(nil)
+	if IsCheckpointDir(own) && len(dirSegs) >= 2 {
+		anchor = dirSegs[len(dirSegs)-2]
+		scopeLen = len(dirSegs) - 1
+		children = map[string]bool{own: true}
+	}
+	for i := len(u.Segs) - 2; i >= 0; i-- {
+		if u.Segs[i] != anchor {
+			continue
+		}
+		if children != nil && (i+2 >= len(u.Segs) || !children[u.Segs[i+1]]) {
+			continue
+		}
+		scope = strings.Join(dirSegs[:scopeLen], "/")
+		// The shortest map: drop the trailing folders both sides share.
+		from, to := u.Segs[:i], dirSegs[:scopeLen-1]
+		for len(from) > 0 && len(to) > 0 && from[len(from)-1] == to[len(to)-1] {
+			from, to = from[:len(from)-1], to[:len(to)-1]
+		}
+		suggest = URI{Scheme: u.Scheme, Authority: u.Authority, Segs: from}.String() + "=" + strings.Join(to, "/")
+		return scope, suggest, true
+	}
+	return "", "", false
+}

@@ -58,3 +58,31 @@ func TestReviewC3RootAliasesAuthorities(t *testing.T) {
 		t.Error("default ports do not change the fingerprint")
 	}
 }
+
+func TestReviewC3Unmapped(t *testing.T) {
+	n, err := New(Config{StoreRoot: "/nfs/ckpt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		uri, meta      string
+		scope, suggest string
+		ok             bool
+	}{
+		{"file:/mnt/flink/j1/chk-7/f", "prod/j1/chk-7/_metadata", "prod/j1", "file:/mnt/flink=prod", true},
+		{"file:/mnt/prod/j1/chk-7/f", "prod/j1/chk-7/_metadata", "prod/j1", "file:/mnt=", true},
+		{"hdfs://nn:8020/x/j1/chk-7/sub/f", "j1/chk-7/_metadata", "j1", "hdfs://nn:8020/x=", true},
+		{"s3://b/sp/savepoint-ab12-cd/f", "sps/savepoint-ab12-cd/_metadata", "sps/savepoint-ab12-cd", "s3://b/sp=sps", true},
+		{"file:/mnt/flink/j1/shared/f", "prod/j1/chk-7/_metadata", "", "", false},         // restored from elsewhere
+		{"file:/mnt/flink/j1/chk-6/f", "prod/j1/chk-7/_metadata", "", "", false},          // another checkpoint's folder
+		{"file:/mnt/flink/j2/chk-7/f", "prod/j1/chk-7/_metadata", "", "", false},          // another job
+		{"file:/mnt/flink/j1/chk-7", "prod/j1/chk-7/_metadata", "", "", false},            // the folder itself, no file
+		{"file:/mnt/flink/chk-7/f", "chk-7/_metadata", "chk-7", "file:/mnt/flink=", true}, // a chk folder at the root
+	}
+	for _, tc := range tests {
+		scope, suggest, ok := n.Unmapped(tc.uri, tc.meta)
+		if scope != tc.scope || suggest != tc.suggest || ok != tc.ok {
+			t.Errorf("Unmapped(%q, %q) = %q, %q, %v; want %q, %q, %v", tc.uri, tc.meta, scope, suggest, ok, tc.scope, tc.suggest, tc.ok)
+		}
+	}
+}
