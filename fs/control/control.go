@@ -123,7 +123,12 @@ func peerUID(c net.Conn) int {
 }
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
-	uid, _ := r.Context().Value(peerKey{}).(int)
+	uid, ok := r.Context().Value(peerKey{}).(int)
+	if !ok || uid < 0 {
+		// No credentials for the peer: never assume root (fail closed).
+		writeErr(w, http.StatusForbidden, errors.New("the control socket could not identify the caller (SO_PEERCRED); refusing"))
+		return
+	}
 	if uid != 0 && uid != os.Geteuid() {
 		writeErr(w, http.StatusForbidden, fmt.Errorf("uid %d may not use this control socket (owner uid %d)", uid, os.Geteuid()))
 		return
