@@ -44,10 +44,12 @@ func startRestored(t *testing.T, version, name, dir, chk, mode string, n int, o 
 	return b, last
 }
 
-// crossJobRefs returns the files of checkpoint chk (Flink's own listing) that live under prefix.
+// crossJobRefs returns the files that the retained checkpoints of chk's job (Flink's own listing)
+// reference under prefix. All retained checkpoints are read because the running job may subsume
+// chk itself while the loader starts.
 func flinkCrossJobRefs(t *testing.T, version, chk, prefix string) []string {
 	t.Helper()
-	refs := listReferences(t, version, filepath.Join(chk, "_metadata"))
+	refs := listReferences(t, version, e2eLiveMetadata(t, filepath.Dir(chk))...)
 	var res []string
 	for p := range referencedFiles(refs, "", "") {
 		if strings.HasPrefix(p, prefix) {
@@ -101,7 +103,6 @@ func TestE2EIncidentWithoutGuard(t *testing.T) {
 					t.Fatalf("B's checkpoint %s references nothing under A's shared/ (%s): no cross-job reference to protect", flinkCheckpointDir(bLast), aShared)
 				}
 				t.Logf("B's %s references %d SSTs under A's shared/", filepath.Base(flinkCheckpointDir(bLast)), len(cross))
-
 				e2eOpsCleanup(t, store, filepath.Join(store, aID))
 				ev := restoreAfterFailure(t, b)
 				if ev.Name != "restore-failed" {
@@ -118,6 +119,22 @@ func TestE2EIncidentWithoutGuard(t *testing.T) {
 					cause = cause[i:]
 				}
 				t.Logf("incident reproduced: B's restore failed: %s", e2eTruncate(cause, 300))
+				bEnd, _ := b.lastCheckpoint()
+				// `ckguard inspect --json` on B's last checkpoint (B is dead now, so it stays) lists what
+				// Flink's own loader lists.
+				if out, _ := e2eRun(context.Background(), "", e2eCkguard(t), "inspect", "--help"); !strings.Contains(out, "not built yet") {
+					md := filepath.Join(flinkCheckpointDir(bEnd), "_metadata")
+					want := listReferences(t, v, md)
+					if len(want) != 1 {
+						t.Fatalf("Flink's loader could not read %s", md)
+					}
+					got, err := inspectReferences(t, md)
+					if err != nil {
+						t.Fatalf("ckguard inspect --json %s: %v", md, err)
+					}
+					e2eCompareSets(t, md, flinkReferenceSet(want[0], "", ""), got)
+					t.Logf("ckguard inspect --json %s: same %d references as Flink's loader", filepath.Base(filepath.Dir(md)), len(got))
+				}
 			})
 		}
 	}
