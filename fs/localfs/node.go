@@ -290,7 +290,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		}
 		errno = n.enf.Mutate(ctx, n.contentCheck(op, key), func() syscall.Errno {
 			var errno syscall.Errno
-			ch, fh, fflags, errno = n.LoopbackNode.Create(ctx, name, flags, mode, out)
+			// O_NOFOLLOW: the decision was about the file at key; a symlink swapped in since (the daemon
+			// often runs as root) must not redirect the write or truncation to whatever it points at (review L3).
+			ch, fh, fflags, errno = n.LoopbackNode.Create(ctx, name, flags|syscall.O_NOFOLLOW, mode, out)
 			return errno
 		})
 	}
