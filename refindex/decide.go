@@ -36,10 +36,12 @@ const (
 )
 
 // Decide answers whether op may happen to path (a store key). Rules, in this order: a stale index or
-// a failed sync refuses everything; an unparseable `_metadata` refuses every deletion except of that
-// file itself; objects referenced by a live checkpoint/savepoint are refused; protected `_metadata`
-// (newest checkpoint of an active job, pinned) is refused; --protect globs are refused; unreferenced
-// objects younger than --grace are refused; everything else is allowed. For a directory (OpRmdir,
+// a failed sync refuses everything; an unparseable `_metadata` refuses every operation except on that
+// file itself; a live `_metadata` naming its own folder's files outside the store (missing --map)
+// refuses operations in its job folder; objects referenced by a live checkpoint/savepoint are
+// refused; protected `_metadata` (newest checkpoint of an active job, pinned) is refused; --protect
+// globs are refused; unreferenced objects younger than --grace are refused (except OpLink);
+// everything else is allowed. For a directory (OpRmdir,
 // OpRename/OpReplace of a directory) the answer covers everything below it. Errors refuse.
 func (ix *Index) Decide(ctx context.Context, p string, op Op) Decision {
 	key, err := store.CleanKey(p)
@@ -84,12 +86,15 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 	}
 	isDir := op == OpRmdir
 	maybeDir := isDir || op == OpRename || op == OpReplace
-	destructive := op != OpWrite && op != OpLink
+	// Every rule applies to every op, OpWrite and OpLink included: they remove nothing, but an
+	// unknown set of references (rules 2, 2b) could include the file, and overwriting or punching
+	// holes into an in-flight file (rule 6) destroys a checkpoint being written. OpLink only adds a
+	// name, so rule 6 does not apply to it.
 	st := v.st
 
 	// 2. An unparseable _metadata may reference anything. Deleting that file itself is not refused
 	// here (it is how the user fixes it), but rules 3–6 still apply to it.
-	if destructive && len(st.unparseable) > 0 {
+	if len(st.unparseable) > 0 {
 		self := false
 		for _, u := range st.unparseable {
 			if u == key && !isDir {
@@ -109,11 +114,9 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 
 	// 2b. A live _metadata names files of its own folder by a URI no mapping ties to the store: its
 	// references there are unknown (a --map is missing).
-	if destructive {
-		if c := st.unmappedFor(key); c != nil {
-			return Decision{Reason: ReasonUnmappedReferences, Referencing: []string{c.Key}, RefCount: len(st.unmapped),
-				Message: fmt.Sprintf("refusing to %s %s: %s references %d file(s) of its own folder as %s, outside the guarded store, so what it needs in %s is unknown; add --map %s (and run `ckguard index sync`)", op, what, c.Key, c.Unmapped, c.UnmappedURI, orRoot(c.UnmappedScope), c.UnmappedMap)}
-		}
+	if c := st.unmappedFor(key); c != nil {
+		return Decision{Reason: ReasonUnmappedReferences, Referencing: []string{c.Key}, RefCount: len(st.unmapped),
+			Message: fmt.Sprintf("refusing to %s %s: %s references %d file(s) of its own folder as %s, outside the guarded store, so what it needs in %s is unknown; add --map %s (and run `ckguard index sync`)", op, what, c.Key, c.Unmapped, c.UnmappedURI, orRoot(c.UnmappedScope), c.UnmappedMap)}
 	}
 
 	// 3. Referenced by a live checkpoint or savepoint (directly, or by a directory handle).
@@ -163,7 +166,7 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 	if g := v.pol.protectedBy(key); g != "" {
 		return refuse(ReasonProtectGlob, fmt.Sprintf("refusing to %s %s: it matches --protect %q", op, what, g))
 	}
-	if !destructive {
+	if op == OpLink {
 		return Decision{Allow: true, Reason: ReasonAllowed, Message: fmt.Sprintf("%s %s: referenced by no live checkpoint", op, what)}
 	}
 

@@ -311,3 +311,40 @@ func TestReviewC3UnmappedReferencesRefused(t *testing.T) {
 		t.Errorf("garbage with the map: %+v", d)
 	}
 }
+
+// H2: opening an in-flight (young, unreferenced) file for writing is refused like deleting it, and
+// with an unparseable _metadata nothing may be written to or linked.
+func TestReviewH2WriteAndLink(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	young := tr.InGrace(treegen.DefaultPolicy)
+	old := tr.Orphans(treegen.DefaultPolicy, 0)
+	if len(young) != 1 || len(old) != 1 {
+		t.Fatalf("scenario: young %v old %v", young, old)
+	}
+	ix := openTree(t, tr)
+	if d := ix.Decide(ctx, young[0], refindex.OpWrite); d.Allow || d.Reason != refindex.ReasonGrace {
+		t.Errorf("write of an in-flight file: %+v", d)
+	}
+	if d := ix.Decide(ctx, young[0], refindex.OpLink); !d.Allow {
+		t.Errorf("link of an in-flight file: %+v", d)
+	}
+	if d := ix.Decide(ctx, old[0], refindex.OpWrite); !d.Allow {
+		t.Errorf("write of an old orphan: %+v", d)
+	}
+	// An unparseable _metadata: writes and links are refused too.
+	if err := tr.WriteBytes("flink/fedcba9876543210fedcba9876543210/chk-76/_metadata", []byte("broken"), testNow.Add(-9*24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []refindex.Op{refindex.OpWrite, refindex.OpLink} {
+		if d := ix.Decide(ctx, old[0], op); d.Allow || d.Reason != refindex.ReasonUnparseable {
+			t.Errorf("%s with an unparseable _metadata: %+v", op, d)
+		}
+	}
+}
