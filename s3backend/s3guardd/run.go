@@ -49,7 +49,20 @@ func Run(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func(
 	// One attribute cache for the mount and the index's store: deciding an unlink of a listed object
 	// costs no extra HEAD (see s3store.Options.Attrs for why that is safe).
 	attrs := s3client.NewAttrCache(s3mount.DefaultCacheEntries)
-	st = s3store.New(st.Client(), s3store.Options{Attrs: attrs})
+	// That sharing, and the mount's cached ETags, are safe only because deletes carry If-Match: check the
+	// server honours it; where it does not (or the probe cannot tell), decide on a fresh HEAD every time.
+	ifMatch, perr := s3mount.ProbeIfMatch(ctx, st.Client())
+	switch {
+	case perr != nil:
+		log.Warn("could not check that the S3 server honours If-Match on deletes; every decision stats the object afresh", "err", perr)
+	case !ifMatch:
+		log.Warn("the S3 server ignores If-Match on DeleteObject; every decision stats the object afresh (slower, and an object replaced between that HEAD and the delete is not detected)")
+	}
+	sopts := s3store.Options{}
+	if ifMatch {
+		sopts.Attrs = attrs
+	}
+	st = s3store.New(st.Client(), sopts)
 	// Flink pointed at the mountpoint writes file:<mountpoint>/… references: they are store keys (unless
 	// --map says otherwise).
 	mntAbs, err := filepath.Abs(c.Mountpoint)
@@ -123,7 +136,7 @@ func Run(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func(
 	defer ctl.Close()
 
 	mo := s3mount.Options{Client: st.Client(), Mountpoint: c.Mountpoint, Enforcer: enf, Metrics: met, Attrs: attrs,
-		AllowOther: c.AllowOther, Debug: c.Debug, Logger: log}
+		AllowOther: c.AllowOther, Debug: c.Debug, Logger: log, FreshETags: !ifMatch}
 	if tune != nil {
 		tune(&mo)
 	}

@@ -40,6 +40,10 @@ type Options struct {
 	StatTTL time.Duration
 	// ETagTTL bounds how old a cached ETag unlink/rename may use for their conditional request (default 60s).
 	ETagTTL time.Duration
+	// FreshETags makes unlink HEAD the object before every decision instead of using a cached ETag: for
+	// servers that ignore If-Match on DeleteObject (ProbeIfMatch), where a stale ETag would not stop the
+	// delete of an object replaced since it was listed.
+	FreshETags bool
 	// ReadChunk is the size of one readahead GET (default 8 MiB); ReadAhead the number of chunks fetched
 	// in parallel ahead of a sequential reader (default 8: like aws s3 cp's 10 concurrent ranges, about
 	// 80 MiB of memory per sequentially read open file).

@@ -353,6 +353,9 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	key := childKey(n.key(), name)
 	maxAge := n.fsys.opts.ETagTTL
+	if n.fsys.opts.FreshETags {
+		maxAge = 0
+	}
 	for attempt := 0; ; attempt++ {
 		o, err := n.fsys.stat(ctx, key, maxAge)
 		if err != nil {

@@ -1,0 +1,93 @@
+package s3guardd_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/ckguard/ckguard/fs/guardd"
+	"github.com/ckguard/ckguard/integration/s3server"
+	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/s3backend/s3client"
+	"github.com/ckguard/ckguard/s3backend/s3guardd"
+	"github.com/ckguard/ckguard/s3backend/s3mount"
+)
+
+// TestFreshDecisionsWithoutIfMatch (review M5): on a server that ignores If-Match on DeleteObject
+// (gofakes3), the daemon finds out at start and decides every unlink on a fresh HEAD. An old object the
+// mount listed, then replaced beside the mount (new content, in grace), must not be deleted on the strength
+// of the listing's stale attributes: the conditional delete would not have stopped it.
+func TestFreshDecisionsWithoutIfMatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("FUSE mount not run in -short mode")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		s3server.Require(t, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	clock := gofakes3.FixedTimeSource(time.Now().Add(-48 * time.Hour))
+	hs := httptest.NewServer(gofakes3.New(s3mem.New(s3mem.WithTimeSource(clock)), gofakes3.WithTimeSource(clock), gofakes3.WithTimeSkewLimit(0)).Server())
+	defer hs.Close()
+	cfg := s3client.Config{Endpoint: hs.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 2}
+	c, err := s3client.New(ctx, cfg, s3client.Location{Bucket: "bkt", Prefix: "flink/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.API().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, "job/shared/x.sst", strings.NewReader("old"), 3, s3client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s3guardd.Run(ctx, guardd.Config{StoreDir: "s3://bkt/flink", IndexDir: filepath.Join(dir, "index"),
+			Mountpoint: mnt, Policy: refindex.DefaultPolicy(), Ready: func(*guardd.Mounted) { close(ready) }},
+			cfg, func(o *s3mount.Options) { o.SpoolDir = filepath.Join(dir, "spool") })
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("daemon stopped: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("mount not ready")
+	}
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+		_ = exec.Command("fusermount3", "-uz", mnt).Run()
+	}()
+	if _, err := os.ReadDir(filepath.Join(mnt, "job/shared")); err != nil { // the mount caches x.sst's attributes
+		t.Fatal(err)
+	}
+	clock.Advance(48 * time.Hour)
+	if _, err := c.Put(ctx, "job/shared/x.sst", strings.NewReader("new"), 3, s3client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("rm", filepath.Join(mnt, "job/shared/x.sst")).CombinedOutput(); err == nil || !strings.Contains(string(out), "not permitted") {
+		t.Errorf("rm of an object replaced a moment ago (in grace): %v %s, want EPERM", err, out)
+	}
+	b := make([]byte, 8)
+	if n, err := c.ReadAt(ctx, "job/shared/x.sst", b, 0, ""); string(b[:n]) != "new" {
+		t.Errorf("replaced object lost: %q %v", b[:n], err)
+	}
+}

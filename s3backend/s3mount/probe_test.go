@@ -1,0 +1,53 @@
+package s3mount_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/ckguard/ckguard/integration/s3server"
+	"github.com/ckguard/ckguard/s3backend/s3client"
+	"github.com/ckguard/ckguard/s3backend/s3mount"
+)
+
+// TestProbeIfMatch (review M5): versitygw honours If-Match on DeleteObject (a wrong ETag gives 412) and the
+// probe says so and leaves nothing behind; gofakes3 ignores the condition and the probe says that.
+func TestProbeIfMatch(t *testing.T) {
+	ctx := context.Background()
+	t.Run("versitygw", func(t *testing.T) {
+		srv := s3server.Start(t)
+		srv.Bucket(t, "ckpt")
+		c, err := s3client.New(ctx, srv.Config(), s3client.Location{Bucket: "ckpt", Prefix: "flink/"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, err := s3mount.ProbeIfMatch(ctx, c)
+		if err != nil || !ok {
+			t.Fatalf("ProbeIfMatch = %v, %v; want honoured", ok, err)
+		}
+		pg, err := c.ListPage(ctx, "", false, "", "", 10)
+		if err != nil || len(pg.Objects) != 0 {
+			t.Errorf("probe left objects: %+v %v", pg.Objects, err)
+		}
+	})
+	t.Run("gofakes3", func(t *testing.T) {
+		hs := httptest.NewServer(gofakes3.New(s3mem.New()).Server())
+		defer hs.Close()
+		cfg := s3client.Config{Endpoint: hs.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 2}
+		c, err := s3client.New(ctx, cfg, s3client.Location{Bucket: "bkt"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.API().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := s3mount.ProbeIfMatch(ctx, c); ok || err != nil {
+			t.Fatalf("ProbeIfMatch on gofakes3 (ignores If-Match) = %v, %v; want not honoured", ok, err)
+		}
+	})
+}
