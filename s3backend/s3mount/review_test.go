@@ -1,11 +1,24 @@
 package s3mount_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/integration/s3server"
+	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/s3backend/s3client"
+	"github.com/ckguard/ckguard/s3backend/s3mount"
+	"github.com/ckguard/ckguard/s3backend/s3store"
 )
 
 // TestUploadDecidedAgain (review M4): a write handle opened on an existing object (allowed then) replaces
@@ -56,5 +69,89 @@ func TestUploadDecidedAgain(t *testing.T) {
 	}
 	if err := g.Close(); err != nil {
 		t.Errorf("second upload of the handle's own content: %v", err)
+	}
+}
+
+// TestMetadataCommitRealIndex (review H1, e5): through the S3 mount with the real index, Flink's commit
+// (chk-78/._metadata.inprogress.<uuid> -> chk-78/_metadata) succeeds and protects what it references at
+// once, while moving an in-flight checkpoint folder or an in-flight state file onto _metadata is refused.
+func TestMetadataCommitRealIndex(t *testing.T) {
+	requireFUSE(t)
+	ctx := context.Background()
+	srv := s3server.Start(t)
+	srv.Bucket(t, "ckpt")
+	c, err := s3client.New(ctx, srv.Config(), s3client.Location{Bucket: "ckpt", Prefix: "flink/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := treegen.YoungOrphan(filepath.Join(t.TempDir(), "gen"), time.Now(), treegen.Options{URIPrefix: "s3://ckpt/flink"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := "flink/fedcba9876543210fedcba9876543210"
+	var meta string
+	for _, ck := range tr.Live {
+		meta = ck.Metadata
+	}
+	put := func(k string, b []byte) {
+		if _, err := c.Put(ctx, k, bytes.NewReader(b), int64(len(b)), s3client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k := range tr.Files {
+		b, err := os.ReadFile(filepath.Join(tr.Root, k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		put(k, b)
+	}
+	put(job+"/chk-78/inflight-state", bytes.Repeat([]byte{'a'}, 100))
+	put(job+"/chk-78/inflight-state-2", bytes.Repeat([]byte{'b'}, 100))
+	st := s3store.New(c, s3store.Options{})
+	ix, err := refindex.Open(filepath.Join(t.TempDir(), "index"), st, refindex.DefaultPolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	enf, err := guard.NewEnforcer(guard.Config{Checker: refindex.Checker(ix)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{srv: srv, c: c, mnt: t.TempDir()}
+	e.opts = s3mount.Options{Client: c, Mountpoint: e.mnt, Enforcer: enf, SpoolDir: t.TempDir()}
+	e.mount(t)
+
+	chk := job + "/chk-78"
+	if out, err := exec.Command("mv", "-T", e.path(chk), e.path(job+"/_metadata")).CombinedOutput(); err == nil {
+		t.Errorf("mv -T chk-78 _metadata succeeded: %s", out)
+	}
+	if out, err := exec.Command("mv", e.path(chk+"/inflight-state-2"), e.path(chk+"/_metadata")).CombinedOutput(); err == nil || !strings.Contains(string(out), "not permitted") {
+		t.Errorf("mv chk-78/inflight-state-2 chk-78/_metadata: %v %s, want EPERM", err, out)
+	}
+	for _, k := range []string{chk + "/inflight-state", chk + "/inflight-state-2"} {
+		if !e.exists(t, k) {
+			t.Errorf("%s gone from the bucket", k)
+		}
+	}
+	if e.exists(t, chk+"/_metadata") {
+		t.Errorf("a state file became chk-78/_metadata")
+	}
+
+	b, err := os.ReadFile(filepath.Join(tr.Root, meta))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := e.path(chk + "/._metadata.inprogress.6f1c2a9e-0b1d-4c3e-9a7f-1d2e3f4a5b6c")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, e.path(chk+"/_metadata")); err != nil {
+		t.Fatalf("Flink's _metadata commit through the S3 mount: %v", err)
+	}
+	if d := ix.Decide(ctx, chk+"/_metadata", refindex.OpUnlink); d.Allow {
+		t.Errorf("committed chk-78/_metadata deletable at once: %+v", d)
 	}
 }
