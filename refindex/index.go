@@ -85,7 +85,8 @@ type Index struct {
 	log  *slog.Logger
 	lock *os.File
 
-	writeMu sync.Mutex     // serialises Sync, Rebuild and the Note*/IndexMetadata writers
+	syncMu  sync.Mutex     // one Sync or Rebuild at a time (taken before writeMu)
+	writeMu sync.Mutex     // serialises index writes: Sync's apply, Rebuild, the Note*/IndexMetadata writers
 	bg      sync.WaitGroup // closing of previous generations
 
 	mu    sync.RWMutex // guards everything below

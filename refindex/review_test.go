@@ -348,3 +348,92 @@ func TestReviewH2WriteAndLink(t *testing.T) {
 		}
 	}
 }
+
+// blockingStore holds every listing until release is closed.
+type blockingStore struct {
+	store.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingStore) ListMetadata(ctx context.Context, fn func(store.ObjectInfo) error) error {
+	select {
+	case b.entered <- struct{}{}:
+	default:
+	}
+	<-b.release
+	return b.Store.ListMetadata(ctx, fn)
+}
+
+// H3: a _metadata committed through the mount is indexed while a slow sync is listing, and the sync
+// does not undo it.
+func TestReviewH3IndexMetadataDuringSlowSync(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, _ := localstore.New(tr.Root)
+	bs := &blockingStore{Store: ls, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	ix, err := refindex.Open(t.TempDir(), bs, testPolicy(), refindex.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	close(bs.release)
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-bs.entered // the first sync's
+	bs.release = make(chan struct{})
+	// A new checkpoint appears; the periodic sync starts listing (slowly).
+	job := "flink/fedcba9876543210fedcba9876543210"
+	c, err := tr.Checkpoint(treegen.Spec{Dir: job + "/chk-78", ID: 78, Completed: testNow.Add(-time.Hour), Private: []string{"p78"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Data(c, testNow.Add(-2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- ix.Sync(ctx) }()
+	<-bs.entered
+	indexed := make(chan error, 1)
+	go func() { indexed <- ix.IndexMetadata(ctx, c.Metadata) }()
+	select {
+	case err := <-indexed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		close(bs.release)
+		t.Fatal("IndexMetadata waited for the sync's listing")
+	}
+	if d := ix.Decide(ctx, c.Refs[0], refindex.OpUnlink); d.Allow {
+		t.Errorf("file of the checkpoint indexed during the sync: %+v", d)
+	}
+	close(bs.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if d := ix.Decide(ctx, c.Refs[0], refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonReferenced {
+		t.Errorf("after the sync: %+v", d)
+	}
+	// Deleted through the mount while a sync lists: the sync does not bring it back.
+	bs.release = make(chan struct{})
+	go func() { done <- ix.Sync(ctx) }()
+	<-bs.entered
+	if err := tr.Retire(c.Metadata); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.NoteDeleted(ctx, c.Metadata); err != nil {
+		t.Fatal(err)
+	}
+	close(bs.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if d := ix.Decide(ctx, c.Refs[0], refindex.OpUnlink); !d.Allow {
+		t.Errorf("file of the retired checkpoint after the sync: %+v", d)
+	}
+}

@@ -353,10 +353,16 @@ func adjustDirRefs(s *memState, refs []ref, d int) {
 // persisted so that a restarted mount stays closed too.
 func (ix *Index) failSync(err error) error {
 	ix.mu.Lock()
+	if ix.closed {
+		ix.mu.Unlock()
+		return err
+	}
 	ix.syncErr = err.Error()
 	g := ix.cur
+	g.users.Add(1) // Sync fails outside writeMu: keep Close or a switch from closing g meanwhile
 	ix.mu.Unlock()
 	_ = g.db.Update(func(txn *badger.Txn) error { return txn.Set(keySyncErr, []byte(err.Error())) })
+	g.users.Done()
 	ix.log.Error("index sync failed; refusing every deletion until a sync succeeds", "err", err)
 	return err
 }
@@ -365,13 +371,16 @@ func (ix *Index) failSync(err error) error {
 // changed ones, and applies additions before removals in one transaction (or, for large changes and
 // changed path maps, builds a new generation and switches to it atomically).
 func (ix *Index) Sync(ctx context.Context) error {
-	ix.writeMu.Lock()
-	defer ix.writeMu.Unlock()
+	// Listing, stats and parsing run without writeMu, so that a `_metadata` closed or renamed through
+	// the mount (IndexMetadata, NoteRenamed, NoteDeleted) is indexed at once instead of waiting for a
+	// whole sync; syncMu keeps syncs and rebuilds one at a time.
+	ix.syncMu.Lock()
+	defer ix.syncMu.Unlock()
 	ix.mu.RLock()
-	need, cur := ix.needRebuild, ix.state
+	need, cur, gen := ix.needRebuild, ix.state, ix.cur
 	ix.mu.RUnlock()
 	if need {
-		return ix.rebuildLocked(ctx)
+		return ix.rebuildExclusive(ctx)
 	}
 	t0 := time.Now()
 	start := t0
@@ -400,9 +409,8 @@ func (ix *Index) Sync(ctx context.Context) error {
 		return ix.failSync(err)
 	}
 	changed = append(changed, restat...)
-	sort.Strings(removed)
 	if len(changed) > bigSync {
-		return ix.rebuildLocked(ctx)
+		return ix.rebuildExclusive(ctx)
 	}
 	var puts []*entry
 	err = ix.readAll(ctx, changed, func(e *entry) error { puts = append(puts, e); return nil }, func(key string) {
@@ -411,9 +419,28 @@ func (ix *Index) Sync(ctx context.Context) error {
 	if err != nil {
 		return ix.failSync(err)
 	}
+
+	ix.writeMu.Lock()
+	defer ix.writeMu.Unlock()
 	ix.mu.RLock()
+	now, closed, switched := ix.state, ix.closed, ix.cur != gen
 	ttl := max(ix.pol.Grace, time.Hour)
 	ix.mu.RUnlock()
+	if closed {
+		return errors.New("index is closed")
+	}
+	if switched {
+		// A rebuild (IndexMetadata's fallback) replaced the generation meanwhile: it listed the
+		// store after this sync started.
+		return nil
+	}
+	// A key indexed, renamed or deleted through the mount while this sync ran has a newer record
+	// than what this sync read: leave it alone (records are replaced, never modified, so an
+	// unchanged pointer means untouched).
+	untouched := func(k string) bool { return now.ckpts[k] == cur.ckpts[k] }
+	puts = slices.DeleteFunc(puts, func(e *entry) bool { return !untouched(e.rec.Key) })
+	removed = slices.DeleteFunc(removed, func(k string) bool { return !untouched(k) })
+	sort.Strings(removed)
 	err = ix.apply(change{puts: puts, removes: removed, synced: start, tombstoneTTL: ttl})
 	if errors.Is(err, errNeedRebuild) {
 		return ix.rebuildLocked(ctx)
@@ -423,6 +450,13 @@ func (ix *Index) Sync(ctx context.Context) error {
 	}
 	ix.log.Info("index synced", "added_or_changed", len(puts), "removed", len(removed), "checkpoints", len(ix.state.ckpts), "took", time.Since(t0).Round(time.Millisecond))
 	return nil
+}
+
+// rebuildExclusive runs a rebuild under writeMu (Sync holds syncMu).
+func (ix *Index) rebuildExclusive(ctx context.Context) error {
+	ix.writeMu.Lock()
+	defer ix.writeMu.Unlock()
+	return ix.rebuildLocked(ctx)
 }
 
 // sameVersion reports whether a listed or stat'ed object is the version a record was read from.
@@ -590,9 +624,9 @@ func (ix *Index) newBar(n int, what string) bar {
 // Rebuild recreates the index from the store alone: it writes a new generation and switches to it
 // atomically; until then the previous generation stays in use, and a crash leaves it in place.
 func (ix *Index) Rebuild(ctx context.Context) error {
-	ix.writeMu.Lock()
-	defer ix.writeMu.Unlock()
-	return ix.rebuildLocked(ctx)
+	ix.syncMu.Lock()
+	defer ix.syncMu.Unlock()
+	return ix.rebuildExclusive(ctx)
 }
 
 // Stream ids of a rebuild: one per table, whose key ranges are disjoint and written in order.
