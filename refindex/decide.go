@@ -156,7 +156,7 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 		if c == nil {
 			continue
 		}
-		if newest := st.jobs[c.Job]; newest == c && v.pol.ActiveWindow > 0 && now.Sub(c.ModTime) < v.pol.ActiveWindow {
+		if st.newest(c) && v.pol.ActiveWindow > 0 && now.Sub(c.ModTime) < v.pol.ActiveWindow {
 			return Decision{Reason: ReasonProtectedMetadata, Referencing: []string{k}, RefCount: 1,
 				Message: fmt.Sprintf("refusing to %s %s: %s is the newest checkpoint of job folder %s, completed %s ago (within --active-window %s), so the job may restart from it; keep it, or use a shorter --active-window if the job is gone for good", op, what, k, c.Job, now.Sub(c.ModTime).Round(time.Second), v.pol.ActiveWindow)}
 		}

@@ -116,11 +116,12 @@ type memState struct {
 	unparseable []string                     // sorted keys of records with Err
 	unmapped    []string                     // sorted keys of records with Unmapped references
 	jobs        map[string]*checkpointRecord // job folder → newest checkpoint (by id)
+	latest      map[string]*checkpointRecord // job folder → most recently completed checkpoint (by mtime)
 	dirRefs     map[string]int               // file-merging directory key → number of checkpoints naming it
 }
 
 func newMemState() *memState {
-	return &memState{ckpts: map[string]*checkpointRecord{}, jobs: map[string]*checkpointRecord{}, dirRefs: map[string]int{}}
+	return &memState{ckpts: map[string]*checkpointRecord{}, jobs: map[string]*checkpointRecord{}, latest: map[string]*checkpointRecord{}, dirRefs: map[string]int{}}
 }
 
 // finish recomputes the derived tables after ckpts changed.
@@ -129,6 +130,7 @@ func (s *memState) finish() {
 	s.unparseable = s.unparseable[:0]
 	s.unmapped = s.unmapped[:0]
 	s.jobs = map[string]*checkpointRecord{}
+	s.latest = map[string]*checkpointRecord{}
 	for k, c := range s.ckpts {
 		s.sorted = append(s.sorted, k)
 		if c.Err != "" {
@@ -145,10 +147,21 @@ func (s *memState) finish() {
 		if cur := s.jobs[c.Job]; cur == nil || c.ID > cur.ID || (c.ID == cur.ID && c.ModTime.After(cur.ModTime)) {
 			s.jobs[c.Job] = c
 		}
+		// A job resubmitted with a fixed job id (application mode) restarts its ids in the same
+		// folder: its new chk-51 is the one it restarts from, not the old chk-100.
+		if cur := s.latest[c.Job]; cur == nil || c.ModTime.After(cur.ModTime) || (c.ModTime.Equal(cur.ModTime) && c.ID > cur.ID) {
+			s.latest[c.Job] = c
+		}
 	}
 	sort.Strings(s.sorted)
 	sort.Strings(s.unparseable)
 	sort.Strings(s.unmapped)
+}
+
+// newest reports whether c is the newest checkpoint of its job folder: the highest id or the most
+// recently completed.
+func (s *memState) newest(c *checkpointRecord) bool {
+	return s.jobs[c.Job] == c || s.latest[c.Job] == c
 }
 
 // unmappedFor returns the first live _metadata with unmapped references (see

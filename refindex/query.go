@@ -162,7 +162,7 @@ func (v *view) info(c *checkpointRecord) CheckpointInfo {
 	if v.pol.Now != nil {
 		now = v.pol.Now()
 	}
-	if v.st.jobs[c.Job] == c && v.pol.ActiveWindow > 0 && now.Sub(c.ModTime) < v.pol.ActiveWindow {
+	if v.st.newest(c) && v.pol.ActiveWindow > 0 && now.Sub(c.ModTime) < v.pol.ActiveWindow {
 		ci.Protected = true
 	}
 	return ci

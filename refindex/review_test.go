@@ -437,3 +437,35 @@ func TestReviewH3IndexMetadataDuringSlowSync(t *testing.T) {
 		t.Errorf("file of the retired checkpoint after the sync: %+v", d)
 	}
 }
+
+// M2: a job resubmitted with a fixed job id restarts its checkpoint ids in the same folder; its
+// newest checkpoint (chk-51, completed after the old chk-100) is protected too.
+func TestReviewM2NewestByTimeToo(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := "flink/00000000000000000000000000000000"
+	old, err := tr.Checkpoint(treegen.Spec{Dir: job + "/chk-100", ID: 100, Completed: testNow.Add(-3 * 24 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mid, err := tr.Checkpoint(treegen.Spec{Dir: job + "/chk-50", ID: 50, Completed: testNow.Add(-2 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer, err := tr.Checkpoint(treegen.Spec{Dir: job + "/chk-51", ID: 51, Completed: testNow.Add(-time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix := openTree(t, tr)
+	for _, c := range []*treegen.Checkpoint{old, newer} {
+		if d := ix.Decide(ctx, c.Metadata, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonProtectedMetadata {
+			t.Errorf("%s: %+v", c.Metadata, d)
+		}
+	}
+	if d := ix.Decide(ctx, mid.Metadata, refindex.OpUnlink); !d.Allow {
+		t.Errorf("%s (subsumed by chk-51): %+v", mid.Metadata, d)
+	}
+}
