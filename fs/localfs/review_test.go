@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -276,5 +277,33 @@ func TestHardLinkedFailsClosed(t *testing.T) {
 	long := strings.Repeat(strings.Repeat("d", 200)+"/", 25) + "f" // longer than PATH_MAX: ENAMETOOLONG
 	if d := root.hardLinked(refindex.OpWrite, long); d == nil || d.Allow || d.Reason != refindex.ReasonStoreError {
 		t.Errorf("unreadable link count: %+v, want a store-error refusal", d)
+	}
+}
+
+// TestRenameTargetAppearingIsDecided (review L3): the rename target is looked up before the decision; a
+// file that appears there in the store between that look and the rename must not be replaced undecided.
+func TestRenameTargetAppearingIsDecided(t *testing.T) {
+	e := mountFake(t)
+	e.write(t, "job/chk-1/a", "a")
+	var once sync.Once
+	e.checker.DecideHook = func(key string, op refindex.Op) {
+		if op == refindex.OpRename {
+			once.Do(func() {
+				// Another writer creates the target directly in the store; a checkpoint references it.
+				e.write(t, "job/chk-1/b", "referenced")
+				e.checker.Protect("job/chk-1/b", "job/chk-1/_metadata")
+			})
+		}
+	}
+	err := os.Rename(filepath.Join(e.mnt, "job/chk-1/a"), filepath.Join(e.mnt, "job/chk-1/b"))
+	if !errors.Is(err, syscall.EPERM) {
+		t.Errorf("rename onto a target that appeared during the decision: %v, want EPERM", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(e.store, "job/chk-1/b")); err != nil || string(b) != "referenced" {
+		t.Errorf("target replaced: %q %v", b, err)
+	}
+	e.checker.DecideHook = nil
+	if err := os.Rename(filepath.Join(e.mnt, "job/chk-1/a"), filepath.Join(e.mnt, "job/chk-1/c")); err != nil {
+		t.Errorf("plain rename: %v", err)
 	}
 }

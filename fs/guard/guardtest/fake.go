@@ -19,6 +19,9 @@ type Checker struct {
 	Calls     []string            // "deleted x", "written x", "renamed x y", in order
 	// WrittenHook, if set, runs inside Written (for example to protect what a new _metadata references).
 	WrittenHook func(key string) error
+	// DecideHook, if set, runs at the start of every Decide, outside the lock (for example to change the
+	// store between a decision and the operation it allows, to test races).
+	DecideHook func(key string, op refindex.Op)
 }
 
 var _ guard.Checker = (*Checker)(nil)
@@ -61,6 +64,12 @@ func (c *Checker) refs(key string) []string {
 
 // Decide implements guard.Checker.
 func (c *Checker) Decide(ctx context.Context, key string, op refindex.Op) refindex.Decision {
+	c.mu.Lock()
+	hook := c.DecideHook
+	c.mu.Unlock()
+	if hook != nil {
+		hook(key, op)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if r := c.refs(key); r != nil {
