@@ -2,6 +2,7 @@ package refindex
 
 import (
 	"context"
+	"errors"
 
 	"github.com/ckguard/ckguard/refindex/store"
 )
@@ -24,13 +25,18 @@ func (c *GuardChecker) Deleted(ctx context.Context, path string) error {
 }
 
 // Written indexes a `_metadata` written and closed through the mount before returning; other files
-// need nothing (they are protected by references or by the grace period).
+// need nothing (they are protected by references or by the grace period). A `_metadata` that cannot
+// be parsed is recorded as such (every deletion is then refused) and is no error for the writer: a
+// failing close would fail the Flink checkpoint, while the rename path accepts the same file.
 func (c *GuardChecker) Written(ctx context.Context, path string) error {
 	k, err := store.CleanKey(path)
 	if err != nil || !store.IsMetadata(k) {
 		return err
 	}
-	return c.ix.IndexMetadata(ctx, k)
+	if err := c.ix.IndexMetadata(ctx, k); err != nil && !errors.Is(err, ErrUnparseable) {
+		return err
+	}
+	return nil
 }
 
 // Renamed records a rename done through the mount.

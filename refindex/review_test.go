@@ -469,3 +469,28 @@ func TestReviewM2NewestByTimeToo(t *testing.T) {
 		t.Errorf("%s (subsumed by chk-51): %+v", mid.Metadata, d)
 	}
 }
+
+// M7: a _metadata written directly (not renamed into place) that cannot be parsed is recorded as
+// unparseable — every deletion refused — and its close through the mount succeeds.
+func TestReviewM7UnparseableWriteIsNoError(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix := openTree(t, tr)
+	meta := "flink/fedcba9876543210fedcba9876543210/chk-78/_metadata"
+	if err := tr.WriteBytes(meta, []byte("half a _metadata"), testNow.Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := refindex.Checker(ix).Written(ctx, meta); err != nil {
+		t.Fatalf("close of an unparseable _metadata through the mount: %v", err)
+	}
+	if err := ix.IndexMetadata(ctx, meta); !errors.Is(err, refindex.ErrUnparseable) {
+		t.Fatalf("IndexMetadata = %v, want ErrUnparseable", err)
+	}
+	old := tr.Orphans(treegen.DefaultPolicy, 0)
+	if d := ix.Decide(ctx, old[0], refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonUnparseable {
+		t.Errorf("with the unparseable _metadata recorded: %+v", d)
+	}
+}

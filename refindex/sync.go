@@ -254,6 +254,10 @@ func purgeTombstones(txn *badger.Txn, before time.Time) error {
 	return nil
 }
 
+// ErrUnparseable is wrapped by IndexMetadata when the file was recorded as unparseable: the index
+// then fails closed (every deletion is refused), so for the writer this is no failure.
+var ErrUnparseable = errors.New("unparseable _metadata")
+
 // errNeedRebuild asks the caller to fall back to a full rebuild into a new generation.
 var errNeedRebuild = errors.New("change too large for one transaction")
 
@@ -909,7 +913,7 @@ func (ix *Index) IndexMetadata(ctx context.Context, p string) error {
 		return err
 	}
 	if e.rec.Err != "" {
-		return fmt.Errorf("index %s: unparseable, every deletion is refused until it is fixed or removed: %s", key, e.rec.Err)
+		return fmt.Errorf("index %s: %w, every deletion is refused until it is fixed or removed: %s", key, ErrUnparseable, e.rec.Err)
 	}
 	return nil
 }
