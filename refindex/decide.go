@@ -81,6 +81,9 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 	if v.last.IsZero() {
 		return refuse(ReasonIndexStale, fmt.Sprintf("refusing to %s %s: the index has not completed a sync of the store yet; run `ckguard index rebuild` (or wait for the mount's first sync)", op, what))
 	}
+	if v.remap {
+		return refuse(ReasonIndexStale, fmt.Sprintf("refusing to %s %s: the path mapping (--map, --entropy-key, store root) changed since the index was built, so its keys may name other objects; run `ckguard index sync` (it rebuilds the index)", op, what))
+	}
 	if v.pol.MaxStaleness > 0 && now.Sub(v.last) > v.pol.MaxStaleness {
 		return refuse(ReasonIndexStale, fmt.Sprintf("refusing to %s %s: the index was last synced %s ago, more than --max-staleness %s; run `ckguard index sync`", op, what, now.Sub(v.last).Round(time.Second), v.pol.MaxStaleness))
 	}

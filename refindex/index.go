@@ -544,6 +544,8 @@ type view struct {
 	last    time.Time
 	syncErr string
 	pins    map[string]time.Time
+	// remap: the index was derived with another path mapping (fingerprint) and not rebuilt yet.
+	remap bool
 }
 
 // acquire returns the committed state Decide and the queries read; call release when done.
@@ -554,7 +556,7 @@ func (ix *Index) acquire() (*view, error) {
 		return nil, errors.New("index is closed")
 	}
 	ix.cur.users.Add(1)
-	return &view{g: ix.cur, st: ix.state, pol: ix.pol, last: ix.lastSync, syncErr: ix.syncErr, pins: ix.pins}, nil
+	return &view{g: ix.cur, st: ix.state, pol: ix.pol, last: ix.lastSync, syncErr: ix.syncErr, pins: ix.pins, remap: ix.needRebuild && !ix.lastSync.IsZero()}, nil
 }
 
 func (v *view) release() { v.g.users.Done() }

@@ -352,6 +352,8 @@ func (v *view) blocked() string {
 		return "the last index sync failed: " + v.syncErr
 	case v.last.IsZero():
 		return "the index has not completed a sync yet"
+	case v.remap:
+		return "the path mapping changed since the index was built (run `ckguard index sync`)"
 	case v.pol.MaxStaleness > 0 && now.Sub(v.last) > v.pol.MaxStaleness:
 		return fmt.Sprintf("the index was last synced %s ago (more than --max-staleness %s)", now.Sub(v.last).Round(time.Second), v.pol.MaxStaleness)
 	case len(v.st.unparseable) > 0:

@@ -494,3 +494,41 @@ func TestReviewM7UnparseableWriteIsNoError(t *testing.T) {
 		t.Errorf("with the unparseable _metadata recorded: %+v", d)
 	}
 }
+
+// L2: reopened with another path mapping and not synced, the index refuses instead of answering
+// from keys derived with the old mapping.
+func TestReviewL2MappingChangedNotSynced(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.SchemeAliasing(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, _ := localstore.New(tr.Root)
+	dir := t.TempDir()
+	ix, err := refindex.Open(dir, ls, testPolicy(), refindex.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ix.Close()
+	ix, err = refindex.Open(dir, ls, testPolicy(), refindex.WithLogger(quiet), refindex.WithPathMap(tr.Maps, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	k := tr.Referenced()[0]
+	if d := ix.Decide(ctx, k, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonIndexStale || !strings.Contains(d.Message, "mapping") {
+		t.Fatalf("mapping changed, not synced: %+v", d)
+	}
+	if or, _ := ix.Orphans(ctx, 0); or.Blocked == "" {
+		t.Errorf("orphans not blocked after a mapping change: %+v", or)
+	}
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := ix.Decide(ctx, k, refindex.OpUnlink); d.Reason != refindex.ReasonReferenced {
+		t.Fatalf("after the sync: %+v", d)
+	}
+}
