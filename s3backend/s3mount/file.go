@@ -38,6 +38,12 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if err != nil {
 		return nil, 0, s3client.Errno(err)
 	}
+	return n.openObject(ctx, key, o, flags)
+}
+
+// openObject opens the object o found at key (n's key; passed in because a node Create just made is not in
+// the tree yet, so n.key() cannot name it).
+func (n *node) openObject(ctx context.Context, key string, o s3client.Object, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if o.IsDir {
 		return nil, 0, syscall.EISDIR
 	}
@@ -101,7 +107,18 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		if o.IsDir {
 			return nil, nil, 0, syscall.EISDIR
 		}
-		// The kernel thought it was missing; treat as open with O_TRUNC.
+		// The kernel thought it was missing (the object appeared beside the mount): open it as the caller
+		// asked. Without O_TRUNC that is a read-modify-write (an append must not truncate the object).
+		if flags&syscall.O_TRUNC == 0 {
+			ch := n.newChild(ctx, o)
+			cn := ch.Operations().(*node)
+			fh, fflags, errno := cn.openObject(ctx, key, o, flags)
+			if errno != 0 {
+				return nil, nil, 0, errno
+			}
+			cn.attr(&out.Attr)
+			return ch, fh, fflags, 0
+		}
 		if errno := n.fsys.g.Decide(ctx, guard.Check{Op: refindex.OpTruncate, Path: key}); errno != 0 {
 			return nil, nil, 0, errno
 		}

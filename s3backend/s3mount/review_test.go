@@ -155,3 +155,42 @@ func TestMetadataCommitRealIndex(t *testing.T) {
 		t.Errorf("committed chk-78/_metadata deletable at once: %+v", d)
 	}
 }
+
+// TestCreateOfAppearedObjectKeepsContent: the kernel sends CREATE for a name it believes missing (negative
+// entry cache); if the object appeared beside the mount meanwhile, an open without O_TRUNC (an append) must
+// not truncate it: it is a read-modify-write decided as OpWrite.
+func TestCreateOfAppearedObjectKeepsContent(t *testing.T) {
+	ck := newChecker()
+	e := setup(t, ck, nil)
+	e.put(t, "job/other", "x")
+	p := e.path("job/log")
+	if _, err := os.Stat(p); !os.IsNotExist(err) {
+		t.Fatalf("stat: %v", err)
+	}
+	e.put(t, "job/log", "original")
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("+more")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 64)
+	m, err := e.c.ReadAt(context.Background(), "job/log", b, 0, "")
+	if err != nil && err != io.EOF {
+		t.Fatal(err)
+	}
+	if got := string(b[:m]); got != "original+more" {
+		t.Errorf("object after an append through a CREATE = %q, want %q", got, "original+more")
+	}
+	ck.mu.Lock()
+	defer ck.mu.Unlock()
+	for _, d := range ck.decisions {
+		if strings.HasPrefix(d, "truncate ") {
+			t.Errorf("append decided as %s", d)
+		}
+	}
+}
