@@ -58,6 +58,14 @@ func (ix *Index) Decide(ctx context.Context, p string, op Op) Decision {
 
 func refuse(r Reason, msg string) Decision { return Decision{Reason: r, Message: msg} }
 
+// parentKey returns the directory holding key ("" for a key at the store root).
+func parentKey(key string) string {
+	if i := strings.LastIndexByte(key, '/'); i >= 0 {
+		return key[:i]
+	}
+	return ""
+}
+
 func orRoot(k string) string {
 	if k == "" {
 		return "the store root"
@@ -298,11 +306,11 @@ func (ix *Index) referencing(v *view, key string, below bool, limit int) (names 
 				if v.st.dirRefs[a] > 0 {
 					scan(append([]byte(tblDir+a), 0), tblDir, true)
 				}
-				i := strings.LastIndexByte(a, '/')
-				if i < 0 || a == "" {
+				// Up to and including the store root ("" is a directory handle too).
+				if a == "" {
 					break
 				}
-				a = a[:i]
+				a = parentKey(a)
 			}
 			if below {
 				for d := range v.st.dirRefs {

@@ -393,11 +393,10 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 				if v.st.dirRefs[a] > 0 {
 					return true
 				}
-				i := strings.LastIndexByte(a, '/')
-				if i < 0 {
+				if a == "" {
 					return false
 				}
-				a = a[:i]
+				a = parentKey(a)
 			}
 			return false
 		}

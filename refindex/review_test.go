@@ -532,3 +532,37 @@ func TestReviewL2MappingChangedNotSynced(t *testing.T) {
 		t.Fatalf("after the sync: %+v", d)
 	}
 }
+
+// L1: a file-merging directory handle that maps to the store root covers objects at the root too.
+func TestReviewL1RootDirectoryHandle(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tr.Checkpoint(treegen.Spec{Dir: "flink/fedcba9876543210fedcba9876543210/chk-78", ID: 78, Completed: testNow.Add(-48 * time.Hour), Dirs: []string{"managed"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Data(c, testNow.Add(-49*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Write("loose-physical-file", 10, testNow.Add(-49*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	// The managed directory is the store root under another name.
+	tr.Maps = append(tr.Maps, pathnorm.Mapping{From: tr.URI("managed")})
+	ix := openTree(t, tr)
+	if d := ix.Decide(ctx, "loose-physical-file", refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonReferenced {
+		t.Errorf("root-level object under a root directory handle: %+v", d)
+	}
+	or, err := ix.Orphans(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range or.Files {
+		if f.Path == "loose-physical-file" {
+			t.Errorf("listed as orphan: %+v", f)
+		}
+	}
+}
