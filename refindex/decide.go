@@ -192,13 +192,14 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 	if oi.IsDir {
 		var blocked *Decision
 		werr := ix.st.Walk(ctx, key, func(o store.ObjectInfo) error {
-			if o.IsDir {
-				return nil
-			}
+			// Directories too (where the backend reports them): an empty folder can match a glob.
 			if g := v.pol.protectedBy(o.Path); g != "" {
 				d := refuse(ReasonProtectGlob, fmt.Sprintf("refusing to %s %s: %s below it matches --protect %q", op, what, o.Path, g))
 				blocked = &d
 				return errStop
+			}
+			if o.IsDir {
+				return nil
 			}
 			if young, age := ix.inGrace(v, o, now); young {
 				d := refuse(ReasonGrace, graceMsg(op, what, o.Path, age, v.pol.Grace))

@@ -39,6 +39,10 @@ func (p Policy) Validate() error {
 		if _, err := path.Match(strings.Trim(g, "/"), ""); err != nil {
 			return fmt.Errorf("policy: --protect %q: %w", g, err)
 		}
+		// path.Match has no "**": it would silently match one folder level only.
+		if strings.Contains(g, "**") {
+			return fmt.Errorf("policy: --protect %q: \"**\" is not supported; \"*\" matches one path segment and a match protects everything below it, so give one glob per depth (e.g. \"ha\" and \"*/ha\")", g)
+		}
 	}
 	return nil
 }

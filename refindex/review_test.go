@@ -566,3 +566,31 @@ func TestReviewL1RootDirectoryHandle(t *testing.T) {
 		}
 	}
 }
+
+// L4: "**" in a --protect glob is rejected (path.Match would match one level only), and an empty
+// folder matching a glob protects the folder above it from a rename.
+func TestReviewL4ProtectGlobs(t *testing.T) {
+	ctx := context.Background()
+	pol := testPolicy()
+	pol.Protect = []string{"**/ha"}
+	if err := pol.Validate(); err == nil || !strings.Contains(err.Error(), "**") {
+		t.Errorf("'**/ha' accepted: %v", err)
+	}
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(tr.Root, "cluster", "ha"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ix := openTree(t, tr)
+	pol.Protect = []string{"*/ha"}
+	if err := ix.SetPolicy(pol); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []refindex.Op{refindex.OpRename, refindex.OpRmdir} {
+		if d := ix.Decide(ctx, "cluster", op); d.Allow || d.Reason != refindex.ReasonProtectGlob {
+			t.Errorf("%s of a folder holding an empty protected folder: %+v", op, d)
+		}
+	}
+}
