@@ -5,6 +5,7 @@ package refindex_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -592,5 +593,86 @@ func TestReviewL4ProtectGlobs(t *testing.T) {
 		if d := ix.Decide(ctx, "cluster", op); d.Allow || d.Reason != refindex.ReasonProtectGlob {
 			t.Errorf("%s of a folder holding an empty protected folder: %+v", op, d)
 		}
+	}
+}
+
+// countingStore records the largest single read of a _metadata and can fail reads past an offset.
+type countingStore struct {
+	store.Store
+	mu      sync.Mutex
+	maxRead int
+	failAt  int64 // > 0: reads reaching this offset fail
+}
+
+type countingReader struct {
+	store.Reader
+	s *countingStore
+}
+
+func (c *countingStore) Open(ctx context.Context, key string) (store.Reader, error) {
+	r, err := c.Store.Open(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return &countingReader{Reader: r, s: c}, nil
+}
+
+func (c *countingReader) ReadAt(p []byte, off int64) (int, error) {
+	c.s.mu.Lock()
+	c.s.maxRead = max(c.s.maxRead, len(p))
+	fail := c.s.failAt > 0 && off+int64(len(p)) > c.s.failAt
+	c.s.mu.Unlock()
+	if fail {
+		return 0, errors.New("503 Slow Down")
+	}
+	return c.Reader.ReadAt(p, off)
+}
+
+// L7: a large _metadata is parsed through the store's reader, not read whole into memory; a read
+// error on the way fails the sync (retry) instead of marking the file unparseable.
+func TestReviewL7LargeMetadataStreamed(t *testing.T) {
+	ctx := context.Background()
+	defer refindex.SetReadWholeMax(64 << 10)()
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := "flink/fedcba9876543210fedcba9876543210"
+	var shared []string
+	for i := range 4000 {
+		shared = append(shared, fmt.Sprintf("%s/shared/sst-%06d-with-a-long-name-as-rocksdb-writes-them", job, i))
+	}
+	c, err := tr.Checkpoint(treegen.Spec{Dir: job + "/chk-78", ID: 78, Completed: testNow.Add(-time.Hour), Shared: shared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(tr.Root, c.Metadata))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, _ := localstore.New(tr.Root)
+	cs := &countingStore{Store: ls, failAt: fi.Size() / 2}
+	ix, err := refindex.Open(t.TempDir(), cs, testPolicy(), refindex.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	if err := ix.Sync(ctx); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("sync with a failing read: %v", err)
+	}
+	if d := ix.Decide(ctx, shared[0], refindex.OpUnlink); d.Reason != refindex.ReasonSyncFailed {
+		t.Fatalf("after a failing read: %+v", d)
+	}
+	cs.mu.Lock()
+	cs.failAt, cs.maxRead = 0, 0
+	cs.mu.Unlock()
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cs.maxRead >= int(fi.Size()) {
+		t.Errorf("a %d-byte _metadata was read in one %d-byte read", fi.Size(), cs.maxRead)
+	}
+	if d := ix.Decide(ctx, shared[3999], refindex.OpUnlink); d.Reason != refindex.ReasonReferenced {
+		t.Errorf("last reference of the streamed _metadata: %+v", d)
 	}
 }

@@ -33,6 +33,30 @@ const bigSync = 256
 // maxMetadataSize bounds how much of a `_metadata` is read into memory (Flink's are KBs to a few MB).
 const maxMetadataSize = 1 << 30
 
+// readWholeMax is the size up to which a `_metadata` is read into memory in one request before
+// parsing; larger files are parsed through the store's reader.
+var readWholeMax int64 = 8 << 20 // a variable for tests (export_test.go)
+
+// watchedReader remembers the first error reading the store returned, so that a parse that failed
+// because the store failed (to retry: the sync fails) is told apart from bad content (unparseable).
+type watchedReader struct {
+	r   io.ReaderAt
+	mu  sync.Mutex
+	err error
+}
+
+func (w *watchedReader) ReadAt(p []byte, off int64) (int, error) {
+	n, err := w.r.ReadAt(p, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		w.mu.Lock()
+		if w.err == nil {
+			w.err = err
+		}
+		w.mu.Unlock()
+	}
+	return n, err
+}
+
 // entry is one read `_metadata`: its record and normalised references.
 type entry struct {
 	rec  *checkpointRecord
@@ -81,17 +105,27 @@ func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, er
 	if size > maxMetadataSize {
 		return ix.unparseable(oi, size, fmt.Errorf("%s is %d bytes, larger than any Flink _metadata this index reads (%d)", oi.Path, size, maxMetadataSize)), nil
 	}
-	buf := make([]byte, size)
-	if n, err := r.ReadAt(buf, 0); n != int(size) {
-		if err == nil {
-			err = io.ErrUnexpectedEOF
+	// Small files (nearly all) are read in one request; larger ones are parsed through the reader
+	// (the parser buffers), so a parse worker never holds a whole large file.
+	watched := &watchedReader{r: r}
+	var src io.ReaderAt = watched
+	if size <= readWholeMax {
+		buf := make([]byte, size)
+		if n, err := r.ReadAt(buf, 0); n != int(size) {
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("read %s: %w", oi.Path, err)
 		}
-		return nil, fmt.Errorf("read %s: %w", oi.Path, err)
+		src = bytes.NewReader(buf)
 	}
 	job, id, kind := layoutOf(oi.Path)
 	rec := &checkpointRecord{Key: oi.Path, Job: job, ID: id, Kind: kind, ModTime: oi.ModTime, Size: size, ETag: oi.ETag}
-	pm, err := ix.opt.parse(bytes.NewReader(buf), size, oi.Path)
+	pm, err := ix.opt.parse(src, size, oi.Path)
 	if err != nil {
+		if watched.err != nil {
+			return nil, fmt.Errorf("read %s: %w", oi.Path, watched.err)
+		}
 		return ix.unparseable(oi, size, err), nil
 	}
 	rec.Format = pm.Format
