@@ -676,3 +676,67 @@ func TestReviewL7LargeMetadataStreamed(t *testing.T) {
 		t.Errorf("last reference of the streamed _metadata: %+v", d)
 	}
 }
+
+// etagStore reports times at the precision S3 does (milliseconds in listings, seconds in HEAD) and
+// ETags (quoted in listings), and counts opens.
+type etagStore struct {
+	store.Store
+	mu    sync.Mutex
+	opens int
+}
+
+func (e *etagStore) ListMetadata(ctx context.Context, fn func(store.ObjectInfo) error) error {
+	return e.Store.ListMetadata(ctx, func(oi store.ObjectInfo) error {
+		oi.ModTime, oi.ETag = oi.ModTime.Truncate(time.Millisecond).Add(123*time.Millisecond), `"`+oi.Path+`"`
+		return fn(oi)
+	})
+}
+
+func (e *etagStore) Stat(ctx context.Context, key string) (store.ObjectInfo, error) {
+	oi, err := e.Store.Stat(ctx, key)
+	oi.ModTime, oi.ETag = oi.ModTime.Truncate(time.Second), oi.Path
+	return oi, err
+}
+
+func (e *etagStore) Open(ctx context.Context, key string) (store.Reader, error) {
+	e.mu.Lock()
+	e.opens++
+	e.mu.Unlock()
+	return e.Store.Open(ctx, key)
+}
+
+// L8: a _metadata indexed from a HEAD (seconds, ETag) is not "changed" in a listing (milliseconds,
+// quoted ETag): no re-read on every sync.
+func TestReviewL8NoSpuriousChange(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta string
+	for _, c := range tr.Live {
+		meta = c.Metadata
+	}
+	ls, _ := localstore.New(tr.Root)
+	es := &etagStore{Store: ls}
+	ix, err := refindex.Open(t.TempDir(), es, testPolicy(), refindex.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.IndexMetadata(ctx, meta); err != nil {
+		t.Fatal(err)
+	}
+	es.mu.Lock()
+	es.opens = 0
+	es.mu.Unlock()
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if es.opens != 0 {
+		t.Errorf("unchanged _metadata re-read %d times", es.opens)
+	}
+}
