@@ -112,12 +112,17 @@ func TestMetadataCommitRuleIsNarrow(t *testing.T) {
 	}
 
 	// A hard-linked in-progress file is not a commit: its other name could be anything.
-	var meta string
-	for _, c := range x.tree.Live {
-		meta = c.Metadata
-	}
-	b, err := os.ReadFile(x.store(meta))
+	// The job manager's chk-78/_metadata, referencing the in-flight files (generated, then taken out of the
+	// store: only its bytes are needed).
+	ck78, err := x.tree.Checkpoint(treegen.Spec{Dir: chk, ID: 78, Completed: time.Now(), Private: []string{"inflight-state", "inflight-state-2"}})
 	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(x.store(ck78.Metadata))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(x.store(ck78.Metadata)); err != nil {
 		t.Fatal(err)
 	}
 	tmp := chk + "/._metadata.inprogress.6f1c2a9e-0b1d-4c3e-9a7f-1d2e3f4a5b6c"
@@ -142,6 +147,9 @@ func TestMetadataCommitRuleIsNarrow(t *testing.T) {
 	d := x.ix.Decide(context.Background(), chk+"/_metadata", refindex.OpUnlink)
 	if d.Allow {
 		t.Errorf("the committed chk-78/_metadata is deletable at once: %+v", d)
+	}
+	if d := x.ix.Decide(context.Background(), chk+"/inflight-state", refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonReferenced {
+		t.Errorf("a file chk-78 references is not protected as referenced right after the commit: %+v", d)
 	}
 }
 

@@ -89,10 +89,6 @@ func TestMetadataCommitRealIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := "flink/fedcba9876543210fedcba9876543210"
-	var meta string
-	for _, ck := range tr.Live {
-		meta = ck.Metadata
-	}
 	put := func(k string, b []byte) {
 		if _, err := c.Put(ctx, k, bytes.NewReader(b), int64(len(b)), s3client.PutOptions{}); err != nil {
 			t.Fatal(err)
@@ -140,7 +136,12 @@ func TestMetadataCommitRealIndex(t *testing.T) {
 		t.Errorf("a state file became chk-78/_metadata")
 	}
 
-	b, err := os.ReadFile(filepath.Join(tr.Root, meta))
+	// The job manager's chk-78/_metadata, referencing the in-flight files.
+	ck78, err := tr.Checkpoint(treegen.Spec{Dir: chk, ID: 78, Completed: time.Now(), Private: []string{"inflight-state", "inflight-state-2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(tr.Root, ck78.Metadata))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,6 +154,9 @@ func TestMetadataCommitRealIndex(t *testing.T) {
 	}
 	if d := ix.Decide(ctx, chk+"/_metadata", refindex.OpUnlink); d.Allow {
 		t.Errorf("committed chk-78/_metadata deletable at once: %+v", d)
+	}
+	if d := ix.Decide(ctx, chk+"/inflight-state", refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonReferenced {
+		t.Errorf("a file chk-78 references is not protected as referenced right after the commit: %+v", d)
 	}
 }
 
