@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/integration/s3server"
 	"github.com/ckguard/ckguard/refindex"
@@ -196,5 +198,29 @@ func TestCreateOfAppearedObjectKeepsContent(t *testing.T) {
 		if strings.HasPrefix(d, "truncate ") {
 			t.Errorf("append decided as %s", d)
 		}
+	}
+}
+
+// TestNoHolePunchOnS3 (review H2, S3 side): the S3 mount has no fallocate at all, so a write handle cannot
+// punch holes or zero ranges; an object changes only by a whole upload, which is decided (open, and again
+// before the upload).
+func TestNoHolePunchOnS3(t *testing.T) {
+	e := setup(t, newChecker(), nil)
+	e.put(t, "job/chk-9/state", "0123456789")
+	f, err := os.OpenFile(e.path("job/chk-9/state"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []uint32{unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE, unix.FALLOC_FL_ZERO_RANGE} {
+		if err := unix.Fallocate(int(f.Fd()), mode, 0, 4); err == nil {
+			t.Errorf("fallocate mode %#x through the S3 mount succeeded", mode)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 16)
+	if m, err := e.c.ReadAt(context.Background(), "job/chk-9/state", b, 0, ""); string(b[:m]) != "0123456789" {
+		t.Errorf("object changed: %q %v", b[:m], err)
 	}
 }
