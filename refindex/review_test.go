@@ -740,3 +740,32 @@ func TestReviewL8NoSpuriousChange(t *testing.T) {
 		t.Errorf("unchanged _metadata re-read %d times", es.opens)
 	}
 }
+
+// A Sync or Rebuild after Close fails instead of opening a new generation behind the closed index
+// (found while fixing H3).
+func TestReviewSyncAfterClose(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, _ := localstore.New(tr.Root)
+	dir := t.TempDir()
+	ix, err := refindex.Open(dir, ls, testPolicy(), refindex.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix.Close()
+	if err := ix.Sync(ctx); err == nil {
+		t.Error("sync of a closed index succeeded")
+	}
+	if err := ix.Rebuild(ctx); err == nil {
+		t.Error("rebuild of a closed index succeeded")
+	}
+	// The directory is free again.
+	ix2, err := refindex.Open(dir, ls, testPolicy(), refindex.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix2.Close()
+}

@@ -494,6 +494,12 @@ func (ix *Index) Sync(ctx context.Context) error {
 func (ix *Index) rebuildExclusive(ctx context.Context) error {
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()
+	ix.mu.RLock()
+	closed := ix.closed
+	ix.mu.RUnlock()
+	if closed {
+		return errors.New("index is closed")
+	}
 	return ix.rebuildLocked(ctx)
 }
 
