@@ -211,6 +211,15 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		if gf, ok := f.(*file); ok {
 			f = gf.LoopbackFile
 		}
+	} else {
+		h, done, errno := n.noFollowHandle(in)
+		if errno != 0 {
+			return errno
+		}
+		if h != nil {
+			defer done()
+			f = h
+		}
 	}
 	sz, ok := in.GetSize()
 	if !ok {

@@ -315,3 +315,48 @@ func TestRenameTargetAppearingIsDecided(t *testing.T) {
 		t.Errorf("plain rename: %v", err)
 	}
 }
+
+// TestSetattrByPathDoesNotFollowSwappedSymlink (review L3): truncate(2) by path is decided for the file the
+// kernel looked up; a symlink swapped into the store in its place meanwhile (here: during the decision)
+// must not redirect the truncation, done with the daemon's rights, to the file it points at.
+func TestSetattrByPathDoesNotFollowSwappedSymlink(t *testing.T) {
+	e := mountFake(t)
+	e.write(t, "job/f", "data")
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("precious"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(e.mnt, "job/f")); err != nil { // the kernel knows the regular file
+		t.Fatal(err)
+	}
+	var once sync.Once
+	e.checker.DecideHook = func(key string, op refindex.Op) {
+		if key == "job/f" && op == refindex.OpTruncate {
+			once.Do(func() {
+				p := filepath.Join(e.store, "job/f")
+				if err := os.Remove(p); err != nil {
+					t.Error(err)
+				}
+				if err := os.Symlink(victim, p); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	}
+	_ = os.Truncate(filepath.Join(e.mnt, "job/f"), 0)
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "precious" {
+		t.Errorf("file outside the store reached through a swapped symlink: %q %v", b, err)
+	}
+	e.checker.DecideHook = nil
+	// Without a race, by-path setattr still works on the file itself.
+	e.write(t, "job/g", "data")
+	if err := os.Truncate(filepath.Join(e.mnt, "job/g"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(e.mnt, "job/g"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(filepath.Join(e.store, "job/g")); err != nil || st.Size() != 2 || st.Mode().Perm() != 0o600 {
+		t.Errorf("setattr by path: %v %v", st, err)
+	}
+}
