@@ -107,7 +107,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	key := n.childKey(name)
 	return n.enf.Mutate(ctx, checks(refindex.OpUnlink, key), func() syscall.Errno {
 		// The key is already computed; unlink by it rather than have the loopback walk the tree again.
-		errno := fs.ToErrno(unix.Unlink(n.backing(key)))
+		errno := fs.ToErrno(n.removeBeneath(key, 0))
 		if errno == 0 {
 			n.enf.Deleted(ctx, key)
 		}
@@ -118,7 +118,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	key := n.childKey(name)
 	return n.enf.Mutate(ctx, checks(refindex.OpRmdir, key), func() syscall.Errno {
-		errno := fs.ToErrno(unix.Rmdir(n.backing(key)))
+		errno := fs.ToErrno(n.removeBeneath(key, unix.AT_REMOVEDIR))
 		if errno == 0 {
 			n.enf.Deleted(ctx, key)
 		}

@@ -360,3 +360,50 @@ func TestSetattrByPathDoesNotFollowSwappedSymlink(t *testing.T) {
 		t.Errorf("setattr by path: %v %v", st, err)
 	}
 }
+
+// TestUnlinkDoesNotFollowSwappedFolder (review L3): a folder of the store replaced by a symlink after the
+// decision must not make the daemon remove a file of the same name where the symlink points.
+func TestUnlinkDoesNotFollowSwappedFolder(t *testing.T) {
+	e := mountFake(t)
+	e.write(t, "job/chk-1/x", "garbage")
+	elsewhere := t.TempDir()
+	if err := os.WriteFile(filepath.Join(elsewhere, "x"), []byte("precious"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(e.mnt, "job/chk-1/x")); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	e.checker.DecideHook = func(key string, op refindex.Op) {
+		if key == "job/chk-1/x" && op == refindex.OpUnlink {
+			once.Do(func() {
+				d := filepath.Join(e.store, "job/chk-1")
+				if err := os.Rename(d, d+".moved"); err != nil {
+					t.Error(err)
+				}
+				if err := os.Symlink(elsewhere, d); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	}
+	_ = os.Remove(filepath.Join(e.mnt, "job/chk-1/x"))
+	if b, err := os.ReadFile(filepath.Join(elsewhere, "x")); err != nil || string(b) != "precious" {
+		t.Errorf("file reached through a swapped folder symlink: %q %v", b, err)
+	}
+	e.checker.DecideHook = nil
+	e.write(t, "job/chk-2/y", "garbage")
+	if err := os.Remove(filepath.Join(e.mnt, "job/chk-2/y")); err != nil {
+		t.Errorf("plain unlink: %v", err)
+	}
+	if err := syscall.Rmdir(filepath.Join(e.mnt, "job/chk-2")); err != nil {
+		t.Errorf("plain rmdir: %v", err)
+	}
+	e.write(t, "top", "garbage")
+	if err := os.Remove(filepath.Join(e.mnt, "top")); err != nil {
+		t.Errorf("unlink at the store root: %v", err)
+	}
+	if e.exists("job/chk-2") || e.exists("top") {
+		t.Errorf("not removed")
+	}
+}
