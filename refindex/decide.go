@@ -127,7 +127,7 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 	// references there are unknown (a --map is missing).
 	if c := st.unmappedFor(key); c != nil {
 		return Decision{Reason: ReasonUnmappedReferences, Referencing: []string{c.Key}, RefCount: len(st.unmapped),
-			Message: fmt.Sprintf("refusing to %s %s: %s references %d file(s) of its own folder as %s, outside the guarded store, so what it needs in %s is unknown; add --map %s (and run `ckguard index sync`)", op, what, c.Key, c.Unmapped, c.UnmappedURI, orRoot(c.UnmappedScope), c.UnmappedMap)}
+			Message: fmt.Sprintf("refusing to %s %s: %s references %d file(s) of its own folder as %s, outside the guarded store, so what it needs in %s is unknown; add --map %s (or --entropy-key, if Flink injects entropy into that path) and run `ckguard index sync`", op, what, c.Key, c.Unmapped, c.UnmappedURI, orRoot(c.UnmappedScope), c.UnmappedMap)}
 	}
 
 	// 3. Referenced by a live checkpoint or savepoint (directly, or by a directory handle).
