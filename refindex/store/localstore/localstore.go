@@ -20,7 +20,10 @@ type Store struct {
 	given string // absolute and cleaned as given (symlinks not resolved)
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store       = (*Store)(nil)
+	_ store.RootAliaser = (*Store)(nil)
+)
 
 // New opens dir as a store. dir must exist and be a directory.
 func New(dir string) (*Store, error) {
