@@ -90,16 +90,21 @@ export AWS_ACCESS_KEY_ID=testkey AWS_SECRET_ACCESS_KEY=testsecret AWS_DEFAULT_RE
 "$AWS" --endpoint-url "$EP" s3 mb s3://bench >/dev/null
 
 echo "bench-s3: creating $LIST_N + 4x$DEL_N objects and a $READ_MB MiB object"
+# Each file gets the ETag xattr a PUT would have stored (user.etag, versitygw posix): like every real S3
+# object it has an ETag, which listings report and conditional requests use.
 python3 - "$WORK/data/bench" "$LIST_N" "$DEL_N" <<'PY'
-import os, sys, time
+import hashlib, os, sys, time
 root, n, d = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 old = time.time() - 30 * 86400
+body = b"ckguard-bench-sst"
+etag = hashlib.md5(body).hexdigest().encode()
 def make(folder, count, name):
     os.makedirs(folder, exist_ok=True)
     for i in range(count):
         p = os.path.join(folder, name % i)
         with open(p, "wb") as f:
-            f.write(b"ckguard-bench-sst")
+            f.write(body)
+        os.setxattr(p, "user.etag", etag)
         os.utime(p, (old, old))
 make(os.path.join(root, "list/job/shared"), n, "sst-%07d.sst")
 for c in ("ckguard", "aws", "s3fs", "rclone"):
@@ -107,6 +112,7 @@ for c in ("ckguard", "aws", "s3fs", "rclone"):
 PY
 mkdir -p "$WORK/data/bench/read"
 head -c "$((READ_MB << 20))" /dev/urandom >"$WORK/data/bench/read/big"
+python3 -c 'import hashlib,os,sys; h=hashlib.md5(); f=open(sys.argv[1],"rb"); [h.update(b) for b in iter(lambda: f.read(1<<20), b"")]; os.setxattr(sys.argv[1],"user.etag",h.hexdigest().encode())' "$WORK/data/bench/read/big"
 sync
 
 count_keys() { "$WORK/s3raw" walk --endpoint "$EP" --bucket bench --prefix "$1" | cut -d' ' -f1; }
