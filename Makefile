@@ -6,16 +6,23 @@ export PATH := $(TOOLS):$(PATH)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: setup build test unit lint bench fuzz e2e demo release clean
+.PHONY: setup setup-demo build test unit lint bench fuzz e2e demo release clean
 
+# Everything the build, tests, benchmarks and demo need (Debian packages, Go modules, versitygw,
+# staticcheck, Flink artifacts). Idempotent: a second run only checks.
 setup:
 	./scripts/setup.sh
+
+# The subset the demo needs (fuse3, attr, graphviz, Go modules): fast on a fresh machine.
+setup-demo:
+	./scripts/setup-demo.sh
 
 build:
 	$(GO) build -o bin/ckguard ./cmd/ckguard
 
 # The full test suite: unit tests, fuzz seeds, real FUSE mounts, real S3 server (versitygw).
-test: build
+# Depends on setup so that `make test` alone works on a fresh machine.
+test: setup build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 40m ./...
 
@@ -40,10 +47,10 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 3s -timeout 0 -parallel 1 ./refindex/flinkmeta/ || exit 1; done
 
 # End-to-end tests against real Flink (Maven Central) on a local MiniCluster.
-e2e: build
+e2e: setup build
 	CKGUARD_E2E=1 $(GO) test -count=1 -timeout 50m -v ./integration/ -run 'E2E'
 
-demo: build
+demo: setup-demo build
 	./bin/ckguard demo
 
 release:

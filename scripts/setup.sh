@@ -7,7 +7,7 @@ TOOLS="$PWD/.tools/bin"
 mkdir -p "$TOOLS"
 
 need_pkgs=()
-for p in fuse3 awscli graphviz s3fs rclone attr curl python3; do
+for p in fuse3 awscli graphviz s3fs rclone attr curl python3 openjdk-17-jdk-headless maven; do
 	dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if ((${#need_pkgs[@]})); then
