@@ -90,7 +90,9 @@ func (w *flinkWriter) checkpoint(id int64, viaRename bool) error {
 	meta := mntMetadata(w.t, w.store, id, shared, private)
 	target := filepath.Join(w.mnt, dir, "_metadata")
 	if viaRename {
-		tmp := filepath.Join(w.mnt, dir, ".metadata.inprogress")
+		// Flink's recoverable writer (local FS, HDFS) names it "." + "_metadata" + ".inprogress." + a UUID;
+		// only that name commits through the grace rule (fs/guard.IsMetadataCommit).
+		tmp := filepath.Join(w.mnt, dir, "._metadata.inprogress.0b6f3c1e-5d2a-4e8b-9c7f-"+fmt.Sprintf("%012d", id))
 		if err := writeRetry(tmp, meta); err != nil {
 			return err
 		}
