@@ -233,7 +233,9 @@ func graceMsg(op Op, what, file string, age, grace time.Duration) string {
 // were retired (tombstones: they belonged to a completed checkpoint) are not in flight.
 func (ix *Index) inGrace(v *view, o store.ObjectInfo, now time.Time) (bool, time.Duration) {
 	age := now.Sub(o.ModTime)
-	if age >= v.pol.Grace {
+	// --grace 0 switches the rule off. Without the explicit check a file modified a moment after `now`
+	// was read (a concurrent writer) has a negative age and would count as "within 0s".
+	if v.pol.Grace <= 0 || age >= v.pol.Grace {
 		return false, age
 	}
 	if c := v.st.ckpts[o.Path]; c != nil && c.Err == "" {
