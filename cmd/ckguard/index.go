@@ -18,13 +18,22 @@ func indexCommand() *cli.Command {
 				Name:  "rebuild",
 				Usage: "recreate the index from the store alone (a new generation, switched atomically)",
 				Description: "Lists every _metadata in --store, parses it and writes a fresh index. The previous index stays\n" +
-					"in use until the new one is complete; an index of another schema version is replaced.",
+					"in use until the new one is complete; an index of another schema version is replaced. Needed only\n" +
+					"when the index was lost or its --map/--entropy-key changed: the index is derived data.\n\n" +
+					"EXAMPLES:\n" +
+					"   ckguard index rebuild --store /srv/flink/checkpoints --index /var/lib/ckguard/flink\n" +
+					"   ckguard index rebuild --store s3://bucket/flink --index /var/lib/ckguard/s3 --s3-region eu-west-1",
 				Flags:  storeFlags(),
 				Action: func(c *cli.Context) error { return runIndex(c, true) },
 			},
 			{
-				Name:   "sync",
-				Usage:  "bring the index up to date with the store (new, changed and removed _metadata)",
+				Name:  "sync",
+				Usage: "bring the index up to date with the store (new, changed and removed _metadata)",
+				Description: "Applies new, changed and removed _metadata in one step, additions before removals, so nothing\n" +
+					"referenced ever looks unreferenced in between. A running mount does this every --sync-interval;\n" +
+					"the query commands do it before answering unless --no-sync.\n\n" +
+					"EXAMPLES:\n" +
+					"   ckguard index sync --store /srv/flink/checkpoints --index /var/lib/ckguard/flink",
 				Flags:  storeFlags(),
 				Action: func(c *cli.Context) error { return runIndex(c, false) },
 			},
