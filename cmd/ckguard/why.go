@@ -15,7 +15,10 @@ func whyCommand() *cli.Command {
 		Description: "PATH is a store key (flink/<job>/shared/<file>), a path under a local --store, or a URI as\n" +
 			"written in _metadata (s3a://…, file:/…; mapped with --map). For a directory the answer covers\n" +
 			"everything below it (rm -r). URIs outside the guarded store are reported as such.\n" +
-			"Exit status: 0 allowed, 1 refused.",
+			"Exit status: 0 allowed, 1 refused.\n\n" +
+			"EXAMPLES:\n" +
+			"   ckguard why --store /srv/flink/checkpoints --index /var/lib/ckguard/flink e3d8c0a9f1b24d6e8a7b5c3d1e0f9a8b/shared/49bcf761-d2e6-22b5-cece-b45a36dfa500\n" +
+			"   ckguard why --store /srv/flink/checkpoints --index /var/lib/ckguard/flink --json e3d8c0a9f1b24d6e8a7b5c3d1e0f9a8b",
 		Flags:  append(storeFlags(), policyFlags()...),
 		Action: runWhy,
 	}
