@@ -11,6 +11,12 @@ func checkpointsCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "checkpoints",
 		Usage: "list live checkpoints and savepoints per job folder, with sizes and the other jobs they reference",
+		Description: "Per job folder: every live checkpoint and savepoint (a _metadata that exists) with its id, completion\n" +
+			"time, _metadata size, reference count, flags (pinned; newest checkpoint of an active job) and the other\n" +
+			"job folders whose files it references: a restore lineage. Those folders must not be purged by name or age.\n\n" +
+			"EXAMPLES:\n" +
+			"   ckguard checkpoints --store /srv/flink/checkpoints --index /var/lib/ckguard/flink\n" +
+			"   ckguard checkpoints --store /srv/flink/checkpoints --index /var/lib/ckguard/flink --job af8b2e4c6d8f0a1b3c5d7e9f1a2b4c6d --json",
 		Flags: append(append(storeFlags(), policyFlags()...),
 			&cli.StringFlag{Name: "job", Usage: "only this job folder (or its last path segments, e.g. the job id)"}),
 		Action: runCheckpoints,
