@@ -13,8 +13,13 @@ func orphansCommand() *cli.Command {
 		Usage: "list objects no live checkpoint needs (unreferenced, unprotected, past --grace), with bytes reclaimable",
 		Flags: append(append(storeFlags(), policyFlags()...),
 			&cli.DurationFlag{Name: "older-than", Usage: "only objects last modified longer ago than this (Go duration, e.g. 168h)"}),
-		Description: "Exit status 3 when the list cannot be trusted (stale index, failed sync, unparseable _metadata).",
-		Action:      runOrphans,
+		Description: "Lists what the guard would let a cleanup delete and no checkpoint needs: unreferenced, not a live\n" +
+			"_metadata, not pinned or --protect'ed, older than --grace (and --older-than). Exit status 3 when the list\n" +
+			"cannot be trusted (stale index, failed sync, unparseable _metadata).\n\n" +
+			"EXAMPLES:\n" +
+			"   ckguard orphans --store /srv/flink/checkpoints --index /var/lib/ckguard/flink --older-than 168h\n" +
+			"   ckguard orphans --store /srv/flink/checkpoints --index /var/lib/ckguard/flink --json | jq -r '.files[].path'",
+		Action: runOrphans,
 	}
 }
 
