@@ -8,11 +8,15 @@ import (
 
 func verifyCommand() *cli.Command {
 	return &cli.Command{
-		Name:        "verify",
-		Usage:       "check that every object each live checkpoint references exists; exit 1 when any checkpoint is broken",
-		Flags:       storeFlags(),
-		Description: "Lists broken checkpoints and their missing files. Unparseable _metadata count as broken.",
-		Action:      runVerify,
+		Name:  "verify",
+		Usage: "check that every object each live checkpoint references exists; exit 1 when any checkpoint is broken",
+		Flags: storeFlags(),
+		Description: "Lists broken checkpoints and their missing files. Unparseable _metadata count as broken.\n" +
+			"Run it after every cleanup; exit status 1 means a restore from a listed checkpoint would fail.\n\n" +
+			"EXAMPLES:\n" +
+			"   ckguard verify --store /srv/flink/checkpoints --index /var/lib/ckguard/flink\n" +
+			"   ckguard verify --store s3://bucket/flink --index /var/lib/ckguard/s3 --json",
+		Action: runVerify,
 	}
 }
 
