@@ -9,8 +9,14 @@ import (
 
 func statsCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "stats",
-		Usage:  "summarise the index: jobs, checkpoints, references, last sync, policy",
+		Name:  "stats",
+		Usage: "summarise the index: jobs, checkpoints, references, last sync, policy",
+		Description: "Shows the store, the index directory and size, when the index last synced (a stale index makes the\n" +
+			"guard refuse everything), counts of jobs, checkpoints, savepoints, unparseable _metadata, references\n" +
+			"and pins, and the policy in force.\n\n" +
+			"EXAMPLES:\n" +
+			"   ckguard stats --store /srv/flink/checkpoints --index /var/lib/ckguard/flink\n" +
+			"   ckguard stats --store /srv/flink/checkpoints --index /var/lib/ckguard/flink --json",
 		Flags:  append(storeFlags(), policyFlags()...),
 		Action: runStats,
 	}
