@@ -12,8 +12,13 @@ func pinCommand() *cli.Command {
 		Name:      "pin",
 		Usage:     "protect a checkpoint or savepoint (its folder or _metadata) from retirement until unpinned",
 		ArgsUsage: "PATH",
-		Flags:     storeFlags(),
-		Action:    func(c *cli.Context) error { return runPin(c, true) },
+		Description: "A pinned _metadata cannot be deleted through the mount, so the checkpoint stays live and every file\n" +
+			"it references stays protected, whatever its age: use it for savepoints someone may restore from.\n\n" +
+			"EXAMPLES:\n" +
+			"   ckguard pin --store /srv/flink/checkpoints --index /var/lib/ckguard/flink savepoints/savepoint-af8b2e-5e8c1f0a9b3d\n" +
+			"   ckguard pin --store /srv/flink/checkpoints --index /var/lib/ckguard/flink af8b2e4c6d8f0a1b3c5d7e9f1a2b4c6d/chk-100274/_metadata",
+		Flags:  storeFlags(),
+		Action: func(c *cli.Context) error { return runPin(c, true) },
 	}
 }
 
