@@ -38,7 +38,11 @@ func mountCommand() *cli.Command {
 		ArgsUsage: "MOUNTPOINT",
 		Description: "Reads, writes and listings pass through to --store; unlink, rmdir, rename and truncation ask the\n" +
 			"index and are refused (with an audit record) while a live checkpoint references the file. Detaches once\n" +
-			"mounted unless --foreground; SIGINT/SIGTERM or `ckguard umount MOUNTPOINT` unmount cleanly.",
+			"mounted unless --foreground; SIGINT/SIGTERM or `ckguard umount MOUNTPOINT` unmount cleanly.\n\n" +
+			"EXAMPLES:\n" +
+			"   ckguard mount --store /srv/flink/checkpoints --index /var/lib/ckguard/flink --metrics-addr 127.0.0.1:9477 /mnt/flink-checkpoints\n" +
+			"   ckguard mount --store s3://bucket/flink --index /var/lib/ckguard/s3 --s3-endpoint https://rgw.example:8443 --s3-path-style /mnt/flink-s3\n" +
+			"   ckguard mount --foreground --store /srv/flink/checkpoints --index /var/lib/ckguard/flink /mnt/flink-checkpoints   # systemd Type=notify",
 		Flags:  flags,
 		Action: runMount,
 	}
