@@ -16,6 +16,11 @@ func umountCommand() *cli.Command {
 		Name:      "umount",
 		Usage:     "unmount a ckguard mount (the daemon then closes its index and exits)",
 		ArgsUsage: "MOUNTPOINT",
+		Description: "Unmounts and waits until the kernel no longer lists the mount. --lazy also clears the stale mount a\n" +
+			"crashed daemon leaves behind (\"Transport endpoint is not connected\").\n\n" +
+			"EXAMPLES:\n" +
+			"   ckguard umount /mnt/flink-checkpoints\n" +
+			"   ckguard umount --lazy /mnt/flink-checkpoints",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "lazy", Aliases: []string{"l"}, Usage: "detach even while files are open (also clears a stale mount of a crashed daemon)"},
 			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "wait this long for the mount to disappear"},
