@@ -201,25 +201,59 @@ func openQuerier(c *cli.Context) (refindex.Querier, func() error, error) {
 	return ix, ix.Close, nil
 }
 
-// storeKey turns a command-line PATH into a store key: absolute paths under a local --store are made
-// relative to it; anything else is taken as a key.
+// storeKey turns a command-line PATH into a store key: paths under a ckguard mount of this store and
+// absolute paths under a local --store are made relative to it; a relative path that exists where the
+// user stands (inside the store or the mount) is that file; anything else is taken as a key.
 func storeKey(c *cli.Context, p string) string {
 	s := c.String("store")
-	if filepath.IsAbs(p) && !s3cli.IsURL(s) {
+	if !filepath.IsAbs(p) && !strings.Contains(p, "://") {
+		if _, err := os.Lstat(p); err == nil {
+			if a, err := filepath.Abs(p); err == nil {
+				if k, ok := absStoreKey(s, a); ok {
+					return k
+				}
+			}
+		}
+		return strings.Trim(p, "/")
+	}
+	if filepath.IsAbs(p) {
+		if k, ok := absStoreKey(s, p); ok {
+			return k
+		}
+	}
+	return uriStoreKey(s, p)
+}
+
+// absStoreKey maps an absolute local path to a store key: under a ckguard mount of the store, or under
+// the local store directory itself.
+func absStoreKey(s, p string) (string, bool) {
+	mounts := localGuardMounts()
+	for _, cand := range []string{p, evalOr(p)} {
+		if k, ok := mountRelative(mounts, s, cand); ok {
+			return k, true
+		}
+	}
+	if !s3cli.IsURL(s) {
 		if root, err := filepath.Abs(s); err == nil {
 			if r, err := filepath.EvalSymlinks(root); err == nil {
 				root = r
 			}
 			for _, cand := range []string{p, evalOr(p)} {
-				if rel, err := filepath.Rel(root, cand); err == nil && !strings.HasPrefix(rel, "..") {
+				if rel, err := filepath.Rel(root, cand); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
 					if rel == "." {
-						return ""
+						return "", true
 					}
-					return filepath.ToSlash(rel)
+					return filepath.ToSlash(rel), true
 				}
 			}
 		}
 	}
+	return "", false
+}
+
+// uriStoreKey maps an s3://, s3a:// or s3p:// URI under an S3 --store to its key; anything else is
+// taken as a key as written.
+func uriStoreKey(s, p string) string {
 	for _, pre := range []string{"s3://", "s3a://", "s3p://"} {
 		if strings.HasPrefix(p, pre) && s3cli.IsURL(s) {
 			root := strings.TrimSuffix(s, "/") + "/"

@@ -22,6 +22,10 @@ func newApp() *cli.App {
 		Usage:                "make Flink checkpoint storage safe to clean up",
 		Version:              version,
 		EnableBashCompletion: true,
+		CommandNotFound: func(c *cli.Context, name string) {
+			fmt.Fprintf(c.App.ErrWriter, "ckguard: no command %q; run `ckguard --help` for the list\n", name)
+			cli.OsExiter(2)
+		},
 		// One file per command; each file returns its *cli.Command.
 		Commands: []*cli.Command{
 			inspectCommand(),
@@ -46,7 +50,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := newApp().RunContext(ctx, os.Args); err != nil {
-		code := 1
+		// Exit codes: 0 ok, 1 a problem found (verify red, why refused: commands say so with cli.Exit),
+		// 2 could not do the job (bad usage, store or index unreachable): any other error.
+		code := 2
 		if ec, ok := err.(cli.ExitCoder); ok {
 			code = ec.ExitCode()
 		}
