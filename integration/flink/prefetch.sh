@@ -5,11 +5,17 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 profiles=("$@")
-[ ${#profiles[@]} -gt 0 ] || profiles=(1.20 2.0 2.2)
+# VERSION[+VARIANT] as for run.sh: 1.20+s3a adds the optional s3a profile (Hadoop S3A: ~55 MB more in ~/.m2).
+[ ${#profiles[@]} -gt 0 ] || profiles=(1.20 2.0 2.2 1.20+s3a)
 for v in "${profiles[@]}"; do
-  echo "prefetch: Flink profile flink-$v"
-  (cd "$here" && mvn -B -q ${MVN_ARGS:-} -P "flink-$v" package dependency:build-classpath)
+  variant=""
+  case "$v" in *+*) variant="${v#*+}" ;; esac
+  p="flink-${v%%+*}${variant:+,$variant}"
+  echo "prefetch: profiles $p"
+  (cd "$here" && mvn -B -q ${MVN_ARGS:-} -P "$p" package dependency:build-classpath)
 done
 # Prove the offline build works, as the tests run it.
-(cd "$here" && mvn -o -B -q ${MVN_ARGS:-} -P "flink-${profiles[0]}" package dependency:build-classpath)
+first="${profiles[0]}"
+case "$first" in *+*) first="${first%%+*},${first#*+}" ;; esac
+(cd "$here" && mvn -o -B -q ${MVN_ARGS:-} -P "flink-$first" package dependency:build-classpath)
 echo "prefetch: done (offline build OK)"

@@ -3,16 +3,20 @@
 # once prefetch.sh has run). Usage: run.sh FLINK_VERSION_PROFILE MAIN_CLASS [args...]
 #   run.sh 1.20 Job --checkpoint-dir file:///tmp/ck --duration 20s
 #   run.sh 2.2  ListReferences /tmp/ck/<job>/chk-3/_metadata
+#   run.sh 1.20+s3a Job --checkpoint-dir s3a://bucket/ck ...   (adds the optional s3a profile)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-profile="flink-$1"; shift
+# VERSION[+VARIANT]: a variant is an optional dependency profile (pom.xml), built into its own folder.
+variant=""
+case "$1" in *+*) variant="${1#*+}" ;; esac
+profile="flink-${1%%+*}"; shift
 main="$1"; shift
 version="$(sed -n "/<id>${profile}<\/id>/,/<\/profile>/s|.*<flink.version>\(.*\)</flink.version>.*|\1|p" "$here/pom.xml")"
 [ -n "$version" ] || { echo "unknown profile $profile" >&2; exit 2; }
-out="$here/target/flink-$version"
+out="$here/target/flink-$version${variant:+-$variant}"
 if [ ! -f "$out/classpath.txt" ] || [ ! -f "$out/ckguard-flink-e2e-1.0.jar" ] ||
    [ -n "$(find "$here/src" "$here/pom.xml" -newer "$out/ckguard-flink-e2e-1.0.jar" -type f 2>/dev/null | head -1)" ]; then
-  (cd "$here" && mvn -o -q -B -P "$profile" package dependency:build-classpath ${MVN_ARGS:-}) >&2
+  (cd "$here" && mvn -o -q -B -P "$profile${variant:+,$variant}" package dependency:build-classpath ${MVN_ARGS:-}) >&2
 fi
 # Flink 1.20 on Java 17 needs these (its Kryo/serializers reflect into java.base); harmless on 2.x.
 opens=()

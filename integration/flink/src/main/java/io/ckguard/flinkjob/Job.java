@@ -19,6 +19,7 @@ import org.apache.flink.api.connector.source.util.ratelimit.RateLimiterStrategy;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.connector.datagen.source.DataGeneratorSource;
 import org.apache.flink.core.execution.JobClient;
+import org.apache.flink.core.fs.FileSystem;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
 
@@ -123,6 +124,13 @@ public final class Job {
     }
     c.putAll(extra);
     Configuration conf = Configuration.fromMap(c);
+    // A local environment never initializes Flink's file system registry with the job's
+    // configuration, so file system options given with -D (fs.allowed-fallback-filesystems=s3a to
+    // let Hadoop's S3A serve s3a://, flink.hadoop.fs.s3a.* for its endpoint and keys) would be
+    // ignored. Only then: the plain file:// runs keep the registry's defaults.
+    if (extra.keySet().stream().anyMatch(k -> k.startsWith("fs.") || k.startsWith("flink.hadoop."))) {
+      FileSystem.initialize(conf, null);
+    }
 
     StreamExecutionEnvironment env =
         StreamExecutionEnvironment.createLocalEnvironment(parallelism, conf);
