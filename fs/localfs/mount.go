@@ -54,12 +54,8 @@ func Mount(o Options) (*Mounted, error) {
 	if err != nil {
 		return nil, err
 	}
-	stale, err := mountutil.Prepare(mnt)
-	if err != nil {
+	if err := mountutil.PrepareLogged(mnt, o.Logger); err != nil {
 		return nil, err
-	}
-	if stale {
-		o.Logger.Warn("replaced a stale mount left by a crashed ckguard (transport endpoint was not connected)", "mountpoint", mnt)
 	}
 	root, err := newRoot(store, o.Enforcer)
 	if err != nil {
@@ -88,18 +84,9 @@ func Mount(o Options) (*Mounted, error) {
 			MaxStackDepth: 2,
 		},
 	}
-	var raw fuse.RawFileSystem = fs.NewNodeFS(root, opts)
-	if o.Metrics != nil {
-		raw = o.Metrics.InstrumentRawFS(raw)
-	}
-	server, err := fuse.NewServer(raw, mnt, &opts.MountOptions)
+	server, err := mountutil.Serve(root, mnt, opts, o.Metrics, store)
 	if err != nil {
-		return nil, fmt.Errorf("mount %s on %s: %w", store, mnt, err)
-	}
-	go server.Serve()
-	if err := server.WaitMount(); err != nil {
-		_ = server.Unmount()
-		return nil, fmt.Errorf("mount %s on %s: %w", store, mnt, err)
+		return nil, err
 	}
 	m := &Mounted{server: server, mountpoint: mnt,
 		// The kernel offers passthrough, and registering backing files needs CAP_SYS_ADMIN (go-fuse

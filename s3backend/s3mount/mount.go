@@ -123,12 +123,8 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 	if err != nil {
 		return nil, err
 	}
-	stale, err := mountutil.Prepare(mnt)
-	if err != nil {
+	if err := mountutil.PrepareLogged(mnt, o.Logger); err != nil {
 		return nil, err
-	}
-	if stale {
-		o.Logger.Warn("replaced a stale mount left by a crashed ckguard", "mountpoint", mnt)
 	}
 	ownSpool := o.SpoolDir == ""
 	if ownSpool {
@@ -161,18 +157,9 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 			MaxBackground: 64,
 		},
 	}
-	var raw fuse.RawFileSystem = fs.NewNodeFS(root, opts)
-	if o.Metrics != nil {
-		raw = o.Metrics.InstrumentRawFS(raw)
-	}
-	server, err := fuse.NewServer(raw, mnt, &opts.MountOptions)
+	server, err := mountutil.Serve(root, mnt, opts, o.Metrics, loc.String())
 	if err != nil {
-		return nil, fmt.Errorf("mount %s on %s: %w", loc, mnt, err)
-	}
-	go server.Serve()
-	if err := server.WaitMount(); err != nil {
-		_ = server.Unmount()
-		return nil, fmt.Errorf("mount %s on %s: %w", loc, mnt, err)
+		return nil, err
 	}
 	return &Mounted{server: server, mountpoint: mnt, fsys: fsys}, nil
 }

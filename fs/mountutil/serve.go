@@ -1,0 +1,43 @@
+package mountutil
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ckguard/ckguard/fs/metrics"
+)
+
+// PrepareLogged is Prepare that logs the replacement of a stale mount, as every ckguard mount does.
+func PrepareLogged(mnt string, log *slog.Logger) error {
+	stale, err := Prepare(mnt)
+	if err != nil {
+		return err
+	}
+	if stale {
+		log.Warn("replaced a stale mount left by a crashed ckguard (transport endpoint was not connected)", "mountpoint", mnt)
+	}
+	return nil
+}
+
+// Serve mounts the node tree root at mnt and serves it in the background, counting every FUSE request in
+// met when it is not nil; it returns once the kernel has the mount. what names the mounted storage in
+// errors.
+func Serve(root fs.InodeEmbedder, mnt string, opts *fs.Options, met *metrics.Metrics, what string) (*fuse.Server, error) {
+	var raw fuse.RawFileSystem = fs.NewNodeFS(root, opts)
+	if met != nil {
+		raw = met.InstrumentRawFS(raw)
+	}
+	server, err := fuse.NewServer(raw, mnt, &opts.MountOptions)
+	if err != nil {
+		return nil, fmt.Errorf("mount %s on %s: %w", what, mnt, err)
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
+		_ = server.Unmount()
+		return nil, fmt.Errorf("mount %s on %s: %w", what, mnt, err)
+	}
+	return server, nil
+}
