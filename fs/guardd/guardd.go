@@ -56,11 +56,51 @@ type Mounted struct {
 	Passthrough   bool
 }
 
-// Run mounts and serves until ctx is cancelled or the filesystem is unmounted from outside.
-func Run(ctx context.Context, c Config) (err error) {
-	log := c.Logger
-	if log == nil {
-		log = slog.Default()
+// Backend is what differs between storage backends: the store the index reads and the FUSE tree served
+// over it. Everything else (index, audit log, control socket, metrics, periodic sync, signals, teardown) is
+// the same daemon, here.
+type Backend struct {
+	// Store is what the index reads.
+	Store store.Store
+	// Mount mounts the guard tree at the configured mountpoint, refusing through enf.
+	Mount func(ctx context.Context, enf *guard.Enforcer, met *metrics.Metrics) (Mount, error)
+	// SyncLogAttrs, when non-nil, adds backend figures to the "index synced" debug line.
+	SyncLogAttrs func() []any
+	// NoIndexGauges skips refreshing the index gauges after each sync: counting referenced bytes walks
+	// the whole store, which over S3 means listing the bucket every sync interval.
+	NoIndexGauges bool
+}
+
+// Mount is a running FUSE mount, as the daemon drives it.
+type Mount interface {
+	Mountpoint() string
+	Unmount() error
+	Wait()
+}
+
+// passthrougher is implemented by mounts that may serve reads through the kernel's FUSE passthrough.
+type passthrougher interface{ Passthrough() bool }
+
+// Run mounts the local directory c.StoreDir and serves until ctx is cancelled or the filesystem is
+// unmounted from outside.
+func Run(ctx context.Context, c Config) error {
+	return Serve(ctx, c, func(_ context.Context, c Config) (Backend, error) {
+		st, err := localstore.New(c.StoreDir)
+		if err != nil {
+			return Backend{}, fmt.Errorf("store %s: %w", c.StoreDir, err)
+		}
+		return Backend{Store: st,
+			Mount: func(_ context.Context, enf *guard.Enforcer, met *metrics.Metrics) (Mount, error) {
+				return localfs.Mount(localfs.Options{Store: c.StoreDir, Mountpoint: c.Mountpoint, Enforcer: enf,
+					Metrics: met, AllowOther: c.AllowOther, Debug: c.Debug, Logger: c.Logger})
+			}}, nil
+	})
+}
+
+// defaults fills the zero fields of c.
+func (c *Config) defaults() {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	if c.SyncInterval <= 0 {
 		c.SyncInterval = 30 * time.Second
@@ -71,16 +111,23 @@ func Run(ctx context.Context, c Config) (err error) {
 	if c.ControlSocket == "" {
 		c.ControlSocket = control.DefaultSocket(c.IndexDir)
 	}
-	// Check the mountpoint before the (possibly long) initial sync, so a typo fails in a second.
-	if stale, err := mountutil.Prepare(c.Mountpoint); err != nil {
+}
+
+// Serve runs the daemon until ctx is cancelled or the filesystem is unmounted from outside, over the
+// backend that open returns (it gets c with its defaults filled in).
+func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Backend, error)) (err error) {
+	c.defaults()
+	log := c.Logger
+	// Check the mountpoint before opening the store and the (possibly long) initial sync, so a typo fails
+	// in a second.
+	if err := mountutil.PrepareLogged(c.Mountpoint, log); err != nil {
 		return err
-	} else if stale {
-		log.Warn("replaced a stale mount left by a crashed ckguard (transport endpoint was not connected)", "mountpoint", c.Mountpoint)
 	}
-	st, err := localstore.New(c.StoreDir)
+	b, err := open(ctx, c)
 	if err != nil {
-		return fmt.Errorf("store %s: %w", c.StoreDir, err)
+		return err
 	}
+	st := b.Store
 	// The mount's logger last: it wins over a logger among the caller's options. Flink pointed at the
 	// mountpoint writes file:<mountpoint>/… references: they are store keys (unless --map says otherwise).
 	mntAbs, err := filepath.Abs(c.Mountpoint)
@@ -111,9 +158,13 @@ func Run(ctx context.Context, c Config) (err error) {
 		if serr != nil {
 			log.Error("index sync failed; refusing every deletion until a sync succeeds", "store", c.StoreDir, "err", serr)
 		} else {
-			log.Debug("index synced", "took", time.Since(t0))
+			attrs := []any{"took", time.Since(t0)}
+			if b.SyncLogAttrs != nil {
+				attrs = append(attrs, b.SyncLogAttrs()...)
+			}
+			log.Debug("index synced", attrs...)
 		}
-		if c.MetricsAddr != "" {
+		if c.MetricsAddr != "" && !b.NoIndexGauges {
 			stats.refresh(ctx, q, st, met, log)
 		}
 		return serr
@@ -163,16 +214,19 @@ func Run(ctx context.Context, c Config) (err error) {
 	}
 	defer ctl.Close()
 
-	m, err := localfs.Mount(localfs.Options{Store: c.StoreDir, Mountpoint: c.Mountpoint, Enforcer: enf,
-		Metrics: met, AllowOther: c.AllowOther, Debug: c.Debug, Logger: log})
+	m, err := b.Mount(ctx, enf, met)
 	if err != nil {
 		return err
 	}
-	log.Info("mounted", "store", c.StoreDir, "mountpoint", m.Mountpoint(), "passthrough", m.Passthrough(),
+	passthrough := false
+	if p, ok := m.(passthrougher); ok {
+		passthrough = p.Passthrough()
+	}
+	log.Info("mounted", "store", c.StoreDir, "mountpoint", m.Mountpoint(), "passthrough", passthrough,
 		"control_socket", c.ControlSocket, "audit_log", c.AuditLog, "metrics", metricsAddr)
 	if c.Ready != nil {
 		c.Ready(&Mounted{Mountpoint: m.Mountpoint(), ControlSocket: c.ControlSocket, AuditLog: c.AuditLog,
-			MetricsAddr: metricsAddr, Passthrough: m.Passthrough()})
+			MetricsAddr: metricsAddr, Passthrough: passthrough})
 	}
 
 	gone := make(chan struct{})
@@ -196,7 +250,7 @@ func Run(ctx context.Context, c Config) (err error) {
 // unmount unmounts cleanly, or — when files are still open on the mount — detaches it lazily: the mount
 // leaves the namespace at once and the daemon exits; decisions still asked by open descriptors are then
 // refused because the index is closed (fail closed).
-func unmount(m *localfs.Mounted, gone <-chan struct{}, log *slog.Logger) error {
+func unmount(m Mount, gone <-chan struct{}, log *slog.Logger) error {
 	if err := m.Unmount(); err != nil {
 		log.Warn("mount busy; detaching lazily", "mountpoint", m.Mountpoint(), "err", err)
 		if derr := mountutil.Unmount(m.Mountpoint(), true); derr != nil {
