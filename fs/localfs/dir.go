@@ -2,18 +2,17 @@ package localfs
 
 import (
 	"context"
-	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/ckguard/ckguard/fs/listorder"
 )
 
-// orderedDir is a directory handle that lists entries in cleanup order (see orderEntries) without holding
+// orderedDir is a directory handle that lists entries in cleanup order (see listorder.Order) without holding
 // the directory in memory: a first pass over the directory keeps only the entries that must come first
 // (".", "..", _metadata, chk-*), which are served sorted; a second pass then streams everything else in the
 // directory's own order. Memory is bounded by the number of checkpoint folders, not by the size of a
@@ -51,7 +50,7 @@ func openOrderedDir(path string) (*orderedDir, syscall.Errno) {
 
 // isFirst reports whether an entry belongs to the sorted head of the listing.
 func isFirst(name string) bool {
-	return name == "." || name == ".." || name == "_metadata" || strings.HasPrefix(name, "chk-")
+	return name == "." || name == ".." || name == "_metadata" || listorder.IsCheckpoint(name)
 }
 
 // start runs the first pass and rewinds for the streaming pass.
@@ -80,7 +79,7 @@ func (d *orderedDir) start() syscall.Errno {
 			}
 		}
 	}
-	d.first = orderEntries(first)
+	d.first = listorder.Order(first)
 	d.emitted = make(map[string]bool, len(d.first))
 	for _, e := range d.first {
 		d.emitted[e.Name] = true
@@ -184,57 +183,4 @@ func (d *orderedDir) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
 		return syscall.EBADF
 	}
 	return fs.ToErrno(unix.Fsync(d.fd))
-}
-
-// orderEntries puts a directory in cleanup order: "." and "..", then _metadata, then chk-N folders newest
-// (highest N) first, then everything else in the directory's own order.
-//
-// Why: recursive deleters (GNU rm's fts, find -delete, shutil.rmtree) process entries in the order readdir
-// returns them. _metadata first retires a checkpoint before its own files are reached. Newest checkpoint
-// first, because a checkpoint can only reference files that existed when it was taken, i.e. files of itself
-// or of older checkpoints: retiring the newest first frees what it borrowed from older ones before those are
-// reached, so one pass deletes everything policy allows. shared/, taskowned/ and the rest come last, after
-// every checkpoint of the folder is retired.
-//
-// The partition is stable and O(n) apart from sorting the chk-* names, so huge shared/ folders cost no
-// more than reading them.
-func orderEntries(in []fuse.DirEntry) []fuse.DirEntry {
-	out := make([]fuse.DirEntry, 0, len(in))
-	var chk []fuse.DirEntry
-	var meta []fuse.DirEntry
-	for _, e := range in {
-		switch {
-		case e.Name == "." || e.Name == "..":
-			out = append(out, e)
-		case e.Name == "_metadata":
-			meta = append(meta, e)
-		case strings.HasPrefix(e.Name, "chk-"):
-			chk = append(chk, e)
-		}
-	}
-	sort.SliceStable(chk, func(i, j int) bool {
-		a, aok := chkNumber(chk[i].Name)
-		b, bok := chkNumber(chk[j].Name)
-		switch {
-		case aok && bok:
-			return a > b
-		case aok != bok:
-			return aok // numbered checkpoints before odd names
-		}
-		return chk[i].Name < chk[j].Name
-	})
-	out = append(out, meta...)
-	out = append(out, chk...)
-	for _, e := range in {
-		if e.Name == "." || e.Name == ".." || e.Name == "_metadata" || strings.HasPrefix(e.Name, "chk-") {
-			continue
-		}
-		out = append(out, e)
-	}
-	return out
-}
-
-func chkNumber(name string) (int64, bool) {
-	n, err := strconv.ParseInt(strings.TrimPrefix(name, "chk-"), 10, 64)
-	return n, err == nil && n >= 0
 }

@@ -369,7 +369,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	return n.LoopbackNode.Removexattr(ctx, attr)
 }
 
-// OpendirHandle lists the directory in cleanup order (see orderEntries).
+// OpendirHandle lists the directory in cleanup order (see listorder.Order).
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	d, errno := openOrderedDir(n.backing(n.key()))
 	if errno != 0 {

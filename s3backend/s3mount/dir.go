@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/ckguard/ckguard/fs/listorder"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
 
@@ -129,7 +128,7 @@ func (d *dirHandle) begin(ctx context.Context) syscall.Errno {
 	d.started = true
 	ents := d.entries(pg)
 	if pg.Next == "" {
-		d.queue = orderEntries(ents)
+		d.queue = listorder.Order(ents)
 		return 0
 	}
 	d.more = true
@@ -155,7 +154,7 @@ func (d *dirHandle) begin(ctx context.Context) syscall.Errno {
 		}
 		tok = cp.Next
 	}
-	sortChk(chk)
+	listorder.SortCheckpoints(chk)
 	d.queue = append(append(head, chk...), skipOrdered(ents)...)
 	return 0
 }
@@ -164,7 +163,7 @@ func (d *dirHandle) begin(ctx context.Context) syscall.Errno {
 func skipOrdered(ents []fuse.DirEntry) []fuse.DirEntry {
 	out := ents[:0]
 	for _, e := range ents {
-		if e.Name == "_metadata" || strings.HasPrefix(e.Name, "chk-") {
+		if e.Name == "_metadata" || listorder.IsCheckpoint(e.Name) {
 			continue
 		}
 		out = append(out, e)
@@ -229,42 +228,4 @@ func (d *dirHandle) release() {
 		d.cancel()
 	}
 	d.queue = nil
-}
-
-// orderEntries is the local mount's readdir order (fs/localfs): `_metadata`, then chk-* newest first,
-// then everything else in listing order.
-func orderEntries(in []fuse.DirEntry) []fuse.DirEntry {
-	out := make([]fuse.DirEntry, 0, len(in))
-	var chk, rest []fuse.DirEntry
-	for _, e := range in {
-		switch {
-		case e.Name == "_metadata":
-			out = append(out, e)
-		case strings.HasPrefix(e.Name, "chk-"):
-			chk = append(chk, e)
-		default:
-			rest = append(rest, e)
-		}
-	}
-	sortChk(chk)
-	return append(append(out, chk...), rest...)
-}
-
-func sortChk(chk []fuse.DirEntry) {
-	sort.SliceStable(chk, func(i, j int) bool {
-		a, aok := chkNumber(chk[i].Name)
-		b, bok := chkNumber(chk[j].Name)
-		switch {
-		case aok && bok:
-			return a > b
-		case aok != bok:
-			return aok
-		}
-		return chk[i].Name < chk[j].Name
-	})
-}
-
-func chkNumber(name string) (int64, bool) {
-	n, err := strconv.ParseInt(strings.TrimPrefix(name, "chk-"), 10, 64)
-	return n, err == nil && n >= 0
 }

@@ -1,4 +1,4 @@
-package localfs
+package listorder
 
 import (
 	"strings"
@@ -7,7 +7,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-func TestOrderEntries(t *testing.T) {
+func TestOrder(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{". .. shared chk-9 taskowned chk-10 _metadata chk-100 zzz", ". .. _metadata chk-100 chk-10 chk-9 shared taskowned zzz"},
 		{"b a c", "b a c"}, // no checkpoint names: the directory's own order, untouched
@@ -20,11 +20,11 @@ func TestOrderEntries(t *testing.T) {
 			in = append(in, fuse.DirEntry{Name: n})
 		}
 		var got []string
-		for _, e := range orderEntries(in) {
+		for _, e := range Order(in) {
 			got = append(got, e.Name)
 		}
 		if g := strings.Join(got, " "); g != tc.want {
-			t.Errorf("orderEntries(%q) = %q, want %q", tc.in, g, tc.want)
+			t.Errorf("Order(%q) = %q, want %q", tc.in, g, tc.want)
 		}
 	}
 }
