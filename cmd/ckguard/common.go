@@ -4,6 +4,7 @@ package main
 // --json output, and opening a Querier (a running mount's control socket first, else the index).
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -300,4 +301,23 @@ func humanBytes(n int64) string {
 // exitf is an error with an exit status.
 func exitf(code int, format string, args ...any) error {
 	return cli.Exit(fmt.Sprintf(format, args...), code)
+}
+
+// query runs one question against the index (openQuerier) and prints its answer: as JSON with --json,
+// else with text. The answer is returned so the command can set its exit status from it.
+func query[T any](c *cli.Context, ask func(context.Context, refindex.Querier) (T, error), text func(io.Writer, T)) (res T, err error) {
+	q, closeFn, err := openQuerier(c)
+	if err != nil {
+		return res, err
+	}
+	defer closeFn()
+	res, err = ask(c.Context, q)
+	if err != nil {
+		return res, err
+	}
+	if c.Bool("json") {
+		return res, printJSON(c.App.Writer, res)
+	}
+	text(c.App.Writer, res)
+	return res, nil
 }

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/ckguard/ckguard/refindex"
 )
 
 func orphansCommand() *cli.Command {
@@ -24,30 +28,24 @@ func orphansCommand() *cli.Command {
 }
 
 func runOrphans(c *cli.Context) error {
-	q, closeFn, err := openQuerier(c)
+	res, err := query(c, func(ctx context.Context, q refindex.Querier) (*refindex.OrphansResult, error) {
+		return q.Orphans(ctx, c.Duration("older-than"))
+	}, printOrphans)
 	if err != nil {
 		return err
-	}
-	defer closeFn()
-	res, err := q.Orphans(c.Context, c.Duration("older-than"))
-	if err != nil {
-		return err
-	}
-	if c.Bool("json") {
-		if err := printJSON(c.App.Writer, res); err != nil {
-			return err
-		}
-	} else {
-		tw := newTable(c.App.Writer)
-		fmt.Fprintln(tw, "SIZE\tMODIFIED\tPATH")
-		for _, f := range res.Files {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", humanBytes(f.Size), f.ModTime.UTC().Format(time.DateTime), f.Path)
-		}
-		tw.Flush()
-		fmt.Fprintf(c.App.Writer, "%d orphaned objects, %s reclaimable\n", len(res.Files), humanBytes(res.Bytes))
 	}
 	if res.Blocked != "" {
 		return exitf(3, "no object can be called an orphan: %s", res.Blocked)
 	}
 	return nil
+}
+
+func printOrphans(w io.Writer, res *refindex.OrphansResult) {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "SIZE\tMODIFIED\tPATH")
+	for _, f := range res.Files {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", humanBytes(f.Size), f.ModTime.UTC().Format(time.DateTime), f.Path)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "%d orphaned objects, %s reclaimable\n", len(res.Files), humanBytes(res.Bytes))
 }

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/ckguard/ckguard/refindex"
 )
 
 func verifyCommand() *cli.Command {
@@ -21,43 +25,36 @@ func verifyCommand() *cli.Command {
 }
 
 func runVerify(c *cli.Context) error {
-	q, closeFn, err := openQuerier(c)
+	res, err := query(c, func(ctx context.Context, q refindex.Querier) (*refindex.VerifyResult, error) {
+		return q.Verify(ctx)
+	}, printVerify)
 	if err != nil {
 		return err
-	}
-	defer closeFn()
-	res, err := q.Verify(c.Context)
-	if err != nil {
-		return err
-	}
-	if c.Bool("json") {
-		if err := printJSON(c.App.Writer, res); err != nil {
-			return err
-		}
-	} else {
-		w := c.App.Writer
-		for _, b := range res.Broken {
-			if b.Error != "" {
-				fmt.Fprintf(w, "BROKEN %s: unparseable: %s\n", b.Metadata, b.Error)
-				continue
-			}
-			fmt.Fprintf(w, "BROKEN %s: %d referenced objects missing\n", b.Metadata, b.MissingCount)
-			for _, m := range b.Missing {
-				fmt.Fprintf(w, "  missing %s\n", m)
-			}
-			if b.MissingCount > len(b.Missing) {
-				fmt.Fprintf(w, "  … and %d more\n", b.MissingCount-len(b.Missing))
-			}
-		}
-		status := "OK"
-		if !res.OK {
-			status = "FAILED"
-		}
-		fmt.Fprintf(w, "verify %s: %d checkpoints checked, %d objects, %d broken, %d references outside the guarded store not checked\n",
-			status, res.Checked, res.Objects, len(res.Broken), res.OutsideSkipped)
 	}
 	if !res.OK {
 		return cli.Exit("", 1)
 	}
 	return nil
+}
+
+func printVerify(w io.Writer, res *refindex.VerifyResult) {
+	for _, b := range res.Broken {
+		if b.Error != "" {
+			fmt.Fprintf(w, "BROKEN %s: unparseable: %s\n", b.Metadata, b.Error)
+			continue
+		}
+		fmt.Fprintf(w, "BROKEN %s: %d referenced objects missing\n", b.Metadata, b.MissingCount)
+		for _, m := range b.Missing {
+			fmt.Fprintf(w, "  missing %s\n", m)
+		}
+		if b.MissingCount > len(b.Missing) {
+			fmt.Fprintf(w, "  … and %d more\n", b.MissingCount-len(b.Missing))
+		}
+	}
+	status := "OK"
+	if !res.OK {
+		status = "FAILED"
+	}
+	fmt.Fprintf(w, "verify %s: %d checkpoints checked, %d objects, %d broken, %d references outside the guarded store not checked\n",
+		status, res.Checked, res.Objects, len(res.Broken), res.OutsideSkipped)
 }

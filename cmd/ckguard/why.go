@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/ckguard/ckguard/refindex"
 )
 
 func whyCommand() *cli.Command {
@@ -28,58 +32,51 @@ func runWhy(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return exitf(2, "usage: ckguard why --store S --index I PATH")
 	}
-	q, closeFn, err := openQuerier(c)
+	res, err := query(c, func(ctx context.Context, q refindex.Querier) (*refindex.WhyResult, error) {
+		return q.Why(ctx, storeKey(c, c.Args().First()))
+	}, printWhy)
 	if err != nil {
 		return err
-	}
-	defer closeFn()
-	res, err := q.Why(c.Context, storeKey(c, c.Args().First()))
-	if err != nil {
-		return err
-	}
-	if c.Bool("json") {
-		if err := printJSON(c.App.Writer, res); err != nil {
-			return err
-		}
-	} else {
-		w := c.App.Writer
-		verdict := "ALLOWED"
-		if !res.Allow {
-			verdict = "REFUSED"
-		}
-		kind := "file"
-		if res.IsDir {
-			kind = "directory"
-		}
-		if !res.Exists {
-			kind = "missing"
-		}
-		if res.Outside {
-			verdict, kind = "OUTSIDE", "not in the guarded store"
-		}
-		fmt.Fprintf(w, "%s  %s (%s): %s\nreason: %s  state: %s\n%s\n", verdict, displayKey(res.Path), kind, res.Op, res.Reason, res.State, res.Message)
-		if len(res.Referencing) > 0 {
-			fmt.Fprintf(w, "referencing checkpoints (%d):\n", res.RefCount)
-			for _, r := range res.Referencing {
-				fmt.Fprintf(w, "  %s\n", r)
-			}
-			if res.RefCount > len(res.Referencing) {
-				fmt.Fprintf(w, "  … and %d more\n", res.RefCount-len(res.Referencing))
-			}
-		}
-		if ck := res.Checkpoint; ck != nil {
-			status := "live"
-			if ck.Error != "" {
-				status = "UNPARSEABLE: " + ck.Error
-			}
-			fmt.Fprintf(w, "this is the _metadata of %s %d of job folder %s (%s, completed %s, %d references)%s\n",
-				ck.Kind, ck.ID, displayKey(ck.Job), status, ck.Completed.UTC().Format("2006-01-02 15:04:05Z"), ck.Refs, flags(ck.Pinned, ck.Protected))
-		}
 	}
 	if !res.Allow {
 		return cli.Exit("", 1)
 	}
 	return nil
+}
+
+func printWhy(w io.Writer, res *refindex.WhyResult) {
+	verdict := "ALLOWED"
+	if !res.Allow {
+		verdict = "REFUSED"
+	}
+	kind := "file"
+	if res.IsDir {
+		kind = "directory"
+	}
+	if !res.Exists {
+		kind = "missing"
+	}
+	if res.Outside {
+		verdict, kind = "OUTSIDE", "not in the guarded store"
+	}
+	fmt.Fprintf(w, "%s  %s (%s): %s\nreason: %s  state: %s\n%s\n", verdict, displayKey(res.Path), kind, res.Op, res.Reason, res.State, res.Message)
+	if len(res.Referencing) > 0 {
+		fmt.Fprintf(w, "referencing checkpoints (%d):\n", res.RefCount)
+		for _, r := range res.Referencing {
+			fmt.Fprintf(w, "  %s\n", r)
+		}
+		if res.RefCount > len(res.Referencing) {
+			fmt.Fprintf(w, "  … and %d more\n", res.RefCount-len(res.Referencing))
+		}
+	}
+	if ck := res.Checkpoint; ck != nil {
+		status := "live"
+		if ck.Error != "" {
+			status = "UNPARSEABLE: " + ck.Error
+		}
+		fmt.Fprintf(w, "this is the _metadata of %s %d of job folder %s (%s, completed %s, %d references)%s\n",
+			ck.Kind, ck.ID, displayKey(ck.Job), status, ck.Completed.UTC().Format("2006-01-02 15:04:05Z"), ck.Refs, flags(ck.Pinned, ck.Protected))
+	}
 }
 
 func displayKey(k string) string {
