@@ -62,7 +62,7 @@ func WithDefaultPorts(ports map[string]int) Option { return func(o *options) { o
 // WithLogger sets the structured logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
-// WithProgress shows progress bars for rebuild, sync and verify on w (pass os.Stderr when it is a
+// WithProgress shows progress bars for rebuild, sync, verify and orphans on w (pass os.Stderr when it is a
 // terminal; nil = none).
 func WithProgress(w io.Writer) Option { return func(o *options) { o.progress = w } }
 

@@ -404,10 +404,13 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 			_, err := txn.Get(tombKey(key))
 			return err == nil
 		}
+		bar := ix.newCounter("scanning the store for orphans")
+		defer bar.Finish()
 		return ix.st.Walk(ctx, "", func(o store.ObjectInfo) error {
 			if o.IsDir {
 				return nil
 			}
+			_ = bar.Add(1)
 			if v.st.ckpts[o.Path] != nil {
 				return nil
 			}

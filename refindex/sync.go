@@ -665,6 +665,15 @@ func (ix *Index) newBar(n int, what string) bar {
 		progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
 }
 
+// newCounter shows progress for work of unknown size (a store walk): a running count, no total.
+func (ix *Index) newCounter(what string) bar {
+	if ix.opt.progress == nil {
+		return noBar{}
+	}
+	return progressbar.NewOptions(-1, progressbar.OptionSetWriter(ix.opt.progress), progressbar.OptionSetDescription(what),
+		progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
+}
+
 // Rebuild recreates the index from the store alone: it writes a new generation and switches to it
 // atomically; until then the previous generation stays in use, and a crash leaves it in place.
 func (ix *Index) Rebuild(ctx context.Context) error {

@@ -1,0 +1,62 @@
+package refindex_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/store/localstore"
+	"github.com/ckguard/ckguard/refindex/treegen"
+)
+
+// Long commands show progress when asked (the CLI passes stderr on a terminal): the rebuild's parse,
+// verify's object checks and orphans' store walk each draw a bar; without WithProgress nothing is drawn.
+func TestProgressBars(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.IncidentOne(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Enough garbage and checkpoints that every bar has work above its threshold.
+	for i := 0; i < 150; i++ {
+		if err := tr.Write(fmt.Sprintf("garbage/old-%03d", i), 10, testNow.AddDate(0, 0, -30)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, withBar := range []bool{false, true} {
+		st, err := localstore.New(tr.Root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		opts := []refindex.Option{refindex.WithPathMap(tr.Maps, tr.EntropyKey), refindex.WithLogger(quiet)}
+		if withBar {
+			opts = append(opts, refindex.WithProgress(&out))
+		}
+		ix, err := refindex.Open(t.TempDir(), st, testPolicy(), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ix.Rebuild(ctx); err != nil {
+			t.Fatal(err)
+		}
+		res, err := ix.Orphans(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Files) < 150 {
+			t.Errorf("orphans: %d files, want at least the 150 garbage files", len(res.Files))
+		}
+		ix.Close()
+		got := out.String()
+		if withBar && !strings.Contains(got, "scanning the store for orphans") {
+			t.Errorf("with WithProgress: no orphans progress drawn; output %q", got)
+		}
+		if !withBar && got != "" {
+			t.Errorf("without WithProgress: drew %q", got)
+		}
+	}
+}
