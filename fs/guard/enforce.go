@@ -171,6 +171,12 @@ func (e *Enforcer) record1(ctx context.Context, c Check, d refindex.Decision) sy
 	var errno syscall.Errno
 	if !d.Allow {
 		errno = e.refuse
+		// The caller was interrupted (the kernel sent FUSE_INTERRUPT and go-fuse cancelled ctx) while the
+		// index was deciding, so the decision may be a fail-closed "cannot stat: context canceled". Nothing
+		// is done either way; EINTR tells the caller to retry instead of reporting a refusal.
+		if ctx.Err() != nil {
+			errno = syscall.EINTR
+		}
 	}
 	e.metrics.Decision(c.Op.String(), d.Allow, string(d.Reason))
 	rec := e.record(ctx, c.Op.String(), c.Path, c.To)
@@ -217,7 +223,7 @@ func (e *Enforcer) ask(ctx context.Context, op refindex.Op, p string) (d refinde
 // Deleted tells the index that p was removed through the mount. A failure is logged and counted; the index
 // still believes p exists, which can only make it refuse more, and the next sync repairs it.
 func (e *Enforcer) Deleted(ctx context.Context, p string) {
-	if err := e.checker.Deleted(ctx, p); err != nil {
+	if err := e.checker.Deleted(context.WithoutCancel(ctx), p); err != nil {
 		e.notifyFailed(ctx, "deleted", p, "", err)
 	}
 }
@@ -230,7 +236,8 @@ func (e *Enforcer) Written(ctx context.Context, p string) syscall.Errno {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 	}
-	if err := e.checker.Written(ctx, p); err != nil {
+	// The file is already written: an interrupted caller must not abort indexing it.
+	if err := e.checker.Written(context.WithoutCancel(ctx), p); err != nil {
 		e.notifyFailed(ctx, "written", p, "", err)
 		return syscall.EIO
 	}
@@ -240,7 +247,8 @@ func (e *Enforcer) Written(ctx context.Context, p string) syscall.Errno {
 // Renamed tells the index about a rename done through the mount. Call it from the do function of
 // MutateExclusive.
 func (e *Enforcer) Renamed(ctx context.Context, from, to string) syscall.Errno {
-	if err := e.checker.Renamed(ctx, from, to); err != nil {
+	// The rename already happened: an interrupted caller must not abort recording it.
+	if err := e.checker.Renamed(context.WithoutCancel(ctx), from, to); err != nil {
 		e.notifyFailed(ctx, "renamed", from, to, err)
 		return syscall.EIO
 	}

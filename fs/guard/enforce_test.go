@@ -126,3 +126,61 @@ func BenchmarkMutateAllowed(b *testing.B) {
 		}
 	}
 }
+
+// ctxChecker fails closed the way the real index does when its store call sees a cancelled context, and
+// records whether the index notifications it gets can still run to completion.
+type ctxChecker struct {
+	*guardtest.Checker
+	notifiedWithLiveCtx int
+}
+
+func (c *ctxChecker) Decide(ctx context.Context, p string, op refindex.Op) refindex.Decision {
+	if err := ctx.Err(); err != nil {
+		return refindex.Decision{Reason: refindex.ReasonStoreError, Message: "cannot stat it in the store: " + err.Error()}
+	}
+	return c.Checker.Decide(ctx, p, op)
+}
+
+func (c *ctxChecker) Written(ctx context.Context, p string) error {
+	if ctx.Err() == nil {
+		c.notifiedWithLiveCtx++
+	}
+	return ctx.Err()
+}
+
+func (c *ctxChecker) Deleted(ctx context.Context, p string) error { return c.Written(ctx, p) }
+
+func (c *ctxChecker) Renamed(ctx context.Context, from, to string) error { return c.Written(ctx, from) }
+
+// A caller interrupted while the index decides (the kernel's FUSE_INTERRUPT cancels the request context)
+// gets EINTR, not a refusal, and nothing is done; changes that already happened are still recorded in the
+// index in full. Found as EPERM/EIO flakes of Flink-style writers under Go's preemption signals.
+func TestInterruptedCaller(t *testing.T) {
+	c := &ctxChecker{Checker: guardtest.New()}
+	s := &sink{}
+	e, err := guard.NewEnforcer(guard.Config{Checker: c, Audit: s, Metrics: metrics.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := context.Background()
+	cancelled, cancel := context.WithCancel(live)
+	cancel()
+	checks := []guard.Check{{Op: refindex.OpUnlink, Path: "job/shared/free"}}
+	ran := false
+	if got := e.Mutate(cancelled, checks, func() syscall.Errno { ran = true; return 0 }); got != syscall.EINTR || ran {
+		t.Errorf("interrupted decision: errno %v ran %v, want EINTR and nothing done", got, ran)
+	}
+	if got := e.Mutate(live, checks, func() syscall.Errno { return 0 }); got != 0 {
+		t.Errorf("uninterrupted decision: errno %v, want 0", got)
+	}
+	if got := e.Written(cancelled, "job/chk-2/_metadata"); got != 0 {
+		t.Errorf("Written with an interrupted caller: errno %v, want 0", got)
+	}
+	e.Deleted(cancelled, "job/chk-1/_metadata")
+	if got := e.Renamed(cancelled, "job/chk-3/._metadata.inprogress.x", "job/chk-3/_metadata"); got != 0 {
+		t.Errorf("Renamed with an interrupted caller: errno %v, want 0", got)
+	}
+	if c.notifiedWithLiveCtx != 3 {
+		t.Errorf("index notifications that could complete: %d of 3", c.notifiedWithLiveCtx)
+	}
+}
