@@ -189,6 +189,17 @@ func (s *memState) clone() *memState {
 }
 
 // below returns the checkpoint keys at or below directory dir ("" = all).
+// unlisted returns the indexed _metadata keys a listing did not report.
+func (s *memState) unlisted(listed map[string]bool) []string {
+	var out []string
+	for k := range s.ckpts {
+		if !listed[k] {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 func (s *memState) below(dir string) []string {
 	if dir == "" {
 		return s.sorted

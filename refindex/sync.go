@@ -434,12 +434,7 @@ func (ix *Index) Sync(ctx context.Context) error {
 	if err != nil {
 		return ix.failSync(fmt.Errorf("list _metadata in %s: %w", ix.st.Root(), err))
 	}
-	var unlisted []string
-	for k := range cur.ckpts {
-		if !listed[k] {
-			unlisted = append(unlisted, k)
-		}
-	}
+	unlisted := cur.unlisted(listed)
 	// A listing may be partial (S3 targeted discovery only looks where it found checkpoints at its
 	// last full walk): an indexed _metadata is retired only when the store says it is gone.
 	removed, restat, _, err := ix.confirmGone(ctx, cur, unlisted)
@@ -710,12 +705,7 @@ func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
 	ix.mu.RLock()
 	cur := ix.state
 	ix.mu.RUnlock()
-	var unlisted []string
-	for k := range cur.ckpts {
-		if !listed[k] {
-			unlisted = append(unlisted, k)
-		}
-	}
+	unlisted := cur.unlisted(listed)
 	_, restat, kept, err := ix.confirmGone(ctx, cur, unlisted)
 	if err != nil {
 		return ix.failSync(err)
