@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/ckguard/ckguard/refindex"
 )
 
 func checkpointsCommand() *cli.Command {
@@ -24,19 +28,13 @@ func checkpointsCommand() *cli.Command {
 }
 
 func runCheckpoints(c *cli.Context) error {
-	q, closeFn, err := openQuerier(c)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	res, err := q.Checkpoints(c.Context, c.String("job"))
-	if err != nil {
-		return err
-	}
-	if c.Bool("json") {
-		return printJSON(c.App.Writer, res)
-	}
-	w := c.App.Writer
+	_, err := query(c, func(ctx context.Context, q refindex.Querier) (*refindex.CheckpointsResult, error) {
+		return q.Checkpoints(ctx, c.String("job"))
+	}, printCheckpoints)
+	return err
+}
+
+func printCheckpoints(w io.Writer, res *refindex.CheckpointsResult) {
 	for _, j := range res.Jobs {
 		fmt.Fprintf(w, "job %s: %d checkpoints, %d savepoints, %s of _metadata, %d references", displayKey(j.Job), j.Count, j.Savepoints, humanBytes(j.MetadataBytes), j.References)
 		if len(j.ReferencesJobs) > 0 {
@@ -57,5 +55,4 @@ func runCheckpoints(c *cli.Context) error {
 	for _, u := range res.Unparseable {
 		fmt.Fprintf(w, "UNPARSEABLE %s: %s\n", u.Metadata, u.Error)
 	}
-	return nil
 }

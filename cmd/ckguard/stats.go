@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/ckguard/ckguard/refindex"
 )
 
 func statsCommand() *cli.Command {
@@ -23,19 +27,14 @@ func statsCommand() *cli.Command {
 }
 
 func runStats(c *cli.Context) error {
-	q, closeFn, err := openQuerier(c)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	s, err := q.Stats(c.Context)
-	if err != nil {
-		return err
-	}
-	if c.Bool("json") {
-		return printJSON(c.App.Writer, s)
-	}
-	tw := newTable(c.App.Writer)
+	_, err := query(c, func(ctx context.Context, q refindex.Querier) (*refindex.StatsResult, error) {
+		return q.Stats(ctx)
+	}, printStats)
+	return err
+}
+
+func printStats(w io.Writer, s *refindex.StatsResult) {
+	tw := newTable(w)
 	last := "never"
 	if !s.LastSync.IsZero() {
 		last = fmt.Sprintf("%s (%s ago)", s.LastSync.UTC().Format(time.DateTime), time.Since(s.LastSync).Round(time.Second))
@@ -57,5 +56,5 @@ func runStats(c *cli.Context) error {
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
 	}
-	return tw.Flush()
+	tw.Flush()
 }
