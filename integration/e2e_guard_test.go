@@ -246,24 +246,31 @@ func (g *guardMount) liveRefs(version string) (refs map[string][]string, metas [
 func (g *guardMount) assertNothingReferencedMissing(version string) map[string][]string {
 	g.t.Helper()
 	refs, metas := g.liveRefs(version)
-	var missing []string
-	for p, by := range refs {
-		if _, err := os.Stat(p); err != nil {
-			for _, m := range by {
-				if _, err := os.Stat(m); err == nil {
-					missing = append(missing, p+" (needed by "+m+")")
-					break
-				}
-				// else a running job subsumed that checkpoint meanwhile: Flink deleted both.
-			}
-		}
-	}
-	sort.Strings(missing)
-	if len(missing) > 0 {
+	if missing := missingReferenced(refs); len(missing) > 0 {
 		g.t.Fatalf("%d files referenced by live checkpoints are gone: %v", len(missing), e2eHead(missing))
 	}
 	g.t.Logf("%d live _metadata, %d referenced objects, all present", len(metas), len(refs))
 	return refs
+}
+
+// missingReferenced returns (sorted) the files of refs (file → the _metadata referencing it) that are gone
+// while a _metadata referencing them still exists. A file whose referencing _metadata are all gone too was
+// subsumed by a running job meanwhile: Flink deleted both, which is not a loss.
+func missingReferenced(refs map[string][]string) []string {
+	var missing []string
+	for p, by := range refs {
+		if _, err := os.Stat(p); err == nil {
+			continue
+		}
+		for _, m := range by {
+			if _, err := os.Stat(m); err == nil {
+				missing = append(missing, p+" (needed by "+m+")")
+				break
+			}
+		}
+	}
+	sort.Strings(missing)
+	return missing
 }
 
 // guardedScenario is scenarios (i), (iii), (iv) and, with file merging or changelog, (v) of issue 6.

@@ -168,19 +168,7 @@ func (s *s3aEnv) refs(t *testing.T, under string) map[string][]string {
 func (s *s3aEnv) assertNothingReferencedMissing(t *testing.T) map[string][]string {
 	t.Helper()
 	refs := s.refs(t, s.local)
-	var missing []string
-	for p, by := range refs {
-		if _, err := os.Stat(p); err != nil {
-			for _, m := range by {
-				if _, err := os.Stat(m); err == nil {
-					missing = append(missing, p+" (needed by "+m+")")
-					break
-				}
-			}
-		}
-	}
-	sort.Strings(missing)
-	if len(missing) > 0 {
+	if missing := missingReferenced(refs); len(missing) > 0 {
 		t.Fatalf("%d objects referenced by live checkpoints are gone: %v", len(missing), e2eHead(missing))
 	}
 	t.Logf("%d referenced objects of the live checkpoints, all present", len(refs))
