@@ -157,22 +157,7 @@ func TestGraphIncidents(t *testing.T) {
 			if len(want) == 0 {
 				t.Fatalf("scenario has no cross-job reference from %s to %s", tc.cur, tc.old)
 			}
-			got := map[string]string{}
-			for _, e := range parseDOT(t, dot) {
-				got[`"`+e.from+`" -> "`+e.to+`"`] = e.label
-				if countRE.FindStringSubmatch(e.label) == nil {
-					t.Errorf("edge label %q does not start with a file count and a size", e.label)
-				}
-			}
-			for k, label := range want {
-				from, to, _ := strings.Cut(k, " -> ")
-				if got[strconv.Quote(from)+" -> "+strconv.Quote(to)] != label {
-					t.Errorf("edge %s: label %q, want %q\nDOT:\n%s", k, got[strconv.Quote(from)+" -> "+strconv.Quote(to)], label, dot)
-				}
-			}
-			if len(got) != len(want) {
-				t.Errorf("%d edges, want %d (only cross-job ones):\n%s", len(got), len(want), dot)
-			}
+			checkEdges(t, dot, want)
 			// A folder without live checkpoints is drawn as such (red): the one a purge must spare.
 			isOrphan := len(g.Folders) == 1 && g.Folders[0] == tc.old
 			if tc.purge != isOrphan {
@@ -224,6 +209,52 @@ func TestGraphIncidents(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkEdges compares the drawn edges (and their labels) with want (wantEdges).
+func checkEdges(t *testing.T, dot string, want map[string]string) {
+	t.Helper()
+	got := map[string]string{}
+	for _, e := range parseDOT(t, dot) {
+		got[`"`+e.from+`" -> "`+e.to+`"`] = e.label
+		if countRE.FindStringSubmatch(e.label) == nil {
+			t.Errorf("edge label %q does not start with a file count and a size", e.label)
+		}
+	}
+	for k, label := range want {
+		from, to, _ := strings.Cut(k, " -> ")
+		if got[strconv.Quote(from)+" -> "+strconv.Quote(to)] != label {
+			t.Errorf("edge %s: label %q, want %q\nDOT:\n%s", k, got[strconv.Quote(from)+" -> "+strconv.Quote(to)], label, dot)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d edges, want %d (only cross-job ones):\n%s", len(got), len(want), dot)
+	}
+}
+
+// TestGraphSymlinkedStore: Flink wrote its paths through a symlink to the store (the store root resolves
+// elsewhere); the graph resolves them like the index does, so the cross-job edges are all there.
+func TestGraphSymlinkedStore(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	link := filepath.Join(t.TempDir(), "ckpt-link")
+	if err := os.Symlink(t.TempDir(), link); err != nil {
+		t.Fatal(err)
+	}
+	tree, err := treegen.IncidentTwo(link, now, treegen.Options{URIPrefix: "file:" + link})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree.Root = link // the CLI is given the link, as Flink was
+	ix, refs := indexed(t, tree)
+	if refs.Store.Root() == link {
+		t.Fatalf("store root %s was not resolved: the test would not exercise root aliases", link)
+	}
+	_, dot := render(t, ix, refs, "")
+	want := wantEdges(tree, "checkpoints/"+treegen.IncidentTwoNewJob, "checkpoints/"+treegen.IncidentTwoOldJob)
+	if len(want) == 0 {
+		t.Fatal("scenario has no cross-job reference")
+	}
+	checkEdges(t, dot, want)
 }
 
 // TestGraphMissingFiles: after an unguarded purge (the incident), the edges say which referenced

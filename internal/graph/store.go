@@ -28,9 +28,15 @@ var (
 	_ Sizer     = (*StoreRefs)(nil)
 )
 
-// NewStoreRefs builds a StoreRefs for st with the index's path mapping.
+// NewStoreRefs builds a StoreRefs for st with the index's path mapping, including the store's other
+// names (a local store opened through a symlink: Flink wrote its paths through the link), as the index
+// does; otherwise references the index resolves would be drawn as outside the store.
 func NewStoreRefs(st store.Store, maps []pathnorm.Mapping, entropyKey string) (*StoreRefs, error) {
-	n, err := pathnorm.New(pathnorm.Config{StoreRoot: st.Root(), Maps: maps, EntropyKey: entropyKey})
+	var aliases []string
+	if ra, ok := st.(store.RootAliaser); ok {
+		aliases = ra.RootAliases()
+	}
+	n, err := pathnorm.New(pathnorm.Config{StoreRoot: st.Root(), Maps: maps, EntropyKey: entropyKey, RootAliases: aliases})
 	if err != nil {
 		return nil, err
 	}
