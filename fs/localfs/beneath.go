@@ -1,35 +1,220 @@
 package localfs
 
 import (
+	"os"
 	"path"
+	"sync"
+	"sync/atomic"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// removeBeneath removes key (a file, or with unix.AT_REMOVEDIR an empty directory) through a descriptor
-// of its parent folder opened from the store root without following any symlink. unlink(2) by absolute
-// path follows symlinked folders on the way: one swapped into the store after the guard decided about key
-// would make the daemon (often root) remove a file of the same name elsewhere, in the store (a file the
-// decision never covered) or outside it (review L3). The kernel resolves the mount's own symlinks itself,
-// so a key never legitimately crosses one. On kernels without openat2 (before 5.6) it falls back to the path.
-func (n *node) removeBeneath(key string, flags int) error {
+// storeRoot is the store directory, held open for the whole life of the mount, and the one place that
+// turns store keys into descriptors.
+//
+// Every namespace change of the mount (unlink, rmdir, rename, link, create, mkdir, mknod, symlink) and every
+// open acts through a descriptor of the parent folder opened beneath this root with openat2(RESOLVE_BENEATH |
+// RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS), then the *at system call on the final name. By absolute path
+// the kernel would follow a symlink that someone with direct write access to the store swapped in for a
+// folder after the kernel looked the folder up (and after the guard decided about the key): the daemon, often
+// root, would then create, write, rename or remove outside the store, or a file elsewhere in the store that
+// no decision covered (review L3). The kernel resolves the mount's own symlinks itself, so a key handed to
+// the daemon never legitimately crosses one: a symlink on the way is refused (ELOOP), an escape too (EXDEV).
+//
+// Parent descriptors are opened per request and closed at its end, never cached: a cached descriptor would
+// follow a folder moved in the store directly and keep acting on it under its old key.
+//
+// On kernels without openat2 (before 5.6) it falls back to paths below the root, which follow symlinks as
+// go-fuse's loopback does.
+type storeRoot struct {
+	path      string
+	fd        int // O_PATH|O_DIRECTORY of path, closed by close
+	noOpenat2 atomic.Bool
+	closeOnce sync.Once
+}
+
+const resolveBeneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
+
+// openStoreRoot opens the store directory. The store path itself may be (or cross) a symlink: that is the
+// operator's choice, made once here.
+func openStoreRoot(dir string) (*storeRoot, error) {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open store root", Path: dir, Err: err}
+	}
+	return &storeRoot{path: dir, fd: fd}, nil
+}
+
+// close closes the root descriptor; only once no request can use it any more (the FUSE server stopped).
+func (r *storeRoot) close() {
+	r.closeOnce.Do(func() { unix.Close(r.fd) })
+}
+
+// openat2 opens rel (a key, never "") beneath the root without crossing any symlink, including the final
+// component. ENOSYS is remembered and answered by openat from the root with O_NOFOLLOW (intermediate
+// symlinks followed: the pre-5.6 behaviour).
+func (r *storeRoot) openat2(rel string, flags int, mode uint32) (int, error) {
+	if !r.noOpenat2.Load() {
+		for {
+			fd, err := unix.Openat2(r.fd, rel, &unix.OpenHow{Flags: uint64(flags) | unix.O_CLOEXEC, Mode: uint64(mode), Resolve: resolveBeneath})
+			if err == unix.EAGAIN {
+				// RESOLVE_BENEATH may ask to retry when a rename raced the lookup of a ".." component (keys
+				// have none, so this is only defensive).
+				continue
+			}
+			if err != unix.ENOSYS {
+				return fd, err
+			}
+			r.noOpenat2.Store(true)
+			break
+		}
+	}
+	return unix.Openat(r.fd, rel, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+}
+
+// dir opens folder key ("" = the root itself) as an O_PATH descriptor for the *at calls. Release it with
+// r.release.
+func (r *storeRoot) dir(key string) (int, error) {
+	if key == "" {
+		return r.fd, nil
+	}
+	return r.openat2(key, unix.O_PATH|unix.O_DIRECTORY, 0)
+}
+
+// release closes a descriptor returned by dir or parent (the root's stays open).
+func (r *storeRoot) release(fd int) {
+	if fd != r.fd && fd >= 0 {
+		unix.Close(fd)
+	}
+}
+
+// parent opens the folder holding key and returns it with key's final name.
+func (r *storeRoot) parent(key string) (int, string, error) {
 	dir, name := path.Split(key)
-	root, err := unix.Open(n.RootData.Path, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if dir != "" {
+		dir = dir[:len(dir)-1]
+	}
+	fd, err := r.dir(dir)
+	return fd, name, err
+}
+
+// remove removes key (a file, or with unix.AT_REMOVEDIR an empty folder). unlinkat never follows the final
+// name, so a symlink there is removed itself, as unlink(2) does.
+func (r *storeRoot) remove(key string, flags int) error {
+	fd, name, err := r.parent(key)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(root)
-	fd := root
-	if dir != "" {
-		fd, err = unix.Openat2(root, dir[:len(dir)-1], &unix.OpenHow{Flags: unix.O_DIRECTORY | unix.O_RDONLY | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
-		if err == unix.ENOSYS {
-			return unix.Unlinkat(unix.AT_FDCWD, n.backing(key), flags)
-		}
-		if err != nil {
-			return err
-		}
-		defer unix.Close(fd)
+	err = unix.Unlinkat(fd, name, flags)
+	r.release(fd)
+	return err
+}
+
+// open opens the file at key (never a symlink; "" = the root) with flags, and with O_CREAT or O_TMPFILE
+// creates it with mode's permission bits (the kernel sends the file type along; openat2 rejects it).
+func (r *storeRoot) open(key string, flags int, mode uint32) (int, error) {
+	if key == "" {
+		key = "."
 	}
-	return unix.Unlinkat(fd, name, flags)
+	if flags&(unix.O_CREAT|unix.O_TMPFILE) == 0 {
+		mode = 0
+	}
+	return r.openat2(key, flags, mode&0o7777)
+}
+
+// lstat stats key without following a symlink anywhere on the way or at the end of it.
+func (r *storeRoot) lstat(key string, st *syscall.Stat_t) error {
+	fd, name, err := r.parent(key)
+	if err != nil {
+		return err
+	}
+	_, err = statAt(fd, name, st)
+	r.release(fd)
+	return err
+}
+
+// statAt stats name in folder dirfd without following a final symlink (name "" = dirfd itself) and also
+// returns the inode generation go-fuse's loopback derives from the birth time, so nodes made here get the
+// same StableAttr as the ones its Lookup makes for the same file.
+func statAt(dirfd int, name string, st *syscall.Stat_t) (gen uint64, err error) {
+	flags := unix.AT_SYMLINK_NOFOLLOW
+	if name == "" {
+		flags |= unix.AT_EMPTY_PATH
+	}
+	var x unix.Statx_t
+	if err := unix.Statx(dirfd, name, flags, unix.STATX_BASIC_STATS|unix.STATX_BTIME, &x); err != nil {
+		if err != unix.ENOSYS {
+			return 0, err
+		}
+		// Kernels before 4.11: no birth time.
+		var ust unix.Stat_t
+		if err := unix.Fstatat(dirfd, name, &ust, flags); err != nil {
+			return 0, err
+		}
+		fromStat(st, &ust)
+		return 1, nil
+	}
+	fromStatx(st, &x)
+	gen = 1
+	if x.Mask&unix.STATX_BTIME != 0 && (x.Btime.Sec != 0 || x.Btime.Nsec != 0) {
+		gen = uint64(x.Btime.Sec)*1e9 + uint64(x.Btime.Nsec)
+	}
+	return gen, nil
+}
+
+// conv assigns v to *dst whatever integer width the architecture's Stat_t uses for the field.
+func conv[T ~int32 | ~int64 | ~uint32 | ~uint64](dst *T, v int64) { *dst = T(v) }
+
+func fromStatx(st *syscall.Stat_t, x *unix.Statx_t) {
+	*st = syscall.Stat_t{}
+	conv(&st.Dev, int64(unix.Mkdev(x.Dev_major, x.Dev_minor)))
+	conv(&st.Ino, int64(x.Ino))
+	conv(&st.Nlink, int64(x.Nlink))
+	conv(&st.Mode, int64(x.Mode))
+	conv(&st.Uid, int64(x.Uid))
+	conv(&st.Gid, int64(x.Gid))
+	conv(&st.Rdev, int64(unix.Mkdev(x.Rdev_major, x.Rdev_minor)))
+	conv(&st.Size, int64(x.Size))
+	conv(&st.Blksize, int64(x.Blksize))
+	conv(&st.Blocks, int64(x.Blocks))
+	st.Atim = syscall.NsecToTimespec(x.Atime.Sec*1e9 + int64(x.Atime.Nsec))
+	st.Mtim = syscall.NsecToTimespec(x.Mtime.Sec*1e9 + int64(x.Mtime.Nsec))
+	st.Ctim = syscall.NsecToTimespec(x.Ctime.Sec*1e9 + int64(x.Ctime.Nsec))
+}
+
+func fromStat(st *syscall.Stat_t, u *unix.Stat_t) {
+	*st = syscall.Stat_t{}
+	conv(&st.Dev, int64(u.Dev))
+	conv(&st.Ino, int64(u.Ino))
+	conv(&st.Nlink, int64(u.Nlink))
+	conv(&st.Mode, int64(u.Mode))
+	conv(&st.Uid, int64(u.Uid))
+	conv(&st.Gid, int64(u.Gid))
+	conv(&st.Rdev, int64(u.Rdev))
+	conv(&st.Size, u.Size)
+	conv(&st.Blksize, int64(u.Blksize))
+	conv(&st.Blocks, u.Blocks)
+	st.Atim = syscall.Timespec(u.Atim)
+	st.Mtim = syscall.Timespec(u.Mtim)
+	st.Ctim = syscall.Timespec(u.Ctim)
+}
+
+// rename renames key from to key to (flags as renameat2(2); 0 is a plain renameat) between the two parent
+// folders, each opened beneath the root.
+func (r *storeRoot) rename(from, to string, flags uint32) error {
+	ofd, oname, err := r.parent(from)
+	if err != nil {
+		return err
+	}
+	defer r.release(ofd)
+	nfd, nname, err := r.parent(to)
+	if err != nil {
+		return err
+	}
+	defer r.release(nfd)
+	if flags == 0 {
+		return unix.Renameat(ofd, oname, nfd, nname)
+	}
+	return unix.Renameat2(ofd, oname, nfd, nname, uint(flags))
 }

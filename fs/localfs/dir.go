@@ -20,8 +20,7 @@ import (
 // streamed part re-reads up to that position), and rewinddir (seek to 0) starts over with a fresh first pass.
 type orderedDir struct {
 	mu    sync.Mutex
-	path  string
-	fd    int // -1 until the first read
+	fd    int // -1 once released
 	buf   []byte
 	todo  []byte // unparsed getdents output of the streaming pass
 	first []fuse.DirEntry
@@ -39,13 +38,15 @@ var (
 	_ fs.FileFsyncdirer   = (*orderedDir)(nil)
 )
 
-func openOrderedDir(path string) (*orderedDir, syscall.Errno) {
+// openOrderedDir opens folder key beneath the store root (no symlink on the way: a folder swapped for one
+// is not listed through the mount).
+func openOrderedDir(root *storeRoot, key string) (*orderedDir, syscall.Errno) {
 	// Open now so permission and existence errors surface at opendir, as on a plain directory.
-	fd, err := unix.Open(path, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := root.open(key, unix.O_DIRECTORY|unix.O_RDONLY, 0)
 	if err != nil {
 		return nil, fs.ToErrno(err)
 	}
-	return &orderedDir{path: path, fd: fd, buf: make([]byte, 64<<10)}, 0
+	return &orderedDir{fd: fd, buf: make([]byte, 64<<10)}, 0
 }
 
 // isFirst reports whether an entry belongs to the sorted head of the listing.

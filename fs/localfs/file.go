@@ -5,7 +5,6 @@ import (
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
-	"golang.org/x/sys/unix"
 )
 
 // file is a loopback file opened for writing. Its data path is the loopback's (and the kernel's, with
@@ -47,8 +46,8 @@ func (f *file) Flush(ctx context.Context) syscall.Errno {
 	if !isMetadataKey(key) {
 		return 0
 	}
-	var st unix.Stat_t
-	if err := unix.Lstat(f.n.backing(key), &st); err != nil {
+	var st syscall.Stat_t
+	if err := f.n.root.lstat(key, &st); err != nil {
 		// Unlinked while open: there is nothing to index (the deletion was decided and recorded).
 		return 0
 	}

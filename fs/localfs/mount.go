@@ -86,8 +86,15 @@ func Mount(o Options) (*Mounted, error) {
 	}
 	server, err := mountutil.Serve(root, mnt, opts, o.Metrics, store)
 	if err != nil {
+		root.root.close()
 		return nil, err
 	}
+	// The store root descriptor lives as long as the mount: it is closed once the server has stopped
+	// serving (unmounted by us, by `ckguard umount` or fusermount -u), when no request can use it any more.
+	go func() {
+		server.Wait()
+		root.root.close()
+	}()
 	m := &Mounted{server: server, mountpoint: mnt,
 		// The kernel offers passthrough, and registering backing files needs CAP_SYS_ADMIN (go-fuse
 		// silently falls back to serving reads itself without it).

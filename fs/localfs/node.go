@@ -9,7 +9,6 @@ package localfs
 import (
 	"context"
 	"path"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -34,7 +33,8 @@ const (
 // loopback creates (fs.NodeWrapChilder), so every inode of the mount is a *node.
 type node struct {
 	*fs.LoopbackNode
-	enf *guard.Enforcer
+	enf  *guard.Enforcer
+	root *storeRoot // shared by every node of the mount
 }
 
 var (
@@ -58,16 +58,22 @@ var (
 	_ fs.NodeReadlinker     = (*node)(nil)
 	_ fs.NodeListxattrer    = (*node)(nil)
 	_ fs.NodeStatfser       = (*node)(nil)
+	_ fs.NodeMknoder        = (*node)(nil)
 )
 
-// newRoot returns the root node of a guard loopback over dir.
+// newRoot returns the root node of a guard loopback over dir, with dir held open (release it with
+// root.close once the mount is gone).
 func newRoot(dir string, enf *guard.Enforcer) (*node, error) {
 	lr, err := fs.NewLoopbackRoot(dir)
 	if err != nil {
 		return nil, err
 	}
+	sr, err := openStoreRoot(dir)
+	if err != nil {
+		return nil, err
+	}
 	lb := lr.(*fs.LoopbackNode)
-	root := &node{LoopbackNode: lb, enf: enf}
+	root := &node{LoopbackNode: lb, enf: enf, root: sr}
 	lb.RootData.RootNode = root
 	return root, nil
 }
@@ -75,7 +81,7 @@ func newRoot(dir string, enf *guard.Enforcer) (*node, error) {
 // WrapChild makes every inode the loopback creates below this one a guarded node.
 func (n *node) WrapChild(ctx context.Context, ops fs.InodeEmbedder) fs.InodeEmbedder {
 	if lb, ok := ops.(*fs.LoopbackNode); ok {
-		return &node{LoopbackNode: lb, enf: n.enf}
+		return &node{LoopbackNode: lb, enf: n.enf, root: n.root}
 	}
 	return ops
 }
@@ -96,18 +102,12 @@ func (n *node) childKey(name string) string {
 	return name
 }
 
-// backing is the absolute path of a key in the store.
-func (n *node) backing(key string) string {
-	return filepath.Join(n.RootData.Path, filepath.FromSlash(key))
-}
-
 func checks(op refindex.Op, key string) []guard.Check { return []guard.Check{{Op: op, Path: key}} }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	key := n.childKey(name)
 	return n.enf.Mutate(ctx, checks(refindex.OpUnlink, key), func() syscall.Errno {
-		// The key is already computed; unlink by it rather than have the loopback walk the tree again.
-		errno := fs.ToErrno(n.removeBeneath(key, 0))
+		errno := fs.ToErrno(n.root.remove(key, 0))
 		if errno == 0 {
 			n.enf.Deleted(ctx, key)
 		}
@@ -118,7 +118,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	key := n.childKey(name)
 	return n.enf.Mutate(ctx, checks(refindex.OpRmdir, key), func() syscall.Errno {
-		errno := fs.ToErrno(n.removeBeneath(key, unix.AT_REMOVEDIR))
+		errno := fs.ToErrno(n.root.remove(key, unix.AT_REMOVEDIR))
 		if errno == 0 {
 			n.enf.Deleted(ctx, key)
 		}
@@ -141,16 +141,16 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		// lack it do; mv and rename(1) never need it.
 		return syscall.EINVAL
 	}
-	var sst unix.Stat_t
-	commit := unix.Lstat(n.backing(from), &sst) == nil && guard.IsMetadataCommit(guard.RenameFacts{
+	var sst syscall.Stat_t
+	commit := n.root.lstat(from, &sst) == nil && guard.IsMetadataCommit(guard.RenameFacts{
 		SameDir: np == n, OldName: name, NewName: newName, Exchange: flags&unix.RENAME_EXCHANGE != 0,
 		Regular: sst.Mode&unix.S_IFMT == unix.S_IFREG, Nlink: uint64(sst.Nlink)})
 	for attempt := 0; ; attempt++ {
 		cs := []guard.Check{{Op: refindex.OpRename, Path: from, To: to, MetadataCommit: commit}}
 		replacing := false
 		if flags&unix.RENAME_NOREPLACE == 0 {
-			var st unix.Stat_t
-			if err := unix.Lstat(n.backing(to), &st); err == nil {
+			var st syscall.Stat_t
+			if err := n.root.lstat(to, &st); err == nil {
 				replacing = true
 				cs = append(cs, guard.Check{Op: refindex.OpReplace, Path: to, To: from})
 			}
@@ -162,10 +162,11 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			doFlags |= unix.RENAME_NOREPLACE
 		}
 		errno := n.enf.MutateExclusive(ctx, cs, func() syscall.Errno {
-			errno := n.LoopbackNode.Rename(ctx, name, np.LoopbackNode, newName, doFlags)
-			if errno == syscall.EINVAL && doFlags != flags {
-				// The backing filesystem lacks renameat2 flags (older NFS, fuse-dfs): plain rename.
-				errno = n.LoopbackNode.Rename(ctx, name, np.LoopbackNode, newName, flags)
+			errno := fs.ToErrno(n.root.rename(from, to, doFlags))
+			if (errno == syscall.EINVAL || errno == syscall.ENOSYS) && doFlags != flags {
+				// The backing filesystem lacks renameat2 flags (older NFS, fuse-dfs), or the kernel lacks
+				// renameat2 (before 3.15): plain rename.
+				errno = fs.ToErrno(n.root.rename(from, to, flags))
 			}
 			if errno != 0 {
 				return errno
@@ -183,8 +184,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 // so writing or truncating through an unreferenced name could destroy data a checkpoint reads through
 // another name.
 func (n *node) hardLinked(op refindex.Op, key string) *refindex.Decision {
-	var st unix.Stat_t
-	if err := unix.Lstat(n.backing(key), &st); err != nil {
+	var st syscall.Stat_t
+	if err := n.root.lstat(key, &st); err != nil {
 		if err == unix.ENOENT {
 			return nil // nothing there to protect; the operation itself will say so
 		}
@@ -234,8 +235,8 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		return n.LoopbackNode.Setattr(ctx, f, in, out)
 	}
 	key := n.key()
-	var st unix.Stat_t
-	if err := unix.Lstat(n.backing(key), &st); err == nil && uint64(st.Size) == sz {
+	var st syscall.Stat_t
+	if err := n.root.lstat(key, &st); err == nil && uint64(st.Size) == sz {
 		// Setting the size it already has changes nothing (this is what O_TRUNC of an empty file sends).
 		return n.LoopbackNode.Setattr(ctx, f, in, out)
 	}
@@ -251,82 +252,11 @@ func (n *node) backdates(in *fuse.SetAttrIn) bool {
 	if !ok || in.Valid&fuse.FATTR_MTIME_NOW != 0 {
 		return false
 	}
-	var st unix.Stat_t
-	if err := unix.Lstat(n.backing(n.key()), &st); err != nil {
+	var st syscall.Stat_t
+	if err := n.root.lstat(n.key(), &st); err != nil {
 		return true
 	}
 	return st.Mode&unix.S_IFMT == unix.S_IFREG && mt.Before(time.Unix(st.Mtim.Unix()))
-}
-
-func writable(flags uint32) bool {
-	return flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
-}
-
-// Open guards opening an existing file for writing (OpWrite) or with O_TRUNC (OpTruncate). Read-only opens
-// are not decided at all: they cannot destroy anything.
-func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	if !writable(flags) {
-		return n.LoopbackNode.Open(ctx, flags)
-	}
-	key := n.key()
-	op := refindex.OpWrite
-	if flags&syscall.O_TRUNC != 0 {
-		op = refindex.OpTruncate
-	}
-	var fh fs.FileHandle
-	var fflags uint32
-	errno := n.enf.Mutate(ctx, n.contentCheck(op, key), func() syscall.Errno {
-		var errno syscall.Errno
-		fh, fflags, errno = n.LoopbackNode.Open(ctx, flags)
-		return errno
-	})
-	if errno != 0 {
-		return nil, 0, errno
-	}
-	return wrapFile(fh, n), fflags, 0
-}
-
-// Create makes a new file. The kernel sends CREATE only for a name it believes absent; if the file appeared
-// in the store meanwhile, opening it would write or truncate an existing file without a decision, so the
-// create is first tried exclusively and, when the file exists, decided like an open of an existing file.
-func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	ch, fh, fflags, errno := n.LoopbackNode.Create(ctx, name, flags|syscall.O_EXCL, mode, out)
-	if errno == syscall.EEXIST && flags&syscall.O_EXCL == 0 {
-		key := n.childKey(name)
-		op := refindex.OpWrite
-		if flags&syscall.O_TRUNC != 0 {
-			op = refindex.OpTruncate
-		}
-		errno = n.enf.Mutate(ctx, n.contentCheck(op, key), func() syscall.Errno {
-			var errno syscall.Errno
-			// O_NOFOLLOW: the decision was about the file at key; a symlink swapped in since (the daemon
-			// often runs as root) must not redirect the write or truncation to whatever it points at (review L3).
-			ch, fh, fflags, errno = n.LoopbackNode.Create(ctx, name, flags|syscall.O_NOFOLLOW, mode, out)
-			return errno
-		})
-	}
-	if errno != 0 {
-		return nil, nil, 0, errno
-	}
-	gn, _ := ch.Operations().(*node)
-	return ch, wrapFile(fh, gn), fflags, 0
-}
-
-// Link: a hard link to a file the index protects would give it a second, unreferenced name through which it
-// could later be truncated or rewritten; the index decides OpLink for the target, and files with several names
-// are further protected by hardLinked.
-func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	t, ok := target.(*node)
-	if !ok {
-		return nil, syscall.EXDEV
-	}
-	var ch *fs.Inode
-	errno := n.enf.Mutate(ctx, []guard.Check{{Op: refindex.OpLink, Path: t.key(), To: n.childKey(name)}}, func() syscall.Errno {
-		var errno syscall.Errno
-		ch, errno = n.LoopbackNode.Link(ctx, t.LoopbackNode, name, out)
-		return errno
-	})
-	return ch, errno
 }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
@@ -371,7 +301,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 
 // OpendirHandle lists the directory in cleanup order (see listorder.Order).
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	d, errno := openOrderedDir(n.backing(n.key()))
+	d, errno := openOrderedDir(n.root, n.key())
 	if errno != 0 {
 		return nil, 0, errno
 	}

@@ -1,0 +1,219 @@
+package localfs
+
+import (
+	"context"
+	"os"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/refindex"
+)
+
+// The operations in this file create names or open files. go-fuse's loopback does them by absolute path,
+// which follows a symlink swapped into the store for a folder; here each one acts through descriptors
+// opened beneath the store root (see storeRoot), so the daemon never creates, writes or links outside the
+// store, nor somewhere else in it than the key the kernel (and the guard) named.
+
+// stableAttr identifies a file to go-fuse the way the loopback's Lookup does (inode number with the device
+// mixed in, generation from the birth time), so a file created here and looked up later is one inode.
+func (n *node) stableAttr(st *syscall.Stat_t, gen uint64) fs.StableAttr {
+	swap := func(d uint64) uint64 { return d<<32 | d>>32 }
+	return fs.StableAttr{Mode: uint32(st.Mode), Gen: gen, Ino: swap(uint64(st.Dev)) ^ swap(n.RootData.Dev) ^ uint64(st.Ino)}
+}
+
+// newChild stats the entry name just made in folder dirfd and returns its inode, filling out.
+func (n *node) newChild(ctx context.Context, dirfd int, name string, out *fuse.EntryOut) (*fs.Inode, error) {
+	var st syscall.Stat_t
+	gen, err := statAt(dirfd, name, &st)
+	if err != nil {
+		return nil, err
+	}
+	out.Attr.FromStat(&st)
+	// WrapChild turns the loopback node into a guarded one.
+	return n.NewInode(ctx, &fs.LoopbackNode{RootData: n.RootData}, n.stableAttr(&st, gen)), nil
+}
+
+// callerOwns gives a new entry to the caller, as a file created on the store directly would be. Only a
+// root daemon can (and must: otherwise everything created through the mount belongs to root); as in
+// go-fuse's loopback a failure is not fatal to the creation.
+func callerOwns(ctx context.Context, chown func(uid, gid int) error) {
+	if os.Geteuid() != 0 {
+		return
+	}
+	if c, ok := fuse.FromContext(ctx); ok {
+		_ = chown(int(c.Uid), int(c.Gid))
+	}
+}
+
+// mkentry runs make (mkdirat, mknodat, symlinkat) on name in this folder, opened beneath the root, then
+// hands the entry to the caller and returns its inode. An entry that cannot be stated is removed again.
+func (n *node) mkentry(ctx context.Context, name string, out *fuse.EntryOut, removeFlags int, make func(dirfd int) error) (*fs.Inode, syscall.Errno) {
+	dfd, err := n.root.dir(n.key())
+	if err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	defer n.root.release(dfd)
+	if err := make(dfd); err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	callerOwns(ctx, func(uid, gid int) error { return unix.Fchownat(dfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW) })
+	ch, err := n.newChild(ctx, dfd, name, out)
+	if err != nil {
+		_ = unix.Unlinkat(dfd, name, removeFlags)
+		return nil, fs.ToErrno(err)
+	}
+	return ch, 0
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return n.mkentry(ctx, name, out, unix.AT_REMOVEDIR, func(dfd int) error { return unix.Mkdirat(dfd, name, mode) })
+}
+
+func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return n.mkentry(ctx, name, out, 0, func(dfd int) error { return unix.Mknodat(dfd, name, mode, int(rdev)) })
+}
+
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return n.mkentry(ctx, name, out, 0, func(dfd int) error { return unix.Symlinkat(target, dfd, name) })
+}
+
+// openFlags are the kernel's open flags as the daemon passes them on: O_APPEND is left to the kernel
+// (it positions writes itself; the loopback does the same) and FMODE_EXEC is not an open(2) flag
+// (openat2 would reject it).
+func openFlags(flags uint32) int {
+	return int(flags &^ (syscall.O_APPEND | fuse.FMODE_EXEC))
+}
+
+func writable(flags uint32) bool {
+	return flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
+}
+
+// Open opens the file beneath the store root, refusing a symlink anywhere on the way (ELOOP). Opening an
+// existing file for writing (OpWrite) or with O_TRUNC (OpTruncate) is decided first; read-only opens are
+// not decided at all: they cannot destroy anything.
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	key := n.key()
+	if !writable(flags) {
+		fd, err := n.root.open(key, openFlags(flags), 0)
+		if err != nil {
+			return nil, 0, fs.ToErrno(err)
+		}
+		return fs.NewLoopbackFile(fd), 0, 0
+	}
+	op := refindex.OpWrite
+	if flags&syscall.O_TRUNC != 0 {
+		op = refindex.OpTruncate
+	}
+	var fd int
+	errno := n.enf.Mutate(ctx, n.contentCheck(op, key), func() syscall.Errno {
+		var err error
+		fd, err = n.root.open(key, openFlags(flags), 0)
+		return fs.ToErrno(err)
+	})
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	return wrapFile(fs.NewLoopbackFile(fd), n), 0, 0
+}
+
+// Create makes a new file. The kernel sends CREATE only for a name it believes absent; if the file appeared
+// in the store meanwhile, opening it would write or truncate an existing file without a decision, so the
+// create is first tried exclusively and, when the file exists, decided like an open of an existing file.
+// Both opens refuse a symlink on the way and at the name itself: the decision was about the file at the
+// key, and a symlink swapped in since must not redirect the write or truncation (review L3).
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	key := n.childKey(name)
+	oflags := openFlags(flags) | unix.O_CREAT
+	fd, err := n.root.open(key, oflags|unix.O_EXCL, mode)
+	created := err == nil
+	errno := fs.ToErrno(err)
+	if errno == syscall.EEXIST && flags&syscall.O_EXCL == 0 {
+		op := refindex.OpWrite
+		if flags&syscall.O_TRUNC != 0 {
+			op = refindex.OpTruncate
+		}
+		errno = n.enf.Mutate(ctx, n.contentCheck(op, key), func() syscall.Errno {
+			// Without O_CREAT: if the file vanished since, creating it now would make a file that is not
+			// the caller's; the kernel's next attempt starts over.
+			var err error
+			fd, err = n.root.open(key, oflags&^unix.O_CREAT, 0)
+			return fs.ToErrno(err)
+		})
+	}
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	if created {
+		callerOwns(ctx, func(uid, gid int) error { return unix.Fchown(fd, uid, gid) })
+	}
+	ch, err := n.newChild(ctx, fd, "", out)
+	if err != nil {
+		unix.Close(fd)
+		return nil, nil, 0, fs.ToErrno(err)
+	}
+	gn, _ := ch.Operations().(*node)
+	return ch, wrapFile(fs.NewLoopbackFile(fd), gn), 0, 0
+}
+
+// Link: a hard link to a file the index protects would give it a second, unreferenced name through which it
+// could later be truncated or rewritten; the index decides OpLink for the target, and files with several names
+// are further protected by hardLinked. linkat(2) without AT_SYMLINK_FOLLOW links a symlink found at the
+// target's name itself, never what it points at.
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	t, ok := target.(*node)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	if _, parent := t.Parent(); parent == nil {
+		// An O_TMPFILE file has no name to link from (LINK carries no descriptor).
+		return nil, syscall.EXDEV
+	}
+	from, to := t.key(), n.childKey(name)
+	var ch *fs.Inode
+	errno := n.enf.Mutate(ctx, []guard.Check{{Op: refindex.OpLink, Path: from, To: to}}, func() syscall.Errno {
+		sfd, sname, err := n.root.parent(from)
+		if err != nil {
+			return fs.ToErrno(err)
+		}
+		defer n.root.release(sfd)
+		dfd, err := n.root.dir(n.key())
+		if err != nil {
+			return fs.ToErrno(err)
+		}
+		defer n.root.release(dfd)
+		if err := unix.Linkat(sfd, sname, dfd, name, 0); err != nil {
+			return fs.ToErrno(err)
+		}
+		ch, err = n.newChild(ctx, dfd, name, out)
+		if err != nil {
+			_ = unix.Unlinkat(dfd, name, 0)
+			return fs.ToErrno(err)
+		}
+		return 0
+	})
+	return ch, errno
+}
+
+var _ fs.NodeTmpfiler = (*node)(nil)
+
+// Tmpfile makes an unnamed file (O_TMPFILE) in this folder, opened beneath the root.
+func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	fd, err := n.root.open(n.key(), openFlags(flags)|unix.O_TMPFILE, mode)
+	if err != nil {
+		return nil, nil, 0, fs.ToErrno(err)
+	}
+	callerOwns(ctx, func(uid, gid int) error { return unix.Fchown(fd, uid, gid) })
+	var st syscall.Stat_t
+	gen, err := statAt(fd, "", &st)
+	if err != nil {
+		unix.Close(fd)
+		return nil, nil, 0, fs.ToErrno(err)
+	}
+	out.Attr.FromStat(&st)
+	ch := n.NewInode(ctx, &fs.LoopbackNode{RootData: n.RootData}, n.stableAttr(&st, gen))
+	return ch, fs.NewLoopbackFile(fd), 0, 0
+}
