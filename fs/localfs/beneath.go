@@ -3,6 +3,8 @@ package localfs
 import (
 	"os"
 	"path"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -31,6 +33,7 @@ type storeRoot struct {
 	path      string
 	fd        int // O_PATH|O_DIRECTORY of path, closed by close
 	noOpenat2 atomic.Bool
+	procFd    bool // /proc/self/fd/N reaches the descriptor's file (see onFile)
 	closeOnce sync.Once
 }
 
@@ -43,7 +46,8 @@ func openStoreRoot(dir string) (*storeRoot, error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "open store root", Path: dir, Err: err}
 	}
-	return &storeRoot{path: dir, fd: fd}, nil
+	var st unix.Stat_t
+	return &storeRoot{path: dir, fd: fd, procFd: unix.Stat(procFdPath(fd), &st) == nil}, nil
 }
 
 // close closes the root descriptor; only once no request can use it any more (the FUSE server stopped).
@@ -218,3 +222,24 @@ func (r *storeRoot) rename(from, to string, flags uint32) error {
 	}
 	return unix.Renameat2(ofd, oname, nfd, nname, uint(flags))
 }
+
+// onFile runs fn on a /proc/self/fd path of key itself (a symlink too, not followed), opened beneath the
+// root with O_PATH. It serves the extended-attribute calls: the *xattr calls by path follow symlinks on the
+// way, f*xattr do not accept O_PATH descriptors, and opening the file for real is not always possible
+// (sockets, devices, files the daemon may not read). The proc path is a magic link: the call reaches the
+// opened inode itself and never follows a symlink from there (user.* attributes of a symlink are refused,
+// as on the store directly). Without /proc it falls back to the path (intermediate symlinks followed).
+func (r *storeRoot) onFile(key string, fn func(path string) error) error {
+	if !r.procFd {
+		return fn(filepath.Join(r.path, filepath.FromSlash(key)))
+	}
+	fd, err := r.open(key, unix.O_PATH|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	err = fn(procFdPath(fd))
+	unix.Close(fd)
+	return err
+}
+
+func procFdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }

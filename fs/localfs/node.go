@@ -2,6 +2,11 @@
 // with every destructive namespace change routed through a guard.Enforcer, directory listings ordered for
 // one-pass cleanup, and the index's view of each file exposed as user.ckguard.* extended attributes.
 //
+// Everything that changes the store or opens a file in it (create, mkdir, mknod, symlink, link, rename,
+// unlink, rmdir, open, opendir, setattr without a handle, xattrs) acts through descriptors resolved beneath
+// the store root held open for the mount's life, never by absolute path, and never follows a symlink on the
+// way (see storeRoot); lookups and attribute reads stay go-fuse's loopback by path.
+//
 // Data never crosses the daemon when the kernel supports FUSE passthrough: files are opened as
 // fs.LoopbackFile, which hands its descriptor to the kernel (see Mounted.Passthrough).
 package localfs
@@ -261,7 +266,12 @@ func (n *node) backdates(in *fuse.SetAttrIn) bool {
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
 	if !strings.HasPrefix(attr, xattrNS) {
-		return n.LoopbackNode.Getxattr(ctx, attr, dest)
+		var sz int
+		err := n.root.onFile(n.key(), func(p string) (err error) {
+			sz, err = unix.Getxattr(p, attr, dest)
+			return err
+		})
+		return uint32(max(sz, 0)), fs.ToErrno(err)
 	}
 	state, refs, err := n.enf.Explain(ctx, n.key())
 	if err != nil {
@@ -289,14 +299,24 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if strings.HasPrefix(attr, xattrNS) {
 		return syscall.EPERM
 	}
-	return n.LoopbackNode.Setxattr(ctx, attr, data, flags)
+	return fs.ToErrno(n.root.onFile(n.key(), func(p string) error { return unix.Setxattr(p, attr, data, int(flags)) }))
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if strings.HasPrefix(attr, xattrNS) {
 		return syscall.EPERM
 	}
-	return n.LoopbackNode.Removexattr(ctx, attr)
+	return fs.ToErrno(n.root.onFile(n.key(), func(p string) error { return unix.Removexattr(p, attr) }))
+}
+
+// Listxattr lists the file's stored attributes (the guard's own are never listed: see XattrRefs).
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	var sz int
+	err := n.root.onFile(n.key(), func(p string) (err error) {
+		sz, err = unix.Listxattr(p, dest)
+		return err
+	})
+	return uint32(max(sz, 0)), fs.ToErrno(err)
 }
 
 // OpendirHandle lists the directory in cleanup order (see listorder.Order).
