@@ -38,7 +38,8 @@ type Record struct {
 	Comm        string    `json:"comm,omitempty"`
 }
 
-// Sink receives decisions. *Log implements it; tests may use their own.
+// Sink receives decisions. *Log implements it; tests may use their own. Record must not keep r (or its
+// Referencing slice) after it returns: the caller reuses the record for the next decision.
 type Sink interface {
 	Record(r *Record) error
 }
@@ -256,6 +257,15 @@ const hexDigits = "0123456789abcdef"
 func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	for i := 0; i < len(s); {
+		// Copy the run of bytes that need no escaping in one append (file names are mostly such bytes).
+		j := i
+		for j < len(s) && s[j] >= 0x20 && s[j] < utf8.RuneSelf && s[j] != '"' && s[j] != '\\' {
+			j++
+		}
+		b = append(b, s[i:j]...)
+		if i = j; i == len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			switch {
