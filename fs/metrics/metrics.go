@@ -43,8 +43,18 @@ type Metrics struct {
 	refBytes       prometheus.Gauge
 	orphanBytes    prometheus.Gauge
 
+	// Children resolved once per label set: WithLabelValues hashes the labels and takes the vector's lock
+	// on every call, and these are counted on the path of every guarded operation.
+	decisions sync.Map // decisionKey -> prometheus.Counter
+	decideObs sync.Map // op -> prometheus.Observer
+
 	mu       sync.Mutex
 	lastSync time.Time
+}
+
+type decisionKey struct {
+	op, reason string
+	allowed    bool
 }
 
 // New creates the collectors and registers them (plus Go runtime and process collectors) in a fresh registry.
@@ -111,11 +121,22 @@ func (m *Metrics) Decision(op string, allowed bool, reason string) {
 	if m == nil {
 		return
 	}
-	if allowed {
-		m.allowed.WithLabelValues(op).Inc()
+	k := decisionKey{op: op, allowed: allowed}
+	if !allowed {
+		k.reason = reason // allowed_total has no reason label: one child per op
+	}
+	if c, ok := m.decisions.Load(k); ok {
+		c.(prometheus.Counter).Inc()
 		return
 	}
-	m.refusals.WithLabelValues(reason, op).Inc()
+	var c prometheus.Counter
+	if allowed {
+		c = m.allowed.WithLabelValues(op)
+	} else {
+		c = m.refusals.WithLabelValues(reason, op)
+	}
+	m.decisions.Store(k, c) // a racing Store keeps the same child: the vector hands out one per label set
+	c.Inc()
 }
 
 // DecisionLatency records how long the index took to decide op.
@@ -123,7 +144,12 @@ func (m *Metrics) DecisionLatency(op string, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.decideLatency.WithLabelValues(op).Observe(d.Seconds())
+	o, ok := m.decideObs.Load(op)
+	if !ok {
+		o = m.decideLatency.WithLabelValues(op)
+		m.decideObs.Store(op, o)
+	}
+	o.(prometheus.Observer).Observe(d.Seconds())
 }
 
 // NotifyError counts a change the index failed to record; kind is "deleted", "written" or "renamed".

@@ -55,3 +55,13 @@ func TestNilMetricsAreNoops(t *testing.T) {
 	m.NotifyError("deleted")
 	m.SetIndexStats(IndexStats{})
 }
+
+// Decision is counted on the path of every guarded operation: it must not allocate.
+func BenchmarkDecision(b *testing.B) {
+	m := New()
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Decision("unlink", true, "allowed")
+		m.DecisionLatency("unlink", time.Microsecond)
+	}
+}
