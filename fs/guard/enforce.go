@@ -73,6 +73,10 @@ type Enforcer struct {
 	mu sync.RWMutex
 
 	comms commCache
+
+	// records recycles audit records: one is built for every decision, and a steady stream of them
+	// (rm -rf of a job folder) would otherwise be garbage the daemon pays for in GC cycles.
+	records sync.Pool
 }
 
 // NewEnforcer checks cfg and returns an Enforcer.
@@ -88,6 +92,7 @@ func NewEnforcer(cfg Config) (*Enforcer, error) {
 		e.log = slog.Default()
 	}
 	e.comms.entries = make(map[uint32]commEntry)
+	e.records.New = func() any { return new(audit.Record) }
 	return e, nil
 }
 
@@ -116,7 +121,13 @@ func (e *Enforcer) MutateExclusive(ctx context.Context, checks []Check, do func(
 func (e *Enforcer) mutateLocked(ctx context.Context, checks []Check, do func() syscall.Errno) syscall.Errno {
 	// All questions first, then the record: an operation refused for one of its paths (a rename onto a
 	// referenced file) is logged as that refusal, not as an allowed source followed by a refusal.
-	ds := make([]refindex.Decision, len(checks))
+	// Every guarded operation asks about one or two paths; the array keeps the decisions off the heap.
+	var arr [2]refindex.Decision
+	ds := arr[:0]
+	if len(checks) > len(arr) {
+		ds = make([]refindex.Decision, 0, len(checks))
+	}
+	ds = ds[:len(checks)]
 	refused := false
 	for i, c := range checks {
 		if c.Decided != nil {
@@ -180,6 +191,7 @@ func (e *Enforcer) record1(ctx context.Context, c Check, d refindex.Decision) sy
 	}
 	e.metrics.Decision(c.Op.String(), d.Allow, string(d.Reason))
 	rec := e.record(ctx, c.Op.String(), c.Path, c.To)
+	defer e.putRecord(rec)
 	rec.Reason = string(d.Reason)
 	rec.Message = d.Message
 	rec.Referencing = d.Referencing
@@ -260,6 +272,7 @@ func (e *Enforcer) notifyFailed(ctx context.Context, kind, p, to string, err err
 	e.log.Error("index could not record a change made through the mount", "change", kind, "path", p, "to", to, "err", err)
 	if e.audit != nil {
 		rec := e.record(ctx, "index-"+kind, p, to)
+		defer e.putRecord(rec)
 		rec.Decision = "error"
 		rec.Reason = "index-notify-failed"
 		rec.Message = err.Error()
@@ -274,13 +287,21 @@ func (e *Enforcer) Explain(ctx context.Context, p string) (string, []string, err
 	return e.checker.Explain(ctx, p)
 }
 
+// record returns a record of op from the pool, filled with the time and the caller; hand it back with
+// putRecord once the sink has it (audit.Sink must not keep the record after Record returns).
 func (e *Enforcer) record(ctx context.Context, op, p, to string) *audit.Record {
-	r := &audit.Record{Time: time.Now().UTC(), Op: op, Path: p, To: to}
+	r := e.records.Get().(*audit.Record)
+	*r = audit.Record{Time: time.Now().UTC(), Op: op, Path: p, To: to}
 	if c, ok := fuse.FromContext(ctx); ok && c != nil {
 		r.PID, r.UID, r.GID = c.Pid, c.Uid, c.Gid
 		r.Comm = e.comms.get(c.Pid)
 	}
 	return r
+}
+
+func (e *Enforcer) putRecord(r *audit.Record) {
+	*r = audit.Record{} // drop the strings it points at
+	e.records.Put(r)
 }
 
 func errnoName(e syscall.Errno) string {
