@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,6 +29,7 @@ type Proxy struct {
 	srv *http.Server
 	mu  sync.Mutex
 	rng *rand.Rand
+	ops map[string]int64 // requests by Op(r), under mu
 }
 
 // NewProxy starts a proxy on a free 127.0.0.1 port in front of target; it is closed at the end of the test.
@@ -41,11 +43,14 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{URL: "http://" + l.Addr().String(), rng: rand.New(rand.NewPCG(1, 2))}
+	p := &Proxy{URL: "http://" + l.Addr().String(), rng: rand.New(rand.NewPCG(1, 2)), ops: map[string]int64{}}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.ErrorLog = nil
 	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.requests.Add(1)
+		p.mu.Lock()
+		p.ops[Op(r)]++
+		p.mu.Unlock()
 		if p.killed.Load() {
 			p.failed.Add(1)
 			if hj, ok := w.(http.Hijacker); ok {
@@ -96,3 +101,61 @@ func (p *Proxy) Revive() { p.killed.Store(false) }
 
 // Stats returns the number of requests seen and of injected failures.
 func (p *Proxy) Stats() (requests, failed int64) { return p.requests.Load(), p.failed.Load() }
+
+// Ops returns the requests seen so far by S3 operation (Op), and resets the counts: a test measures one
+// step at a time.
+func (p *Proxy) Ops() map[string]int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.ops
+	p.ops = map[string]int64{}
+	return out
+}
+
+// Op names the S3 operation of a path-style request, enough to count what a client did: "ListObjectsV2",
+// "HeadObject", "GetObject", "PutObject", "DeleteObject", "DeleteObjects", "CopyObject", "HeadBucket",
+// multipart calls, else "METHOD".
+func Op(r *http.Request) string {
+	q := r.URL.Query()
+	object := strings.Count(strings.Trim(r.URL.Path, "/"), "/") > 0 // path style: /bucket/key
+	switch r.Method {
+	case http.MethodGet:
+		switch {
+		case q.Has("list-type"):
+			return "ListObjectsV2"
+		case object:
+			return "GetObject"
+		}
+		return "ListObjects"
+	case http.MethodHead:
+		if object {
+			return "HeadObject"
+		}
+		return "HeadBucket"
+	case http.MethodPut:
+		switch {
+		case q.Has("partNumber"):
+			return "UploadPart"
+		case r.Header.Get("X-Amz-Copy-Source") != "":
+			return "CopyObject"
+		case object:
+			return "PutObject"
+		}
+		return "CreateBucket"
+	case http.MethodDelete:
+		if q.Has("uploadId") {
+			return "AbortMultipartUpload"
+		}
+		return "DeleteObject"
+	case http.MethodPost:
+		switch {
+		case q.Has("delete"):
+			return "DeleteObjects"
+		case q.Has("uploads"):
+			return "CreateMultipartUpload"
+		case q.Has("uploadId"):
+			return "CompleteMultipartUpload"
+		}
+	}
+	return r.Method
+}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -109,6 +110,20 @@ func (f *filesystem) stat(ctx context.Context, key string, maxAge time.Duration)
 		}
 		return e.Obj, nil
 	}
+	// A key some listing or HEAD saw before (its entry expired): most likely a walk over a listed folder
+	// (rm -rf, find, ls -l taking longer than StatTTL). One listing page from the key on answers it and
+	// the next ~1,000 keys, where a HEAD and a one-key listing per key would cost two requests each.
+	// Callers that want a fresh answer about one key (maxAge 0: open, create, rename) keep the HEAD.
+	if _, ok := f.cache.Get(key, staleHint); ok && maxAge > 0 {
+		if o, exists, ok, err := f.refresh(ctx, key); err != nil {
+			return s3client.Object{}, err
+		} else if ok {
+			if !exists {
+				return s3client.Object{}, &fs.PathError{Op: "stat", Path: key, Err: fs.ErrNotExist}
+			}
+			return o, nil
+		}
+	}
 	var (
 		wg         sync.WaitGroup
 		head       s3client.Object
@@ -144,6 +159,68 @@ func (f *filesystem) stat(ctx context.Context, key string, maxAge time.Duration)
 	}
 	f.cache.Put(key, head, true)
 	return head, nil
+}
+
+// staleHint bounds how old a forgotten cache entry may be to make stat refresh a whole listing page.
+const staleHint = 10 * time.Minute
+
+// refresh lists the key's folder (with delimiter) from just before key, fills the cache with every entry
+// of that page, and answers stat for key when the page is conclusive: it reaches past "key/" (where a
+// directory of that name would be listed) or is the folder's last page. ok=false: not conclusive (more
+// than a page of keys sort between key and "key/"), the caller asks the usual way.
+func (f *filesystem) refresh(ctx context.Context, key string) (o s3client.Object, exists, ok bool, err error) {
+	dir := ""
+	if i := strings.LastIndexByte(key, '/'); i >= 0 {
+		dir = key[:i+1]
+	}
+	pg, err := f.c.ListPage(ctx, dir, true, "", justBefore(key), f.opts.PageSize)
+	if err != nil {
+		return s3client.Object{}, false, false, err
+	}
+	last := ""
+	seen := make(map[string]bool, len(pg.Prefixes))
+	for _, p := range pg.Prefixes {
+		last = max(last, p+"/")
+		if !validName(strings.TrimPrefix(p, dir)) {
+			continue
+		}
+		seen[p] = true
+		d := s3client.Object{Key: p, IsDir: true}
+		f.cache.Put(p, d, true)
+		if p == key {
+			o, exists = d, true
+		}
+	}
+	for _, ob := range pg.Objects {
+		last = max(last, ob.Key)
+		name := strings.TrimPrefix(ob.Key, dir)
+		if !validName(name) || seen[ob.Key] {
+			continue // the folder's own marker, odd keys, or a file hidden by a directory of the same name
+		}
+		f.cache.Put(ob.Key, ob, true)
+		if ob.Key == key {
+			o, exists = ob, true
+		}
+	}
+	if o.IsDir || pg.Next == "" || last >= key+"/" {
+		if !exists {
+			f.cache.Put(key, s3client.Object{Key: key}, false)
+		}
+		return o, exists, true, nil
+	}
+	return s3client.Object{}, false, false, nil
+}
+
+// justBefore returns a StartAfter value for a listing that starts at key: a string below key with no valid
+// key between them in practice (the last ASCII byte decremented, then U+10FFFF, the highest code point),
+// or key without its last rune when that byte is not plain ASCII.
+func justBefore(key string) string {
+	c := key[len(key)-1]
+	if c > 0x20 && c < 0x7f {
+		return key[:len(key)-1] + string(c-1) + "\U0010FFFF"
+	}
+	_, size := utf8.DecodeLastRuneInString(key)
+	return key[:len(key)-size]
 }
 
 func (n *node) newChild(ctx context.Context, o s3client.Object) *gofs.Inode {
