@@ -234,19 +234,19 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 			// cp -p, rsync -t onto an existing file) would take it out of grace and make it deletable, so
 			// it is decided like a write of the file (review M6). Moving mtime forward or to now is free.
 			return n.enf.Mutate(ctx, n.contentCheck(refindex.OpWrite, n.key()), func() syscall.Errno {
-				return n.LoopbackNode.Setattr(ctx, f, in, out)
+				return n.setattr(ctx, f, in, out)
 			})
 		}
-		return n.LoopbackNode.Setattr(ctx, f, in, out)
+		return n.setattr(ctx, f, in, out)
 	}
 	key := n.key()
 	var st syscall.Stat_t
 	if err := n.root.lstat(key, &st); err == nil && uint64(st.Size) == sz {
 		// Setting the size it already has changes nothing (this is what O_TRUNC of an empty file sends).
-		return n.LoopbackNode.Setattr(ctx, f, in, out)
+		return n.setattr(ctx, f, in, out)
 	}
 	return n.enf.Mutate(ctx, n.contentCheck(refindex.OpTruncate, key), func() syscall.Errno {
-		return n.LoopbackNode.Setattr(ctx, f, in, out)
+		return n.setattr(ctx, f, in, out)
 	})
 }
 

@@ -35,7 +35,8 @@ func snapshot(t *testing.T, dir string) string {
 		}
 		var st syscall.Stat_t
 		if err := syscall.Lstat(p, &st); err == nil {
-			b.WriteString(" nlink=" + itoa(uint64(st.Nlink)))
+			b.WriteString(" nlink=" + itoa(uint64(st.Nlink)) + " owner=" + itoa(uint64(st.Uid)) + ":" + itoa(uint64(st.Gid)) +
+				" mtime=" + itoa(uint64(st.Mtim.Nano())))
 		}
 		if sz, err := unix.Llistxattr(p, nil); err == nil && sz > 0 {
 			buf := make([]byte, sz)
@@ -111,6 +112,13 @@ var swapOps = []swapOp{
 		refindex.OpRename, "job/free"},
 	{"unlink", func(m func(string) string) error { return os.Remove(m("job/chk-1/x")) }, refindex.OpUnlink, "job/chk-1/x"},
 	{"rmdir", func(m func(string) string) error { return syscall.Rmdir(m("job/chk-1/d")) }, refindex.OpRmdir, "job/chk-1/d"},
+	{"lchown symlink", func(m func(string) string) error { return os.Lchown(m("job/chk-1/sl"), 4321, 4321) }, -1, ""},
+	{"utimes symlink", func(m func(string) string) error {
+		ts := []unix.Timespec{unix.NsecToTimespec(1e18), unix.NsecToTimespec(1e18)}
+		return unix.UtimesNanoAt(unix.AT_FDCWD, m("job/chk-1/sl"), ts, unix.AT_SYMLINK_NOFOLLOW)
+	}, -1, ""},
+	{"chmod fifo", func(m func(string) string) error { return os.Chmod(m("job/chk-1/ff"), 0o600) }, -1, ""},
+	{"chown file", func(m func(string) string) error { return os.Chown(m("job/chk-1/x"), 4321, 4321) }, -1, ""},
 	{"setxattr", func(m func(string) string) error { return unix.Setxattr(m("job/chk-1/x"), "user.evil", []byte("1"), 0) }, -1, ""},
 	{"removexattr", func(m func(string) string) error { return unix.Removexattr(m("job/chk-1/x"), "user.keep") }, -1, ""},
 }
@@ -158,10 +166,18 @@ func runSwap(t *testing.T, op swapOp, during bool) {
 	if err := os.Remove(filepath.Join(outside, "d/keep")); err != nil { // an empty folder d, as rmdir needs
 		t.Fatal(err)
 	}
+	for _, dir := range []string{outside, filepath.Join(e.store, "job/chk-1")} {
+		if err := os.Symlink("x", filepath.Join(dir, "sl")); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mkfifo(filepath.Join(dir, "ff"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	before := snapshot(t, outside)
 
 	// The kernel learns the real folder and the files in it.
-	for _, k := range []string{"job/chk-1", "job/chk-1/x", "job/chk-1/d", "job/free"} {
+	for _, k := range []string{"job/chk-1", "job/chk-1/x", "job/chk-1/d", "job/chk-1/sl", "job/chk-1/ff", "job/free"} {
 		if _, err := os.Lstat(m(k)); err != nil {
 			t.Fatal(err)
 		}
@@ -222,8 +238,13 @@ func TestNamespaceOpsWithoutSwap(t *testing.T) {
 		{"rename dir", func() error { return os.Rename(m("job/chk-1/newdir"), m("newdir")) }, []string{"newdir"}},
 		{"chmod dir", func() error { return os.Chmod(m("job/chk-1"), 0o700) }, nil},
 		{"setxattr", func() error { return unix.Setxattr(m("job/free"), "user.a", []byte("1"), 0) }, nil},
+		{"chmod fifo", func() error { return os.Chmod(m("job/fifo"), 0o600) }, nil},
+		{"lchown symlink", func() error { return os.Lchown(m("job/ln"), 4321, 4321) }, nil},
 	}
 	for _, s := range steps {
+		if s.name == "lchown symlink" && os.Geteuid() != 0 {
+			continue
+		}
 		if err := s.do(); err != nil {
 			if s.name == "setxattr" && errors.Is(err, unix.ENOTSUP) {
 				continue
@@ -244,6 +265,16 @@ func TestNamespaceOpsWithoutSwap(t *testing.T) {
 	}
 	if st, err := os.Stat(filepath.Join(e.store, "job/chk-1")); err != nil || st.Mode().Perm() != 0o700 {
 		t.Errorf("chmod dir: %v %v", st, err)
+	}
+	if st, err := os.Lstat(filepath.Join(e.store, "job/fifo")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("chmod fifo: %v %v", st, err)
+	}
+	var ls, xs syscall.Stat_t
+	if err := syscall.Lstat(filepath.Join(e.store, "job/ln"), &ls); os.Geteuid() == 0 && (err != nil || ls.Uid != 4321) {
+		t.Errorf("lchown symlink: uid %d %v", ls.Uid, err)
+	}
+	if err := syscall.Lstat(filepath.Join(e.store, "job/chk-1/x"), &xs); err != nil || xs.Uid == 4321 {
+		t.Errorf("lchown of a symlink changed its target: uid %d %v", xs.Uid, err)
 	}
 	// Inode numbers of created entries match a fresh lookup (one inode per file for go-fuse and the kernel).
 	var a, b syscall.Stat_t
