@@ -3,7 +3,10 @@
 #   plain   - the store directory itself
 #   unguard - an unguarded go-fuse loopback mount (fs/internal/cmd/plainloop, same mount options)
 #   guard   - `ckguard mount` over the same store (index built, every deletion decided and audited)
-# Prints seconds (best of $RUNS) and the ratios; target guard/unguard <= 1.05.
+# Prints seconds (best and median of $RUNS) and the ratios; target guard/unguard <= 1.05. For the rm runs it
+# also prints the mount daemon's CPU time per deleted file (user+sys of the daemon process, from
+# /proc/PID/stat) and, when perf is installed, its context switches per file: on a shared machine these are
+# steadier than wall time. The load average is printed before and after, to judge how noisy the figures are.
 # Needs root (or /dev/fuse access) and fuse3. Env: CKGUARD (binary, default bin/ckguard), N_RM (10000),
 # N_FIND (100000), RUNS (3), BENCH_DIR (default a temp dir under /tmp).
 set -euo pipefail
@@ -79,17 +82,40 @@ stop() {
 }
 
 best() { python3 -c 'import sys; print(min(float(x) for x in sys.argv[1:]))' "$@"; }
+median() { python3 -c 'import sys, statistics; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
 
 # Runs are interleaved (plain, unguarded, guard, plain, ...) so drifting machine load hits every contender
 # alike; the best run of each counts.
-declare -A RM FIND RMT FINDT
+# cpu_ticks PID: user+sys clock ticks the process has used (all its threads, live or exited).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+TICK=$(getconf CLK_TCK)
+PERF=$(command -v perf || true)
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+
+declare -A RM FIND RMT FINDT RMCPU RMCS RMMED FINDMED
 for r in $(seq 1 "$RUNS"); do
 	for kind in plain unguard guard; do
 		store="$WORK/rm-$kind-$r"
 		make_files "$store" "$N_RM"
 		sync
 		start "$kind" "$store"
+		if [ -n "$PID" ]; then
+			c0=$(cpu_ticks "$PID")
+			if [ -n "$PERF" ]; then
+				"$PERF" stat -e context-switches -x, -o "$WORK/perf-$kind" -p "$PID" & PERFPID=$!
+				sleep 0.2 # perf attaches asynchronously
+			fi
+		fi
 		t0=$(now); rm -rf "$DIR/job_old"; t1=$(now)
+		if [ -n "$PID" ]; then
+			c1=$(cpu_ticks "$PID")
+			RMCPU[$kind]="${RMCPU[$kind]:-} $(python3 -c "print(($c1-$c0)/$TICK/$N_RM*1e6)")"
+			if [ -n "$PERF" ]; then
+				kill -INT "$PERFPID"; wait "$PERFPID" || true
+				cs=$(awk -F, '/context-switches/{print $1}' "$WORK/perf-$kind")
+				RMCS[$kind]="${RMCS[$kind]:-} $(python3 -c "print($cs/$N_RM)")"
+			fi
+		fi
 		stop
 		left=$(find "$store" -type f | wc -l)
 		[ "$left" -eq 0 ] || { echo "$kind: rm -rf left $left files" >&2; exit 1; }
@@ -97,7 +123,7 @@ for r in $(seq 1 "$RUNS"); do
 		rm -rf "$store"
 	done
 done
-for kind in plain unguard guard; do RM[$kind]=$(best ${RMT[$kind]}); done
+for kind in plain unguard guard; do RM[$kind]=$(best ${RMT[$kind]}); RMMED[$kind]=$(median ${RMT[$kind]}); done
 
 FSTORE="$WORK/find-store"
 make_files "$FSTORE" "$N_FIND"
@@ -111,15 +137,28 @@ for r in $(seq 1 "$RUNS"); do
 		FINDT[$kind]="${FINDT[$kind]:-} $(python3 -c "print($t1-$t0)")"
 	done
 done
-for kind in plain unguard guard; do FIND[$kind]=$(best ${FINDT[$kind]}); done
+for kind in plain unguard guard; do FIND[$kind]=$(best ${FINDT[$kind]}); FINDMED[$kind]=$(median ${FINDT[$kind]}); done
+LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 
-python3 - "${RM[plain]}" "${RM[unguard]}" "${RM[guard]}" "${FIND[plain]}" "${FIND[unguard]}" "${FIND[guard]}" "$N_RM" "$N_FIND" "$RUNS" <<'PY'
-import sys
+python3 - "${RM[plain]}" "${RM[unguard]}" "${RM[guard]}" "${FIND[plain]}" "${FIND[unguard]}" "${FIND[guard]}" "$N_RM" "$N_FIND" "$RUNS" \
+	"${RMMED[plain]}" "${RMMED[unguard]}" "${RMMED[guard]}" "${FINDMED[plain]}" "${FINDMED[unguard]}" "${FINDMED[guard]}" \
+	"${RMCPU[unguard]}" "${RMCPU[guard]}" "${RMCS[unguard]:-}" "${RMCS[guard]:-}" "$LOAD0" "$LOAD1" <<'PY'
+import statistics, sys
 rp, ru, rg, fp, fu, fg = map(float, sys.argv[1:7])
 nrm, nfind, runs = sys.argv[7:10]
-print(f"bench-mount (best of {runs}; seconds)")
+mrp, mru, mrg, mfp, mfu, mfg = map(float, sys.argv[10:16])
+cpu_u, cpu_g, cs_u, cs_g = (sorted(map(float, a.split())) for a in sys.argv[16:20])
+load0, load1 = sys.argv[20:22]
+print(f"bench-mount (best of {runs}, median in brackets; seconds; load average {load0} before, {load1} after)")
 print(f"{'workload':<34}{'plain':>9}{'unguarded':>11}{'guard':>9}{'guard/unguarded':>17}{'guard/plain':>13}")
 print(f"{'rm -rf ' + nrm + ' unreferenced files':<34}{rp:>9.3f}{ru:>11.3f}{rg:>9.3f}{rg/ru:>17.3f}{rg/rp:>13.2f}")
+print(f"{'  (median)':<34}{mrp:>9.3f}{mru:>11.3f}{mrg:>9.3f}{mrg/mru:>17.3f}{mrg/mrp:>13.2f}")
 print(f"{'find -type f over ' + nfind + ' files':<34}{fp:>9.3f}{fu:>11.3f}{fg:>9.3f}{fg/fu:>17.3f}{fg/fp:>13.2f}")
+print(f"{'  (median)':<34}{mfp:>9.3f}{mfu:>11.3f}{mfg:>9.3f}{mfg/mfu:>17.3f}{mfg/mfp:>13.2f}")
+cu, cg = statistics.median(cpu_u), statistics.median(cpu_g)
+print(f"rm -rf daemon CPU per file (median): unguarded {cu:.1f} us, guard {cg:.1f} us, guard adds {cg-cu:.1f} us")
+if cs_u and cs_g:
+    su, sg = statistics.median(cs_u), statistics.median(cs_g)
+    print(f"rm -rf daemon context switches per file (median): unguarded {su:.2f}, guard {sg:.2f}")
 print("target: guard/unguarded <= 1.05")
 PY

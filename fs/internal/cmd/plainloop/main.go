@@ -17,9 +17,10 @@ import (
 
 func main() {
 	ready := flag.String("ready", "", "create this file once mounted")
+	debug := flag.Bool("debug", false, "log every FUSE request (to compare the requests both mounts get)")
 	flag.Parse()
 	if flag.NArg() != 2 {
-		fmt.Fprintln(os.Stderr, "usage: plainloop [-ready FILE] STORE MOUNTPOINT")
+		fmt.Fprintln(os.Stderr, "usage: plainloop [-ready FILE] [-debug] STORE MOUNTPOINT")
 		os.Exit(2)
 	}
 	root, err := fs.NewLoopbackRoot(flag.Arg(0))
@@ -31,7 +32,7 @@ func main() {
 	neg := time.Duration(0)
 	opts := &fs.Options{EntryTimeout: &sec, AttrTimeout: &sec, NegativeTimeout: &neg,
 		MountOptions: fuse.MountOptions{FsName: flag.Arg(0), Name: "plainloop", DirectMount: true,
-			Options: []string{"default_permissions"}, MaxStackDepth: 2}}
+			Options: []string{"default_permissions"}, MaxStackDepth: 2, Debug: *debug}}
 	server, err := fs.Mount(flag.Arg(1), root, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "plainloop:", err)
