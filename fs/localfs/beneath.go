@@ -60,9 +60,9 @@ func (r *storeRoot) close() {
 // symlinks followed: the pre-5.6 behaviour).
 func (r *storeRoot) openat2(rel string, flags int, mode uint32) (int, error) {
 	if !r.noOpenat2.Load() {
-		for {
+		for try := 0; ; try++ {
 			fd, err := unix.Openat2(r.fd, rel, &unix.OpenHow{Flags: uint64(flags) | unix.O_CLOEXEC, Mode: uint64(mode), Resolve: resolveBeneath})
-			if err == unix.EAGAIN {
+			if err == unix.EAGAIN && try < 8 {
 				// RESOLVE_BENEATH may ask to retry when a rename raced the lookup of a ".." component (keys
 				// have none, so this is only defensive).
 				continue
