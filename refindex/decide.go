@@ -53,6 +53,9 @@ func (ix *Index) Decide(ctx context.Context, p string, op Op) Decision {
 		return refuse(ReasonStoreError, fmt.Sprintf("refusing to %s %s: %v", op, key, err))
 	}
 	defer v.release()
+	if v.filt == nil {
+		v.g.filtOnce.Do(func() { ix.startFilter(v.g) })
+	}
 	return ix.decide(ctx, v, key, op, maxNamed)
 }
 
@@ -241,13 +244,8 @@ func (ix *Index) inGrace(v *view, o store.ObjectInfo, now time.Time) (bool, time
 	if c := v.st.ckpts[o.Path]; c != nil && c.Err == "" {
 		return false, age
 	}
-	var retired bool
-	_ = v.g.db.View(func(txn *badger.Txn) error {
-		_, err := txn.Get(tombKey(o.Path))
-		retired = err == nil
-		return nil
-	})
-	return !retired, age
+	_, err := v.snap.txn.Get(tombKey(o.Path))
+	return err != nil, age
 }
 
 // refsSelf reports whether key itself (not only something below it) is referenced.
@@ -278,7 +276,8 @@ func (ix *Index) referencing(v *view, key string, below bool, limit int) (names 
 		}
 	}
 	scanned := 0
-	err = v.g.db.View(func(txn *badger.Txn) error {
+	txn := v.snap.txn
+	err = func() error {
 		scan := func(prefix []byte, tbl string, dedupe bool) {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 			defer it.Close()
@@ -293,7 +292,8 @@ func (ix *Index) referencing(v *view, key string, below bool, limit int) (names 
 				}
 			}
 		}
-		if key != "" {
+		// The filter proves most unreferenced files have no reverse entry without touching badger.
+		if key != "" && !v.filt.unreferenced(key) {
 			scan(append([]byte(tblReverse+key), 0), tblReverse, below || len(v.st.dirRefs) > 0)
 		}
 		if below && !bounded {
@@ -324,7 +324,7 @@ func (ix *Index) referencing(v *view, key string, below bool, limit int) (names 
 			}
 		}
 		return nil
-	})
+	}()
 	return names, n, bounded, err
 }
 

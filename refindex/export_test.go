@@ -1,9 +1,88 @@
 package refindex
 
+import (
+	"context"
+	"fmt"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/ckguard/ckguard/refindex/store"
+)
+
 // SetReadWholeMax lowers the size up to which a _metadata is read whole (tests of the streaming
 // path); call the returned function to restore it.
 func SetReadWholeMax(n int64) (restore func()) {
 	old := readWholeMax
 	readWholeMax = n
 	return func() { readWholeMax = old }
+}
+
+// FilterReady reports whether the current generation's reference filter is built (a decision starts
+// the build of an opened generation's filter in the background).
+func FilterReady(ix *Index) bool {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	f := ix.cur.filt.Load()
+	return f != nil && f.ready.Load()
+}
+
+// CheckFilter compares the current generation's reference filter with the reverse table: every slot
+// must hold exactly the number of reverse entries hashing to it (the caller holds no view, so no
+// decrement is pending). A lower count would let Decide allow a referenced file.
+func CheckFilter(ix *Index) error {
+	v, err := ix.acquire()
+	if err != nil {
+		return err
+	}
+	f := v.filt
+	if f == nil || !f.ready.Load() {
+		v.release()
+		return nil
+	}
+	want := map[uint64]uint32{}
+	err = v.g.db.View(func(txn *badger.Txn) error {
+		prefix := []byte(tblReverse)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			obj, _ := splitPair(it.Item().Key(), tblReverse)
+			want[f.hash(obj)&f.mask]++
+		}
+		return nil
+	})
+	v.release() // before reading the slots: finishing snapshots applies their decrements
+	if err != nil {
+		return err
+	}
+	for i := range f.slots {
+		got, w := f.slots[i].Load(), want[uint64(i)]
+		if got < w {
+			return fmt.Errorf("reference filter slot %d counts %d reverse entries, the index holds %d: under-count", i, got, w)
+		}
+		if got != w {
+			return fmt.Errorf("reference filter slot %d counts %d reverse entries, the index holds %d", i, got, w)
+		}
+	}
+	return nil
+}
+
+// BreakFilter makes apply skip the filter increments (a test that the model test catches it).
+func BreakFilter() (restore func()) {
+	testSkipFilterInc = true
+	return func() { testSkipFilterInc = false }
+}
+
+// DecideExact is Decide without the reference filter (the exact badger scan for every object).
+func DecideExact(ix *Index, ctx context.Context, p string, op Op) Decision {
+	key, err := store.CleanKey(p)
+	if err != nil {
+		return refuse(ReasonStoreError, err.Error())
+	}
+	v, err := ix.acquire()
+	if err != nil {
+		return refuse(ReasonStoreError, err.Error())
+	}
+	defer v.release()
+	v.filt = nil
+	return ix.decide(ctx, v, key, op, maxNamed)
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -89,10 +90,13 @@ type Index struct {
 	writeMu sync.Mutex     // serialises index writes: Sync's apply, Rebuild, the Note*/IndexMetadata writers
 	bg      sync.WaitGroup // closing of previous generations
 
+	done chan struct{} // closed by Close: stops background work (filter builds)
+
 	mu    sync.RWMutex // guards everything below
 	pol   Policy
 	cur   *generation
 	state *memState
+	snap  *snapshot            // read transaction of cur matching state (replaced with it)
 	pins  map[string]time.Time // _metadata key → pin time (kept beside the generations)
 
 	lastSync    time.Time // start time of the last complete listing
@@ -107,6 +111,10 @@ type generation struct {
 	db    *badger.DB
 	n     int
 	users sync.WaitGroup
+	// filt is the generation's reference filter: built by a rebuild, or in the background from the
+	// reverse table on the first decision after opening an existing generation (filtOnce).
+	filt     atomic.Pointer[refFilter]
+	filtOnce sync.Once
 }
 
 // memState is the in-memory part of the index: small tables consulted on every decision.
@@ -259,7 +267,7 @@ func Open(dir string, st store.Store, pol Policy, opts ...Option) (*Index, error
 		lock.Close()
 		return nil, fmt.Errorf("%w: %s (is a `ckguard mount` running? query it through its control socket, or stop it first)", ErrLocked, dir)
 	}
-	ix := &Index{dir: dir, st: st, norm: norm, opt: o, log: o.log, lock: lock, pol: pol, state: newMemState()}
+	ix := &Index{dir: dir, st: st, norm: norm, opt: o, log: o.log, lock: lock, pol: pol, state: newMemState(), done: make(chan struct{})}
 	if err := ix.openCurrent(); err != nil {
 		lock.Close()
 		return nil, err
@@ -386,7 +394,11 @@ func (ix *Index) openCurrent() error {
 		return fmt.Errorf("index %s: %w", ix.dir, err)
 	}
 	ix.removeStaleGenerations(next)
-	ix.cur, ix.needRebuild = &generation{db: db, n: next}, true
+	g := &generation{db: db, n: next}
+	f := newRefFilter(0) // empty generation: nothing is referenced
+	f.ready.Store(true)
+	g.filt.Store(f)
+	ix.cur, ix.snap, ix.needRebuild = g, newSnapshot(g), true
 	return nil
 }
 
@@ -423,7 +435,8 @@ func (ix *Index) openExisting(cur int) error {
 		db.Close()
 		return fmt.Errorf("open index %s: %w (run `ckguard index rebuild`)", ix.dir, err)
 	}
-	ix.cur, ix.state, ix.lastSync, ix.syncErr = &generation{db: db, n: cur}, st, last, syncErr
+	g := &generation{db: db, n: cur}
+	ix.cur, ix.snap, ix.state, ix.lastSync, ix.syncErr = g, newSnapshot(g), st, last, syncErr
 	if fp != ix.norm.Fingerprint() {
 		ix.log.Info("path mapping changed since the index was built; the next sync rebuilds it", "index", ix.dir)
 		ix.needRebuild = true
@@ -540,8 +553,10 @@ func (ix *Index) Close() error {
 		return nil
 	}
 	ix.closed = true
+	close(ix.done)
 	ix.bg.Wait()
 	ix.cur.users.Wait()
+	ix.snap.release() // the last user: discards its transaction before the DB closes
 	err := ix.cur.db.Close()
 	ix.lock.Close()
 	return err
@@ -550,6 +565,8 @@ func (ix *Index) Close() error {
 // view is a consistent read view: one generation (held until release) and the state that goes with it.
 type view struct {
 	g       *generation
+	snap    *snapshot  // read transaction matching st
+	filt    *refFilter // the generation's filter as of acquire (nil or not ready: not consulted)
 	st      *memState
 	pol     Policy
 	last    time.Time
@@ -567,19 +584,64 @@ func (ix *Index) acquire() (*view, error) {
 		return nil, errors.New("index is closed")
 	}
 	ix.cur.users.Add(1)
-	return &view{g: ix.cur, st: ix.state, pol: ix.pol, last: ix.lastSync, syncErr: ix.syncErr, pins: ix.pins, remap: ix.needRebuild && !ix.lastSync.IsZero()}, nil
+	ix.snap.acquire()
+	return &view{g: ix.cur, snap: ix.snap, filt: ix.cur.filt.Load(), st: ix.state, pol: ix.pol, last: ix.lastSync, syncErr: ix.syncErr, pins: ix.pins, remap: ix.needRebuild && !ix.lastSync.IsZero()}, nil
 }
 
-func (v *view) release() { v.g.users.Done() }
+// release ends the view: the snapshot first (finishing it may discard its transaction), then the
+// generation (whose DB may then close).
+func (v *view) release() {
+	v.snap.release()
+	v.g.users.Done()
+}
+
+// startFilter builds the reference filter of generation g in the background (an existing generation
+// opened without one). It takes its snapshot under writeMu, so that every later commit adjusts the
+// filter and no earlier one needs to; until the scan completes the filter is not consulted.
+func (ix *Index) startFilter(g *generation) {
+	go func() {
+		ix.writeMu.Lock()
+		ix.mu.RLock()
+		if ix.closed || ix.cur != g || g.filt.Load() != nil {
+			ix.mu.RUnlock()
+			ix.writeMu.Unlock()
+			return
+		}
+		refs := 0
+		for _, c := range ix.state.ckpts {
+			refs += c.Refs
+		}
+		g.users.Add(1)
+		ix.bg.Add(1) // under writeMu, which Close holds while it waits for bg
+		ix.mu.RUnlock()
+		// The number of distinct objects is not stored; incremental checkpoints reference a shared
+		// file from about as many checkpoints as it survives, so assume ~16 references per object
+		// (a wrong guess only changes how many unreferenced files fall back to the exact scan).
+		f := newRefFilter(refs / 16)
+		g.filt.Store(f)
+		txn := g.db.NewTransaction(false)
+		ix.writeMu.Unlock()
+		defer ix.bg.Done()
+		defer g.users.Done()
+		defer txn.Discard()
+		t0 := time.Now()
+		if f.fill(txn, ix.done) {
+			f.ready.Store(true)
+			ix.log.Debug("reference filter built", "generation", g.n, "slots", len(f.slots), "took", time.Since(t0).Round(time.Millisecond))
+		}
+	}()
+}
 
 // switchGeneration makes g (already committed via CURRENT) the live generation with state st. The
 // previous one is closed in the background once its last reader (a long orphans walk, say) is done,
 // so writers through the mount are not held up.
 func (ix *Index) switchGeneration(g *generation, st *memState, last time.Time) {
+	snap := newSnapshot(g)
 	ix.mu.Lock()
-	old := ix.cur
-	ix.cur, ix.state, ix.lastSync, ix.syncErr, ix.needRebuild = g, st, last, "", false
+	old, oldSnap := ix.cur, ix.snap
+	ix.cur, ix.snap, ix.state, ix.lastSync, ix.syncErr, ix.needRebuild = g, snap, st, last, "", false
 	ix.mu.Unlock()
+	oldSnap.release() // no longer current; finished with its last view
 	ix.bg.Add(1)
 	go func() {
 		defer ix.bg.Done()

@@ -2,10 +2,12 @@ package refindex_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -106,7 +108,60 @@ func (m *model) check(key string, op refindex.Op) refindex.Decision {
 // deleting (or moving) an object a live checkpoint references, and never refuses garbage past grace.
 // -rapid.checks=N runs more sequences (default 100; rapid runs a fifth with -short).
 func TestModel(t *testing.T) {
-	rapid.Check(t, func(rt *rapid.T) {
+	rapid.Check(t, func(rt *rapid.T) { runModel(rt, true) })
+}
+
+// TestModelCatchesBrokenFilter runs the model test against an index whose reference filter misses
+// the increments of incremental updates (BreakFilter), without the filter invariant: the model must
+// catch the referenced files Decide then allows.
+func TestModelCatchesBrokenFilter(t *testing.T) {
+	restore := refindex.BreakFilter()
+	defer restore()
+	// Shrink briefly and write no fail file (the failure is expected).
+	for name, v := range map[string]string{"rapid.shrinktime": "1s", "rapid.nofailfile": "true"} {
+		if f := flag.Lookup(name); f != nil {
+			old := f.Value.String()
+			f.Value.Set(v)
+			defer f.Value.Set(old)
+		}
+	}
+	rec := &failRecorder{T: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rapid.Check(rec, func(rt *rapid.T) { runModel(rt, false) })
+	}()
+	<-done
+	if !rec.failed {
+		t.Fatal("the model test passed with a reference filter that misses increments")
+	}
+	if !strings.Contains(rec.msg, "Decide allowed") {
+		t.Fatalf("the model test failed for another reason than an allowed referenced file: %s", rec.msg)
+	}
+	t.Logf("caught: %.300s", rec.msg)
+}
+
+// failRecorder is a rapid.TB that records a failure instead of failing the test.
+type failRecorder struct {
+	*testing.T
+	failed bool
+	msg    string
+}
+
+func (r *failRecorder) Errorf(format string, args ...any) { r.Error(fmt.Sprintf(format, args...)) }
+func (r *failRecorder) Error(args ...any)                 { r.failed = true; r.msg += fmt.Sprint(args...) }
+func (r *failRecorder) Fatalf(format string, args ...any) { r.Errorf(format, args...); r.FailNow() }
+func (r *failRecorder) Fatal(args ...any)                 { r.Error(args...); r.FailNow() }
+func (r *failRecorder) Fail()                             { r.failed = true }
+func (r *failRecorder) FailNow()                          { r.failed = true; runtime.Goexit() }
+func (r *failRecorder) Failed() bool                      { return r.failed }
+func (r *failRecorder) Logf(string, ...any)               {}
+func (r *failRecorder) Log(...any)                        {}
+
+// runModel is one random sequence; checkFilter adds the invariant that the reference filter counts
+// exactly the reverse entries after every step.
+func runModel(rt *rapid.T, checkFilter bool) {
+	{
 		root, err := os.MkdirTemp("", "ckguard-model-*")
 		if err != nil {
 			rt.Fatal(err)
@@ -257,6 +312,11 @@ func TestModel(t *testing.T) {
 				}
 			},
 			"": func(t *rapid.T) {
+				if checkFilter {
+					if err := refindex.CheckFilter(m.ix); err != nil {
+						t.Fatal(err)
+					}
+				}
 				// Invariant: every object a live checkpoint references exists (nothing referenced was lost).
 				for meta, rs := range m.refs {
 					for r := range rs {
@@ -267,5 +327,5 @@ func TestModel(t *testing.T) {
 				}
 			},
 		})
-	})
+	}
 }

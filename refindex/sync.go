@@ -305,6 +305,40 @@ func (ix *Index) apply(ch change) error {
 	next := cur.clone()
 	txn := g.db.NewTransaction(true)
 	defer txn.Discard()
+	// The reference filter counts reverse entries: the ones this change adds are counted before the
+	// commit (and uncounted if it fails: they never existed); the ones it removes are uncounted only
+	// when no view reads a state that still has them (the current snapshot's undo, see snapshot).
+	f := g.filt.Load()
+	var incs, decs []uint64
+	committed := false
+	defer func() {
+		if !committed {
+			for _, h := range incs {
+				f.dec(h)
+			}
+		}
+	}()
+	count := func(oldRefs, newRefs []ref) {
+		if f == nil {
+			return
+		}
+		was, is := reverseObjects(oldRefs), reverseObjects(newRefs)
+		for o := range is {
+			if _, ok := was[o]; !ok {
+				if testSkipFilterInc {
+					continue
+				}
+				h := f.hash(o)
+				f.inc(h)
+				incs = append(incs, h)
+			}
+		}
+		for o := range was {
+			if _, ok := is[o]; !ok {
+				decs = append(decs, f.hash(o))
+			}
+		}
+	}
 	fail := func(err error) error {
 		if errors.Is(err, badger.ErrTxnTooBig) {
 			return errNeedRebuild
@@ -319,6 +353,7 @@ func (ix *Index) apply(ch change) error {
 				return err
 			}
 		}
+		count(oldRefs, e.refs)
 		if err := putEntry(txn, e, true); err != nil {
 			return fail(err)
 		}
@@ -343,6 +378,7 @@ func (ix *Index) apply(ch change) error {
 		if err != nil {
 			return err
 		}
+		count(refs, nil)
 		if err := removeEntry(txn, k, refs, nil, now, true); err != nil {
 			return fail(err)
 		}
@@ -363,13 +399,19 @@ func (ix *Index) apply(ch change) error {
 	if err := txn.Commit(); err != nil {
 		return fail(err)
 	}
+	committed = true
 	next.finish()
+	snap := newSnapshot(g) // after the commit: its read timestamp includes it
+	snap.users.Add(1)      // held by the previous snapshot until that one is finished
 	ix.mu.Lock()
-	ix.state = next
+	old := ix.snap
+	old.next, old.filt, old.undo = snap, f, decs
+	ix.state, ix.snap = next, snap
 	if !ch.synced.IsZero() {
 		ix.lastSync, ix.syncErr = ch.synced, ""
 	}
 	ix.mu.Unlock()
+	old.release() // no longer current
 	return nil
 }
 
@@ -827,12 +869,19 @@ func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
 	if err == nil {
 		err = emitSorted(streamOutside, outKeys)
 	}
+	filt := newRefFilter(len(objs))
+	var h uint64
 	for i := 0; err == nil && i < len(pairs); i++ {
 		if i > 0 && pairs[i] == pairs[i-1] {
 			continue // the same object named twice by one checkpoint (e.g. file and segment)
 		}
 		pr := pairs[i]
-		err = put(streamReverse, pairKey(tblReverse, objs[order[pr>>32]], metas[pr&0xffffffff]), nil)
+		obj := objs[order[pr>>32]]
+		if i == 0 || pr>>32 != pairs[i-1]>>32 {
+			h = filt.hash(obj)
+		}
+		filt.inc(h) // one count per reverse entry, as apply keeps it
+		err = put(streamReverse, pairKey(tblReverse, obj, metas[pr&0xffffffff]), nil)
 	}
 	if err == nil && buf.LenNoPadding() > 0 {
 		err = sw.Write(buf)
@@ -853,7 +902,10 @@ func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
 	}
 	committed = true
 	st.finish()
-	ix.switchGeneration(&generation{db: db, n: next}, st, start)
+	filt.ready.Store(true)
+	gen := &generation{db: db, n: next}
+	gen.filt.Store(filt)
+	ix.switchGeneration(gen, st, start)
 	ix.log.Info("index rebuilt", "generation", next, "checkpoints", len(st.ckpts), "references", len(pairs)+len(dirKeys)+len(outKeys),
 		"objects", len(objs), "unparseable", len(st.unparseable), "took", time.Since(t0).Round(time.Millisecond))
 	return nil
