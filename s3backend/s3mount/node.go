@@ -28,6 +28,7 @@ type filesystem struct {
 	log      *slog.Logger
 	started  time.Time
 	ownSpool bool
+	bufPool  sync.Pool // readahead chunk buffers (*[]byte), see read.go
 }
 
 // node is a file or directory, named by its position in the tree (its key is its path from the root, so

@@ -13,7 +13,8 @@ import (
 
 // readHandle reads one object version (pinned by ETag) with ranged GETs. A sequential reader gets
 // ReadAhead chunks of ReadChunk bytes fetched in parallel ahead of it; a random reader fetches exactly
-// what it asks for. Memory per sequential reader: at most (ReadAhead+2) × ReadChunk.
+// what it asks for. Memory per sequential reader: at most (ReadAhead+2) × ReadChunk, in buffers the mount
+// reuses (bufPool): a fresh 8 MiB buffer per chunk cost page faults and zeroing of every byte read.
 type readHandle struct {
 	fsys *filesystem
 	key  string
@@ -28,15 +29,60 @@ type readHandle struct {
 	nextOff int64 // the end of the furthest sequential read so far
 }
 
+// chunk is one ranged GET. Its buffer goes back to the pool only when nothing can still read it: the fetch
+// has finished, it left the readahead window (dropped), and no READ reply holds a slice of it (refs) —
+// go-fuse writes a reply to the kernel after Read returns and calls its Done afterwards.
 type chunk struct {
 	done chan struct{}
 	data []byte
 	err  error
+
+	// under readHandle.mu
+	buf     *[]byte
+	fetched bool
+	dropped bool
+	refs    int
 }
 
 func newReadHandle(fsys *filesystem, key string, o s3client.Object) *readHandle {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &readHandle{fsys: fsys, key: key, size: o.Size, etag: o.ETag, ctx: ctx, cancel: cancel, chunks: map[int64]*chunk{}}
+}
+
+// getBuf returns a buffer of n bytes from the mount's pool.
+func (f *filesystem) getBuf(n int64) *[]byte {
+	if b, ok := f.bufPool.Get().(*[]byte); ok && int64(cap(*b)) >= n {
+		*b = (*b)[:n]
+		return b
+	}
+	b := make([]byte, n, max(n, f.opts.ReadChunk))
+	return &b
+}
+
+// recycle returns c's buffer to the pool once nothing can read it any more. Caller holds r.mu.
+func (r *readHandle) recycle(c *chunk) {
+	if c.buf != nil && c.fetched && c.dropped && c.refs == 0 {
+		b := c.buf
+		c.buf, c.data = nil, nil
+		r.fsys.bufPool.Put(b)
+	}
+}
+
+// drop removes chunk i from the window. Caller holds r.mu.
+func (r *readHandle) drop(i int64) {
+	if c, ok := r.chunks[i]; ok {
+		delete(r.chunks, i)
+		c.dropped = true
+		r.recycle(c)
+	}
+}
+
+// release gives up one reference to c (taken under r.mu when the READ picked it).
+func (r *readHandle) release(c *chunk) {
+	r.mu.Lock()
+	c.refs--
+	r.recycle(c)
+	r.mu.Unlock()
 }
 
 // start begins fetching chunk i unless it is cached or in flight. Caller holds mu.
@@ -47,15 +93,20 @@ func (r *readHandle) start(i int64) *chunk {
 	cs := r.fsys.opts.ReadChunk
 	off := i * cs
 	c := &chunk{done: make(chan struct{})}
+	c.buf = r.fsys.getBuf(min(cs, r.size-off))
 	r.chunks[i] = c
 	go func() {
-		defer close(c.done)
-		buf := make([]byte, min(cs, r.size-off))
+		buf := *c.buf
 		m, err := r.fsys.c.ReadAt(r.ctx, r.key, buf, off, r.etag)
-		if err == io.EOF && int64(m) == int64(len(buf)) {
+		if err == io.EOF && m == len(buf) {
 			err = nil
 		}
 		c.data, c.err = buf[:m], err
+		close(c.done)
+		r.mu.Lock()
+		c.fetched = true
+		r.recycle(c)
+		r.mu.Unlock()
 	}()
 	return c
 }
@@ -86,39 +137,27 @@ func (r *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	first, last := off/cs, (end-1)/cs
 	want := make([]*chunk, 0, last-first+1)
 	for i := first; i <= last; i++ {
-		want = append(want, r.start(i))
+		c := r.start(i)
+		c.refs++
+		want = append(want, c)
 	}
 	for i := last + 1; i <= last+ahead && i*cs < r.size; i++ {
 		r.start(i)
 	}
 	for i := range r.chunks {
 		if i < first-1 || i > last+ahead { // keep one chunk behind for reads that arrive late
-			delete(r.chunks, i)
+			r.drop(i)
 		}
 	}
 	r.mu.Unlock()
 
-	if len(want) == 1 { // the common case: serve from the chunk without copying it
-		c := want[0]
-		select {
-		case <-c.done:
-		case <-ctx.Done():
-			return nil, syscall.EINTR
+	// Every chunk in want holds a reference until its data is copied or (one chunk) the reply is sent.
+	held := want
+	defer func() {
+		for _, c := range held {
+			r.release(c)
 		}
-		if c.err != nil {
-			r.mu.Lock()
-			delete(r.chunks, first)
-			r.mu.Unlock()
-			return nil, s3client.Errno(c.err)
-		}
-		cOff := first * cs
-		from, to := off-cOff, min(end-cOff, int64(len(c.data)))
-		if from >= to {
-			return fuse.ReadResultData(nil), 0
-		}
-		return fuse.ReadResultData(c.data[from:to]), 0
-	}
-	n := 0
+	}()
 	for k, c := range want {
 		select {
 		case <-c.done:
@@ -127,10 +166,25 @@ func (r *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 		}
 		if c.err != nil {
 			r.mu.Lock()
-			delete(r.chunks, first+int64(k)) // let a retry refetch
+			if r.chunks[first+int64(k)] == c {
+				r.drop(first + int64(k)) // let a retry refetch
+			}
 			r.mu.Unlock()
 			return nil, s3client.Errno(c.err)
 		}
+	}
+	if len(want) == 1 { // the common case: reply from the chunk's buffer without copying it
+		c := want[0]
+		cOff := first * cs
+		from, to := off-cOff, min(end-cOff, int64(len(c.data)))
+		if from >= to {
+			return fuse.ReadResultData(nil), 0
+		}
+		held = nil // the reply's Done releases it
+		return &chunkResult{r: r, c: c, data: c.data[from:to]}, 0
+	}
+	n := 0
+	for k, c := range want {
 		cOff := (first + int64(k)) * cs
 		from := max(off, cOff) - cOff
 		to := min(end-cOff, int64(len(c.data)))
@@ -144,7 +198,36 @@ func (r *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 func (r *readHandle) Release(ctx context.Context) syscall.Errno {
 	r.cancel()
 	r.mu.Lock()
-	clear(r.chunks)
+	for i := range r.chunks {
+		r.drop(i)
+	}
 	r.mu.Unlock()
 	return 0
 }
+
+// chunkResult is a READ reply served from a chunk's buffer; go-fuse calls Done once the reply is written
+// to the kernel (or dropped), and only then may the buffer be reused.
+type chunkResult struct {
+	r    *readHandle
+	c    *chunk
+	data []byte
+	once sync.Once
+}
+
+var _ fuse.ReadResult = (*chunkResult)(nil)
+
+func (cr *chunkResult) Size() int { return len(cr.data) }
+
+// Bytes copies: a caller that calls Done before it writes what Bytes returned must not get the pooled
+// buffer. go-fuse uses Slices (no copy) when writing to /dev/fuse.
+func (cr *chunkResult) Bytes(buf []byte) ([]byte, fuse.Status) {
+	if cap(buf) < len(cr.data) {
+		buf = make([]byte, len(cr.data))
+	}
+	return buf[:copy(buf[:len(cr.data)], cr.data)], fuse.OK
+}
+
+// Slices lets go-fuse write the reply straight from the chunk (writev), before it calls Done.
+func (cr *chunkResult) Slices() ([][]byte, fuse.Status) { return [][]byte{cr.data}, fuse.OK }
+
+func (cr *chunkResult) Done() { cr.once.Do(func() { cr.r.release(cr.c) }) }
