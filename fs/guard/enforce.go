@@ -290,11 +290,12 @@ func (e *Enforcer) Explain(ctx context.Context, p string) (string, []string, err
 // record returns a record of op from the pool, filled with the time and the caller; hand it back with
 // putRecord once the sink has it (audit.Sink must not keep the record after Record returns).
 func (e *Enforcer) record(ctx context.Context, op, p, to string) *audit.Record {
+	now := time.Now() // one clock reading for the record and the comm cache (about 100 ns each on a VM)
 	r := e.records.Get().(*audit.Record)
-	*r = audit.Record{Time: time.Now().UTC(), Op: op, Path: p, To: to}
+	*r = audit.Record{Time: now.UTC(), Op: op, Path: p, To: to}
 	if c, ok := fuse.FromContext(ctx); ok && c != nil {
 		r.PID, r.UID, r.GID = c.Pid, c.Uid, c.Gid
-		r.Comm = e.comms.get(c.Pid)
+		r.Comm = e.comms.get(c.Pid, now)
 	}
 	return r
 }
@@ -354,11 +355,10 @@ type commEntry struct {
 
 const commTTL = 2 * time.Second
 
-func (c *commCache) get(pid uint32) string {
+func (c *commCache) get(pid uint32, now time.Time) string {
 	if pid == 0 {
 		return ""
 	}
-	now := time.Now()
 	c.mu.Lock()
 	if ent, ok := c.entries[pid]; ok && now.Sub(ent.at) < commTTL {
 		c.mu.Unlock()
