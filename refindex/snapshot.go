@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"hash/maphash"
 	"math/bits"
+	"sync"
 	"sync/atomic"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -30,6 +31,42 @@ type snapshot struct {
 	filt  *refFilter // the filter undo applies to (nil: none)
 	undo  []uint64   // hashes of reverse entries the commit after this snapshot removed
 	owner *generation
+
+	// Idle iterators over the reverse table, reused by decisions (creating one builds an iterator
+	// per memtable and level, a good part of a decision's cost). Closed when the snapshot finishes.
+	itMu sync.Mutex
+	its  []*badger.Iterator
+}
+
+// maxIdleIterators bounds the reverse-table iterators a snapshot keeps for reuse (about the number
+// of decisions running at once).
+const maxIdleIterators = 8
+
+var reversePrefix = []byte(tblReverse)
+
+// reverseIterator returns an iterator over the reverse table for one goroutine; give it back with
+// putIterator.
+func (s *snapshot) reverseIterator() *badger.Iterator {
+	s.itMu.Lock()
+	if n := len(s.its); n > 0 {
+		it := s.its[n-1]
+		s.its = s.its[:n-1]
+		s.itMu.Unlock()
+		return it
+	}
+	s.itMu.Unlock()
+	return s.txn.NewIterator(badger.IteratorOptions{Prefix: reversePrefix})
+}
+
+func (s *snapshot) putIterator(it *badger.Iterator) {
+	s.itMu.Lock()
+	if len(s.its) < maxIdleIterators {
+		s.its = append(s.its, it)
+		s.itMu.Unlock()
+		return
+	}
+	s.itMu.Unlock()
+	it.Close()
 }
 
 func newSnapshot(g *generation) *snapshot {
@@ -44,6 +81,12 @@ func (s *snapshot) release() {
 	if s.users.Add(-1) != 0 {
 		return
 	}
+	s.itMu.Lock()
+	for _, it := range s.its {
+		it.Close()
+	}
+	s.its = nil
+	s.itMu.Unlock()
 	s.txn.Discard()
 	if s.filt != nil {
 		for _, h := range s.undo {
