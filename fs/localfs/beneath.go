@@ -212,11 +212,15 @@ func (r *storeRoot) rename(from, to string, flags uint32) error {
 		return err
 	}
 	defer r.release(ofd)
-	nfd, nname, err := r.parent(to)
-	if err != nil {
-		return err
+	nfd, nname := ofd, path.Base(to)
+	if path.Dir(from) != path.Dir(to) {
+		// Another folder: opened on its own (one descriptor serves a rename within a folder, as Flink's
+		// _metadata commit is).
+		if nfd, nname, err = r.parent(to); err != nil {
+			return err
+		}
+		defer r.release(nfd)
 	}
-	defer r.release(nfd)
 	if flags == 0 {
 		return unix.Renameat(ofd, oname, nfd, nname)
 	}

@@ -49,7 +49,13 @@ func TestStoreRoot(t *testing.T) {
 			}
 			must(r.rename("a/b/f", "g", 0))
 			must(r.rename("g", "a/g", unix.RENAME_NOREPLACE))
-			must(r.remove("a/g", 0))
+			must(r.rename("a/g", "a/h", 0)) // within one folder: one descriptor
+			must(r.rename("a/h", "top", 0))
+			must(r.rename("top", "top2", unix.RENAME_NOREPLACE)) // within the root
+			if _, err := os.Stat(filepath.Join(dir, "top2")); err != nil {
+				t.Errorf("renames within the root: %v", err)
+			}
+			must(r.remove("top2", 0))
 			must(r.remove("a/ln", 0))
 			must(r.remove("a/b", unix.AT_REMOVEDIR))
 			if b, err := os.ReadFile(filepath.Join(outside, "v")); err != nil || string(b) != "v" {
