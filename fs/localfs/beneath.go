@@ -228,9 +228,9 @@ func (r *storeRoot) rename(from, to string, flags uint32) error {
 }
 
 // onFile runs fn on a /proc/self/fd path of key itself (a symlink too, not followed), opened beneath the
-// root with O_PATH. It serves the extended-attribute calls: the *xattr calls by path follow symlinks on the
-// way, f*xattr do not accept O_PATH descriptors, and opening the file for real is not always possible
-// (sockets, devices, files the daemon may not read). The proc path is a magic link: the call reaches the
+// root with O_PATH. It serves setxattr/removexattr and the setattr of what cannot be opened (symlinks,
+// sockets, devices, files the daemon may not open): the calls by path follow symlinks on the way, and
+// f*xattr, fchmod and futimens do not accept O_PATH descriptors. The proc path is a magic link: the call reaches the
 // opened inode itself and never follows a symlink from there (user.* attributes of a symlink are refused,
 // as on the store directly). Without /proc it falls back to the path (intermediate symlinks followed).
 func (r *storeRoot) onFile(key string, fn func(path string) error) error {

@@ -3,9 +3,11 @@
 // one-pass cleanup, and the index's view of each file exposed as user.ckguard.* extended attributes.
 //
 // Everything that changes the store or opens a file in it (create, mkdir, mknod, symlink, link, rename,
-// unlink, rmdir, open, opendir, setattr without a handle, xattrs) acts through descriptors resolved beneath
-// the store root held open for the mount's life, never by absolute path, and never follows a symlink on the
-// way (see storeRoot); lookups and attribute reads stay go-fuse's loopback by path.
+// unlink, rmdir, open, opendir, setattr without a handle, setxattr, removexattr) acts through descriptors
+// resolved beneath the store root held open for the mount's life, never by absolute path, and never follows
+// a symlink on the way (see storeRoot). Lookups and reads of attributes, extended attributes and symlink
+// targets stay go-fuse's loopback by path: they are the hot path of find and of every write, and through a
+// folder swapped for a symlink in the store directly they can at most show what lies outside, not change it.
 //
 // Data never crosses the daemon when the kernel supports FUSE passthrough: files are opened as
 // fs.LoopbackFile, which hands its descriptor to the kernel (see Mounted.Passthrough).
@@ -266,12 +268,10 @@ func (n *node) backdates(in *fuse.SetAttrIn) bool {
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
 	if !strings.HasPrefix(attr, xattrNS) {
-		var sz int
-		err := n.root.onFile(n.key(), func(p string) (err error) {
-			sz, err = unix.Getxattr(p, attr, dest)
-			return err
-		})
-		return uint32(max(sz, 0)), fs.ToErrno(err)
+		// A read, by path like lookups and getattr (see the package comment): the kernel asks for
+		// security.capability before every write(2) that does not go through passthrough, and the
+		// resolution beneath the root would triple its cost.
+		return n.LoopbackNode.Getxattr(ctx, attr, dest)
 	}
 	state, refs, err := n.enf.Explain(ctx, n.key())
 	if err != nil {
@@ -307,16 +307,6 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 		return syscall.EPERM
 	}
 	return fs.ToErrno(n.root.onFile(n.key(), func(p string) error { return unix.Removexattr(p, attr) }))
-}
-
-// Listxattr lists the file's stored attributes (the guard's own are never listed: see XattrRefs).
-func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	var sz int
-	err := n.root.onFile(n.key(), func(p string) (err error) {
-		sz, err = unix.Listxattr(p, dest)
-		return err
-	})
-	return uint32(max(sz, 0)), fs.ToErrno(err)
 }
 
 // OpendirHandle lists the directory in cleanup order (see listorder.Order).
