@@ -1024,10 +1024,19 @@ func (ix *Index) NoteDeleted(ctx context.Context, p string) error {
 	if err != nil {
 		return err
 	}
+	// Most removals through a mount (rm -rf of old files) retire nothing: answer those without
+	// waiting for a running sync's write. A _metadata indexed meanwhile from a file read before this
+	// removal stays indexed until the next sync: the index then refuses more, never less.
+	ix.mu.RLock()
+	cur := ix.state
+	ix.mu.RUnlock()
+	if cur.ckpts[key] == nil && len(cur.below(key)) == 0 {
+		return nil
+	}
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()
 	ix.mu.RLock()
-	cur := ix.state
+	cur = ix.state
 	ix.mu.RUnlock()
 	var removes []string
 	if cur.ckpts[key] != nil {
