@@ -1,7 +1,9 @@
 package refindex
 
 import (
+	"fmt"
 	"io"
+	"strings"
 
 	"github.com/ckguard/ckguard/refindex/flinkmeta"
 )
@@ -31,6 +33,12 @@ func parseFlinkMetadata(r io.ReaderAt, size int64, name string) (*parsedMeta, er
 	}
 	p := &parsedMeta{ID: m.CheckpointID, Kind: m.Kind, Format: m.FormatVersion}
 	for _, rf := range m.References(name) {
+		// No file system and no S3 key can hold a NUL byte, and the index's keys use NUL as the separator
+		// of (object, checkpoint) pairs: such a reference can only come from a corrupt or hostile file.
+		// Treating it as unparseable fails closed (every deletion refused until it is dealt with).
+		if strings.IndexByte(rf.URI, 0) >= 0 {
+			return nil, fmt.Errorf("%s: reference %q (operator %s, subtask %d) contains a NUL byte, which no file system or S3 key can hold: the file is corrupt or was tampered with; inspect it with `ckguard inspect %s` and delete or replace it", name, rf.URI, rf.OperatorID, rf.Subtask, name)
+		}
 		var k RefKind
 		switch rf.Kind {
 		case flinkmeta.RefFile:

@@ -1,0 +1,57 @@
+package refindex_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/store/localstore"
+	"github.com/ckguard/ckguard/refindex/treegen"
+)
+
+// TestNULInReferenceFailsClosed: a _metadata naming a file with a NUL byte (hostile or corrupt: no file
+// system or S3 key can hold one, and the index's keys use NUL as a separator) is unparseable, so every
+// deletion except of that _metadata is refused and the message names the file and the fix (review2 C1).
+func TestNULInReferenceFailsClosed(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	tr, err := treegen.YoungOrphan(t.TempDir(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evil, err := tr.Checkpoint(treegen.Spec{Dir: "flink/evil/chk-1", ID: 1, Completed: now.Add(-48 * time.Hour), Shared: []string{"flink/evil/shared/a\x00b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := localstore.New(tr.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := refindex.DefaultPolicy()
+	pol.Now = func() time.Time { return now }
+	ix, err := refindex.Open(filepath.Join(t.TempDir(), "index"), st, pol, refindex.WithPathMap(tr.Maps, tr.EntropyKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var other string
+	for k := range tr.Files {
+		if !strings.HasPrefix(k, "flink/evil/") {
+			other = k
+			break
+		}
+	}
+	d := ix.Decide(ctx, other, refindex.OpUnlink)
+	if d.Allow || d.Reason != refindex.ReasonUnparseable || !strings.Contains(d.Message, evil.Metadata) || !strings.Contains(d.Message, "NUL") {
+		t.Fatalf("unlink %s with a NUL reference in %s: %+v, want refused as unparseable naming it", other, evil.Metadata, d)
+	}
+	if d := ix.Decide(ctx, evil.Metadata, refindex.OpUnlink); d.Reason == refindex.ReasonUnparseable {
+		t.Fatalf("deleting the unparseable _metadata itself must not be blocked by itself: %+v", d)
+	}
+}
