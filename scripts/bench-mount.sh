@@ -27,7 +27,7 @@ PID=""
 cleanup() {
 	if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
 	mountpoint -q "$MNT" && umount -l "$MNT" 2>/dev/null || true
-	[ -z "${BENCH_DIR:-}" ] && rm -rf "$WORK"
+	if [ -z "${BENCH_DIR:-}" ]; then rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 
