@@ -24,7 +24,7 @@ if [ ! -f "$DIR/store.json" ]; then
 fi
 
 rm -rf "$DIR/index"
-echo "== ckguard index rebuild ($REFS references)"
+echo "== ckguard index rebuild ($REFS references; load average before: $(cut -d' ' -f1-3 /proc/loadavg))"
 /usr/bin/time -v "$BIN/ckguard" index rebuild --store "$DIR/store" --index "$DIR/index" 2> "$DIR/time.txt"
 wall=$(grep 'Elapsed (wall clock)' "$DIR/time.txt" | awk '{print $NF}')
 rss=$(grep 'Maximum resident set size' "$DIR/time.txt" | awk '{print $NF}')
@@ -33,6 +33,8 @@ secs=$(echo "$wall" | awk -F: '{ if (NF==3) print $1*3600+$2*60+$3; else print $
 printf 'rebuild: %s s wall (%s s CPU), peak RSS %d MiB, index %s on disk\n' "$secs" "$cpu" $((rss / 1024)) "$(du -sh "$DIR/index" | cut -f1)"
 printf 'rebuild vs target: time %.2f x 60 s, RSS %.2f x 1 GiB\n' "$(echo "$secs / 60" | bc -l)" "$(echo "$rss / 1048576" | bc -l)"
 
-echo "== Decide latency (go test -bench BenchmarkDecide, index above)"
+echo "== Decide latency (go test -bench BenchmarkDecide, index above; load average before: $(cut -d' ' -f1-3 /proc/loadavg))"
+# p50/p99-µs are wall clock (they include preemption on a busy machine); p50/p99-cpu-µs are the
+# deciding thread's CPU time.
 CKGUARD_BENCH_DIR="$DIR" CKGUARD_BENCH_REFS="$REFS" go test -run '^$' -bench 'BenchmarkDecide' -benchtime 200000x -count 1 ./refindex/ | grep -E 'Benchmark|ok'
 echo "(target: p99 ≤ 20 µs; machine load at the end: $(cut -d' ' -f1-3 /proc/loadavg))"
