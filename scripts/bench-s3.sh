@@ -62,6 +62,7 @@ umount_wait() { # mountpoint pid
 timed() {
 	local name=$1; shift
 	local t0 t1 rc=0
+	printf -v "L_$name" '%s' "$(cut -d' ' -f1 /proc/loadavg)"
 	t0=$(now)
 	timeout "$TIMEOUT" "$@" >"$WORK/$name.out" 2>&1 || rc=$?
 	t1=$(now)
@@ -117,7 +118,12 @@ sync
 
 count_keys() { "$WORK/s3raw" walk --endpoint "$EP" --bucket bench --prefix "$1" | cut -d' ' -f1; }
 
+# The machine may be shared: every figure is printed with the load average around it.
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+LOAD_START=$(loadavg)
+
 # 1. Raw ListObjectsV2 walk.
+L_raw_list=$(cut -d' ' -f1 /proc/loadavg)
 read -r n T_raw_list < <("$WORK/s3raw" walk --endpoint "$EP" --bucket bench --prefix list)
 [ "$n" = "$LIST_N" ] || { echo "bench-s3: raw walk saw $n objects, want $LIST_N" >&2; exit 1; }
 
@@ -174,18 +180,19 @@ fi
 
 mbps() { python3 -c "import sys; t=sys.argv[2]; print('n/a' if t.startswith('>') else f'{float(sys.argv[1])/float(t):.0f}')" "$READ_MB" "$1"; }
 echo
-echo "== bench-s3: versitygw posix on 127.0.0.1, $(nproc) cores"
-printf '%-44s %12s\n' "measurement" "seconds"
-printf '%-44s %12s\n' "list $LIST_N: raw ListObjectsV2 walk" "$T_raw_list"
-printf '%-44s %12s\n' "list $LIST_N: find -type f via ckguard" "$T_ck_list"
-printf '%-44s %12s\n' "list $LIST_N: find -type f via s3fs" "$T_s3fs_list"
-printf '%-44s %12s\n' "list $LIST_N: find -type f via rclone mount" "$T_rclone_list"
-printf '%-44s %12s\n' "delete $DEL_N: rm -rf via ckguard" "$T_ck_del"
-printf '%-44s %12s\n' "delete $DEL_N: aws s3 rm --recursive" "$T_aws_del"
-printf '%-44s %12s\n' "delete $DEL_N: rm -rf via s3fs" "$T_s3fs_del"
-printf '%-44s %12s\n' "delete $DEL_N: rm -rf via rclone mount" "$T_rclone_del"
-printf '%-44s %12s  (%s MiB/s)\n' "read $READ_MB MiB: cp via ckguard" "$T_ck_read" "$(mbps "$T_ck_read")"
-printf '%-44s %12s  (%s MiB/s)\n' "read $READ_MB MiB: aws s3 cp" "$T_aws_read" "$(mbps "$T_aws_read")"
+msper() { python3 -c "import sys; t=sys.argv[1]; print('n/a' if t=='n/a' or t.startswith('>') else f'{float(t)*1000/int(sys.argv[2]):.2f}')" "$1" "$DEL_N"; }
+echo "== bench-s3: versitygw posix on 127.0.0.1, $(nproc) cores, load average $LOAD_START at the start, $(loadavg) at the end"
+printf '%-44s %12s\n' "measurement" "seconds"  # [load]: 1-minute load average when the step started
+printf '%-44s %12s  [load %s]\n' "list $LIST_N: raw ListObjectsV2 walk" "$T_raw_list" "${L_raw_list:-n/a}"
+printf '%-44s %12s  [load %s]\n' "list $LIST_N: find -type f via ckguard" "$T_ck_list" "${L_ck_list:-n/a}"
+printf '%-44s %12s  [load %s]\n' "list $LIST_N: find -type f via s3fs" "$T_s3fs_list" "${L_s3fs_list:-n/a}"
+printf '%-44s %12s  [load %s]\n' "list $LIST_N: find -type f via rclone mount" "$T_rclone_list" "${L_rclone_list:-n/a}"
+printf '%-44s %12s  (%s ms/object)  [load %s]\n' "delete $DEL_N: rm -rf via ckguard" "$T_ck_del" "$(msper "$T_ck_del")" "${L_ck_del:-n/a}"
+printf '%-44s %12s  (%s ms/object)  [load %s]\n' "delete $DEL_N: aws s3 rm --recursive" "$T_aws_del" "$(msper "$T_aws_del")" "${L_aws_del:-n/a}"
+printf '%-44s %12s  (%s ms/object)  [load %s]\n' "delete $DEL_N: rm -rf via s3fs" "$T_s3fs_del" "$(msper "$T_s3fs_del")" "${L_s3fs_del:-n/a}"
+printf '%-44s %12s  (%s ms/object)  [load %s]\n' "delete $DEL_N: rm -rf via rclone mount" "$T_rclone_del" "$(msper "$T_rclone_del")" "${L_rclone_del:-n/a}"
+printf '%-44s %12s  (%s MiB/s)  [load %s]\n' "read $READ_MB MiB: cp via ckguard" "$T_ck_read" "$(mbps "$T_ck_read")" "${L_ck_read:-n/a}"
+printf '%-44s %12s  (%s MiB/s)  [load %s]\n' "read $READ_MB MiB: aws s3 cp" "$T_aws_read" "$(mbps "$T_aws_read")" "${L_aws_read:-n/a}"
 echo
 echo "ratios (target):"
 echo "  listing  ckguard / raw walk          = $(ratio "$T_ck_list" "$T_raw_list")   (<= 1.3)"
