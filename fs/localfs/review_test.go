@@ -294,7 +294,7 @@ func TestRenameTargetAppearingIsDecided(t *testing.T) {
 	e := mountFake(t)
 	e.write(t, "job/chk-1/a", "a")
 	var once sync.Once
-	e.checker.DecideHook = func(key string, op refindex.Op) {
+	e.setDecideHook(func(key string, op refindex.Op) {
 		if op == refindex.OpRename {
 			once.Do(func() {
 				// Another writer creates the target directly in the store; a checkpoint references it.
@@ -302,7 +302,7 @@ func TestRenameTargetAppearingIsDecided(t *testing.T) {
 				e.checker.Protect("job/chk-1/b", "job/chk-1/_metadata")
 			})
 		}
-	}
+	})
 	err := os.Rename(filepath.Join(e.mnt, "job/chk-1/a"), filepath.Join(e.mnt, "job/chk-1/b"))
 	if !errors.Is(err, syscall.EPERM) {
 		t.Errorf("rename onto a target that appeared during the decision: %v, want EPERM", err)
@@ -310,7 +310,7 @@ func TestRenameTargetAppearingIsDecided(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(e.store, "job/chk-1/b")); err != nil || string(b) != "referenced" {
 		t.Errorf("target replaced: %q %v", b, err)
 	}
-	e.checker.DecideHook = nil
+	e.setDecideHook(nil)
 	if err := os.Rename(filepath.Join(e.mnt, "job/chk-1/a"), filepath.Join(e.mnt, "job/chk-1/c")); err != nil {
 		t.Errorf("plain rename: %v", err)
 	}
@@ -330,7 +330,7 @@ func TestSetattrByPathDoesNotFollowSwappedSymlink(t *testing.T) {
 		t.Fatal(err)
 	}
 	var once sync.Once
-	e.checker.DecideHook = func(key string, op refindex.Op) {
+	e.setDecideHook(func(key string, op refindex.Op) {
 		if key == "job/f" && op == refindex.OpTruncate {
 			once.Do(func() {
 				p := filepath.Join(e.store, "job/f")
@@ -342,12 +342,12 @@ func TestSetattrByPathDoesNotFollowSwappedSymlink(t *testing.T) {
 				}
 			})
 		}
-	}
+	})
 	_ = os.Truncate(filepath.Join(e.mnt, "job/f"), 0)
 	if b, err := os.ReadFile(victim); err != nil || string(b) != "precious" {
 		t.Errorf("file outside the store reached through a swapped symlink: %q %v", b, err)
 	}
-	e.checker.DecideHook = nil
+	e.setDecideHook(nil)
 	// Without a race, by-path setattr still works on the file itself.
 	e.write(t, "job/g", "data")
 	if err := os.Truncate(filepath.Join(e.mnt, "job/g"), 2); err != nil {
@@ -374,7 +374,7 @@ func TestUnlinkDoesNotFollowSwappedFolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	var once sync.Once
-	e.checker.DecideHook = func(key string, op refindex.Op) {
+	e.setDecideHook(func(key string, op refindex.Op) {
 		if key == "job/chk-1/x" && op == refindex.OpUnlink {
 			once.Do(func() {
 				d := filepath.Join(e.store, "job/chk-1")
@@ -386,12 +386,12 @@ func TestUnlinkDoesNotFollowSwappedFolder(t *testing.T) {
 				}
 			})
 		}
-	}
+	})
 	_ = os.Remove(filepath.Join(e.mnt, "job/chk-1/x"))
 	if b, err := os.ReadFile(filepath.Join(elsewhere, "x")); err != nil || string(b) != "precious" {
 		t.Errorf("file reached through a swapped folder symlink: %q %v", b, err)
 	}
-	e.checker.DecideHook = nil
+	e.setDecideHook(nil)
 	e.write(t, "job/chk-2/y", "garbage")
 	if err := os.Remove(filepath.Join(e.mnt, "job/chk-2/y")); err != nil {
 		t.Errorf("plain unlink: %v", err)

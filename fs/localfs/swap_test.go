@@ -193,16 +193,16 @@ func runSwap(t *testing.T, op swapOp, during bool) {
 	}
 	if during {
 		var once sync.Once
-		e.checker.DecideHook = func(key string, o refindex.Op) {
+		e.setDecideHook(func(key string, o refindex.Op) {
 			if key == op.key && o == op.decided {
 				once.Do(swap)
 			}
-		}
+		})
 	} else {
 		swap()
 	}
 	err := op.do(m)
-	e.checker.DecideHook = nil
+	e.setDecideHook(nil)
 	if after := snapshot(t, outside); after != before {
 		t.Errorf("%s reached the directory outside the store (err %v):\nbefore:\n%safter:\n%s", op.name, err, before, after)
 	}
@@ -311,4 +311,15 @@ func equal(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// setDecideHook sets the checker's DecideHook. guardtest reads the field under its own mutex from the FUSE
+// server's goroutines; taking that mutex (through Unprotect of a key nothing uses) before and after the
+// write orders it with every Decide, as the race detector requires (the kernel round trip between the test
+// and the server is invisible to it).
+func (e *env) setDecideHook(f func(key string, op refindex.Op)) {
+	const none = "\x00no key"
+	e.checker.Unprotect(none)
+	e.checker.DecideHook = f
+	e.checker.Unprotect(none)
 }
