@@ -1,12 +1,13 @@
 package localfs
 
 import (
+	"fmt"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -28,26 +29,56 @@ import (
 // follow a folder moved in the store directly and keep acting on it under its old key.
 //
 // On kernels without openat2 (before 5.6) it falls back to paths below the root, which follow symlinks as
-// go-fuse's loopback does.
+// go-fuse's loopback does. Which of the two applies is probed once, when the mount starts (see
+// openStoreRoot), never changed at runtime.
 type storeRoot struct {
-	path      string
-	fd        int // O_PATH|O_DIRECTORY of path, closed by close
-	noOpenat2 atomic.Bool
-	procFd    bool // /proc/self/fd/N reaches the descriptor's file (see onFile)
-	closeOnce sync.Once
+	path string
+	fd   int // O_PATH|O_DIRECTORY of path, closed by close
+	// noOpenat2 is set once by the startup probe (the kernel lacks openat2) and only read afterwards.
+	noOpenat2  bool
+	sysOpenat2 func(dirfd int, path string, how *unix.OpenHow) (int, error) // unix.Openat2; tests inject failures
+	procFd     bool                                                         // /proc/self/fd/N reaches the descriptor's file (see onFile)
+	closeOnce  sync.Once
 }
 
 const resolveBeneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
 
 // openStoreRoot opens the store directory. The store path itself may be (or cross) a symlink: that is the
 // operator's choice, made once here.
-func openStoreRoot(dir string) (*storeRoot, error) {
+func openStoreRoot(dir string, log *slog.Logger) (*storeRoot, error) {
+	return openStoreRootWith(dir, log, unix.Openat2)
+}
+
+// openStoreRootWith is openStoreRoot with the openat2 system call given (tests inject ENOSYS and EPERM).
+//
+// It probes openat2 once, on the root itself with the flags every later call uses: ENOSYS (Linux before
+// 5.6) selects the path fallback for the mount's whole life, logged here; EPERM means a seccomp profile
+// (older Docker and container runtime defaults) blocks the call, and the mount refuses to start rather than
+// fail every operation with EPERM and no hint, or silently drop the protection. After the probe, an error
+// from openat2 (ENOSYS included: a FUSE backend such as fuse-dfs can answer one open with it) is returned
+// to the caller, never taken as a reason to fall back (review L6).
+func openStoreRootWith(dir string, log *slog.Logger, sysOpenat2 func(int, string, *unix.OpenHow) (int, error)) (*storeRoot, error) {
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "open store root", Path: dir, Err: err}
 	}
 	var st unix.Stat_t
-	return &storeRoot{path: dir, fd: fd, procFd: unix.Stat(procFdPath(fd), &st) == nil}, nil
+	r := &storeRoot{path: dir, fd: fd, sysOpenat2: sysOpenat2, procFd: unix.Stat(procFdPath(fd), &st) == nil}
+	pfd, err := r.sysOpenat2(fd, ".", &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: resolveBeneath})
+	switch err {
+	case nil:
+		unix.Close(pfd)
+	case unix.ENOSYS:
+		r.noOpenat2 = true
+		log.Warn("the kernel has no openat2 (Linux before 5.6): operations that change the store resolve their path below the store directory and follow symlinks on the way; upgrade the kernel for the resolution beneath the store root without symlinks", "store", dir)
+	case unix.EPERM:
+		unix.Close(fd)
+		return nil, fmt.Errorf("openat2 on the store directory %s is not permitted (%v): a seccomp profile (a container runtime's default) blocks the openat2 system call, which the guard needs to act beneath the store root without following symlinks; allow openat2 (syscall 437) in the profile, or run on the host", dir, err)
+	default:
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "openat2 probe of store root", Path: dir, Err: err}
+	}
+	return r, nil
 }
 
 // close closes the root descriptor; only once no request can use it any more (the FUSE server stopped).
@@ -56,25 +87,24 @@ func (r *storeRoot) close() {
 }
 
 // openat2 opens rel (a key, never "") beneath the root without crossing any symlink, including the final
-// component. ENOSYS is remembered and answered by openat from the root with O_NOFOLLOW (intermediate
-// symlinks followed: the pre-5.6 behaviour).
+// component. Only when the startup probe found no openat2 in the kernel, openat from the root with
+// O_NOFOLLOW (intermediate symlinks followed: the pre-5.6 behaviour).
 func (r *storeRoot) openat2(rel string, flags int, mode uint32) (int, error) {
-	if !r.noOpenat2.Load() {
-		for try := 0; ; try++ {
-			fd, err := unix.Openat2(r.fd, rel, &unix.OpenHow{Flags: uint64(flags) | unix.O_CLOEXEC, Mode: uint64(mode), Resolve: resolveBeneath})
-			if err == unix.EAGAIN && try < 8 {
-				// RESOLVE_BENEATH may ask to retry when a rename raced the lookup of a ".." component (keys
-				// have none, so this is only defensive).
-				continue
-			}
-			if err != unix.ENOSYS {
-				return fd, err
-			}
-			r.noOpenat2.Store(true)
-			break
-		}
+	if r.noOpenat2 {
+		return unix.Openat(r.fd, rel, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 	}
-	return unix.Openat(r.fd, rel, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	for try := 0; ; try++ {
+		fd, err := r.sysOpenat2(r.fd, rel, &unix.OpenHow{Flags: uint64(flags) | unix.O_CLOEXEC, Mode: uint64(mode), Resolve: resolveBeneath})
+		if err == unix.EAGAIN && try < 8 {
+			// RESOLVE_BENEATH may ask to retry when a rename raced the lookup of a ".." component (keys
+			// have none, so this is only defensive).
+			continue
+		}
+		// Any other error, ENOSYS too, is the answer (fail closed): the kernel has openat2 (the probe
+		// said so), so ENOSYS came from the backing filesystem, and falling back to paths here would
+		// silently follow symlinks for the rest of the mount's life.
+		return fd, err
+	}
 }
 
 // dir opens folder key ("" = the root itself) as an O_PATH descriptor for the *at calls. Release it with

@@ -1,10 +1,14 @@
 package localfs
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -28,10 +32,16 @@ func TestStoreRoot(t *testing.T) {
 			must(os.WriteFile(filepath.Join(dir, "a/b/f"), []byte("f"), 0o644))
 			must(os.WriteFile(filepath.Join(outside, "v"), []byte("v"), 0o644))
 			must(os.Symlink(filepath.Join(outside, "v"), filepath.Join(dir, "a/ln")))
-			r, err := openStoreRoot(dir)
+			sys := unix.Openat2
+			if fallback {
+				sys = func(int, string, *unix.OpenHow) (int, error) { return -1, unix.ENOSYS }
+			}
+			r, err := openStoreRootWith(dir, slog.Default(), sys)
 			must(err)
 			defer r.close()
-			r.noOpenat2.Store(fallback)
+			if r.noOpenat2 != fallback {
+				t.Fatalf("noOpenat2 = %v after the probe, want %v", r.noOpenat2, fallback)
+			}
 
 			fd, err := r.open("a/b/f", unix.O_RDONLY, 0)
 			must(err)
@@ -75,7 +85,7 @@ func BenchmarkStoreRootRemove(b *testing.B) {
 	if err := os.MkdirAll(filepath.Join(dir, "job/shared/d000"), 0o755); err != nil {
 		b.Fatal(err)
 	}
-	r, err := openStoreRoot(dir)
+	r, err := openStoreRoot(dir, slog.Default())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -93,4 +103,79 @@ func BenchmarkStoreRootRemove(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestOpenat2Probe (review L6): openat2 is probed once when the mount starts. ENOSYS there selects the
+// path fallback and says so in the log; EPERM (a seccomp profile) refuses to start with the reason; and
+// after a successful probe an ENOSYS from one call (a FUSE backing filesystem can answer one open with it)
+// is that call's error, never a switch to the symlink-following fallback for the rest of the mount.
+func TestOpenat2Probe(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "a/b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(dir, "a/ln")); err != nil {
+		t.Fatal(err)
+	}
+	failing := func(errno unix.Errno) func(int, string, *unix.OpenHow) (int, error) {
+		return func(int, string, *unix.OpenHow) (int, error) { return -1, errno }
+	}
+
+	t.Run("ENOSYS at startup", func(t *testing.T) {
+		var logs bytes.Buffer
+		r, err := openStoreRootWith(dir, slog.New(slog.NewTextHandler(&logs, nil)), failing(unix.ENOSYS))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.close()
+		if !r.noOpenat2 || !strings.Contains(logs.String(), "no openat2") {
+			t.Errorf("fallback %v, log %q: want the fallback, logged at startup", r.noOpenat2, logs.String())
+		}
+		fd, err := r.dir("a/b")
+		if err != nil {
+			t.Fatalf("fallback open: %v", err)
+		}
+		r.release(fd)
+	})
+
+	t.Run("EPERM at startup", func(t *testing.T) {
+		r, err := openStoreRootWith(dir, slog.Default(), failing(unix.EPERM))
+		if err == nil {
+			r.close()
+			t.Fatal("started although openat2 is blocked")
+		}
+		if !strings.Contains(err.Error(), "seccomp") || !strings.Contains(err.Error(), dir) {
+			t.Errorf("error %q should name the store and the seccomp profile", err)
+		}
+	})
+
+	t.Run("ENOSYS at runtime", func(t *testing.T) {
+		var fail atomic.Bool
+		sys := func(dirfd int, p string, how *unix.OpenHow) (int, error) {
+			if fail.Load() {
+				return -1, unix.ENOSYS
+			}
+			return unix.Openat2(dirfd, p, how)
+		}
+		r, err := openStoreRootWith(dir, slog.Default(), sys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.close()
+		fail.Store(true)
+		if fd, err := r.dir("a/b"); err != unix.ENOSYS {
+			r.release(fd)
+			t.Fatalf("open while openat2 answers ENOSYS: %v, want ENOSYS (fail closed)", err)
+		}
+		fail.Store(false)
+		if r.noOpenat2 {
+			t.Fatal("one ENOSYS switched the mount to the fallback")
+		}
+		// Still resolved without symlinks: the fallback would follow a/ln into outside.
+		if fd, err := r.dir("a/ln"); !errors.Is(err, unix.ELOOP) {
+			r.release(fd)
+			t.Errorf("open through a symlinked folder after a runtime ENOSYS: %v, want ELOOP", err)
+		}
+	})
 }

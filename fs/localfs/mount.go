@@ -57,7 +57,7 @@ func Mount(o Options) (*Mounted, error) {
 	if err := mountutil.PrepareLogged(mnt, o.Logger); err != nil {
 		return nil, err
 	}
-	root, err := newRoot(store, o.Enforcer)
+	root, err := newRoot(store, o.Enforcer, o.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w", store, err)
 	}

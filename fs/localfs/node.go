@@ -15,6 +15,7 @@ package localfs
 
 import (
 	"context"
+	"log/slog"
 	"path"
 	"strings"
 	"syscall"
@@ -70,12 +71,12 @@ var (
 
 // newRoot returns the root node of a guard loopback over dir, with dir held open (release it with
 // root.close once the mount is gone).
-func newRoot(dir string, enf *guard.Enforcer) (*node, error) {
+func newRoot(dir string, enf *guard.Enforcer, log *slog.Logger) (*node, error) {
 	lr, err := fs.NewLoopbackRoot(dir)
 	if err != nil {
 		return nil, err
 	}
-	sr, err := openStoreRoot(dir)
+	sr, err := openStoreRoot(dir, log)
 	if err != nil {
 		return nil, err
 	}

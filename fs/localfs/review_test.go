@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -275,7 +276,7 @@ func TestHardLinkedFailsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := newRoot(t.TempDir(), enf)
+	root, err := newRoot(t.TempDir(), enf, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
