@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -542,9 +544,8 @@ func (ix *Index) Stats(ctx context.Context) (*StatsResult, error) {
 		return nil, err
 	}
 	defer v.release()
-	lsm, vlog := v.g.db.Size()
 	s := &StatsResult{Store: ix.st.Root(), IndexDir: ix.dir, Schema: SchemaVersion, Generation: v.g.n, LastSync: v.last,
-		SyncError: v.syncErr, Pins: len(v.pins), DirectoryHandles: len(v.st.dirRefs), IndexBytes: lsm + vlog,
+		SyncError: v.syncErr, Pins: len(v.pins), DirectoryHandles: len(v.st.dirRefs), IndexBytes: dirBytes(filepath.Join(ix.dir, genName(v.g.n))),
 		Policy: PolicyInfo{Grace: v.pol.Grace.String(), ActiveWindow: v.pol.ActiveWindow.String(), MaxStaleness: v.pol.MaxStaleness.String(), Protect: v.pol.Protect}}
 	b := v.blocked()
 	s.Stale = b != "" && len(v.st.unparseable) == 0
@@ -569,3 +570,16 @@ func (ix *Index) Stats(ctx context.Context) (*StatsResult, error) {
 
 // NewQuerier returns the Querier of a locally opened index (the index itself).
 func NewQuerier(ix *Index) Querier { return ix }
+
+// dirBytes sums the sizes of the files in dir (a generation). badger's DB.Size is refreshed only once
+// a minute, so it reports 0 for a generation a fast rebuild has just written.
+func dirBytes(dir string) int64 {
+	ents, _ := os.ReadDir(dir)
+	var n int64
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+	}
+	return n
+}
