@@ -116,8 +116,13 @@ func (f *filesystem) stat(ctx context.Context, key string, maxAge time.Duration)
 	// the next ~1,000 keys, where a HEAD and a one-key listing per key would cost two requests each.
 	// Callers that want a fresh answer about one key (maxAge 0: open, create, rename) keep the HEAD.
 	if _, ok := f.cache.Get(key, staleHint); ok && maxAge > 0 {
-		if o, exists, ok, err := f.refresh(ctx, key); err != nil {
-			return s3client.Object{}, err
+		// A listing the server rejects (a StartAfter past its key length limit: 4xx) falls through to the
+		// usual requests; an outage (EIO, after the retries) or an interrupted caller fails the stat.
+		o, exists, ok, err := f.refresh(ctx, key)
+		if err != nil {
+			if e := s3client.Errno(err); e == syscall.EIO || e == syscall.EINTR {
+				return s3client.Object{}, err
+			}
 		} else if ok {
 			if !exists {
 				return s3client.Object{}, &fs.PathError{Op: "stat", Path: key, Err: fs.ErrNotExist}
