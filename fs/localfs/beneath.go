@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,11 +37,46 @@ type storeRoot struct {
 	path string
 	fd   int // O_PATH|O_DIRECTORY of path, closed by close
 	// noOpenat2 is set once by the startup probe (the kernel lacks openat2) and only read afterwards.
-	noOpenat2  bool
-	sysOpenat2 func(dirfd int, path string, how *unix.OpenHow) (int, error) // unix.Openat2; tests inject failures
-	procFd     bool                                                         // /proc/self/fd/N reaches the descriptor's file (see onFile)
+	noOpenat2 bool
+	// sysOpenat2 is unix.Openat2 (tests inject failures).
+	sysOpenat2 func(dirfd int, path string, how *unix.OpenHow) (int, error)
+	procFd     bool // /proc/self/fd/N reaches the descriptor's file (see onFile)
 	closeOnce  sync.Once
+
+	// dev and ino identify the directory fd names; current compares them with what path names now.
+	dev, ino uint64
+	log      *slog.Logger
+	start    time.Time                 // monotonic base of rootCheck.at
+	checked  atomic.Pointer[rootCheck] // the last comparison
 }
+
+// rootCheckInterval is how long one comparison of the store path with the root descriptor is trusted. A
+// stat of the path costs about a microsecond (more on NFS), as much as a tenth of the daemon's work per
+// unlink; once per interval it is a few nanoseconds per operation, even for rm -rf at 100,000 unlinks/s.
+// The price is the window: a change acts on the old directory when it comes at most this long after the
+// store directory was replaced and after a comparison that still saw the old one.
+const rootCheckInterval = 10 * time.Millisecond
+
+// rootCheck is one comparison of the store path with the root descriptor.
+type rootCheck struct {
+	at  time.Duration // since storeRoot.start
+	err *storeChangedError
+}
+
+// storeChangedError refuses every operation acting through the root descriptor once the store path no
+// longer names the directory the mount started on (or cannot be checked).
+type storeChangedError struct {
+	msg string
+	// replaced: the path names another directory (final: the mount must restart); otherwise stat of the
+	// path failed, and the next comparison may clear it.
+	replaced bool
+}
+
+func (e *storeChangedError) Error() string { return e.msg }
+
+// Unwrap maps the refusal to EIO wherever an errno is made of it (fs.ToErrno): the operation did not
+// happen, and the store, not the caller, is at fault.
+func (e *storeChangedError) Unwrap() error { return syscall.EIO }
 
 const resolveBeneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
 
@@ -63,7 +100,13 @@ func openStoreRootWith(dir string, log *slog.Logger, sysOpenat2 func(int, string
 		return nil, &os.PathError{Op: "open store root", Path: dir, Err: err}
 	}
 	var st unix.Stat_t
-	r := &storeRoot{path: dir, fd: fd, sysOpenat2: sysOpenat2, procFd: unix.Stat(procFdPath(fd), &st) == nil}
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "stat store root", Path: dir, Err: err}
+	}
+	r := &storeRoot{path: dir, fd: fd, sysOpenat2: sysOpenat2, dev: uint64(st.Dev), ino: uint64(st.Ino), log: log, start: time.Now()}
+	r.checked.Store(&rootCheck{})
+	r.procFd = unix.Stat(procFdPath(fd), &st) == nil
 	pfd, err := r.sysOpenat2(fd, ".", &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: resolveBeneath})
 	switch err {
 	case nil:
@@ -79,6 +122,57 @@ func openStoreRootWith(dir string, log *slog.Logger, sysOpenat2 func(int, string
 		return nil, &os.PathError{Op: "openat2 probe of store root", Path: dir, Err: err}
 	}
 	return r, nil
+}
+
+// current returns nil while the store path still names the directory the root descriptor holds, and a
+// *storeChangedError (EIO) once it does not: the directory at the path was replaced (`mv store store.old
+// && mkdir store`, a restore tool) or something was mounted over it (an NFS or bind mount that appeared
+// after the daemon started, a remount). The index reads the store by path, and go-fuse looks names up by
+// path, while every change acts through the descriptor: after such a swap decisions would be taken about
+// the new directory and the changes they allow made in the old one (review M1). So every change through
+// the descriptor is refused from then on, and the mount must be restarted. A stat error of the path
+// refuses too, until a later comparison succeeds.
+//
+// Every resolution beneath the root (dir, open, onFile) passes here; the comparison runs at most once per
+// rootCheckInterval, so the steady cost is an atomic load and a monotonic clock read.
+func (r *storeRoot) current() error {
+	c := r.checked.Load()
+	if c.err != nil && c.err.replaced {
+		return c.err
+	}
+	now := time.Since(r.start)
+	if now-c.at < rootCheckInterval && c.at != 0 {
+		if c.err != nil {
+			return c.err
+		}
+		return nil
+	}
+	next := &rootCheck{at: now, err: r.compare()}
+	if r.checked.CompareAndSwap(c, next) && next.err != nil && (c.err == nil || c.err.msg != next.err.msg) {
+		// Logged when it starts or changes, not for every refused operation (rm -rf would repeat it
+		// thousands of times); decided operations also carry it in their audit records.
+		r.log.Error("refusing every change to the store: "+next.err.msg, "store", r.path)
+	}
+	if next.err != nil {
+		return next.err
+	}
+	return nil
+}
+
+// compare stats the store path (following symlinks, as the open at startup did) and compares it with the
+// root descriptor's directory.
+func (r *storeRoot) compare() *storeChangedError {
+	var st unix.Stat_t
+	if err := unix.Stat(r.path, &st); err != nil {
+		return &storeChangedError{msg: "cannot stat the store directory " + r.path + " (" + err.Error() +
+			") to check that it is still the directory the mount started on; refusing changes until it can"}
+	}
+	if uint64(st.Dev) == r.dev && uint64(st.Ino) == r.ino {
+		return nil
+	}
+	return &storeChangedError{replaced: true, msg: fmt.Sprintf("the store directory %s was replaced or mounted over since the mount started "+
+		"(device %d inode %d then, device %d inode %d now): the index would decide about the new directory while changes "+
+		"land in the old one, so every change is refused; restart the mount", r.path, r.dev, r.ino, uint64(st.Dev), uint64(st.Ino))}
 }
 
 // close closes the root descriptor; only once no request can use it any more (the FUSE server stopped).
@@ -110,6 +204,9 @@ func (r *storeRoot) openat2(rel string, flags int, mode uint32) (int, error) {
 // dir opens folder key ("" = the root itself) as an O_PATH descriptor for the *at calls. Release it with
 // r.release.
 func (r *storeRoot) dir(key string) (int, error) {
+	if err := r.current(); err != nil {
+		return -1, err
+	}
 	if key == "" {
 		return r.fd, nil
 	}
@@ -148,6 +245,9 @@ func (r *storeRoot) remove(key string, flags int) error {
 // open opens the file at key (never a symlink; "" = the root) with flags, and with O_CREAT or O_TMPFILE
 // creates it with mode's permission bits (the kernel sends the file type along; openat2 rejects it).
 func (r *storeRoot) open(key string, flags int, mode uint32) (int, error) {
+	if err := r.current(); err != nil {
+		return -1, err
+	}
 	if key == "" {
 		key = "."
 	}
@@ -265,6 +365,9 @@ func (r *storeRoot) rename(from, to string, flags uint32) error {
 // as on the store directly). Without /proc it falls back to the path (intermediate symlinks followed).
 func (r *storeRoot) onFile(key string, fn func(path string) error) error {
 	if !r.procFd {
+		if err := r.current(); err != nil {
+			return err
+		}
 		return fn(filepath.Join(r.path, filepath.FromSlash(key)))
 	}
 	fd, err := r.open(key, unix.O_PATH|unix.O_NOFOLLOW, 0)

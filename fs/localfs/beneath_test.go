@@ -179,3 +179,33 @@ func TestOpenat2Probe(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkStoreRootCurrent is the replaced-store check as every unlink pays it (review M1): the cached
+// answer (an atomic load and a monotonic clock read) and, separately, the stat of the store path and the
+// comparison it makes at most once per rootCheckInterval. Per unlink it costs the first plus the second
+// divided by the unlinks in one interval.
+func BenchmarkStoreRootCurrent(b *testing.B) {
+	dir := filepath.Join(b.TempDir(), "var/lib/flink/checkpoints")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	r, err := openStoreRoot(dir, slog.Default())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.close()
+	b.Run("cached", func(b *testing.B) {
+		for b.Loop() {
+			if err := r.current(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("stat", func(b *testing.B) {
+		for b.Loop() {
+			if err := r.compare(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

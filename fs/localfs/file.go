@@ -48,9 +48,17 @@ func (f *file) Flush(ctx context.Context) syscall.Errno {
 		return 0
 	}
 	var st syscall.Stat_t
-	if err := f.n.root.lstat(key, &st); err == unix.ENOENT {
-		// Unlinked while open: there is nothing to index (the deletion was decided and recorded).
-		return 0
+	switch err := f.n.root.lstat(key, &st); err.(type) {
+	case *storeChangedError:
+		// The file is in the directory the mount started on, the index reads the store path: indexing
+		// would look at another directory. The writer learns that its checkpoint is not protected.
+		return syscall.EIO
+	case nil:
+	default:
+		if err == unix.ENOENT {
+			// Unlinked while open: there is nothing to index (the deletion was decided and recorded).
+			return 0
+		}
 	}
 	// Any other answer (even a folder on the way swapped for a symlink: ELOOP) is the index's to judge;
 	// skipping it would leave a checkpoint written through the mount unprotected until the next sync.

@@ -174,7 +174,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	}
 	from, to := t.key(), n.childKey(name)
 	var ch *fs.Inode
-	errno := n.enf.Mutate(ctx, []guard.Check{{Op: refindex.OpLink, Path: from, To: to}}, func() syscall.Errno {
+	errno := n.enf.Mutate(ctx, []guard.Check{{Op: refindex.OpLink, Path: from, To: to, Decided: n.storeDecision(refindex.OpLink, from)}}, func() syscall.Errno {
 		sfd, sname, err := n.root.parent(from)
 		if err != nil {
 			return fs.ToErrno(err)

@@ -8,6 +8,9 @@
 // a symlink on the way (see storeRoot). Lookups and reads of attributes, extended attributes and symlink
 // targets stay go-fuse's loopback by path: they are the hot path of find and of every write, and through a
 // folder swapped for a symlink in the store directly they can at most show what lies outside, not change it.
+// Because the index and those lookups go by path while changes go through the root descriptor, every change
+// is refused once the store path names another directory than the one the mount started on (replaced, or
+// mounted over: see storeRoot.current).
 //
 // Data never crosses the daemon when the kernel supports FUSE passthrough: files are opened as
 // fs.LoopbackFile, which hands its descriptor to the kernel (see Mounted.Passthrough).
@@ -110,11 +113,36 @@ func (n *node) childKey(name string) string {
 	return name
 }
 
-func checks(op refindex.Op, key string) []guard.Check { return []guard.Check{{Op: op, Path: key}} }
+// ReasonStoreReplaced is a refusal the filesystem makes itself: the store path names another directory than
+// the one the mount started on (see storeRoot.current), so a decision (by path) and the change (beneath the
+// root descriptor) would be about different trees.
+const ReasonStoreReplaced refindex.Reason = "store-replaced"
+
+// storeDecision is the refusal of op on key while the store path does not name the mount's directory (or
+// cannot be checked), nil otherwise. It goes to the enforcer as the check's decision, so the refusal is
+// audited and logged with its reason like any other, and the index, which reads the store by path (the new
+// directory), is not asked. Operations the enforcer does not decide (creations, reads) get EIO from the
+// same check in storeRoot.
+func (n *node) storeDecision(op refindex.Op, key string) *refindex.Decision {
+	err := n.root.current()
+	if err == nil {
+		return nil
+	}
+	reason := refindex.ReasonStoreError
+	if sc, ok := err.(*storeChangedError); ok && sc.replaced {
+		reason = ReasonStoreReplaced
+	}
+	return &refindex.Decision{Reason: reason, Message: "refusing to " + op.String() + " /" + key + ": " + err.Error()}
+}
+
+// checks is the one check of op on key (refused at once when the store directory was replaced).
+func (n *node) checks(op refindex.Op, key string) []guard.Check {
+	return []guard.Check{{Op: op, Path: key, Decided: n.storeDecision(op, key)}}
+}
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	key := n.childKey(name)
-	return n.enf.Mutate(ctx, checks(refindex.OpUnlink, key), func() syscall.Errno {
+	return n.enf.Mutate(ctx, n.checks(refindex.OpUnlink, key), func() syscall.Errno {
 		errno := fs.ToErrno(n.root.remove(key, 0))
 		if errno == 0 {
 			n.enf.Deleted(ctx, key)
@@ -125,7 +153,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	key := n.childKey(name)
-	return n.enf.Mutate(ctx, checks(refindex.OpRmdir, key), func() syscall.Errno {
+	return n.enf.Mutate(ctx, n.checks(refindex.OpRmdir, key), func() syscall.Errno {
 		errno := fs.ToErrno(n.root.remove(key, unix.AT_REMOVEDIR))
 		if errno == 0 {
 			n.enf.Deleted(ctx, key)
@@ -154,7 +182,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		SameDir: np == n, OldName: name, NewName: newName, Exchange: flags&unix.RENAME_EXCHANGE != 0,
 		Regular: sst.Mode&unix.S_IFMT == unix.S_IFREG, Nlink: uint64(sst.Nlink)})
 	for attempt := 0; ; attempt++ {
-		cs := []guard.Check{{Op: refindex.OpRename, Path: from, To: to, MetadataCommit: commit}}
+		cs := []guard.Check{{Op: refindex.OpRename, Path: from, To: to, MetadataCommit: commit,
+			Decided: n.storeDecision(refindex.OpRename, from)}}
 		replacing := false
 		if flags&unix.RENAME_NOREPLACE == 0 {
 			var st syscall.Stat_t
@@ -210,7 +239,11 @@ func (n *node) hardLinked(op refindex.Op, key string) *refindex.Decision {
 
 // contentCheck is the check for an operation that changes an existing file's content.
 func (n *node) contentCheck(op refindex.Op, key string) []guard.Check {
-	return []guard.Check{{Op: op, Path: key, Decided: n.hardLinked(op, key)}}
+	d := n.storeDecision(op, key)
+	if d == nil {
+		d = n.hardLinked(op, key)
+	}
+	return []guard.Check{{Op: op, Path: key, Decided: d}}
 }
 
 // Setattr guards a size change (truncate(2), ftruncate(2), and the setattr the kernel sends for O_TRUNC when
