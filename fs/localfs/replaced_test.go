@@ -183,6 +183,15 @@ func TestSwapStoreReplacedUnderMount(t *testing.T) {
 			if err := os.Remove(m("job/shared/b.sst")); err != nil {
 				t.Fatalf("unlink before the swap: %v", err)
 			}
+			// A checkpoint being written through the mount while the store is swapped.
+			if err := os.Mkdir(m("job/chk-2"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			meta, err := os.Create(m("job/chk-2/_metadata"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer meta.Close()
 			var old string // the directory the mount started on
 			if how == "replaced" {
 				old = replaceStore(t, e.store)
@@ -191,8 +200,14 @@ func TestSwapStoreReplacedUnderMount(t *testing.T) {
 				// The new directory holds what the index would see: a checkpoint referencing nothing.
 				e.write(t, "job/shared/a.sst", "copy")
 			}
+			if err := os.WriteFile(filepath.Join(old, "job/chk-2/_metadata"), []byte("meta"), 0o644); err != nil {
+				t.Fatal(err)
+			}
 			before := snapshot(t, old)
 			var asked atomic.Int32
+			// (A fork+exec while the _metadata is open, as cp -a above, closes a copy of its descriptor:
+			// the kernel flushes it, and it is indexed then, before the swap.)
+			calls := len(e.checker.CallLog())
 			e.setDecideHook(func(string, refindex.Op) { asked.Add(1) })
 			// Past the kernel's entry and attribute cache, so lookups reach the new directory.
 			time.Sleep(1100 * time.Millisecond)
@@ -208,7 +223,7 @@ func TestSwapStoreReplacedUnderMount(t *testing.T) {
 			if err := os.WriteFile(m("job/new"), []byte("checkpoint data"), 0o644); !errors.Is(err, syscall.EIO) {
 				t.Errorf("create: %v, want EIO", err)
 			}
-			if err := os.Mkdir(m("job/chk-2"), 0o755); !errors.Is(err, syscall.EIO) {
+			if err := os.Mkdir(m("job/chk-3"), 0o755); !errors.Is(err, syscall.EIO) {
 				t.Errorf("mkdir: %v, want EIO", err)
 			}
 			if _, err := os.ReadFile(m("job/shared/a.sst")); !errors.Is(err, syscall.EIO) {
@@ -216,6 +231,17 @@ func TestSwapStoreReplacedUnderMount(t *testing.T) {
 			}
 			if after := snapshot(t, old); after != before {
 				t.Errorf("the mount's directory changed:\nbefore:\n%s\nafter:\n%s", before, after)
+			}
+			// The open checkpoint's close cannot index it (the index reads the new directory): the writer
+			// must learn that. (Writes to a file already open reach it: they are not namespace changes.)
+			if _, err := meta.Write([]byte("meta")); err != nil {
+				t.Fatal(err)
+			}
+			if err := meta.Close(); !errors.Is(err, syscall.EIO) {
+				t.Errorf("close of a _metadata written into the old directory: %v, want EIO", err)
+			}
+			if c := e.checker.CallLog(); len(c) != calls {
+				t.Errorf("the index was told about changes after the swap: %v", c[calls:])
 			}
 			if b, err := os.ReadFile(filepath.Join(e.store, "job/shared/a.sst")); err != nil || len(b) == 0 {
 				t.Errorf("the new directory's a.sst: %q %v", b, err)
