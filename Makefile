@@ -40,11 +40,14 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 60m ./...
 	@for s in scripts/bench-*.sh; do [ -x "$$s" ] && { echo "== $$s"; "$$s"; } || true; done
 
-# FUZZTIME=10m make fuzz runs every fuzz target for that long.
+# FUZZTIME=10m make fuzz runs every fuzz target (every package that has one) for that long.
 FUZZTIME ?= 30s
+# Every package with a Fuzz target, found rather than listed, so a new one is never left out.
+FUZZ_PKGS = $(sort $(dir $(shell grep -rl --include='*_test.go' '^func Fuzz' .)))
 fuzz:
-	@for t in $$($(GO) test -list '^Fuzz' ./refindex/flinkmeta/ | grep ^Fuzz); do \
-		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 3s -timeout 0 -parallel 1 ./refindex/flinkmeta/ || exit 1; done
+	@for p in $(FUZZ_PKGS); do \
+		for t in $$($(GO) test -list '^Fuzz' $$p | grep ^Fuzz); do \
+			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 3s -timeout 0 -parallel 1 $$p || exit 1; done; done
 
 # End-to-end tests against real Flink (Maven Central) on a local MiniCluster.
 e2e: setup build
