@@ -1,6 +1,7 @@
 package s3client
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,12 @@ import (
 // and attribute timeout). Unlink, and the index's decision it asks for, may use an older entry (ETagTTL),
 // because the DeleteObject is conditional on that entry's ETag: if the object changed since, the delete
 // fails (412) and unlink looks again (docs/SEMANTICS.md).
+//
+// Every entry is stamped with the START of the request that produced it (PutAt), and an entry is never
+// replaced by one stamped earlier: a listing that was sent before an object was overwritten (and so may
+// describe the old version) cannot replace what a later HEAD, or the mount's own write, said about the new
+// one, however late its reply arrives. Drop leaves such a stamp behind too, so a listing already under way
+// cannot bring back what the mount has just changed.
 type AttrCache struct {
 	mu      sync.Mutex
 	entries map[string]CacheEntry
@@ -24,7 +31,9 @@ type AttrCache struct {
 type CacheEntry struct {
 	Obj    Object // IsDir for directories
 	Exists bool
-	At     time.Time
+	At     time.Time // when the request that produced it started (Put: when it was recorded)
+	// dropped: forgotten (Get misses), kept only so that answers stamped before At cannot replace it.
+	dropped bool
 }
 
 // NewAttrCache returns a cache bounded to max entries.
@@ -32,12 +41,28 @@ func NewAttrCache(max int) *AttrCache {
 	return &AttrCache{entries: make(map[string]CacheEntry), max: max}
 }
 
-// Put records what a listing or HEAD said about key (exists=false: it does not exist).
+// Put records the result of an operation the mount has just completed itself (an upload, a delete, a
+// mkdir): stamped now, it wins over every request that started before.
 func (c *AttrCache) Put(key string, obj Object, exists bool) {
+	c.PutAt(key, obj, exists, time.Now())
+}
+
+// PutAt records what a listing or HEAD that started at `at` said about key (exists=false: it does not
+// exist). It is ignored when the entry for key is stamped later: that entry came from a request sent after
+// this one, or from the mount's own change, and may describe a newer version than this reply.
+func (c *AttrCache) PutAt(key string, obj Object, exists bool, at time.Time) {
+	c.store(key, CacheEntry{Obj: obj, Exists: exists, At: at})
+}
+
+func (c *AttrCache) store(key string, e CacheEntry) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.entries) >= c.max {
+	if old, ok := c.entries[key]; ok {
+		if e.At.Before(old.At) {
+			return
+		}
+	} else if len(c.entries) >= c.max {
 		// Bounded memory: drop everything older than a minute, and if that is not enough, everything.
 		for k, e := range c.entries {
 			if now.Sub(e.At) > time.Minute {
@@ -48,7 +73,7 @@ func (c *AttrCache) Put(key string, obj Object, exists bool) {
 			clear(c.entries)
 		}
 	}
-	c.entries[key] = CacheEntry{Obj: obj, Exists: exists, At: now}
+	c.entries[key] = e
 }
 
 // Get returns the entry for key if it is younger than maxAge.
@@ -56,28 +81,53 @@ func (c *AttrCache) Get(key string, maxAge time.Duration) (CacheEntry, bool) {
 	c.mu.Lock()
 	e, ok := c.entries[key]
 	c.mu.Unlock()
-	if !ok || time.Since(e.At) > maxAge {
+	if !ok || e.dropped || time.Since(e.At) > maxAge {
 		return CacheEntry{}, false
 	}
 	return e, true
 }
 
-// Drop forgets key.
+// Drop forgets key (after the mount changed it): Get misses until a request sent from now on answers.
 func (c *AttrCache) Drop(key string) {
-	c.mu.Lock()
-	delete(c.entries, key)
-	c.mu.Unlock()
+	c.store(key, CacheEntry{At: time.Now(), dropped: true})
 }
 
 // DropTree forgets key and everything below it (after a directory operation).
 func (c *AttrCache) DropTree(key string) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.entries, key)
 	p := key + "/"
 	for k := range c.entries {
 		if strings.HasPrefix(k, p) {
 			delete(c.entries, k)
 		}
 	}
+	c.mu.Unlock()
+	c.Drop(key)
+}
+
+// decided is the context key of WithDecided.
+type decided struct{}
+
+// WithDecided returns a context that carries o, the version of o.Key a guarded operation is about to change
+// with a request conditional on o.ETag (If-Match). A store that shares the mount's attribute cache answers
+// Stat of o.Key from it (s3store.Store.Stat), so the index's decision judges exactly the version the
+// conditional request can change, whatever other requests put into the cache in between: were it to judge
+// the mtime of another version, an old one, and the request be conditional on the ETag of a young one, the
+// young (in-flight) object would be deleted (review L3).
+func WithDecided(ctx context.Context, o Object) context.Context {
+	prev, _ := ctx.Value(decided{}).([]Object)
+	objs := make([]Object, 0, len(prev)+1)
+	objs = append(append(objs, prev...), o)
+	return context.WithValue(ctx, decided{}, objs)
+}
+
+// Decided returns the object WithDecided attached to ctx for key.
+func Decided(ctx context.Context, key string) (Object, bool) {
+	objs, _ := ctx.Value(decided{}).([]Object)
+	for _, o := range objs {
+		if o.Key == key {
+			return o, true
+		}
+	}
+	return Object{}, false
 }

@@ -109,12 +109,16 @@ type Page struct {
 	Objects  []Object // files (and "dir/" markers, with Key ending in '/')
 	Prefixes []string // common prefixes, relative, without the trailing '/'
 	Next     string   // continuation token, "" when this was the last page
+	// Started is when the request was sent (before any retry): the page may describe the bucket as it was
+	// at any moment since, so caches stamp its entries with it (AttrCache.PutAt).
+	Started time.Time
 }
 
 // ListPage returns one page of keys under relPrefix (which should end in '/' unless it is ""). With delim,
 // keys below the next '/' are folded into Prefixes. token continues a previous page; startAfter (relative)
 // skips keys up to and including it on the first page.
 func (c *Client) ListPage(ctx context.Context, relPrefix string, delim bool, token, startAfter string, maxKeys int32) (Page, error) {
+	started := time.Now()
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
 	in := &s3.ListObjectsV2Input{Bucket: &c.loc.Bucket, Prefix: aws.String(c.full(relPrefix))}
@@ -133,7 +137,7 @@ func (c *Client) ListPage(ctx context.Context, relPrefix string, delim bool, tok
 	if err != nil {
 		return Page{}, wrap("ListObjectsV2", c.url(relPrefix), err)
 	}
-	var pg Page
+	pg := Page{Started: started}
 	pl := len(c.loc.Prefix)
 	for _, o := range out.Contents {
 		k := aws.ToString(o.Key)

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"strings"
 	"syscall"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -90,7 +91,7 @@ func (d *dirHandle) entries(pg s3client.Page) []fuse.DirEntry {
 			continue
 		}
 		seen[name] = true
-		d.fsys.cache.Put(pre, s3client.Object{Key: pre, IsDir: true}, true)
+		d.fsys.cache.PutAt(pre, s3client.Object{Key: pre, IsDir: true}, true, pg.Started)
 		out = append(out, fuse.DirEntry{Name: name, Mode: syscall.S_IFDIR})
 	}
 	for _, o := range pg.Objects {
@@ -104,12 +105,12 @@ func (d *dirHandle) entries(pg s3client.Page) []fuse.DirEntry {
 		}
 		seen[name] = true
 		if isDir {
-			d.fsys.cache.Put(p+name, s3client.Object{Key: p + name, IsDir: true, ModTime: o.ModTime, ETag: o.ETag}, true)
+			d.fsys.cache.PutAt(p+name, s3client.Object{Key: p + name, IsDir: true, ModTime: o.ModTime, ETag: o.ETag}, true, pg.Started)
 			out = append(out, fuse.DirEntry{Name: name, Mode: syscall.S_IFDIR})
 			continue
 		}
 		o.Key = p + name
-		d.fsys.cache.Put(o.Key, o, true)
+		d.fsys.cache.PutAt(o.Key, o, true, pg.Started)
 		out = append(out, fuse.DirEntry{Name: name, Mode: syscall.S_IFREG})
 	}
 	return out
@@ -136,8 +137,9 @@ func (d *dirHandle) begin(ctx context.Context) syscall.Errno {
 	d.prefetch(pg.Next)
 	var head []fuse.DirEntry
 	metaKey := d.prefix() + "_metadata"
+	headStarted := time.Now()
 	if o, err := d.fsys.c.Head(ctx, metaKey); err == nil {
-		d.fsys.cache.Put(metaKey, o, true)
+		d.fsys.cache.PutAt(metaKey, o, true, headStarted)
 		head = append(head, fuse.DirEntry{Name: "_metadata", Mode: syscall.S_IFREG})
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return s3client.Errno(err)

@@ -139,6 +139,7 @@ func (f *filesystem) stat(ctx context.Context, key string, maxAge time.Duration)
 		dirMarker  s3client.Object
 		haveMarker bool
 	)
+	started := time.Now() // entries are stamped with it: see s3client.AttrCache
 	wg.Add(2)
 	go func() { defer wg.Done(); head, headErr = f.c.Head(ctx, key) }()
 	go func() { defer wg.Done(); pg, listErr = f.c.ListPage(ctx, key+"/", false, "", "", 1) }()
@@ -154,16 +155,16 @@ func (f *filesystem) stat(ctx context.Context, key string, maxAge time.Duration)
 		if haveMarker {
 			d.ModTime, d.ETag = dirMarker.ModTime, dirMarker.ETag
 		}
-		f.cache.Put(key, d, true)
+		f.cache.PutAt(key, d, true, started)
 		return d, nil
 	}
 	if headErr != nil {
 		if errors.Is(headErr, fs.ErrNotExist) {
-			f.cache.Put(key, s3client.Object{Key: key}, false)
+			f.cache.PutAt(key, s3client.Object{Key: key}, false, started)
 		}
 		return s3client.Object{}, headErr
 	}
-	f.cache.Put(key, head, true)
+	f.cache.PutAt(key, head, true, started)
 	return head, nil
 }
 
@@ -192,7 +193,7 @@ func (f *filesystem) refresh(ctx context.Context, key string) (o s3client.Object
 		}
 		seen[p] = true
 		d := s3client.Object{Key: p, IsDir: true}
-		f.cache.Put(p, d, true)
+		f.cache.PutAt(p, d, true, pg.Started)
 		if p == key {
 			o, exists = d, true
 		}
@@ -203,14 +204,14 @@ func (f *filesystem) refresh(ctx context.Context, key string) (o s3client.Object
 		if !validName(name) || seen[ob.Key] {
 			continue // the folder's own marker, odd keys, or a file hidden by a directory of the same name
 		}
-		f.cache.Put(ob.Key, ob, true)
+		f.cache.PutAt(ob.Key, ob, true, pg.Started)
 		if ob.Key == key {
 			o, exists = ob, true
 		}
 	}
 	if o.IsDir || pg.Next == "" || last >= key+"/" {
 		if !exists {
-			f.cache.Put(key, s3client.Object{Key: key}, false)
+			f.cache.PutAt(key, s3client.Object{Key: key}, false, pg.Started)
 		}
 		return o, exists, true, nil
 	}
@@ -339,7 +340,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 				return s3client.Errno(err)
 			}
 			if o.Size != 0 {
-				errno := n.fsys.g.Mutate(ctx, []guard.Check{{Op: refindex.OpTruncate, Path: key}}, func() syscall.Errno {
+				errno := n.fsys.g.Mutate(n.fsys.decideOn(ctx, key, o), []guard.Check{{Op: refindex.OpTruncate, Path: key}}, func() syscall.Errno {
 					etag, err := n.fsys.c.Put(ctx, key, strings.NewReader(""), 0, s3client.PutOptions{IfMatch: o.ETag})
 					n.fsys.cache.Drop(key)
 					if err != nil {
@@ -431,8 +432,8 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 }
 
 // Unlink is guarded (OpUnlink) and deletes with If-Match on the ETag seen before the decision, so an object
-// replaced in the meantime is not removed. If the ETag was stale (412), it looks again and decides again,
-// once.
+// replaced in the meantime is not removed; the decision judges that same version (decideOn). If the ETag
+// was stale (412), it looks again and decides again, once.
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	key := childKey(n.key(), name)
 	maxAge := n.fsys.opts.ETagTTL
@@ -448,7 +449,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 			return syscall.EISDIR
 		}
 		var delErr error
-		errno := n.fsys.g.Mutate(ctx, []guard.Check{{Op: refindex.OpUnlink, Path: key}}, func() syscall.Errno {
+		errno := n.fsys.g.Mutate(n.fsys.decideOn(ctx, key, o), []guard.Check{{Op: refindex.OpUnlink, Path: key}}, func() syscall.Errno {
 			delErr = n.fsys.c.Delete(ctx, key, o.ETag)
 			if delErr != nil {
 				return s3client.Errno(delErr)
@@ -550,7 +551,11 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	case dstExists:
 		checks = append(checks, guard.Check{Op: refindex.OpReplace, Path: dst, To: src})
 	}
-	return n.fsys.g.MutateExclusive(ctx, checks, func() syscall.Errno {
+	dctx := n.fsys.decideOn(ctx, src, so)
+	if dstExists {
+		dctx = n.fsys.decideOn(dctx, dst, do)
+	}
+	return n.fsys.g.MutateExclusive(dctx, checks, func() syscall.Errno {
 		po := s3client.PutOptions{IfNoneMatch: !dstExists}
 		if dstExists {
 			po.IfMatch = do.ETag
@@ -575,6 +580,19 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		}
 		return n.fsys.g.Renamed(ctx, src, dst)
 	})
+}
+
+// decideOn returns ctx carrying o (s3client.WithDecided): the index's decision about key, through the
+// store's Stat on the shared cache, then judges exactly the version o whose ETag the conditional request
+// after it carries (If-Match), never another entry the cache got in between (a listing, a HEAD). Where the
+// server ignores If-Match (FreshETags) the condition protects nothing and the decision keeps its own, later
+// HEAD; an object without an ETag has no condition either.
+func (f *filesystem) decideOn(ctx context.Context, key string, o s3client.Object) context.Context {
+	if f.opts.FreshETags || o.ETag == "" || o.IsDir {
+		return ctx
+	}
+	o.Key = key
+	return s3client.WithDecided(ctx, o)
 }
 
 // renameNoReplace is renameat2's RENAME_NOREPLACE (go-fuse only names RENAME_EXCHANGE).

@@ -36,7 +36,10 @@ type Options struct {
 	// Attrs, when set, answers Stat for files some listing or HEAD saw within AttrsTTL (default 60s)
 	// without a request: the S3 mount shares its cache here, so deciding an unlink the mount just listed
 	// costs no HEAD. Safe because the mount's DeleteObject carries If-Match with the ETag of that same
-	// entry: if the object changed since, the delete fails and is decided again on fresh data.
+	// entry: if the object changed since, the delete fails and is decided again on fresh data. The mount
+	// names that entry in the decision's context (s3client.WithDecided) and Stat answers with it, so a
+	// newer or older entry put into the cache between the mount's look and the decision is not judged
+	// instead.
 	Attrs    *s3client.AttrCache
 	AttrsTTL time.Duration
 }
@@ -112,6 +115,11 @@ func (s *Store) Stat(ctx context.Context, p string) (store.ObjectInfo, error) {
 		return store.ObjectInfo{Path: "", IsDir: true}, nil
 	}
 	if s.opts.Attrs != nil {
+		// The version the caller's conditional request is pinned to (s3client.WithDecided): the decision
+		// must judge that one, not whatever the shared cache holds by now.
+		if o, ok := s3client.Decided(ctx, key); ok && !o.IsDir && o.ETag != "" {
+			return info(o), nil
+		}
 		if e, ok := s.opts.Attrs.Get(key, s.opts.AttrsTTL); ok && e.Exists && !e.Obj.IsDir && e.Obj.ETag != "" {
 			o := e.Obj
 			o.Key = key
