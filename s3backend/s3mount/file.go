@@ -58,14 +58,14 @@ func (n *node) openObject(ctx context.Context, key string, o s3client.Object, fl
 	if flags&syscall.O_TRUNC != 0 {
 		op = refindex.OpTruncate
 	}
-	if errno := n.fsys.g.Decide(ctx, guard.Check{Op: op, Path: key}); errno != 0 {
+	if errno := n.fsys.g.Decide(n.fsys.decideOn(ctx, key, o), guard.Check{Op: op, Path: key}); errno != 0 {
 		return nil, 0, errno
 	}
 	w, err := n.newWriteHandle(key, s3client.PutOptions{IfMatch: o.ETag})
 	if err != nil {
 		return nil, 0, syscall.EIO
 	}
-	w.redecide = op
+	w.redecide, w.base = op, o
 	if op == refindex.OpWrite && o.Size > 0 {
 		// Read-modify-write: start from the current object (pinned to its ETag).
 		buf := make([]byte, 8<<20)
@@ -119,7 +119,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 			cn.attr(&out.Attr)
 			return ch, fh, fflags, 0
 		}
-		if errno := n.fsys.g.Decide(ctx, guard.Check{Op: refindex.OpTruncate, Path: key}); errno != 0 {
+		if errno := n.fsys.g.Decide(n.fsys.decideOn(ctx, key, o), guard.Check{Op: refindex.OpTruncate, Path: key}); errno != 0 {
 			return nil, nil, 0, errno
 		}
 		ch := n.newChild(ctx, o)
@@ -128,6 +128,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		if err != nil {
 			return nil, nil, 0, syscall.EIO
 		}
+		w.base = o
 		w.redecide = refindex.OpTruncate
 		w.dirty = true
 		cn.addWriter(w)
@@ -175,6 +176,9 @@ type writeHandle struct {
 	// come to reference the object (review M4). 0 once the handle has replaced it (the object is then the
 	// handle's own content, pinned by If-Match) and for objects the handle created.
 	redecide refindex.Op
+	// base is the version cond.IfMatch names until the first upload (the object the open found), so that
+	// decisions about replacing it judge that version (decideOn), not whatever the cache holds by then.
+	base s3client.Object
 
 	mu    sync.Mutex
 	dirty bool
@@ -245,7 +249,7 @@ func (w *writeHandle) upload(ctx context.Context) syscall.Errno {
 	}
 	fsys := w.n.fsys
 	if w.redecide != 0 {
-		if errno := fsys.g.Decide(ctx, guard.Check{Op: w.redecide, Path: w.key}); errno != 0 {
+		if errno := fsys.g.Decide(w.decideCtxLocked(ctx), guard.Check{Op: w.redecide, Path: w.key}); errno != 0 {
 			return errno
 		}
 	}
@@ -267,6 +271,15 @@ func (w *writeHandle) upload(ctx context.Context) syscall.Errno {
 	w.n.setObj(o)
 	fsys.cache.Put(w.key, o, true)
 	return fsys.g.Written(ctx, w.key)
+}
+
+// decideCtxLocked pins decisions about replacing the object to the version the next upload replaces
+// (decideOn), while that is still the one the open found. w.mu held.
+func (w *writeHandle) decideCtxLocked(ctx context.Context) context.Context {
+	if w.base.ETag == "" || w.base.ETag != w.cond.IfMatch {
+		return ctx
+	}
+	return w.n.fsys.decideOn(ctx, w.key, w.base)
 }
 
 func (w *writeHandle) Release(ctx context.Context) syscall.Errno {

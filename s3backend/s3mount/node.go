@@ -325,7 +325,10 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	if sz, ok := in.GetSize(); ok && !n.IsDir() {
 		key := n.key()
 		if w, ok := fh.(*writeHandle); ok {
-			if errno := n.fsys.g.Decide(ctx, guard.Check{Op: refindex.OpTruncate, Path: key}); errno != 0 {
+			w.mu.Lock()
+			dctx := w.decideCtxLocked(ctx)
+			w.mu.Unlock()
+			if errno := n.fsys.g.Decide(dctx, guard.Check{Op: refindex.OpTruncate, Path: key}); errno != 0 {
 				return errno
 			}
 			if err := w.truncate(int64(sz)); err != nil {
