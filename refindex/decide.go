@@ -311,7 +311,7 @@ func (ix *Index) referencing(v *view, key string, below bool, limit int) (names 
 			}
 		}
 		// The filter proves most unreferenced files have no reverse entry without touching badger.
-		if key != "" && !v.filt.unreferenced(key) {
+		if key != "" && !v.filt.unreferenced(key, v.snap.seq) {
 			scan(append([]byte(tblReverse+key), 0), tblReverse, below || len(v.st.dirRefs) > 0)
 		}
 		if below && !bounded {

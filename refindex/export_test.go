@@ -35,6 +35,10 @@ func CheckFilter(ix *Index) error {
 		return err
 	}
 	f := v.filt
+	if f != nil && f.broken.Load() {
+		v.release()
+		return fmt.Errorf("reference filter disabled: a decrement found a zero count (under-count)")
+	}
 	if f == nil || !f.ready.Load() {
 		v.release()
 		return nil

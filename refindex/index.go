@@ -92,6 +92,8 @@ type Index struct {
 
 	done chan struct{} // closed by Close: stops background work (filter builds)
 
+	snapSeq atomic.Uint64 // sequence of the last snapshot (newSnapshot)
+
 	mu    sync.RWMutex // guards everything below
 	pol   Policy
 	cur   *generation
@@ -395,10 +397,10 @@ func (ix *Index) openCurrent() error {
 	}
 	ix.removeStaleGenerations(next)
 	g := &generation{db: db, n: next}
-	f := newRefFilter(0) // empty generation: nothing is referenced
+	f := newRefFilter(0, ix.log) // empty generation: nothing is referenced
 	f.ready.Store(true)
 	g.filt.Store(f)
-	ix.cur, ix.snap, ix.needRebuild = g, newSnapshot(g), true
+	ix.cur, ix.snap, ix.needRebuild = g, ix.newSnapshot(g), true
 	return nil
 }
 
@@ -436,7 +438,7 @@ func (ix *Index) openExisting(cur int) error {
 		return fmt.Errorf("open index %s: %w (run `ckguard index rebuild`)", ix.dir, err)
 	}
 	g := &generation{db: db, n: cur}
-	ix.cur, ix.snap, ix.state, ix.lastSync, ix.syncErr = g, newSnapshot(g), st, last, syncErr
+	ix.cur, ix.snap, ix.state, ix.lastSync, ix.syncErr = g, ix.newSnapshot(g), st, last, syncErr
 	if fp != ix.norm.Fingerprint() {
 		ix.log.Info("path mapping changed since the index was built; the next sync rebuilds it", "index", ix.dir)
 		ix.needRebuild = true
@@ -613,11 +615,16 @@ func (ix *Index) startFilter(g *generation) {
 		}
 		g.users.Add(1)
 		ix.bg.Add(1) // under writeMu, which Close holds while it waits for bg
+		// The fill reads the state of the current snapshot (no commit can come between: writeMu):
+		// views of older snapshots never consult the filter (they may read reverse entries that a
+		// commit before the fill removed and the filter never counted).
+		seq := ix.snap.seq
 		ix.mu.RUnlock()
 		// The number of distinct objects is not stored; incremental checkpoints reference a shared
 		// file from about as many checkpoints as it survives, so assume ~16 references per object
 		// (a wrong guess only changes how many unreferenced files fall back to the exact scan).
-		f := newRefFilter(refs / 16)
+		f := newRefFilter(refs/16, ix.log)
+		f.seq = seq
 		g.filt.Store(f)
 		txn := g.db.NewTransaction(false)
 		ix.writeMu.Unlock()
@@ -636,11 +643,12 @@ func (ix *Index) startFilter(g *generation) {
 // previous one is closed in the background once its last reader (a long orphans walk, say) is done,
 // so writers through the mount are not held up.
 func (ix *Index) switchGeneration(g *generation, st *memState, last time.Time) {
-	snap := newSnapshot(g)
+	snap := ix.newSnapshot(g)
 	ix.mu.Lock()
 	old, oldSnap := ix.cur, ix.snap
 	ix.cur, ix.snap, ix.state, ix.lastSync, ix.syncErr, ix.needRebuild = g, snap, st, last, "", false
 	ix.mu.Unlock()
+	oldSnap.retire()
 	oldSnap.release() // no longer current; finished with its last view
 	ix.bg.Add(1)
 	go func() {

@@ -1,6 +1,7 @@
 package refindex
 
 import (
+	"bytes"
 	"encoding/binary"
 	"sort"
 
@@ -58,12 +59,27 @@ func tombKey(obj string) []byte { return []byte(tblTombstone + obj) }
 // splitPair splits the part of a pair key after its table prefix.
 func splitPair(k []byte, tbl string) (obj, meta string) {
 	k = k[len(tbl):]
-	for i, c := range k {
-		if c == 0 {
-			return string(k[:i]), string(k[i+1:])
-		}
+	if i := pairSep(k); i >= 0 {
+		return string(k[:i]), string(k[i+1:])
 	}
 	return string(k), ""
+}
+
+// pairSep finds the NUL between the object and the checkpoint of a pair key's tail: the LAST one.
+// The checkpoint is a store key and never holds a NUL; an object key cannot either since c6bdafe,
+// but an index generation written before may still hold one, and every reader (the reference
+// filter's fill above all, which must hash exactly what apply and rebuild count) splits the same way.
+func pairSep(k []byte) int { return bytes.LastIndexByte(k, 0) }
+
+// reverseObject returns the object of a reverse-table key (r/<obj>\x00<meta>). The reference filter
+// hashes what it returns on every path that counts: apply, rebuild and the background fill.
+func reverseObject(k []byte) ([]byte, bool) {
+	k = k[len(tblReverse):]
+	i := pairSep(k)
+	if i < 0 {
+		return nil, false
+	}
+	return k[:i], true
 }
 
 // RefKind says how a checkpoint references an object.

@@ -3,6 +3,7 @@ package refindex
 import (
 	"bytes"
 	"hash/maphash"
+	"log/slog"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -24,7 +25,11 @@ import (
 // snapshot k or any older one, so a view never sees a zero filter slot for an object its snapshot
 // still references.
 type snapshot struct {
-	txn   *badger.Txn
+	txn *badger.Txn
+	// seq orders the snapshots of an Index (all generations): a later commit or switch has a
+	// higher one. A reference filter built in the background counts the state of one snapshot and is
+	// consulted only by views of that snapshot or a later one (refFilter.seq).
+	seq   uint64
 	users atomic.Int64
 	// Set once, when the next snapshot replaces this one (under Index.writeMu and Index.mu):
 	next  *snapshot  // released when this one is finished
@@ -33,9 +38,13 @@ type snapshot struct {
 	owner *generation
 
 	// Idle iterators over the reverse table, reused by decisions (creating one builds an iterator
-	// per memtable and level, a good part of a decision's cost). Closed when the snapshot finishes.
-	itMu sync.Mutex
-	its  []*badger.Iterator
+	// per memtable and level, a good part of a decision's cost). Closed when the snapshot stops
+	// being current (retire): an old snapshot is only read by the views that started on it, and one
+	// long view (an orphans walk) can keep a chain of later snapshots unfinished; their idle
+	// iterators would pin memtables and deleted tables until it ends.
+	itMu    sync.Mutex
+	its     []*badger.Iterator
+	retired bool // no longer current: iterators given back are closed, not kept
 }
 
 // maxIdleIterators bounds the reverse-table iterators a snapshot keeps for reuse (about the number
@@ -60,7 +69,7 @@ func (s *snapshot) reverseIterator() *badger.Iterator {
 
 func (s *snapshot) putIterator(it *badger.Iterator) {
 	s.itMu.Lock()
-	if len(s.its) < maxIdleIterators {
+	if !s.retired && len(s.its) < maxIdleIterators {
 		s.its = append(s.its, it)
 		s.itMu.Unlock()
 		return
@@ -69,10 +78,24 @@ func (s *snapshot) putIterator(it *badger.Iterator) {
 	it.Close()
 }
 
-func newSnapshot(g *generation) *snapshot {
-	s := &snapshot{txn: g.db.NewTransaction(false), owner: g}
+// newSnapshot opens the read transaction of g's latest committed state as the next snapshot. Callers
+// hold writeMu (or are opening the index), so sequence order is commit order.
+func (ix *Index) newSnapshot(g *generation) *snapshot {
+	s := &snapshot{txn: g.db.NewTransaction(false), owner: g, seq: ix.snapSeq.Add(1)}
 	s.users.Store(1) // current
 	return s
+}
+
+// retire marks s as no longer current and closes its idle iterators (views still reading it open
+// new ones, and close them when done).
+func (s *snapshot) retire() {
+	s.itMu.Lock()
+	its := s.its
+	s.its, s.retired = nil, true
+	s.itMu.Unlock()
+	for _, it := range its {
+		it.Close()
+	}
 }
 
 func (s *snapshot) acquire() { s.users.Add(1) }
@@ -113,27 +136,63 @@ type refFilter struct {
 	mask  uint64
 	slots []atomic.Uint32
 	ready atomic.Bool // counts complete (a filter built in the background is not consulted before)
+	// seq: the counts are those of snapshot seq plus every later commit, so only views of snapshot
+	// seq or later may consult the filter (0: every snapshot of the generation, a filter that
+	// counted the generation from its first state).
+	seq uint64
+	// broken: a decrement found its slot at zero, so some count is wrong (a bug: counting that does
+	// not match the reverse table). The filter is never consulted again; every decision takes the
+	// exact scan.
+	broken     atomic.Bool
+	brokenOnce sync.Once
+	log        *slog.Logger
 }
 
 // newRefFilter sizes the filter for about objects distinct referenced objects: ≥ 8 slots per object
 // keeps the share of unreferenced objects that collide with a referenced one near 1/8 or below.
-func newRefFilter(objects int) *refFilter {
+func newRefFilter(objects int, log *slog.Logger) *refFilter {
 	n := uint64(1) << 12
 	if want := uint64(objects) * 8; want > n {
 		n = uint64(1) << bits.Len64(want-1)
 	}
 	n = min(n, 1<<28) // 1 GiB of counters: beyond it collisions only cost fallback scans
-	return &refFilter{seed: maphash.MakeSeed(), mask: n - 1, slots: make([]atomic.Uint32, n)}
+	return &refFilter{seed: maphash.MakeSeed(), mask: n - 1, slots: make([]atomic.Uint32, n), log: log}
 }
 
 func (f *refFilter) hash(obj string) uint64      { return maphash.String(f.seed, obj) }
 func (f *refFilter) hashBytes(obj []byte) uint64 { return maphash.Bytes(f.seed, obj) }
 func (f *refFilter) inc(h uint64)                { f.slots[h&f.mask].Add(1) }
-func (f *refFilter) dec(h uint64)                { f.slots[h&f.mask].Add(^uint32(0)) }
 
-// unreferenced reports whether no reverse entry of obj can exist (false when unsure).
-func (f *refFilter) unreferenced(obj string) bool {
-	return f != nil && f.ready.Load() && f.slots[f.hash(obj)&f.mask].Load() == 0
+// dec uncounts one reverse entry. A slot that is already zero is never wrapped (to 2^32-1, and a
+// later increment back to 0 would prove a referenced object unreferenced): the filter is marked
+// broken instead.
+func (f *refFilter) dec(h uint64) {
+	s := &f.slots[h&f.mask]
+	for {
+		c := s.Load()
+		if c == 0 {
+			f.markBroken()
+			return
+		}
+		if s.CompareAndSwap(c, c-1) {
+			return
+		}
+	}
+}
+
+func (f *refFilter) markBroken() {
+	f.broken.Store(true)
+	f.brokenOnce.Do(func() {
+		if f.log != nil {
+			f.log.Error("reference filter under-count detected (a decrement of a zero count); the filter is disabled and every decision scans the index (slower, still exact). Please report this bug")
+		}
+	})
+}
+
+// unreferenced reports whether no reverse entry of obj can exist in the state of snapshot seq
+// (false when unsure).
+func (f *refFilter) unreferenced(obj string, seq uint64) bool {
+	return f != nil && f.ready.Load() && seq >= f.seq && !f.broken.Load() && f.slots[f.hash(obj)&f.mask].Load() == 0
 }
 
 // fill counts every reverse entry visible in txn (a background build of an existing generation).
@@ -154,13 +213,12 @@ func (f *refFilter) fill(txn *badger.Txn, stop <-chan struct{}) bool {
 			default:
 			}
 		}
-		k := it.Item().Key()[len(tblReverse):]
-		i := bytes.IndexByte(k, 0)
-		if i < 0 {
+		obj, ok := reverseObject(it.Item().Key())
+		if !ok {
 			continue
 		}
-		if prev == nil || !bytes.Equal(prev, k[:i]) {
-			prev = append(prev[:0], k[:i]...)
+		if prev == nil || !bytes.Equal(prev, obj) {
+			prev = append(prev[:0], obj...)
 			h = f.hashBytes(prev)
 		}
 		f.inc(h)
@@ -172,12 +230,15 @@ func (f *refFilter) fill(txn *badger.Txn, stop <-chan struct{}) bool {
 // catch it.
 var testSkipFilterInc bool
 
-// reverseObjects returns the distinct objects refs puts into the reverse table (one entry each).
-func reverseObjects(refs []ref) map[string]struct{} {
+// reverseObjects returns the distinct objects the refs of checkpoint meta put into the reverse table
+// (one entry each), as the filter hashes them: read back from the reverse key with reverseObject,
+// the function the background fill uses.
+func reverseObjects(refs []ref, meta string) map[string]struct{} {
 	out := make(map[string]struct{}, len(refs))
 	for _, r := range refs {
 		if r.Inside && r.Kind != RefDirectory {
-			out[r.Key] = struct{}{}
+			obj, _ := reverseObject(pairKeyFor(r, meta))
+			out[string(obj)] = struct{}{}
 		}
 	}
 	return out

@@ -306,23 +306,26 @@ func (ix *Index) apply(ch change) error {
 	txn := g.db.NewTransaction(true)
 	defer txn.Discard()
 	// The reference filter counts reverse entries: the ones this change adds are counted before the
-	// commit (and uncounted if it fails: they never existed); the ones it removes are uncounted only
-	// when no view reads a state that still has them (the current snapshot's undo, see snapshot).
+	// commit (and uncounted if the change fails before Commit is called: they never existed); the
+	// ones it removes are uncounted only when no view reads a state that still has them (the current
+	// snapshot's undo, see snapshot). A failed Commit may still have written some of its entries
+	// (badger can fail after writing to the memtable), so after a Commit error the increments stay
+	// (an over-count only costs exact scans) and the caller fails closed (errCommitFailed).
 	f := g.filt.Load()
 	var incs, decs []uint64
-	committed := false
+	commitCalled := false
 	defer func() {
-		if !committed {
+		if !commitCalled {
 			for _, h := range incs {
 				f.dec(h)
 			}
 		}
 	}()
-	count := func(oldRefs, newRefs []ref) {
+	count := func(meta string, oldRefs, newRefs []ref) {
 		if f == nil {
 			return
 		}
-		was, is := reverseObjects(oldRefs), reverseObjects(newRefs)
+		was, is := reverseObjects(oldRefs, meta), reverseObjects(newRefs, meta)
 		for o := range is {
 			if _, ok := was[o]; !ok {
 				if testSkipFilterInc {
@@ -353,7 +356,7 @@ func (ix *Index) apply(ch change) error {
 				return err
 			}
 		}
-		count(oldRefs, e.refs)
+		count(e.rec.Key, oldRefs, e.refs)
 		if err := putEntry(txn, e, true); err != nil {
 			return fail(err)
 		}
@@ -378,7 +381,7 @@ func (ix *Index) apply(ch change) error {
 		if err != nil {
 			return err
 		}
-		count(refs, nil)
+		count(k, refs, nil)
 		if err := removeEntry(txn, k, refs, nil, now, true); err != nil {
 			return fail(err)
 		}
@@ -396,13 +399,13 @@ func (ix *Index) apply(ch change) error {
 			return fail(err)
 		}
 	}
-	if err := txn.Commit(); err != nil {
-		return fail(err)
+	commitCalled = true
+	if err := commitTxn(txn); err != nil {
+		return fmt.Errorf("%w: %w", errCommitFailed, err)
 	}
-	committed = true
 	next.finish()
-	snap := newSnapshot(g) // after the commit: its read timestamp includes it
-	snap.users.Add(1)      // held by the previous snapshot until that one is finished
+	snap := ix.newSnapshot(g) // after the commit: its read timestamp includes it
+	snap.users.Add(1)         // held by the previous snapshot until that one is finished
 	ix.mu.Lock()
 	old := ix.snap
 	old.next, old.filt, old.undo = snap, f, decs
@@ -411,9 +414,18 @@ func (ix *Index) apply(ch change) error {
 		ix.lastSync, ix.syncErr = ch.synced, ""
 	}
 	ix.mu.Unlock()
+	old.retire()
 	old.release() // no longer current
 	return nil
 }
+
+// errCommitFailed marks an apply whose badger commit failed: some of its writes may be visible to
+// later transactions, so the in-memory state no longer matches the index; the caller fails closed
+// (failSync) until a sync or rebuild re-derives it.
+var errCommitFailed = errors.New("index commit failed")
+
+// commitTxn commits an apply's transaction (a test replaces it to inject commit failures).
+var commitTxn = func(txn *badger.Txn) error { return txn.Commit() }
 
 func adjustDirRefs(s *memState, refs []ref, d int) {
 	for _, r := range refs {
@@ -869,19 +881,20 @@ func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
 	if err == nil {
 		err = emitSorted(streamOutside, outKeys)
 	}
-	filt := newRefFilter(len(objs))
+	filt := newRefFilter(len(objs), ix.log)
 	var h uint64
 	for i := 0; err == nil && i < len(pairs); i++ {
 		if i > 0 && pairs[i] == pairs[i-1] {
 			continue // the same object named twice by one checkpoint (e.g. file and segment)
 		}
 		pr := pairs[i]
-		obj := objs[order[pr>>32]]
+		pk := pairKey(tblReverse, objs[order[pr>>32]], metas[pr&0xffffffff])
 		if i == 0 || pr>>32 != pairs[i-1]>>32 {
-			h = filt.hash(obj)
+			obj, _ := reverseObject(pk) // what the background fill hashes for this key
+			h = filt.hashBytes(obj)
 		}
 		filt.inc(h) // one count per reverse entry, as apply keeps it
-		err = put(streamReverse, pairKey(tblReverse, obj, metas[pr&0xffffffff]), nil)
+		err = put(streamReverse, pk, nil)
 	}
 	if err == nil && buf.LenNoPadding() > 0 {
 		err = sw.Write(buf)
@@ -1013,6 +1026,9 @@ func (ix *Index) applyOrRebuild(ctx context.Context, ch change) error {
 	err := ix.apply(ch)
 	if errors.Is(err, errNeedRebuild) {
 		return ix.rebuildLocked(ctx)
+	}
+	if errors.Is(err, errCommitFailed) {
+		return ix.failSync(fmt.Errorf("write index: %w", err))
 	}
 	return err
 }
