@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -288,5 +289,58 @@ func TestRetiredSnapshotKeepsNoIterators(t *testing.T) {
 	w.snap.itMu.Unlock()
 	if n != 0 {
 		t.Fatalf("the last snapshot of a replaced generation keeps %d idle iterators", n)
+	}
+}
+
+// While a background fill still counts, a commit may uncount an entry the fill has not reached yet
+// (it reads the snapshot before that commit): that decrement is no under-count and must not disable
+// the filter. A decrement whose entry the fill never finds is one, and the fill's end says so.
+func TestFillToleratesDecrementsAheadOfIt(t *testing.T) {
+	ctx := context.Background()
+	tr := incidentTree(t)
+	ix, _, only := hardenIndex(t, tr.Root, t.TempDir(), tr)
+	defer ix.Close()
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var seed *refFilter
+	fill := func(early ...string) *refFilter {
+		f := newRefFilter(1000, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if seed != nil {
+			f.seed = seed.seed // same slots as the full count
+		}
+		for _, k := range early {
+			f.dec(f.hash(k)) // before the fill reaches it
+		}
+		txn := ix.cur.db.NewTransaction(false)
+		defer txn.Discard()
+		if !f.fill(txn, nil) {
+			t.Fatal("fill stopped")
+		}
+		f.ready.Store(true)
+		return f
+	}
+	full := fill()
+	seed = full
+	never := ""
+	for i := 0; never == ""; i++ {
+		if k := "flink/never/referenced-" + strconv.Itoa(i); full.slots[full.hash(k)&full.mask].Load() == 0 {
+			never = k
+		}
+	}
+	f := fill(only)
+	if f.broken.Load() {
+		t.Fatalf("a decrement of %s ahead of the fill disabled the filter", only)
+	}
+	if got, want := f.slots[f.hash(only)&f.mask].Load(), full.slots[full.hash(only)&full.mask].Load()-1; got != want {
+		t.Fatalf("slot of %s after the early decrement: %d, want %d", only, got, want)
+	}
+	if f := fill(never); !f.broken.Load() {
+		t.Fatal("a decrement the fill never matched left the filter enabled")
+	}
+	// After ready a decrement of a zero slot is an under-count at once.
+	f.dec(f.hash(never))
+	if !f.broken.Load() {
+		t.Fatal("a decrement of a zero slot after the fill left the filter enabled")
 	}
 }

@@ -163,11 +163,26 @@ func (f *refFilter) hash(obj string) uint64      { return maphash.String(f.seed,
 func (f *refFilter) hashBytes(obj []byte) uint64 { return maphash.Bytes(f.seed, obj) }
 func (f *refFilter) inc(h uint64)                { f.slots[h&f.mask].Add(1) }
 
-// dec uncounts one reverse entry. A slot that is already zero is never wrapped (to 2^32-1, and a
-// later increment back to 0 would prove a referenced object unreferenced): the filter is marked
-// broken instead.
+// wrapped: a slot at or above it went below zero (no slot counts 2^31 reverse entries).
+const wrapped = 1 << 31
+
+// dec uncounts one reverse entry. Once the filter is ready, a slot that is already zero is never
+// wrapped (to 2^32-1, and a later increment back to 0 would prove a referenced object unreferenced):
+// the filter is marked broken instead.
+//
+// While a background fill still counts, a decrement may legitimately reach a slot before the fill
+// has counted the entry it uncounts (the fill reads the snapshot before that commit): counts are
+// sums, so the slot is right once the fill has passed it. Such a decrement wraps; the fill checks
+// every slot when it ends, and a wrap seen after ready is an under-count.
 func (f *refFilter) dec(h uint64) {
 	s := &f.slots[h&f.mask]
+	if !f.ready.Load() {
+		s.Add(^uint32(0))
+		if f.ready.Load() && s.Load() >= wrapped {
+			f.markBroken()
+		}
+		return
+	}
 	for {
 		c := s.Load()
 		if c == 0 {
@@ -222,6 +237,13 @@ func (f *refFilter) fill(txn *badger.Txn, stop <-chan struct{}) bool {
 			h = f.hashBytes(prev)
 		}
 		f.inc(h)
+	}
+	// Every entry is counted: a slot still below zero had a decrement without its entry.
+	for i := range f.slots {
+		if f.slots[i].Load() >= wrapped {
+			f.markBroken()
+			break
+		}
 	}
 	return true
 }
