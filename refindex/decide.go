@@ -1,7 +1,6 @@
 package refindex
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -301,7 +300,7 @@ func (ix *Index) referencing(v *view, key string, below bool, limit int) (names 
 			}
 			for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 				k := it.Item().Key()
-				if i := bytes.IndexByte(k[len(tbl):], 0); i >= 0 {
+				if i := pairSep(k[len(tbl):]); i >= 0 {
 					add(k[len(tbl)+i+1:], dedupe)
 				}
 				if scanned++; scanned >= maxRefScan {

@@ -214,13 +214,12 @@ func (f *refFilter) unreferenced(obj string, seq uint64) bool {
 // Entries are sorted by object, so each object is hashed once. It stops early (false) when stop is
 // closed.
 func (f *refFilter) fill(txn *badger.Txn, stop <-chan struct{}) bool {
-	prefix := []byte(tblReverse)
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: reversePrefix})
 	defer it.Close()
 	var prev []byte
 	var h uint64
 	n := 0
-	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+	for it.Seek(reversePrefix); it.ValidForPrefix(reversePrefix); it.Next() {
 		if n++; n&0xffff == 0 {
 			select {
 			case <-stop:
