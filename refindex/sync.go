@@ -707,19 +707,21 @@ func (noBar) Add(int) error { return nil }
 func (noBar) Finish() error { return nil }
 
 func (ix *Index) newBar(n int, what string) bar {
-	if ix.opt.progress == nil || n < 100 {
+	if n < 100 {
 		return noBar{}
 	}
-	return progressbar.NewOptions(n, progressbar.OptionSetWriter(ix.opt.progress), progressbar.OptionSetDescription(what),
-		progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
+	return ix.progressBar(n, what)
 }
 
 // newCounter shows progress for work of unknown size (a store walk): a running count, no total.
-func (ix *Index) newCounter(what string) bar {
+func (ix *Index) newCounter(what string) bar { return ix.progressBar(-1, what) }
+
+// progressBar draws on the WithProgress writer (total -1: a running count), or nothing without one.
+func (ix *Index) progressBar(total int, what string) bar {
 	if ix.opt.progress == nil {
 		return noBar{}
 	}
-	return progressbar.NewOptions(-1, progressbar.OptionSetWriter(ix.opt.progress), progressbar.OptionSetDescription(what),
+	return progressbar.NewOptions(total, progressbar.OptionSetWriter(ix.opt.progress), progressbar.OptionSetDescription(what),
 		progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
 }
 
