@@ -207,13 +207,10 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 		return nil, nil, 0, fs.ToErrno(err)
 	}
 	callerOwns(ctx, func(uid, gid int) error { return unix.Fchown(fd, uid, gid) })
-	var st syscall.Stat_t
-	gen, err := statAt(fd, "", &st)
+	ch, err := n.newChild(ctx, fd, "", out)
 	if err != nil {
 		unix.Close(fd)
 		return nil, nil, 0, fs.ToErrno(err)
 	}
-	out.Attr.FromStat(&st)
-	ch := n.NewInode(ctx, &fs.LoopbackNode{RootData: n.RootData}, n.stableAttr(&st, gen))
 	return ch, fs.NewLoopbackFile(fd), 0, 0
 }
