@@ -362,3 +362,35 @@ func TestReaddirLargeAndSeek(t *testing.T) {
 		t.Fatalf("seek back to %d: %d then %d entries (%d in all); resumed listing differs", off, len(head), len(again), len(all))
 	}
 }
+
+// TestTmpfile: an O_TMPFILE opened through the mount is an unnamed file in the store folder beneath the
+// root: writable, stat-able through its descriptor, and it adds no name to the folder.
+func TestTmpfile(t *testing.T) {
+	e := mountFake(t)
+	e.write(t, "job/chk-1/x", "x")
+	fd, err := unix.Open(filepath.Join(e.mnt, "job/chk-1"), unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EISDIR) {
+		t.Skipf("the kernel or backing filesystem has no O_TMPFILE through FUSE: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if n, err := unix.Write(fd, []byte("unnamed")); err != nil || n != 7 {
+		t.Fatalf("write: %d %v", n, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != 7 {
+		t.Errorf("fstat of the tmpfile: mode %o size %d, want a regular file of 7 bytes", st.Mode, st.Size)
+	}
+	ents, err := os.ReadDir(filepath.Join(e.store, "job/chk-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 || ents[0].Name() != "x" {
+		t.Errorf("the folder in the store holds %v, want only x (a tmpfile has no name)", ents)
+	}
+}
