@@ -1,6 +1,11 @@
 package guard
 
-import "testing"
+import (
+	"syscall"
+	"testing"
+
+	"github.com/ckguard/ckguard/refindex"
+)
 
 func TestIsMetadataCommit(t *testing.T) {
 	flink := RenameFacts{SameDir: true, OldName: "._metadata.inprogress.6f1c2a9e-0b1d-4c3e-9a7f-1d2e3f4a5b6c", NewName: "_metadata", Regular: true, Nlink: 1}
@@ -29,5 +34,21 @@ func TestIsMetadataCommit(t *testing.T) {
 				t.Fatalf("IsMetadataCommit(%+v) = %v, want %v", r, got, tc.want)
 			}
 		})
+	}
+}
+
+func TestOpenOp(t *testing.T) {
+	for _, tc := range []struct {
+		flags uint32
+		want  refindex.Op
+	}{
+		{syscall.O_WRONLY, refindex.OpWrite},
+		{syscall.O_RDWR | syscall.O_APPEND, refindex.OpWrite},
+		{syscall.O_WRONLY | syscall.O_TRUNC, refindex.OpTruncate},
+		{syscall.O_RDONLY | syscall.O_TRUNC, refindex.OpTruncate},
+	} {
+		if got := OpenOp(tc.flags); got != tc.want {
+			t.Errorf("OpenOp(%#o) = %v, want %v", tc.flags, got, tc.want)
+		}
 	}
 }

@@ -44,6 +44,15 @@ type Check struct {
 	MetadataCommit bool
 }
 
+// OpenOp is the decision an open of an existing file for writing asks for: OpTruncate with O_TRUNC (the
+// content goes at once), OpWrite otherwise. Both mounts decide their opens with it.
+func OpenOp(flags uint32) refindex.Op {
+	if flags&syscall.O_TRUNC != 0 {
+		return refindex.OpTruncate
+	}
+	return refindex.OpWrite
+}
+
 // ReasonMetadataCommit records a rename onto _metadata allowed although its source was in grace.
 const ReasonMetadataCommit refindex.Reason = "metadata-commit"
 

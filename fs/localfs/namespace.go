@@ -104,10 +104,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		}
 		return fs.NewLoopbackFile(fd), 0, 0
 	}
-	op := refindex.OpWrite
-	if flags&syscall.O_TRUNC != 0 {
-		op = refindex.OpTruncate
-	}
+	op := guard.OpenOp(flags)
 	var fd int
 	errno := n.enf.Mutate(ctx, n.contentCheck(op, key), func() syscall.Errno {
 		var err error
@@ -132,10 +129,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	created := err == nil
 	errno := fs.ToErrno(err)
 	if errno == syscall.EEXIST && flags&syscall.O_EXCL == 0 {
-		op := refindex.OpWrite
-		if flags&syscall.O_TRUNC != 0 {
-			op = refindex.OpTruncate
-		}
+		op := guard.OpenOp(flags)
 		errno = n.enf.Mutate(ctx, n.contentCheck(op, key), func() syscall.Errno {
 			// Without O_CREAT: if the file vanished since, creating it now would make a file that is not
 			// the caller's; the kernel's next attempt starts over.

@@ -54,10 +54,7 @@ func (n *node) openObject(ctx context.Context, key string, o s3client.Object, fl
 		}
 		return newReadHandle(n.fsys, key, o), 0, 0
 	}
-	op := refindex.OpWrite
-	if flags&syscall.O_TRUNC != 0 {
-		op = refindex.OpTruncate
-	}
+	op := guard.OpenOp(flags)
 	if errno := n.fsys.g.Decide(n.fsys.decideOn(ctx, key, o), guard.Check{Op: op, Path: key}); errno != 0 {
 		return nil, 0, errno
 	}
