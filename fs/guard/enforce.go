@@ -326,6 +326,8 @@ func errnoName(e syscall.Errno) string {
 		return "EBUSY"
 	case syscall.EIO:
 		return "EIO"
+	case syscall.EINTR:
+		return "EINTR" // an interrupted caller (see record1): it retries
 	}
 	return strconv.Itoa(int(e))
 }

@@ -170,6 +170,9 @@ func TestInterruptedCaller(t *testing.T) {
 	if got := e.Mutate(cancelled, checks, func() syscall.Errno { ran = true; return 0 }); got != syscall.EINTR || ran {
 		t.Errorf("interrupted decision: errno %v ran %v, want EINTR and nothing done", got, ran)
 	}
+	if len(s.recs) != 1 || s.recs[0].Decision != "refuse" || s.recs[0].Errno != "EINTR" {
+		t.Errorf("audit of the interrupted decision: %+v, want one refusal answered with EINTR", s.recs)
+	}
 	if got := e.Mutate(live, checks, func() syscall.Errno { return 0 }); got != 0 {
 		t.Errorf("uninterrupted decision: errno %v, want 0", got)
 	}
