@@ -30,6 +30,8 @@ import (
 
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/localstore"
 )
 
 // Extended attributes the guard answers itself (never stored, never listed: so cp -a, rsync -X and a
@@ -140,10 +142,26 @@ func (n *node) checks(op refindex.Op, key string) []guard.Check {
 	return []guard.Check{{Op: op, Path: key, Decided: n.storeDecision(op, key)}}
 }
 
+// Unlink opens the parent folder beneath the store root once, stats the file through it for the decision
+// (store.WithObserved: the grace rule judges the very file that is then unlinked, and the store path is not
+// walked a second time) and unlinks it through the same descriptor.
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	key := n.childKey(name)
+	fd, base, err := n.root.parent(key)
+	if err != nil {
+		// The parent cannot be opened (the store was replaced, a folder became a symlink, ...): decide as
+		// usual, so the refusal or the failure is recorded with its reason.
+		return n.enf.Mutate(ctx, n.checks(refindex.OpUnlink, key), func() syscall.Errno {
+			return fs.ToErrno(err)
+		})
+	}
+	defer n.root.release(fd)
+	var st unix.Stat_t
+	if unix.Fstatat(fd, base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+		ctx = store.WithObserved(ctx, localstore.InfoFromStat(key, &st))
+	}
 	return n.enf.Mutate(ctx, n.checks(refindex.OpUnlink, key), func() syscall.Errno {
-		errno := fs.ToErrno(n.root.remove(key, 0))
+		errno := fs.ToErrno(unix.Unlinkat(fd, base, 0))
 		if errno == 0 {
 			n.enf.Deleted(ctx, key)
 		}

@@ -408,3 +408,44 @@ func TestUnlinkDoesNotFollowSwappedFolder(t *testing.T) {
 		t.Errorf("not removed")
 	}
 }
+
+// TestUnlinkGraceJudgesTheFileOnDisk: the grace rule of an unlink judges the file's mtime as stat'ed through
+// the folder descriptor the unlink then uses (store.WithObserved): a young unreferenced file is refused, an
+// old one removed, and the same young file is removed once it was backdated in the store directly (the
+// decision reads the file's current mtime, not what the kernel or an earlier decision saw).
+func TestUnlinkGraceJudgesTheFileOnDisk(t *testing.T) {
+	x := mountIndexed(t)
+	young := x.job + "/chk-78/inflight-state"
+	old := x.job + "/shared/forgotten-garbage"
+	if err := x.tree.Write(old, 100, time.Now().Add(-72*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	// Looked up through the mount first, so the kernel holds both files' attributes.
+	for _, k := range []string{young, old} {
+		if _, err := os.Lstat(x.m(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Remove(x.m(young)); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("rm of %s, written a minute ago and referenced by nothing: %v, want EPERM (in grace)", young, err)
+	}
+	if _, err := os.Lstat(x.store(young)); err != nil {
+		t.Errorf("%s is gone from the store: %v", young, err)
+	}
+	if err := os.Remove(x.m(old)); err != nil {
+		t.Errorf("rm of %s, three days old and referenced by nothing: %v", old, err)
+	}
+	if _, err := os.Lstat(x.store(old)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s is still in the store after an allowed rm: %v", old, err)
+	}
+	past := time.Now().Add(-72 * time.Hour)
+	if err := os.Chtimes(x.store(young), past, past); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(x.m(young)); err != nil {
+		t.Errorf("rm of %s after it was backdated in the store: %v, want it removed", young, err)
+	}
+	if _, err := os.Lstat(x.store(young)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s is still in the store: %v", young, err)
+	}
+}

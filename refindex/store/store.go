@@ -135,3 +135,23 @@ func isClean(key string) bool {
 func NotExist(op, key string) error {
 	return &fs.PathError{Op: op, Path: key, Err: fs.ErrNotExist}
 }
+
+// observed is the context key of WithObserved.
+type observed struct{}
+
+// WithObserved returns a context carrying o, what the caller has just read of o.Path in the store (the
+// local mount stats a file through the same folder descriptor it is about to unlink it with). A store's
+// Stat of o.Path under that context answers with o instead of looking again, so the decision judges exactly
+// the file the change acts on, and the store is not walked twice for one operation. Only the key o.Path is
+// answered; every other key is looked up as usual.
+func WithObserved(ctx context.Context, o ObjectInfo) context.Context {
+	return context.WithValue(ctx, observed{}, &o)
+}
+
+// Observed returns what WithObserved attached to ctx for key.
+func Observed(ctx context.Context, key string) (ObjectInfo, bool) {
+	if o, ok := ctx.Value(observed{}).(*ObjectInfo); ok && o.Path == key {
+		return *o, true
+	}
+	return ObjectInfo{}, false
+}

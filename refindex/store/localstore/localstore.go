@@ -97,6 +97,9 @@ func (s *Store) Stat(ctx context.Context, key string) (store.ObjectInfo, error) 
 	if err != nil {
 		return store.ObjectInfo{}, err
 	}
+	if oi, ok := store.Observed(ctx, k); ok {
+		return oi, nil
+	}
 	// lstat(2) straight into a stack buffer: Stat is on the path of every guarded unlink, and
 	// os.Lstat allocates a FileInfo.
 	p := s.osPath(k)
@@ -113,11 +116,16 @@ func (s *Store) Stat(ctx context.Context, key string) (store.ObjectInfo, error) 
 		}
 		return store.ObjectInfo{}, fmt.Errorf("stat %s: %w", k, &fs.PathError{Op: "lstat", Path: p, Err: err})
 	}
-	oi := store.ObjectInfo{Path: k, ModTime: time.Unix(st.Mtim.Unix()), IsDir: st.Mode&unix.S_IFMT == unix.S_IFDIR}
+	return InfoFromStat(k, &st), nil
+}
+
+// InfoFromStat describes key from its lstat(2) result, as Stat does.
+func InfoFromStat(key string, st *unix.Stat_t) store.ObjectInfo {
+	oi := store.ObjectInfo{Path: key, ModTime: time.Unix(st.Mtim.Unix()), IsDir: st.Mode&unix.S_IFMT == unix.S_IFDIR}
 	if !oi.IsDir {
 		oi.Size = st.Size
 	}
-	return oi, nil
+	return oi
 }
 
 type reader struct {

@@ -2,6 +2,8 @@ package localstore_test
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -53,5 +55,33 @@ func TestSymlinkNotFollowed(t *testing.T) {
 	_ = st.ListMetadata(context.Background(), func(oi store.ObjectInfo) error { n++; return nil })
 	if n != 0 {
 		t.Errorf("ListMetadata followed a symlink out of the store")
+	}
+}
+
+// TestStatAnswersObserved: Stat of the key a caller attached with store.WithObserved answers with what the
+// caller saw (the local mount's stat through its folder descriptor); every other key is stat'ed on disk.
+func TestStatAnswersObserved(t *testing.T) {
+	dir := t.TempDir()
+	for _, k := range []string{"a", "b"} {
+		if err := os.WriteFile(filepath.Join(dir, k), []byte("on disk"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := localstore.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := store.ObjectInfo{Path: "a", Size: 1234, ModTime: time.Unix(1_000_000, 0)}
+	ctx := store.WithObserved(context.Background(), seen)
+	got, err := st.Stat(ctx, "a")
+	if err != nil || got != seen {
+		t.Errorf("Stat(a) with a's observation = %+v, %v; want %+v", got, err, seen)
+	}
+	got, err = st.Stat(ctx, "b")
+	if err != nil || got.Size != int64(len("on disk")) {
+		t.Errorf("Stat(b) with a's observation = %+v, %v; want b as on disk", got, err)
+	}
+	if _, err := st.Stat(ctx, "missing"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Stat(missing) = %v, want not exist", err)
 	}
 }
