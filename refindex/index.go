@@ -41,6 +41,7 @@ type options struct {
 	rebuild     bool
 	parse       parseFunc
 	ports       map[string]int
+	work        func() (done func())
 }
 
 // WithPathMap sets the prefix maps (--map) and the S3 entropy key (--entropy-key) used to normalise
@@ -59,6 +60,11 @@ func WithMountpoint(dir string) Option {
 // WithDefaultPorts sets the port an authority without one means, per scheme (nil = hdfs 8020; see
 // pathnorm.Config.DefaultPorts).
 func WithDefaultPorts(ports map[string]int) Option { return func(o *options) { o.ports = ports } }
+
+// WithWork sets a hook called when CPU-heavy index work starts (a sync, a rebuild, the reference
+// filter's fill, a verify or orphans walk); the work calls the function it returns when it ends. A mount
+// daemon raises GOMAXPROCS for that time (fs/procs).
+func WithWork(begin func() (done func())) Option { return func(o *options) { o.work = begin } }
 
 // WithLogger sets the structured logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
@@ -597,6 +603,14 @@ func (v *view) release() {
 	v.g.users.Done()
 }
 
+// beginWork tells the WithWork hook that CPU-heavy work starts; call the result when it ends.
+func (ix *Index) beginWork() (done func()) {
+	if ix.opt.work == nil {
+		return func() {}
+	}
+	return ix.opt.work()
+}
+
 // startFilter builds the reference filter of generation g in the background (an existing generation
 // opened without one). It takes its snapshot under writeMu, so that every later commit adjusts the
 // filter and no earlier one needs to; until the scan completes the filter is not consulted.
@@ -631,6 +645,7 @@ func (ix *Index) startFilter(g *generation) {
 		defer ix.bg.Done()
 		defer g.users.Done()
 		defer txn.Discard()
+		defer ix.beginWork()()
 		t0 := time.Now()
 		if f.fill(txn, ix.done) {
 			f.ready.Store(true)

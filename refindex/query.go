@@ -368,6 +368,7 @@ func (v *view) blocked() string {
 // unreferenced, not a live _metadata, not pinned or --protect'ed, past the grace period, and at
 // least olderThan old.
 func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*OrphansResult, error) {
+	defer ix.beginWork()()
 	v, err := ix.acquire()
 	if err != nil {
 		return nil, err
@@ -441,6 +442,7 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 // Verify checks, for every live checkpoint, that every object it references exists in the store.
 // Unparseable _metadata count as broken.
 func (ix *Index) Verify(ctx context.Context) (*VerifyResult, error) {
+	defer ix.beginWork()()
 	v, err := ix.acquire()
 	if err != nil {
 		return nil, err

@@ -468,6 +468,7 @@ func (ix *Index) Sync(ctx context.Context) error {
 	// whole sync; syncMu keeps syncs and rebuilds one at a time.
 	ix.syncMu.Lock()
 	defer ix.syncMu.Unlock()
+	defer ix.beginWork()()
 	ix.mu.RLock()
 	need, cur, gen := ix.needRebuild, ix.state, ix.cur
 	ix.mu.RUnlock()
@@ -730,6 +731,7 @@ func (ix *Index) progressBar(total int, what string) bar {
 func (ix *Index) Rebuild(ctx context.Context) error {
 	ix.syncMu.Lock()
 	defer ix.syncMu.Unlock()
+	defer ix.beginWork()()
 	return ix.rebuildExclusive(ctx)
 }
 

@@ -1,0 +1,123 @@
+package procs
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+// fakeProcs records the values a governor sets, starting from start.
+type fakeProcs struct {
+	mu   sync.Mutex
+	cur  int
+	sets []int
+}
+
+func (f *fakeProcs) set(n int) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	prev := f.cur
+	if n > 0 {
+		f.cur = n
+		f.sets = append(f.sets, n)
+	}
+	return prev
+}
+
+func (f *fakeProcs) now() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cur
+}
+
+func TestNewOff(t *testing.T) {
+	for _, tc := range []struct{ start, serve int }{{2, 0}, {2, -1}, {2, 2}, {2, 3}, {1, 1}} {
+		f := &fakeProcs{cur: tc.start}
+		if g := New(tc.serve, f.set); g != nil {
+			t.Errorf("New(serve %d) with GOMAXPROCS %d = %+v, want nil (off)", tc.serve, tc.start, g)
+		}
+	}
+	var g *Governor // off: every method is a no-op
+	g.Serve()
+	g.Work()()
+	g.Stop()
+	if g.Procs() != 0 {
+		t.Error("a nil governor reports procs")
+	}
+}
+
+func TestServeWork(t *testing.T) {
+	f := &fakeProcs{cur: 4}
+	g := New(1, f.set)
+	if f.now() != 4 {
+		t.Fatalf("New changed GOMAXPROCS to %d", f.now())
+	}
+	// Work before serving (the initial sync): full, and still full after it (not serving yet).
+	done := g.Work()
+	done()
+	if f.now() != 4 {
+		t.Errorf("after work before Serve: %d, want 4", f.now())
+	}
+	g.Serve()
+	if f.now() != 1 {
+		t.Errorf("serving: %d, want 1", f.now())
+	}
+	// Overlapping works: full until the last ends; a second call of done changes nothing.
+	d1, d2 := g.Work(), g.Work()
+	if f.now() != 4 {
+		t.Errorf("working: %d, want 4", f.now())
+	}
+	d1()
+	d1()
+	if f.now() != 4 {
+		t.Errorf("one of two works done: %d, want 4", f.now())
+	}
+	d2()
+	if f.now() != 1 {
+		t.Errorf("all works done: %d, want 1", f.now())
+	}
+	g.Stop()
+	if f.now() != 4 {
+		t.Errorf("stopped: %d, want 4", f.now())
+	}
+	// Serve during work waits for it.
+	g2 := New(1, f.set)
+	d := g2.Work()
+	g2.Serve()
+	if f.now() != 4 {
+		t.Errorf("Serve during work: %d, want 4 until the work ends", f.now())
+	}
+	d()
+	if f.now() != 1 {
+		t.Errorf("work ended after Serve: %d, want 1", f.now())
+	}
+	// Only changes are applied (each costs a stop-the-world).
+	want := []int{1, 4, 1, 4, 1}
+	if fmt.Sprint(f.sets) != fmt.Sprint(want) {
+		t.Errorf("set calls %v, want %v", f.sets, want)
+	}
+}
+
+// TestRuntime drives the real runtime setting.
+func TestRuntime(t *testing.T) {
+	start := runtime.GOMAXPROCS(0)
+	if start < 2 {
+		t.Skip("needs GOMAXPROCS >= 2")
+	}
+	defer runtime.GOMAXPROCS(start)
+	g := New(1, runtime.GOMAXPROCS)
+	g.Serve()
+	if n := runtime.GOMAXPROCS(0); n != 1 {
+		t.Errorf("serving: GOMAXPROCS %d, want 1", n)
+	}
+	done := g.Work()
+	if n := runtime.GOMAXPROCS(0); n != start {
+		t.Errorf("working: GOMAXPROCS %d, want %d", n, start)
+	}
+	done()
+	g.Stop()
+	if n := runtime.GOMAXPROCS(0); n != start {
+		t.Errorf("stopped: GOMAXPROCS %d, want %d", n, start)
+	}
+}
