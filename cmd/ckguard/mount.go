@@ -28,6 +28,7 @@ func mountCommand() *cli.Command {
 		&cli.BoolFlag{Name: "foreground", Aliases: []string{"f"}, Usage: "stay in the foreground (for systemd Type=notify and containers); default: detach once mounted"},
 		&cli.StringFlag{Name: "log-file", Usage: "daemon mode: log here (default INDEX/ckguard.log)"},
 		&cli.BoolFlag{Name: "debug", Usage: "log every FUSE request"},
+		&cli.IntFlag{Name: "serve-procs", Value: 1, Usage: "GOMAXPROCS while the mount only answers requests (index syncs and queries raise it back); fewer idle Go threads make each request cheaper, rm -rf about 30% faster on 2 cores. 0: leave GOMAXPROCS alone. Local stores only, unless given explicitly"},
 	}
 	// --store, --index, --map, --entropy-key, --control-socket and the S3 flags are shared with every index
 	// command (common.go), as are the policy flags.
@@ -112,12 +113,18 @@ func runMount(c *cli.Context) error {
 		MetricsAddr:   c.String("metrics-addr"),
 		Debug:         c.Bool("debug"),
 		Logger:        log,
+		ServeProcs:    c.Int("serve-procs"),
 		Ready: func(m *guardd.Mounted) {
 			daemon.Ready(fmt.Sprintf("guarding %s on %s", c.String("store"), m.Mountpoint))
 		},
 	}
 	run := guardd.Run
 	if s3cli.IsURL(cfg.StoreDir) { // s3://bucket/prefix: the S3 backend (s3backend/), same daemon behaviour
+		if !c.IsSet("serve-procs") {
+			// Not measured over S3, where a request waits milliseconds on the network and reads stream
+			// through readahead goroutines in parallel: keep the runtime's choice.
+			cfg.ServeProcs = 0
+		}
 		run = func(ctx context.Context, cfg guardd.Config) error {
 			return s3guardd.Run(ctx, cfg, s3cli.Config(c), nil)
 		}

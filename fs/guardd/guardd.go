@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/ckguard/ckguard/fs/localfs"
 	"github.com/ckguard/ckguard/fs/metrics"
 	"github.com/ckguard/ckguard/fs/mountutil"
+	"github.com/ckguard/ckguard/fs/procs"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
@@ -43,6 +45,9 @@ type Config struct {
 	Debug         bool
 	Logger        *slog.Logger
 	Progress      io.Writer // initial sync progress (nil: none)
+	// ServeProcs is GOMAXPROCS while the mount only answers requests; index work raises it back for as
+	// long as it runs (fs/procs explains why). 0 leaves GOMAXPROCS alone.
+	ServeProcs int
 	// Ready is called once the mount is usable (daemon mode tells its parent, systemd gets READY=1).
 	Ready func(m *Mounted)
 }
@@ -134,7 +139,11 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	if err != nil {
 		return err
 	}
-	opts := append(append([]refindex.Option{}, c.IndexOptions...), refindex.WithLogger(log), refindex.WithMountpoint(mntAbs))
+	// Until Serve (after the initial sync) the process keeps its GOMAXPROCS; a nil governor is off.
+	gov := procs.New(c.ServeProcs, runtime.GOMAXPROCS)
+	defer gov.Stop()
+	opts := append(append([]refindex.Option{}, c.IndexOptions...), refindex.WithLogger(log), refindex.WithMountpoint(mntAbs),
+		refindex.WithWork(gov.Work))
 	if c.Progress != nil {
 		opts = append(opts, refindex.WithProgress(c.Progress))
 	}
@@ -171,7 +180,7 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 			log.Debug("index synced", attrs...)
 		}
 		if c.MetricsAddr != "" && !b.NoIndexGauges {
-			stats.refresh(ctx, q, st, met, log)
+			stats.refresh(ctx, q, st, met, gov, log)
 		}
 		return serr
 	}
@@ -228,8 +237,10 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	if p, ok := m.(passthrougher); ok {
 		passthrough = p.Passthrough()
 	}
+	gov.Serve()
 	log.Info("mounted", "store", c.StoreDir, "mountpoint", m.Mountpoint(), "passthrough", passthrough,
-		"control_socket", c.ControlSocket, "audit_log", c.AuditLog, "metrics", metricsAddr)
+		"control_socket", c.ControlSocket, "audit_log", c.AuditLog, "metrics", metricsAddr,
+		"serve_procs", gov.Procs())
 	if c.Ready != nil {
 		c.Ready(&Mounted{Mountpoint: m.Mountpoint(), ControlSocket: c.ControlSocket, AuditLog: c.AuditLog,
 			MetricsAddr: metricsAddr, Passthrough: passthrough})
@@ -275,12 +286,13 @@ func unmount(m Mount, gone <-chan struct{}, log *slog.Logger) error {
 // bytes walks the store, which must never delay a sync or a decision.
 type statsRefresher struct{ busy atomic.Bool }
 
-func (r *statsRefresher) refresh(ctx context.Context, q refindex.Querier, st store.Store, met *metrics.Metrics, log *slog.Logger) {
+func (r *statsRefresher) refresh(ctx context.Context, q refindex.Querier, st store.Store, met *metrics.Metrics, gov *procs.Governor, log *slog.Logger) {
 	if !r.busy.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {
 		defer r.busy.Store(false)
+		defer gov.Work()()
 		s, err := q.Stats(ctx)
 		if err != nil {
 			if !errors.Is(err, context.Canceled) {
