@@ -139,8 +139,10 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	if err != nil {
 		return err
 	}
-	// Until Serve (after the initial sync) the process keeps its GOMAXPROCS; a nil governor is off.
-	gov := procs.New(c.ServeProcs, runtime.GOMAXPROCS)
+	met := metrics.New()
+	// Until Serve (after the initial sync) the process keeps its GOMAXPROCS; a nil governor is off. It
+	// watches the FUSE requests the metrics count, to serve several clients with every P.
+	gov := procs.New(c.ServeProcs, runtime.GOMAXPROCS, met.Concurrency)
 	defer gov.Stop()
 	opts := append(append([]refindex.Option{}, c.IndexOptions...), refindex.WithLogger(log), refindex.WithMountpoint(mntAbs),
 		refindex.WithWork(gov.Work))
@@ -163,7 +165,6 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	// the enforcer, audit and metrics path allocates nothing per decision): no allocation-paced GC runs
 	// during it. The GCs that do run are forced by go-fuse (debug.FreeOSMemory when its inode table has
 	// shrunk 100-fold), which no GC setting changes; a higher GOGC would only raise the daemon's footprint.
-	met := metrics.New()
 	stats := &statsRefresher{}
 	var q refindex.Querier = ix
 	syncOnce := func() error {

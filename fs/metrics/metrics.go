@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,6 +48,10 @@ type Metrics struct {
 	// on every call, and these are counted on the path of every guarded operation.
 	decisions sync.Map // decisionKey -> prometheus.Counter
 	decideObs sync.Map // op -> prometheus.Observer
+
+	// FUSE requests being answered now, and counts since the last Concurrency call: requests begun, and
+	// those begun while another was being answered.
+	inflight, begun, overlapped atomic.Int64
 
 	mu       sync.Mutex
 	lastSync time.Time
@@ -110,10 +115,21 @@ func New() *Metrics {
 		}
 		return time.Since(m.lastSync).Seconds()
 	})
+	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ckguard_fuse_requests_in_flight",
+		Help: "FUSE requests the daemon is answering now.",
+	}, func() float64 { return float64(m.inflight.Load()) })
 	m.Registry.MustRegister(m.refusals, m.allowed, m.notifyErrors, m.syncDuration, m.syncFailures,
-		m.fuseLatency, m.decideLatency, m.liveCkpt, m.liveSavepoints, m.refBytes, m.orphanBytes, lag,
+		m.fuseLatency, m.decideLatency, m.liveCkpt, m.liveSavepoints, m.refBytes, m.orphanBytes, lag, inflight,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// Concurrency returns how many FUSE requests began since the last call, and how many of them began while
+// another was still being answered (fs/procs reads it to tell one client working through the mount from
+// several).
+func (m *Metrics) Concurrency() (begun, overlapped int64) {
+	return m.begun.Swap(0), m.overlapped.Swap(0)
 }
 
 // Decision counts one guarded decision.

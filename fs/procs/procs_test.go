@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 )
 
 // fakeProcs records the values a governor sets, starting from start.
@@ -34,7 +35,7 @@ func (f *fakeProcs) now() int {
 func TestNewOff(t *testing.T) {
 	for _, tc := range []struct{ start, serve int }{{2, 0}, {2, -1}, {2, 2}, {2, 3}, {1, 1}} {
 		f := &fakeProcs{cur: tc.start}
-		if g := New(tc.serve, f.set); g != nil {
+		if g := New(tc.serve, f.set, nil); g != nil {
 			t.Errorf("New(serve %d) with GOMAXPROCS %d = %+v, want nil (off)", tc.serve, tc.start, g)
 		}
 	}
@@ -49,7 +50,7 @@ func TestNewOff(t *testing.T) {
 
 func TestServeWork(t *testing.T) {
 	f := &fakeProcs{cur: 4}
-	g := New(1, f.set)
+	g := New(1, f.set, nil)
 	if f.now() != 4 {
 		t.Fatalf("New changed GOMAXPROCS to %d", f.now())
 	}
@@ -82,7 +83,7 @@ func TestServeWork(t *testing.T) {
 		t.Errorf("stopped: %d, want 4", f.now())
 	}
 	// Serve during work waits for it.
-	g2 := New(1, f.set)
+	g2 := New(1, f.set, nil)
 	d := g2.Work()
 	g2.Serve()
 	if f.now() != 4 {
@@ -106,7 +107,7 @@ func TestRuntime(t *testing.T) {
 		t.Skip("needs GOMAXPROCS >= 2")
 	}
 	defer runtime.GOMAXPROCS(start)
-	g := New(1, runtime.GOMAXPROCS)
+	g := New(1, runtime.GOMAXPROCS, nil)
 	g.Serve()
 	if n := runtime.GOMAXPROCS(0); n != 1 {
 		t.Errorf("serving: GOMAXPROCS %d, want 1", n)
@@ -119,5 +120,80 @@ func TestRuntime(t *testing.T) {
 	g.Stop()
 	if n := runtime.GOMAXPROCS(0); n != start {
 		t.Errorf("stopped: GOMAXPROCS %d, want %d", n, start)
+	}
+}
+
+// TestConcurrentClients: requests that overlap in a sample raise the value (several clients), and it comes
+// back down only after quietSamples samples without overlap; too few requests never count.
+func TestConcurrentClients(t *testing.T) {
+	f := &fakeProcs{cur: 2}
+	g := New(1, f.set, nil)
+	g.Serve()
+	steps := []struct {
+		begun, overlapped int64
+		want              int
+	}{
+		{10, 10, 1},    // too few requests to judge
+		{1000, 0, 1},   // one busy client
+		{1000, 100, 1}, // 10 % overlapped: still one client (the kernel's own requests)
+		{1000, 400, 2}, // several clients
+		{0, 0, 2}, {0, 0, 2}, {0, 0, 2}, {0, 0, 2},
+		{0, 0, 1}, // fifth quiet sample
+		{1000, 300, 2},
+		{1000, 0, 2},
+		{1000, 300, 2}, // overlap again: the quiet count starts over
+		{1000, 0, 2}, {1000, 0, 2}, {1000, 0, 2}, {1000, 0, 2},
+		{1000, 0, 1},
+	}
+	for i, s := range steps {
+		g.observe(s.begun, s.overlapped)
+		if f.now() != s.want {
+			t.Fatalf("step %d (%d begun, %d overlapped): GOMAXPROCS %d, want %d", i, s.begun, s.overlapped, f.now(), s.want)
+		}
+	}
+	// Work during concurrency, and concurrency ending during work: the value stays full until both end.
+	g.observe(1000, 1000)
+	done := g.Work()
+	for i := 0; i < quietSamples; i++ {
+		g.observe(0, 0)
+	}
+	if f.now() != 2 {
+		t.Errorf("work still running: %d, want 2", f.now())
+	}
+	done()
+	if f.now() != 1 {
+		t.Errorf("work and concurrency over: %d, want 1", f.now())
+	}
+	g.Stop()
+}
+
+// TestWatchSamples: Serve starts sampling the source, Stop ends it.
+func TestWatchSamples(t *testing.T) {
+	f := &fakeProcs{cur: 2}
+	var mu sync.Mutex
+	calls := 0
+	g := New(1, f.set, func() (int64, int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		return 1000, 1000
+	})
+	g.Serve()
+	deadline := time.Now().Add(5 * time.Second)
+	for f.now() != 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if f.now() != 2 {
+		t.Fatalf("sampled concurrency never raised GOMAXPROCS: %d", f.now())
+	}
+	g.Stop()
+	mu.Lock()
+	n := calls
+	mu.Unlock()
+	time.Sleep(3 * sampleEvery)
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != n {
+		t.Errorf("sampling went on after Stop: %d calls, then %d", n, calls)
 	}
 }
