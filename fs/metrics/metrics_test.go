@@ -84,3 +84,49 @@ func BenchmarkInstrumentedUnlink(b *testing.B) {
 		})
 	}
 }
+
+// blockingFS answers Unlink once release is closed, after telling entered.
+type blockingFS struct {
+	fuse.RawFileSystem
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingFS) Unlink(<-chan struct{}, *fuse.InHeader, string) fuse.Status {
+	b.entered <- struct{}{}
+	<-b.release
+	return fuse.OK
+}
+
+// TestConcurrency: requests answered at the same time count as overlapped, and in flight while answered.
+func TestConcurrency(t *testing.T) {
+	m := New()
+	b := &blockingFS{RawFileSystem: fuse.NewDefaultRawFileSystem(), entered: make(chan struct{}), release: make(chan struct{})}
+	raw := m.InstrumentRawFS(b)
+	done := make(chan struct{})
+	for i := 0; i < 3; i++ {
+		go func() {
+			raw.Unlink(nil, &fuse.InHeader{}, "x")
+			done <- struct{}{}
+		}()
+		<-b.entered
+	}
+	if n := m.inflight.Load(); n != 3 {
+		t.Errorf("in flight = %d, want 3", n)
+	}
+	close(b.release)
+	for i := 0; i < 3; i++ {
+		<-done
+	}
+	if begun, overlapped := m.Concurrency(); begun != 3 || overlapped != 2 {
+		t.Errorf("Concurrency() = %d begun, %d overlapped; want 3, 2", begun, overlapped)
+	}
+	if begun, overlapped := m.Concurrency(); begun != 0 || overlapped != 0 {
+		t.Errorf("second Concurrency() = %d, %d; want the counts reset", begun, overlapped)
+	}
+	go func() { <-b.entered }()
+	raw.Unlink(nil, &fuse.InHeader{}, "y") // one at a time: not overlapped
+	if begun, overlapped := m.Concurrency(); begun != 1 || overlapped != 0 || m.inflight.Load() != 0 {
+		t.Errorf("after one request alone: %d begun, %d overlapped, %d in flight; want 1, 0, 0", begun, overlapped, m.inflight.Load())
+	}
+}
