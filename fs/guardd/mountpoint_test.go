@@ -1,7 +1,6 @@
 package guardd_test
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,29 +32,8 @@ func TestMountpointMappedAutomatically(t *testing.T) {
 	for _, c := range tr.Live {
 		refs = append(refs, c.Refs...)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- guardd.Run(ctx, guardd.Config{StoreDir: tr.Root, IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
-			Policy: refindex.DefaultPolicy(), Ready: func(*guardd.Mounted) { close(ready) }})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("daemon stopped: %v", err)
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("mount not ready")
-	}
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("daemon: %v", err)
-		}
-		_ = exec.Command("fusermount3", "-uz", mnt).Run()
-	}()
+	runDaemon(t, guardd.Config{StoreDir: tr.Root, IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
+		Policy: refindex.DefaultPolicy()})
 	for _, k := range refs {
 		if out, err := exec.Command("rm", filepath.Join(mnt, k)).CombinedOutput(); err == nil || !strings.Contains(string(out), "not permitted") {
 			t.Errorf("rm %s (referenced as file:<mountpoint>/…): %v %s, want EPERM", k, err, out)

@@ -1,9 +1,7 @@
 package guardd_test
 
 import (
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -32,36 +30,9 @@ func TestServeProcs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan int, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- guardd.Run(ctx, guardd.Config{StoreDir: tr.Root, IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
-			Policy: refindex.DefaultPolicy(), ServeProcs: 1, Ready: func(*guardd.Mounted) { ready <- runtime.GOMAXPROCS(0) }})
-	}()
 	var serving int
-	select {
-	case serving = <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("daemon stopped: %v", err)
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("mount not ready")
-	}
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("daemon: %v", err)
-		}
-		_ = exec.Command("fusermount3", "-uz", mnt).Run()
-	}
-	defer stop()
+	stop := runDaemon(t, guardd.Config{StoreDir: tr.Root, IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
+		Policy: refindex.DefaultPolicy(), ServeProcs: 1, Ready: func(*guardd.Mounted) { serving = runtime.GOMAXPROCS(0) }})
 	if serving != 1 {
 		t.Errorf("GOMAXPROCS once mounted = %d, want 1", serving)
 	}

@@ -1,0 +1,50 @@
+package guardd_test
+
+import (
+	"context"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ckguard/ckguard/fs/guardd"
+)
+
+// runDaemon runs guardd.Run(cfg) in the background and returns once the mount is ready (cfg.Ready, if set,
+// is still called). stop cancels the daemon, checks that it stopped cleanly and detaches anything left on
+// the mountpoint; it runs at cleanup too, and more calls do nothing.
+func runDaemon(t *testing.T, cfg guardd.Config) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	userReady := cfg.Ready
+	cfg.Ready = func(m *guardd.Mounted) {
+		if userReady != nil {
+			userReady(m)
+		}
+		close(ready)
+	}
+	go func() { done <- guardd.Run(ctx, cfg) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("daemon stopped: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("mount not ready")
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("daemon: %v", err)
+			}
+			_ = exec.Command("fusermount3", "-uz", cfg.Mountpoint).Run()
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
