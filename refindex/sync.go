@@ -751,6 +751,9 @@ const (
 // stream out sorted; reverse pairs are collected as (object, checkpoint) number pairs, sorted, and
 // streamed last. Memory: the distinct referenced object keys plus 8 bytes per reference.
 func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
+	// Also reached from inside a FUSE request (an index write too large for one transaction): the
+	// hook raises GOMAXPROCS for it there too. Nested works are counted.
+	defer ix.beginWork()()
 	t0 := time.Now()
 	start := t0
 	var infos []store.ObjectInfo

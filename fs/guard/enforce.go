@@ -42,6 +42,11 @@ type Check struct {
 	// necessarily young and unreferenced, so the grace rule alone would refuse the commit; here a refusal
 	// for grace (and only for grace) is turned into an allow, recorded with ReasonMetadataCommit.
 	MetadataCommit bool
+	// Observe, when set, runs under the enforcer's lock right before Path is decided (not when Decided is
+	// set) and returns the context the decision is asked with: what it reads of the store (the local
+	// mount's stat through the folder descriptor the change then acts through, store.WithObserved) is
+	// then what the decision judges, and no rename through the mount can come between the two.
+	Observe func(context.Context) context.Context
 }
 
 // OpenOp is the decision an open of an existing file for writing asks for: OpTruncate with O_TRUNC (the
@@ -141,6 +146,8 @@ func (e *Enforcer) mutateLocked(ctx context.Context, checks []Check, do func() s
 	for i, c := range checks {
 		if c.Decided != nil {
 			ds[i] = *c.Decided
+		} else if c.Observe != nil {
+			ds[i] = e.ask(c.Observe(ctx), c.Op, c.Path)
 		} else {
 			ds[i] = e.ask(ctx, c.Op, c.Path)
 		}

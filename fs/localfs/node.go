@@ -144,24 +144,41 @@ func (n *node) checks(op refindex.Op, key string) []guard.Check {
 
 // Unlink opens the parent folder beneath the store root once, stats the file through it for the decision
 // (store.WithObserved: the grace rule judges the very file that is then unlinked, and the store path is not
-// walked a second time) and unlinks it through the same descriptor.
+// walked a second time) and unlinks it through the same descriptor. The folder is opened and the file
+// stat'ed under the enforcer's lock (Check.Observe), like the decision and the unlink: a rename through the
+// mount (which holds the lock exclusively) cannot move the folder in between, so the descriptor cannot
+// reach a file under a key nobody decided about.
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	key := n.childKey(name)
-	fd, base, err := n.root.parent(key)
-	if err != nil {
-		// The parent cannot be opened (the store was replaced, a folder became a symlink, ...): decide as
-		// usual, so the refusal or the failure is recorded with its reason.
-		return n.enf.Mutate(ctx, n.checks(refindex.OpUnlink, key), func() syscall.Errno {
-			return fs.ToErrno(err)
-		})
+	fd, base := -1, ""
+	var perr error
+	defer func() { n.root.release(fd) }()
+	checks := n.checks(refindex.OpUnlink, key)
+	checks[0].Observe = func(ctx context.Context) context.Context {
+		fd, base, perr = n.root.parent(key)
+		if perr != nil {
+			// The parent cannot be opened (the store was replaced, a folder became a symlink, ...): the
+			// decision stats by path as usual, and the unlink reports the error.
+			fd = -1
+			return ctx
+		}
+		var st unix.Stat_t
+		if unix.Fstatat(fd, base, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+			return ctx
+		}
+		return store.WithObserved(ctx, localstore.InfoFromStat(key, &st))
 	}
-	defer n.root.release(fd)
-	var st unix.Stat_t
-	if unix.Fstatat(fd, base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
-		ctx = store.WithObserved(ctx, localstore.InfoFromStat(key, &st))
-	}
-	return n.enf.Mutate(ctx, n.checks(refindex.OpUnlink, key), func() syscall.Errno {
-		errno := fs.ToErrno(unix.Unlinkat(fd, base, 0))
+	return n.enf.Mutate(ctx, checks, func() syscall.Errno {
+		var err error
+		switch {
+		case perr != nil:
+			err = perr
+		case fd < 0: // decided without Observe (cannot happen for an allowed unlink today)
+			err = n.root.remove(key, 0)
+		default:
+			err = unix.Unlinkat(fd, base, 0)
+		}
+		errno := fs.ToErrno(err)
 		if errno == 0 {
 			n.enf.Deleted(ctx, key)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/ckguard/ckguard/fs/guard/guardtest"
 	"github.com/ckguard/ckguard/fs/internal/fusetest"
 	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
@@ -40,6 +41,12 @@ func (x *indexed) store(k string) string { return filepath.Join(x.tree.Root, fil
 // written a minute ago, no _metadata yet).
 func mountIndexed(t *testing.T) *indexed {
 	t.Helper()
+	return mountIndexedOver(t, nil)
+}
+
+// mountIndexedOver is mountIndexed with the index reading the store through wrap (nil: directly).
+func mountIndexedOver(t *testing.T, wrap func(store.Store) store.Store) *indexed {
+	t.Helper()
 	fusetest.Require(t)
 	ctx := context.Background()
 	base := t.TempDir()
@@ -54,9 +61,13 @@ func mountIndexed(t *testing.T) *indexed {
 			t.Fatal(err)
 		}
 	}
-	st, err := localstore.New(tr.Root)
+	var st store.Store
+	st, err = localstore.New(tr.Root)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if wrap != nil {
+		st = wrap(st)
 	}
 	x.ix, err = refindex.Open(filepath.Join(base, "index"), st, refindex.DefaultPolicy())
 	if err != nil {
@@ -447,5 +458,49 @@ func TestUnlinkGraceJudgesTheFileOnDisk(t *testing.T) {
 	}
 	if _, err := os.Lstat(x.store(young)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("%s is still in the store: %v", young, err)
+	}
+}
+
+// statSpy records, for every Stat, whether the caller attached an observation of that key.
+type statSpy struct {
+	store.Store
+	mu       sync.Mutex
+	observed map[string]store.ObjectInfo
+	plain    map[string]bool
+}
+
+func (s *statSpy) Stat(ctx context.Context, key string) (store.ObjectInfo, error) {
+	s.mu.Lock()
+	if o, ok := store.Observed(ctx, key); ok {
+		s.observed[key] = o
+	} else {
+		s.plain[key] = true
+	}
+	s.mu.Unlock()
+	return s.Store.Stat(ctx, key)
+}
+
+// TestUnlinkDecidesOnItsOwnStat: the decision of an unlink through the mount judges the stat the mount took
+// through the folder descriptor it unlinks with (store.WithObserved), not a second lookup by path, and that
+// stat is the file's.
+func TestUnlinkDecidesOnItsOwnStat(t *testing.T) {
+	spy := &statSpy{observed: map[string]store.ObjectInfo{}, plain: map[string]bool{}}
+	x := mountIndexedOver(t, func(st store.Store) store.Store { spy.Store = st; return spy })
+	old := x.job + "/shared/forgotten-garbage"
+	mtime := time.Now().Add(-72 * time.Hour).Truncate(time.Second)
+	if err := x.tree.Write(old, 100, mtime); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(x.m(old)); err != nil {
+		t.Fatalf("rm %s: %v", old, err)
+	}
+	spy.mu.Lock()
+	defer spy.mu.Unlock()
+	o, ok := spy.observed[old]
+	if !ok || spy.plain[old] {
+		t.Fatalf("the decision about %s stat'ed it by path (observed %v, by path %v), want the mount's observation", old, ok, spy.plain[old])
+	}
+	if o.Size != 100 || !o.ModTime.Equal(mtime) || o.IsDir {
+		t.Errorf("observation of %s = %+v, want size 100, mtime %v", old, o, mtime)
 	}
 }
