@@ -15,6 +15,12 @@ import (
 // the mountpoint; it runs at cleanup too, and more calls do nothing.
 func runDaemon(t *testing.T, cfg guardd.Config) (stop func()) {
 	t.Helper()
+	return runDaemonWith(t, cfg, guardd.Run)
+}
+
+// runDaemonWith is runDaemon with run in place of guardd.Run (guardd.Serve over a test backend).
+func runDaemonWith(t *testing.T, cfg guardd.Config, run func(context.Context, guardd.Config) error) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	done := make(chan error, 1)
@@ -25,7 +31,7 @@ func runDaemon(t *testing.T, cfg guardd.Config) (stop func()) {
 		}
 		close(ready)
 	}
-	go func() { done <- guardd.Run(ctx, cfg) }()
+	go func() { done <- run(ctx, cfg) }()
 	select {
 	case <-ready:
 	case err := <-done:

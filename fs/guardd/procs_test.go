@@ -1,15 +1,22 @@
 package guardd_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/fs/internal/fusetest"
+	"github.com/ckguard/ckguard/fs/localfs"
+	"github.com/ckguard/ckguard/fs/metrics"
 	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
 
@@ -47,5 +54,71 @@ func TestServeProcs(t *testing.T) {
 	stop()
 	if n := runtime.GOMAXPROCS(0); n != start {
 		t.Errorf("GOMAXPROCS after the daemon stopped = %d, want %d back", n, start)
+	}
+}
+
+// procsSpy records GOMAXPROCS at every listing of the store once armed.
+type procsSpy struct {
+	store.Store
+	armed atomic.Bool
+	seen  chan int
+}
+
+func (s *procsSpy) ListMetadata(ctx context.Context, fn func(store.ObjectInfo) error) error {
+	if s.armed.Load() {
+		select {
+		case s.seen <- runtime.GOMAXPROCS(0):
+		default:
+		}
+	}
+	return s.Store.ListMetadata(ctx, fn)
+}
+
+// TestServeProcsRaisedForSync: a periodic sync of a mount serving at 1 P runs with the process's own
+// GOMAXPROCS (the index's work hook is wired to the governor).
+func TestServeProcsRaisedForSync(t *testing.T) {
+	fusetest.Require(t)
+	start := runtime.GOMAXPROCS(0)
+	if start < 2 {
+		t.Skip("needs GOMAXPROCS >= 2")
+	}
+	dir := t.TempDir()
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := treegen.YoungOrphan(filepath.Join(dir, "store"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	spy := &procsSpy{seen: make(chan int, 1)}
+	serve := func(ctx context.Context, c guardd.Config) error {
+		return guardd.Serve(ctx, c, func(context.Context, guardd.Config) (guardd.Backend, error) {
+			st, err := localstore.New(c.StoreDir)
+			if err != nil {
+				return guardd.Backend{}, err
+			}
+			spy.Store = st
+			return guardd.Backend{Store: spy,
+				Mount: func(_ context.Context, enf *guard.Enforcer, met *metrics.Metrics) (guardd.Mount, error) {
+					return localfs.Mount(localfs.Options{Store: c.StoreDir, Mountpoint: c.Mountpoint, Enforcer: enf, Metrics: met})
+				}}, nil
+		})
+	}
+	var serving int
+	runDaemonWith(t, guardd.Config{StoreDir: tr.Root, IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
+		Policy: refindex.DefaultPolicy(), ServeProcs: 1, SyncInterval: 50 * time.Millisecond,
+		Ready: func(*guardd.Mounted) { serving = runtime.GOMAXPROCS(0) }}, serve)
+	if serving != 1 {
+		t.Fatalf("GOMAXPROCS once mounted = %d, want 1", serving)
+	}
+	spy.armed.Store(true)
+	select {
+	case n := <-spy.seen:
+		if n != start {
+			t.Errorf("GOMAXPROCS during a periodic sync = %d, want %d (raised for index work)", n, start)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no periodic sync listed the store")
 	}
 }
