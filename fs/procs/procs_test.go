@@ -197,3 +197,37 @@ func TestWatchSamples(t *testing.T) {
 		t.Errorf("sampling went on after Stop: %d calls, then %d", n, calls)
 	}
 }
+
+// TestConcurrentUse drives Work, observe, Serve and Stop from many goroutines at once (meant for
+// `go test -race`; CI runs it without): the governor must end at the starting value, every work balanced.
+func TestConcurrentUse(t *testing.T) {
+	f := &fakeProcs{cur: 4}
+	g := New(1, f.set, func() (int64, int64) { return 100, 50 })
+	g.Serve()
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for j := 0; j < 200; j++ {
+				done := g.Work()
+				g.observe(int64(j), int64(i))
+				if j%50 == 0 {
+					g.Serve()
+				}
+				done()
+			}
+		}(i)
+	}
+	wg.Wait()
+	g.mu.Lock()
+	busy := g.busy
+	g.mu.Unlock()
+	if busy != 0 {
+		t.Errorf("%d works still counted after every done", busy)
+	}
+	g.Stop()
+	if f.now() != 4 {
+		t.Errorf("after Stop: %d, want 4", f.now())
+	}
+}
