@@ -20,16 +20,17 @@ import (
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
 
-// TestServeProcs: with ServeProcs the daemon serves with that GOMAXPROCS once mounted (the initial sync runs
-// with the process's own), still guards, and gives the value back when it stops.
-func TestServeProcs(t *testing.T) {
+// procsFixture skips without FUSE or with GOMAXPROCS < 2 (nothing to lower); otherwise it returns the
+// process's GOMAXPROCS, a temp dir, an empty mountpoint in it and the YoungOrphan store.
+func procsFixture(t *testing.T) (start int, dir, mnt string, tr *treegen.Tree) {
+	t.Helper()
 	fusetest.Require(t)
-	start := runtime.GOMAXPROCS(0)
+	start = runtime.GOMAXPROCS(0)
 	if start < 2 {
 		t.Skip("needs GOMAXPROCS >= 2")
 	}
-	dir := t.TempDir()
-	mnt := filepath.Join(dir, "mnt")
+	dir = t.TempDir()
+	mnt = filepath.Join(dir, "mnt")
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -37,6 +38,13 @@ func TestServeProcs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return start, dir, mnt, tr
+}
+
+// TestServeProcs: with ServeProcs the daemon serves with that GOMAXPROCS once mounted (the initial sync runs
+// with the process's own), still guards, and gives the value back when it stops.
+func TestServeProcs(t *testing.T) {
+	start, dir, mnt, tr := procsFixture(t)
 	var serving int
 	stop := runDaemon(t, guardd.Config{StoreDir: tr.Root, IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
 		Policy: refindex.DefaultPolicy(), ServeProcs: 1, Ready: func(*guardd.Mounted) { serving = runtime.GOMAXPROCS(0) }})
@@ -77,20 +85,7 @@ func (s *procsSpy) ListMetadata(ctx context.Context, fn func(store.ObjectInfo) e
 // TestServeProcsRaisedForSync: a periodic sync of a mount serving at 1 P runs with the process's own
 // GOMAXPROCS (the index's work hook is wired to the governor).
 func TestServeProcsRaisedForSync(t *testing.T) {
-	fusetest.Require(t)
-	start := runtime.GOMAXPROCS(0)
-	if start < 2 {
-		t.Skip("needs GOMAXPROCS >= 2")
-	}
-	dir := t.TempDir()
-	mnt := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tr, err := treegen.YoungOrphan(filepath.Join(dir, "store"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	start, dir, mnt, tr := procsFixture(t)
 	spy := &procsSpy{seen: make(chan int, 1)}
 	serve := func(ctx context.Context, c guardd.Config) error {
 		return guardd.Serve(ctx, c, func(context.Context, guardd.Config) (guardd.Backend, error) {
