@@ -731,7 +731,6 @@ func (ix *Index) progressBar(total int, what string) bar {
 func (ix *Index) Rebuild(ctx context.Context) error {
 	ix.syncMu.Lock()
 	defer ix.syncMu.Unlock()
-	defer ix.beginWork()()
 	return ix.rebuildExclusive(ctx)
 }
 

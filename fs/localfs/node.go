@@ -169,13 +169,9 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		return store.WithObserved(ctx, localstore.InfoFromStat(key, &st))
 	}
 	return n.enf.Mutate(ctx, checks, func() syscall.Errno {
-		var err error
-		switch {
-		case perr != nil:
-			err = perr
-		case fd < 0: // decided without Observe (cannot happen for an allowed unlink today)
-			err = n.root.remove(key, 0)
-		default:
+		err := perr
+		if err == nil {
+			// Observe ran (only a refusal is decided without it), so fd is the parent.
 			err = unix.Unlinkat(fd, base, 0)
 		}
 		errno := fs.ToErrno(err)
