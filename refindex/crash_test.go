@@ -248,3 +248,60 @@ func runChild(t *testing.T, mode, store, idx string, delay time.Duration) time.D
 	}
 	return doneAt.Sub(readyAt)
 }
+
+// TestReopenWithEmptyLogsLeftByKill: badger creates a write-ahead or value-log file and sizes it in
+// two steps; kill -9 between them leaves a zero-byte file that badger itself refuses to open
+// (TestCrashSafety hit it once in CI). The reopened index must hold its state and decide as before.
+func TestReopenWithEmptyLogsLeftByKill(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.IncidentOne(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := localstore.New(tr.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ix, err := refindex.Open(dir, st, testPolicy(), refindex.WithPathMap(tr.Maps, tr.EntropyKey), refindex.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := liveSet(t, ix)
+	ix.Close()
+	gens, _ := filepath.Glob(filepath.Join(dir, "gen-*"))
+	if len(gens) != 1 {
+		t.Fatalf("index generations: %v", gens)
+	}
+	for _, name := range []string{"00042.mem", "00042.vlog"} {
+		if err := os.WriteFile(filepath.Join(gens[0], name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ix, err = refindex.Open(dir, st, testPolicy(), refindex.WithPathMap(tr.Maps, tr.EntropyKey), refindex.WithLogger(quiet))
+	if err != nil {
+		t.Fatalf("reopen with zero-byte logs: %v", err)
+	}
+	defer ix.Close()
+	if got := liveSet(t, ix); !slices.Equal(got, before) {
+		t.Fatalf("reopened index holds %v, before the kill %v", got, before)
+	}
+	for _, k := range tr.Referenced() {
+		if d := ix.Decide(ctx, k, refindex.OpUnlink); d.Allow {
+			t.Errorf("%s is referenced but may be deleted after the reopen: %s", k, d.Message)
+		}
+	}
+	// Not merely refusing everything (a stale index would): garbage is still deletable.
+	allowed := 0
+	for _, k := range tr.Garbage("", treegen.DefaultPolicy) {
+		if !strings.HasSuffix(k, "/_metadata") && ix.Decide(ctx, k, refindex.OpUnlink).Allow {
+			allowed++
+		}
+	}
+	if allowed == 0 {
+		t.Error("the reopened index allows no deletion of garbage: it lost its synced state")
+	}
+}

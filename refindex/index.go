@@ -413,7 +413,15 @@ func (ix *Index) openCurrent() error {
 // openExisting opens generation cur and loads its state.
 func (ix *Index) openExisting(cur int) error {
 	ix.removeStaleGenerations(cur)
-	db, err := badger.Open(ix.badgerOptions(filepath.Join(ix.dir, genName(cur))))
+	genDir := filepath.Join(ix.dir, genName(cur))
+	removed, err := removeEmptyBadgerLogs(genDir)
+	if err != nil {
+		return fmt.Errorf("open index %s: %w", ix.dir, err)
+	}
+	if len(removed) > 0 {
+		ix.log.Info("removed empty log files a killed process left in the index", "index", genDir, "files", removed)
+	}
+	db, err := badger.Open(ix.badgerOptions(genDir))
 	if err != nil {
 		return fmt.Errorf("open index %s: %w (the index is derived data: `ckguard index rebuild` recreates it)", ix.dir, err)
 	}
