@@ -77,10 +77,7 @@ func orRoot(k string) string {
 }
 
 func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit int) Decision {
-	now := time.Now()
-	if v.pol.Now != nil {
-		now = v.pol.Now()
-	}
+	now := v.now()
 	what := key
 	if what == "" {
 		what = "the store root"
@@ -98,6 +95,8 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 	if v.pol.MaxStaleness > 0 && now.Sub(v.last) > v.pol.MaxStaleness {
 		return refuse(ReasonIndexStale, fmt.Sprintf("refusing to %s %s: the index was last synced %s ago, more than --max-staleness %s; run `ckguard index sync`", op, what, now.Sub(v.last).Round(time.Second), v.pol.MaxStaleness))
 	}
+	// Ages of store modification times are measured by the store's clock where it is behind this host's.
+	storeNow := v.storeNow(now)
 	isDir := op == OpRmdir
 	maybeDir := isDir || op == OpRename || op == OpReplace
 	// Every rule applies to every op, OpWrite and OpLink included: they remove nothing, but an
@@ -181,9 +180,9 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 		if c == nil {
 			continue
 		}
-		if st.newest(c) && v.pol.ActiveWindow > 0 && now.Sub(c.ModTime) < v.pol.ActiveWindow {
+		if st.newest(c) && v.pol.ActiveWindow > 0 && storeNow.Sub(c.ModTime) < v.pol.ActiveWindow {
 			return Decision{Reason: ReasonProtectedMetadata, Referencing: []string{k}, RefCount: 1,
-				Message: fmt.Sprintf("refusing to %s %s: %s is the newest checkpoint of job folder %s, completed %s ago (within --active-window %s), so the job may restart from it; keep it, or use a shorter --active-window if the job is gone for good", op, what, k, c.Job, now.Sub(c.ModTime).Round(time.Second), v.pol.ActiveWindow)}
+				Message: fmt.Sprintf("refusing to %s %s: %s is the newest checkpoint of job folder %s, completed %s ago (within --active-window %s), so the job may restart from it; keep it, or use a shorter --active-window if the job is gone for good", op, what, k, c.Job, storeNow.Sub(c.ModTime).Round(time.Second), v.pol.ActiveWindow)}
 		}
 	}
 
@@ -215,7 +214,7 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 			if o.IsDir {
 				return nil
 			}
-			if young, age := ix.inGrace(v, o, now); young {
+			if young, age := ix.inGrace(v, o, storeNow); young {
 				d := refuse(ReasonGrace, graceMsg(op, what, o.Path, age, v.pol.Grace))
 				blocked = &d
 				return errStop
@@ -230,7 +229,7 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 		}
 		return Decision{Allow: true, Reason: ReasonAllowed, Message: fmt.Sprintf("%s %s: nothing below it is referenced or protected", op, what)}
 	}
-	if young, age := ix.inGrace(v, oi, now); young {
+	if young, age := ix.inGrace(v, oi, storeNow); young {
 		return refuse(ReasonGrace, graceMsg(op, what, key, age, v.pol.Grace))
 	}
 	return Decision{Allow: true, Reason: ReasonAllowed, Message: op.String() + " " + what + ": referenced by no live checkpoint, older than --grace " + v.pol.Grace.String()}

@@ -111,6 +111,8 @@ type Index struct {
 	syncErr     string    // last sync failed: fail closed until a sync succeeds
 	needRebuild bool      // fingerprint changed or empty index
 	closed      bool
+	skew        time.Duration // ≤ 0: how far the store's clock is behind this host's (readStoreClock)
+	clockAhead  bool          // the store's clock was last seen ahead of this host's
 }
 
 // generation is one badger DB. Readers hold a reference while they use it, so that a rebuild can
@@ -590,6 +592,7 @@ type view struct {
 	pins    map[string]time.Time
 	// remap: the index was derived with another path mapping (fingerprint) and not rebuilt yet.
 	remap bool
+	skew  time.Duration // see Index.skew
 }
 
 // acquire returns the committed state Decide and the queries read; call release when done.
@@ -601,7 +604,7 @@ func (ix *Index) acquire() (*view, error) {
 	}
 	ix.cur.users.Add(1)
 	ix.snap.acquire()
-	return &view{g: ix.cur, snap: ix.snap, filt: ix.cur.filt.Load(), st: ix.state, pol: ix.pol, last: ix.lastSync, syncErr: ix.syncErr, pins: ix.pins, remap: ix.needRebuild && !ix.lastSync.IsZero()}, nil
+	return &view{g: ix.cur, snap: ix.snap, filt: ix.cur.filt.Load(), st: ix.state, pol: ix.pol, last: ix.lastSync, syncErr: ix.syncErr, pins: ix.pins, remap: ix.needRebuild && !ix.lastSync.IsZero(), skew: ix.skew}, nil
 }
 
 // release ends the view: the snapshot first (finishing it may discard its transaction), then the

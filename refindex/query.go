@@ -146,6 +146,9 @@ type StatsResult struct {
 	Pins              int        `json:"pins"`
 	IndexBytes        int64      `json:"index_bytes"`
 	Policy            PolicyInfo `json:"policy"`
+	// StoreClockBehind is how far the store's clock was behind this host's at the last sync (0 when
+	// within a couple of seconds); ages are then measured by the store's clock.
+	StoreClockBehind time.Duration `json:"store_clock_behind_ns,omitempty"`
 }
 
 // PolicyInfo is Policy in JSON-friendly form.
@@ -160,10 +163,7 @@ func (v *view) info(c *checkpointRecord) CheckpointInfo {
 	ci := CheckpointInfo{Metadata: c.Key, Dir: dirOf(c.Key), Job: c.Job, ID: c.ID, Kind: c.Kind, Completed: c.ModTime,
 		Size: c.Size, Format: c.Format, Refs: c.Refs, Outside: c.Outside, Error: c.Err}
 	_, ci.Pinned = v.pins[c.Key]
-	now := time.Now()
-	if v.pol.Now != nil {
-		now = v.pol.Now()
-	}
+	now := v.storeNow(v.now())
 	if v.st.newest(c) && v.pol.ActiveWindow > 0 && now.Sub(c.ModTime) < v.pol.ActiveWindow {
 		ci.Protected = true
 	}
@@ -345,10 +345,7 @@ func (ix *Index) Checkpoints(ctx context.Context, job string) (*CheckpointsResul
 
 // blocked returns why no object can be called garbage right now, or "".
 func (v *view) blocked() string {
-	now := time.Now()
-	if v.pol.Now != nil {
-		now = v.pol.Now()
-	}
+	now := v.now()
 	switch {
 	case v.syncErr != "":
 		return "the last index sync failed: " + v.syncErr
@@ -379,10 +376,7 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 		res.Blocked = b
 		return res, nil
 	}
-	now := time.Now()
-	if v.pol.Now != nil {
-		now = v.pol.Now()
-	}
+	now := v.storeNow(v.now())
 	err = v.g.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{})
 		defer it.Close()
@@ -548,7 +542,8 @@ func (ix *Index) Stats(ctx context.Context) (*StatsResult, error) {
 	defer v.release()
 	s := &StatsResult{Store: ix.st.Root(), IndexDir: ix.dir, Schema: SchemaVersion, Generation: v.g.n, LastSync: v.last,
 		SyncError: v.syncErr, Pins: len(v.pins), DirectoryHandles: len(v.st.dirRefs), IndexBytes: dirBytes(filepath.Join(ix.dir, genName(v.g.n))),
-		Policy: PolicyInfo{Grace: v.pol.Grace.String(), ActiveWindow: v.pol.ActiveWindow.String(), MaxStaleness: v.pol.MaxStaleness.String(), Protect: v.pol.Protect}}
+		Policy:           PolicyInfo{Grace: v.pol.Grace.String(), ActiveWindow: v.pol.ActiveWindow.String(), MaxStaleness: v.pol.MaxStaleness.String(), Protect: v.pol.Protect},
+		StoreClockBehind: -v.skew}
 	b := v.blocked()
 	s.Stale = b != "" && len(v.st.unparseable) == 0
 	jobs := map[string]bool{}

@@ -469,6 +469,7 @@ func (ix *Index) Sync(ctx context.Context) error {
 	ix.syncMu.Lock()
 	defer ix.syncMu.Unlock()
 	defer ix.beginWork()()
+	ix.readStoreClock(ctx)
 	ix.mu.RLock()
 	need, cur, gen := ix.needRebuild, ix.state, ix.cur
 	ix.mu.RUnlock()
@@ -731,6 +732,7 @@ func (ix *Index) progressBar(total int, what string) bar {
 func (ix *Index) Rebuild(ctx context.Context) error {
 	ix.syncMu.Lock()
 	defer ix.syncMu.Unlock()
+	ix.readStoreClock(ctx)
 	return ix.rebuildExclusive(ctx)
 }
 

@@ -50,6 +50,9 @@ func printStats(w io.Writer, s *refindex.StatsResult) {
 	if s.SyncError != "" {
 		rows = append(rows, [2]string{"SYNC FAILED", s.SyncError})
 	}
+	if s.StoreClockBehind > 0 {
+		rows = append(rows, [2]string{"STORE CLOCK BEHIND", fmt.Sprintf("by %s: file ages are measured by the store's clock; fix the clocks (NTP)", s.StoreClockBehind.Round(time.Second))})
+	}
 	if s.Stale {
 		rows = append(rows, [2]string{"STALE", "every deletion is refused until the index is synced"})
 	}

@@ -69,6 +69,14 @@ type FullLister interface {
 	ListAllMetadata(ctx context.Context, fn func(ObjectInfo) error) error
 }
 
+// Clock is implemented by stores whose modification times come from a clock of their own (an S3
+// service, an NFS server), which need not agree with this host's. StoreTime reads that clock now,
+// rounded down to its precision, so that it never runs ahead of the store: the index judges the
+// grace period of young files by it (store-side time, not the bastion host's).
+type Clock interface {
+	StoreTime(ctx context.Context) (time.Time, error)
+}
+
 // RootAliaser is implemented by stores known under more than one name: a local store opened through
 // a symlinked path resolves it for Root, but Flink wrote its paths through the link. The index maps
 // every alias to the store root like Root itself.

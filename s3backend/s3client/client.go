@@ -5,14 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
 // Client talks to one bucket under one key prefix. All keys passed in and out are relative to the prefix
@@ -160,6 +163,28 @@ func (c *Client) ListPage(ctx context.Context, relPrefix string, delim bool, tok
 		}
 	}
 	return pg, nil
+}
+
+// ServerTime reads the S3 service's clock: the Date header of a one-key listing of the prefix (a
+// request every credential that can list the store may make). The header has whole seconds, so the
+// reading is never ahead of the service's clock by more than the request's latency.
+func (c *Client) ServerTime(ctx context.Context) (time.Time, error) {
+	ctx, cancel := c.opCtx(ctx)
+	defer cancel()
+	out, err := c.api.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &c.loc.Bucket, Prefix: aws.String(c.loc.Prefix), MaxKeys: aws.Int32(1)})
+	if err != nil {
+		return time.Time{}, wrap("ListObjectsV2", c.url(""), err)
+	}
+	raw, ok := awsmiddleware.GetRawResponse(out.ResultMetadata).(*smithyhttp.Response)
+	if !ok {
+		return time.Time{}, fmt.Errorf("read the clock of %s: no HTTP response", c.url(""))
+	}
+	date := raw.Header.Get("Date")
+	t, err := http.ParseTime(date)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read the clock of %s: Date header %q: %w", c.url(""), date, err)
+	}
+	return t, nil
 }
 
 // Walk calls fn for every object under relPrefix in key order, page by page (never the whole listing in

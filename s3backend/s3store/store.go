@@ -63,7 +63,11 @@ type Stats struct {
 var (
 	_ store.Store      = (*Store)(nil)
 	_ store.FullLister = (*Store)(nil)
+	_ store.Clock      = (*Store)(nil)
 )
+
+// StoreTime reads the S3 service's clock, which stamps LastModified (store.Clock).
+func (s *Store) StoreTime(ctx context.Context) (time.Time, error) { return s.c.ServerTime(ctx) }
 
 // New returns a store over c.
 func New(c *s3client.Client, opts Options) *Store {

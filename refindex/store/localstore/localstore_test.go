@@ -85,3 +85,18 @@ func TestStatAnswersObserved(t *testing.T) {
 		t.Errorf("Stat(missing) = %v, want not exist", err)
 	}
 }
+
+// StoreTime creates a file to read the clock that stamps new files; it leaves nothing behind.
+func TestStoreTimeLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	s, err := localstore.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.StoreTime(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("the clock probe left %v in the store", ents)
+	}
+}

@@ -36,6 +36,25 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	t.Run("ListMetadata", func(t *testing.T) { testListMetadata(t, newHarness(t)) })
 	t.Run("Cancel", func(t *testing.T) { testCancel(t, newHarness(t)) })
 	t.Run("OddNames", func(t *testing.T) { testOddNames(t, newHarness(t)) })
+	t.Run("Clock", func(t *testing.T) { testClock(t, newHarness(t)) })
+}
+
+// testClock: a store that reads its own clock (store.Clock) reads it rounded down, never ahead. The
+// test servers run on this host, so their clock is this host's.
+func testClock(t *testing.T, h Harness) {
+	c, ok := h.Store.(store.Clock)
+	if !ok {
+		t.Skip("the store has no clock of its own")
+	}
+	before := time.Now()
+	got, err := c.StoreTime(context.Background())
+	after := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Before(before.Add(-time.Second)) || got.After(after) {
+		t.Errorf("store time %s, this host's clock read %s … %s", got.Format(time.RFC3339Nano), before.Format(time.RFC3339Nano), after.Format(time.RFC3339Nano))
+	}
 }
 
 var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
