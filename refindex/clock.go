@@ -29,9 +29,14 @@ func (ix *Index) readStoreClock(ctx context.Context) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if err != nil {
-		ix.log.Warn("cannot read the store's clock; grace keeps the last correction", "store", ix.st.Root(), "correction", ix.skew, "err", err)
+		// Once per failure, not at every sync (a read-only store fails every time).
+		if !ix.clockFailed {
+			ix.log.Warn("cannot read the store's clock; grace keeps the last correction", "store", ix.st.Root(), "correction", ix.skew, "err", err)
+		}
+		ix.clockFailed = true
 		return
 	}
+	ix.clockFailed = false
 	diff := storeNow.Sub(hostNow)
 	skew := time.Duration(0)
 	if diff < -minClockSkew {

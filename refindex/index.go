@@ -113,6 +113,7 @@ type Index struct {
 	closed      bool
 	skew        time.Duration // ≤ 0: how far the store's clock is behind this host's (readStoreClock)
 	clockAhead  bool          // the store's clock was last seen ahead of this host's
+	clockFailed bool          // the last reading of the store's clock failed (logged once)
 }
 
 // generation is one badger DB. Readers hold a reference while they use it, so that a rebuild can
