@@ -77,9 +77,10 @@ func WithProgress(w io.Writer) Option { return func(o *options) { o.progress = w
 // at least 4: reading is I/O bound on network stores).
 func WithParseWorkers(n int) Option { return func(o *options) { o.workers = n } }
 
-// WithFreshIndex makes Open ignore whatever the index directory holds (another schema, a damaged
-// generation) and start from an empty generation; the caller then runs Rebuild. `ckguard index
-// rebuild` uses it.
+// WithFreshIndex makes Open start from an empty generation when the current one cannot be used
+// (another schema, a damaged generation) instead of failing; that generation is stale, so the caller
+// then runs Rebuild, or Sync (which rebuilds it). A usable generation is still opened. `ckguard index
+// rebuild` and the mount use it.
 func WithFreshIndex() Option { return func(o *options) { o.rebuild = true } }
 
 // Index is the reference index of one store. It is safe for concurrent use; Decide never blocks on
@@ -392,7 +393,7 @@ func (ix *Index) openCurrent() error {
 		// WithFreshIndex: the current generation cannot be used (another schema, damaged); start
 		// from an empty one. A usable generation is kept: Rebuild replaces it atomically, so a
 		// rebuild that is interrupted leaves the previous index in place.
-		ix.log.Warn("discarding an index generation that cannot be opened", "index", ix.dir, "err", err)
+		ix.log.Warn("discarding an index generation that cannot be opened; it is rebuilt from the store", "index", ix.dir, "err", err)
 	}
 	// Start from an empty generation; it is stale (no lastsync) until Sync/Rebuild fills it.
 	next := max(cur, ix.maxGenOnDisk()) + 1
