@@ -258,15 +258,8 @@ func TestReopenWithEmptyLogsLeftByKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := localstore.New(tr.Root)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	ix, err := refindex.Open(dir, st, testPolicy(), refindex.WithPathMap(tr.Maps, tr.EntropyKey), refindex.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ix := openTreeIn(t, tr, dir)
 	if err := ix.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -281,10 +274,7 @@ func TestReopenWithEmptyLogsLeftByKill(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ix, err = refindex.Open(dir, st, testPolicy(), refindex.WithPathMap(tr.Maps, tr.EntropyKey), refindex.WithLogger(quiet))
-	if err != nil {
-		t.Fatalf("reopen with zero-byte logs: %v", err)
-	}
+	ix = openTreeIn(t, tr, dir) // fails with badger's "Create a new file" unless the empty logs are removed
 	defer ix.Close()
 	if got := liveSet(t, ix); !slices.Equal(got, before) {
 		t.Fatalf("reopened index holds %v, before the kill %v", got, before)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/refindex"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
 
@@ -63,18 +62,8 @@ func TestFilterDecidesAsExactScan(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			st, err := localstore.New(tr.Root)
-			if err != nil {
-				t.Fatal(err)
-			}
 			dir := t.TempDir()
-			open := func() *refindex.Index {
-				ix, err := refindex.Open(dir, st, testPolicy(), refindex.WithPathMap(tr.Maps, tr.EntropyKey), refindex.WithLogger(quiet))
-				if err != nil {
-					t.Fatal(err)
-				}
-				return ix
-			}
+			open := func() *refindex.Index { return openTreeIn(t, tr, dir) }
 			ix := open()
 			if err := ix.Sync(ctx); err != nil {
 				t.Fatal(err)

@@ -31,16 +31,24 @@ func testPolicy() refindex.Policy {
 
 func openTree(t *testing.T, tr *treegen.Tree) *refindex.Index {
 	t.Helper()
+	ix := openTreeIn(t, tr, t.TempDir())
+	t.Cleanup(func() { ix.Close() })
+	if err := ix.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return ix
+}
+
+// openTreeIn opens the index in dir over tr's store with tr's path maps, without syncing it; the
+// caller closes it (tests that reopen an index use it).
+func openTreeIn(t *testing.T, tr *treegen.Tree, dir string) *refindex.Index {
+	t.Helper()
 	st, err := localstore.New(tr.Root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ix, err := refindex.Open(t.TempDir(), st, testPolicy(), refindex.WithPathMap(tr.Maps, tr.EntropyKey), refindex.WithLogger(quiet))
+	ix, err := refindex.Open(dir, st, testPolicy(), refindex.WithPathMap(tr.Maps, tr.EntropyKey), refindex.WithLogger(quiet))
 	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ix.Close() })
-	if err := ix.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return ix
