@@ -31,8 +31,16 @@ func (s *Store) StoreTime(ctx context.Context) (time.Time, error) {
 	if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EINVAL) {
 		return time.Time{}, fmt.Errorf("read the store's clock: create a temporary file in %s: %w", s.root, err)
 	}
-	name := s.root + "/.ckguard-clock-probe." + strconv.Itoa(os.Getpid())
-	fd, err = unix.Open(name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+	return s.probeNamed()
+}
+
+// ProbeName is the file StoreTime creates (and removes at once) where the store's file system has no
+// unnamed temporary files.
+func ProbeName(pid int) string { return ".ckguard-clock-probe." + strconv.Itoa(pid) }
+
+func (s *Store) probeNamed() (time.Time, error) {
+	name := s.root + "/" + ProbeName(os.Getpid())
+	fd, err := unix.Open(name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
 	if errors.Is(err, unix.EEXIST) {
 		// Left by a killed process with the same pid: it is ours to replace.
 		unix.Unlink(name)

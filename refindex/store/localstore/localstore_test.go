@@ -100,3 +100,33 @@ func TestStoreTimeLeavesNothing(t *testing.T) {
 		t.Errorf("the clock probe left %v in the store", ents)
 	}
 }
+
+// The named probe (NFS has no O_TMPFILE) reads the same clock, replaces a probe file a killed process
+// with this pid left, and removes its own.
+func TestStoreTimeNamedProbe(t *testing.T) {
+	dir := t.TempDir()
+	s, err := localstore.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(dir, localstore.ProbeName(os.Getpid()))
+	if err := os.WriteFile(stale, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC) // read back if the stale file were reused
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	got, err := localstore.StoreTimeNamed(s)
+	after := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Before(before.Add(-time.Second)) || got.After(after) {
+		t.Errorf("store time %s, this host's clock read %s … %s", got, before, after)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("the clock probe left %v in the store", ents)
+	}
+}
