@@ -71,11 +71,12 @@ func TestGraceByStoreClock(t *testing.T) {
 			st := &skewedStore{Store: ls, skew: tt.skew}
 			pol := testPolicy()
 			pol.Grace = grace
-			ix, err := refindex.Open(t.TempDir(), st, pol, refindex.WithLogger(quiet))
+			idx := t.TempDir()
+			ix, err := refindex.Open(idx, st, pol, refindex.WithLogger(quiet))
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer ix.Close()
+			defer func() { ix.Close() }()
 			check := func(when string) {
 				t.Helper()
 				var decided []string
@@ -118,6 +119,61 @@ func TestGraceByStoreClock(t *testing.T) {
 				t.Fatal(err)
 			}
 			check("after a sync that could not read the store's clock")
+			// The store's clock is fixed: files stamped while it was behind still look older than they
+			// are, so the correction holds (for the longest age rule) ...
+			st.err, st.skew = nil, 0
+			if err := ix.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			check("after the store's clock was fixed")
+			// ... also in a process started later (the CLI, a restarted mount), before any sync.
+			ix.Close()
+			if ix, err = refindex.Open(idx, st, pol, refindex.WithLogger(quiet)); err != nil {
+				t.Fatal(err)
+			}
+			check("reopened after the store's clock was fixed")
+		})
+	}
+}
+
+// clockState keeps the largest "behind" among readings superseded less than hold ago and the latest.
+func TestClockStateHold(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	const hold = 15 * time.Minute
+	type reading struct {
+		at     time.Duration // after t0
+		behind time.Duration
+		want   time.Duration // the correction after this reading
+	}
+	tests := []struct {
+		name     string
+		readings []reading
+	}{
+		{"in step", []reading{{0, 0, 0}, {time.Minute, time.Second, 0}}},
+		{"behind, rounded up to whole seconds", []reading{{0, 10*time.Minute + 300*time.Millisecond, 10*time.Minute + time.Second}}},
+		{"fixed: held until hold after the next reading", []reading{
+			{0, 10 * time.Minute, 10 * time.Minute},
+			{time.Minute, 0, 10 * time.Minute},
+			{time.Minute + hold, 0, 10 * time.Minute},
+			{time.Minute + hold + time.Second, 0, 0},
+		}},
+		{"drifting back: the largest one holds", []reading{
+			{0, 5 * time.Minute, 5 * time.Minute},
+			{time.Minute, 3 * time.Minute, 5 * time.Minute},
+			{2 * time.Minute, 8 * time.Minute, 8 * time.Minute},
+			{3 * time.Minute, 0, 8 * time.Minute},
+			{3*time.Minute + hold + time.Second, 0, 0},
+		}},
+		{"the latest never expires", []reading{{0, 3 * time.Minute, 3 * time.Minute}, {10 * hold, 3 * time.Minute, 3 * time.Minute}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var c refindex.ClockState
+			for i, r := range tt.readings {
+				if got := c.Add(r.behind, t0.Add(r.at), hold); got != r.want {
+					t.Errorf("reading %d (%s behind at +%s): correction %s, want %s", i, r.behind, r.at, got, r.want)
+				}
+			}
 		})
 	}
 }

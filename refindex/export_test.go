@@ -3,6 +3,7 @@ package refindex
 import (
 	"context"
 	"fmt"
+	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
 
@@ -89,4 +90,14 @@ func DecideExact(ix *Index, ctx context.Context, p string, op Op) Decision {
 	defer v.release()
 	v.filt = nil
 	return ix.decide(ctx, v, key, op, maxNamed)
+}
+
+// ClockState exposes clockState to tests.
+type ClockState struct{ c clockState }
+
+// Add records a reading at now, expires readings older than hold and returns the correction.
+func (s *ClockState) Add(behind time.Duration, now time.Time, hold time.Duration) time.Duration {
+	s.c.add(behind, now)
+	s.c.expire(now, hold)
+	return s.c.behind()
 }

@@ -112,9 +112,10 @@ type Index struct {
 	syncErr     string    // last sync failed: fail closed until a sync succeeds
 	needRebuild bool      // fingerprint changed or empty index
 	closed      bool
-	skew        time.Duration // ≤ 0: how far the store's clock is behind this host's (readStoreClock)
+	skew        time.Duration // ≤ 0: how far ages of store files are corrected (clockState)
 	clockAhead  bool          // the store's clock was last seen ahead of this host's
 	clockFailed bool          // the last reading of the store's clock failed (logged once)
+	clock       clockState    // the readings skew is derived from
 }
 
 // generation is one badger DB. Readers hold a reference while they use it, so that a rebuild can
@@ -329,15 +330,21 @@ func (ix *Index) readCurrent() (int, error) {
 	return n, nil
 }
 
-// writeCurrent atomically points CURRENT at generation n (write temp, fsync, rename, fsync dir).
-// This rename is the single commit point of a rebuild.
+// writeCurrent atomically points CURRENT at generation n. This rename is the single commit point of
+// a rebuild.
 func (ix *Index) writeCurrent(n int) error {
-	tmp := filepath.Join(ix.dir, "CURRENT.tmp")
+	return writeFileAtomic(ix.dir, "CURRENT", []byte(genName(n)+"\n"))
+}
+
+// writeFileAtomic replaces dir/name with b so that a crash leaves the old or the new content: write a
+// temporary file, fsync it, rename it over name, fsync dir.
+func writeFileAtomic(dir, name string, b []byte) error {
+	tmp := filepath.Join(dir, name+".tmp")
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := f.WriteString(genName(n) + "\n"); err != nil {
+	if _, err := f.Write(b); err != nil {
 		f.Close()
 		return err
 	}
@@ -348,10 +355,10 @@ func (ix *Index) writeCurrent(n int) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, filepath.Join(ix.dir, "CURRENT")); err != nil {
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 		return err
 	}
-	return syncDir(ix.dir)
+	return syncDir(dir)
 }
 
 func syncDir(dir string) error {
@@ -381,19 +388,24 @@ func (ix *Index) openCurrent() error {
 	if err := ix.loadPins(); err != nil {
 		return err
 	}
+	if err := ix.loadClock(); err != nil {
+		return err
+	}
 	cur, err := ix.readCurrent()
 	if err != nil && !ix.opt.rebuild {
 		return err
 	}
 	if cur != 0 {
 		err := ix.openExisting(cur)
-		if err == nil || !ix.opt.rebuild {
+		if err == nil || !ix.opt.rebuild || errors.Is(err, errGenerationBusy) {
 			return err
 		}
 		// WithFreshIndex: the current generation cannot be used (another schema, damaged); start
 		// from an empty one. A usable generation is kept: Rebuild replaces it atomically, so a
-		// rebuild that is interrupted leaves the previous index in place.
-		ix.log.Warn("discarding an index generation that cannot be opened; it is rebuilt from the store", "index", ix.dir, "err", err)
+		// rebuild that is interrupted leaves the previous index in place. The unusable one is set
+		// aside, not deleted, for whoever wants to know what happened to it.
+		aside := ix.setAside(cur)
+		ix.log.Warn("an index generation cannot be opened; it is set aside and the index is rebuilt from the store", "index", ix.dir, "set_aside", aside, "err", err)
 	}
 	// Start from an empty generation; it is stale (no lastsync) until Sync/Rebuild fills it.
 	next := max(cur, ix.maxGenOnDisk()) + 1
@@ -426,6 +438,9 @@ func (ix *Index) openExisting(cur int) error {
 		ix.log.Info("removed empty log files a killed process left in the index", "index", genDir, "files", removed)
 	}
 	db, err := badger.Open(ix.badgerOptions(genDir))
+	if err != nil && strings.Contains(err.Error(), "Cannot acquire directory lock") {
+		return fmt.Errorf("%w: open index %s: %v (another process, a badger tool say, has the generation open; stop it)", errGenerationBusy, ix.dir, err)
+	}
 	if err != nil {
 		return fmt.Errorf("open index %s: %w (the index is derived data: `ckguard index rebuild` recreates it)", ix.dir, err)
 	}
@@ -462,6 +477,28 @@ func (ix *Index) openExisting(cur int) error {
 		ix.needRebuild = true
 	}
 	return nil
+}
+
+// errGenerationBusy: badger's own lock on a generation is held by another process. That is no damage,
+// so WithFreshIndex does not set the generation aside.
+var errGenerationBusy = errors.New("index generation in use")
+
+// setAside renames generation n to "damaged-gen-…" (replacing an earlier one: one is kept) and
+// returns the new name, or "" when it had to be removed instead.
+func (ix *Index) setAside(n int) string {
+	ents, _ := os.ReadDir(ix.dir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "damaged-") {
+			os.RemoveAll(filepath.Join(ix.dir, e.Name()))
+		}
+	}
+	aside := "damaged-" + genName(n)
+	if err := os.Rename(filepath.Join(ix.dir, genName(n)), filepath.Join(ix.dir, aside)); err != nil {
+		ix.log.Warn("cannot set an unusable index generation aside; removing it", "dir", genName(n), "err", err)
+		os.RemoveAll(filepath.Join(ix.dir, genName(n)))
+		return ""
+	}
+	return aside
 }
 
 func (ix *Index) maxGenOnDisk() int {

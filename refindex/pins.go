@@ -43,19 +43,7 @@ func (ix *Index) loadPins() error {
 
 func (ix *Index) savePins(p map[string]time.Time) error {
 	b, _ := json.MarshalIndent(pinsDoc{Pins: p}, "", "  ")
-	tmp := filepath.Join(ix.dir, pinsFile+".tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	f, err := os.Open(tmp)
-	if err == nil {
-		_ = f.Sync()
-		f.Close()
-	}
-	if err := os.Rename(tmp, filepath.Join(ix.dir, pinsFile)); err != nil {
-		return err
-	}
-	return syncDir(ix.dir)
+	return writeFileAtomic(ix.dir, pinsFile, b)
 }
 
 // PinResult is the answer of Pin and Unpin.

@@ -6,9 +6,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
 
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/fs/internal/fusetest"
@@ -28,23 +31,8 @@ func TestDamagedIndexRebuiltAtMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	idx := filepath.Join(dir, "index")
-	st, err := localstore.New(tr.Root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix, err := refindex.Open(idx, st, refindex.DefaultPolicy(), refindex.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ix.Sync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ix.Close()
-	manifests, _ := filepath.Glob(filepath.Join(idx, "gen-*", "MANIFEST"))
-	if len(manifests) != 1 {
-		t.Fatalf("manifests: %v", manifests)
-	}
-	if err := os.WriteFile(manifests[0], []byte("not a badger manifest"), 0o600); err != nil {
+	gen, st := syncedIndex(t, tr.Root, idx)
+	if err := os.WriteFile(filepath.Join(gen, "MANIFEST"), []byte("not a badger manifest"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if ix, err := refindex.Open(idx, st, refindex.DefaultPolicy(), refindex.WithLogger(slog.New(slog.DiscardHandler))); err == nil {
@@ -62,6 +50,9 @@ func TestDamagedIndexRebuiltAtMount(t *testing.T) {
 			t.Fatalf("rm %s (referenced) through the mount over a rebuilt index: %v, want EPERM", k, err)
 		}
 	}
+	if aside, _ := filepath.Glob(filepath.Join(idx, "damaged-gen-*")); len(aside) != 1 {
+		t.Errorf("the unusable generation was not set aside: %v", aside)
+	}
 	orphans := tr.Orphans(treegen.DefaultPolicy, 0)
 	if len(orphans) == 0 {
 		t.Fatal("the scenario has no orphan to delete")
@@ -70,5 +61,60 @@ func TestDamagedIndexRebuiltAtMount(t *testing.T) {
 		if err := os.Remove(filepath.Join(mnt, k)); err != nil {
 			t.Errorf("rm %s (orphan) through the mount over a rebuilt index: %v", k, err)
 		}
+	}
+}
+
+// syncedIndex builds and closes an index in idx over the store at root and returns its generation
+// directory.
+func syncedIndex(t *testing.T, root, idx string) (gen string, st *localstore.Store) {
+	t.Helper()
+	st, err := localstore.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := refindex.Open(idx, st, refindex.DefaultPolicy(), refindex.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ix.Close()
+	gens, _ := filepath.Glob(filepath.Join(idx, "gen-*"))
+	if len(gens) != 1 {
+		t.Fatalf("generations: %v", gens)
+	}
+	return gens[0], st
+}
+
+// TestBusyIndexNotDiscarded: a generation another process holds open through badger (a badger tool)
+// is not damaged; the mount refuses to start and says so instead of setting it aside.
+func TestBusyIndexNotDiscarded(t *testing.T) {
+	fusetest.Require(t)
+	dir := t.TempDir()
+	tr, err := treegen.IncidentOne(filepath.Join(dir, "store"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := filepath.Join(dir, "index")
+	gen, _ := syncedIndex(t, tr.Root, idx)
+	db, err := badger.Open(badger.DefaultOptions(gen).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = guardd.Run(ctx, guardd.Config{StoreDir: tr.Root, IndexDir: idx, Mountpoint: mnt, Policy: refindex.DefaultPolicy(),
+		Ready: func(*guardd.Mounted) { t.Error("mounted over an index generation another process holds"); cancel() }})
+	if err == nil || !strings.Contains(err.Error(), "another process") {
+		t.Errorf("mount over a busy index generation: %v, want a refusal naming another process", err)
+	}
+	if _, err := os.Stat(gen); err != nil {
+		t.Errorf("the busy generation is gone: %v", err)
 	}
 }

@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"net/http/httptest"
 	"sort"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -265,5 +267,40 @@ func TestUnavailableAndDenied(t *testing.T) {
 	_, err := c.Head(context.Background(), "x")
 	if s3client.Errno(err) != syscall.EIO || !errors.Is(err, s3client.ErrUnavailable) {
 		t.Errorf("dead server: %v, want EIO", err)
+	}
+}
+
+// dateRewriter answers with the Date header of a server whose clock reads date.
+type dateRewriter struct {
+	h    http.Handler
+	date time.Time
+}
+
+func (d dateRewriter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Date", d.date.UTC().Format(http.TimeFormat))
+	d.h.ServeHTTP(w, r)
+}
+
+// ServerTime reads the service's clock from its Date header, not this host's.
+func TestServerTimeFromDateHeader(t *testing.T) {
+	// Within gofakes3's 15-minute window for request times: the SDK corrects its signing clock by the
+	// Date headers it sees.
+	behind := time.Now().Add(-7 * time.Minute).Truncate(time.Second)
+	srv := httptest.NewServer(dateRewriter{h: gofakes3.New(s3mem.New()).Server(), date: behind})
+	t.Cleanup(srv.Close)
+	cfg := s3client.Config{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 2}
+	c, err := s3client.New(context.Background(), cfg, s3client.Location{Bucket: "bkt", Prefix: "flink/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.API().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.ServerTime(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Equal(behind) {
+		t.Errorf("server time %s, the server's Date header says %s", got, behind)
 	}
 }

@@ -35,14 +35,18 @@ func (s *Store) StoreTime(ctx context.Context) (time.Time, error) {
 }
 
 // ProbeName is the file StoreTime creates (and removes at once) where the store's file system has no
-// unnamed temporary files.
-func ProbeName(pid int) string { return ".ckguard-clock-probe." + strconv.Itoa(pid) }
+// unnamed temporary files. Host name and pid make it unique among the mounts sharing an NFS export, and
+// a probe file left by a killed process is replaced by the next one with its pid on that host.
+func ProbeName() string {
+	host, _ := os.Hostname()
+	return ".ckguard-clock-probe." + host + "." + strconv.Itoa(os.Getpid())
+}
 
 func (s *Store) probeNamed() (time.Time, error) {
-	name := s.root + "/" + ProbeName(os.Getpid())
+	name := s.root + "/" + ProbeName()
 	fd, err := unix.Open(name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
 	if errors.Is(err, unix.EEXIST) {
-		// Left by a killed process with the same pid: it is ours to replace.
+		// Left by a killed process with the same pid on this host: it is ours to replace.
 		unix.Unlink(name)
 		fd, err = unix.Open(name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
 	}

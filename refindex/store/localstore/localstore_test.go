@@ -109,7 +109,7 @@ func TestStoreTimeNamedProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stale := filepath.Join(dir, localstore.ProbeName(os.Getpid()))
+	stale := filepath.Join(dir, localstore.ProbeName())
 	if err := os.WriteFile(stale, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
