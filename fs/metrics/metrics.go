@@ -25,7 +25,8 @@ type IndexStats struct {
 	LiveSavepoints  int64
 	ReferencedBytes int64
 	OrphanedBytes   int64
-	LastSync        time.Time // completion of the last successful sync; zero if none
+	LastSync        time.Time     // completion of the last successful sync; zero if none
+	ClockBehind     time.Duration // how far ages of store files are corrected for the store's clock
 }
 
 // Metrics is the set of collectors of one mount.
@@ -43,6 +44,7 @@ type Metrics struct {
 	liveSavepoints prometheus.Gauge
 	refBytes       prometheus.Gauge
 	orphanBytes    prometheus.Gauge
+	clockBehind    prometheus.Gauge
 
 	// Children resolved once per label set: WithLabelValues hashes the labels and takes the vector's lock
 	// on every call, and these are counted on the path of every guarded operation.
@@ -104,6 +106,8 @@ func New() *Metrics {
 		Name: "ckguard_referenced_bytes", Help: "Bytes of store objects that are not garbage: referenced by live checkpoints/savepoints or protected by policy (store bytes minus orphaned bytes)."})
 	m.orphanBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "ckguard_orphaned_bytes", Help: "Bytes of unreferenced store objects past the grace period."})
+	m.clockBehind = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ckguard_store_clock_behind_seconds", Help: "How far ages of store files are corrected because the store's clock is (or was, within --grace) behind this host's; 0 when the clocks agree."})
 	lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ckguard_index_lag_seconds",
 		Help: "Seconds since the last successful index sync (-1 before the first).",
@@ -120,7 +124,7 @@ func New() *Metrics {
 		Help: "FUSE requests the daemon is answering now.",
 	}, func() float64 { return float64(m.inflight.Load()) })
 	m.Registry.MustRegister(m.refusals, m.allowed, m.notifyErrors, m.syncDuration, m.syncFailures,
-		m.fuseLatency, m.decideLatency, m.liveCkpt, m.liveSavepoints, m.refBytes, m.orphanBytes, lag, inflight,
+		m.fuseLatency, m.decideLatency, m.liveCkpt, m.liveSavepoints, m.refBytes, m.orphanBytes, m.clockBehind, lag, inflight,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -196,6 +200,7 @@ func (m *Metrics) SetIndexStats(s IndexStats) {
 	m.liveSavepoints.Set(float64(s.LiveSavepoints))
 	m.refBytes.Set(float64(s.ReferencedBytes))
 	m.orphanBytes.Set(float64(s.OrphanedBytes))
+	m.clockBehind.Set(s.ClockBehind.Seconds())
 	m.mu.Lock()
 	if !s.LastSync.IsZero() {
 		m.lastSync = s.LastSync
