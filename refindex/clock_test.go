@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,6 +86,8 @@ func TestGraceByStoreClock(t *testing.T) {
 						decided = append(decided, k)
 					} else if d.Reason != refindex.ReasonGrace {
 						t.Errorf("%s: %s refused for %s (%s), want the grace rule", when, k, d.Reason, d.Message)
+					} else if named := strings.Contains(d.Message, "by the store's clock"); named != (tt.behind > 0) {
+						t.Errorf("%s: %s refused with %q: the store's clock correction (%s) named: %v", when, k, d.Message, tt.behind, named)
 					}
 				}
 				if !slices.Equal(decided, tt.deletable) {

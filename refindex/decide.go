@@ -215,7 +215,7 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 				return nil
 			}
 			if young, age := ix.inGrace(v, o, storeNow); young {
-				d := refuse(ReasonGrace, graceMsg(op, what, o.Path, age, v.pol.Grace))
+				d := refuse(ReasonGrace, v.graceMsg(op, what, o.Path, age))
 				blocked = &d
 				return errStop
 			}
@@ -230,15 +230,19 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 		return Decision{Allow: true, Reason: ReasonAllowed, Message: fmt.Sprintf("%s %s: nothing below it is referenced or protected", op, what)}
 	}
 	if young, age := ix.inGrace(v, oi, storeNow); young {
-		return refuse(ReasonGrace, graceMsg(op, what, key, age, v.pol.Grace))
+		return refuse(ReasonGrace, v.graceMsg(op, what, key, age))
 	}
 	return Decision{Allow: true, Reason: ReasonAllowed, Message: op.String() + " " + what + ": referenced by no live checkpoint, older than --grace " + v.pol.Grace.String()}
 }
 
 var errStop = errors.New("stop")
 
-func graceMsg(op Op, what, file string, age, grace time.Duration) string {
-	return fmt.Sprintf("refusing to %s %s: %s is referenced by no checkpoint but was modified %s ago, within --grace %s, so it may belong to a checkpoint still being written; retry after %s", op, what, file, age.Round(time.Second), grace, (grace - age).Round(time.Second))
+func (v *view) graceMsg(op Op, what, file string, age time.Duration) string {
+	clock := ""
+	if v.skew != 0 {
+		clock = fmt.Sprintf(" (by the store's clock, which is or was %s behind this host's)", (-v.skew).Round(time.Second))
+	}
+	return fmt.Sprintf("refusing to %s %s: %s is referenced by no checkpoint but was modified %s ago%s, within --grace %s, so it may belong to a checkpoint still being written; retry after %s", op, what, file, age.Round(time.Second), clock, v.pol.Grace, (v.pol.Grace - age).Round(time.Second))
 }
 
 // inGrace reports whether an unreferenced file is young enough to belong to an in-flight
