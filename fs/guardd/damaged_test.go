@@ -24,14 +24,7 @@ import (
 // (a damaged badger manifest here; kill -9 or a full disk in life) rebuilds it from the store instead of
 // refusing to start, and guards as before.
 func TestDamagedIndexRebuiltAtMount(t *testing.T) {
-	fusetest.Require(t)
-	dir := t.TempDir()
-	tr, err := treegen.IncidentOne(filepath.Join(dir, "store"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx := filepath.Join(dir, "index")
-	gen, st := syncedIndex(t, tr.Root, idx)
+	dir, tr, idx, gen, st := syncedIncident(t)
 	if err := os.WriteFile(filepath.Join(gen, "MANIFEST"), []byte("not a badger manifest"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -64,14 +57,21 @@ func TestDamagedIndexRebuiltAtMount(t *testing.T) {
 	}
 }
 
-// syncedIndex builds and closes an index in idx over the store at root and returns its generation
-// directory.
-func syncedIndex(t *testing.T, root, idx string) (gen string, st *localstore.Store) {
+// syncedIncident skips without FUSE; otherwise it writes the IncidentOne store in a temp dir, builds
+// and closes an index of it there and returns the dir, the tree, the index and its generation
+// directory, and the store.
+func syncedIncident(t *testing.T) (dir string, tr *treegen.Tree, idx, gen string, st *localstore.Store) {
 	t.Helper()
-	st, err := localstore.New(root)
+	fusetest.Require(t)
+	dir = t.TempDir()
+	tr, err := treegen.IncidentOne(filepath.Join(dir, "store"), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
+	if st, err = localstore.New(tr.Root); err != nil {
+		t.Fatal(err)
+	}
+	idx = filepath.Join(dir, "index")
 	ix, err := refindex.Open(idx, st, refindex.DefaultPolicy(), refindex.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
@@ -84,20 +84,13 @@ func syncedIndex(t *testing.T, root, idx string) (gen string, st *localstore.Sto
 	if len(gens) != 1 {
 		t.Fatalf("generations: %v", gens)
 	}
-	return gens[0], st
+	return dir, tr, idx, gens[0], st
 }
 
 // TestBusyIndexNotDiscarded: a generation another process holds open through badger (a badger tool)
 // is not damaged; the mount refuses to start and says so instead of setting it aside.
 func TestBusyIndexNotDiscarded(t *testing.T) {
-	fusetest.Require(t)
-	dir := t.TempDir()
-	tr, err := treegen.IncidentOne(filepath.Join(dir, "store"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx := filepath.Join(dir, "index")
-	gen, _ := syncedIndex(t, tr.Root, idx)
+	dir, tr, idx, gen, _ := syncedIncident(t)
 	db, err := badger.Open(badger.DefaultOptions(gen).WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
