@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
-	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -142,7 +141,7 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	met := metrics.New()
 	// Until Serve (after the initial sync) the process keeps its GOMAXPROCS; a nil governor is off. It
 	// watches the FUSE requests the metrics count, to serve several clients with every P.
-	gov := procs.New(c.ServeProcs, runtime.GOMAXPROCS, met.Concurrency)
+	gov := procs.New(c.ServeProcs, procs.Runtime(), met.Concurrency)
 	defer gov.Stop()
 	// WithFreshIndex: an index that cannot be opened (damaged by a crash or a full disk, another schema
 	// after an upgrade) is discarded and rebuilt from the store by the initial sync, before the mount

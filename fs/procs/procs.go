@@ -21,6 +21,8 @@
 package procs
 
 import (
+	"os"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -172,5 +174,22 @@ func (g *Governor) apply(n int) {
 	if g.cur != n {
 		g.set(n)
 		g.cur = n
+	}
+}
+
+// Runtime returns the setter New wants for the process's own GOMAXPROCS. Going back to the value the
+// process started with restores the runtime's default instead of setting that number, when the
+// environment did not set GOMAXPROCS: Go tracks the container's CPU limit only until GOMAXPROCS is set
+// explicitly, and runtime.SetDefaultGOMAXPROCS turns that tracking back on.
+func Runtime() func(int) int {
+	start := runtime.GOMAXPROCS(0)
+	_, fromEnv := os.LookupEnv("GOMAXPROCS")
+	return func(n int) int {
+		if n == start && !fromEnv {
+			prev := runtime.GOMAXPROCS(0)
+			runtime.SetDefaultGOMAXPROCS()
+			return prev
+		}
+		return runtime.GOMAXPROCS(n)
 	}
 }

@@ -2,6 +2,7 @@ package procs
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -100,14 +101,28 @@ func TestServeWork(t *testing.T) {
 	}
 }
 
-// TestRuntime drives the real runtime setting.
+// TestRuntime drives the real runtime setting through Runtime, with GOMAXPROCS from the environment
+// (set back with the number) and without it (set back to the runtime's default).
 func TestRuntime(t *testing.T) {
+	for _, env := range []string{"", "2"} {
+		t.Run("GOMAXPROCS="+env, func(t *testing.T) {
+			if env != "" {
+				t.Setenv("GOMAXPROCS", env)
+			} else if _, set := os.LookupEnv("GOMAXPROCS"); set {
+				t.Skip("GOMAXPROCS is set in this test's environment")
+			}
+			testRuntime(t)
+		})
+	}
+}
+
+func testRuntime(t *testing.T) {
 	start := runtime.GOMAXPROCS(0)
 	if start < 2 {
 		t.Skip("needs GOMAXPROCS >= 2")
 	}
 	defer runtime.GOMAXPROCS(start)
-	g := New(1, runtime.GOMAXPROCS, nil)
+	g := New(1, Runtime(), nil)
 	g.Serve()
 	if n := runtime.GOMAXPROCS(0); n != 1 {
 		t.Errorf("serving: GOMAXPROCS %d, want 1", n)
