@@ -143,10 +143,10 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	// watches the FUSE requests the metrics count, to serve several clients with every P.
 	gov := procs.New(c.ServeProcs, procs.Runtime(), met.Concurrency)
 	defer gov.Stop()
-	// WithFreshIndex: an index that cannot be opened (damaged by a crash or a full disk, another schema
-	// after an upgrade) is discarded and rebuilt from the store by the initial sync, before the mount
-	// serves anything. It is derived data; refusing to start would leave the cleanup unguarded-or-broken
-	// until someone runs `ckguard index rebuild` by hand.
+	// WithFreshIndex: an index generation that cannot be opened (damaged by a crash or a full disk,
+	// another schema after an upgrade) is set aside and the index rebuilt from the store by the initial
+	// sync, before the mount serves anything. The index is derived data; refusing to start would stop
+	// every cleanup until someone runs `ckguard index rebuild` by hand.
 	opts := append(append([]refindex.Option{}, c.IndexOptions...), refindex.WithLogger(log), refindex.WithMountpoint(mntAbs),
 		refindex.WithWork(gov.Work), refindex.WithFreshIndex())
 	if c.Progress != nil {
