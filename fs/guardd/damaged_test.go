@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/fs/internal/fusetest"
 	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
@@ -109,5 +111,60 @@ func TestBusyIndexNotDiscarded(t *testing.T) {
 	}
 	if _, err := os.Stat(gen); err != nil {
 		t.Errorf("the busy generation is gone: %v", err)
+	}
+}
+
+// unreachableStore fails every listing while down is set.
+type unreachableStore struct {
+	store.Store
+	down atomic.Bool
+}
+
+func (u *unreachableStore) ListMetadata(ctx context.Context, fn func(store.ObjectInfo) error) error {
+	if u.down.Load() {
+		return errors.New("store unreachable")
+	}
+	return u.Store.ListMetadata(ctx, fn)
+}
+
+// TestDamagedIndexUnreachableStore: a damaged index whose rebuild cannot list the store leaves the mount
+// up but refusing every deletion (fail closed); once the store answers, a periodic sync rebuilds the
+// index and the mount guards normally.
+func TestDamagedIndexUnreachableStore(t *testing.T) {
+	dir, tr, idx, gen, _ := syncedIncident(t)
+	if err := os.WriteFile(filepath.Join(gen, "MANIFEST"), []byte("not a badger manifest"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	us := &unreachableStore{}
+	us.down.Store(true)
+	runDaemonWith(t, guardd.Config{StoreDir: tr.Root, IndexDir: idx, Mountpoint: mnt, Policy: refindex.DefaultPolicy(),
+		SyncInterval: 50 * time.Millisecond}, serveLocalWith(func(st store.Store) store.Store { us.Store = st; return us }))
+	orphans := tr.Orphans(treegen.DefaultPolicy, 0)
+	if len(orphans) < 2 {
+		t.Fatalf("the scenario has %d orphans, want 2", len(orphans))
+	}
+	if err := os.Remove(filepath.Join(mnt, orphans[0])); !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("rm %s (orphan) while the index cannot be rebuilt: %v, want EPERM", orphans[0], err)
+	}
+	us.down.Store(false)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := os.Remove(filepath.Join(mnt, orphans[1]))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EPERM) || time.Now().After(deadline) {
+			t.Fatalf("rm %s (orphan) after the store came back: %v", orphans[1], err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, k := range tr.Referenced() {
+		if err := os.Remove(filepath.Join(mnt, k)); !errors.Is(err, syscall.EPERM) {
+			t.Fatalf("rm %s (referenced) after the rebuild: %v, want EPERM", k, err)
+		}
 	}
 }

@@ -87,19 +87,7 @@ func (s *procsSpy) ListMetadata(ctx context.Context, fn func(store.ObjectInfo) e
 func TestServeProcsRaisedForSync(t *testing.T) {
 	start, dir, mnt, tr := procsFixture(t)
 	spy := &procsSpy{seen: make(chan int, 1)}
-	serve := func(ctx context.Context, c guardd.Config) error {
-		return guardd.Serve(ctx, c, func(context.Context, guardd.Config) (guardd.Backend, error) {
-			st, err := localstore.New(c.StoreDir)
-			if err != nil {
-				return guardd.Backend{}, err
-			}
-			spy.Store = st
-			return guardd.Backend{Store: spy,
-				Mount: func(_ context.Context, enf *guard.Enforcer, met *metrics.Metrics) (guardd.Mount, error) {
-					return localfs.Mount(localfs.Options{Store: c.StoreDir, Mountpoint: c.Mountpoint, Enforcer: enf, Metrics: met})
-				}}, nil
-		})
-	}
+	serve := serveLocalWith(func(st store.Store) store.Store { spy.Store = st; return spy })
 	var serving int
 	runDaemonWith(t, guardd.Config{StoreDir: tr.Root, IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
 		Policy: refindex.DefaultPolicy(), ServeProcs: 1, SyncInterval: 50 * time.Millisecond,
@@ -115,5 +103,22 @@ func TestServeProcsRaisedForSync(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no periodic sync listed the store")
+	}
+}
+
+// serveLocalWith runs guardd.Serve over a local store whose index sees wrap(the store) instead: a spy or
+// a store that fails on demand.
+func serveLocalWith(wrap func(store.Store) store.Store) func(context.Context, guardd.Config) error {
+	return func(ctx context.Context, c guardd.Config) error {
+		return guardd.Serve(ctx, c, func(context.Context, guardd.Config) (guardd.Backend, error) {
+			st, err := localstore.New(c.StoreDir)
+			if err != nil {
+				return guardd.Backend{}, err
+			}
+			return guardd.Backend{Store: wrap(st),
+				Mount: func(_ context.Context, enf *guard.Enforcer, met *metrics.Metrics) (guardd.Mount, error) {
+					return localfs.Mount(localfs.Options{Store: c.StoreDir, Mountpoint: c.Mountpoint, Enforcer: enf, Metrics: met})
+				}}, nil
+		})
 	}
 }
