@@ -15,6 +15,7 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 
 	"github.com/ckguard/ckguard/fs/guardd"
+	"github.com/ckguard/ckguard/fs/guardd/guarddtest"
 	"github.com/ckguard/ckguard/fs/internal/fusetest"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store"
@@ -141,7 +142,7 @@ func TestDamagedIndexUnreachableStore(t *testing.T) {
 	}
 	us := &unreachableStore{}
 	us.down.Store(true)
-	runDaemonWith(t, guardd.Config{StoreDir: tr.Root, IndexDir: idx, Mountpoint: mnt, Policy: refindex.DefaultPolicy(),
+	guarddtest.Start(t, guardd.Config{StoreDir: tr.Root, IndexDir: idx, Mountpoint: mnt, Policy: refindex.DefaultPolicy(),
 		SyncInterval: 50 * time.Millisecond}, serveLocalWith(func(st store.Store) store.Store { us.Store = st; return us }))
 	orphans := tr.Orphans(treegen.DefaultPolicy, 0)
 	if len(orphans) < 2 {

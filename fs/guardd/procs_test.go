@@ -11,6 +11,7 @@ import (
 
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guardd"
+	"github.com/ckguard/ckguard/fs/guardd/guarddtest"
 	"github.com/ckguard/ckguard/fs/internal/fusetest"
 	"github.com/ckguard/ckguard/fs/localfs"
 	"github.com/ckguard/ckguard/fs/metrics"
@@ -89,7 +90,7 @@ func TestServeProcsRaisedForSync(t *testing.T) {
 	spy := &procsSpy{seen: make(chan int, 1)}
 	serve := serveLocalWith(func(st store.Store) store.Store { spy.Store = st; return spy })
 	var serving int
-	runDaemonWith(t, guardd.Config{StoreDir: tr.Root, IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
+	guarddtest.Start(t, guardd.Config{StoreDir: tr.Root, IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
 		Policy: refindex.DefaultPolicy(), ServeProcs: 1, SyncInterval: 50 * time.Millisecond,
 		Ready: func(*guardd.Mounted) { serving = runtime.GOMAXPROCS(0) }}, serve)
 	if serving != 1 {

@@ -16,6 +16,7 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/ckguard/ckguard/fs/guardd"
+	"github.com/ckguard/ckguard/fs/guardd/guarddtest"
 	"github.com/ckguard/ckguard/integration/s3server"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/s3backend/s3client"
@@ -55,27 +56,10 @@ func TestFreshDecisionsWithoutIfMatch(t *testing.T) {
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- s3guardd.Run(ctx, guardd.Config{StoreDir: "s3://bkt/flink", IndexDir: filepath.Join(dir, "index"),
-			Mountpoint: mnt, Policy: refindex.DefaultPolicy(), Ready: func(*guardd.Mounted) { close(ready) }},
-			cfg, func(o *s3mount.Options) { o.SpoolDir = filepath.Join(dir, "spool") })
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("daemon stopped: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("mount not ready")
-	}
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("daemon: %v", err)
-		}
-		_ = exec.Command("fusermount3", "-uz", mnt).Run()
-	}()
+	guarddtest.Start(t, guardd.Config{StoreDir: "s3://bkt/flink", IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
+		Policy: refindex.DefaultPolicy()}, func(ctx context.Context, c guardd.Config) error {
+		return s3guardd.Run(ctx, c, cfg, func(o *s3mount.Options) { o.SpoolDir = filepath.Join(dir, "spool") })
+	})
 	if _, err := os.ReadDir(filepath.Join(mnt, "job/shared")); err != nil { // the mount caches x.sst's attributes
 		t.Fatal(err)
 	}
