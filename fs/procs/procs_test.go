@@ -27,6 +27,14 @@ func (f *fakeProcs) set(n int) int {
 	return prev
 }
 
+// expect reports an error unless GOMAXPROCS is want at the step named when.
+func (f *fakeProcs) expect(t *testing.T, when string, want int) {
+	t.Helper()
+	if got := f.now(); got != want {
+		t.Errorf("%s: GOMAXPROCS %d, want %d", when, got, want)
+	}
+}
+
 func (f *fakeProcs) now() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -58,42 +66,26 @@ func TestServeWork(t *testing.T) {
 	// Work before serving (the initial sync): full, and still full after it (not serving yet).
 	done := g.Work()
 	done()
-	if f.now() != 4 {
-		t.Errorf("after work before Serve: %d, want 4", f.now())
-	}
+	f.expect(t, "after work before Serve", 4)
 	g.Serve()
-	if f.now() != 1 {
-		t.Errorf("serving: %d, want 1", f.now())
-	}
+	f.expect(t, "serving", 1)
 	// Overlapping works: full until the last ends; a second call of done changes nothing.
 	d1, d2 := g.Work(), g.Work()
-	if f.now() != 4 {
-		t.Errorf("working: %d, want 4", f.now())
-	}
+	f.expect(t, "working", 4)
 	d1()
 	d1()
-	if f.now() != 4 {
-		t.Errorf("one of two works done: %d, want 4", f.now())
-	}
+	f.expect(t, "one of two works done", 4)
 	d2()
-	if f.now() != 1 {
-		t.Errorf("all works done: %d, want 1", f.now())
-	}
+	f.expect(t, "all works done", 1)
 	g.Stop()
-	if f.now() != 4 {
-		t.Errorf("stopped: %d, want 4", f.now())
-	}
+	f.expect(t, "stopped", 4)
 	// Serve during work waits for it.
 	g2 := New(1, f.set, nil)
 	d := g2.Work()
 	g2.Serve()
-	if f.now() != 4 {
-		t.Errorf("Serve during work: %d, want 4 until the work ends", f.now())
-	}
+	f.expect(t, "Serve during work (full until it ends)", 4)
 	d()
-	if f.now() != 1 {
-		t.Errorf("work ended after Serve: %d, want 1", f.now())
-	}
+	f.expect(t, "work ended after Serve", 1)
 	// Only changes are applied (each costs a stop-the-world).
 	want := []int{1, 4, 1, 4, 1}
 	if fmt.Sprint(f.sets) != fmt.Sprint(want) {
@@ -172,13 +164,9 @@ func TestConcurrentClients(t *testing.T) {
 	for i := 0; i < quietSamples; i++ {
 		g.observe(0, 0)
 	}
-	if f.now() != 2 {
-		t.Errorf("work still running: %d, want 2", f.now())
-	}
+	f.expect(t, "work still running", 2)
 	done()
-	if f.now() != 1 {
-		t.Errorf("work and concurrency over: %d, want 1", f.now())
-	}
+	f.expect(t, "work and concurrency over", 1)
 	g.Stop()
 }
 
@@ -242,7 +230,5 @@ func TestConcurrentUse(t *testing.T) {
 		t.Errorf("%d works still counted after every done", busy)
 	}
 	g.Stop()
-	if f.now() != 4 {
-		t.Errorf("after Stop: %d, want 4", f.now())
-	}
+	f.expect(t, "after Stop", 4)
 }
