@@ -103,18 +103,18 @@ func missingFileCause(j *flinkJob, ev flinkEvent, wantID string) string {
 		return c
 	}
 	b, _ := os.ReadFile(j.log)
-	var any string
+	var first string
 	for _, l := range strings.Split(string(b), "\n") {
 		if c := from(l); c != "" {
 			if strings.Contains(c, wantID) {
 				return c
 			}
-			if any == "" {
-				any = c
+			if first == "" {
+				first = c
 			}
 		}
 	}
-	return any
+	return first
 }
 
 // claimModes are the restore modes with cross-job references (LEGACY exists through 2.3).

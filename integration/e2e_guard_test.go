@@ -489,7 +489,6 @@ func (g *guardMount) audit() (map[string]int, []string) {
 	return res, flinkRefused
 }
 
-// inReferencedDir: a file below a referenced directory (file-merging directory handle) is protected.
 // e2eHasReferencedBelow reports whether a live checkpoint references something below folder dir.
 func e2eHasReferencedBelow(dir string, refs map[string][]string) bool {
 	for p := range refs {
@@ -500,6 +499,7 @@ func e2eHasReferencedBelow(dir string, refs map[string][]string) bool {
 	return false
 }
 
+// e2eInReferencedDir: a file below a referenced directory (file-merging directory handle) is protected.
 func e2eInReferencedDir(f string, refs map[string][]string) bool {
 	for dir := filepath.Dir(f); dir != "/" && dir != "."; dir = filepath.Dir(dir) {
 		if _, ok := refs[dir]; ok {
