@@ -159,7 +159,9 @@ func validScheme(s string) bool {
 // cleanSegs drops empty and "." segments and resolves "..". For absolute paths ".." at the root stays
 // at the root (as the file system does); for relative names it is kept so the caller sees the climb.
 func cleanSegs(p string, absolute bool) []string {
-	if q := strings.TrimPrefix(p, "/"); q != "" && !strings.Contains(q, "//") && !strings.HasSuffix(q, "/") &&
+	// The test is on p, not q: "//x" trimmed once is "/x", which has no "//" but would split into an empty
+	// first segment.
+	if q := strings.TrimPrefix(p, "/"); q != "" && !strings.Contains(p, "//") && !strings.HasSuffix(q, "/") &&
 		!strings.Contains("/"+q+"/", "/./") && !strings.Contains("/"+q+"/", "/../") {
 		return strings.Split(q, "/") // already clean: one allocation
 	}
@@ -278,7 +280,9 @@ func New(cfg Config) (*Normalizer, error) {
 func (n *Normalizer) Fingerprint() string {
 	h := sha256.New()
 	// v2: host authorities folded to lower case and default ports added (keys derived by v1 differ).
-	fmt.Fprintf(h, "v2\x00%s\x00%s\x00", n.cfg.StoreRoot, n.cfg.EntropyKey)
+	// v3: a doubled slash at the start of a path no longer leaves an empty first segment (v2 derived
+	// "/x" from s3://b//x, a key no object has, so the object x was not protected).
+	fmt.Fprintf(h, "v3\x00%s\x00%s\x00", n.cfg.StoreRoot, n.cfg.EntropyKey)
 	if n.cfg.DefaultPorts != nil {
 		schemes := make([]string, 0, len(n.ports))
 		for s := range n.ports {

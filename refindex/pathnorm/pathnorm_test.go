@@ -23,6 +23,10 @@ func TestAbsolute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	bare, err := New(Config{StoreRoot: "s3://b"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name   string
 		n      *Normalizer
@@ -58,6 +62,11 @@ func TestAbsolute(t *testing.T) {
 		{"entropy template, key removed", s3store, "s3a://other/cp/job/chk-1/_metadata", "cp/job/chk-1/_metadata", true},
 		{"relative name stays outside", local, "job/x", "job/x", false},
 		{"windows drive is not a scheme", local, "C:/x", "C:/x", false},
+		// Found by FuzzRelative: a doubled slash right after the authority or at the start of the path
+		// was split into an empty first segment, so the key began with "/" and matched no object.
+		{"double slash after the bucket", s3store, "s3://ckpt-bucket//prod/job/shared/f", "job/shared/f", true},
+		{"double slash at the start of a local path", local, "file:////srv/flink/job/x", "job/x", true},
+		{"double slash after the store root bucket", bare, "s3a://b//x/y", "x/y", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,6 +89,7 @@ func TestRelative(t *testing.T) {
 		{"a/chk-1/_metadata", "../chk-0/x", "a/chk-0/x", true},
 		{"a/chk-1/_metadata", "../../../etc/passwd", "relative:a/chk-1/../../../etc/passwd", false},
 		{"a/chk-1/_metadata", "./x//y", "a/chk-1/x/y", true},
+		{"_metadata", "/x", "x", true}, // was "/x" (an empty first segment)
 	}
 	for _, tc := range tests {
 		got := n.Relative(tc.meta, tc.name)
