@@ -21,16 +21,19 @@ func readGuardMounts(r io.Reader) []guardMount {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		// id parent dev root mountpoint options [optional...] - fstype source superoptions
-		f := strings.Fields(sc.Text())
+		// id parent dev root mountpoint options [optional...] - fstype source superoptions, separated by
+		// single spaces. Not strings.Fields: the kernel escapes only space, tab, newline and backslash, so a
+		// name may hold a carriage return or a Unicode space, which Fields would split at.
+		f := strings.Split(sc.Text(), " ")
+		// The separator follows the six fixed fields and the optional ones; a mountpoint named "-" is not it.
 		sep := -1
-		for i, x := range f {
-			if x == "-" {
+		for i := 6; i < len(f); i++ {
+			if f[i] == "-" {
 				sep = i
 				break
 			}
 		}
-		if sep < 5 || sep+2 >= len(f) || f[sep+1] != "fuse.ckguard" {
+		if sep < 0 || sep+2 >= len(f) || f[sep+1] != "fuse.ckguard" {
 			continue
 		}
 		out = append(out, guardMount{mountpoint: unescapeMountinfo(f[4]), source: unescapeMountinfo(f[sep+2])})

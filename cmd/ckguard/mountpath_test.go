@@ -46,3 +46,41 @@ func TestMountRelative(t *testing.T) {
 		}
 	}
 }
+
+// escapeMountinfo escapes s the way the kernel writes paths and sources into /proc/self/mountinfo: space,
+// tab, newline and backslash as three octal digits.
+func escapeMountinfo(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case ' ', '\t', '\n', '\\':
+			b.WriteByte('\\')
+			b.WriteByte('0' + c>>6)
+			b.WriteByte('0' + c>>3&7)
+			b.WriteByte('0' + c&7)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// FuzzReadGuardMounts: whatever bytes a mountpoint and a store name hold (the kernel forbids only NUL),
+// the mount table line the kernel writes for them parses back to exactly them; and any table, however
+// mangled, parses without a panic.
+func FuzzReadGuardMounts(f *testing.F) {
+	f.Add("/mnt/with space", "/srv/ck\\store", "garbage - fuse.ckguard")
+	f.Add("/m\tn\nt", "s3://bucket/ckpt", "1 2 3 4 5 - fuse.ckguard")
+	f.Add("/mnt/\\040", "/srv/x\\", "")
+	f.Fuzz(func(t *testing.T, mountpoint, source, table string) {
+		_ = readGuardMounts(strings.NewReader(table))
+		if mountpoint == "" || source == "" || strings.ContainsRune(mountpoint+source, 0) {
+			return
+		}
+		line := "43 27 0:40 / " + escapeMountinfo(mountpoint) + " rw shared:7 - fuse.ckguard " + escapeMountinfo(source) + " rw,user_id=0"
+		got := readGuardMounts(strings.NewReader(line))
+		if len(got) != 1 || got[0] != (guardMount{mountpoint, source}) {
+			t.Fatalf("line %q parsed as %+v, want mountpoint %q source %q", line, got, mountpoint, source)
+		}
+	})
+}
