@@ -136,13 +136,15 @@ type memState struct {
 	sorted      []string                     // keys of ckpts, sorted (prefix searches for directories)
 	unparseable []string                     // sorted keys of records with Err
 	unmapped    []string                     // sorted keys of records with Unmapped references
-	jobs        map[string]*checkpointRecord // job folder → newest checkpoint (by id)
-	latest      map[string]*checkpointRecord // job folder → most recently completed checkpoint (by mtime)
+	// Per job folder, over the checkpoints in its chk-<n> folders: the highest id (of the folder name or
+	// the content) and the latest completion (mtime). See newest.
+	newestID  map[string]int64
+	newestMod map[string]time.Time
 	dirRefs     map[string]int               // file-merging directory key → number of checkpoints naming it
 }
 
 func newMemState() *memState {
-	return &memState{ckpts: map[string]*checkpointRecord{}, jobs: map[string]*checkpointRecord{}, latest: map[string]*checkpointRecord{}, dirRefs: map[string]int{}}
+	return &memState{ckpts: map[string]*checkpointRecord{}, newestID: map[string]int64{}, newestMod: map[string]time.Time{}, dirRefs: map[string]int{}}
 }
 
 // finish recomputes the derived tables after ckpts changed.
@@ -150,8 +152,8 @@ func (s *memState) finish() {
 	s.sorted = s.sorted[:0]
 	s.unparseable = s.unparseable[:0]
 	s.unmapped = s.unmapped[:0]
-	s.jobs = map[string]*checkpointRecord{}
-	s.latest = map[string]*checkpointRecord{}
+	s.newestID = map[string]int64{}
+	s.newestMod = map[string]time.Time{}
 	for k, c := range s.ckpts {
 		s.sorted = append(s.sorted, k)
 		if c.Err != "" {
@@ -162,16 +164,17 @@ func (s *memState) finish() {
 		if c.Unmapped > 0 {
 			s.unmapped = append(s.unmapped, k)
 		}
-		if c.Kind == "savepoint" || c.ID < 0 {
+		id, ok := c.candidateID()
+		if !ok {
 			continue
 		}
-		if cur := s.jobs[c.Job]; cur == nil || c.ID > cur.ID || (c.ID == cur.ID && c.ModTime.After(cur.ModTime)) {
-			s.jobs[c.Job] = c
+		if cur, seen := s.newestID[c.Job]; !seen || id > cur {
+			s.newestID[c.Job] = id
 		}
 		// A job resubmitted with a fixed job id (application mode) restarts its ids in the same
 		// folder: its new chk-51 is the one it restarts from, not the old chk-100.
-		if cur := s.latest[c.Job]; cur == nil || c.ModTime.After(cur.ModTime) || (c.ModTime.Equal(cur.ModTime) && c.ID > cur.ID) {
-			s.latest[c.Job] = c
+		if cur, seen := s.newestMod[c.Job]; !seen || c.ModTime.After(cur) {
+			s.newestMod[c.Job] = c.ModTime
 		}
 	}
 	sort.Strings(s.sorted)
@@ -180,9 +183,31 @@ func (s *memState) finish() {
 }
 
 // newest reports whether c is the newest checkpoint of its job folder: the highest id or the most
-// recently completed.
+// recently completed. Ties protect every record that has them, so no record can take the protection away
+// from another (a _metadata copied into chk-9 from chk-10 holds id 10 as well).
 func (s *memState) newest(c *checkpointRecord) bool {
-	return s.jobs[c.Job] == c || s.latest[c.Job] == c
+	id, ok := c.candidateID()
+	if !ok {
+		return false
+	}
+	return id == s.newestID[c.Job] || c.ModTime.Equal(s.newestMod[c.Job])
+}
+
+// candidateID reports whether c competes for the newest checkpoint of its job folder, and with which id.
+// Only a _metadata that Flink could have completed where it lies does: one in a chk-<n> folder whose
+// content holds checkpoint id n (or cannot be read, and so is judged by its folder). A copy anywhere else
+// (cp -r chk-10 chk-10.bak, a _metadata copied aside to inspect it, the first half of a move done as copy
+// and delete, a copy into a made-up chk-11) holds the copied id and a later mtime, and would otherwise take
+// the protection away from the checkpoint it copies (review 5 H1, red team 2).
+func (c *checkpointRecord) candidateID() (int64, bool) {
+	if c.Kind == "savepoint" {
+		return 0, false
+	}
+	_, folderID, _ := layoutOf(c.Key)
+	if folderID < 0 || c.ID != folderID {
+		return 0, false
+	}
+	return folderID, true
 }
 
 // unmappedFor returns the first live _metadata with unmapped references (see

@@ -1,0 +1,69 @@
+package refindex_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/treegen"
+)
+
+// TestNewestCheckpointByFolder: the "newest checkpoint of an active job" protection (rule 3's policy) goes
+// to _metadata files in chk-<n> folders only, and ties protect every record. A copy of the newest
+// _metadata beside it (cp -r chk-10 chk-10.bak; on the S3 mount even mv, which copies a folder file by
+// file) or into a made-up chk-11 has the copied content id and a later mtime, and used to take the
+// protection from the original (review 5 H1, red team). The older checkpoint stays deletable, so the test also fails when everything is protected.
+func TestNewestCheckpointByFolder(t *testing.T) {
+	const job = "flink/00000000000000000000000000000000"
+	type ck struct {
+		dir string
+		id  int64
+		age time.Duration
+	}
+	tests := []struct {
+		name      string
+		ckpts     []ck
+		protected []string // folders whose _metadata unlink must be refused as the newest
+		deletable []string // folders whose _metadata unlink must be allowed
+	}{
+		{"plain", []ck{{"chk-9", 9, 2 * time.Hour}, {"chk-10", 10, time.Hour}},
+			[]string{"chk-10"}, []string{"chk-9"}},
+		{"sibling copy of the folder", []ck{{"chk-9", 9, 2 * time.Hour}, {"chk-10", 10, time.Hour}, {"chk-10.bak", 10, time.Minute}},
+			[]string{"chk-10"}, []string{"chk-9", "chk-10.bak"}},
+		{"copy set aside to inspect", []ck{{"chk-9", 9, 2 * time.Hour}, {"chk-10", 10, time.Hour}, {"inspect", 10, time.Minute}},
+			[]string{"chk-10"}, []string{"chk-9", "inspect"}},
+		{"copy into a made-up newer folder", []ck{{"chk-9", 9, 2 * time.Hour}, {"chk-10", 10, time.Hour}, {"chk-11", 10, time.Minute}},
+			[]string{"chk-10"}, []string{"chk-9", "chk-11"}},
+		{"copy of the latest completed after restarted ids", []ck{{"chk-100", 100, 48 * time.Hour}, {"chk-51", 51, time.Hour}, {"chk-52", 51, time.Minute}},
+			[]string{"chk-100", "chk-51"}, []string{"chk-52"}},
+		{"restarted ids: the latest completed is protected too", []ck{{"chk-100", 100, 48 * time.Hour}, {"chk-51", 51, time.Hour}, {"chk-50", 50, 2 * time.Hour}},
+			[]string{"chk-100", "chk-51"}, []string{"chk-50"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range tc.ckpts {
+				if _, err := tr.Checkpoint(treegen.Spec{Dir: job + "/" + c.dir, Job: job, ID: c.id, Completed: testNow.Add(-c.age)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ix := openTree(t, tr)
+			ctx := context.Background()
+			for _, dir := range tc.protected {
+				d := ix.Decide(ctx, job+"/"+dir+"/_metadata", refindex.OpUnlink)
+				if d.Allow || d.Reason != refindex.ReasonProtectedMetadata {
+					t.Errorf("unlink %s/_metadata = %+v; want refused as the newest checkpoint", dir, d)
+				}
+			}
+			for _, dir := range tc.deletable {
+				if d := ix.Decide(ctx, job+"/"+dir+"/_metadata", refindex.OpUnlink); !d.Allow {
+					t.Errorf("unlink %s/_metadata = %+v; want allowed", dir, d)
+				}
+			}
+		})
+	}
+}
