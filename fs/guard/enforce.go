@@ -272,6 +272,17 @@ func (e *Enforcer) Written(ctx context.Context, p string) syscall.Errno {
 	return 0
 }
 
+// Linked tells the index that p, a _metadata, got its name from a hard link made through the mount. Call
+// it from the do function of MutateExclusive, so the checkpoint is indexed before any later decision.
+func (e *Enforcer) Linked(ctx context.Context, p string) syscall.Errno {
+	// The link already exists: an interrupted caller must not abort indexing it.
+	if err := e.checker.Written(context.WithoutCancel(ctx), p); err != nil {
+		e.notifyFailed(ctx, "linked", p, "", err)
+		return syscall.EIO
+	}
+	return 0
+}
+
 // Renamed tells the index about a rename done through the mount. Call it from the do function of
 // MutateExclusive.
 func (e *Enforcer) Renamed(ctx context.Context, from, to string) syscall.Errno {

@@ -168,7 +168,14 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	}
 	from, to := t.key(), n.childKey(name)
 	var ch *fs.Inode
-	errno := n.enf.Mutate(ctx, []guard.Check{{Op: refindex.OpLink, Path: from, To: to, Decided: n.storeDecision(refindex.OpLink, from)}}, func() syscall.Errno {
+	// A new name _metadata makes a live checkpoint (cp -al of a checkpoint folder links it): it is indexed
+	// before the link returns, under the exclusive lock like a rename onto _metadata, or the checkpoint
+	// would be unknown to every decision until the next sync (red team 1).
+	mutate, newMetadata := n.enf.Mutate, guard.IsMetadata(to)
+	if newMetadata {
+		mutate = n.enf.MutateExclusive
+	}
+	errno := mutate(ctx, []guard.Check{{Op: refindex.OpLink, Path: from, To: to, Decided: n.storeDecision(refindex.OpLink, from)}}, func() syscall.Errno {
 		sfd, sname, err := n.root.parent(from)
 		if err != nil {
 			return fs.ToErrno(err)
@@ -181,6 +188,13 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		defer n.root.release(dfd)
 		if err := unix.Linkat(sfd, sname, dfd, name, 0); err != nil {
 			return fs.ToErrno(err)
+		}
+		if newMetadata {
+			if errno := n.enf.Linked(ctx, to); errno != 0 {
+				// Not indexed: the name goes again, so nothing live is left unknown to the index.
+				_ = unix.Unlinkat(dfd, name, 0)
+				return errno
+			}
 		}
 		ch, err = n.newChild(ctx, dfd, name, out)
 		if err != nil {
