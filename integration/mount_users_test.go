@@ -47,6 +47,17 @@ func TestMountNonRootCannotBypass(t *testing.T) {
 	if out, err := exec.Command("chown", "-R", nobodyUID+":"+nobodyUID, tr.Root).CombinedOutput(); err != nil {
 		t.Fatalf("chown: %v %s", err, out)
 	}
+	// Root's own files the user may neither read nor list (red team 4: go-fuse showed mode 0 as 0644/0755,
+	// and the kernel checked the user against that).
+	if err := os.WriteFile(filepath.Join(tr.Root, "secret000"), []byte("root only"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(tr.Root, "private000", "inner"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(tr.Root, "private000"), 0); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Chmod(base, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +94,8 @@ func TestMountNonRootCannotBypass(t *testing.T) {
 		{"rm in the store directly", []string{"rm", "-f", filepath.Join(tr.Root, ref)}},
 		{"truncate in the store directly", []string{"truncate", "-s", "0", filepath.Join(tr.Root, ref)}},
 		{"unmount the guard", []string{"fusermount3", "-u", p.mnt}},
+		{"read a mode 000 file of root's", []string{"cat", p.m("secret000")}},
+		{"list a mode 000 folder of root's", []string{"ls", p.m("private000")}},
 		{"query the control socket", []string{"python3", "-c", "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])", p.sock}},
 	}
 	want, _ := os.ReadFile(filepath.Join(tr.Root, ref))
@@ -99,6 +112,11 @@ func TestMountNonRootCannotBypass(t *testing.T) {
 	}
 	if st, err := os.Stat(p.sock); err != nil || st.Mode().Perm() != 0o600 || st.Sys() == nil {
 		t.Errorf("control socket %s: %v %v, want mode 0600", p.sock, st.Mode(), err)
+	}
+	for _, extra := range []string{"secret000", "private000"} {
+		if err := os.RemoveAll(filepath.Join(tr.Root, extra)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The user's own cleanup works through the mount exactly as root's does.
 	asNobody(t, "rm", "-rf", p.m(tr.Purge))
