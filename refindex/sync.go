@@ -606,7 +606,7 @@ func (ix *Index) confirmGone(ctx context.Context, cur *memState, keys []string) 
 		case errors.Is(r.err, fs.ErrNotExist):
 			gone = append(gone, r.key)
 		case r.err != nil:
-			return nil, nil, nil, fmt.Errorf("stat %s (indexed, but not reported by the listing of %s): %w", r.key, ix.st.Root(), r.err)
+			return nil, nil, nil, fmt.Errorf("stat %s (indexed; checking whether it is gone from %s): %w", r.key, ix.st.Root(), r.err)
 		case r.oi.IsDir:
 			gone = append(gone, r.key) // a directory named _metadata is no checkpoint
 		case !sameVersion(cur.ckpts[r.key], r.oi):
@@ -1007,19 +1007,28 @@ func (ix *Index) IndexMetadata(ctx context.Context, p string) error {
 	}
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()
+	// A _metadata the mount just wrote that cannot be read is a live checkpoint the index does not know:
+	// every decision is refused until a sync reads it (review 5 M1), instead of only this writer hearing
+	// of it.
 	oi, err := ix.st.Stat(ctx, key)
 	if errors.Is(err, fs.ErrNotExist) {
 		return ix.applyOrRebuild(ctx, change{removes: []string{key}})
 	}
 	if err != nil {
-		return fmt.Errorf("index %s: %w", key, err)
+		return ix.failSync(fmt.Errorf("index %s, written through the mount: %w", key, err))
 	}
 	e, err := ix.readEntry(ctx, oi)
 	if errors.Is(err, fs.ErrNotExist) {
+		// Gone between the stat and the read, or a store that lists an object it then cannot find (a
+		// cache, an eventually consistent read right after the mount's own write): only a second stat
+		// that agrees makes it gone.
+		if _, serr := ix.st.Stat(ctx, key); !errors.Is(serr, fs.ErrNotExist) {
+			return ix.failSync(fmt.Errorf("index %s, written through the mount: the store reports it (%v) but cannot read it: %w", key, serr, err))
+		}
 		return ix.applyOrRebuild(ctx, change{removes: []string{key}})
 	}
 	if err != nil {
-		return fmt.Errorf("index %s: %w", key, err)
+		return ix.failSync(fmt.Errorf("index %s, written through the mount: %w", key, err))
 	}
 	if err := ix.applyOrRebuild(ctx, change{puts: []*entry{e}}); err != nil {
 		return err
@@ -1070,7 +1079,19 @@ func (ix *Index) NoteDeleted(ctx context.Context, p string) error {
 	if len(removes) == 0 {
 		return nil
 	}
-	return ix.applyOrRebuild(ctx, change{removes: removes})
+	// Retire only what the store confirms gone, as a sync does. The mount's word is not enough: on S3 a
+	// file a and the folder a/ can both exist, so deleting the file removes nothing below a/; a rmdir of an
+	// S3 folder marker removes only the marker; and a _metadata may have been indexed below a folder after
+	// its emptiness was checked (review 5 M2). Retiring a checkpoint that still exists would make its
+	// files deletable.
+	gone, _, _, err := ix.confirmGone(ctx, cur, removes)
+	if err != nil {
+		return fmt.Errorf("confirm that %s and the checkpoints below it are gone: %w", key, err)
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	return ix.applyOrRebuild(ctx, change{removes: gone})
 }
 
 // NoteRenamed records a rename done through the mount: checkpoints at or below from are retired and
@@ -1097,12 +1118,15 @@ func (ix *Index) NoteRenamed(ctx context.Context, from, to string) error {
 		}
 		removes = append(removes, cur.below(k)...)
 	}
+	// Errors leave checkpoints at the target unknown to the index: every decision is refused until a sync
+	// reads them (review 5 M1).
+	fail := func(err error) error { return ix.failSync(fmt.Errorf("index rename %s → %s: %w", fk, tk, err)) }
 	var infos []store.ObjectInfo
 	oi, err := ix.st.Stat(ctx, tk)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
-		return fmt.Errorf("index rename %s → %s: %w", fk, tk, err)
+		return fail(err)
 	case oi.IsDir:
 		err = ix.st.Walk(ctx, tk, func(o store.ObjectInfo) error {
 			if !o.IsDir && store.IsMetadata(o.Path) {
@@ -1111,7 +1135,7 @@ func (ix *Index) NoteRenamed(ctx context.Context, from, to string) error {
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("index rename %s → %s: %w", fk, tk, err)
+			return fail(err)
 		}
 	case store.IsMetadata(tk):
 		infos = append(infos, oi)
@@ -1120,7 +1144,7 @@ func (ix *Index) NoteRenamed(ctx context.Context, from, to string) error {
 	put := map[string]bool{}
 	err = ix.readAll(ctx, infos, func(e *entry) error { puts = append(puts, e); put[e.rec.Key] = true; return nil }, func(string) {})
 	if err != nil {
-		return fmt.Errorf("index rename %s → %s: %w", fk, tk, err)
+		return fail(err)
 	}
 	var rm []string
 	for _, k := range removes {
@@ -1128,5 +1152,11 @@ func (ix *Index) NoteRenamed(ctx context.Context, from, to string) error {
 			rm = append(rm, k)
 		}
 	}
-	return ix.applyOrRebuild(ctx, change{puts: puts, removes: rm})
+	// As for a deletion, only what the store confirms gone is retired (an S3 rename is a copy and a
+	// delete, and a failed delete leaves the source).
+	gone, _, _, err := ix.confirmGone(ctx, cur, rm)
+	if err != nil {
+		return fail(err)
+	}
+	return ix.applyOrRebuild(ctx, change{puts: puts, removes: gone})
 }
