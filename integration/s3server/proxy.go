@@ -30,6 +30,40 @@ type Proxy struct {
 	mu  sync.Mutex
 	rng *rand.Rand
 	ops map[string]int64 // requests by Op(r), under mu
+	// failNext: per Op, how many of the next requests fail, and whether they reach the server first
+	// (applied: the answer is lost, the change is not). Under mu.
+	failNext map[string]failPlan
+}
+
+type failPlan struct {
+	n       int
+	applied bool
+}
+
+// slowDown is the 503 answer every injected failure gets (the SDK's retryer retries it).
+const slowDown = `<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>injected by the ckguard test proxy</Message></Error>`
+
+// FailNext makes the next n requests of S3 operation op (see Op) fail with 503. With applied, each is
+// forwarded to the server first and only its answer replaced: the change happened, the client cannot
+// know (a load balancer's 504 on a long copy, a connection reset after the server committed).
+func (p *Proxy) FailNext(op string, n int, applied bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failNext[op] = failPlan{n: n, applied: applied}
+}
+
+// takeFailure reports whether this request of op is one FailNext asked to fail, and whether it is
+// forwarded first.
+func (p *Proxy) takeFailure(op string) (fail, applied bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f := p.failNext[op]
+	if f.n <= 0 {
+		return false, false
+	}
+	f.n--
+	p.failNext[op] = f
+	return true, f.applied
 }
 
 // NewProxy starts a proxy on a free 127.0.0.1 port in front of target; it is closed at the end of the test.
@@ -43,7 +77,7 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{URL: "http://" + l.Addr().String(), rng: rand.New(rand.NewPCG(1, 2)), ops: map[string]int64{}}
+	p := &Proxy{URL: "http://" + l.Addr().String(), rng: rand.New(rand.NewPCG(1, 2)), ops: map[string]int64{}, failNext: map[string]failPlan{}}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.ErrorLog = nil
 	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -70,17 +104,23 @@ func NewProxy(t testing.TB, target string) *Proxy {
 				return
 			}
 		}
-		if pm := p.failPermille.Load(); pm > 0 {
-			p.mu.Lock()
-			fail := p.rng.Int64N(1000) < pm
-			p.mu.Unlock()
-			if fail {
-				p.failed.Add(1)
-				w.Header().Set("Content-Type", "application/xml")
-				w.WriteHeader(http.StatusServiceUnavailable)
-				_, _ = w.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>injected by the ckguard test proxy</Message></Error>`))
-				return
+		fail, applied := p.takeFailure(Op(r))
+		if !fail {
+			if pm := p.failPermille.Load(); pm > 0 {
+				p.mu.Lock()
+				fail = p.rng.Int64N(1000) < pm
+				p.mu.Unlock()
 			}
+		}
+		if fail {
+			p.failed.Add(1)
+			if applied {
+				rp.ServeHTTP(discardResponse{header: http.Header{}}, r)
+			}
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(slowDown))
+			return
 		}
 		rp.ServeHTTP(w, r)
 	})}
@@ -159,3 +199,10 @@ func Op(r *http.Request) string {
 	}
 	return r.Method
 }
+
+// discardResponse takes the server's answer to a request whose answer is to be lost.
+type discardResponse struct{ header http.Header }
+
+func (d discardResponse) Header() http.Header         { return d.header }
+func (d discardResponse) Write(b []byte) (int, error) { return len(b), nil }
+func (d discardResponse) WriteHeader(int)             {}

@@ -258,6 +258,12 @@ func (w *writeHandle) upload(ctx context.Context) syscall.Errno {
 	fsys.cache.Drop(w.key)
 	if err != nil {
 		fsys.log.Error("upload failed", "key", w.key, "err", err)
+		if guard.IsMetadata(w.key) {
+			// The server may have stored it all the same (a retried request whose first attempt was
+			// applied, an interrupted one it completed): the index looks, so a checkpoint that did
+			// appear is never unknown to it (review 5 M1).
+			fsys.g.Written(ctx, w.key)
+		}
 		return s3client.Errno(err)
 	}
 	w.dirty = false

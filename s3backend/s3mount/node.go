@@ -566,12 +566,17 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		etag, err := n.fsys.c.Copy(ctx, src, dst, so.ETag, po)
 		n.fsys.cache.Drop(dst)
 		if err != nil {
+			// The copy may have happened all the same (an applied request whose answer was lost): the
+			// index looks at both names, so a _metadata that did appear is never unknown to it (review 5
+			// M1). It retires only what the store confirms gone.
+			n.fsys.g.Renamed(ctx, src, dst)
 			return s3client.Errno(err)
 		}
 		if err := n.fsys.c.Delete(ctx, src, so.ETag); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			// The copy exists, the source too: nothing is lost, the rename did not happen as one step.
 			n.fsys.log.Error("rename: copied but could not delete the source; both exist now", "from", src, "to", dst, "err", err)
 			n.fsys.cache.Drop(src)
+			n.fsys.g.Renamed(ctx, src, dst) // indexes the copy; the source stays indexed (it exists)
 			return s3client.Errno(err)
 		}
 		n.fsys.cache.Put(src, s3client.Object{Key: src}, false)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -97,5 +98,57 @@ func TestStatRefreshAfterTTL(t *testing.T) {
 	time.Sleep(time.Second + 2*ttl)
 	if st, err := os.Stat(e.path("j/g")); err != nil || !st.IsDir() {
 		t.Errorf("j/g: %v %v, want a directory", st, err)
+	}
+}
+
+// TestIndexToldDespiteLostAnswers: a rename or an upload of a _metadata whose request failed may have
+// happened all the same (the server applied it and the answer was lost, or the copy landed and the
+// source delete failed). The index is told either way, so it can look: a checkpoint that did appear is
+// never unknown to it (review 5 M1).
+func TestIndexToldDespiteLostAnswers(t *testing.T) {
+	e, p := setupProxied(t, nil)
+	e.put(t, "job/chk-7/._metadata.inprogress.a", "meta7")
+	e.put(t, "job/chk-8/._metadata.inprogress.b", "meta8")
+
+	p.FailNext("CopyObject", 10, true)
+	if err := os.Rename(e.path("job/chk-7/._metadata.inprogress.a"), e.path("job/chk-7/_metadata")); err == nil {
+		t.Fatal("rename whose copy answers failed reported success")
+	}
+	if !e.exists(t, "job/chk-7/_metadata") {
+		t.Fatal("the proxy did not apply the copy it failed")
+	}
+	p.FailNext("CopyObject", 0, false)
+
+	p.FailNext("DeleteObject", 10, false)
+	if err := os.Rename(e.path("job/chk-8/._metadata.inprogress.b"), e.path("job/chk-8/_metadata")); err == nil {
+		t.Fatal("rename whose source delete failed reported success")
+	}
+	p.FailNext("DeleteObject", 0, false)
+
+	if err := os.Mkdir(e.path("job/chk-9"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(e.path("job/chk-9/_metadata"), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("meta9")); err != nil {
+		t.Fatal(err)
+	}
+	p.FailNext("PutObject", 10, true)
+	if err := f.Close(); err == nil {
+		t.Fatal("upload whose answers failed reported success")
+	}
+	p.FailNext("PutObject", 0, false)
+
+	e.ck.mu.Lock()
+	defer e.ck.mu.Unlock()
+	for _, want := range []string{"job/chk-7/._metadata.inprogress.a -> job/chk-7/_metadata", "job/chk-8/._metadata.inprogress.b -> job/chk-8/_metadata"} {
+		if !slices.Contains(e.ck.renamed, want) {
+			t.Errorf("index not told of the failed rename %s: %v", want, e.ck.renamed)
+		}
+	}
+	if !slices.Contains(e.ck.written, "job/chk-9/_metadata") {
+		t.Errorf("index not told of the failed upload of job/chk-9/_metadata: %v", e.ck.written)
 	}
 }
