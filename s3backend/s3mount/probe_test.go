@@ -2,6 +2,7 @@ package s3mount_test
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 
@@ -48,6 +49,35 @@ func TestProbeIfMatch(t *testing.T) {
 		}
 		if ok, err := s3mount.ProbeIfMatch(ctx, c); ok || err != nil {
 			t.Fatalf("ProbeIfMatch on gofakes3 (ignores If-Match) = %v, %v; want not honoured", ok, err)
+		}
+	})
+	// A server that answers 412 to every conditional delete, the right ETag too (review 5 L2): the
+	// condition is not relied on, and the probe object still goes.
+	t.Run("refuses every conditional delete", func(t *testing.T) {
+		fake := gofakes3.New(s3mem.New()).Server()
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodDelete && r.Header.Get("If-Match") != "" {
+				w.WriteHeader(http.StatusPreconditionFailed)
+				_, _ = w.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>PreconditionFailed</Code><Message>no</Message></Error>`))
+				return
+			}
+			fake.ServeHTTP(w, r)
+		}))
+		defer hs.Close()
+		cfg := s3client.Config{Endpoint: hs.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 2}
+		c, err := s3client.New(ctx, cfg, s3client.Location{Bucket: "bkt"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.API().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := s3mount.ProbeIfMatch(ctx, c); ok || err == nil {
+			t.Fatalf("ProbeIfMatch on a server refusing every conditional delete = %v, %v; want not honoured, with the reason", ok, err)
+		}
+		pg, err := c.ListPage(ctx, "", false, "", "", 10)
+		if err != nil || len(pg.Objects) != 0 {
+			t.Errorf("probe left objects: %+v %v", pg.Objects, err)
 		}
 	})
 }
