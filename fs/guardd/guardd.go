@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"syscall"
+	"strings"
 	"time"
 
 	"github.com/ckguard/ckguard/fs/audit"
@@ -117,10 +118,56 @@ func (c *Config) defaults() {
 	}
 }
 
+// checkPlacement refuses an index, audit log or control socket inside the store or below the mountpoint
+// (red team 5): inside the store, the cleanup the mount exists for deletes them through it (rm -rf of the
+// store's top folder truncates the audit log and removes the index under the running daemon); below the
+// mountpoint, the daemon would write its own index through itself.
+func (c *Config) checkPlacement() error {
+	type place struct{ flag, path string }
+	ours := []place{{"--index", c.IndexDir}, {"--audit-log", c.AuditLog}, {"--control-socket", c.ControlSocket}}
+	var around []place
+	if c.StoreDir != "" {
+		around = append(around, place{"the store", c.StoreDir})
+	}
+	around = append(around, place{"the mountpoint", c.Mountpoint})
+	for _, o := range ours {
+		op := resolvePath(o.path)
+		for _, a := range around {
+			ap := resolvePath(a.path)
+			if op == ap || strings.HasPrefix(op, strings.TrimSuffix(ap, "/")+"/") {
+				return fmt.Errorf("%s %s is inside %s %s: cleanup through the mount could delete it, or the daemon would write it through itself; put the index, the audit log and the control socket outside both the store and the mountpoint", o.flag, o.path, a.flag, a.path)
+			}
+		}
+	}
+	return nil
+}
+
+// resolvePath returns p absolute and with symlinks resolved as far as it exists (an index directory is
+// created later), so that two spellings of one place compare equal.
+func resolvePath(p string) string {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return filepath.Clean(p)
+	}
+	rest := ""
+	for dir := abs; ; dir = filepath.Dir(dir) {
+		if r, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(r, rest)
+		}
+		if dir == filepath.Dir(dir) {
+			return abs
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
+	}
+}
+
 // Serve runs the daemon until ctx is cancelled or the filesystem is unmounted from outside, over the
 // backend that open returns (it gets c with its defaults filled in).
 func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Backend, error)) (err error) {
 	c.defaults()
+	if err := c.checkPlacement(); err != nil {
+		return err
+	}
 	log := c.Logger
 	// Check the mountpoint before opening the store and the (possibly long) initial sync, so a typo fails
 	// in a second.

@@ -43,3 +43,45 @@ func TestMountpointMappedAutomatically(t *testing.T) {
 		}
 	}
 }
+
+// TestPlacementRefused (red team 5): an index, audit log or control socket inside the store would be
+// deleted by the cleanup the mount exists for, and one below the mountpoint would be written through the
+// mount itself: the daemon refuses to start, before it mounts anything, and names the flag. A symlink to
+// the store is seen through.
+func TestPlacementRefused(t *testing.T) {
+	dir := t.TempDir()
+	store, mnt := filepath.Join(dir, "store"), filepath.Join(dir, "mnt")
+	for _, d := range []string{store, mnt} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(store, filepath.Join(dir, "store-link")); err != nil {
+		t.Fatal(err)
+	}
+	index := filepath.Join(dir, "index")
+	tests := []struct {
+		name string
+		cfg  guardd.Config
+		want string
+	}{
+		{"index in the store", guardd.Config{IndexDir: filepath.Join(store, ".ckguard")}, "--index"},
+		{"index in the store through a symlink", guardd.Config{IndexDir: filepath.Join(dir, "store-link", "idx")}, "--index"},
+		{"index below the mountpoint", guardd.Config{IndexDir: filepath.Join(mnt, "idx")}, "--index"},
+		{"audit log in the store", guardd.Config{IndexDir: index, AuditLog: filepath.Join(store, "audit.jsonl")}, "--audit-log"},
+		{"control socket in the store", guardd.Config{IndexDir: index, ControlSocket: filepath.Join(store, "s.sock")}, "--control-socket"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.cfg
+			c.StoreDir, c.Mountpoint, c.Policy = store, mnt, refindex.DefaultPolicy()
+			err := guardd.Run(t.Context(), c)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "inside") {
+				t.Fatalf("Run = %v; want a refusal naming %s", err, tc.want)
+			}
+			if entries, _ := os.ReadDir(store); len(entries) != 0 {
+				t.Errorf("the refused start left %v in the store", entries)
+			}
+		})
+	}
+}
