@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,5 +53,50 @@ func TestNoteDeletedConfirmsWithStore(t *testing.T) {
 	}
 	if d := ix.Decide(ctx, "a/shared/x", refindex.OpUnlink); !d.Allow {
 		t.Errorf("after the real deletion of %s: unlink a/shared/x refused: %s", c.Metadata, d.Message)
+	}
+}
+
+// TestOrphansBlockedByUnreadCheckpoint: a _metadata that appeared, or changed, beside the index since its
+// last sync references files the index does not know of, so `orphans` (which scripts delete from
+// directly) lists nothing until a sync has read it (review 5 L6).
+func TestOrphansBlockedByUnreadCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix := openTree(t, tr)
+	before, err := ix.Orphans(ctx, 0)
+	if err != nil || before.Blocked != "" || len(before.Files) == 0 {
+		t.Fatalf("orphans after the sync: %+v %v; want garbage listed", before, err)
+	}
+	victim := before.Files[0].Path
+	// A checkpoint written beside the index that references one of the listed files.
+	c, err := tr.Checkpoint(treegen.Spec{Dir: "late/chk-2", Job: "late", ID: 2, Completed: testNow.Add(-48 * time.Hour), Shared: []string{victim}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := ix.Orphans(ctx, 0)
+	if err != nil || !strings.Contains(res.Blocked, c.Metadata) || len(res.Files) != 0 {
+		t.Fatalf("orphans with %s unread: %+v %v; want blocked, naming it", c.Metadata, res, err)
+	}
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err = ix.Orphans(ctx, 0)
+	if err != nil || res.Blocked != "" {
+		t.Fatalf("orphans after the sync read it: %+v %v", res, err)
+	}
+	for _, f := range res.Files {
+		if f.Path == victim {
+			t.Errorf("%s listed as an orphan; %s references it", victim, c.Metadata)
+		}
+	}
+	// Changed in place (another size) beside the index: blocked again.
+	if err := os.WriteFile(filepath.Join(tr.Root, c.Metadata), []byte("rewritten"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := ix.Orphans(ctx, 0); err != nil || !strings.Contains(res.Blocked, "changed") {
+		t.Fatalf("orphans with %s changed: %+v %v; want blocked", c.Metadata, res, err)
 	}
 }

@@ -408,8 +408,16 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 				return nil
 			}
 			_ = bar.Add(1)
-			if v.st.ckpts[o.Path] != nil {
+			if c := v.st.ckpts[o.Path]; c != nil {
+				if !sameVersion(c, o) {
+					return errIndexBehind{o.Path, "changed"}
+				}
 				return nil
+			}
+			if store.IsMetadata(o.Path) {
+				// A checkpoint the index has not read (written beside the mount since the last sync):
+				// what it references is unknown, so nothing may be called garbage (review 5 L6).
+				return errIndexBehind{o.Path, "appeared"}
 			}
 			if _, pinned := v.pins[o.Path]; pinned {
 				return nil
@@ -426,12 +434,22 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 			return nil
 		})
 	})
+	var behind errIndexBehind
+	if errors.As(err, &behind) {
+		return &OrphansResult{OlderThan: olderThan, Files: []OrphanFile{},
+			Blocked: fmt.Sprintf("%s %s since the last index sync, so what it references is unknown; run `ckguard index sync` (a running mount syncs every --sync-interval) and list again", behind.key, behind.what)}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
 	sort.Slice(res.Files, func(a, b int) bool { return res.Files[a].Path < res.Files[b].Path })
 	return res, nil
 }
+
+// errIndexBehind stops an orphans walk at a _metadata the index does not hold as it is in the store.
+type errIndexBehind struct{ key, what string }
+
+func (e errIndexBehind) Error() string { return e.key + " " + e.what + " since the last index sync" }
 
 // Verify checks, for every live checkpoint, that every object it references exists in the store.
 // Unparseable _metadata count as broken.
