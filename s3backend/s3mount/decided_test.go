@@ -299,3 +299,63 @@ func TestWriteJudgesTheVersionReplaced(t *testing.T) {
 // The other direction (the mount's look, and so the decision, is the old version; the object was
 // overwritten since) rests on the DeleteObject's If-Match failing and unlink looking again:
 // TestConditionalDelete, against versitygw (gofakes3 ignores If-Match on DeleteObject).
+
+// TestFreshETagsDecisionJudgesTheMountsLook (review 5 L4): where the server ignores If-Match (FreshETags)
+// the mount HEADs the object before every decision; the decision judges that version. A second HEAD by
+// the index that a flapping, multi-node server answers with 404 made the object count as gone, so the
+// unlink of a young (in-flight) object was allowed and the unconditional delete removed it.
+func TestFreshETagsDecisionJudgesTheMountsLook(t *testing.T) {
+	if testing.Short() {
+		t.Skip("FUSE mount not run in -short mode")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		s3server.Require(t, err)
+	}
+	h := gofakes3.New(s3mem.New(), gofakes3.WithTimeSkewLimit(0)).Server()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	// The index's view of the same bucket: every HEAD misses, as on a node that has not seen the object.
+	blind := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodHead {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(blind.Close)
+	client := func(url string) *s3client.Client {
+		cfg := s3client.Config{Endpoint: url, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 1}
+		c, err := s3client.New(context.Background(), cfg, s3client.Location{Bucket: "bkt"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c, cb := client(srv.URL), client(blind.URL)
+	if _, err := c.API().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
+		t.Fatal(err)
+	}
+	ck := &graceChecker{st: s3store.New(cb, s3store.Options{}), grace: 10 * time.Minute}
+	enf, err := guard.NewEnforcer(guard.Config{Checker: ck})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := t.TempDir()
+	m, err := Mount(context.Background(), Options{Client: c, Mountpoint: mnt, Enforcer: enf, SpoolDir: t.TempDir(), FreshETags: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Unmount() })
+	etag, err := c.Put(context.Background(), "j/young", strings.NewReader("in flight"), 9, s3client.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rmErr := os.Remove(filepath.Join(mnt, "j/young"))
+	o, err := c.Head(context.Background(), "j/young")
+	if err != nil || o.ETag != etag {
+		t.Fatalf("the young object was deleted (rm: %v): the decision judged the index's 404, not the mount's look", rmErr)
+	}
+	if !errors.Is(rmErr, syscall.EPERM) {
+		t.Errorf("rm of a young object: %v, want EPERM (in grace)", rmErr)
+	}
+}

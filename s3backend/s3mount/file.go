@@ -279,7 +279,9 @@ func (w *writeHandle) upload(ctx context.Context) syscall.Errno {
 // decideCtxLocked pins decisions about replacing the object to the version the next upload replaces
 // (decideOn), while that is still the one the open found. w.mu held.
 func (w *writeHandle) decideCtxLocked(ctx context.Context) context.Context {
-	if w.base.ETag == "" || w.base.ETag != w.cond.IfMatch {
+	// Where the server ignores If-Match the upload does not replace exactly base, so the decision keeps
+	// its own, later HEAD: base may be minutes old.
+	if w.base.ETag == "" || w.base.ETag != w.cond.IfMatch || w.n.fsys.opts.FreshETags {
 		return ctx
 	}
 	return w.n.fsys.decideOn(ctx, w.key, w.base)

@@ -593,10 +593,12 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 // decideOn returns ctx carrying o (s3client.WithDecided): the index's decision about key, through the
 // store's Stat on the shared cache, then judges exactly the version o whose ETag the conditional request
 // after it carries (If-Match), never another entry the cache got in between (a listing, a HEAD). Where the
-// server ignores If-Match (FreshETags) the condition protects nothing and the decision keeps its own, later
-// HEAD; an object without an ETag has no condition either.
+// server ignores If-Match (FreshETags) every caller hands o fresh from a HEAD of its own, just taken: the
+// decision judges that too, rather than a second HEAD that a flapping server may answer with 404, which
+// would make the object count as gone and its deletion allowed (review 5 L4). An object without an ETag
+// has no condition.
 func (f *filesystem) decideOn(ctx context.Context, key string, o s3client.Object) context.Context {
-	if f.opts.FreshETags || o.ETag == "" || o.IsDir {
+	if o.ETag == "" || o.IsDir {
 		return ctx
 	}
 	o.Key = key

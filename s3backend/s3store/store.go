@@ -118,11 +118,14 @@ func (s *Store) Stat(ctx context.Context, p string) (store.ObjectInfo, error) {
 		}
 		return store.ObjectInfo{Path: "", IsDir: true}, nil
 	}
+	// The version the caller's request is pinned to (s3client.WithDecided).
+	decided, pinned := s3client.Decided(ctx, key)
+	pinned = pinned && !decided.IsDir && decided.ETag != ""
 	if s.opts.Attrs != nil {
-		// The version the caller's conditional request is pinned to (s3client.WithDecided): the decision
-		// must judge that one, not whatever the shared cache holds by now.
-		if o, ok := s3client.Decided(ctx, key); ok && !o.IsDir && o.ETag != "" {
-			return info(o), nil
+		// With the shared cache (a server that honours If-Match) the decision judges exactly that version,
+		// whose ETag the conditional request names, not whatever the cache holds by now.
+		if pinned {
+			return info(decided), nil
 		}
 		if e, ok := s.opts.Attrs.Get(key, s.opts.AttrsTTL); ok && e.Exists && !e.Obj.IsDir && e.Obj.ETag != "" {
 			o := e.Obj
@@ -130,12 +133,20 @@ func (s *Store) Stat(ctx context.Context, p string) (store.ObjectInfo, error) {
 			return info(o), nil
 		}
 	}
+	// Without it (FreshETags: the request's condition protects nothing) a HEAD of our own, later than the
+	// mount's look, is judged: it sees a version that replaced the pinned one meanwhile.
 	o, err := s.c.Head(ctx, key)
 	if err == nil {
 		return info(o), nil
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
 		return store.ObjectInfo{}, err
+	}
+	if pinned {
+		// The mount saw this object a moment ago; a 404 now (a node of a flapping server that has not seen
+		// it, a delete beside the mount) must not make it count as gone and its deletion allowed: the
+		// version the mount saw is judged (review 5 L4).
+		return info(decided), nil
 	}
 	pg, lerr := s.c.ListPage(ctx, key+"/", false, "", "", 1)
 	if lerr != nil {
