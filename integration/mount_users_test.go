@@ -96,7 +96,7 @@ func TestMountNonRootCannotBypass(t *testing.T) {
 		{"unmount the guard", []string{"fusermount3", "-u", p.mnt}},
 		{"read a mode 000 file of root's", []string{"cat", p.m("secret000")}},
 		{"list a mode 000 folder of root's", []string{"ls", p.m("private000")}},
-		{"query the control socket", []string{"python3", "-c", "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])", p.sock}},
+		{"query the control socket", []string{"/usr/bin/python3", "-c", "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])", p.sock}},
 	}
 	want, _ := os.ReadFile(filepath.Join(tr.Root, ref))
 	for _, a := range attempts {
@@ -109,6 +109,11 @@ func TestMountNonRootCannotBypass(t *testing.T) {
 			al, _ := os.ReadFile(p.audit)
 			t.Fatalf("%s: referenced %s damaged (%v)\naudit:\n%s\nlog:\n%s", a.name, ref, err, al, p.logText())
 		}
+	}
+	// The socket attempt must fail at the socket (connect: EACCES), not earlier: a pyenv shim in PATH is
+	// not executable by the user and would make it fail for the wrong reason.
+	if out, _ := asNobody(t, "/usr/bin/python3", "-c", "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])", p.sock); !strings.Contains(out, "PermissionError") {
+		t.Errorf("connecting to the control socket as uid %s: %q, want PermissionError from connect", nobodyUID, out)
 	}
 	if st, err := os.Stat(p.sock); err != nil || st.Mode().Perm() != 0o600 || st.Sys() == nil {
 		t.Errorf("control socket %s: %v %v, want mode 0600", p.sock, st.Mode(), err)

@@ -199,18 +199,42 @@ type Client struct {
 	hc   *http.Client
 }
 
-// Dial returns a client for the socket at path after checking that a server answers there.
+// Dial returns a client for the socket at path after checking that a server answers there, run by root or
+// by this user.
 func Dial(path string) (*Client, error) {
 	c, err := net.DialTimeout("unix", path, 2*time.Second)
 	if err != nil {
 		return nil, err
 	}
+	err = trustServer(c, path)
 	c.Close()
+	if err != nil {
+		return nil, err
+	}
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
-		return d.DialContext(ctx, "unix", path)
+		c, err := d.DialContext(ctx, "unix", path)
+		if err != nil {
+			return nil, err
+		}
+		if err := trustServer(c, path); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
 	}}
 	return &Client{path: path, hc: &http.Client{Transport: tr}}, nil
+}
+
+// trustServer accepts the process serving c only when it runs as root or as this user: a socket planted
+// by someone else in a shared index directory could otherwise answer `ckguard orphans` with files a
+// cleanup script then deletes from the store directly (review 5 L5).
+func trustServer(c net.Conn, path string) error {
+	uid := peerUID(c)
+	if uid == 0 || uid == os.Geteuid() {
+		return nil
+	}
+	return fmt.Errorf("control socket %s is served by uid %d, neither root nor you (uid %d): not trusting its answers; check who created it, and keep the index directory writable only by the user running the mount", path, uid, os.Geteuid())
 }
 
 // RemoteError is an error the server's method returned.

@@ -11,9 +11,9 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
-	"strings"
 	"time"
 
 	"github.com/ckguard/ckguard/fs/audit"
