@@ -136,11 +136,11 @@ type memState struct {
 	sorted      []string                     // keys of ckpts, sorted (prefix searches for directories)
 	unparseable []string                     // sorted keys of records with Err
 	unmapped    []string                     // sorted keys of records with Unmapped references
-	// Per job folder, over the checkpoints in its chk-<n> folders: the highest id (of the folder name or
-	// the content) and the latest completion (mtime). See newest.
+	// Per job folder, over the checkpoints that compete for its newest (candidateID): the highest id and
+	// the latest completion (mtime). See newest.
 	newestID  map[string]int64
 	newestMod map[string]time.Time
-	dirRefs     map[string]int               // file-merging directory key → number of checkpoints naming it
+	dirRefs   map[string]int // file-merging directory key → number of checkpoints naming it
 }
 
 func newMemState() *memState {
