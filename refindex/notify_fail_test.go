@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,6 +98,79 @@ func TestNotifiedMetadataUnreadableFailsClosed(t *testing.T) {
 			}
 			if d := ix.Decide(ctx, garbage, refindex.OpUnlink); !d.Allow {
 				t.Errorf("garbage refused after a _metadata that is gone was notified: %+v", d)
+			}
+		})
+	}
+}
+
+// extraListingStore lists one more _metadata than its store holds under a clean key (an S3 object whose
+// key has "//" in it), and a folder marker named _metadata/.
+type extraListingStore struct {
+	store.Store
+	extra []store.ObjectInfo
+}
+
+func (e *extraListingStore) ListMetadata(ctx context.Context, fn func(store.ObjectInfo) error) error {
+	if err := e.Store.ListMetadata(ctx, fn); err != nil {
+		return err
+	}
+	for _, oi := range e.extra {
+		if store.IsMetadata(oi.Path) {
+			if err := fn(oi); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// TestUnaddressableMetadataFailsClosed (review 5 L3): a listed _metadata at a key ckguard cannot address
+// ("a//chk-1/_metadata") used to count as gone at every sync, leaving what it references unprotected. It
+// is kept as unparseable (every deletion refused, the message says how to fix it); a folder marker named
+// _metadata/ is no checkpoint at all.
+func TestUnaddressableMetadataFailsClosed(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := localstore.New(tr.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := testNow.Add(-48 * time.Hour)
+	for _, tc := range []struct {
+		name  string
+		extra store.ObjectInfo
+		allow bool
+	}{
+		{"folder marker", store.ObjectInfo{Path: "a/chk-1/_metadata/", ModTime: old}, true},
+		{"doubled slash", store.ObjectInfo{Path: "a//chk-1/_metadata", Size: 900, ModTime: old}, false},
+		{"dot segment", store.ObjectInfo{Path: "a/./chk-1/_metadata", Size: 900, ModTime: old}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ix, err := refindex.Open(t.TempDir(), &extraListingStore{Store: ls, extra: []store.ObjectInfo{tc.extra}}, testPolicy(), refindex.WithLogger(quiet))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ix.Close()
+			if err := ix.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			garbage := tr.Orphans(treegen.DefaultPolicy, 0)[0]
+			d := ix.Decide(ctx, garbage, refindex.OpUnlink)
+			if d.Allow != tc.allow {
+				t.Fatalf("unlink %s with %q listed = %+v; want allowed %v", garbage, tc.extra.Path, d, tc.allow)
+			}
+			if !tc.allow && (d.Reason != refindex.ReasonUnparseable || !strings.Contains(d.Message, "cannot address")) {
+				t.Errorf("refusal %+v; want it to name the unaddressable key", d)
+			}
+			// Still there at the next sync (it is listed again): still refused.
+			if err := ix.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if d := ix.Decide(ctx, garbage, refindex.OpUnlink); d.Allow != tc.allow {
+				t.Errorf("after a second sync: %+v; want allowed %v", d, tc.allow)
 			}
 		})
 	}

@@ -96,6 +96,13 @@ func layoutOf(key string) (job string, id int64, kind string) {
 // readEntry reads and parses one `_metadata`. A file that cannot be parsed yields a record with Err
 // (fail closed); a file that vanished yields fs.ErrNotExist; other read errors are returned.
 func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, error) {
+	if k, err := store.CleanKey(oi.Path); err != nil || k != oi.Path {
+		// A listed _metadata at a key with "//", "." or ".." segments (S3 keys are plain strings; Flink
+		// never writes such a key) cannot be opened by its canonical key, which names another object or
+		// none: it used to count as gone at every sync, its references unprotected (review 5 L3). Kept
+		// as unparseable, it fails the index closed and says how to fix it.
+		return ix.unparseable(oi, oi.Size, fmt.Errorf("a _metadata at the key %q, which ckguard cannot address (an empty, . or .. segment): what it references is unknown; move it to a clean key or delete it with an S3 tool, then run `ckguard index sync`", oi.Path)), nil
+	}
 	r, err := ix.st.Open(ctx, oi.Path)
 	if err != nil {
 		return nil, err

@@ -85,7 +85,10 @@ type RootAliaser interface {
 }
 
 // IsMetadata reports whether key names a `_metadata` file.
-func IsMetadata(key string) bool { return path.Base(key) == MetadataName && key != "" }
+// A key ending in "/" is an S3 folder marker (a folder named _metadata), never a file.
+func IsMetadata(key string) bool {
+	return key != "" && key[len(key)-1] != '/' && path.Base(key) == MetadataName
+}
 
 // ErrInvalidPath is wrapped by errors for keys that are not clean store-relative keys.
 var ErrInvalidPath = errors.New("invalid store path")
