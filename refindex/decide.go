@@ -40,9 +40,9 @@ const (
 // file itself; a live `_metadata` naming its own folder's files outside the store (missing --map)
 // refuses operations in its job folder; objects referenced by a live checkpoint/savepoint are
 // refused; protected `_metadata` (newest checkpoint of an active job, pinned) is refused; --protect
-// globs are refused; unreferenced objects younger than --grace are refused (except OpLink);
-// everything else is allowed. For a directory (OpRmdir,
-// OpRename/OpReplace of a directory) the answer covers everything below it. Errors refuse.
+// globs are refused; unreferenced objects younger than --grace are refused (except OpLink and
+// OpChmod); everything else is allowed. For a directory (OpRmdir, OpRename/OpReplace/OpChmod of a
+// directory) the answer covers everything below it. Errors refuse.
 func (ix *Index) Decide(ctx context.Context, p string, op Op) Decision {
 	key, err := store.CleanKey(p)
 	if err != nil {
@@ -98,7 +98,7 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 	// Ages of store modification times are measured by the store's clock where it is behind this host's.
 	storeNow := v.storeNow(now)
 	isDir := op == OpRmdir
-	maybeDir := isDir || op == OpRename || op == OpReplace
+	maybeDir := isDir || op == OpRename || op == OpReplace || op == OpChmod
 	// Every rule applies to every op, OpWrite and OpLink included: they remove nothing, but an
 	// unknown set of references (rules 2, 2b) could include the file, and overwriting or punching
 	// holes into an in-flight file (rule 6) destroys a checkpoint being written. OpLink only adds a
@@ -190,7 +190,9 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 	if g := v.pol.protectedBy(key); g != "" {
 		return refuse(ReasonProtectGlob, fmt.Sprintf("refusing to %s %s: it matches --protect %q", op, what, g))
 	}
-	if op == OpLink {
+	if op == OpLink || op == OpChmod {
+		// Neither removes nor rewrites anything, so an in-flight file (rule 6) is not at risk: cp -a and
+		// rsync -a set the modes of the files they have just written.
 		return Decision{Allow: true, Reason: ReasonAllowed, Message: op.String() + " " + what + ": referenced by no live checkpoint"}
 	}
 

@@ -13,6 +13,10 @@ const (
 	OpTruncate               // setattr(size) or open with O_TRUNC
 	OpWrite                  // open of an existing file for writing
 	OpLink                   // a hard link to an existing file
+	// OpChmod is a change of who may read a file or folder: a mode that loses permission bits, another
+	// owner or group, an ACL. It deletes nothing, but a referenced SST its Flink user can no longer read
+	// fails the restore as surely as a deleted one.
+	OpChmod
 )
 
 func (o Op) String() string {
@@ -31,6 +35,8 @@ func (o Op) String() string {
 		return "write"
 	case OpLink:
 		return "link"
+	case OpChmod:
+		return "chmod"
 	}
 	return "unknown-op"
 }

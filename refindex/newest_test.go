@@ -2,6 +2,8 @@ package refindex_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -66,4 +68,56 @@ func TestNewestCheckpointByFolder(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestChmodDecision: OpChmod (a change that narrows who may read) is refused for what a live checkpoint
+// needs, for a folder holding such a file, and for the newest checkpoint's _metadata; unlike a deletion it
+// is allowed on a young unreferenced file (cp -a sets the modes of the files it has just written).
+func TestChmodDecision(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Checkpoint(treegen.Spec{Dir: "j2/chk-3", Job: "j2", ID: 3, Completed: testNow.Add(-time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	ix := openTree(t, tr)
+	const job = "flink/fedcba9876543210fedcba9876543210"
+	young := youngFile(t, tr, job+"/shared")
+	if d := ix.Decide(ctx, young, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonGrace {
+		t.Fatalf("unlink of the young orphan %s = %+v; the test expects it in grace", young, d)
+	}
+	ref := tr.Referenced()[0]
+	for _, tc := range []struct {
+		key    string
+		allow  bool
+		reason refindex.Reason
+	}{
+		{young, true, refindex.ReasonAllowed},
+		{ref, false, refindex.ReasonReferenced},
+		{job + "/shared", false, refindex.ReasonReferenced},
+		{"j2/chk-3/_metadata", false, refindex.ReasonProtectedMetadata}, // the newest, completed an hour ago
+		{"j2", false, refindex.ReasonProtectedMetadata},
+	} {
+		if d := ix.Decide(ctx, tc.key, refindex.OpChmod); d.Allow != tc.allow || d.Reason != tc.reason {
+			t.Errorf("chmod %s = %+v; want allowed %v (%s)", tc.key, d, tc.allow, tc.reason)
+		}
+	}
+}
+
+// youngFile returns the file of dir (a store folder of tr) modified within the last hour of testNow.
+func youngFile(t *testing.T, tr *treegen.Tree, dir string) string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(tr.Root, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil && fi.ModTime().After(testNow.Add(-time.Hour)) {
+			return dir + "/" + e.Name()
+		}
+	}
+	t.Fatalf("no young file in %s", dir)
+	return ""
 }

@@ -278,7 +278,8 @@ func (n *node) contentCheck(op refindex.Op, key string) []guard.Check {
 }
 
 // Setattr guards a size change (truncate(2), ftruncate(2), and the setattr the kernel sends for O_TRUNC when
-// it does not use atomic O_TRUNC). Mode, owner and time changes pass through.
+// it does not use atomic O_TRUNC), a backdated mtime, and a mode or owner change that narrows who may read
+// (OpChmod). Other mode, owner and time changes pass through.
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if f != nil {
 		if gf, ok := f.(*file); ok {
@@ -294,28 +295,53 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 			f = h
 		}
 	}
-	sz, ok := in.GetSize()
-	if !ok {
-		if n.backdates(in) {
-			// Grace is judged by mtime: setting an in-flight file's mtime into the past (touch -d,
-			// cp -p, rsync -t onto an existing file) would take it out of grace and make it deletable, so
-			// it is decided like a write of the file (review M6). Moving mtime forward or to now is free.
-			return n.enf.Mutate(ctx, n.contentCheck(refindex.OpWrite, n.key()), func() syscall.Errno {
-				return n.setattr(ctx, f, in, out)
-			})
-		}
-		return n.setattr(ctx, f, in, out)
-	}
+	// Every part of the change that needs a decision is decided together, under the lock the change
+	// then runs under.
 	key := n.key()
-	var st syscall.Stat_t
-	if err := n.root.lstat(key, &st); err == nil && uint64(st.Size) == sz {
+	var checks []guard.Check
+	if n.narrowsAccess(in) {
+		checks = append(checks, n.contentCheck(refindex.OpChmod, key)...)
+	}
+	if sz, ok := in.GetSize(); ok {
+		var st syscall.Stat_t
 		// Setting the size it already has changes nothing (this is what O_TRUNC of an empty file sends).
+		if err := n.root.lstat(key, &st); err != nil || uint64(st.Size) != sz {
+			checks = append(checks, n.contentCheck(refindex.OpTruncate, key)...)
+		}
+	} else if n.backdates(in) {
+		// Grace is judged by mtime: setting an in-flight file's mtime into the past (touch -d, cp -p,
+		// rsync -t onto an existing file) would take it out of grace and make it deletable, so it is
+		// decided like a write of the file (review M6). Moving mtime forward or to now is free.
+		checks = append(checks, n.contentCheck(refindex.OpWrite, key)...)
+	}
+	if len(checks) == 0 {
 		return n.setattr(ctx, f, in, out)
 	}
-	return n.enf.Mutate(ctx, n.contentCheck(refindex.OpTruncate, key), func() syscall.Errno {
-		return n.setattr(ctx, f, in, out)
-	})
+	return n.enf.Mutate(ctx, checks, func() syscall.Errno { return n.setattr(ctx, f, in, out) })
 }
+
+// narrowsAccess reports whether in takes a permission bit away or gives the file or folder another owner
+// or group: a referenced SST its Flink user can no longer read fails the restore like a deleted one (red
+// team 3), so such a change is decided (OpChmod). Adding permissions, or setting what is already there
+// (chmod -R g+r, chown -R to the owner it has), is free. When the current attributes cannot be read, it
+// is decided (fail closed).
+func (n *node) narrowsAccess(in *fuse.SetAttrIn) bool {
+	m, mok := in.GetMode()
+	uid, uok := in.GetUID()
+	gid, gok := in.GetGID()
+	if !mok && !uok && !gok {
+		return false
+	}
+	var st syscall.Stat_t
+	if err := n.root.lstat(n.key(), &st); err != nil {
+		return true
+	}
+	return mok && st.Mode&0o777&^m != 0 || uok && uid != st.Uid || gok && gid != st.Gid
+}
+
+// aclAttr reports whether a extended attribute holds a POSIX ACL: setting or removing one changes who may
+// read the file, like chmod.
+func aclAttr(attr string) bool { return strings.HasPrefix(attr, "system.posix_acl_") }
 
 // backdates reports whether in sets the file's mtime to an explicit time before its current one (or the
 // current one cannot be read: then it is decided, fail closed).
@@ -364,14 +390,26 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if strings.HasPrefix(attr, xattrNS) {
 		return syscall.EPERM
 	}
-	return fs.ToErrno(n.root.onFile(n.key(), func(p string) error { return unix.Setxattr(p, attr, data, int(flags)) }))
+	set := func() syscall.Errno {
+		return fs.ToErrno(n.root.onFile(n.key(), func(p string) error { return unix.Setxattr(p, attr, data, int(flags)) }))
+	}
+	if aclAttr(attr) {
+		return n.enf.Mutate(ctx, n.contentCheck(refindex.OpChmod, n.key()), set)
+	}
+	return set()
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if strings.HasPrefix(attr, xattrNS) {
 		return syscall.EPERM
 	}
-	return fs.ToErrno(n.root.onFile(n.key(), func(p string) error { return unix.Removexattr(p, attr) }))
+	remove := func() syscall.Errno {
+		return fs.ToErrno(n.root.onFile(n.key(), func(p string) error { return unix.Removexattr(p, attr) }))
+	}
+	if aclAttr(attr) {
+		return n.enf.Mutate(ctx, n.contentCheck(refindex.OpChmod, n.key()), remove)
+	}
+	return remove()
 }
 
 // OpendirHandle lists the directory in cleanup order (see listorder.Order).
