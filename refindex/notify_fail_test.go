@@ -54,14 +54,7 @@ func TestNotifiedMetadataUnreadableFailsClosed(t *testing.T) {
 				t.Fatal(err)
 			}
 			st := &unreadableStore{Store: ls}
-			ix, err := refindex.Open(t.TempDir(), st, testPolicy(), refindex.WithLogger(quiet))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ix.Close()
-			if err := ix.Sync(ctx); err != nil {
-				t.Fatal(err)
-			}
+			ix := openSynced(t, st)
 			garbage := tr.Orphans(treegen.DefaultPolicy, 0)[0]
 			if d := ix.Decide(ctx, garbage, refindex.OpUnlink); !d.Allow {
 				t.Fatalf("garbage refused before: %+v", d)
@@ -149,14 +142,7 @@ func TestUnaddressableMetadataFailsClosed(t *testing.T) {
 		{"dot segment", store.ObjectInfo{Path: "a/./chk-1/_metadata", Size: 900, ModTime: old}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ix, err := refindex.Open(t.TempDir(), &extraListingStore{Store: ls, extra: []store.ObjectInfo{tc.extra}}, testPolicy(), refindex.WithLogger(quiet))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ix.Close()
-			if err := ix.Sync(ctx); err != nil {
-				t.Fatal(err)
-			}
+			ix := openSynced(t, &extraListingStore{Store: ls, extra: []store.ObjectInfo{tc.extra}})
 			garbage := tr.Orphans(treegen.DefaultPolicy, 0)[0]
 			d := ix.Decide(ctx, garbage, refindex.OpUnlink)
 			if d.Allow != tc.allow {

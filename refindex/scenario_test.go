@@ -39,6 +39,21 @@ func openTree(t *testing.T, tr *treegen.Tree) *refindex.Index {
 	return ix
 }
 
+// openSynced opens an index over st (in a temporary directory, closed at the end of the test) with the
+// test policy and syncs it.
+func openSynced(t *testing.T, st store.Store) *refindex.Index {
+	t.Helper()
+	ix, err := refindex.Open(t.TempDir(), st, testPolicy(), refindex.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ix.Close() })
+	if err := ix.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return ix
+}
+
 // openTreeIn opens the index in dir over tr's store with tr's path maps, without syncing it; the
 // caller closes it (tests that reopen an index use it).
 func openTreeIn(t *testing.T, tr *treegen.Tree, dir string) *refindex.Index {

@@ -37,16 +37,7 @@ func TestProbeIfMatch(t *testing.T) {
 		}
 	})
 	t.Run("gofakes3", func(t *testing.T) {
-		hs := httptest.NewServer(gofakes3.New(s3mem.New()).Server())
-		defer hs.Close()
-		cfg := s3client.Config{Endpoint: hs.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 2}
-		c, err := s3client.New(ctx, cfg, s3client.Location{Bucket: "bkt"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.API().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
-			t.Fatal(err)
-		}
+		c := bucketOn(t, gofakes3.New(s3mem.New()).Server())
 		if ok, err := s3mount.ProbeIfMatch(ctx, c); ok || err != nil {
 			t.Fatalf("ProbeIfMatch on gofakes3 (ignores If-Match) = %v, %v; want not honoured", ok, err)
 		}
@@ -55,7 +46,7 @@ func TestProbeIfMatch(t *testing.T) {
 	// condition is not relied on, and the probe object still goes.
 	t.Run("refuses every conditional delete", func(t *testing.T) {
 		fake := gofakes3.New(s3mem.New()).Server()
-		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := bucketOn(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Method == http.MethodDelete && r.Header.Get("If-Match") != "" {
 				w.WriteHeader(http.StatusPreconditionFailed)
 				_, _ = w.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>PreconditionFailed</Code><Message>no</Message></Error>`))
@@ -63,15 +54,6 @@ func TestProbeIfMatch(t *testing.T) {
 			}
 			fake.ServeHTTP(w, r)
 		}))
-		defer hs.Close()
-		cfg := s3client.Config{Endpoint: hs.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 2}
-		c, err := s3client.New(ctx, cfg, s3client.Location{Bucket: "bkt"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.API().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
-			t.Fatal(err)
-		}
 		if ok, err := s3mount.ProbeIfMatch(ctx, c); ok || err == nil {
 			t.Fatalf("ProbeIfMatch on a server refusing every conditional delete = %v, %v; want not honoured, with the reason", ok, err)
 		}
@@ -80,4 +62,20 @@ func TestProbeIfMatch(t *testing.T) {
 			t.Errorf("probe left objects: %+v %v", pg.Objects, err)
 		}
 	})
+}
+
+// bucketOn serves h on 127.0.0.1 for the test and returns a client of bucket "bkt" there, created.
+func bucketOn(t *testing.T, h http.Handler) *s3client.Client {
+	t.Helper()
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	cfg := s3client.Config{Endpoint: hs.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 2}
+	c, err := s3client.New(context.Background(), cfg, s3client.Location{Bucket: "bkt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.API().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
