@@ -10,6 +10,7 @@
 package audit
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -22,20 +23,35 @@ import (
 
 // Record is one guarded decision.
 type Record struct {
-	Time        time.Time `json:"time"`
-	Op          string    `json:"op"`
-	Path        string    `json:"path"`
-	To          string    `json:"to,omitempty"` // rename target
-	Decision    string    `json:"decision"`     // "allow" or "refuse"; "error" for index notifications that failed
-	Reason      string    `json:"reason"`
-	Message     string    `json:"message,omitempty"`
-	Referencing []string  `json:"referencing,omitempty"`
-	RefCount    int       `json:"ref_count,omitempty"`
-	Errno       string    `json:"errno,omitempty"` // what the caller got back, e.g. "EPERM"
-	PID         uint32    `json:"pid,omitempty"`
-	UID         uint32    `json:"uid"`
-	GID         uint32    `json:"gid"`
-	Comm        string    `json:"comm,omitempty"`
+	Time time.Time `json:"time"`
+	Op   string    `json:"op"`
+	Path string    `json:"path"`
+	To   string    `json:"to,omitempty"` // rename target
+	// PathBytes and ToBytes hold the exact bytes of a name that is not valid UTF-8 (base64 in JSON):
+	// Path and To then show U+FFFD in place of the invalid bytes, and two names could look the same.
+	PathBytes   []byte   `json:"path_bytes,omitempty"`
+	ToBytes     []byte   `json:"to_bytes,omitempty"`
+	Decision    string   `json:"decision"` // "allow" or "refuse"; "error" for index notifications that failed
+	Reason      string   `json:"reason"`
+	Message     string   `json:"message,omitempty"`
+	Referencing []string `json:"referencing,omitempty"`
+	RefCount    int      `json:"ref_count,omitempty"`
+	Errno       string   `json:"errno,omitempty"` // what the caller got back, e.g. "EPERM"
+	PID         uint32   `json:"pid,omitempty"`
+	UID         uint32   `json:"uid"`
+	GID         uint32   `json:"gid"`
+	Comm        string   `json:"comm,omitempty"`
+}
+
+// SetNames sets Path and To, and keeps the exact bytes of either that is not valid UTF-8.
+func (r *Record) SetNames(p, to string) {
+	r.Path, r.To = p, to
+	if !utf8.ValidString(p) {
+		r.PathBytes = []byte(p)
+	}
+	if !utf8.ValidString(to) {
+		r.ToBytes = []byte(to)
+	}
 }
 
 // Sink receives decisions. *Log implements it; tests may use their own. Record must not keep r (or its
@@ -208,6 +224,16 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	if r.To != "" {
 		b = append(b, `,"to":`...)
 		b = appendString(b, r.To)
+	}
+	if len(r.PathBytes) > 0 {
+		b = append(b, `,"path_bytes":"`...)
+		b = base64.StdEncoding.AppendEncode(b, r.PathBytes)
+		b = append(b, '"')
+	}
+	if len(r.ToBytes) > 0 {
+		b = append(b, `,"to_bytes":"`...)
+		b = base64.StdEncoding.AppendEncode(b, r.ToBytes)
+		b = append(b, '"')
 	}
 	b = append(b, `,"decision":`...)
 	b = appendString(b, r.Decision)

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // AppendJSON must produce what encoding/json would, for every field combination and hostile file names.
@@ -20,6 +22,8 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 			Message: "m <&>", Referencing: []string{"j/chk-2/_metadata", "k/chk-3/_metadata"}, RefCount: 7, Errno: "EPERM",
 			PID: 4242, UID: 65534, GID: 65534, Comm: "rm"},
 		{Time: ts, Op: "unlink", Path: "bad\xffutf8\xc3", Decision: "refuse", Reason: "grace"},
+		{Time: ts, Op: "rename", Path: "bad\xffutf8\xc3", PathBytes: []byte("bad\xffutf8\xc3"), To: "x\xfe", ToBytes: []byte("x\xfe"),
+			Decision: "allow", Reason: "allowed"},
 	}
 	for _, r := range recs {
 		got := r.AppendJSON(nil)
@@ -124,8 +128,12 @@ func FuzzAppendJSON(f *testing.F) {
 	f.Add("unlink", "job/chk-1/_metadata", "", "referenced", "msg", "j/chk-2/_metadata", "rm", int64(1764445205123456789), uint32(42), 3)
 	f.Add("rename", "a\"b\\c\n\r\t\x00\x1f", "b/ü/\u2028", "grace", "<&>", "\xff\xfe", "\xc3", int64(0), uint32(0), 0)
 	f.Fuzz(func(t *testing.T, op, p, to, reason, msg, ref, comm string, nanos int64, pid uint32, refCount int) {
-		r := Record{Time: time.Unix(0, nanos).UTC(), Op: op, Path: p, To: to, Decision: "refuse", Reason: reason,
+		r := Record{Time: time.Unix(0, nanos).UTC(), Op: op, Decision: "refuse", Reason: reason,
 			Message: msg, RefCount: refCount, Errno: "EPERM", PID: pid, UID: pid / 3, GID: pid / 5, Comm: comm}
+		r.SetNames(p, to)
+		if !utf8.ValidString(p) && !bytes.Equal(r.PathBytes, []byte(p)) {
+			t.Fatalf("path %q: path_bytes %q", p, r.PathBytes)
+		}
 		if ref != "" {
 			r.Referencing = []string{ref, p}
 		}

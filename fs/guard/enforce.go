@@ -319,7 +319,8 @@ func (e *Enforcer) Explain(ctx context.Context, p string) (string, []string, err
 func (e *Enforcer) record(ctx context.Context, op, p, to string) *audit.Record {
 	now := time.Now() // one clock reading for the record and the comm cache (about 100 ns each on a VM)
 	r := e.records.Get().(*audit.Record)
-	*r = audit.Record{Time: now.UTC(), Op: op, Path: p, To: to}
+	*r = audit.Record{Time: now.UTC(), Op: op}
+	r.SetNames(p, to)
 	if c, ok := fuse.FromContext(ctx); ok && c != nil {
 		r.PID, r.UID, r.GID = c.Pid, c.Uid, c.Gid
 		r.Comm = e.comms.get(c.Pid, now)

@@ -187,3 +187,27 @@ func TestInterruptedCaller(t *testing.T) {
 		t.Errorf("index notifications that could complete: %d of 3", c.notifiedWithLiveCtx)
 	}
 }
+
+// TestAuditKeepsInvalidNames (red team): a name that is not valid UTF-8 is logged with U+FFFD in its JSON
+// string, so the record also carries its exact bytes; two such names stay apart in the log.
+func TestAuditKeepsInvalidNames(t *testing.T) {
+	s := &sink{}
+	e, err := guard.NewEnforcer(guard.Config{Checker: guardtest.New(), Audit: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, to := "job/shared/a\xff", "job/shared/a\xfe"
+	if errno := e.Mutate(context.Background(), []guard.Check{{Op: refindex.OpRename, Path: from, To: to}}, func() syscall.Errno { return 0 }); errno != 0 {
+		t.Fatal(errno)
+	}
+	e.Mutate(context.Background(), []guard.Check{{Op: refindex.OpUnlink, Path: "job/shared/plain"}}, func() syscall.Errno { return 0 })
+	if len(s.recs) != 2 {
+		t.Fatalf("records: %+v", s.recs)
+	}
+	if r := s.recs[0]; string(r.PathBytes) != from || string(r.ToBytes) != to {
+		t.Errorf("record of an invalid UTF-8 rename: path_bytes %q to_bytes %q, want %q %q", r.PathBytes, r.ToBytes, from, to)
+	}
+	if r := s.recs[1]; r.PathBytes != nil || r.ToBytes != nil {
+		t.Errorf("record of a valid name carries raw bytes: %+v", r)
+	}
+}
