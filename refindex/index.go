@@ -110,6 +110,7 @@ type Index struct {
 
 	lastSync    time.Time // start time of the last complete listing
 	syncErr     string    // last sync failed: fail closed until a sync succeeds
+	failedAt    time.Time // when syncErr was set: only a sync whose listing started later clears it
 	needRebuild bool      // fingerprint changed or empty index
 	closed      bool
 	skew        time.Duration // ≤ 0: how far ages of store files are corrected (clockState)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -159,5 +160,145 @@ func TestUnaddressableMetadataFailsClosed(t *testing.T) {
 				t.Errorf("after a second sync: %+v; want allowed %v", d, tc.allow)
 			}
 		})
+	}
+}
+
+// TestSpecialMetadataNeverOpened (review 6 H1, L2): a FIFO or a symlink named _metadata (linked or
+// renamed into place through the mount) is no checkpoint: indexing it neither blocks (a FIFO's open would
+// wait for a writer forever, under the index's and the mount's locks) nor fails the index, and it does not
+// block `orphans` for good.
+func TestSpecialMetadataNeverOpened(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix := openTree(t, tr)
+	for _, d := range []string{"f/chk-1", "s/chk-1", "r/chk-1"} {
+		if err := os.MkdirAll(filepath.Join(tr.Root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Mkfifo(filepath.Join(tr.Root, "f/chk-1/_metadata"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/zero", filepath.Join(tr.Root, "s/chk-1/_metadata")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(tr.Root, "r/chk-1/tmp"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(tr.Root, "r/chk-1/tmp"), filepath.Join(tr.Root, "r/chk-1/_metadata")); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		for _, k := range []string{"f/chk-1/_metadata", "s/chk-1/_metadata"} {
+			if err := ix.IndexMetadata(ctx, k); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- ix.NoteRenamed(ctx, "r/chk-1/tmp", "r/chk-1/_metadata")
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("indexing a FIFO or symlink named _metadata: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("indexing a FIFO named _metadata blocked")
+	}
+	garbage := tr.Orphans(treegen.DefaultPolicy, 0)[0]
+	if d := ix.Decide(ctx, garbage, refindex.OpUnlink); !d.Allow {
+		t.Errorf("garbage refused after a FIFO named _metadata was notified: %+v", d)
+	}
+	if res, err := ix.Orphans(ctx, 0); err != nil || res.Blocked != "" {
+		t.Errorf("orphans with a FIFO and a symlink named _metadata: %+v %v; want not blocked", res, err)
+	}
+}
+
+// TestRenamedMetadataUnreadableFailsClosed (review 6 M1): a _metadata renamed into place through the mount
+// that the store reports but cannot read fails the index closed, as one written through it does.
+func TestRenamedMetadataUnreadableFailsClosed(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := localstore.New(tr.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &unreadableStore{Store: ls}
+	ix := openSynced(t, st)
+	c, err := tr.Checkpoint(treegen.Spec{Dir: "new/chk-3", Job: "new", ID: 3, Completed: testNow.Add(-time.Hour), Shared: []string{"new/shared/s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.key, st.openErr = c.Metadata, fs.ErrNotExist
+	if err := ix.NoteRenamed(ctx, "new/chk-3/._metadata.inprogress", c.Metadata); err == nil {
+		t.Fatal("a rename onto an unreadable _metadata was recorded as if nothing were there")
+	}
+	if d := ix.Decide(ctx, "new/shared/s", refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonSyncFailed {
+		t.Errorf("unlink new/shared/s after the failed rename record = %+v; want refused until a sync", d)
+	}
+}
+
+// notifyDuringListing runs hook once, after its store's listing, while a sync has not applied it yet.
+type notifyDuringListing struct {
+	store.Store
+	hook func()
+}
+
+func (n *notifyDuringListing) ListMetadata(ctx context.Context, fn func(store.ObjectInfo) error) error {
+	err := n.Store.ListMetadata(ctx, fn)
+	if h := n.hook; h != nil {
+		n.hook = nil
+		h()
+	}
+	return err
+}
+
+// TestFailureDuringSyncOutlivesIt (review 6 L1): a notification that fails the index closed while a sync
+// is under way (after its listing, which may not have seen the object) is not cleared by that sync; the
+// next one, whose listing starts later, clears it.
+func TestFailureDuringSyncOutlivesIt(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := localstore.New(tr.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	un := &unreadableStore{Store: ls}
+	st := &notifyDuringListing{Store: un}
+	ix := openSynced(t, st)
+	// Written through the mount after the sync's listing: the sync does not see it.
+	st.hook = func() {
+		c, err := tr.Checkpoint(treegen.Spec{Dir: "new/chk-3", Job: "new", ID: 3, Completed: testNow.Add(-time.Hour), Shared: []string{"new/shared/s"}})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		un.key, un.openErr = c.Metadata, errors.New("503 Slow Down")
+		if err := ix.IndexMetadata(ctx, c.Metadata); err == nil {
+			t.Error("indexing an unreadable _metadata succeeded")
+		}
+		un.openErr = nil
+	}
+	time.Sleep(2 * time.Millisecond) // the failure's time must differ from the listing's start
+	_ = ix.Sync(ctx)
+	if d := ix.Decide(ctx, "new/shared/s", refindex.OpUnlink); d.Allow || d.Reason == refindex.ReasonAllowed {
+		t.Errorf("after a sync whose listing began before the failure: %+v; want still refused", d)
+	}
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	garbage := tr.Orphans(treegen.DefaultPolicy, 0)[0]
+	if d := ix.Decide(ctx, garbage, refindex.OpUnlink); !d.Allow {
+		t.Errorf("after the next sync: garbage refused: %+v", d)
 	}
 }

@@ -402,8 +402,13 @@ func (ix *Index) apply(ch change) error {
 		if err := txn.Set(keyLastSync, encodeTime(ch.synced)); err != nil {
 			return fail(err)
 		}
-		if err := txn.Delete(keySyncErr); err != nil {
-			return fail(err)
+		ix.mu.RLock()
+		clears := ch.synced.After(ix.failedAt)
+		ix.mu.RUnlock()
+		if clears {
+			if err := txn.Delete(keySyncErr); err != nil {
+				return fail(err)
+			}
 		}
 	}
 	commitCalled = true
@@ -418,7 +423,12 @@ func (ix *Index) apply(ch change) error {
 	old.next, old.filt, old.undo = snap, f, decs
 	ix.state, ix.snap = next, snap
 	if !ch.synced.IsZero() {
-		ix.lastSync, ix.syncErr = ch.synced, ""
+		ix.lastSync = ch.synced
+		// A failure after this sync's listing began (a _metadata the mount could not index) may be about
+		// an object the listing did not see: it stays until a sync that started later (review 6 L1).
+		if ch.synced.After(ix.failedAt) {
+			ix.syncErr = ""
+		}
 	}
 	ix.mu.Unlock()
 	old.retire()
@@ -456,7 +466,7 @@ func (ix *Index) failSync(err error) error {
 		ix.mu.Unlock()
 		return err
 	}
-	ix.syncErr = err.Error()
+	ix.syncErr, ix.failedAt = err.Error(), time.Now()
 	g := ix.cur
 	g.users.Add(1) // Sync fails outside writeMu: keep Close or a switch from closing g meanwhile
 	ix.mu.Unlock()
@@ -614,8 +624,8 @@ func (ix *Index) confirmGone(ctx context.Context, cur *memState, keys []string) 
 			gone = append(gone, r.key)
 		case r.err != nil:
 			return nil, nil, nil, fmt.Errorf("stat %s (indexed; checking whether it is gone from %s): %w", r.key, ix.st.Root(), r.err)
-		case r.oi.IsDir:
-			gone = append(gone, r.key) // a directory named _metadata is no checkpoint
+		case r.oi.IsDir || r.oi.Special:
+			gone = append(gone, r.key) // a directory (or a FIFO, a symlink) named _metadata is no checkpoint
 		case !sameVersion(cur.ckpts[r.key], r.oi):
 			r.oi.Path = r.key
 			restat = append(restat, r.oi)
@@ -1019,6 +1029,12 @@ func (ix *Index) IndexMetadata(ctx context.Context, p string) error {
 	// of it.
 	oi, err := ix.st.Stat(ctx, key)
 	if errors.Is(err, fs.ErrNotExist) {
+		// A second look before believing it: a server node that has not seen the mount's own write yet.
+		oi, err = ix.st.Stat(ctx, key)
+	}
+	if errors.Is(err, fs.ErrNotExist) || err == nil && !store.IsCheckpointFile(oi) {
+		// Gone, or no checkpoint: a folder, or a FIFO or symlink named _metadata, which is never opened
+		// (a FIFO would block the read under the index's and the mount's locks).
 		return ix.applyOrRebuild(ctx, change{removes: []string{key}})
 	}
 	if err != nil {
@@ -1136,7 +1152,7 @@ func (ix *Index) NoteRenamed(ctx context.Context, from, to string) error {
 		return fail(err)
 	case oi.IsDir:
 		err = ix.st.Walk(ctx, tk, func(o store.ObjectInfo) error {
-			if !o.IsDir && store.IsMetadata(o.Path) {
+			if store.IsCheckpointFile(o) {
 				infos = append(infos, o)
 			}
 			return nil
@@ -1144,14 +1160,24 @@ func (ix *Index) NoteRenamed(ctx context.Context, from, to string) error {
 		if err != nil {
 			return fail(err)
 		}
-	case store.IsMetadata(tk):
+	case store.IsCheckpointFile(oi):
 		infos = append(infos, oi)
 	}
 	var puts []*entry
+	var unread []string
 	put := map[string]bool{}
-	err = ix.readAll(ctx, infos, func(e *entry) error { puts = append(puts, e); put[e.rec.Key] = true; return nil }, func(string) {})
+	err = ix.readAll(ctx, infos, func(e *entry) error { puts = append(puts, e); put[e.rec.Key] = true; return nil },
+		func(k string) { unread = append(unread, k) })
 	if err != nil {
 		return fail(err)
+	}
+	// Listed (stat'ed) but not found when read: gone meanwhile, or a store that cannot read what it just
+	// reported (a cache, a node behind the mount's own write). Only a second stat that agrees makes it
+	// gone (review 6 M1).
+	for _, k := range unread {
+		if o, serr := ix.st.Stat(ctx, k); !errors.Is(serr, fs.ErrNotExist) && (serr != nil || store.IsCheckpointFile(o)) {
+			return fail(fmt.Errorf("the store reports %s (%v) but cannot read it", k, serr))
+		}
 	}
 	var rm []string
 	for _, k := range removes {

@@ -26,9 +26,15 @@ type ObjectInfo struct {
 	Size    int64
 	ModTime time.Time
 	IsDir   bool
+	// Special marks a file that is neither regular nor a directory (a symlink, FIFO, socket or device,
+	// only in local stores): never a checkpoint, and never opened (a FIFO would block the reader).
+	Special bool
 	// ETag identifies the object's content version where the backend has one (S3); "" otherwise.
 	ETag string
 }
+
+// IsCheckpointFile reports whether oi can be a checkpoint's `_metadata`: a regular file of that name.
+func IsCheckpointFile(oi ObjectInfo) bool { return !oi.IsDir && !oi.Special && IsMetadata(oi.Path) }
 
 // Reader reads one object.
 type Reader interface {

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -81,7 +82,7 @@ func (s *Store) osPath(k string) string {
 }
 
 func (s *Store) info(key string, fi fs.FileInfo) store.ObjectInfo {
-	oi := store.ObjectInfo{Path: key, ModTime: fi.ModTime(), IsDir: fi.IsDir()}
+	oi := store.ObjectInfo{Path: key, ModTime: fi.ModTime(), IsDir: fi.IsDir(), Special: !fi.IsDir() && !fi.Mode().IsRegular()}
 	if !fi.IsDir() {
 		oi.Size = fi.Size()
 	}
@@ -121,7 +122,8 @@ func (s *Store) Stat(ctx context.Context, key string) (store.ObjectInfo, error) 
 
 // InfoFromStat describes key from its lstat(2) result, as Stat does.
 func InfoFromStat(key string, st *unix.Stat_t) store.ObjectInfo {
-	oi := store.ObjectInfo{Path: key, ModTime: time.Unix(st.Mtim.Unix()), IsDir: st.Mode&unix.S_IFMT == unix.S_IFDIR}
+	ft := st.Mode & unix.S_IFMT
+	oi := store.ObjectInfo{Path: key, ModTime: time.Unix(st.Mtim.Unix()), IsDir: ft == unix.S_IFDIR, Special: ft != unix.S_IFDIR && ft != unix.S_IFREG}
 	if !oi.IsDir {
 		oi.Size = st.Size
 	}
@@ -145,7 +147,9 @@ func (s *Store) Open(ctx context.Context, key string) (store.Reader, error) {
 		return nil, err
 	}
 	p, _ := s.OSPath(k)
-	f, err := os.Open(p)
+	// Non-blocking and not through a final symlink: a FIFO swapped in after a stat must not hang the
+	// reader (the index reads under its write lock, a mount under its exclusive lock).
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, store.NotExist("open", k)
@@ -157,9 +161,9 @@ func (s *Store) Open(ctx context.Context, key string) (store.Reader, error) {
 		f.Close()
 		return nil, fmt.Errorf("open %s: %w", k, err)
 	}
-	if fi.IsDir() {
+	if !fi.Mode().IsRegular() {
 		f.Close()
-		return nil, fmt.Errorf("open %s: is a directory", k)
+		return nil, fmt.Errorf("open %s: not a regular file (%s)", k, fi.Mode().Type())
 	}
 	return reader{File: f, size: fi.Size()}, nil
 }
