@@ -81,6 +81,11 @@ func TestGuardedOperations(t *testing.T) {
 	e.write(t, "job/shared/ref.sst", "referenced")
 	e.write(t, "job/shared/free.sst", "garbage")
 	e.checker.Protect("job/shared/ref.sst", "job/chk-1/_metadata")
+	e.write(t, "job/shared/private.sst", "readable by owner and group")
+	if err := os.Chmod(filepath.Join(e.store, "job/shared/private.sst"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	e.checker.Protect("job/shared/private.sst", "job/chk-1/_metadata")
 	m := func(k string) string { return filepath.Join(e.mnt, k) }
 
 	tests := []struct {
@@ -114,7 +119,11 @@ func TestGuardedOperations(t *testing.T) {
 		{"read referenced", func() error { _, err := os.ReadFile(m("job/shared/ref.sst")); return err }, nil, ""},
 		// Red team 3: a referenced file its Flink user can no longer read fails the restore too.
 		{"chmod referenced, taking read away", func() error { return os.Chmod(m("job/shared/ref.sst"), 0o600) }, syscall.EPERM, ""},
-		{"chown referenced to another owner", func() error { return os.Chown(m("job/shared/ref.sst"), 65534, -1) }, syscall.EPERM, ""},
+		{"chown referenced, readable by owner and group only", func() error { return os.Chown(m("job/shared/private.sst"), 65534, -1) }, syscall.EPERM, ""},
+		// Review 6 M3: a restore (cp -a, tar -p as root) gives files their owner after creating them; a file
+		// everyone may read loses no reader whatever its owner.
+		{"chown referenced, readable by everyone", func() error { return os.Chown(m("job/shared/ref.sst"), 65534, 65534) }, nil, ""},
+		{"chmod referenced, taking write away", func() error { return os.Chmod(m("job/shared/ref.sst"), 0o444) }, nil, ""},
 		{"chmod 000 of a folder holding referenced", func() error { return os.Chmod(m("job/shared"), 0) }, syscall.EPERM, ""},
 		{"remove the ACL of referenced", func() error { return unix.Removexattr(m("job/shared/ref.sst"), "system.posix_acl_access") }, syscall.EPERM, ""},
 		{"chmod referenced, adding permissions", func() error { return os.Chmod(m("job/shared/ref.sst"), 0o664) }, nil, ""},

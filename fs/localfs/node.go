@@ -320,11 +320,13 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	return n.enf.Mutate(ctx, checks, func() syscall.Errno { return n.setattr(ctx, f, in, out) })
 }
 
-// narrowsAccess reports whether in takes a permission bit away or gives the file or folder another owner
-// or group: a referenced SST its Flink user can no longer read fails the restore like a deleted one (red
-// team 3), so such a change is decided (OpChmod). Adding permissions, or setting what is already there
-// (chmod -R g+r, chown -R to the owner it has), is free. When the current attributes cannot be read, it
-// is decided (fail closed).
+// narrowsAccess reports whether in may take read access away from someone: a referenced SST its Flink
+// user can no longer read fails the restore like a deleted one (red team 3), so such a change is decided
+// (OpChmod). A file that stays readable by everyone (a folder: readable and searchable) loses no reader
+// whatever its owner, so restoring a tree with cp -a, tar -p or rsync -a (files created as root, then
+// given their owner and mode) is not decided (review 6 M3); neither is adding permissions or taking write
+// permission away. Otherwise a change of owner or group, or a read (search) bit taken away, is decided.
+// When the current attributes cannot be read, it is decided (fail closed).
 func (n *node) narrowsAccess(in *fuse.SetAttrIn) bool {
 	m, mok := in.GetMode()
 	uid, uok := in.GetUID()
@@ -336,12 +338,25 @@ func (n *node) narrowsAccess(in *fuse.SetAttrIn) bool {
 	if err := n.root.lstat(n.key(), &st); err != nil {
 		return true
 	}
-	return mok && st.Mode&0o777&^m != 0 || uok && uid != st.Uid || gok && gid != st.Gid
+	old, next := uint32(st.Mode)&0o777, uint32(st.Mode)&0o777
+	if mok {
+		next = m & 0o777
+	}
+	read := uint32(0o444)
+	if st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		read = 0o555
+	}
+	if next&read&0o007 == read&0o007 {
+		return false // everyone may read it afterwards
+	}
+	return uok && uid != st.Uid || gok && gid != st.Gid || old&^next&read != 0
 }
 
-// aclAttr reports whether a extended attribute holds a POSIX ACL: setting or removing one changes who may
-// read the file, like chmod.
-func aclAttr(attr string) bool { return strings.HasPrefix(attr, "system.posix_acl_") }
+// aclAttr reports whether an extended attribute holds an ACL (POSIX, or NFSv4 on an NFS store): setting
+// or removing one changes who may read the file, like chmod.
+func aclAttr(attr string) bool {
+	return strings.HasPrefix(attr, "system.posix_acl_") || attr == "system.nfs4_acl" || attr == "system.nfs4acl"
+}
 
 // backdates reports whether in sets the file's mtime to an explicit time before its current one (or the
 // current one cannot be read: then it is decided, fail closed).
