@@ -226,12 +226,19 @@ func Dial(path string) (*Client, error) {
 	return &Client{path: path, hc: &http.Client{Transport: tr}}, nil
 }
 
-// trustServer accepts the process serving c only when it runs as root or as this user: a socket planted
-// by someone else in a shared index directory could otherwise answer `ckguard orphans` with files a
-// cleanup script then deletes from the store directly (review 5 L5).
+// trustServer accepts the process serving c only when it runs as root, as this user, or as the owner of the
+// socket's directory when only that owner may write there: a socket planted by someone else in a shared
+// index directory could otherwise answer `ckguard orphans` with files a cleanup script then deletes from
+// the store directly (review 5 L5).
 func trustServer(c net.Conn, path string) error {
 	uid := peerUID(c)
 	if uid == 0 || uid == os.Geteuid() {
+		return nil
+	}
+	// A mount run by another user (flink) in its own index directory, asked by root (review 6 L5): the
+	// directory's owner runs it, and nobody else could have put a socket there.
+	var st syscall.Stat_t
+	if uid >= 0 && syscall.Stat(filepath.Dir(path), &st) == nil && int(st.Uid) == uid && st.Mode&0o022 == 0 {
 		return nil
 	}
 	return fmt.Errorf("control socket %s is served by uid %d, neither root nor you (uid %d): not trusting its answers; check who created it, and keep the index directory writable only by the user running the mount", path, uid, os.Geteuid())

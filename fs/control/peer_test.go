@@ -40,7 +40,8 @@ func TestUnknownPeerRefused(t *testing.T) {
 }
 
 // TestClientDistrustsForeignServer (review 5 L5): a socket served by a process of another user (planted
-// in a shared index directory) is not talked to; the error names the uid.
+// in a shared index directory) is not talked to; the error names the uid. The same user's socket in its
+// own directory is.
 func TestClientDistrustsForeignServer(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to run a server as another user")
@@ -75,5 +76,16 @@ func TestClientDistrustsForeignServer(t *testing.T) {
 	_, err = Dial(sock)
 	if err == nil || !strings.Contains(err.Error(), "uid 65534") {
 		t.Fatalf("Dial of a socket served by uid 65534 = %v; want a refusal naming the uid", err)
+	}
+	// A mount run by that user in its own index directory, which nobody else may write (review 6 L5: sudo
+	// ckguard orphans against a mount run by the flink user).
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Dial(sock); err != nil {
+		t.Fatalf("Dial of the directory owner's socket: %v", err)
 	}
 }

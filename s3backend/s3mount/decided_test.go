@@ -359,3 +359,52 @@ func TestFreshETagsDecisionJudgesTheMountsLook(t *testing.T) {
 		t.Errorf("rm of a young object: %v, want EPERM (in grace)", rmErr)
 	}
 }
+
+// TestFreshETagsDeletesUnconditionally (review 6 L7): where the probe did not show the server honouring
+// If-Match on DeleteObject (FreshETags), the delete carries no condition: a server that refuses every
+// conditional delete would otherwise refuse every deletion through the mount.
+func TestFreshETagsDeletesUnconditionally(t *testing.T) {
+	if testing.Short() {
+		t.Skip("FUSE mount not run in -short mode")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		s3server.Require(t, err)
+	}
+	clock := gofakes3.FixedTimeSource(time.Now().Add(-time.Hour)) // objects past grace
+	h := gofakes3.New(s3mem.New(s3mem.WithTimeSource(clock)), gofakes3.WithTimeSource(clock), gofakes3.WithTimeSkewLimit(0)).Server()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete && r.Header.Get("If-Match") != "" {
+			w.WriteHeader(http.StatusPreconditionFailed)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	cfg := s3client.Config{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 1}
+	c, err := s3client.New(context.Background(), cfg, s3client.Location{Bucket: "bkt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.API().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
+		t.Fatal(err)
+	}
+	enf, err := guard.NewEnforcer(guard.Config{Checker: &graceChecker{st: s3store.New(c, s3store.Options{}), grace: 10 * time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := t.TempDir()
+	m, err := Mount(context.Background(), Options{Client: c, Mountpoint: mnt, Enforcer: enf, SpoolDir: t.TempDir(), FreshETags: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Unmount() })
+	if _, err := c.Put(context.Background(), "j/old", strings.NewReader("garbage"), 7, s3client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(mnt, "j/old")); err != nil {
+		t.Fatalf("rm of an old unreferenced object on a server refusing conditional deletes: %v", err)
+	}
+	if _, err := c.Head(context.Background(), "j/old"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("j/old still there: %v", err)
+	}
+}

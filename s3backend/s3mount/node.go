@@ -453,7 +453,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		}
 		var delErr error
 		errno := n.fsys.g.Mutate(n.fsys.decideOn(ctx, key, o), []guard.Check{{Op: refindex.OpUnlink, Path: key}}, func() syscall.Errno {
-			delErr = n.fsys.c.Delete(ctx, key, o.ETag)
+			delErr = n.fsys.c.Delete(ctx, key, n.fsys.deleteIf(o.ETag))
 			if delErr != nil {
 				return s3client.Errno(delErr)
 			}
@@ -498,7 +498,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	}
 	return n.fsys.g.Mutate(ctx, []guard.Check{{Op: refindex.OpRmdir, Path: key}}, func() syscall.Errno {
 		if marker != nil {
-			if err := n.fsys.c.Delete(ctx, key+"/", marker.ETag); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := n.fsys.c.Delete(ctx, key+"/", n.fsys.deleteIf(marker.ETag)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return s3client.Errno(err)
 			}
 		}
@@ -572,7 +572,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 			n.fsys.g.Renamed(ctx, src, dst)
 			return s3client.Errno(err)
 		}
-		if err := n.fsys.c.Delete(ctx, src, so.ETag); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := n.fsys.c.Delete(ctx, src, n.fsys.deleteIf(so.ETag)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			// The copy exists, the source too: nothing is lost, the rename did not happen as one step.
 			n.fsys.log.Error("rename: copied but could not delete the source; both exist now", "from", src, "to", dst, "err", err)
 			n.fsys.cache.Drop(src)
@@ -588,6 +588,16 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		}
 		return n.fsys.g.Renamed(ctx, src, dst)
 	})
+}
+
+// deleteIf is the If-Match a DeleteObject carries: the ETag decided on, or none where the start-up probe
+// did not show the server honouring it (FreshETags). Such a server either ignores the condition, so it
+// protects nothing, or refuses every conditional delete, so nothing could be deleted (review 6 L7).
+func (f *filesystem) deleteIf(etag string) string {
+	if f.opts.FreshETags {
+		return ""
+	}
+	return etag
 }
 
 // decideOn returns ctx carrying o (s3client.WithDecided): the index's decision about key, through the
