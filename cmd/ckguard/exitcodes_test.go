@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,5 +65,28 @@ func TestExitCodes(t *testing.T) {
 				t.Errorf("ckguard %v: exit %d, want %d\n%s", tc.args, code, tc.want, out)
 			}
 		})
+	}
+}
+
+// TestMountRefusesIndexInStore (review 6 L4): `ckguard mount` with the index (or the daemon's log) inside
+// the store exits 2 before it creates anything there.
+func TestMountRefusesIndexInStore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	exe := builtBinary(t)
+	store, mnt := t.TempDir(), t.TempDir()
+	for _, args := range [][]string{
+		{"mount", "--foreground", "--store", store, "--index", filepath.Join(store, ".ckguard"), mnt},
+		{"mount", "--store", store, "--index", filepath.Join(t.TempDir(), "index"), "--log-file", filepath.Join(store, "ckguard.log"), mnt},
+	} {
+		out, err := exec.Command(exe, args...).CombinedOutput()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "inside the store") {
+			t.Errorf("ckguard %v: %v\n%s\nwant exit 2 naming the store", args, err, out)
+		}
+		if entries, _ := os.ReadDir(store); len(entries) != 0 {
+			t.Errorf("ckguard %v left %d entries in the store", args, len(entries))
+		}
 	}
 }

@@ -73,16 +73,24 @@ func runMount(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
+	foreground := c.Bool("foreground")
+	logFile := ""
+	if !foreground && !daemon.IsChild() {
+		logFile = c.String("log-file")
+		if logFile == "" {
+			logFile = filepath.Join(indexDir, "ckguard.log")
+		}
+	}
+	// Before anything is created: an index inside the store would otherwise be left there.
+	if err := (guardd.Config{StoreDir: c.String("store"), IndexDir: indexDir, Mountpoint: mnt, AuditLog: c.String("audit-log"),
+		ControlSocket: c.String("control-socket"), LogFile: logFile}).CheckPlacement(); err != nil {
+		return cli.Exit("ckguard mount: "+err.Error(), 2)
+	}
 	if err := os.MkdirAll(indexDir, 0o700); err != nil {
 		return fmt.Errorf("index dir %s: %w", indexDir, err)
 	}
 
-	foreground := c.Bool("foreground")
-	if !foreground && !daemon.IsChild() {
-		logFile := c.String("log-file")
-		if logFile == "" {
-			logFile = filepath.Join(indexDir, "ckguard.log")
-		}
+	if logFile != "" {
 		if isTerminal(os.Stderr) {
 			fmt.Fprintf(os.Stderr, "ckguard: syncing the index with %s, then mounting on %s (progress: %s)\n", c.String("store"), mnt, logFile)
 		}

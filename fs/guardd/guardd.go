@@ -41,6 +41,7 @@ type Config struct {
 	AuditLog      string        // "": <index>/audit.jsonl
 	AuditFsync    time.Duration // see audit.Options
 	ControlSocket string        // "": control.DefaultSocket(index)
+	LogFile       string        // the daemon's log file, when it has one (checked like the index: CheckPlacement)
 	MetricsAddr   string        // "": no metrics endpoint
 	Debug         bool
 	Logger        *slog.Logger
@@ -118,15 +119,20 @@ func (c *Config) defaults() {
 	}
 }
 
-// checkPlacement refuses an index, audit log or control socket inside the store or below the mountpoint
-// (red team 5): inside the store, the cleanup the mount exists for deletes them through it (rm -rf of the
-// store's top folder truncates the audit log and removes the index under the running daemon); below the
-// mountpoint, the daemon would write its own index through itself.
-func (c *Config) checkPlacement() error {
+// CheckPlacement refuses an index, audit log, control socket or log file inside the store or below the
+// mountpoint (red team 5): inside the store, the cleanup the mount exists for deletes them through it
+// (rm -rf of the store's top folder truncates the audit log and removes the index under the running
+// daemon); below the mountpoint, the daemon would write its own index through itself. The CLI calls it
+// before it creates any of them (review 6 L4); Serve calls it again.
+func (c Config) CheckPlacement() error {
+	c.defaults()
 	type place struct{ flag, path string }
 	ours := []place{{"--index", c.IndexDir}, {"--audit-log", c.AuditLog}, {"--control-socket", c.ControlSocket}}
+	if c.LogFile != "" {
+		ours = append(ours, place{"--log-file", c.LogFile})
+	}
 	var around []place
-	if c.StoreDir != "" {
+	if c.StoreDir != "" && !strings.Contains(c.StoreDir, "://") { // an S3 store has no local path
 		around = append(around, place{"the store", c.StoreDir})
 	}
 	around = append(around, place{"the mountpoint", c.Mountpoint})
@@ -165,7 +171,7 @@ func resolvePath(p string) string {
 // backend that open returns (it gets c with its defaults filled in).
 func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Backend, error)) (err error) {
 	c.defaults()
-	if err := c.checkPlacement(); err != nil {
+	if err := c.CheckPlacement(); err != nil {
 		return err
 	}
 	log := c.Logger
