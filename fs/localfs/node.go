@@ -278,8 +278,8 @@ func (n *node) contentCheck(op refindex.Op, key string) []guard.Check {
 }
 
 // Setattr guards a size change (truncate(2), ftruncate(2), and the setattr the kernel sends for O_TRUNC when
-// it does not use atomic O_TRUNC), a backdated mtime, and a mode or owner change that narrows who may read
-// (OpChmod). Other mode, owner and time changes pass through.
+// it does not use atomic O_TRUNC), a backdated mtime, and a chmod that takes read access away (OpChmod).
+// Other mode, owner and time changes pass through.
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if f != nil {
 		if gf, ok := f.(*file); ok {
@@ -320,42 +320,28 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	return n.enf.Mutate(ctx, checks, func() syscall.Errno { return n.setattr(ctx, f, in, out) })
 }
 
-// narrowsAccess reports whether in may take read access away from someone: a referenced SST its Flink
-// user can no longer read fails the restore like a deleted one (red team 3), so such a change is decided
-// (OpChmod). A file that stays readable by everyone (a folder: readable and searchable) loses no reader
-// whatever its owner, so restoring a tree with cp -a, tar -p or rsync -a (files created as root, then
-// given their owner and mode) is not decided (review 6 M3); neither is adding permissions or taking write
-// permission away. Otherwise a change of owner or group, or a read (search) bit taken away, is decided.
-// When the current attributes cannot be read, it is decided (fail closed).
+// narrowsAccess reports whether in takes a read permission (for a folder: read or search) away from a
+// file or folder that is then not readable by everyone: a referenced SST its Flink user can no longer read
+// fails the restore like a deleted one (red team 3), so such a chmod is decided (OpChmod). Adding
+// permissions or taking write permission away is not decided. Neither is a change of owner or group:
+// restore tools (cp -a, tar -p, rsync -a as root) create each file and folder owner-only, then give it
+// its owner, then its mode, and by then the restored _metadata has made the files referenced (review 6
+// M3). When the current mode cannot be read, a chmod is decided (fail closed).
 func (n *node) narrowsAccess(in *fuse.SetAttrIn) bool {
-	m, mok := in.GetMode()
-	uid, uok := in.GetUID()
-	gid, gok := in.GetGID()
-	if !mok && !uok && !gok {
+	m, ok := in.GetMode()
+	if !ok {
 		return false
 	}
 	var st syscall.Stat_t
 	if err := n.root.lstat(n.key(), &st); err != nil {
 		return true
 	}
-	old, next := uint32(st.Mode)&0o777, uint32(st.Mode)&0o777
-	if mok {
-		next = m & 0o777
-	}
 	read := uint32(0o444)
 	if st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
 		read = 0o555
 	}
-	if next&read&0o007 == read&0o007 {
-		return false // everyone may read it afterwards
-	}
-	return uok && uid != st.Uid || gok && gid != st.Gid || old&^next&read != 0
-}
-
-// aclAttr reports whether an extended attribute holds an ACL (POSIX, or NFSv4 on an NFS store): setting
-// or removing one changes who may read the file, like chmod.
-func aclAttr(attr string) bool {
-	return strings.HasPrefix(attr, "system.posix_acl_") || attr == "system.nfs4_acl" || attr == "system.nfs4acl"
+	old, next := uint32(st.Mode)&0o777, m&0o777
+	return old&^next&read != 0 && next&read&0o007 != read&0o007
 }
 
 // backdates reports whether in sets the file's mtime to an explicit time before its current one (or the
@@ -405,26 +391,14 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if strings.HasPrefix(attr, xattrNS) {
 		return syscall.EPERM
 	}
-	set := func() syscall.Errno {
-		return fs.ToErrno(n.root.onFile(n.key(), func(p string) error { return unix.Setxattr(p, attr, data, int(flags)) }))
-	}
-	if aclAttr(attr) {
-		return n.enf.Mutate(ctx, n.contentCheck(refindex.OpChmod, n.key()), set)
-	}
-	return set()
+	return fs.ToErrno(n.root.onFile(n.key(), func(p string) error { return unix.Setxattr(p, attr, data, int(flags)) }))
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if strings.HasPrefix(attr, xattrNS) {
 		return syscall.EPERM
 	}
-	remove := func() syscall.Errno {
-		return fs.ToErrno(n.root.onFile(n.key(), func(p string) error { return unix.Removexattr(p, attr) }))
-	}
-	if aclAttr(attr) {
-		return n.enf.Mutate(ctx, n.contentCheck(refindex.OpChmod, n.key()), remove)
-	}
-	return remove()
+	return fs.ToErrno(n.root.onFile(n.key(), func(p string) error { return unix.Removexattr(p, attr) }))
 }
 
 // OpendirHandle lists the directory in cleanup order (see listorder.Order).
