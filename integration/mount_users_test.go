@@ -139,9 +139,10 @@ func TestMountNonRootCannotBypass(t *testing.T) {
 }
 
 // TestMountRestoreWithCpA (review 6 M3): restoring checkpoints owned by the Flink user into the store with
-// cp, preserving modes and owners, as root works through the mount. cp creates each file and folder
-// owner-only as root, then gives it its owner, then its mode; by then the restored _metadata has made the
-// files referenced, and a decided chown of a folder holding them was refused, leaving it root's.
+// `cp -a` as root works through the mount. cp creates each file and folder owner-only as root, then gives
+// it its owner, mode and times; by then the restored _metadata has made the files referenced (a decided
+// chown of a folder holding them was refused, leaving it root's), and the files are in grace (setting
+// their old mtimes was refused).
 func TestMountRestoreWithCpA(t *testing.T) {
 	mntRequire(t)
 	dir := t.TempDir()
@@ -157,9 +158,7 @@ func TestMountRestoreWithCpA(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := mntStart(t, store, "")
-	// Timestamps are not preserved: setting a past mtime on a file still in grace is refused (a known
-	// limit, README), which cp -a reports too.
-	if out, code := mntRun(t, "", "cp", "-R", "--preserve=mode,ownership", backup.Root, p.m("restored")); code != 0 {
+	if out, code := mntRun(t, "", "cp", "-a", backup.Root, p.m("restored")); code != 0 {
 		var refused []string
 		for _, r := range p.auditRecords() {
 			if r.Decision == "refuse" {
@@ -180,6 +179,14 @@ func TestMountRestoreWithCpA(t *testing.T) {
 		}
 		if st.Uid != 65534 || st.Gid != 65534 {
 			t.Errorf("%s: owner %d:%d after cp -a, want %s:%s", path, st.Uid, st.Gid, nobodyUID, nobodyUID)
+		}
+		// cp -a sets each file's old mtime right after writing it: the mount lets the process that created
+		// a file backdate it.
+		if rel, _ := filepath.Rel(filepath.Join(store, "restored"), path); d.Type().IsRegular() {
+			var src syscall.Stat_t
+			if err := syscall.Lstat(filepath.Join(backup.Root, rel), &src); err == nil && src.Mtim != st.Mtim {
+				t.Errorf("%s: mtime %v after cp -a, want the backup's %v", path, st.Mtim, src.Mtim)
+			}
 		}
 		n++
 		return nil

@@ -150,6 +150,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, fs.ToErrno(err)
 	}
 	gn, _ := ch.Operations().(*node)
+	if created && gn != nil {
+		gn.markCreated(ctx)
+	}
 	return ch, wrapFile(fs.NewLoopbackFile(fd), gn), 0, 0
 }
 

@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"path"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -48,6 +49,35 @@ type node struct {
 	*fs.LoopbackNode
 	enf  *guard.Enforcer
 	root *storeRoot // shared by every node of the mount
+	// creatorPID and createdAt (unix nanoseconds) name the process that created this file through the
+	// mount, and when: it may set its own new file's mtime into the past (see ownNewFile).
+	creatorPID atomic.Uint32
+	createdAt  atomic.Int64
+}
+
+// ownNewFileWindow is how long after creating a file through the mount its creator may backdate it: cp -p,
+// tar and rsync set the times right after writing each file.
+const ownNewFileWindow = 10 * time.Minute
+
+// markCreated records that the caller of ctx created this file through the mount just now.
+func (n *node) markCreated(ctx context.Context) {
+	if c, ok := fuse.FromContext(ctx); ok && c != nil && c.Pid != 0 {
+		n.createdAt.Store(time.Now().UnixNano())
+		n.creatorPID.Store(c.Pid)
+	}
+}
+
+// ownNewFile reports whether the caller of ctx created this file through the mount within
+// ownNewFileWindow. Such a file is the caller's own copy (a restore with cp -p, tar, rsync -t), not a file
+// of an in-flight checkpoint, which Flink writes: setting its mtime into the past is not decided. A
+// process that did not create it (a cleanup script) is still decided.
+func (n *node) ownNewFile(ctx context.Context) bool {
+	pid := n.creatorPID.Load()
+	if pid == 0 {
+		return false
+	}
+	c, ok := fuse.FromContext(ctx)
+	return ok && c != nil && c.Pid == pid && time.Since(time.Unix(0, n.createdAt.Load())) < ownNewFileWindow
 }
 
 var (
@@ -308,10 +338,11 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		if err := n.root.lstat(key, &st); err != nil || uint64(st.Size) != sz {
 			checks = append(checks, n.contentCheck(refindex.OpTruncate, key)...)
 		}
-	} else if n.backdates(in) {
+	} else if n.backdates(in) && !n.ownNewFile(ctx) {
 		// Grace is judged by mtime: setting an in-flight file's mtime into the past (touch -d, cp -p,
 		// rsync -t onto an existing file) would take it out of grace and make it deletable, so it is
-		// decided like a write of the file (review M6). Moving mtime forward or to now is free.
+		// decided like a write of the file (review M6). Moving mtime forward or to now is free, and so is
+		// backdating a file the caller itself has just created through the mount (ownNewFile).
 		checks = append(checks, n.contentCheck(refindex.OpWrite, key)...)
 	}
 	if len(checks) == 0 {

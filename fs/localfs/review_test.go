@@ -504,3 +504,42 @@ func TestUnlinkDecidesOnItsOwnStat(t *testing.T) {
 		t.Errorf("observation of %s = %+v, want size 100, mtime %v", old, o, mtime)
 	}
 }
+
+// TestBackdatingOwnNewFile: a process that has just created a file through the mount may set its mtime into
+// the past (cp -p, tar and rsync -t restoring files: they set the times right after writing each one); the
+// same young file backdated by another process (a cleanup script, touch -d) is still decided and refused
+// while in grace.
+func TestBackdatingOwnNewFile(t *testing.T) {
+	x := mountIndexed(t)
+	own := x.job + "/shared/restored-by-cp"
+	other := x.job + "/shared/written-by-someone-else"
+	for _, k := range []string{own, other} {
+		if err := os.WriteFile(x.m(k), []byte("restored"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if x.ix.Decide(context.Background(), other, refindex.OpWrite).Allow {
+		t.Skip("the index allows OpWrite of in-grace files: backdating is not refused for anyone")
+	}
+	past := time.Now().Add(-30 * 24 * time.Hour)
+	if err := os.Chtimes(x.m(own), past, past); err != nil {
+		t.Errorf("backdating a file this process just created through the mount: %v", err)
+	}
+	if out, err := runCmd("touch", "-d", "30 days ago", x.m(other)); err == nil || !strings.Contains(out, "not permitted") {
+		t.Errorf("another process backdating a young file: %v %s, want EPERM", err, out)
+	}
+	// cp -p as a whole: creates, writes, sets the source's old times.
+	src := filepath.Join(t.TempDir(), "old.sst")
+	if err := os.WriteFile(src, []byte("from a backup"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(src, past, past); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCmd("cp", "-p", src, x.m(x.job+"/shared/restored-by-cp-p")); err != nil {
+		t.Errorf("cp -p into the mount: %v %s", err, out)
+	}
+	if st, err := os.Stat(x.store(x.job + "/shared/restored-by-cp-p")); err != nil || st.ModTime().Sub(past).Abs() > time.Second {
+		t.Errorf("cp -p result: %v, want mtime %v", err, past)
+	}
+}
