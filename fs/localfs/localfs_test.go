@@ -315,10 +315,24 @@ func TestXattrs(t *testing.T) {
 // TestReaddirLargeAndSeek: a big folder lists completely, checkpoint entries first, and a seek back into the
 // streamed part resumes exactly there.
 func TestReaddirLargeAndSeek(t *testing.T) {
+	// 1,500 short names fit the handle's first read (served from it); 3,000 long ones take several reads
+	// (the folder is read a second time to stream them).
+	for _, tc := range []struct {
+		name   string
+		n      int
+		prefix string
+	}{
+		{"one read", 1500, "f"},
+		{"several reads", 3000, "sst-0123456789abcdef0123456789abcdef-"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testReaddirSeek(t, tc.n, tc.prefix) })
+	}
+}
+
+func testReaddirSeek(t *testing.T, n int, prefix string) {
 	e := mountFake(t)
-	const n = 1500
 	for i := range n {
-		e.write(t, "job/shared/f"+itoa(uint64(i)), "")
+		e.write(t, "job/shared/"+prefix+itoa(uint64(i)), "")
 	}
 	for _, k := range []string{"job/shared/chk-3/x", "job/shared/chk-12/x", "job/shared/_metadata"} {
 		e.write(t, k, "")
