@@ -46,14 +46,7 @@ func TestNotifiedMetadataUnreadableFailsClosed(t *testing.T) {
 		{"listed but not found", fs.ErrNotExist},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ls, err := localstore.New(tr.Root)
-			if err != nil {
-				t.Fatal(err)
-			}
+			tr, ls := youngOrphanStore(t)
 			st := &unreadableStore{Store: ls}
 			ix := openSynced(t, st)
 			garbage := tr.Orphans(treegen.DefaultPolicy, 0)[0]
@@ -124,14 +117,7 @@ func (e *extraListingStore) ListMetadata(ctx context.Context, fn func(store.Obje
 // _metadata/ is no checkpoint at all.
 func TestUnaddressableMetadataFailsClosed(t *testing.T) {
 	ctx := context.Background()
-	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls, err := localstore.New(tr.Root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr, ls := youngOrphanStore(t)
 	old := testNow.Add(-48 * time.Hour)
 	for _, tc := range []struct {
 		name  string
@@ -222,14 +208,7 @@ func TestSpecialMetadataNeverOpened(t *testing.T) {
 // that the store reports but cannot read fails the index closed, as one written through it does.
 func TestRenamedMetadataUnreadableFailsClosed(t *testing.T) {
 	ctx := context.Background()
-	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls, err := localstore.New(tr.Root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr, ls := youngOrphanStore(t)
 	st := &unreadableStore{Store: ls}
 	ix := openSynced(t, st)
 	c, err := tr.Checkpoint(treegen.Spec{Dir: "new/chk-3", Job: "new", ID: 3, Completed: testNow.Add(-time.Hour), Shared: []string{"new/shared/s"}})
@@ -265,14 +244,7 @@ func (n *notifyDuringListing) ListMetadata(ctx context.Context, fn func(store.Ob
 // next one, whose listing starts later, clears it.
 func TestFailureDuringSyncOutlivesIt(t *testing.T) {
 	ctx := context.Background()
-	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls, err := localstore.New(tr.Root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr, ls := youngOrphanStore(t)
 	un := &unreadableStore{Store: ls}
 	st := &notifyDuringListing{Store: un}
 	ix := openSynced(t, st)
@@ -301,4 +273,19 @@ func TestFailureDuringSyncOutlivesIt(t *testing.T) {
 	if d := ix.Decide(ctx, garbage, refindex.OpUnlink); !d.Allow {
 		t.Errorf("after the next sync: garbage refused: %+v", d)
 	}
+}
+
+// youngOrphanStore writes the young-orphan scenario and opens it as a local store, for tests that wrap the
+// store before the index sees it.
+func youngOrphanStore(t *testing.T) (*treegen.Tree, store.Store) {
+	t.Helper()
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := localstore.New(tr.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr, ls
 }

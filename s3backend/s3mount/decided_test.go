@@ -335,17 +335,7 @@ func TestFreshETagsDecisionJudgesTheMountsLook(t *testing.T) {
 	if _, err := c.API().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
 		t.Fatal(err)
 	}
-	ck := &graceChecker{st: s3store.New(cb, s3store.Options{}), grace: 10 * time.Minute}
-	enf, err := guard.NewEnforcer(guard.Config{Checker: ck})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mnt := t.TempDir()
-	m, err := Mount(context.Background(), Options{Client: c, Mountpoint: mnt, Enforcer: enf, SpoolDir: t.TempDir(), FreshETags: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Unmount() })
+	mnt := mountFreshETags(t, c, cb)
 	etag, err := c.Put(context.Background(), "j/young", strings.NewReader("in flight"), 9, s3client.PutOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -388,16 +378,7 @@ func TestFreshETagsDeletesUnconditionally(t *testing.T) {
 	if _, err := c.API().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
 		t.Fatal(err)
 	}
-	enf, err := guard.NewEnforcer(guard.Config{Checker: &graceChecker{st: s3store.New(c, s3store.Options{}), grace: 10 * time.Minute}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mnt := t.TempDir()
-	m, err := Mount(context.Background(), Options{Client: c, Mountpoint: mnt, Enforcer: enf, SpoolDir: t.TempDir(), FreshETags: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Unmount() })
+	mnt := mountFreshETags(t, c, c)
 	if _, err := c.Put(context.Background(), "j/old", strings.NewReader("garbage"), 7, s3client.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -407,4 +388,22 @@ func TestFreshETagsDeletesUnconditionally(t *testing.T) {
 	if _, err := c.Head(context.Background(), "j/old"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("j/old still there: %v", err)
 	}
+}
+
+// mountFreshETags mounts c's bucket as over a server that ignores If-Match (FreshETags), guarded by a
+// graceChecker (10 min) whose index reads the bucket through index, without the shared cache; it returns
+// the mountpoint, unmounted at the end of the test.
+func mountFreshETags(t *testing.T, c, index *s3client.Client) string {
+	t.Helper()
+	enf, err := guard.NewEnforcer(guard.Config{Checker: &graceChecker{st: s3store.New(index, s3store.Options{}), grace: 10 * time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := t.TempDir()
+	m, err := Mount(context.Background(), Options{Client: c, Mountpoint: mnt, Enforcer: enf, SpoolDir: t.TempDir(), FreshETags: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Unmount() })
+	return mnt
 }
