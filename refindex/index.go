@@ -185,7 +185,7 @@ func (s *memState) finish() {
 
 // newest reports whether c is the newest checkpoint of its job folder: the highest id or the most
 // recently completed. Ties protect every record that has them, so no record can take the protection away
-// from another (a _metadata copied into chk-9 from chk-10 holds id 10 as well).
+// from another (two checkpoints of a job completed within the same mtime tick).
 func (s *memState) newest(c *checkpointRecord) bool {
 	id, ok := c.candidateID()
 	if !ok {
