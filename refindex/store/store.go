@@ -31,6 +31,11 @@ type ObjectInfo struct {
 	Special bool
 	// ETag identifies the object's content version where the backend has one (S3); "" otherwise.
 	ETag string
+	// UID is the owning user where the backend has POSIX owners (HasUID; local stores). The index
+	// compares owners to tell a job's own `_metadata` from one another user wrote beside it: only root
+	// can give a file away, so no other user can make a file look like the job's.
+	UID    uint32
+	HasUID bool
 }
 
 // IsCheckpointFile reports whether oi can be a checkpoint's `_metadata`: a regular file of that name.

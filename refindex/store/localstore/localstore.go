@@ -83,6 +83,9 @@ func (s *Store) osPath(k string) string {
 
 func (s *Store) info(key string, fi fs.FileInfo) store.ObjectInfo {
 	oi := store.ObjectInfo{Path: key, ModTime: fi.ModTime(), IsDir: fi.IsDir(), Special: !fi.IsDir() && !fi.Mode().IsRegular()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		oi.UID, oi.HasUID = st.Uid, true
+	}
 	if !fi.IsDir() {
 		oi.Size = fi.Size()
 	}
@@ -123,7 +126,8 @@ func (s *Store) Stat(ctx context.Context, key string) (store.ObjectInfo, error) 
 // InfoFromStat describes key from its lstat(2) result, as Stat does.
 func InfoFromStat(key string, st *unix.Stat_t) store.ObjectInfo {
 	ft := st.Mode & unix.S_IFMT
-	oi := store.ObjectInfo{Path: key, ModTime: time.Unix(st.Mtim.Unix()), IsDir: ft == unix.S_IFDIR, Special: ft != unix.S_IFDIR && ft != unix.S_IFREG}
+	oi := store.ObjectInfo{Path: key, ModTime: time.Unix(st.Mtim.Unix()), IsDir: ft == unix.S_IFDIR, Special: ft != unix.S_IFDIR && ft != unix.S_IFREG,
+		UID: st.Uid, HasUID: true}
 	if !oi.IsDir {
 		oi.Size = st.Size
 	}
