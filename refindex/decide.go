@@ -39,7 +39,8 @@ const (
 // a failed sync refuses everything; an unparseable `_metadata` refuses every operation except on that
 // file itself; a live `_metadata` naming its own folder's files outside the store (missing --map)
 // refuses operations in its job folder; objects referenced by a live checkpoint/savepoint are
-// refused; protected `_metadata` (newest checkpoint of an active job, pinned) is refused; --protect
+// refused; protected `_metadata` (pinned, newest checkpoint of an active job, newest savepoint of a
+// job, savepoint within --savepoint-retention) is refused; --protect
 // globs are refused; unreferenced objects younger than --grace are refused (except OpLink and
 // OpChmod); everything else is allowed. For a directory (OpRmdir, OpRename/OpReplace/OpChmod of a
 // directory) the answer covers everything below it. Errors refuse.
@@ -157,11 +158,23 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 		b.WriteString(count)
 		b.WriteString(" live checkpoint(s)/savepoint(s): ")
 		writeCheckpoints(&b, refs, n)
-		b.WriteString("; they need it to restore. Retire them first (delete their _metadata, or let Flink subsume them), or take a full checkpoint of the job (`flink checkpoint <job-id> -full`) so newer checkpoints stop referencing it")
+		b.WriteString("; they need it to restore. ")
+		sp, ck := st.referencingKinds(refs)
+		if ck {
+			b.WriteString("Retire the checkpoints first (delete their _metadata, or let Flink subsume them), or take a full checkpoint of the job (`flink checkpoint <job-id> -full`) so newer checkpoints stop referencing it")
+		}
+		if sp {
+			if ck {
+				b.WriteString("; ")
+			}
+			// A savepoint is never subsumed and a full checkpoint does not release it: it is needed
+			// as a whole until someone disposes of it.
+			b.WriteString("A savepoint needs its files as a whole until it is disposed of: dispose of the savepoint on purpose (`flink savepoint -d <savepoint path>`, or delete its _metadata through the mount, which retires it when the policy allows), then its files can go")
+		}
 		return Decision{Reason: ReasonReferenced, Referencing: refs, RefCount: n, Message: b.String()}
 	}
 
-	// 4. Protected _metadata: pinned, or the newest checkpoint of an active job.
+	// 4. Protected _metadata: pinned, the newest checkpoint of an active job, a protected savepoint.
 	cands := []string{key}
 	if maybeDir {
 		cands = append(cands, st.below(key)...)
@@ -180,9 +193,9 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 		if c == nil {
 			continue
 		}
-		if st.newest(c) && v.pol.ActiveWindow > 0 && storeNow.Sub(c.ModTime) < v.pol.ActiveWindow {
-			return Decision{Reason: ReasonProtectedMetadata, Referencing: []string{k}, RefCount: 1,
-				Message: fmt.Sprintf("refusing to %s %s: %s is the newest checkpoint of job folder %s, completed %s ago (within --active-window %s), so the job may restart from it; keep it, or use a shorter --active-window if the job is gone for good", op, what, k, c.Job, storeNow.Sub(c.ModTime).Round(time.Second), v.pol.ActiveWindow)}
+		if r, why := v.protection(c, storeNow); r != "" {
+			return Decision{Reason: r, Referencing: []string{k}, RefCount: 1,
+				Message: fmt.Sprintf("refusing to %s %s: %s", op, what, why)}
 		}
 	}
 
@@ -248,8 +261,8 @@ func (v *view) graceMsg(op Op, what, file string, age time.Duration) string {
 }
 
 // inGrace reports whether an unreferenced file is young enough to belong to an in-flight
-// checkpoint. A live `_metadata` (its checkpoint is complete) and files whose referencing checkpoints
-// were retired (tombstones: they belonged to a completed checkpoint) are not in flight.
+// checkpoint. A live `_metadata` (its checkpoint is complete) and files whose referencing checkpoint
+// was retired (a tombstone that lifts grace from this file: see tombstoneLifts) are not in flight.
 func (ix *Index) inGrace(v *view, o store.ObjectInfo, now time.Time) (bool, time.Duration) {
 	age := now.Sub(o.ModTime)
 	// --grace 0 switches the rule off. Without the explicit check a file modified a moment after `now`
@@ -260,8 +273,28 @@ func (ix *Index) inGrace(v *view, o store.ObjectInfo, now time.Time) (bool, time
 	if c := v.st.ckpts[o.Path]; c != nil && c.Err == "" {
 		return false, age
 	}
-	_, err := v.snap.txn.Get(tombKey(o.Path))
-	return err != nil, age
+	it, err := v.snap.txn.Get(tombKey(o.Path))
+	if err != nil {
+		return true, age
+	}
+	lifts := false
+	if err := it.Value(func(b []byte) error { lifts = tombstoneLifts(b, o); return nil }); err != nil {
+		return true, age
+	}
+	return !lifts, age
+}
+
+// referencingKinds reports whether the referencing _metadata keys refs include savepoints and
+// checkpoints (anything that is no savepoint).
+func (s *memState) referencingKinds(refs []string) (savepoints, checkpoints bool) {
+	for _, r := range refs {
+		if c := s.ckpts[r]; c != nil && c.Kind == "savepoint" {
+			savepoints = true
+		} else {
+			checkpoints = true
+		}
+	}
+	return savepoints, checkpoints
 }
 
 // refsSelf reports whether key itself (not only something below it) is referenced.
@@ -397,7 +430,7 @@ func stateOf(r Reason) string {
 		return StateDeletable
 	case ReasonReferenced:
 		return StateReferenced
-	case ReasonProtectedMetadata, ReasonPinned, ReasonProtectGlob:
+	case ReasonProtectedMetadata, ReasonProtectedSavepoint, ReasonPinned, ReasonProtectGlob:
 		return StateProtected
 	case ReasonGrace:
 		return StateInGrace

@@ -52,9 +52,11 @@ const (
 	ReasonReferenced        Reason = "referenced"           // a live checkpoint/savepoint references it
 	ReasonProtectedMetadata Reason = "protected-metadata"   // newest checkpoint of an active job
 	ReasonPinned            Reason = "pinned"               // pinned with `ckguard pin`
-	ReasonProtectGlob       Reason = "protect-glob"         // matches a --protect glob
-	ReasonGrace             Reason = "grace"                // unreferenced but younger than --grace
-	ReasonStoreError        Reason = "store-error"          // storage error while deciding: fail closed
+	// ReasonProtectedSavepoint: the newest savepoint of a job, or one within --savepoint-retention.
+	ReasonProtectedSavepoint Reason = "protected-savepoint"
+	ReasonProtectGlob        Reason = "protect-glob" // matches a --protect glob
+	ReasonGrace              Reason = "grace"        // unreferenced but younger than --grace
+	ReasonStoreError         Reason = "store-error"  // storage error while deciding: fail closed
 	// ReasonUnmappedReferences: a live _metadata references, outside the store, files of its own
 	// checkpoint folder: they are in this store under a name no --map ties to it, so what it
 	// references there is unknown.

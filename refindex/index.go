@@ -137,15 +137,18 @@ type memState struct {
 	sorted      []string                     // keys of ckpts, sorted (prefix searches for directories)
 	unparseable []string                     // sorted keys of records with Err
 	unmapped    []string                     // sorted keys of records with Unmapped references
-	// Per job folder, over the checkpoints that compete for its newest (candidateID): the highest id and
-	// the latest completion (mtime). See newest.
+	// Per competition (newestGroup: a job folder and the owner of the _metadata), over the checkpoints
+	// that compete for its newest (candidateID): the highest id and the latest completion (mtime).
+	// See newest.
 	newestID  map[string]int64
 	newestMod map[string]time.Time
-	dirRefs   map[string]int // file-merging directory key → number of checkpoints naming it
+	// Per savepoint competition (savepointGroup): the latest completion. See newestSavepoint.
+	savepointMod map[string]time.Time
+	dirRefs      map[string]int // file-merging directory key → number of checkpoints naming it
 }
 
 func newMemState() *memState {
-	return &memState{ckpts: map[string]*checkpointRecord{}, newestID: map[string]int64{}, newestMod: map[string]time.Time{}, dirRefs: map[string]int{}}
+	return &memState{ckpts: map[string]*checkpointRecord{}, newestID: map[string]int64{}, newestMod: map[string]time.Time{}, savepointMod: map[string]time.Time{}, dirRefs: map[string]int{}}
 }
 
 // finish recomputes the derived tables after ckpts changed.
@@ -155,6 +158,7 @@ func (s *memState) finish() {
 	s.unmapped = s.unmapped[:0]
 	s.newestID = map[string]int64{}
 	s.newestMod = map[string]time.Time{}
+	s.savepointMod = map[string]time.Time{}
 	for k, c := range s.ckpts {
 		s.sorted = append(s.sorted, k)
 		if c.Err != "" {
@@ -165,17 +169,24 @@ func (s *memState) finish() {
 		if c.Unmapped > 0 {
 			s.unmapped = append(s.unmapped, k)
 		}
+		if g, ok := c.savepointGroup(); ok {
+			if cur, seen := s.savepointMod[g]; !seen || c.ModTime.After(cur) {
+				s.savepointMod[g] = c.ModTime
+			}
+			continue
+		}
 		id, ok := c.candidateID()
 		if !ok {
 			continue
 		}
-		if cur, seen := s.newestID[c.Job]; !seen || id > cur {
-			s.newestID[c.Job] = id
+		g := c.newestGroup()
+		if cur, seen := s.newestID[g]; !seen || id > cur {
+			s.newestID[g] = id
 		}
 		// A job resubmitted with a fixed job id (application mode) restarts its ids in the same
 		// folder: its new chk-51 is the one it restarts from, not the old chk-100.
-		if cur, seen := s.newestMod[c.Job]; !seen || c.ModTime.After(cur) {
-			s.newestMod[c.Job] = c.ModTime
+		if cur, seen := s.newestMod[g]; !seen || c.ModTime.After(cur) {
+			s.newestMod[g] = c.ModTime
 		}
 	}
 	sort.Strings(s.sorted)
@@ -183,15 +194,40 @@ func (s *memState) finish() {
 	sort.Strings(s.unmapped)
 }
 
-// newest reports whether c is the newest checkpoint of its job folder: the highest id or the most
-// recently completed. Ties protect every record that has them, so no record can take the protection away
-// from another (two checkpoints of a job completed within the same mtime tick).
+// newest reports whether c is the newest checkpoint of its job folder among the checkpoints of its
+// owner: the highest id or the most recently completed. Ties protect every record that has them, so no
+// record can take the protection away from another (two checkpoints of a job completed within the same
+// mtime tick).
+//
+// Checkpoints compete only with those of the same owner (newestGroup): a `_metadata` another user
+// wrote into the job folder (a chk-<newest+1>/_metadata with a valid id, a copy of the real one with
+// its id rewritten) is the newest of ITS owner's checkpoints, so it is protected itself, but it never
+// takes the protection away from the job's real newest checkpoint. Only root can give a file away,
+// so no other user can make a file look like the job's. The protected set is never smaller than
+// when every checkpoint of the folder competed: the folder's highest id and latest completion are
+// each the highest and latest of their owner's.
 func (s *memState) newest(c *checkpointRecord) bool {
 	id, ok := c.candidateID()
 	if !ok {
 		return false
 	}
-	return id == s.newestID[c.Job] || c.ModTime.Equal(s.newestMod[c.Job])
+	g := c.newestGroup()
+	return id == s.newestID[g] || c.ModTime.Equal(s.newestMod[g])
+}
+
+// newestGroup names the competition for the newest checkpoint c takes part in: its job folder and
+// the owner of its `_metadata` ("?" where the store has no owners: S3, where every writer through
+// the mount is the mount's own user and anyone else writing needs the bucket's credentials).
+func (c *checkpointRecord) newestGroup() string {
+	return c.Job + "\x00" + c.owner()
+}
+
+// owner returns the uid owning the `_metadata` as a string, "?" when unknown.
+func (c *checkpointRecord) owner() string {
+	if c.UID == nil {
+		return "?"
+	}
+	return strconv.FormatUint(uint64(*c.UID), 10)
 }
 
 // candidateID reports whether c competes for the newest checkpoint of its job folder, and with which id.

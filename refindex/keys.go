@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"github.com/klauspost/compress/zstd"
 	"time"
+
+	"github.com/ckguard/ckguard/refindex/store"
 )
 
 // SchemaVersion is the layout of the badger keys below. An index of another schema is refused with a
@@ -217,6 +219,19 @@ type checkpointRecord struct {
 	UnmappedURI   string `json:"unmapped_uri,omitempty"`   // the first one, as written
 	UnmappedScope string `json:"unmapped_scope,omitempty"` // store folder they land in
 	UnmappedMap   string `json:"unmapped_map,omitempty"`   // the --map that would tie them to the store
+	// UID owns the `_metadata` where the store has owners (nil: unknown, as on S3). Checkpoints compete
+	// for the newest of a job only with those of the same owner (memState.newest), and retiring one
+	// lifts the grace period only from files of its owner (tombstone).
+	UID *uint32 `json:"uid,omitempty"`
+}
+
+// uidOf returns the owner of oi, nil when the store has none.
+func uidOf(oi store.ObjectInfo) *uint32 {
+	if !oi.HasUID {
+		return nil
+	}
+	u := oi.UID
+	return &u
 }
 
 func (c *checkpointRecord) marshal() []byte {

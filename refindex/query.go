@@ -157,14 +157,16 @@ type PolicyInfo struct {
 	ActiveWindow string   `json:"active_window"`
 	MaxStaleness string   `json:"max_staleness"`
 	Protect      []string `json:"protect,omitempty"`
+	// SavepointKeepNewest and SavepointRetention: see Policy.
+	SavepointKeepNewest bool   `json:"savepoint_keep_newest"`
+	SavepointRetention  string `json:"savepoint_retention"`
 }
 
 func (v *view) info(c *checkpointRecord) CheckpointInfo {
 	ci := CheckpointInfo{Metadata: c.Key, Dir: dirOf(c.Key), Job: c.Job, ID: c.ID, Kind: c.Kind, Completed: c.ModTime,
 		Size: c.Size, Format: c.Format, Refs: c.Refs, Outside: c.Outside, Error: c.Err}
 	_, ci.Pinned = v.pins[c.Key]
-	now := v.storeNow(v.now())
-	if v.st.newest(c) && v.pol.ActiveWindow > 0 && now.Sub(c.ModTime) < v.pol.ActiveWindow {
+	if r, _ := v.protection(c, v.storeNow(v.now())); r != "" {
 		ci.Protected = true
 	}
 	return ci
@@ -397,9 +399,13 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 			}
 			return false
 		}
-		tomb := func(key string) bool {
-			_, err := txn.Get(tombKey(key))
-			return err == nil
+		tomb := func(o store.ObjectInfo) bool {
+			it, err := txn.Get(tombKey(o.Path))
+			if err != nil {
+				return false
+			}
+			b, err := it.ValueCopy(nil)
+			return err == nil && tombstoneLifts(b, o)
 		}
 		bar := ix.newCounter("scanning the store for orphans")
 		defer bar.Finish()
@@ -426,7 +432,7 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 				return nil
 			}
 			age := now.Sub(o.ModTime)
-			if age < olderThan || (age < v.pol.Grace && !tomb(o.Path)) {
+			if age < olderThan || (age < v.pol.Grace && !tomb(o)) {
 				return nil
 			}
 			res.Files = append(res.Files, OrphanFile{Path: o.Path, Size: o.Size, ModTime: o.ModTime})
@@ -572,7 +578,8 @@ func (ix *Index) Stats(ctx context.Context) (*StatsResult, error) {
 	defer v.release()
 	s := &StatsResult{Store: ix.st.Root(), IndexDir: ix.dir, Schema: SchemaVersion, Generation: v.g.n, LastSync: v.last,
 		SyncError: v.syncErr, Pins: len(v.pins), DirectoryHandles: len(v.st.dirRefs), IndexBytes: dirBytes(filepath.Join(ix.dir, genName(v.g.n))),
-		Policy:           PolicyInfo{Grace: v.pol.Grace.String(), ActiveWindow: v.pol.ActiveWindow.String(), MaxStaleness: v.pol.MaxStaleness.String(), Protect: v.pol.Protect},
+		Policy: PolicyInfo{Grace: v.pol.Grace.String(), ActiveWindow: v.pol.ActiveWindow.String(), MaxStaleness: v.pol.MaxStaleness.String(), Protect: v.pol.Protect,
+			SavepointKeepNewest: v.pol.SavepointKeepNewest, SavepointRetention: v.pol.SavepointRetention.String()},
 		StoreClockBehind: -v.skew}
 	b := v.blocked()
 	s.Stale = b != "" && len(v.st.unparseable) == 0

@@ -127,7 +127,7 @@ func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, er
 		src = bytes.NewReader(buf)
 	}
 	job, id, kind := layoutOf(oi.Path)
-	rec := &checkpointRecord{Key: oi.Path, Job: job, ID: id, Kind: kind, ModTime: oi.ModTime, Size: size, ETag: oi.ETag}
+	rec := &checkpointRecord{Key: oi.Path, Job: job, ID: id, Kind: kind, ModTime: oi.ModTime, Size: size, ETag: oi.ETag, UID: uidOf(oi)}
 	pm, err := ix.opt.parse(src, size, oi.Path)
 	if err != nil {
 		if watched.err != nil {
@@ -187,7 +187,7 @@ func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, er
 func (ix *Index) unparseable(oi store.ObjectInfo, size int64, err error) *entry {
 	job, id, kind := layoutOf(oi.Path)
 	ix.log.Warn("unparseable _metadata: every deletion is refused until it is fixed or removed", "file", oi.Path, "err", err)
-	return &entry{rec: &checkpointRecord{Key: oi.Path, Job: job, ID: id, Kind: kind, ModTime: oi.ModTime, Size: size, ETag: oi.ETag, Err: err.Error()}}
+	return &entry{rec: &checkpointRecord{Key: oi.Path, Job: job, ID: id, Kind: kind, ModTime: oi.ModTime, Size: size, ETag: oi.ETag, UID: uidOf(oi), Err: err.Error()}}
 }
 
 // putEntry writes a checkpoint and its references.
@@ -223,7 +223,11 @@ func pairKeyFor(r ref, meta string) []byte {
 
 // removeEntry deletes a checkpoint's records; references not in keep lose this checkpoint and get a
 // tombstone (their last checkpoint was retired, so they are not in-flight files).
-func removeEntry(w writer, meta string, refs []ref, keep map[string]bool, now time.Time, dropRecord bool) error {
+// The tombstone records the retired record's owner and completion: it lifts grace only from files
+// that checkpoint could have owned (tombstoneLifts).
+func removeEntry(w writer, rec *checkpointRecord, refs []ref, keep map[string]bool, now time.Time, dropRecord bool) error {
+	meta := rec.Key
+	tomb := encodeTombstone(now, rec)
 	if dropRecord {
 		if err := w.Delete(ckKey(meta)); err != nil {
 			return err
@@ -241,7 +245,7 @@ func removeEntry(w writer, meta string, refs []ref, keep map[string]bool, now ti
 			return err
 		}
 		if r.Inside && r.Kind != RefDirectory {
-			if err := w.Set(tombKey(r.Key), encodeTime(now)); err != nil {
+			if err := w.Set(tombKey(r.Key), tomb); err != nil {
 				return err
 			}
 		}
@@ -282,7 +286,7 @@ func purgeTombstones(txn *badger.Txn, before time.Time) error {
 	var old [][]byte
 	for it.Rewind(); it.Valid() && len(old) < maxTombstonePurge; it.Next() {
 		v, err := it.Item().ValueCopy(nil)
-		if err == nil && decodeTime(v).Before(before) {
+		if err == nil && tombstoneTime(v).Before(before) {
 			old = append(old, it.Item().KeyCopy(nil))
 		}
 	}
@@ -372,7 +376,7 @@ func (ix *Index) apply(ch change) error {
 			for _, r := range e.refs {
 				keep[string(pairKeyFor(r, e.rec.Key))] = true
 			}
-			if err := removeEntry(txn, e.rec.Key, oldRefs, keep, now, false); err != nil {
+			if err := removeEntry(txn, cur.ckpts[e.rec.Key], oldRefs, keep, now, false); err != nil {
 				return fail(err)
 			}
 			adjustDirRefs(next, oldRefs, -1)
@@ -389,7 +393,7 @@ func (ix *Index) apply(ch change) error {
 			return err
 		}
 		count(k, refs, nil)
-		if err := removeEntry(txn, k, refs, nil, now, true); err != nil {
+		if err := removeEntry(txn, cur.ckpts[k], refs, nil, now, true); err != nil {
 			return fail(err)
 		}
 		adjustDirRefs(next, refs, -1)
@@ -576,8 +580,15 @@ func (ix *Index) rebuildExclusive(ctx context.Context) error {
 // precisions in listings (milliseconds) and HEAD (seconds), so comparing times would call every
 // object changed. Otherwise the modification times must agree, at second precision when either side
 // has none finer.
+//
+// Where the store has owners, a record read without one (an index written before owners were kept)
+// or with another one (root gave the file away) is another version too: the owner decides which
+// checkpoints compete for a job's newest and which files a retirement may tombstone.
 func sameVersion(c *checkpointRecord, oi store.ObjectInfo) bool {
 	if c.Size != oi.Size {
+		return false
+	}
+	if oi.HasUID && (c.UID == nil || *c.UID != oi.UID) {
 		return false
 	}
 	if c.ETag != "" && oi.ETag != "" {

@@ -48,7 +48,9 @@ func policyFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "grace", Value: d.Grace, Usage: "protect unreferenced files younger than this (in-flight checkpoints); Go duration: 90s, 1h, 0s"},
 		&cli.DurationFlag{Name: "active-window", Value: d.ActiveWindow, Usage: "protect the newest checkpoint _metadata of jobs whose newest checkpoint completed within this window"},
 		&cli.DurationFlag{Name: "max-staleness", Value: d.MaxStaleness, Usage: "refuse everything when the index's last complete sync is older than this (0 = no limit)"},
-		&cli.StringSliceFlag{Name: "protect", Usage: "never remove store paths matching this `GLOB` or anything below them (repeatable), e.g. ha"},
+		&cli.StringSliceFlag{Name: "protect", Usage: "never remove store paths matching this `GLOB` or anything below them (repeatable); a glob without / matches a file or folder name at any depth (ha, savepoint-*), one with / matches paths from the store root (flink/ha, */ha, /ha)"},
+		&cli.BoolFlag{Name: "savepoint-keep-newest", Value: d.SavepointKeepNewest, Usage: "protect the _metadata of the newest savepoint of every job, whatever its age (--savepoint-keep-newest=false to dispose of one through the mount)"},
+		&cli.DurationFlag{Name: "savepoint-retention", Value: d.SavepointRetention, Usage: "protect the _metadata of every savepoint completed within this period (0 = off)"},
 	}
 }
 
@@ -60,6 +62,8 @@ func policyFrom(c *cli.Context) (refindex.Policy, error) {
 		p.ActiveWindow = c.Duration("active-window")
 		p.MaxStaleness = c.Duration("max-staleness")
 		p.Protect = c.StringSlice("protect")
+		p.SavepointKeepNewest = c.Bool("savepoint-keep-newest")
+		p.SavepointRetention = c.Duration("savepoint-retention")
 	}
 	return p, p.Validate()
 }

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -261,10 +262,26 @@ func (t *Tree) Retire(metaKey string) error {
 type Policy struct {
 	Grace        time.Duration
 	ActiveWindow time.Duration
+	// SavepointKeepNewest and SavepointRetention: as in refindex.Policy.
+	SavepointKeepNewest bool
+	SavepointRetention  time.Duration
 }
 
 // DefaultPolicy matches refindex.DefaultPolicy.
-var DefaultPolicy = Policy{Grace: time.Hour, ActiveWindow: 7 * 24 * time.Hour}
+var DefaultPolicy = Policy{Grace: time.Hour, ActiveWindow: 7 * 24 * time.Hour, SavepointKeepNewest: true, SavepointRetention: 30 * 24 * time.Hour}
+
+// savepointDir matches Flink's savepoint folder names: savepoint-<6 hex of the job id>-<12 hex>.
+var savepointDir = regexp.MustCompile(`^savepoint-([0-9a-f]{6})-[0-9a-f]{12}$`)
+
+// savepointJob is the job a savepoint belongs to: the folder holding it plus the job id prefix its
+// name carries, or (a folder named otherwise) its own folder.
+func savepointJob(c *Checkpoint) string {
+	dir := path.Dir(c.Metadata)
+	if m := savepointDir.FindStringSubmatch(path.Base(dir)); m != nil {
+		return path.Dir(dir) + "/" + m[1]
+	}
+	return dir
+}
 
 func sorted(set map[string]bool) []string {
 	out := make([]string, 0, len(set))
@@ -316,20 +333,33 @@ func (t *Tree) Referenced() []string {
 }
 
 // ProtectedMetadata lists the `_metadata` the policy protects: the newest checkpoint of each job
-// whose newest checkpoint completed within the active window.
+// whose newest checkpoint completed within the active window, the newest savepoint of each job and
+// savepoints within the savepoint retention.
 func (t *Tree) ProtectedMetadata(p Policy) []string {
 	newest := map[string]*Checkpoint{}
+	set := map[string]bool{}
+	newestSP := map[string]time.Time{}
 	for _, c := range t.Live {
 		if c.Savepoint {
+			if j := savepointJob(c); c.Completed.After(newestSP[j]) {
+				newestSP[j] = c.Completed
+			}
+			if p.SavepointRetention > 0 && t.Now.Sub(c.Completed) < p.SavepointRetention {
+				set[c.Metadata] = true
+			}
 			continue
 		}
 		if n := newest[c.Job]; n == nil || c.ID > n.ID {
 			newest[c.Job] = c
 		}
 	}
-	set := map[string]bool{}
 	for _, c := range newest {
 		if t.Now.Sub(c.Completed) < p.ActiveWindow {
+			set[c.Metadata] = true
+		}
+	}
+	for _, c := range t.Live {
+		if c.Savepoint && p.SavepointKeepNewest && c.Completed.Equal(newestSP[savepointJob(c)]) {
 			set[c.Metadata] = true
 		}
 	}

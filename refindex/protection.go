@@ -1,0 +1,130 @@
+package refindex
+
+import (
+	"encoding/binary"
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/ckguard/ckguard/refindex/store"
+)
+
+// flinkSavepointDir matches the folder name Flink gives a savepoint: savepoint-<first 6 hex digits of
+// the job id>-<12 random hex digits>.
+var flinkSavepointDir = regexp.MustCompile(`^savepoint-([0-9a-f]{6})-[0-9a-f]{12}$`)
+
+// savepointGroup names the competition for the newest savepoint that c takes part in, or reports
+// false when c is no savepoint. A savepoint is told from a checkpoint by its `_metadata` (its
+// properties) or, where the format carries none, by its savepoint-… folder. The `_metadata` names no
+// job, so a savepoint belongs to the job its folder name says (Flink's savepoint-<6 hex of the job
+// id>-<random>, wherever the savepoint folder lies: beside the checkpoints or in a savepoints folder
+// of its own); a savepoint in a folder named otherwise (renamed by a user, or written by a tool) is
+// the only savepoint of its job, so it is always its job's newest. As for checkpoints, savepoints
+// compete only with those of the same owner, so no other user's copy takes the protection away.
+func (c *checkpointRecord) savepointGroup() (string, bool) {
+	if c.Kind != "savepoint" {
+		return "", false
+	}
+	dir := path.Dir(c.Key)
+	if dir == "." {
+		dir = ""
+	}
+	g := dir
+	if m := flinkSavepointDir.FindStringSubmatch(path.Base(dir)); m != nil {
+		g = path.Join(path.Dir(dir), "savepoint-"+m[1]+"-*")
+	}
+	return g + "\x00" + c.owner(), true
+}
+
+// savepointJob describes the job a savepoint belongs to, for messages.
+func savepointJob(c *checkpointRecord) string {
+	dir := path.Dir(c.Key)
+	if m := flinkSavepointDir.FindStringSubmatch(path.Base(dir)); m != nil {
+		return fmt.Sprintf("of the job whose id starts with %s (savepoint-%s-* folders in %s)", m[1], m[1], orRoot(strings.TrimSuffix(path.Dir(dir), ".")))
+	}
+	return fmt.Sprintf("in %s (its folder name does not say which job it belongs to, so it counts as its job's only savepoint)", orRoot(strings.TrimSuffix(dir, ".")))
+}
+
+// newestSavepoint reports whether savepoint c is the most recently completed one of its job (ties
+// protect every record that has them).
+func (s *memState) newestSavepoint(c *checkpointRecord) bool {
+	g, ok := c.savepointGroup()
+	return ok && c.ModTime.Equal(s.savepointMod[g])
+}
+
+// protection reports whether the policy protects the `_metadata` c from retirement (besides a pin)
+// and why: the newest checkpoint of a job active within --active-window (ReasonProtectedMetadata),
+// the newest savepoint of a job or a savepoint younger than --savepoint-retention
+// (ReasonProtectedSavepoint). The sentence completes "refusing to <op> <path>: ".
+func (v *view) protection(c *checkpointRecord, storeNow time.Time) (Reason, string) {
+	age := storeNow.Sub(c.ModTime)
+	if _, ok := c.savepointGroup(); ok {
+		if v.pol.SavepointKeepNewest && v.st.newestSavepoint(c) {
+			return ReasonProtectedSavepoint, fmt.Sprintf("%s is the newest savepoint %s, completed %s ago; someone took it to restore the job from, and Flink keeps no other copy. Take a newer savepoint of the job first; to dispose of it on purpose, delete it outside the mount (`flink savepoint -d <path>` removes it and its files) or run the mount with --savepoint-keep-newest=false", c.Key, savepointJob(c), age.Round(time.Second))
+		}
+		if v.pol.SavepointRetention > 0 && age < v.pol.SavepointRetention {
+			return ReasonProtectedSavepoint, fmt.Sprintf("%s is a savepoint %s completed %s ago, within --savepoint-retention %s, so someone may restore from it; retry after %s, or run the mount with a shorter --savepoint-retention", c.Key, savepointJob(c), age.Round(time.Second), v.pol.SavepointRetention, (v.pol.SavepointRetention - age).Round(time.Second))
+		}
+		return "", ""
+	}
+	if v.st.newest(c) && v.pol.ActiveWindow > 0 && age < v.pol.ActiveWindow {
+		return ReasonProtectedMetadata, fmt.Sprintf("%s is the newest checkpoint of job folder %s, completed %s ago (within --active-window %s), so the job may restart from it; keep it, or use a shorter --active-window if the job is gone for good", c.Key, c.Job, age.Round(time.Second), v.pol.ActiveWindow)
+	}
+	return "", ""
+}
+
+// A tombstone says that the last checkpoint referencing an object was retired, so the object is no
+// in-flight file and --grace does not keep it. It records who retired it, and only lifts the grace
+// period from a file that checkpoint could have owned (tombstoneLifts):
+//
+//	uint64 retire time (unix ns) | uint64 completion (mtime) of the retired _metadata | byte has-uid | uint32 uid
+const tombstoneLen = 8 + 8 + 1 + 4
+
+// tombstoneSlack is how much later than the retired `_metadata` a file may have been modified and
+// still be one it referenced: the two times can come from listings and HEADs of different precision
+// (S3: milliseconds and seconds), or from the two ends of an upload.
+const tombstoneSlack = 2 * time.Second
+
+func encodeTombstone(retired time.Time, c *checkpointRecord) []byte {
+	b := make([]byte, 0, tombstoneLen)
+	b = binary.BigEndian.AppendUint64(b, uint64(retired.UnixNano()))
+	b = binary.BigEndian.AppendUint64(b, uint64(c.ModTime.UnixNano()))
+	if c.UID != nil {
+		b = append(b, 1)
+		return binary.BigEndian.AppendUint32(b, *c.UID)
+	}
+	return append(b, 0, 0, 0, 0, 0)
+}
+
+// tombstoneTime returns when a tombstone was written (the zero time for a malformed one).
+func tombstoneTime(b []byte) time.Time {
+	if len(b) < 8 {
+		return time.Time{}
+	}
+	return decodeTime(b[:8])
+}
+
+// tombstoneLifts reports whether tombstone b takes the grace period away from file o. Retiring a
+// `_metadata` proves only that the files IT owned belong to no checkpoint in flight; anyone who can
+// create a file in the store can write a `_metadata` naming the young files of a checkpoint Flink is
+// still writing and delete it again. So the tombstone lifts grace only when
+//   - the file has the retired `_metadata`'s owner (where the store has owners: only root can give a
+//     file away, so a `_metadata` another user wrote lifts nothing from the job's files), and
+//   - the file was not modified after that `_metadata` completed (Flink writes every file of a
+//     checkpoint before its `_metadata`; a file changed later, rewritten or appended to by a
+//     checkpoint in flight, is not the one the retired checkpoint referenced).
+//
+// A tombstone in an older layout (no owner recorded) lifts nothing: the file keeps --grace.
+func tombstoneLifts(b []byte, o store.ObjectInfo) bool {
+	if len(b) != tombstoneLen {
+		return false
+	}
+	hasUID := b[16] == 1
+	if hasUID != o.HasUID || (hasUID && binary.BigEndian.Uint32(b[17:]) != o.UID) {
+		return false
+	}
+	completed := time.Unix(0, int64(binary.BigEndian.Uint64(b[8:16])))
+	return !o.ModTime.After(completed.Add(tombstoneSlack))
+}
