@@ -79,23 +79,36 @@ func (v *view) protection(c *checkpointRecord, storeNow time.Time) (Reason, stri
 // in-flight file and --grace does not keep it. It records who retired it, and only lifts the grace
 // period from a file that checkpoint could have owned (tombstoneLifts):
 //
-//	uint64 retire time (unix ns) | uint64 completion (mtime) of the retired _metadata | byte has-uid | uint32 uid
+//	uint64 retire time (unix ns) | uint64 completion (mtime) of the retired _metadata |
+//	byte flags (1: the uid is known, 2: any owner) | uint32 uid of the retired _metadata
 const tombstoneLen = 8 + 8 + 1 + 4
+
+const (
+	tombUID      = 1
+	tombAnyOwner = 2
+)
 
 // tombstoneSlack is how much later than the retired `_metadata` a file may have been modified and
 // still be one it referenced: the two times can come from listings and HEADs of different precision
 // (S3: milliseconds and seconds), or from the two ends of an upload.
 const tombstoneSlack = 2 * time.Second
 
-func encodeTombstone(retired time.Time, c *checkpointRecord) []byte {
+// encodeTombstone is the tombstone the retirement of c leaves on a file; anyOwner: c had the owner of
+// its job folder and the file lies in that folder.
+func encodeTombstone(retired time.Time, c *checkpointRecord, anyOwner bool) []byte {
 	b := make([]byte, 0, tombstoneLen)
 	b = binary.BigEndian.AppendUint64(b, uint64(retired.UnixNano()))
 	b = binary.BigEndian.AppendUint64(b, uint64(c.ModTime.UnixNano()))
+	var flags byte
+	var uid uint32
 	if c.UID != nil {
-		b = append(b, 1)
-		return binary.BigEndian.AppendUint32(b, *c.UID)
+		flags, uid = tombUID, *c.UID
 	}
-	return append(b, 0, 0, 0, 0, 0)
+	if anyOwner {
+		flags |= tombAnyOwner
+	}
+	b = append(b, flags)
+	return binary.BigEndian.AppendUint32(b, uid)
 }
 
 // tombstoneTime returns when a tombstone was written (the zero time for a malformed one).
@@ -110,8 +123,10 @@ func tombstoneTime(b []byte) time.Time {
 // `_metadata` proves only that the files IT owned belong to no checkpoint in flight; anyone who can
 // create a file in the store can write a `_metadata` naming the young files of a checkpoint Flink is
 // still writing and delete it again. So the tombstone lifts grace only when
-//   - the file has the retired `_metadata`'s owner (where the store has owners: only root can give a
-//     file away, so a `_metadata` another user wrote lifts nothing from the job's files), and
+//   - the file has the retired `_metadata`'s owner, or lies in the job folder of a `_metadata` that
+//     had the job folder's owner (where the store has owners: only root can give a file away, so a
+//     `_metadata` another user wrote lifts nothing from the job's files, and one in a job folder of
+//     its own nothing outside it), and
 //   - the file was not modified after that `_metadata` completed (Flink writes every file of a
 //     checkpoint before its `_metadata`; a file changed later, rewritten or appended to by a
 //     checkpoint in flight, is not the one the retired checkpoint referenced).
@@ -121,8 +136,11 @@ func tombstoneLifts(b []byte, o store.ObjectInfo) bool {
 	if len(b) != tombstoneLen {
 		return false
 	}
-	hasUID := b[16] == 1
-	if hasUID != o.HasUID || (hasUID && binary.BigEndian.Uint32(b[17:]) != o.UID) {
+	hasUID := b[16]&tombUID != 0
+	if hasUID != o.HasUID {
+		return false
+	}
+	if hasUID && b[16]&tombAnyOwner == 0 && binary.BigEndian.Uint32(b[17:]) != o.UID {
 		return false
 	}
 	completed := time.Unix(0, int64(binary.BigEndian.Uint64(b[8:16])))

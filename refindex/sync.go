@@ -128,6 +128,12 @@ func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, er
 	}
 	job, id, kind := layoutOf(oi.Path)
 	rec := &checkpointRecord{Key: oi.Path, Job: job, ID: id, Kind: kind, ModTime: oi.ModTime, Size: size, ETag: oi.ETag, UID: uidOf(oi)}
+	if oi.HasUID {
+		// Only a store with owners can tell (a stat of the folder; on S3 it would cost a listing).
+		if jo, err := ix.st.Stat(ctx, job); err == nil && jo.HasUID && jo.UID == oi.UID {
+			rec.JobOwner = true
+		}
+	}
 	pm, err := ix.opt.parse(src, size, oi.Path)
 	if err != nil {
 		if watched.err != nil {
@@ -227,7 +233,7 @@ func pairKeyFor(r ref, meta string) []byte {
 // that checkpoint could have owned (tombstoneLifts).
 func removeEntry(w writer, rec *checkpointRecord, refs []ref, keep map[string]bool, now time.Time, dropRecord bool) error {
 	meta := rec.Key
-	tomb := encodeTombstone(now, rec)
+	tomb, inJob := encodeTombstone(now, rec, false), encodeTombstone(now, rec, rec.JobOwner)
 	if dropRecord {
 		if err := w.Delete(ckKey(meta)); err != nil {
 			return err
@@ -245,7 +251,11 @@ func removeEntry(w writer, rec *checkpointRecord, refs []ref, keep map[string]bo
 			return err
 		}
 		if r.Inside && r.Kind != RefDirectory {
-			if err := w.Set(tombKey(r.Key), tomb); err != nil {
+			t := tomb
+			if rec.Job == "" || strings.HasPrefix(r.Key, rec.Job+"/") {
+				t = inJob
+			}
+			if err := w.Set(tombKey(r.Key), t); err != nil {
 				return err
 			}
 		}
