@@ -16,6 +16,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/flinkmeta"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
@@ -28,10 +29,78 @@ type model struct {
 	now    time.Time
 	jobs   []string                   // job folders
 	live   map[string][]string        // job → live _metadata keys, oldest first
-	refs   map[string]map[string]bool // _metadata → referenced keys
+	refs   map[string]map[string]bool // _metadata → referenced keys (every live _metadata, foreign ones too)
 	nextID map[string]int64
 	seq    int
+	// pending: files of the checkpoint Flink is writing per job (no _metadata yet) → when written.
+	pending map[string]map[string]time.Time
+	// foreign: _metadata another user (foreignUID) wrote into the store.
+	foreign map[string]bool
+	// savepoints: per job, the live savepoints Flink took (their _metadata → completion).
+	savepoints map[string]map[string]time.Time
+	pol        refindex.Policy
 }
+
+// foreignUID is the other local user who writes `_metadata` into the store.
+const foreignUID = 65534
+
+// protectedMeta reports why the policy must keep the `_metadata` key, or "": the newest checkpoint of
+// a job within the active window (the last one Flink completed: a foreign _metadata never takes that
+// away), the newest savepoint of a job, a savepoint within the retention.
+func (m *model) protectedMeta(key string) string {
+	for job, l := range m.live {
+		if len(l) > 0 && l[len(l)-1] == key && m.now.Sub(m.tr.Files[key].ModTime) < m.pol.ActiveWindow {
+			return "the newest checkpoint of " + job
+		}
+	}
+	for job, sps := range m.savepoints {
+		at, ok := sps[key]
+		if !ok {
+			continue
+		}
+		newest := true
+		for _, t := range sps {
+			newest = newest && !t.After(at)
+		}
+		if newest {
+			return "the newest savepoint of " + job
+		}
+		if m.now.Sub(at) < m.pol.SavepointRetention {
+			return "a savepoint within the retention"
+		}
+	}
+	return ""
+}
+
+// inFlight reports whether key is a file of a checkpoint Flink is writing, younger than grace.
+func (m *model) inFlight(key string) bool {
+	for _, p := range m.pending {
+		if at, ok := p[key]; ok && m.now.Sub(at) < m.pol.Grace {
+			return true
+		}
+	}
+	return false
+}
+
+// forget drops a deleted live _metadata from the model.
+func (m *model) forget(k string) {
+	delete(m.refs, k)
+	delete(m.foreign, k)
+	for j, l := range m.live {
+		for i, x := range l {
+			if x == k {
+				m.live[j] = append(l[:i:i], l[i+1:]...)
+				break
+			}
+		}
+	}
+	for _, sps := range m.savepoints {
+		delete(sps, k)
+	}
+}
+
+// jobHex is the 6 hex digits Flink takes from a job id for its savepoint folder names.
+func jobHex(job string) string { return flinkmeta.UUID(job)[:6] }
 
 func (m *model) referencedBy(key string) []string {
 	var out []string
@@ -61,6 +130,8 @@ func (m *model) notify(meta string) {
 // writeCheckpoint is Flink completing checkpoint n of job, reusing some SSTs of n-1 (or of a
 // restored job's checkpoint when from is set).
 func (m *model) writeCheckpoint(job, from string) {
+	// Checkpoints of a job complete at distinct times (ties of the newest protect both).
+	m.now = m.now.Add(time.Second)
 	id := m.nextID[job]
 	m.nextID[job]++
 	var shared []string
@@ -71,6 +142,14 @@ func (m *model) writeCheckpoint(job, from string) {
 			}
 		}
 	}
+	// The files of the checkpoint in flight that are still there (a cleanup may have taken those past
+	// grace: that checkpoint then fails in Flink; the model lets it complete without them).
+	for k := range m.pending[job] {
+		if _, ok := m.tr.Files[k]; ok {
+			shared = append(shared, k)
+		}
+	}
+	delete(m.pending, job)
 	sort.Strings(shared)
 	nNew := rapid.IntRange(0, 3).Draw(m.t, "new-ssts")
 	for i := 0; i < nNew; i++ {
@@ -99,7 +178,64 @@ func (m *model) check(key string, op refindex.Op) refindex.Decision {
 	if by := m.referencedBy(key); len(by) > 0 && d.Allow {
 		m.t.Fatalf("Decide allowed %s of %s, referenced by %v", op, key, by)
 	}
+	if why := m.protectedMeta(key); why != "" && d.Allow {
+		m.t.Fatalf("Decide allowed %s of %s, %s", op, key, why)
+	}
+	if m.inFlight(key) && d.Allow {
+		m.t.Fatalf("Decide allowed %s of %s, a file of the checkpoint in flight written %s ago (grace %s)", op, key, m.now.Sub(m.tr.Files[key].ModTime), m.pol.Grace)
+	}
 	return d
+}
+
+// writeForeign is another user writing a valid `_metadata` into a job folder: a fake newest
+// checkpoint (chk-<next id>, so Flink's next checkpoint takes the id after it), a copy of a savepoint
+// into a savepoint folder of the same job, or a throw-away one, naming a random choice of the job's
+// files (the checkpoint in flight's above all).
+func (m *model) writeForeign(job string) {
+	var cands []string
+	for k := range m.pending[job] {
+		cands = append(cands, k)
+	}
+	for _, k := range m.tr.AllFiles() {
+		if strings.HasPrefix(k, job+"/") && path.Base(k) != "_metadata" {
+			cands = append(cands, k)
+		}
+	}
+	sort.Strings(cands)
+	var named []string
+	for _, k := range cands {
+		if _, ok := m.tr.Files[k]; ok && rapid.Bool().Draw(m.t, "name") {
+			named = append(named, k)
+		}
+	}
+	m.seq++
+	var spec treegen.Spec
+	switch rapid.IntRange(0, 2).Draw(m.t, "foreign-kind") {
+	case 0:
+		id := m.nextID[job]
+		m.nextID[job]++
+		spec = treegen.Spec{Dir: fmt.Sprintf("%s/chk-%d", job, id), ID: id}
+	case 1:
+		spec = treegen.Spec{Dir: fmt.Sprintf("savepoints/savepoint-%s-%012d", jobHex(job), m.seq), ID: 1, Savepoint: true}
+	default:
+		spec = treegen.Spec{Dir: fmt.Sprintf("%s/laundry-%d", job, m.seq), ID: 1}
+	}
+	spec.Completed, spec.Shared = m.now, named
+	c, err := m.tr.Checkpoint(spec)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	delete(m.tr.Live, c.Metadata)
+	if err := os.Lchown(filepath.Join(m.tr.Root, c.Metadata), foreignUID, foreignUID); err != nil {
+		m.t.Fatal(err)
+	}
+	set := map[string]bool{}
+	for _, r := range c.Refs {
+		set[r] = true
+	}
+	m.refs[c.Metadata] = set
+	m.foreign[c.Metadata] = true
+	m.notify(c.Metadata)
 }
 
 // TestModel runs random sequences of Flink writing checkpoint n (reusing SSTs of n-1), subsuming n-1
@@ -171,7 +307,8 @@ func runModel(rt *rapid.T, checkFilter bool) {
 		}
 		defer os.RemoveAll(root)
 		m := &model{t: rt, now: time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC), live: map[string][]string{},
-			refs: map[string]map[string]bool{}, nextID: map[string]int64{}}
+			refs: map[string]map[string]bool{}, nextID: map[string]int64{}, pending: map[string]map[string]time.Time{},
+			foreign: map[string]bool{}, savepoints: map[string]map[string]time.Time{}}
 		m.tr, err = treegen.YoungOrphan(filepath.Join(root, "store"), m.now.Add(-30*24*time.Hour))
 		if err != nil {
 			rt.Fatal(err)
@@ -190,8 +327,11 @@ func runModel(rt *rapid.T, checkFilter bool) {
 		ls, _ := localstore.New(m.tr.Root)
 		pol := refindex.DefaultPolicy()
 		pol.MaxStaleness = 0
-		pol.ActiveWindow = 0 // subsumption and scripts may retire any checkpoint
+		// Subsumption retires the oldest checkpoint, never the newest; scripts may retire any other.
+		pol.ActiveWindow = 12 * time.Hour
+		pol.SavepointRetention = 6 * time.Hour
 		pol.Now = func() time.Time { return m.now }
+		m.pol = pol
 		m.ix, err = refindex.Open(filepath.Join(root, "index"), ls, pol, refindex.WithLogger(quiet), refindex.WithParseWorkers(2))
 		if err != nil {
 			rt.Fatal(err)
@@ -280,16 +420,74 @@ func runModel(rt *rapid.T, checkFilter bool) {
 					t.Fatal(err)
 				}
 				if m.isLiveMeta(k) {
-					delete(m.refs, k)
-					for j, l := range m.live {
-						for i, x := range l {
-							if x == k {
-								m.live[j] = append(l[:i:i], l[i+1:]...)
-								break
-							}
-						}
-					}
+					m.forget(k)
 				}
+			},
+			"start-checkpoint": func(t *rapid.T) {
+				// Flink writes the files of its next checkpoint; the _metadata comes with "checkpoint".
+				job := rapid.SampledFrom(m.jobs).Draw(t, "job")
+				if m.pending[job] == nil {
+					m.pending[job] = map[string]time.Time{}
+				}
+				for i := rapid.IntRange(1, 3).Draw(t, "files"); i > 0; i-- {
+					m.seq++
+					k := fmt.Sprintf("%s/shared/inflight-%d", job, m.seq)
+					if err := m.tr.Write(k, 64, m.now); err != nil {
+						t.Fatal(err)
+					}
+					m.pending[job][k] = m.now
+				}
+			},
+			"savepoint": func(t *rapid.T) {
+				job := rapid.SampledFrom(m.jobs).Draw(t, "job")
+				m.seq++
+				dir := fmt.Sprintf("savepoints/savepoint-%s-%012d", jobHex(job), m.seq)
+				c, err := m.tr.Checkpoint(treegen.Spec{Dir: dir, ID: m.nextID[job], Savepoint: true, Completed: m.now,
+					Private: []string{"state-a", "state-b"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := m.tr.Data(c, m.now); err != nil {
+					t.Fatal(err)
+				}
+				set := map[string]bool{}
+				for _, r := range c.Refs {
+					set[r] = true
+				}
+				m.refs[c.Metadata] = set
+				if m.savepoints[job] == nil {
+					m.savepoints[job] = map[string]time.Time{}
+				}
+				m.savepoints[job][c.Metadata] = m.now
+				m.notify(c.Metadata)
+			},
+			"foreign-write": func(t *rapid.T) {
+				if os.Geteuid() != 0 {
+					t.Skip("writing another user's _metadata needs root (chown)")
+				}
+				m.writeForeign(rapid.SampledFrom(m.jobs).Draw(t, "job"))
+			},
+			"foreign-delete": func(t *rapid.T) {
+				var fs []string
+				for k := range m.foreign {
+					fs = append(fs, k)
+				}
+				if len(fs) == 0 {
+					t.Skip("no foreign _metadata")
+				}
+				sort.Strings(fs)
+				k := rapid.SampledFrom(fs).Draw(t, "foreign")
+				if d := m.check(k, refindex.OpUnlink); !d.Allow {
+					return // its owner's newest checkpoint or savepoint: protected like any other
+				}
+				if err := os.Remove(filepath.Join(m.tr.Root, k)); err != nil {
+					t.Fatal(err)
+				}
+				delete(m.tr.Files, k)
+				if err := m.ix.NoteDeleted(ctx, k); err != nil {
+					t.Fatal(err)
+				}
+				m.forget(k)
 			},
 			"script-rename-dir": func(t *rapid.T) {
 				files := m.tr.AllFiles()
@@ -318,6 +516,26 @@ func runModel(rt *rapid.T, checkFilter bool) {
 				if checkFilter {
 					if err := refindex.CheckFilter(m.ix); err != nil {
 						t.Fatal(err)
+					}
+				}
+				// Invariant: what the policy protects (each job's newest checkpoint, its newest savepoint,
+				// savepoints within the retention) and the young files of checkpoints in flight are refused,
+				// whatever foreign _metadata were written or deleted.
+				for _, l := range m.live {
+					if len(l) > 0 {
+						m.check(l[len(l)-1], refindex.OpUnlink)
+					}
+				}
+				for _, sps := range m.savepoints {
+					for k := range sps {
+						m.check(k, refindex.OpUnlink)
+					}
+				}
+				for _, p := range m.pending {
+					for k := range p {
+						if _, ok := m.tr.Files[k]; ok {
+							m.check(k, refindex.OpUnlink)
+						}
 					}
 				}
 				// Invariant: every object a live checkpoint references exists (nothing referenced was lost).
