@@ -45,9 +45,9 @@ func sharedMount(t *testing.T, base, store string, extra ...string) *mntProc {
 // writable by everyone, as a shared checkpoint folder often is.
 const policyJob = "flink/fedcba9876543210fedcba9876543210"
 
-func policyTree(t *testing.T, store string, now time.Time) (tr *treegen.Tree, inflight []string) {
+func policyTree(t *testing.T, store string, now time.Time, opts ...treegen.Options) (tr *treegen.Tree, inflight []string) {
 	t.Helper()
-	tr, err := treegen.YoungOrphan(store, now)
+	tr, err := treegen.YoungOrphan(store, now, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,8 +81,8 @@ func policyTree(t *testing.T, store string, now time.Time) (tr *treegen.Tree, in
 }
 
 // foreignMetadata encodes, with the real encoder, a valid checkpoint `_metadata` with the given id that
-// names the store keys refs by absolute URIs of the store root, and leaves it in a file uid 65534 can
-// read.
+// names the store keys refs by absolute URIs of the store root (a directory, or s3://…), and leaves it
+// in a file uid 65534 can read.
 func foreignMetadata(t *testing.T, root string, id int64, refs []string) string {
 	t.Helper()
 	scratch := readableDir(t)
@@ -92,7 +92,11 @@ func foreignMetadata(t *testing.T, root string, id int64, refs []string) string 
 	}
 	var uris []string
 	for _, k := range refs {
-		uris = append(uris, "file:"+root+"/"+k)
+		if strings.HasPrefix(root, "s3://") {
+			uris = append(uris, root+"/"+k)
+		} else {
+			uris = append(uris, "file:"+root+"/"+k)
+		}
 	}
 	c, err := tr.Checkpoint(treegen.Spec{Dir: "x/chk-" + strconv.FormatInt(id, 10), ID: id, Completed: time.Now(), Shared: uris})
 	if err != nil {
@@ -203,70 +207,81 @@ func TestMountFakeNewestCheckpoint(t *testing.T) {
 }
 
 // TestMountTombstoneLaundering: another user writes a throw-away `_metadata` naming the young files of the
-// checkpoint Flink is writing (chk-79), through the mount, then deletes it. Those files keep --grace:
-// deleting them through the mount is refused and `orphans` does not list them. Flink's own subsumption
-// still works: once chk-79 completes, deleting chk-78's _metadata makes its young private file deletable
-// at once.
+// checkpoint Flink is writing (chk-79), through the mount, then deletes it: in a folder of its own inside
+// the job folder, or in a job folder of its own (whose owner it has). Those files keep --grace: deleting them through
+// the mount is refused and `orphans` does not list them. Flink's own subsumption still works: once chk-79
+// completes, deleting chk-78's _metadata makes its young private file deletable at once, also when a
+// TaskManager running as another user than the JobManager wrote that file.
 func TestMountTombstoneLaundering(t *testing.T) {
 	mntRequire(t)
-	base, err := os.MkdirTemp("", "ckguard-policy-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	now := time.Now()
-	tr, inflight := policyTree(t, filepath.Join(base, "store"), now)
-	src := foreignMetadata(t, tr.Root, 5, inflight)
-	p := sharedMount(t, base, tr.Root)
-	laundry := policyJob + "/laundry"
-	for _, argv := range [][]string{
-		{"mkdir", p.m(laundry)},
-		{"cp", src, p.m(laundry + "/_metadata")},
-		{"rm", p.m(laundry + "/_metadata")},
-		{"rmdir", p.m(laundry)},
-	} {
-		if out, code := asNobody(t, argv[0], argv[1:]...); code != 0 {
-			t.Fatalf("uid %s: %v: %s", nobodyUID, argv, out)
-		}
-	}
-	if out, _ := p.cli("orphans", "--json"); strings.Contains(out, path.Base(inflight[0])) || strings.Contains(out, path.Base(inflight[1])) {
-		t.Errorf("orphans lists the in-flight files after the laundering:\n%s", out)
-	}
-	for _, k := range inflight {
-		out, code := mntRun(t, "", "rm", "-f", p.m(k))
-		if code == 0 {
-			t.Errorf("rm of in-flight %s succeeded after the laundering", k)
-		} else if !strings.Contains(out, "Operation not permitted") {
-			t.Errorf("rm %s: %s, want EPERM", k, out)
-		}
-	}
-	mustExist(t, tr.Root, inflight...)
-	var graceRefusals int
-	for _, r := range p.auditRecords() {
-		if r.Decision == "refuse" && r.Reason == "grace" {
-			graceRefusals++
-		}
-	}
-	if graceRefusals < len(inflight) {
-		t.Errorf("%d grace refusals in the audit log, want at least %d", graceRefusals, len(inflight))
-	}
+	for _, laundry := range []string{policyJob + "/laundry", "flink/00000000000000000000000000a77ac4/own-job-laundry"} {
+		t.Run(path.Base(laundry), func(t *testing.T) {
+			base, err := os.MkdirTemp("", "ckguard-policy-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(base) })
+			now := time.Now()
+			tr, inflight := policyTree(t, filepath.Join(base, "store"), now)
+			priv78 := policyJob + "/chk-78/" + flinkmeta.UUID("policy/chk-78")
+			// The TaskManager that wrote chk-78's private file runs as another user than the JobManager.
+			if err := os.Lchown(filepath.Join(tr.Root, priv78), 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(filepath.Join(tr.Root, "flink"), 0o777); err != nil {
+				t.Fatal(err)
+			}
+			src := foreignMetadata(t, tr.Root, 1, inflight)
+			p := sharedMount(t, base, tr.Root)
+			for _, argv := range [][]string{
+				{"mkdir", "-p", p.m(laundry)},
+				{"cp", src, p.m(laundry + "/_metadata")},
+				{"rm", p.m(laundry + "/_metadata")},
+				{"rmdir", p.m(laundry)},
+			} {
+				if out, code := asNobody(t, argv[0], argv[1:]...); code != 0 {
+					t.Fatalf("uid %s: %v: %s", nobodyUID, argv, out)
+				}
+			}
+			if out, _ := p.cli("orphans", "--json"); strings.Contains(out, path.Base(inflight[0])) || strings.Contains(out, path.Base(inflight[1])) {
+				t.Errorf("orphans lists the in-flight files after the laundering:\n%s", out)
+			}
+			for _, k := range inflight {
+				out, code := mntRun(t, "", "rm", "-f", p.m(k))
+				if code == 0 {
+					t.Errorf("rm of in-flight %s succeeded after the laundering", k)
+				} else if !strings.Contains(out, "Operation not permitted") {
+					t.Errorf("rm %s: %s, want EPERM", k, out)
+				}
+			}
+			mustExist(t, tr.Root, inflight...)
+			var graceRefusals int
+			for _, r := range p.auditRecords() {
+				if r.Decision == "refuse" && r.Reason == "grace" {
+					graceRefusals++
+				}
+			}
+			if graceRefusals < len(inflight) {
+				t.Errorf("%d grace refusals in the audit log, want at least %d", graceRefusals, len(inflight))
+			}
 
-	// Flink completes chk-79 (written to the store directly) and subsumes chk-78 through the mount.
-	c79, err := tr.Checkpoint(treegen.Spec{Dir: policyJob + "/chk-79", ID: 79, Completed: time.Now(),
-		Shared: []string{inflight[0]}})
-	if err != nil {
-		t.Fatal(err)
+			// Flink completes chk-79 (written to the store directly) and subsumes chk-78 through the mount.
+			c79, err := tr.Checkpoint(treegen.Spec{Dir: policyJob + "/chk-79", ID: 79, Completed: time.Now(),
+				Shared: []string{inflight[0]}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitIndexed(t, p, c79.Metadata)
+			for _, k := range []string{policyJob + "/chk-78/_metadata", priv78} {
+				if out, code := mntRun(t, "", "rm", p.m(k)); code != 0 {
+					t.Errorf("Flink's subsumption: rm %s refused: %s", k, out)
+				}
+			}
+			mustBeGone(t, tr.Root, priv78)
+			mustExist(t, tr.Root, inflight[0])
+			p.stop()
+		})
 	}
-	waitIndexed(t, p, c79.Metadata)
-	priv78 := policyJob + "/chk-78/" + flinkmeta.UUID("policy/chk-78")
-	for _, k := range []string{policyJob + "/chk-78/_metadata", priv78} {
-		if out, code := mntRun(t, "", "rm", p.m(k)); code != 0 {
-			t.Errorf("Flink's subsumption: rm %s refused: %s", k, out)
-		}
-	}
-	mustBeGone(t, tr.Root, priv78)
-	mustExist(t, tr.Root, inflight[0])
-	p.stop()
 }
 
 // waitIndexed waits until the mount's index lists meta (its periodic sync runs every second).
@@ -370,4 +385,54 @@ func TestMountSavepointsSurviveFindDelete(t *testing.T) {
 		p.stop()
 		check(t, tr, keep)
 	})
+}
+
+// TestS3ForeignUserCannotWriteMetadata: on S3 there are no owners to tell a job's `_metadata` from another
+// user's, and the rules that compare owners cannot apply. Instead, nobody but the mount's own user can
+// create anything through the S3 mount: every file and folder is the mount user's, 0644/0755, and the
+// kernel checks callers against that (default_permissions). The fake newest checkpoint and the laundering
+// `_metadata` are refused with EACCES before the guard is asked, nothing reaches the bucket, and the real
+// newest checkpoint and the in-flight files stay protected.
+func TestS3ForeignUserCannotWriteMetadata(t *testing.T) {
+	e := s3Start(t)
+	base, err := os.MkdirTemp("", "ckguard-policy-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	tr, inflight := policyTree(t, filepath.Join(base, "src"), time.Now(), treegen.Options{URIPrefix: s3Root})
+	e.upload(t, tr)
+	fake := foreignMetadata(t, s3Root, 79, nil)
+	laundry := foreignMetadata(t, s3Root, 5, inflight)
+	p := sharedMount(t, base, s3Root, e.mountArgs()...)
+	before := e.keys(t)
+	for _, argv := range [][]string{
+		{"cp", fake, p.m(policyJob + "/chk-79/_metadata")},
+		{"mkdir", p.m(policyJob + "/laundry")},
+		{"cp", laundry, p.m(policyJob + "/_metadata")},
+	} {
+		out, code := asNobody(t, argv[0], argv[1:]...)
+		if code == 0 || !strings.Contains(out, "Permission denied") {
+			t.Errorf("uid %s: %v: exit %d %q, want EACCES", nobodyUID, argv, code, out)
+		}
+	}
+	mntSameSet(t, "bucket after the foreign user's attempts", e.keys(t), before)
+	if out, code := mntRun(t, "", "rm", "-rf", p.m(policyJob+"/chk-78")); code == 0 {
+		t.Errorf("rm -rf of the newest checkpoint's folder succeeded: %s", out)
+	}
+	for _, k := range inflight {
+		if out, code := mntRun(t, "", "rm", "-f", p.m(k)); code == 0 {
+			t.Errorf("rm of in-flight %s succeeded: %s", k, out)
+		}
+	}
+	p.stop()
+	keys := map[string]bool{}
+	for _, k := range e.keys(t) {
+		keys[k] = true
+	}
+	for _, k := range append([]string{policyJob + "/chk-78/_metadata"}, inflight...) {
+		if !keys[s3Prefix+"/"+k] && !keys[k] {
+			t.Errorf("%s is gone from the bucket", k)
+		}
+	}
 }
