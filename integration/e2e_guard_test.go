@@ -356,7 +356,13 @@ func guardedScenarioOn(t *testing.T, g *guardMount, version, mode string, o jobO
 	// them still exists (Flink discards shared files and the subsumed checkpoint's _metadata
 	// concurrently). Whatever is left must be accounted for below: still referenced, or an orphan.
 	counts, flinkRefused := g.audit()
-	t.Logf("deletes through the mount so far: %v; Flink's refused: %d %v", counts, len(flinkRefused), e2eHead(flinkRefused))
+	byReason := map[string]int{}
+	for _, r := range flinkRefused {
+		if i := strings.LastIndexByte(r, '('); i >= 0 {
+			byReason[strings.TrimSuffix(r[i+1:], ")")]++
+		}
+	}
+	t.Logf("deletes through the mount so far: %v; Flink's refused: %d %v %v", counts, len(flinkRefused), byReason, e2eHead(flinkRefused))
 	// C and D restore in LEGACY mode: in CLAIM mode Flink itself would delete files of the restored
 	// job that its older retained checkpoints still reference (FLINK-35178; with file merging whole
 	// managed directories), which is Flink's doing, not the cleanup's, and would blur what this checks.
