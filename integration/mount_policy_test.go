@@ -197,7 +197,7 @@ func TestMountFakeNewestCheckpoint(t *testing.T) {
 				t.Errorf("rm -rf: %s, want EPERM", out)
 			}
 			why, _ := p.cli("why", real)
-			if !strings.Contains(why, "newest checkpoint") {
+			if !strings.Contains(why, "newest checkpoint") || !strings.Contains(why, "2 owners") {
 				t.Errorf("why %s does not say it is the newest checkpoint:\n%s", real, why)
 			}
 			// The fake is its owner's newest: protected too (it holds nothing of the job's).

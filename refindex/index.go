@@ -144,7 +144,9 @@ type memState struct {
 	newestMod map[string]time.Time
 	// Per savepoint competition (savepointGroup): the latest completion. See newestSavepoint.
 	savepointMod map[string]time.Time
-	dirRefs      map[string]int // file-merging directory key → number of checkpoints naming it
+	// owners counts, per job folder, the distinct owners of competing checkpoints (for messages).
+	owners  map[string]int
+	dirRefs map[string]int // file-merging directory key → number of checkpoints naming it
 }
 
 func newMemState() *memState {
@@ -159,6 +161,7 @@ func (s *memState) finish() {
 	s.newestID = map[string]int64{}
 	s.newestMod = map[string]time.Time{}
 	s.savepointMod = map[string]time.Time{}
+	s.owners = map[string]int{}
 	for k, c := range s.ckpts {
 		s.sorted = append(s.sorted, k)
 		if c.Err != "" {
@@ -180,6 +183,9 @@ func (s *memState) finish() {
 			continue
 		}
 		g := c.newestGroup()
+		if _, seen := s.newestID[g]; !seen {
+			s.owners[c.Job]++
+		}
 		if cur, seen := s.newestID[g]; !seen || id > cur {
 			s.newestID[g] = id
 		}

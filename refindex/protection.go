@@ -70,7 +70,11 @@ func (v *view) protection(c *checkpointRecord, storeNow time.Time) (Reason, stri
 		return "", ""
 	}
 	if v.st.newest(c) && v.pol.ActiveWindow > 0 && age < v.pol.ActiveWindow {
-		return ReasonProtectedMetadata, fmt.Sprintf("%s is the newest checkpoint of job folder %s, completed %s ago (within --active-window %s), so the job may restart from it; keep it, or use a shorter --active-window if the job is gone for good", c.Key, c.Job, age.Round(time.Second), v.pol.ActiveWindow)
+		others := ""
+		if n := v.st.owners[c.Job]; n > 1 {
+			others = fmt.Sprintf(" (job folder %s holds checkpoints of %d owners, and the newest of each owner's is kept, so no user can take the protection away from another's: `ls -ln %s/*/_metadata` shows who wrote which; delete one another user wrote outside the mount)", c.Job, n, orRoot(c.Job))
+		}
+		return ReasonProtectedMetadata, fmt.Sprintf("%s is the newest checkpoint of job folder %s, completed %s ago (within --active-window %s), so the job may restart from it; keep it, or use a shorter --active-window if the job is gone for good%s", c.Key, c.Job, age.Round(time.Second), v.pol.ActiveWindow, others)
 	}
 	return "", ""
 }
