@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -81,10 +82,18 @@ type Enforcer struct {
 	log     *slog.Logger
 
 	// mu orders index changes made through the mount against decisions: a decision and the change it allows
-	// run under the shared lock; indexing a new _metadata (and renames) take it exclusively. So a _metadata
-	// whose close has returned is indexed before any later decision, and no decision taken before it can
-	// act after it.
+	// run under the shared lock; renames take it exclusively, and so does registering an index update as
+	// pending. The update itself (reading and parsing a _metadata) runs after the lock is released, and
+	// every change the index would allow is refused while one is pending. So no decision taken before an
+	// update can act after it, none taken during it allows anything, and a _metadata whose close has
+	// returned is indexed before any later decision.
 	mu sync.RWMutex
+	// pending holds the index updates started under mu and not yet applied (see pendingUpdates).
+	pending pendingUpdates
+	// inExclusive is set while MutateExclusive holds mu; deferred (guarded by mu) collects the index
+	// updates its do function started, which it finishes once mu is released.
+	inExclusive atomic.Bool
+	deferred    []*indexUpdate
 
 	comms commCache
 
@@ -126,9 +135,23 @@ func (e *Enforcer) Mutate(ctx context.Context, checks []Check, do func() syscall
 
 // MutateExclusive is Mutate holding the lock exclusively, for changes that also change the index (renames,
 // which may move or create a _metadata): no other decision interleaves with it.
-func (e *Enforcer) MutateExclusive(ctx context.Context, checks []Check, do func() syscall.Errno) syscall.Errno {
+// The index updates its do function records (Renamed, Linked) are finished after the lock is released:
+// the returned errno is do's, or EIO when do succeeded and an update could not be recorded.
+func (e *Enforcer) MutateExclusive(ctx context.Context, checks []Check, do func() syscall.Errno) (errno syscall.Errno) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.inExclusive.Store(true)
+	// Deferred, so that a panic in do still releases the lock and finishes what it started.
+	defer func() {
+		e.inExclusive.Store(false)
+		updates := e.deferred
+		e.deferred = nil
+		e.mu.Unlock()
+		for _, u := range updates {
+			if uerr := e.finish(u); errno == 0 {
+				errno = uerr
+			}
+		}
+	}()
 	return e.mutateLocked(ctx, checks, do)
 }
 
@@ -143,6 +166,8 @@ func (e *Enforcer) mutateLocked(ctx context.Context, checks []Check, do func() s
 	}
 	ds = ds[:len(checks)]
 	refused := false
+	// Read before the index is asked: an update that is no longer pending is in the index (pendingUpdates).
+	pending := e.pending.any()
 	for i, c := range checks {
 		if c.Decided != nil {
 			ds[i] = *c.Decided
@@ -154,6 +179,10 @@ func (e *Enforcer) mutateLocked(ctx context.Context, checks []Check, do func() s
 		if !ds[i].Allow && c.MetadataCommit && ds[i].Reason == refindex.ReasonGrace {
 			ds[i] = refindex.Decision{Allow: true, Reason: ReasonMetadataCommit,
 				Message: "committing " + c.To + " (renamed from a young, unreferenced temporary file): " + ds[i].Message}
+		} else if pending && ds[i].Allow {
+			// A commit's young source is allowed as above (another job's commit must not fail because of
+			// this one); anything the index allows might be what the pending _metadata references.
+			ds[i] = e.pending.refusal(c.Op, c.Path)
 		}
 		if !ds[i].Allow {
 			refused = true
@@ -183,11 +212,15 @@ func (e *Enforcer) Decide(ctx context.Context, c Check) syscall.Errno {
 }
 
 func (e *Enforcer) decide(ctx context.Context, c Check) syscall.Errno {
+	pending := e.pending.any() // before the index is asked, as in mutateLocked
 	var d refindex.Decision
 	if c.Decided != nil {
 		d = *c.Decided
 	} else {
 		d = e.ask(ctx, c.Op, c.Path)
+	}
+	if pending && d.Allow {
+		d = e.pending.refusal(c.Op, c.Path)
 	}
 	return e.record1(ctx, c, d)
 }
@@ -256,42 +289,38 @@ func (e *Enforcer) Deleted(ctx context.Context, p string) {
 	}
 }
 
-// Written tells the index that p was written and closed through the mount. A _metadata is indexed before
-// this returns, under the exclusive lock. If the index cannot record it, the caller gets EIO: the checkpoint
-// would otherwise be unprotected while the writer believes it is safely stored.
+// Written tells the index that p was written and closed through the mount. A _metadata is read, parsed
+// and indexed before this returns, but without the enforcer's lock: while it is, every change the index
+// would allow is refused (ReasonIndexPending), so nothing it references can go meanwhile, and decisions
+// never wait for a parse. If the index cannot record it, the caller gets EIO: the checkpoint would
+// otherwise be unprotected while the writer believes it is safely stored.
 func (e *Enforcer) Written(ctx context.Context, p string) syscall.Errno {
-	if IsMetadata(p) {
-		e.mu.Lock()
-		defer e.mu.Unlock()
+	run := func(ctx context.Context) error { return e.checker.Written(ctx, p) }
+	if !IsMetadata(p) {
+		// Nothing to index (the checker only looks at _metadata): no pending window.
+		if err := run(context.WithoutCancel(ctx)); err != nil {
+			e.notifyFailed(ctx, "written", p, "", err)
+			return syscall.EIO
+		}
+		return 0
 	}
-	// The file is already written: an interrupted caller must not abort indexing it.
-	if err := e.checker.Written(context.WithoutCancel(ctx), p); err != nil {
-		e.notifyFailed(ctx, "written", p, "", err)
-		return syscall.EIO
-	}
-	return 0
+	return e.update(&indexUpdate{kind: "written", path: p, key: p, ctx: ctx, run: run}, false)
 }
 
 // Linked tells the index that p, a _metadata, got its name from a hard link made through the mount. Call
-// it from the do function of MutateExclusive, so the checkpoint is indexed before any later decision.
+// it from the do function of MutateExclusive: the update is pending from then on (see Written) and is
+// indexed by the time MutateExclusive returns, whose errno is EIO if it could not be.
 func (e *Enforcer) Linked(ctx context.Context, p string) syscall.Errno {
-	// The link already exists: an interrupted caller must not abort indexing it.
-	if err := e.checker.Written(context.WithoutCancel(ctx), p); err != nil {
-		e.notifyFailed(ctx, "linked", p, "", err)
-		return syscall.EIO
-	}
-	return 0
+	return e.update(&indexUpdate{kind: "linked", path: p, key: p, ctx: ctx,
+		run: func(ctx context.Context) error { return e.checker.Written(ctx, p) }}, true)
 }
 
-// Renamed tells the index about a rename done through the mount. Call it from the do function of
-// MutateExclusive.
+// Renamed tells the index about a rename done through the mount (which may move a _metadata, or a folder
+// holding some). Call it from the do function of MutateExclusive: as for Linked, the index reads the
+// target after the lock is released, pending until then, and MutateExclusive returns EIO if it failed.
 func (e *Enforcer) Renamed(ctx context.Context, from, to string) syscall.Errno {
-	// The rename already happened: an interrupted caller must not abort recording it.
-	if err := e.checker.Renamed(context.WithoutCancel(ctx), from, to); err != nil {
-		e.notifyFailed(ctx, "renamed", from, to, err)
-		return syscall.EIO
-	}
-	return 0
+	return e.update(&indexUpdate{kind: "renamed", path: from, to: to, key: to, ctx: ctx,
+		run: func(ctx context.Context) error { return e.checker.Renamed(ctx, from, to) }}, true)
 }
 
 func (e *Enforcer) notifyFailed(ctx context.Context, kind, p, to string, err error) {

@@ -3,6 +3,8 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -209,5 +211,117 @@ func TestAuditKeepsInvalidNames(t *testing.T) {
 	}
 	if r := s.recs[1]; r.PathBytes != nil || r.ToBytes != nil {
 		t.Errorf("record of a valid name carries raw bytes: %+v", r)
+	}
+}
+
+// blockingIndex is an index whose updates (Written, Renamed) start, say so, and wait to be released: a
+// large _metadata being read and parsed.
+type blockingIndex struct {
+	*guardtest.Checker
+	started chan string
+	release chan struct{}
+	fail    error
+}
+
+func newBlockingIndex() *blockingIndex {
+	return &blockingIndex{Checker: guardtest.New(), started: make(chan string, 1), release: make(chan struct{})}
+}
+
+func (b *blockingIndex) wait(p string) error {
+	b.started <- p
+	<-b.release
+	return b.fail
+}
+
+func (b *blockingIndex) Written(ctx context.Context, p string) error {
+	if !guard.IsMetadata(p) {
+		return b.Checker.Written(ctx, p)
+	}
+	return b.wait(p)
+}
+
+func (b *blockingIndex) Renamed(ctx context.Context, from, to string) error { return b.wait(to) }
+
+// While an index update made through the mount is being read (a _metadata closed, renamed or linked into
+// place), decisions do not wait for it: every change the index would allow is refused as pending, refusals
+// keep their own reason, and once the update is in, the same change is allowed. Asserted by ordering: the
+// update is held until the decisions have returned.
+func TestPendingUpdate(t *testing.T) {
+	const meta = "job/chk-2/_metadata"
+	updates := []struct {
+		name string
+		run  func(e *guard.Enforcer) syscall.Errno
+	}{
+		{"written", func(e *guard.Enforcer) syscall.Errno { return e.Written(context.Background(), meta) }},
+		{"renamed", func(e *guard.Enforcer) syscall.Errno {
+			return e.MutateExclusive(context.Background(), []guard.Check{{Op: refindex.OpRename, Path: "job/chk-2/._metadata.inprogress.1", To: meta}},
+				func() syscall.Errno {
+					return e.Renamed(context.Background(), "job/chk-2/._metadata.inprogress.1", meta)
+				})
+		}},
+		{"linked", func(e *guard.Enforcer) syscall.Errno {
+			return e.MutateExclusive(context.Background(), []guard.Check{{Op: refindex.OpLink, Path: "job/chk-2/copy", To: meta}},
+				func() syscall.Errno { return e.Linked(context.Background(), meta) })
+		}},
+	}
+	for _, u := range updates {
+		for _, fail := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/fail=%v", u.name, fail), func(t *testing.T) {
+				ix := newBlockingIndex()
+				ix.Protect("job/shared/ref", "job/chk-1/_metadata")
+				if fail {
+					ix.fail = errors.New("disk full")
+				}
+				s := &sink{}
+				e, err := guard.NewEnforcer(guard.Config{Checker: ix, Audit: s, Metrics: metrics.New()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan syscall.Errno)
+				go func() { done <- u.run(e) }()
+				if got := <-ix.started; got != meta {
+					t.Fatalf("update of %s, want %s", got, meta)
+				}
+				ctx := context.Background()
+				unlink := func(p string) syscall.Errno {
+					return e.Mutate(ctx, []guard.Check{{Op: refindex.OpUnlink, Path: p}}, func() syscall.Errno { return 0 })
+				}
+				if errno := unlink("job/shared/free"); errno != syscall.EPERM {
+					t.Errorf("unlink of an unreferenced file during the update: errno %v, want EPERM", errno)
+				}
+				if errno := unlink("job/shared/ref"); errno != syscall.EPERM {
+					t.Errorf("unlink of a referenced file during the update: errno %v, want EPERM", errno)
+				}
+				if errno := e.Decide(ctx, guard.Check{Op: refindex.OpWrite, Path: "job/shared/free"}); errno != syscall.EPERM {
+					t.Errorf("write-open during the update: errno %v, want EPERM", errno)
+				}
+				got := []string{}
+				for _, r := range s.recs {
+					got = append(got, r.Decision+"/"+r.Reason)
+				}
+				want := []string{"refuse/index-pending", "refuse/referenced", "refuse/index-pending"}
+				if u.name != "written" {
+					want = append([]string{"allow/allowed"}, want...) // the rename or link itself
+				}
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Errorf("records during the update: %v, want %v", got, want)
+				}
+				if m := s.recs[len(s.recs)-1].Message; !strings.Contains(m, "/"+meta) || !strings.Contains(m, "retry") {
+					t.Errorf("pending refusal %q does not name the _metadata being read and the fix", m)
+				}
+				close(ix.release)
+				wantErrno := syscall.Errno(0)
+				if fail {
+					wantErrno = syscall.EIO
+				}
+				if errno := <-done; errno != wantErrno {
+					t.Errorf("update: errno %v, want %v", errno, wantErrno)
+				}
+				// Applied (or failed, which the index itself fails closed on): no longer pending.
+				if errno := unlink("job/shared/free"); errno != 0 {
+					t.Errorf("unlink of an unreferenced file after the update: errno %v, want 0", errno)
+				}
+			})
+		}
 	}
 }

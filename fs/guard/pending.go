@@ -1,0 +1,111 @@
+package guard
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/ckguard/ckguard/refindex"
+)
+
+// ReasonIndexPending refuses a change while an index update made through the mount is still being read
+// and applied: a _metadata closed, renamed or hard-linked into place (or a folder renamed, which may hold
+// some). Until the update is in the index, what that _metadata references is unknown, so every change the
+// index would otherwise allow is refused; the caller retries in a moment.
+const ReasonIndexPending refindex.Reason = "index-pending"
+
+// pendingUpdates is the set of index updates that run outside the enforcer's lock (reading, parsing and
+// applying a _metadata can take seconds for a large one). Invariant: an update is added while the
+// enforcer's lock is held exclusively, so every decision either finished before it was added or sees it;
+// it is removed only after the index has applied it, so a decision that does not see it reads the index
+// with the update in.
+type pendingUpdates struct {
+	n    atomic.Int64
+	mu   sync.Mutex
+	keys map[string]int
+}
+
+// add registers an update of key. The caller holds Enforcer.mu exclusively.
+func (p *pendingUpdates) add(key string) {
+	p.mu.Lock()
+	if p.keys == nil {
+		p.keys = map[string]int{}
+	}
+	p.keys[key]++
+	p.mu.Unlock()
+	p.n.Add(1)
+}
+
+// done removes an update of key added before, once the index has applied it (or failed to).
+func (p *pendingUpdates) done(key string) {
+	p.mu.Lock()
+	if p.keys[key]--; p.keys[key] <= 0 {
+		delete(p.keys, key)
+	}
+	p.mu.Unlock()
+	p.n.Add(-1)
+}
+
+// any reports whether an update is pending; cheap (one atomic load), for every decision.
+func (p *pendingUpdates) any() bool { return p.n.Load() > 0 }
+
+// refusal is the decision for a change the index would allow, made while updates are pending.
+func (p *pendingUpdates) refusal(op refindex.Op, path string) refindex.Decision {
+	p.mu.Lock()
+	keys := make([]string, 0, len(p.keys))
+	for k := range p.keys {
+		keys = append(keys, "/"+k)
+	}
+	p.mu.Unlock()
+	sort.Strings(keys)
+	more := ""
+	if len(keys) > 3 {
+		more = " and " + strconv.Itoa(len(keys)-3) + " more"
+		keys = keys[:3]
+	}
+	return refindex.Decision{Reason: ReasonIndexPending,
+		Message: "refusing to " + op.String() + " /" + path + " for now: the index is still reading " + strings.Join(keys, ", ") + more +
+			", just written or moved through the mount; until it is indexed, what it references is unknown; retry in a moment"}
+}
+
+// indexUpdate is an index notification that may read and parse _metadata (Written of a _metadata, Linked,
+// Renamed): it runs outside the enforcer's lock while key is registered as pending.
+type indexUpdate struct {
+	kind, path, to string
+	key            string // the pending entry
+	ctx            context.Context
+	run            func(context.Context) error
+}
+
+// start registers u as pending. The caller holds e.mu exclusively.
+func (e *Enforcer) start(u *indexUpdate) { e.pending.add(u.key) }
+
+// finish runs u (already started) without the enforcer's lock, then removes it from the pending set. The
+// change it records already happened: an interrupted caller must not abort recording it.
+func (e *Enforcer) finish(u *indexUpdate) syscall.Errno {
+	defer e.pending.done(u.key)
+	if err := u.run(context.WithoutCancel(u.ctx)); err != nil {
+		e.notifyFailed(u.ctx, u.kind, u.path, u.to, err)
+		return syscall.EIO
+	}
+	return 0
+}
+
+// update records u. Renamed and Linked are called from the do function of MutateExclusive, which holds
+// the lock (inExclusive): u is started at once and finished by MutateExclusive after it releases the lock.
+// Written is called with no lock held: it takes the lock to start u and finishes it before returning.
+func (e *Enforcer) update(u *indexUpdate, fromDo bool) syscall.Errno {
+	if fromDo && e.inExclusive.Load() {
+		e.start(u)
+		e.deferred = append(e.deferred, u)
+		return 0
+	}
+	e.mu.Lock()
+	e.start(u)
+	e.mu.Unlock()
+	return e.finish(u)
+}
