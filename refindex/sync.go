@@ -30,8 +30,11 @@ import (
 // one transaction (badger bounds transaction size; a new generation is switched atomically).
 const bigSync = 256
 
-// maxMetadataSize bounds how much of a `_metadata` is read into memory (Flink's are KBs to a few MB).
-const maxMetadataSize = 1 << 30
+// maxMetadataSize bounds the `_metadata` the index reads (Flink's are KBs to a few MB; 1,000,000
+// references take about 120 MB). Parsing holds every reference in memory, about 1 KB each at the peak
+// (128 MiB: under 1.2 GB), and a larger file (anyone who can create one through the mount can make it
+// as large as they like) is unparseable: every deletion is refused until it is removed.
+const maxMetadataSize = 128 << 20
 
 // readWholeMax is the size up to which a `_metadata` is read into memory in one request before
 // parsing; larger files are parsed through the store's reader.
@@ -110,7 +113,7 @@ func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, er
 	defer r.Close()
 	size := r.Size()
 	if size > maxMetadataSize {
-		return ix.unparseable(oi, size, fmt.Errorf("%s is %d bytes, larger than any Flink _metadata this index reads (%d)", oi.Path, size, maxMetadataSize)), nil
+		return ix.unparseable(oi, size, fmt.Errorf("%s is %d bytes, larger than the %d bytes (128 MiB, about a million references) a _metadata may have: remove it, or replace it by the real checkpoint's", oi.Path, size, maxMetadataSize)), nil
 	}
 	// Small files (nearly all) are read in one request; larger ones are parsed through the reader
 	// (the parser buffers), so a parse worker never holds a whole large file.
