@@ -309,9 +309,11 @@ func (e *Enforcer) Written(ctx context.Context, p string) syscall.Errno {
 
 // Linked tells the index that p, a _metadata, got its name from a hard link made through the mount. Call
 // it from the do function of MutateExclusive: the update is pending from then on (see Written) and is
-// indexed by the time MutateExclusive returns, whose errno is EIO if it could not be.
-func (e *Enforcer) Linked(ctx context.Context, p string) syscall.Errno {
-	return e.update(&indexUpdate{kind: "linked", path: p, key: p, ctx: ctx,
+// indexed by the time MutateExclusive returns. If it cannot be, undo (when set) runs while the update is
+// still pending, to take the name away again so nothing live is left unknown to the index, and
+// MutateExclusive returns EIO.
+func (e *Enforcer) Linked(ctx context.Context, p string, undo func()) syscall.Errno {
+	return e.update(&indexUpdate{kind: "linked", path: p, key: p, ctx: ctx, undo: undo,
 		run: func(ctx context.Context) error { return e.checker.Written(ctx, p) }}, true)
 }
 

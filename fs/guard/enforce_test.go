@@ -261,7 +261,7 @@ func TestPendingUpdate(t *testing.T) {
 		}},
 		{"linked", func(e *guard.Enforcer) syscall.Errno {
 			return e.MutateExclusive(context.Background(), []guard.Check{{Op: refindex.OpLink, Path: "job/chk-2/copy", To: meta}},
-				func() syscall.Errno { return e.Linked(context.Background(), meta) })
+				func() syscall.Errno { return e.Linked(context.Background(), meta, nil) })
 		}},
 	}
 	for _, u := range updates {

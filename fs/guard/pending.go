@@ -79,6 +79,7 @@ type indexUpdate struct {
 	key            string // the pending entry
 	ctx            context.Context
 	run            func(context.Context) error
+	undo           func() // run when run fails, before the update stops being pending
 }
 
 // start registers u as pending. The caller holds e.mu exclusively.
@@ -90,6 +91,9 @@ func (e *Enforcer) finish(u *indexUpdate) syscall.Errno {
 	defer e.pending.done(u.key)
 	if err := u.run(context.WithoutCancel(u.ctx)); err != nil {
 		e.notifyFailed(u.ctx, u.kind, u.path, u.to, err)
+		if u.undo != nil {
+			u.undo()
+		}
 		return syscall.EIO
 	}
 	return 0

@@ -172,8 +172,9 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	from, to := t.key(), n.childKey(name)
 	var ch *fs.Inode
 	// A new name _metadata makes a live checkpoint (cp -al of a checkpoint folder links it): it is indexed
-	// before the link returns, under the exclusive lock like a rename onto _metadata, or the checkpoint
-	// would be unknown to every decision until the next sync (red team 1).
+	// before the link returns (decided under the exclusive lock like a rename onto _metadata, every change
+	// the index would allow refused while it is read), or the checkpoint would be unknown to every decision
+	// until the next sync.
 	mutate, newMetadata := n.enf.Mutate, guard.IsMetadata(to)
 	if newMetadata {
 		mutate = n.enf.MutateExclusive
@@ -193,8 +194,15 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 			return fs.ToErrno(err)
 		}
 		if newMetadata {
-			if errno := n.enf.Linked(ctx, to); errno != 0 {
-				// Not indexed: the name goes again, so nothing live is left unknown to the index.
+			// Indexed once the lock is released; if it cannot be, the name goes again, so nothing live is
+			// left unknown to the index.
+			undo := func() {
+				if fd, err := n.root.dir(n.key()); err == nil {
+					_ = unix.Unlinkat(fd, name, 0)
+					n.root.release(fd)
+				}
+			}
+			if errno := n.enf.Linked(ctx, to, undo); errno != 0 {
 				_ = unix.Unlinkat(dfd, name, 0)
 				return errno
 			}
