@@ -23,6 +23,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ckguard/ckguard/fs/internal/connlimit"
 )
 
 // SocketName is the control socket's file name inside the index directory.
@@ -88,23 +90,30 @@ func Listen(path string, impl any, iface reflect.Type, log *slog.Logger) (*Serve
 	s.ln = ln
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/{method}", s.handle)
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, peerKey{}, peerUID(c))
-		}}
+	s.srv = ServerLimits().Server(mux)
+	s.srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		return context.WithValue(ctx, peerKey{}, peerUID(c))
+	}
 	go func() {
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.srv.Serve(connlimit.Listen(ln, ServerLimits().MaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("control socket stopped", "path", path, "err", err)
 		}
 	}()
 	return s, nil
 }
 
+// ServerLimits bounds the control socket (root and the mount's owner only: its mode is 0600). A query
+// over a whole store (orphans, verify) may take minutes to answer, hence the long write timeout.
+func ServerLimits() connlimit.Limits {
+	return connlimit.Limits{MaxConns: 16, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
+		WriteTimeout: time.Hour, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
+}
+
 type peerKey struct{}
 
 // peerUID is the uid of the process at the other end of a unix connection, or -1.
 func peerUID(c net.Conn) int {
-	uc, ok := c.(*net.UnixConn)
+	uc, ok := connlimit.Unwrap(c).(*net.UnixConn)
 	if !ok {
 		return -1
 	}

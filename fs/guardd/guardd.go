@@ -175,6 +175,7 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 		return err
 	}
 	log := c.Logger
+	raiseFileLimit(log)
 	// Check the mountpoint before opening the store and the (possibly long) initial sync, so a typo fails
 	// in a second.
 	if err := mountutil.PrepareLogged(c.Mountpoint, log); err != nil {
@@ -397,5 +398,26 @@ func closeIndex(ix *refindex.Index, log *slog.Logger) error {
 	case <-time.After(indexCloseTimeout):
 		log.Error("the index did not close in time; exiting anyway (it is rebuilt or recovered at the next start)", "timeout", indexCloseTimeout)
 		return fmt.Errorf("close index: timed out after %v", indexCloseTimeout)
+	}
+}
+
+// raiseFileLimit raises the soft descriptor limit to the hard one (Go does so at start too; said here,
+// because everything depends on it): the mount opens a store file for every open through it, the index
+// holds its files open, and the metrics and control servers hold at most metrics.ServerLimits().MaxConns
+// and control.ServerLimits().MaxConns connections, so no number of clients can take the rest.
+func raiseFileLimit(log *slog.Logger) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			log.Warn("cannot raise the open file limit", "err", err)
+			_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
+		}
+	}
+	if lim.Cur < 4096 {
+		log.Warn("few file descriptors: every file open through the mount takes one; raise LimitNOFILE (systemd) or ulimit -n", "limit", lim.Cur)
 	}
 }

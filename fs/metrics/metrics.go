@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ckguard/ckguard/fs/internal/connlimit"
 )
 
 // IndexStats is the index state exported as gauges, refreshed after every sync.
@@ -208,16 +210,29 @@ func (m *Metrics) SetIndexStats(s IndexStats) {
 	m.mu.Unlock()
 }
 
-// Serve exposes /metrics on addr (host:port) until ctx is done. It returns once the listener is bound, so a
-// bad address is reported at mount time rather than lost in a goroutine.
+// ServerLimits bounds the metrics endpoint, which any local user can connect to: a Prometheus scrape is
+// one short request every few seconds, on one keep-alive connection per scraper.
+func ServerLimits() connlimit.Limits {
+	return connlimit.Limits{MaxConns: 16, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}
+}
+
+// Serve exposes /metrics on addr (host:port) until ctx is done, within ServerLimits(). It returns once the
+// listener is bound, so a bad address is reported at mount time rather than lost in a goroutine.
 func (m *Metrics) Serve(ctx context.Context, addr string, log *slog.Logger) (net.Addr, error) {
-	ln, err := net.Listen("tcp", addr)
+	return m.ServeWithin(ctx, addr, ServerLimits(), log)
+}
+
+// ServeWithin is Serve within lim.
+func (m *Metrics) ServeWithin(ctx context.Context, addr string, lim connlimit.Limits, log *slog.Logger) (net.Addr, error) {
+	tcp, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
 	}
+	ln := connlimit.Listen(tcp, lim.MaxConns)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := lim.Server(mux)
 	go func() {
 		<-ctx.Done()
 		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
