@@ -34,6 +34,14 @@ if [ ! -x "$TOOLS/versitygw" ]; then
 	echo "setup: versitygw (test S3 server; about a minute on a cold cache)"
 	GOBIN="$TOOLS" go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
 fi
+if [ ! -x "$TOOLS/pjdfstest" ]; then
+	# The POSIX conformance suite scripts/posix-suite.sh runs against the mounts (the Rust rewrite; it needs
+	# Rust 1.85 or later, which Debian 12's cargo is not).
+	CARGO=$(command -v cargo || echo "$HOME/.cargo/bin/cargo")
+	[ -x "$CARGO" ] || { echo "setup: cargo (Rust 1.85 or later) is needed to install pjdfstest" >&2; exit 1; }
+	echo "setup: pjdfstest (POSIX conformance suite; a few minutes on a cold cache)"
+	"$CARGO" install --quiet --locked pjdfstest --version 0.2.2 --root "$PWD/.tools"
+fi
 
 if [ -f integration/flink/pom.xml ] && [ "${CKGUARD_SKIP_MAVEN:-}" != 1 ]; then
 	echo "setup: Maven artifacts for the Flink end-to-end tests"

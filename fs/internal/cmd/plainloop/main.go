@@ -18,9 +18,10 @@ import (
 func main() {
 	ready := flag.String("ready", "", "create this file once mounted")
 	debug := flag.Bool("debug", false, "log every FUSE request (to compare the requests both mounts get)")
+	allowOther := flag.Bool("allow-other", false, "let other users use the mount, as ckguard mount --allow-other (scripts/posix-suite.sh switches users)")
 	flag.Parse()
 	if flag.NArg() != 2 {
-		fmt.Fprintln(os.Stderr, "usage: plainloop [-ready FILE] [-debug] STORE MOUNTPOINT")
+		fmt.Fprintln(os.Stderr, "usage: plainloop [-ready FILE] [-debug] [-allow-other] STORE MOUNTPOINT")
 		os.Exit(2)
 	}
 	root, err := fs.NewLoopbackRoot(flag.Arg(0))
@@ -32,7 +33,7 @@ func main() {
 	neg := time.Duration(0)
 	opts := &fs.Options{EntryTimeout: &sec, AttrTimeout: &sec, NegativeTimeout: &neg,
 		MountOptions: fuse.MountOptions{FsName: flag.Arg(0), Name: "plainloop", DirectMount: true,
-			Options: []string{"default_permissions"}, MaxStackDepth: 2, Debug: *debug}}
+			Options: []string{"default_permissions"}, MaxStackDepth: 2, Debug: *debug, AllowOther: *allowOther}}
 	server, err := fs.Mount(flag.Arg(1), root, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "plainloop:", err)
