@@ -42,6 +42,15 @@ func open(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func
 	case !ifMatch:
 		log.Warn("the S3 server ignores If-Match on DeleteObject; every decision stats the object afresh (slower, and an object replaced between that HEAD and the delete is not detected)")
 	}
+	// Queued deletions go in DeleteObjects batches only where the server is shown to honour per-key ETags;
+	// elsewhere as parallel conditional DeleteObject requests (s3backend/deleteq).
+	batch := false
+	if ifMatch {
+		var berr error
+		if batch, berr = s3mount.ProbeBatchIfMatch(ctx, st.Client()); berr != nil {
+			log.Warn("could not check that the S3 server honours per-key ETags in DeleteObjects; queued deletions are sent one request per object", "err", berr)
+		}
+	}
 	sopts := s3store.Options{}
 	if ifMatch {
 		sopts.Attrs = attrs
@@ -51,7 +60,8 @@ func open(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func
 		Store: st,
 		Mount: func(ctx context.Context, enf *guard.Enforcer, met *metrics.Metrics) (guardd.Mount, error) {
 			mo := s3mount.Options{Client: st.Client(), Mountpoint: c.Mountpoint, Enforcer: enf, Metrics: met, Attrs: attrs,
-				AllowOther: c.AllowOther, Debug: c.Debug, Logger: log, FreshETags: !ifMatch}
+				AllowOther: c.AllowOther, Debug: c.Debug, Logger: log, FreshETags: !ifMatch,
+				DeleteQueueDir: c.IndexDir, DeleteBatch: batch}
 			if tune != nil {
 				tune(&mo)
 			}

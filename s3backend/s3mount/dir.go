@@ -110,6 +110,9 @@ func (d *dirHandle) entries(pg s3client.Page) []fuse.DirEntry {
 			continue
 		}
 		o.Key = p + name
+		if d.fsys.hidden(o.Key) {
+			continue // deleted through the mount, the queue has not applied it yet
+		}
 		d.fsys.cache.PutAt(o.Key, o, true, pg.Started)
 		out = append(out, fuse.DirEntry{Name: name, Mode: syscall.S_IFREG})
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/metrics"
 	"github.com/ckguard/ckguard/fs/mountutil"
+	"github.com/ckguard/ckguard/s3backend/deleteq"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
 
@@ -68,6 +69,16 @@ type Options struct {
 	// Attrs is the attribute cache; share it with the index's store (s3store.Options.Attrs) so a decision
 	// about an object the mount just listed costs no HEAD. Default: a private cache.
 	Attrs *s3client.AttrCache
+	// DeleteQueueDir, when set (the index directory), makes unlink acknowledge an allowed deletion once it
+	// is in the durable queue there and apply it afterwards in rounds (s3backend/deleteq); "" (or
+	// FreshETags) deletes synchronously in unlink. DeleteBatch: the server honours per-key ETags in
+	// DeleteObjects (ProbeBatchIfMatch), so rounds are batches. DeleteQueueLimit bounds the queue
+	// (default 100,000); a full queue makes unlink delete synchronously.
+	DeleteQueueDir   string
+	DeleteBatch      bool
+	DeleteQueueLimit int
+
+	tuneQueue func(*deleteq.Options) // tests
 }
 
 func (o *Options) defaults() {
@@ -147,6 +158,9 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 	}
 	fsys := &filesystem{opts: o, c: o.Client, g: o.Enforcer, cache: o.Attrs, log: o.Logger,
 		started: time.Now(), ownSpool: ownSpool}
+	if err := fsys.openQueue(); err != nil {
+		return nil, err
+	}
 	root := &node{fsys: fsys}
 	sec := time.Second
 	opts := &fs.Options{
@@ -170,6 +184,7 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 	}
 	server, err := mountutil.Serve(root, mnt, opts, o.Metrics, loc.String())
 	if err != nil {
+		fsys.closeQueue()
 		return nil, err
 	}
 	if err := setKernelReadAhead(mnt, o.KernelReadAhead); err != nil {
@@ -197,6 +212,7 @@ func (m *Mounted) Wait() {
 }
 
 func (m *Mounted) cleanup() {
+	m.fsys.closeQueue()
 	if m.fsys.ownSpool {
 		_ = os.RemoveAll(m.fsys.opts.SpoolDir)
 	}

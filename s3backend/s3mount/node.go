@@ -16,6 +16,7 @@ import (
 
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/s3backend/deleteq"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
 
@@ -28,7 +29,8 @@ type filesystem struct {
 	log      *slog.Logger
 	started  time.Time
 	ownSpool bool
-	bufPool  sync.Pool // readahead chunk buffers (*[]byte), see read.go
+	bufPool  sync.Pool      // readahead chunk buffers (*[]byte), see read.go
+	q        *deleteq.Queue // acknowledged deletions not applied yet (nil: unlink deletes synchronously)
 }
 
 // node is a file or directory, named by its position in the tree (its key is its path from the root, so
@@ -105,6 +107,9 @@ func (f *filesystem) dirAttr(o s3client.Object, out *fuse.Attr) {
 // that is both (S3 allows "a" and "a/x") is shown as the directory, so its contents stay reachable.
 // maxAge bounds how old a cached answer may be.
 func (f *filesystem) stat(ctx context.Context, key string, maxAge time.Duration) (s3client.Object, error) {
+	if f.hidden(key) { // its deletion is acknowledged: gone for every caller, whatever a listing says
+		return s3client.Object{}, &fs.PathError{Op: "stat", Path: key, Err: fs.ErrNotExist}
+	}
 	if e, ok := f.cache.Get(key, maxAge); ok {
 		if !e.Exists {
 			return s3client.Object{}, &fs.PathError{Op: "stat", Path: key, Err: fs.ErrNotExist}
@@ -453,6 +458,9 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		}
 		var delErr error
 		errno := n.fsys.g.Mutate(n.fsys.decideOn(ctx, key, o), []guard.Check{{Op: refindex.OpUnlink, Path: key}}, func() syscall.Errno {
+			if n.fsys.enqueue(key, o) {
+				return 0 // acknowledged: in the durable queue, applied (and decided again) shortly
+			}
 			delErr = n.fsys.c.Delete(ctx, key, n.fsys.deleteIf(o.ETag))
 			if delErr != nil {
 				return s3client.Errno(delErr)
@@ -478,21 +486,16 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 // keys now deleted) has nothing left to delete: rmdir succeeds.
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	key := childKey(n.key(), name)
-	pg, err := n.fsys.c.ListPage(ctx, key+"/", false, "", "", 2)
-	if err != nil {
-		return s3client.Errno(err)
+	marker, empty, errno := n.fsys.emptyDir(ctx, key)
+	if errno != 0 {
+		return errno
 	}
-	var marker *s3client.Object
-	for i, o := range pg.Objects {
-		if o.Key == key+"/" {
-			marker = &pg.Objects[i]
-			continue
-		}
+	if !empty {
 		return syscall.ENOTEMPTY
 	}
-	if len(pg.Objects) == 0 {
+	if marker == nil {
 		// Implicit directory: S3 may still hold "key" as a file, which rmdir must not touch.
-		if _, err := n.fsys.c.Head(ctx, key); err == nil {
+		if _, err := n.fsys.c.Head(ctx, key); err == nil && !n.fsys.hidden(key) {
 			return syscall.ENOTDIR
 		}
 	}
@@ -528,6 +531,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	dst := childKey(np.key(), newName)
 	if src == dst {
 		return 0
+	}
+	if errno := n.fsys.settle(ctx, dst); errno != 0 { // the copy is create-only where no target shows
+		return errno
 	}
 	so, err := n.fsys.stat(ctx, src, 0)
 	if err != nil {
@@ -617,3 +623,35 @@ func (f *filesystem) decideOn(ctx context.Context, key string, o s3client.Object
 
 // renameNoReplace is renameat2's RENAME_NOREPLACE (go-fuse only names RENAME_EXCHANGE).
 const renameNoReplace = 0x1
+
+// emptyDir lists below key/ for rmdir: the directory's own marker (if any) and whether nothing else is
+// there. Keys whose deletion is queued count as gone; the queued deletions below key are applied first
+// (briefly waited for), so an implicit directory is really gone when rmdir returns.
+func (f *filesystem) emptyDir(ctx context.Context, key string) (marker *s3client.Object, empty bool, errno syscall.Errno) {
+	size := int32(2)
+	if f.q != nil && f.q.AnyPending() {
+		fctx, cancel := context.WithTimeout(ctx, settleTimeout)
+		f.q.Flush(fctx, key)
+		cancel()
+		size = f.opts.PageSize
+	}
+	for tok := ""; ; {
+		pg, err := f.c.ListPage(ctx, key+"/", false, tok, "", size)
+		if err != nil {
+			return nil, false, s3client.Errno(err)
+		}
+		for i, o := range pg.Objects {
+			if o.Key == key+"/" {
+				marker = &pg.Objects[i]
+				continue
+			}
+			if !f.hidden(o.Key) {
+				return nil, false, 0
+			}
+		}
+		if pg.Next == "" {
+			return marker, true, 0
+		}
+		tok = pg.Next
+	}
+}
