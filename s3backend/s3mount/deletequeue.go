@@ -187,3 +187,12 @@ func ProbeBatchIfMatch(ctx context.Context, c *s3client.Client) (bool, error) {
 	}
 	return true, nil
 }
+
+// FlushDeletes applies the queued deletions now and waits until each has left the queue or ctx ends; it
+// returns how many are still pending.
+func (m *Mounted) FlushDeletes(ctx context.Context) int {
+	if m.fsys.q == nil {
+		return 0
+	}
+	return m.fsys.q.Flush(ctx, "")
+}
