@@ -33,6 +33,9 @@ type Proxy struct {
 	// failNext: per Op, how many of the next requests fail, and whether they reach the server first
 	// (applied: the answer is lost, the change is not). Under mu.
 	failNext map[string]failPlan
+	// delFaults: how many more keys of DeleteObjects requests (delMatch ones) fail; see FailDeleteKeys.
+	delFaults int
+	delMatch  func(key string) bool
 }
 
 type failPlan struct {
@@ -120,6 +123,9 @@ func NewProxy(t testing.TB, target string) *Proxy {
 			w.Header().Set("Content-Type", "application/xml")
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = w.Write([]byte(slowDown))
+			return
+		}
+		if Op(r) == "DeleteObjects" && p.serveDeleteFaults(w, r, rp) {
 			return
 		}
 		rp.ServeHTTP(w, r)

@@ -6,10 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/ckguard/ckguard/integration/s3server"
 	"github.com/ckguard/ckguard/s3backend/deleteq"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3mount"
@@ -196,4 +199,71 @@ func head(s []string) []string {
 		return s[:10]
 	}
 	return s
+}
+
+// TestQueuedDeleteFaults: the queue meets a failing server (503 storms on DeleteObject, whole
+// DeleteObjects requests failing, DeleteObjects answering per-key errors for keys it did not delete):
+// every failed key is retried until applied, nothing referenced is deleted, rm -rf sees no error but the
+// refusals.
+func TestQueuedDeleteFaults(t *testing.T) {
+	cases := []struct {
+		name  string
+		batch bool
+		arm   func(p *s3server.Proxy)
+	}{
+		{"single, DeleteObject storm", false, func(p *s3server.Proxy) { p.FailNext("DeleteObject", 400, false) }},
+		{"batch, per-key errors", true, func(p *s3server.Proxy) { p.FailDeleteKeys(300, nil) }},
+		{"batch, storm and per-key errors", true, func(p *s3server.Proxy) {
+			p.FailNext("DeleteObjects", 4, false)
+			p.FailDeleteKeys(250, func(k string) bool { return strings.HasSuffix(k, "3") || strings.HasSuffix(k, "7") })
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			protected := []string{"job/chk-1/r", "job/shared/f0100", "job/shared/f0555"}
+			dir := t.TempDir()
+			e, p := setupProxied(t, func(o *s3mount.Options) {
+				o.DeleteQueueDir, o.DeleteBatch = dir, c.batch
+				s3mount.TuneQueue(o, func(qo *deleteq.Options) { qo.MaxBackoff = 50 * time.Millisecond })
+			})
+			e.ck.mu.Lock()
+			for _, k := range protected {
+				e.ck.protected[k] = true
+			}
+			e.ck.mu.Unlock()
+			for i := range 600 {
+				e.put(t, fmt.Sprintf("job/shared/f%04d", i), "x")
+			}
+			e.put(t, "job/chk-1/r", "r")
+			c.arm(p)
+			out, err := exec.Command("rm", "-rf", e.path("job")).CombinedOutput()
+			if err == nil {
+				t.Fatalf("rm -rf succeeded despite referenced files")
+			}
+			for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				if !strings.Contains(line, "Operation not permitted") && !strings.Contains(line, "Directory not empty") {
+					t.Errorf("rm: %s", line)
+				}
+			}
+			fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			defer cancel()
+			if left := e.m.FlushDeletes(fctx); left != 0 {
+				t.Fatalf("%d deletions pending after the flush", left)
+			}
+			var left []string
+			if err := e.c.Walk(ctx, "", func(o s3client.Object) error { left = append(left, o.Key); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(protected)
+			if !slices.Equal(left, protected) {
+				t.Errorf("left in the bucket: %d keys %v, want %v", len(left), head(left), protected)
+			}
+			st := e.m.QueueStats()
+			if st.Failures == 0 || st.Applied != 600-2 {
+				t.Errorf("queue stats %+v: want failures retried and 598 applied", st)
+			}
+			t.Logf("queue: %v; proxy ops %v", st, p.Ops())
+		})
+	}
 }
