@@ -108,6 +108,19 @@ type OrphansResult struct {
 	// Blocked is set (and Files empty) when no object can be called garbage: stale index, failed
 	// sync or an unparseable _metadata.
 	Blocked string `json:"blocked,omitempty"`
+	// PendingDeletion counts unreferenced objects left out of Files because an S3 mount has acknowledged
+	// their deletion and its queue has not applied it yet (they are gone from the mount already).
+	PendingDeletion int `json:"pending_deletion,omitempty"`
+}
+
+// PendingDeletes describes an S3 mount's queue of acknowledged deletions not applied to the bucket yet
+// (its journal in the index directory).
+type PendingDeletes struct {
+	Count          int       `json:"count"`
+	Oldest         time.Time `json:"oldest,omitzero"`
+	FailedAttempts int       `json:"failed_attempts"`
+	LastError      string    `json:"last_error,omitempty"`
+	Damaged        int       `json:"damaged_lines,omitempty"`
 }
 
 // BrokenCheckpoint is a live checkpoint that cannot be restored.
@@ -149,6 +162,9 @@ type StatsResult struct {
 	// StoreClockBehind is how far the store's clock was behind this host's at the last sync (0 when
 	// within a couple of seconds); ages are then measured by the store's clock.
 	StoreClockBehind time.Duration `json:"store_clock_behind_ns,omitempty"`
+	// PendingDeletes is the S3 mount's delete queue, when it holds anything (filled by the CLI from the
+	// journal beside the index).
+	PendingDeletes *PendingDeletes `json:"pending_deletes,omitempty"`
 }
 
 // PolicyInfo is Policy in JSON-friendly form.

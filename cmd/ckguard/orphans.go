@@ -29,7 +29,21 @@ func orphansCommand() *cli.Command {
 
 func runOrphans(c *cli.Context) error {
 	res, err := query(c, func(ctx context.Context, q refindex.Querier) (*refindex.OrphansResult, error) {
-		return q.Orphans(ctx, c.Duration("older-than"))
+		res, err := q.Orphans(ctx, c.Duration("older-than"))
+		if err != nil || res.Blocked != "" {
+			return res, err
+		}
+		// Objects an S3 mount has deleted (acknowledged, queued) are gone from its view: not listed.
+		dir, err := indexDir(c)
+		if err != nil {
+			return nil, err
+		}
+		_, keys, err := pendingDeletes(dir)
+		if err != nil {
+			return nil, err
+		}
+		dropPending(res, keys)
+		return res, nil
 	}, printOrphans)
 	if err != nil {
 		return err
@@ -48,4 +62,7 @@ func printOrphans(w io.Writer, res *refindex.OrphansResult) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "%d orphaned objects, %s reclaimable\n", len(res.Files), humanBytes(res.Bytes))
+	if res.PendingDeletion > 0 {
+		fmt.Fprintf(w, "%d more whose deletion through the S3 mount is queued, not applied yet (see ckguard stats)\n", res.PendingDeletion)
+	}
 }

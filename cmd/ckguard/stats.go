@@ -28,7 +28,13 @@ func statsCommand() *cli.Command {
 
 func runStats(c *cli.Context) error {
 	_, err := query(c, func(ctx context.Context, q refindex.Querier) (*refindex.StatsResult, error) {
-		return q.Stats(ctx)
+		s, err := q.Stats(ctx)
+		if err == nil {
+			if s.PendingDeletes, _, err = pendingDeletes(s.IndexDir); err != nil {
+				return nil, err
+			}
+		}
+		return s, err
 	}, printStats)
 	return err
 }
@@ -52,6 +58,9 @@ func printStats(w io.Writer, s *refindex.StatsResult) {
 	}
 	if s.StoreClockBehind > 0 {
 		rows = append(rows, [2]string{"STORE CLOCK BEHIND", fmt.Sprintf("by %s: file ages are measured by the store's clock; fix the clocks (NTP)", s.StoreClockBehind.Round(time.Second))})
+	}
+	if s.PendingDeletes != nil {
+		rows = append(rows, pendingRow(s.PendingDeletes))
 	}
 	if s.Stale {
 		rows = append(rows, [2]string{"STALE", "every deletion is refused until the index is synced"})
