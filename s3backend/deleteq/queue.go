@@ -133,6 +133,10 @@ type Queue struct {
 	wake    chan struct{}
 	stopped chan struct{}
 	cancel  context.CancelFunc
+
+	warnMu     sync.Mutex
+	lastWarn   time.Time
+	suppressed int // failures not logged since lastWarn
 }
 
 // Open replays the journal in o.Dir and starts applying what is pending.
@@ -336,9 +340,12 @@ func (q *Queue) Close() error {
 	}
 	q.closed = true
 	q.mu.Unlock()
+	// A round in flight is cut short: an entry whose request was cancelled stays pending (a request the
+	// server applied but whose answer was lost is replayed by the next Open: deleting a missing key is a
+	// no-op).
+	q.cancel()
 	q.poke()
 	<-q.stopped
-	q.cancel()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.j.close()
@@ -613,8 +620,7 @@ func (q *Queue) finish(its []*item, res []result) {
 	}
 	q.mu.Unlock()
 	if failed > 0 {
-		q.o.Logger.Warn("delete queue: deletions failed; they stay pending (names hidden) and are retried",
-			"failed", failed, "of", len(its), "first_err", firstErr)
+		q.warnFailed(failed, firstErr)
 	}
 	if q.o.Done != nil {
 		for _, d := range dones {
@@ -643,3 +649,22 @@ func (q *Queue) compactLocked() {
 func (s Stats) String() string {
 	return fmt.Sprintf("%d pending, %d applied, %d kept, %d skipped, %d failed attempts", s.Pending, s.Applied, s.Kept, s.Skipped, s.Failures)
 }
+
+// warnFailed logs failed deletions, at most once every warnEvery (a server that is down fails every
+// round; the log says so without flooding).
+func (q *Queue) warnFailed(failed int, firstErr error) {
+	q.warnMu.Lock()
+	now := time.Now()
+	if now.Sub(q.lastWarn) < warnEvery {
+		q.suppressed += failed
+		q.warnMu.Unlock()
+		return
+	}
+	n := failed + q.suppressed
+	q.lastWarn, q.suppressed = now, 0
+	q.warnMu.Unlock()
+	q.o.Logger.Warn("delete queue: deletions failed; they stay pending (their names hidden in the mount) and are retried",
+		"failed_attempts", n, "since", warnEvery, "pending", q.Stats().Pending, "last_err", firstErr)
+}
+
+const warnEvery = 5 * time.Second

@@ -134,6 +134,13 @@ func (f *filesystem) closeQueue() {
 	if f.q == nil {
 		return
 	}
+	f.qClose.Do(f.closeQueueOnce)
+}
+
+// closeQueueOnce: Unmount and Wait both clean up (the daemon calls both); the queue is closed once, and
+// f.q stays set (a request still in flight reads it; a closed queue refuses Add, so unlink then deletes
+// synchronously).
+func (f *filesystem) closeQueueOnce() {
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
 	if left := f.q.Flush(ctx, ""); left > 0 {
@@ -142,10 +149,11 @@ func (f *filesystem) closeQueue() {
 	if err := f.q.Close(); err != nil {
 		f.log.Warn("delete queue close", "err", err)
 	}
-	f.q = nil
 }
 
-const drainTimeout = 60 * time.Second
+// drainTimeout bounds how long an unmount applies the queue before it stops (the rest stays in the
+// journal): well within a service manager's stop timeout.
+const drainTimeout = 10 * time.Second
 
 // QueueStats returns the delete queue's state (zero without a queue).
 func (m *Mounted) QueueStats() deleteq.Stats {

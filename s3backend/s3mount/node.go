@@ -31,6 +31,7 @@ type filesystem struct {
 	ownSpool bool
 	bufPool  sync.Pool      // readahead chunk buffers (*[]byte), see read.go
 	q        *deleteq.Queue // acknowledged deletions not applied yet (nil: unlink deletes synchronously)
+	qClose   sync.Once
 }
 
 // node is a file or directory, named by its position in the tree (its key is its path from the root, so
