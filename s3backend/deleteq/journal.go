@@ -198,7 +198,13 @@ func (j *journal) append(rec record) error {
 	return nil
 }
 
-func (j *journal) sync() error { return j.f.Sync() }
+func (j *journal) truncate() error {
+	if err := j.f.Truncate(0); err != nil {
+		return fmt.Errorf("delete queue journal %s: %w", j.f.Name(), err)
+	}
+	j.size = 0
+	return nil
+}
 
 // rewrite replaces the journal with one "q" record per pending entry (and their attempts).
 func (j *journal) rewrite(pending []Entry) error {
@@ -224,7 +230,8 @@ func (j *journal) rewrite(pending []Entry) error {
 			}
 		}
 	}
-	if err := w.Flush(); err == nil {
+	err = w.Flush()
+	if err == nil {
 		err = f.Sync()
 	}
 	if err != nil {

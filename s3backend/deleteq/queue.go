@@ -20,6 +20,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -443,11 +444,14 @@ type result struct {
 func (q *Queue) round(ctx context.Context, its []*item) {
 	// The journal's "q" records of this round reach the disk before their deletes are sent: after a
 	// power loss an applied deletion may be replayed (a no-op), never one lost that was half done.
+	// Outside the lock: an fsync can take long on a busy disk, and unlinks append meanwhile. A journal
+	// replaced meanwhile (compaction) was fsynced by its rewrite.
 	q.mu.Lock()
-	if err := q.j.sync(); err != nil {
+	f := q.j.f
+	q.mu.Unlock()
+	if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
 		q.o.Logger.Warn("delete queue: journal fsync failed (entries survive a crash of the mount, not of the host)", "err", err)
 	}
-	q.mu.Unlock()
 	res := make([]result, len(its))
 	// Old entries: their ETag is older than a synchronous unlink may use; a HEAD shows whether the object
 	// is still the version decided on (same ETag and Last-Modified).
@@ -612,8 +616,11 @@ func (q *Queue) finish(its []*item, res []result) {
 		dones = append(dones, done{it.Entry, r.out})
 	}
 	if len(q.byKey) == 0 && !q.closed {
-		if err := q.j.rewrite(nil); err != nil {
-			q.o.Logger.Warn("delete queue: cannot compact the journal", "err", err)
+		// Nothing pending: the journal starts over (a truncate, cheap enough for every time the queue
+		// drains; a host crash that brings the old content back replays deletions already applied, which
+		// are no-ops or skipped as replaced).
+		if err := q.j.truncate(); err != nil {
+			q.o.Logger.Warn("delete queue: cannot truncate the journal", "err", err)
 		}
 	} else if q.j.size > 64<<20 {
 		q.compactLocked()
