@@ -79,3 +79,22 @@ func bucketOn(t *testing.T, h http.Handler) *s3client.Client {
 	}
 	return c
 }
+
+// TestProbeBatchIfMatch: versitygw v1.8.0 deletes a key of a DeleteObjects batch whatever its ETag, so the
+// probe says queued deletions must not be batched there; the probe object is gone afterwards.
+func TestProbeBatchIfMatch(t *testing.T) {
+	ctx := context.Background()
+	srv := s3server.Start(t)
+	srv.Bucket(t, "ckpt")
+	c, err := s3client.New(ctx, srv.Config(), s3client.Location{Bucket: "ckpt", Prefix: "flink/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s3mount.ProbeBatchIfMatch(ctx, c); ok || err != nil {
+		t.Fatalf("ProbeBatchIfMatch on versitygw = %v, %v; want not honoured, no error", ok, err)
+	}
+	pg, err := c.ListPage(ctx, "", false, "", "", 10)
+	if err != nil || len(pg.Objects) != 0 {
+		t.Errorf("probe left objects: %+v %v", pg.Objects, err)
+	}
+}
