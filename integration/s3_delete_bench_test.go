@@ -46,7 +46,9 @@ func TestS3DeleteBench(t *testing.T) {
 		}
 		return n
 	}
-	prefix := func(tool string, lat time.Duration) string { return fmt.Sprintf("del-%s-%dms", tool, lat.Milliseconds()) }
+	prefix := func(tool string, lat time.Duration) string {
+		return fmt.Sprintf("del-%s-%dms", tool, lat.Milliseconds())
+	}
 	// Objects are files in versitygw's posix directory, each with the ETag xattr a PUT would store.
 	body := []byte("ckguard-bench-sst")
 	sum := md5.Sum(body)
