@@ -112,7 +112,7 @@ func (f *filesystem) Recheck(ctx context.Context, es []deleteq.Entry, apply func
 func indexWide(r refindex.Reason) bool {
 	switch r {
 	case refindex.ReasonIndexStale, refindex.ReasonSyncFailed, refindex.ReasonStoreError, refindex.ReasonUnparseable,
-		refindex.ReasonUnmappedReferences:
+		refindex.ReasonUnmappedReferences, guard.ReasonIndexPending:
 		return true
 	}
 	return false
