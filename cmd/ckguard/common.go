@@ -16,10 +16,12 @@ import (
 	"runtime/debug"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/ckguard/ckguard/fs/control"
+	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/pathnorm"
 	"github.com/ckguard/ckguard/refindex/store"
@@ -27,30 +29,58 @@ import (
 	"github.com/ckguard/ckguard/s3backend/s3cli"
 )
 
-// storeFlags name the store and the index (every index command takes them after its own name).
-func storeFlags() []cli.Flag {
+// Exit statuses every command follows (README "Exit codes"; main maps any other error to exitUsage).
+const (
+	exitOK        = 0 // the job was done and nothing wrong was found
+	exitFound     = 1 // a problem was found: verify red, why refused, inspect cannot parse, demo misbehaved
+	exitUsage     = 2 // usage or operational error: bad flags/arguments, store or index unreachable
+	exitUntrusted = 3 // the answer cannot be trusted right now (stale index, failed sync, unparseable _metadata)
+)
+
+// locationFlags name the store and the index: every command that reads a store takes them.
+func locationFlags() []cli.Flag {
 	f := []cli.Flag{
-		&cli.StringFlag{Name: "store", EnvVars: []string{"CKGUARD_STORE"}, Usage: "checkpoint storage: a local/NFS directory or s3://bucket/prefix", Required: true},
+		// Checked by requireStore (one line naming the flag) rather than urfave's Required, which prints
+		// the whole help and then misreads PATH as a command name.
+		&cli.StringFlag{Name: "store", EnvVars: []string{"CKGUARD_STORE"}, Usage: "checkpoint storage: a local/NFS directory or s3://bucket/prefix (required; or set CKGUARD_STORE)"},
 		&cli.StringFlag{Name: "index", EnvVars: []string{"CKGUARD_INDEX"}, Usage: "index directory (default: $XDG_CACHE_HOME/ckguard/<hash of --store>)"},
 		&cli.StringSliceFlag{Name: "map", Usage: "prefix map `PREFIX=STOREPATH` tying URIs written in _metadata to the store (repeatable), e.g. file:/flink/ckpt= or hdfs://nn:8020/flink=flink"},
 		&cli.StringFlag{Name: "entropy-key", Usage: "Flink's s3.entropy.key (e.g. _entropy_), when checkpoints use entropy injection"},
-		&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
-		&cli.StringFlag{Name: "control-socket", Usage: "query a running mount through this socket (default: INDEX/" + control.SocketName + " when it answers)"},
-		&cli.BoolFlag{Name: "no-sync", Usage: "when opening the index directly, do not sync it with the store first"},
 	}
 	return append(f, s3cli.Flags()...)
+}
+
+// jsonFlag is --json, on every command that can print JSON.
+func jsonFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table (snake_case keys, RFC 3339 times, durations as in the flags: \"7d\")"}
+}
+
+// storeFlags are the flags of the query commands: the location, --json, and how to reach the index
+// (a running mount's control socket, else the index opened directly).
+func storeFlags() []cli.Flag {
+	return append(locationFlags(),
+		jsonFlag(),
+		&cli.StringFlag{Name: "control-socket", Usage: "query a running mount through this socket (default: INDEX/" + control.SocketName + " when it answers)"},
+		&cli.BoolFlag{Name: "no-sync", Usage: "when opening the index directly, do not sync it with the store first"},
+	)
+}
+
+// durationFlag is a duration flag in ckguard's one syntax (Go's plus d and w: 90s, 1h, 7d, 2w);
+// anything else, and a negative value, is rejected with one line naming the syntax.
+func durationFlag(name string, value time.Duration, usage string, opts ...duration.FlagOption) cli.Flag {
+	return duration.Flag(name, value, usage, opts...)
 }
 
 // policyFlags are the decision policy flags (wherever a decision is made).
 func policyFlags() []cli.Flag {
 	d := refindex.DefaultPolicy()
 	return []cli.Flag{
-		&cli.DurationFlag{Name: "grace", Value: d.Grace, Usage: "protect unreferenced files younger than this (in-flight checkpoints); Go duration: 90s, 1h, 0s"},
-		&cli.DurationFlag{Name: "active-window", Value: d.ActiveWindow, Usage: "protect the newest checkpoint _metadata of jobs whose newest checkpoint completed within this window"},
-		&cli.DurationFlag{Name: "max-staleness", Value: d.MaxStaleness, Usage: "refuse everything when the index's last complete sync is older than this (0 = no limit)"},
+		durationFlag("grace", d.Grace, "protect unreferenced files younger than this (in-flight checkpoints); e.g. 90s, 1h, 0s"),
+		durationFlag("active-window", d.ActiveWindow, "protect the newest checkpoint _metadata of jobs whose newest checkpoint completed within this window; e.g. 7d, 2w"),
+		durationFlag("max-staleness", d.MaxStaleness, "refuse everything when the index's last complete sync is older than this (0s = no limit)"),
 		&cli.StringSliceFlag{Name: "protect", Usage: "never remove store paths matching this `GLOB` or anything below them (repeatable); a glob without / matches a file or folder name at any depth (ha, savepoint-*), one with / matches paths from the store root (flink/ha, */ha, /ha)"},
 		&cli.BoolFlag{Name: "savepoint-keep-newest", Value: d.SavepointKeepNewest, Usage: "protect the _metadata of the newest savepoint of every job, whatever its age (--savepoint-keep-newest=false to dispose of one through the mount)"},
-		&cli.DurationFlag{Name: "savepoint-retention", Value: d.SavepointRetention, Usage: "protect the _metadata of every savepoint completed within this period (0 = off)"},
+		durationFlag("savepoint-retention", d.SavepointRetention, "protect the _metadata of every savepoint completed within this period, e.g. 30d (0s = off)"),
 	}
 }
 
@@ -66,6 +96,24 @@ func policyFrom(c *cli.Context) (refindex.Policy, error) {
 		p.SavepointRetention = c.Duration("savepoint-retention")
 	}
 	return p, p.Validate()
+}
+
+// usageError is a bad invocation of the running command: one line naming the command and where the
+// full help is, exit status exitUsage.
+func usageError(c *cli.Context, format string, args ...any) error {
+	name := "ckguard"
+	if c != nil && c.Command != nil && c.Command.FullName() != "" {
+		name += " " + c.Command.FullName()
+	}
+	return cli.Exit(fmt.Sprintf("%s: %s (see `%s --help`)", name, fmt.Sprintf(format, args...), name), exitUsage)
+}
+
+// requireStore is the Before hook of every command with --store: without it nothing can be answered.
+func requireStore(c *cli.Context) error {
+	if c.String("store") == "" {
+		return usageError(c, "--store is required: the checkpoint storage, a local/NFS directory or s3://bucket/prefix (or set CKGUARD_STORE)")
+	}
+	return nil
 }
 
 // hasFlag reports whether the running command defines flag name.

@@ -18,18 +18,6 @@ var jsonCommands = map[string]bool{
 // another engineer, being fixed); the test reports them without failing. Keep it empty.
 var helpPending = map[string]string{}
 
-// walkCommands calls fn for every command and subcommand with its path ("index rebuild").
-func walkCommands(cmds []*cli.Command, prefix string, fn func(path string, c *cli.Command)) {
-	for _, c := range cmds {
-		if c.Name == "help" {
-			continue
-		}
-		p := strings.TrimSpace(prefix + " " + c.Name)
-		fn(p, c)
-		walkCommands(c.Subcommands, p, fn)
-	}
-}
-
 // TestHelpReadsLikeAManPage: every command's --help has a one-line summary, a description and an
 // EXAMPLES section with runnable ckguard lines; query commands have --json.
 func TestHelpReadsLikeAManPage(t *testing.T) {

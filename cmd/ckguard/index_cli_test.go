@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -22,7 +23,7 @@ func run(t *testing.T, args ...string) (string, int) {
 	app := newApp()
 	app.Writer, app.ErrWriter = &out, &errb
 	app.ExitErrHandler = func(*cli.Context, error) {}
-	err := app.Run(append([]string{"ckguard"}, args...))
+	err := runApp(context.Background(), app, append([]string{"ckguard"}, args...))
 	code := 0
 	if err != nil {
 		code = 1

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -17,7 +18,7 @@ import (
 var version = "dev"
 
 func newApp() *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:                 "ckguard",
 		Usage:                "make Flink checkpoint storage safe to clean up",
 		Version:              version,
@@ -43,13 +44,65 @@ func newApp() *cli.App {
 			demoCommand(),
 			versionCommand(),
 		},
+		// `ckguard` alone is a usage error (README "Exit codes"): the help, then exit 2.
+		Action: func(c *cli.Context) error {
+			if c.NArg() == 0 {
+				_ = cli.ShowAppHelp(c)
+				return cli.Exit("", exitUsage)
+			}
+			return nil
+		},
+		OnUsageError: onUsageError,
 	}
+	walkCommands(app.Commands, "", func(_ string, cmd *cli.Command) {
+		cmd.OnUsageError = onUsageError
+		if hasFlagNamed(cmd, "store") && cmd.Before == nil {
+			cmd.Before = requireStore
+		}
+	})
+	return app
+}
+
+// onUsageError turns a flag parse error into one line naming the command and its --help, exit 2
+// (instead of the whole help followed by the error).
+func onUsageError(c *cli.Context, err error, _ bool) error {
+	return usageError(c, "%v", err)
+}
+
+// hasFlagNamed reports whether cmd defines flag name.
+func hasFlagNamed(cmd *cli.Command, name string) bool {
+	for _, f := range cmd.Flags {
+		for _, n := range f.Names() {
+			if n == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// walkCommands calls fn for every command and subcommand with its path ("index rebuild").
+func walkCommands(cmds []*cli.Command, prefix string, fn func(path string, c *cli.Command)) {
+	for _, c := range cmds {
+		if c.Name == "help" {
+			continue
+		}
+		p := strings.TrimSpace(prefix + " " + c.Name)
+		fn(p, c)
+		walkCommands(c.Subcommands, p, fn)
+	}
+}
+
+// runApp is main without the process exit: the app on args, with flags after positional arguments
+// accepted (interspersed).
+func runApp(ctx context.Context, app *cli.App, args []string) error {
+	return app.RunContext(ctx, interspersed(app, args))
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := newApp().RunContext(ctx, os.Args); err != nil {
+	if err := runApp(ctx, newApp(), os.Args); err != nil {
 		// Exit codes: 0 ok, 1 a problem found (verify red, why refused: commands say so with cli.Exit),
 		// 2 could not do the job (bad usage, store or index unreachable): any other error.
 		code := 2

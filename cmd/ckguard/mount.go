@@ -13,6 +13,7 @@ import (
 	"github.com/ckguard/ckguard/fs/daemon"
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guardd"
+	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/s3backend/s3cli"
 	"github.com/ckguard/ckguard/s3backend/s3guardd"
 )
@@ -20,10 +21,10 @@ import (
 func mountCommand() *cli.Command {
 	flags := []cli.Flag{
 		&cli.BoolFlag{Name: "allow-other", Usage: "let other users use the mount (kernel permission checks stay on)"},
-		&cli.DurationFlag{Name: "sync-interval", Value: 30 * time.Second, Usage: "re-sync the index with the store this often (picks up changes made directly)"},
+		durationFlag("sync-interval", 30*time.Second, "re-sync the index with the store this often (picks up changes made directly); keep it well below --max-staleness"),
 		&cli.StringFlag{Name: "refuse-errno", Value: "EPERM", Usage: "errno for refused operations: EPERM, EACCES, EROFS, EBUSY or a number"},
 		&cli.StringFlag{Name: "audit-log", Usage: "JSON-lines audit log of every decision (default INDEX/audit.jsonl)"},
-		&cli.DurationFlag{Name: "audit-fsync", Value: time.Second, Usage: "fsync the audit log this often (records are written before each reply regardless); negative: after every record"},
+		durationFlag("audit-fsync", time.Second, "fsync the audit log this often (records are written before each reply regardless); negative: after every record", duration.AllowNegative()),
 		&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics on this address, e.g. 127.0.0.1:9477"},
 		&cli.BoolFlag{Name: "foreground", Aliases: []string{"f"}, Usage: "stay in the foreground (for systemd Type=notify and containers); default: detach once mounted"},
 		&cli.StringFlag{Name: "log-file", Usage: "daemon mode: log here (default INDEX/ckguard.log)"},

@@ -16,7 +16,7 @@ func orphansCommand() *cli.Command {
 		Name:  "orphans",
 		Usage: "list objects no live checkpoint needs (unreferenced, unprotected, past --grace), with bytes reclaimable",
 		Flags: append(append(storeFlags(), policyFlags()...),
-			&cli.DurationFlag{Name: "older-than", Usage: "only objects last modified longer ago than this (Go duration, e.g. 168h)"}),
+			durationFlag("older-than", 0, "only objects last modified longer ago than this, e.g. 7d, 2w, 36h")),
 		Description: "Lists what the guard would let a cleanup delete and no checkpoint needs: unreferenced, not a live\n" +
 			"_metadata, not pinned or --protect'ed, older than --grace (and --older-than). Exit status 3 when the list\n" +
 			"cannot be trusted (stale index, failed sync, unparseable _metadata).\n\n" +

@@ -23,7 +23,7 @@ func umountCommand() *cli.Command {
 			"   ckguard umount --lazy /mnt/flink-checkpoints",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "lazy", Aliases: []string{"l"}, Usage: "detach even while files are open (also clears a stale mount of a crashed daemon)"},
-			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "wait this long for the mount to disappear"},
+			durationFlag("timeout", 10*time.Second, "wait this long for the mount to disappear"),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {

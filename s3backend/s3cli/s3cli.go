@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3store"
 )
@@ -33,7 +34,7 @@ func Flags() []cli.Flag {
 		&cli.BoolFlag{Name: "s3-path-style", EnvVars: []string{"CKGUARD_S3_PATH_STYLE"}, Usage: "address buckets as endpoint/bucket (most S3-compatible servers need this)"},
 		&cli.StringFlag{Name: "s3-profile", Usage: "AWS shared-config profile"},
 		&cli.IntFlag{Name: "s3-max-attempts", Value: 5, Usage: "attempts per S3 request (throttling, 5xx and network errors are retried with backoff)"},
-		&cli.DurationFlag{Name: "s3-timeout", Value: 60 * time.Second, Usage: "bound on one S3 operation including its retries; then the file operation fails with EIO"},
+		duration.Flag("s3-timeout", 60*time.Second, "bound on one S3 operation including its retries; then the file operation fails with EIO"),
 	}
 }
 
