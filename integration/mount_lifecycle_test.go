@@ -107,7 +107,7 @@ func TestMountControlMetricsXattrs(t *testing.T) {
 	if c, err := q.Checkpoints(ctx, ""); err != nil || len(c.Jobs) == 0 {
 		t.Errorf("checkpoints over the socket: %+v %v", c, err)
 	}
-	if o, err := q.Orphans(ctx, time.Hour); err != nil || o.OlderThan != time.Hour {
+	if o, err := q.Orphans(ctx, time.Hour); err != nil || time.Duration(o.OlderThan) != time.Hour {
 		t.Errorf("orphans over the socket: %+v %v", o, err)
 	}
 	if v, err := q.Verify(ctx); err != nil || !v.OK || v.Checked != len(tr.Live) {

@@ -113,7 +113,7 @@ func TestGraceByStoreClock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d := s.StoreClockBehind - tt.behind; d < -2*time.Second || d > 2*time.Second {
+			if d := time.Duration(s.StoreClockBehind) - tt.behind; d < -2*time.Second || d > 2*time.Second {
 				t.Errorf("stats: store clock behind by %s, want about %s", s.StoreClockBehind, tt.behind)
 			}
 			// A store clock that cannot be read keeps the last correction.

@@ -3,9 +3,12 @@ package refindex_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -580,5 +583,29 @@ func TestStatsIndexBytesAfterRebuild(t *testing.T) {
 	}
 	if s.IndexBytes <= 0 {
 		t.Fatalf("index bytes after a rebuild: %d", s.IndexBytes)
+	}
+	// The figure is disk usage (what sizing /var/lib needs), not the apparent size of badger's
+	// sparsely preallocated files: it is what du counts, and far below the sum of the sizes.
+	var apparent, allocated int64
+	gen := filepath.Join(s.IndexDir, fmt.Sprintf("gen-%08d", s.Generation))
+	if err := filepath.WalkDir(gen, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() || filepath.Dir(p) != gen {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		apparent += fi.Size()
+		allocated += fi.Sys().(*syscall.Stat_t).Blocks * 512
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if s.IndexBytes != allocated {
+		t.Errorf("index bytes %d, want the allocated blocks of the generation's files, %d (apparent size %d)", s.IndexBytes, allocated, apparent)
+	}
+	if apparent > 4*allocated && s.IndexBytes*4 > apparent {
+		t.Errorf("index bytes %d is near the apparent size %d of sparse files that take %d on disk", s.IndexBytes, apparent, allocated)
 	}
 }

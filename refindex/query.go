@@ -14,6 +14,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
+	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/refindex/store"
 )
 
@@ -48,8 +49,12 @@ type CheckpointInfo struct {
 	Size      int64     `json:"size"`
 	Format    int       `json:"format,omitempty"`
 	Refs      int       `json:"refs"`
-	Outside   int       `json:"outside_refs,omitempty"`
-	Pinned    bool      `json:"pinned,omitempty"`
+	// ReferencedBytes is the size in the store of the distinct files it references (what a restore
+	// reads); the index keeps no sizes, so `ckguard checkpoints` fills it from the store (-1: could
+	// not be read; omitted where nobody filled it).
+	ReferencedBytes int64 `json:"referenced_bytes,omitempty"`
+	Outside         int   `json:"outside_refs,omitempty"`
+	Pinned          bool  `json:"pinned,omitempty"`
 	// Protected: the newest checkpoint of a job active within --active-window.
 	Protected bool `json:"protected,omitempty"`
 	// ReferencesJobs lists other job folders whose files this checkpoint references.
@@ -83,6 +88,9 @@ type JobCheckpoints struct {
 	Savepoints    int              `json:"savepoint_count"`
 	MetadataBytes int64            `json:"metadata_bytes"`
 	References    int              `json:"refs"`
+	// ReferencedBytes is the size of the distinct files its checkpoints reference, filled like
+	// CheckpointInfo's.
+	ReferencedBytes int64 `json:"referenced_bytes,omitempty"`
 	// ReferencesJobs lists other job folders any of them references (restored from / LEGACY chains).
 	ReferencesJobs []string `json:"references_jobs,omitempty"`
 }
@@ -102,9 +110,10 @@ type OrphanFile struct {
 
 // OrphansResult is the answer of Orphans.
 type OrphansResult struct {
-	OlderThan time.Duration `json:"older_than"`
-	Files     []OrphanFile  `json:"files"`
-	Bytes     int64         `json:"bytes"`
+	OlderThan duration.D `json:"older_than"` // "7d": the duration syntax of the flags
+
+	Files []OrphanFile `json:"files"`
+	Bytes int64        `json:"bytes"`
 	// Blocked is set (and Files empty) when no object can be called garbage: stale index, failed
 	// sync or an unparseable _metadata.
 	Blocked string `json:"blocked,omitempty"`
@@ -142,14 +151,17 @@ type VerifyResult struct {
 
 // StatsResult is the answer of Stats.
 type StatsResult struct {
-	Store             string     `json:"store"`
-	IndexDir          string     `json:"index_dir"`
-	Schema            int        `json:"schema"`
-	Generation        int        `json:"generation"`
-	LastSync          time.Time  `json:"last_sync,omitzero"`
-	SyncError         string     `json:"sync_error,omitempty"`
-	Stale             bool       `json:"stale"`
-	Jobs              int        `json:"jobs"`
+	Store      string    `json:"store"`
+	IndexDir   string    `json:"index_dir"`
+	Schema     int       `json:"schema"`
+	Generation int       `json:"generation"`
+	LastSync   time.Time `json:"last_sync,omitzero"`
+	SyncError  string    `json:"sync_error,omitempty"`
+	Stale      bool      `json:"stale"`
+	Jobs       int       `json:"jobs"` // job folders with a live checkpoint
+	// SavepointFolders counts folders that hold live savepoints and no checkpoint (a savepoint
+	// directory such as state.savepoints.dir): they are not jobs.
+	SavepointFolders  int        `json:"savepoint_folders"`
 	Checkpoints       int        `json:"checkpoints"`
 	Savepoints        int        `json:"savepoints"`
 	Unparseable       int        `json:"unparseable"`
@@ -161,13 +173,13 @@ type StatsResult struct {
 	Policy            PolicyInfo `json:"policy"`
 	// StoreClockBehind is how far the store's clock was behind this host's at the last sync (0 when
 	// within a couple of seconds); ages are then measured by the store's clock.
-	StoreClockBehind time.Duration `json:"store_clock_behind_ns,omitempty"`
+	StoreClockBehind duration.D `json:"store_clock_behind,omitempty"`
 	// PendingDeletes is the S3 mount's delete queue, when it holds anything (filled by the CLI from the
 	// journal beside the index).
 	PendingDeletes *PendingDeletes `json:"pending_deletes,omitempty"`
 }
 
-// PolicyInfo is Policy in JSON-friendly form.
+// PolicyInfo is Policy in JSON-friendly form: durations in the flags' syntax ("1h", "7d").
 type PolicyInfo struct {
 	Grace        string   `json:"grace"`
 	ActiveWindow string   `json:"active_window"`
@@ -389,7 +401,7 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 		return nil, err
 	}
 	defer v.release()
-	res := &OrphansResult{OlderThan: olderThan, Files: []OrphanFile{}}
+	res := &OrphansResult{OlderThan: duration.D(olderThan), Files: []OrphanFile{}}
 	if b := v.blocked(); b != "" {
 		res.Blocked = b
 		return res, nil
@@ -458,7 +470,7 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 	})
 	var behind errIndexBehind
 	if errors.As(err, &behind) {
-		return &OrphansResult{OlderThan: olderThan, Files: []OrphanFile{},
+		return &OrphansResult{OlderThan: duration.D(olderThan), Files: []OrphanFile{},
 			Blocked: fmt.Sprintf("%s %s since the last index sync, so what it references is unknown; run `ckguard index sync` (a running mount syncs every --sync-interval) and list again", behind.key, behind.what)}, nil
 	}
 	if err != nil {
@@ -594,12 +606,13 @@ func (ix *Index) Stats(ctx context.Context) (*StatsResult, error) {
 	defer v.release()
 	s := &StatsResult{Store: ix.st.Root(), IndexDir: ix.dir, Schema: SchemaVersion, Generation: v.g.n, LastSync: v.last,
 		SyncError: v.syncErr, Pins: len(v.pins), DirectoryHandles: len(v.st.dirRefs), IndexBytes: dirBytes(filepath.Join(ix.dir, genName(v.g.n))),
-		Policy: PolicyInfo{Grace: v.pol.Grace.String(), ActiveWindow: v.pol.ActiveWindow.String(), MaxStaleness: v.pol.MaxStaleness.String(), Protect: v.pol.Protect,
-			SavepointKeepNewest: v.pol.SavepointKeepNewest, SavepointRetention: v.pol.SavepointRetention.String()},
-		StoreClockBehind: -v.skew}
+		Policy: PolicyInfo{Grace: duration.Format(v.pol.Grace), ActiveWindow: duration.Format(v.pol.ActiveWindow),
+			MaxStaleness: duration.Format(v.pol.MaxStaleness), Protect: v.pol.Protect,
+			SavepointKeepNewest: v.pol.SavepointKeepNewest, SavepointRetention: duration.Format(v.pol.SavepointRetention)},
+		StoreClockBehind: duration.D(-v.skew)}
 	b := v.blocked()
 	s.Stale = b != "" && len(v.st.unparseable) == 0
-	jobs := map[string]bool{}
+	jobs, savepointFolders := map[string]bool{}, map[string]bool{}
 	for _, c := range v.st.ckpts {
 		switch {
 		case c.Err != "":
@@ -607,6 +620,7 @@ func (ix *Index) Stats(ctx context.Context) (*StatsResult, error) {
 			continue
 		case c.Kind == "savepoint":
 			s.Savepoints++
+			savepointFolders[c.Job] = true
 		default:
 			s.Checkpoints++
 			jobs[c.Job] = true
@@ -615,20 +629,27 @@ func (ix *Index) Stats(ctx context.Context) (*StatsResult, error) {
 		s.OutsideReferences += c.Outside
 	}
 	s.Jobs = len(jobs)
+	for f := range savepointFolders {
+		if !jobs[f] {
+			s.SavepointFolders++
+		}
+	}
 	return s, nil
 }
 
 // NewQuerier returns the Querier of a locally opened index (the index itself).
 func NewQuerier(ix *Index) Querier { return ix }
 
-// dirBytes sums the sizes of the files in dir (a generation). badger's DB.Size is refreshed only once
-// a minute, so it reports 0 for a generation a fast rebuild has just written.
+// dirBytes is the disk space the files in dir (a generation) take: allocated blocks, not sizes, since
+// badger preallocates its vlog and memtable files sparsely (a 2 GiB vlog may hold 100 KiB). badger's
+// DB.Size is refreshed only once a minute, so it reports 0 for a generation a fast rebuild has just
+// written.
 func dirBytes(dir string) int64 {
 	ents, _ := os.ReadDir(dir)
 	var n int64
 	for _, e := range ents {
 		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
-			n += fi.Size()
+			n += allocatedBytes(fi)
 		}
 	}
 	return n

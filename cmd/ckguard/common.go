@@ -350,6 +350,20 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
+// fmtTime is the one form of a time in text output: RFC 3339 in UTC, with its zone (as in --json).
+func fmtTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// plural is "1 checkpoint", "2 checkpoints" (many: its own plural when the word is irregular).
+func plural(n int, one string, many ...string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	if len(many) > 0 {
+		return fmt.Sprintf("%d %s", n, many[0])
+	}
+	return fmt.Sprintf("%d %ss", n, one)
+}
+
 // exitf is an error with an exit status.
 func exitf(code int, format string, args ...any) error {
 	return cli.Exit(fmt.Sprintf(format, args...), code)

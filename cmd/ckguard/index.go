@@ -71,8 +71,9 @@ func runIndex(c *cli.Context, rebuild bool) error {
 	if rebuild {
 		what = "rebuilt"
 	}
-	fmt.Fprintf(c.App.Writer, "index %s in %s: %d jobs, %d checkpoints, %d savepoints, %d references (%d outside the guarded store), %d unparseable _metadata\nindex: %s (generation %d, %s)\n",
-		what, time.Since(t0).Round(time.Millisecond), s.Jobs, s.Checkpoints, s.Savepoints, s.References, s.OutsideReferences, s.Unparseable, s.IndexDir, s.Generation, humanBytes(s.IndexBytes))
+	fmt.Fprintf(c.App.Writer, "index %s in %s: %s, %s, %s, %s, %s (%d outside the guarded store), %d unparseable _metadata\nindex: %s (generation %d, %s on disk)\n",
+		what, time.Since(t0).Round(time.Millisecond), plural(s.Jobs, "job folder"), plural(s.SavepointFolders, "savepoint folder"), plural(s.Checkpoints, "checkpoint"),
+		plural(s.Savepoints, "savepoint"), plural(s.References, "reference"), s.OutsideReferences, s.Unparseable, s.IndexDir, s.Generation, humanBytes(s.IndexBytes))
 	if s.Unparseable > 0 {
 		fmt.Fprintln(c.App.ErrWriter, "warning: unparseable _metadata block every deletion; see `ckguard checkpoints`")
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -58,10 +57,10 @@ func printOrphans(w io.Writer, res *refindex.OrphansResult) {
 	tw := newTable(w)
 	fmt.Fprintln(tw, "SIZE\tMODIFIED\tPATH")
 	for _, f := range res.Files {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", humanBytes(f.Size), f.ModTime.UTC().Format(time.DateTime), f.Path)
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", humanBytes(f.Size), fmtTime(f.ModTime), f.Path)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "%d orphaned objects, %s reclaimable\n", len(res.Files), humanBytes(res.Bytes))
+	fmt.Fprintf(w, "%s, %s reclaimable\n", plural(len(res.Files), "orphaned object"), humanBytes(res.Bytes))
 	if res.PendingDeletion > 0 {
 		fmt.Fprintf(w, "%d more whose deletion through the S3 mount is queued, not applied yet (see ckguard stats)\n", res.PendingDeletion)
 	}

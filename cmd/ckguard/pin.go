@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/urfave/cli/v2"
 )
@@ -40,7 +39,7 @@ func runPin(c *cli.Context, pin bool) error {
 		}
 		res = r
 		if !c.Bool("json") {
-			fmt.Fprintf(c.App.Writer, "pinned %s (since %s)\n", r.Checkpoint, r.Since.UTC().Format(time.DateTime))
+			fmt.Fprintf(c.App.Writer, "pinned %s (since %s)\n", r.Checkpoint, fmtTime(r.Since))
 		}
 	} else {
 		r, err := q.Unpin(c.Context, key)

@@ -8,15 +8,16 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/refindex"
 )
 
 func statsCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "stats",
-		Usage: "summarise the index: jobs, checkpoints, references, last sync, policy",
+		Usage: "summarise the index: job and savepoint folders, checkpoints, references, last sync, policy",
 		Description: "Shows the store, the index directory and size, when the index last synced (a stale index makes the\n" +
-			"guard refuse everything), counts of jobs, checkpoints, savepoints, unparseable _metadata, references\n" +
+			"guard refuse everything), counts of job folders, savepoint folders, checkpoints, savepoints, unparseable _metadata, references\n" +
 			"and pins, and the policy in force.\n\n" +
 			"EXAMPLES:\n" +
 			"   ckguard stats --store /srv/flink/checkpoints --index /var/lib/ckguard/flink\n" +
@@ -43,21 +44,22 @@ func printStats(w io.Writer, s *refindex.StatsResult) {
 	tw := newTable(w)
 	last := "never"
 	if !s.LastSync.IsZero() {
-		last = fmt.Sprintf("%s (%s ago)", s.LastSync.UTC().Format(time.DateTime), time.Since(s.LastSync).Round(time.Second))
+		last = fmt.Sprintf("%s (%s ago)", fmtTime(s.LastSync), duration.Format(time.Since(s.LastSync).Round(time.Second)))
 	}
 	rows := [][2]string{
-		{"store", s.Store}, {"index", fmt.Sprintf("%s (schema %d, generation %d, %s)", s.IndexDir, s.Schema, s.Generation, humanBytes(s.IndexBytes))},
-		{"last sync", last}, {"jobs", fmt.Sprint(s.Jobs)}, {"checkpoints", fmt.Sprint(s.Checkpoints)}, {"savepoints", fmt.Sprint(s.Savepoints)},
+		{"store", s.Store}, {"index", fmt.Sprintf("%s (schema %d, generation %d, %s on disk)", s.IndexDir, s.Schema, s.Generation, humanBytes(s.IndexBytes))},
+		{"last sync", last}, {"job folders", fmt.Sprint(s.Jobs)}, {"savepoint folders", fmt.Sprint(s.SavepointFolders)},
+		{"checkpoints", fmt.Sprint(s.Checkpoints)}, {"savepoints", fmt.Sprint(s.Savepoints)},
 		{"unparseable _metadata", fmt.Sprint(s.Unparseable)}, {"references", fmt.Sprint(s.References)},
 		{"outside the guarded store", fmt.Sprint(s.OutsideReferences)}, {"directory handles", fmt.Sprint(s.DirectoryHandles)},
 		{"pins", fmt.Sprint(s.Pins)},
-		{"policy", fmt.Sprintf("grace %s, active window %s, max staleness %s, protect %v", s.Policy.Grace, s.Policy.ActiveWindow, s.Policy.MaxStaleness, s.Policy.Protect)},
+		{"policy", fmt.Sprintf("--grace %s, --active-window %s, --max-staleness %s, --protect %v", s.Policy.Grace, s.Policy.ActiveWindow, s.Policy.MaxStaleness, s.Policy.Protect)},
 	}
 	if s.SyncError != "" {
 		rows = append(rows, [2]string{"SYNC FAILED", s.SyncError})
 	}
 	if s.StoreClockBehind > 0 {
-		rows = append(rows, [2]string{"STORE CLOCK BEHIND", fmt.Sprintf("by %s: file ages are measured by the store's clock; fix the clocks (NTP)", s.StoreClockBehind.Round(time.Second))})
+		rows = append(rows, [2]string{"STORE CLOCK BEHIND", fmt.Sprintf("by %s: file ages are measured by the store's clock; fix the clocks (NTP)", duration.Format(time.Duration(s.StoreClockBehind).Round(time.Second)))})
 	}
 	if s.PendingDeletes != nil {
 		rows = append(rows, pendingRow(s.PendingDeletes))

@@ -43,7 +43,7 @@ func printVerify(w io.Writer, res *refindex.VerifyResult) {
 			fmt.Fprintf(w, "BROKEN %s: unparseable: %s\n", b.Metadata, b.Error)
 			continue
 		}
-		fmt.Fprintf(w, "BROKEN %s: %d referenced objects missing\n", b.Metadata, b.MissingCount)
+		fmt.Fprintf(w, "BROKEN %s: %s missing\n", b.Metadata, plural(b.MissingCount, "referenced object"))
 		for _, m := range b.Missing {
 			fmt.Fprintf(w, "  missing %s\n", m)
 		}
@@ -55,6 +55,6 @@ func printVerify(w io.Writer, res *refindex.VerifyResult) {
 	if !res.OK {
 		status = "FAILED"
 	}
-	fmt.Fprintf(w, "verify %s: %d checkpoints checked, %d objects, %d broken, %d references outside the guarded store not checked\n",
-		status, res.Checked, res.Objects, len(res.Broken), res.OutsideSkipped)
+	fmt.Fprintf(w, "verify %s: %s checked, %s, %d broken, %s outside the guarded store not checked\n",
+		status, plural(res.Checked, "checkpoint"), plural(res.Objects, "object"), len(res.Broken), plural(res.OutsideSkipped, "reference"))
 }

@@ -61,7 +61,7 @@ func printWhy(w io.Writer, res *refindex.WhyResult) {
 	}
 	fmt.Fprintf(w, "%s  %s (%s): %s\nreason: %s  state: %s\n%s\n", verdict, displayKey(res.Path), kind, res.Op, res.Reason, res.State, res.Message)
 	if len(res.Referencing) > 0 {
-		fmt.Fprintf(w, "referencing checkpoints (%d):\n", res.RefCount)
+		fmt.Fprintf(w, "referenced by %s:\n", plural(res.RefCount, "live checkpoint or savepoint", "live checkpoints and savepoints"))
 		for _, r := range res.Referencing {
 			fmt.Fprintf(w, "  %s\n", r)
 		}
@@ -74,9 +74,18 @@ func printWhy(w io.Writer, res *refindex.WhyResult) {
 		if ck.Error != "" {
 			status = "UNPARSEABLE: " + ck.Error
 		}
-		fmt.Fprintf(w, "this is the _metadata of %s %d of job folder %s (%s, completed %s, %d references)%s\n",
-			ck.Kind, ck.ID, displayKey(ck.Job), status, ck.Completed.UTC().Format("2006-01-02 15:04:05Z"), ck.Refs, flags(ck.Pinned, ck.Protected))
+		fmt.Fprintf(w, "this is the _metadata of %s %d of %s %s (%s, completed %s, %s)%s\n",
+			ck.Kind, ck.ID, folderKind(ck.Kind == "savepoint"), displayKey(ck.Job), status, fmtTime(ck.Completed), plural(ck.Refs, "reference"), flags(ck.Pinned, ck.Protected))
 	}
+}
+
+// folderKind names the folder of a checkpoint or savepoint: a savepoint's folder (state.savepoints.dir
+// or a -savepointPath) is not a job.
+func folderKind(savepoint bool) string {
+	if savepoint {
+		return "savepoint folder"
+	}
+	return "job folder"
 }
 
 func displayKey(k string) string {

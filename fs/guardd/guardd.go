@@ -358,7 +358,7 @@ func (r *statsRefresher) refresh(ctx context.Context, q refindex.Querier, st sto
 			}
 			return
 		}
-		is := metrics.IndexStats{LiveCheckpoints: int64(s.Checkpoints), LiveSavepoints: int64(s.Savepoints), LastSync: s.LastSync, ClockBehind: s.StoreClockBehind}
+		is := metrics.IndexStats{LiveCheckpoints: int64(s.Checkpoints), LiveSavepoints: int64(s.Savepoints), LastSync: s.LastSync, ClockBehind: time.Duration(s.StoreClockBehind)}
 		if o, err := q.Orphans(ctx, 0); err == nil && o.Blocked == "" {
 			is.OrphanedBytes = o.Bytes
 			if total, err := storeBytes(ctx, st); err == nil {

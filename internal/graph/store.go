@@ -99,3 +99,61 @@ func (s *StoreRefs) Size(ctx context.Context, key string) (int64, bool, error) {
 	}
 	return o.Size, true, nil
 }
+
+// SizeCache sums the store size of the files checkpoints reference, listing every folder at most once
+// (the figure `ckguard checkpoints` shows: what a restore reads, not the size of `_metadata`).
+type SizeCache struct{ c counter }
+
+// NewSizeCache sizes through s.
+func NewSizeCache(s Sizer) *SizeCache {
+	return &SizeCache{counter{sizes: s, listed: map[string]map[string]int64{}}}
+}
+
+// Bytes returns the size of the distinct files refs name (everything below a directory handle) and
+// how many of them are missing from the store. seen, when non-nil, collects the sizes by key so a
+// caller can total several checkpoints counting each file once.
+func (s *SizeCache) Bytes(ctx context.Context, refs []Ref, seen map[string]int64) (bytes int64, missing int, err error) {
+	mine := map[string]bool{}
+	add := func(k string, n int64, ok bool) {
+		if mine[k] {
+			return
+		}
+		mine[k] = true
+		if !ok {
+			missing++
+			return
+		}
+		bytes += n
+		if seen != nil {
+			seen[k] = n
+		}
+	}
+	for _, r := range refs {
+		if r.Dir {
+			below, err := s.c.list(ctx, r.Key)
+			if err != nil {
+				return 0, 0, err
+			}
+			for k, n := range below {
+				add(k, n, true)
+			}
+			continue
+		}
+		if r.Folder != "" {
+			inFolder, err := s.c.list(ctx, r.Folder)
+			if err != nil {
+				return 0, 0, err
+			}
+			if n, ok := inFolder[r.Key]; ok {
+				add(r.Key, n, true)
+				continue
+			}
+		}
+		n, ok, err := s.c.sizes.Size(ctx, r.Key)
+		if err != nil {
+			return 0, 0, fmt.Errorf("stat %s: %w", r.Key, err)
+		}
+		add(r.Key, n, ok)
+	}
+	return bytes, missing, nil
+}
