@@ -18,7 +18,7 @@ setup-demo:
 	./scripts/setup-demo.sh
 
 build:
-	$(GO) build -o bin/ckguard ./cmd/ckguard
+	$(GO) build -ldflags '-X main.version=$(VERSION)' -o bin/ckguard ./cmd/ckguard
 
 # The full test suite: unit tests, fuzz seeds, real FUSE mounts, real S3 server (versitygw).
 # Depends on setup so that `make test` alone works on a fresh machine.

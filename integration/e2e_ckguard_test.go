@@ -75,7 +75,7 @@ func inspectReferences(t *testing.T, metadata string) (map[string]bool, error) {
 		return nil, &e2eBuildError{err: e2eExit(code), out: out}
 	}
 	var doc struct {
-		CheckpointID int64 `json:"checkpointId"`
+		CheckpointID int64 `json:"checkpoint_id"`
 		References   []struct {
 			Kind     string `json:"kind"`
 			URI      string `json:"uri"`

@@ -124,7 +124,9 @@ func (ix *Index) Unpin(ctx context.Context, p string) (*PinResult, error) {
 	}
 	ix.mu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("%s is not pinned", key)
+		// Idempotent, as Pin is: the state asked for (not pinned) holds, so a retried or scripted unpin
+		// succeeds.
+		return &PinResult{Checkpoint: key, Pinned: false}, nil
 	}
 	if err := ix.savePins(next); err != nil {
 		return nil, fmt.Errorf("unpin %s: %w", key, err)

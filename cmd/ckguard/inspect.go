@@ -29,7 +29,7 @@ Relative state handles (files Flink wrote next to _metadata) are resolved agains
 directory of PATH. When reading stdin ("-") that directory is unknown, so they are
 resolved against the current directory unless --location names where the file lives.
 Inline (ByteStream) handles are never listed as references: their bytes are inside
-_metadata and are counted as inlineBytes.
+_metadata and are counted as inline_bytes.
 
 A file that cannot be parsed (truncated, corrupt, unknown or unsupported version) is
 reported on one line with the byte offset and what was expected; the exit code is 1.
@@ -39,7 +39,7 @@ EXAMPLES:
    ckguard inspect --json savepoint-1a2b3c-0123456789ab/_metadata | jq '.references[].resolved'
    aws s3 cp s3://bucket/ckpt/job/chk-42/_metadata - | ckguard inspect --location s3://bucket/ckpt/job/chk-42/_metadata -`,
 		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "json", Usage: "print one JSON object (formatVersion, checkpointId, kind, savepointFormat, operators, handleCounts, references, inlineBytes)"},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object (format_version, checkpoint_id, kind, savepoint_format, operators, handle_counts, references, inline_bytes; the camelCase keys of earlier releases are kept for one release)"},
 			&cli.StringFlag{Name: "location", Usage: "path or URI the _metadata was read from, for resolving relative references (default: PATH, or ./_metadata for stdin)"},
 		},
 		Action: runInspect,
@@ -73,9 +73,50 @@ func runInspect(c *cli.Context) error {
 	if c.Bool("json") {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(m.Summarize(location))
+		return enc.Encode(newInspectJSON(m.Summarize(location)))
 	}
 	return printInspect(out, m, location)
+}
+
+// inspectJSON is `inspect --json`: flinkmeta's Summary with the snake_case keys of every other
+// command. The camelCase keys it had before (formatVersion, checkpointId, savepointFormat,
+// handleCounts, inlineBytes) are written too, for one release, so scripts reading them keep working.
+type inspectJSON struct {
+	FormatVersion   int                    `json:"format_version"`
+	CheckpointID    int64                  `json:"checkpoint_id"`
+	Kind            string                 `json:"kind"`
+	SavepointFormat string                 `json:"savepoint_format"`
+	Operators       []inspectOperator      `json:"operators"`
+	HandleCounts    map[string]int         `json:"handle_counts"`
+	References      []flinkmeta.RefSummary `json:"references"`
+	InlineBytes     int64                  `json:"inline_bytes"`
+
+	// Deprecated: the same values under the keys of earlier releases; removed in the next one.
+	OldFormatVersion   int            `json:"formatVersion"`
+	OldCheckpointID    int64          `json:"checkpointId"`
+	OldSavepointFormat string         `json:"savepointFormat"`
+	OldHandleCounts    map[string]int `json:"handleCounts"`
+	OldInlineBytes     int64          `json:"inlineBytes"`
+}
+
+type inspectOperator struct {
+	ID             string `json:"id"`
+	Name           string `json:"name"`
+	UID            string `json:"uid"`
+	Parallelism    int32  `json:"parallelism"`
+	MaxParallelism int32  `json:"max_parallelism"`
+	SubtaskStates  int    `json:"subtask_states"`
+}
+
+func newInspectJSON(s flinkmeta.Summary) inspectJSON {
+	j := inspectJSON{FormatVersion: s.FormatVersion, CheckpointID: s.CheckpointID, Kind: s.Kind, SavepointFormat: s.SavepointFormat,
+		Operators: []inspectOperator{}, HandleCounts: s.HandleCounts, References: s.References, InlineBytes: s.InlineBytes,
+		OldFormatVersion: s.FormatVersion, OldCheckpointID: s.CheckpointID, OldSavepointFormat: s.SavepointFormat,
+		OldHandleCounts: s.HandleCounts, OldInlineBytes: s.InlineBytes}
+	for _, op := range s.Operators {
+		j.Operators = append(j.Operators, inspectOperator(op))
+	}
+	return j
 }
 
 // readMetadata parses a file (through a ReaderAt, so large files are not loaded whole) or stdin.

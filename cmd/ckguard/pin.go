@@ -23,7 +23,7 @@ func pinCommand() *cli.Command {
 
 func runPin(c *cli.Context, pin bool) error {
 	if c.NArg() != 1 {
-		return exitf(2, "usage: ckguard %s --store S --index I PATH", c.Command.Name)
+		return usageError(c, "want exactly one PATH (a checkpoint or savepoint folder, or its _metadata), got %d", c.NArg())
 	}
 	q, closeFn, err := openQuerier(c)
 	if err != nil {
@@ -48,7 +48,7 @@ func runPin(c *cli.Context, pin bool) error {
 		}
 		res = r
 		if !c.Bool("json") {
-			fmt.Fprintf(c.App.Writer, "unpinned %s\n", r.Checkpoint)
+			fmt.Fprintf(c.App.Writer, "unpinned %s (not pinned now)\n", r.Checkpoint)
 		}
 	}
 	if c.Bool("json") {

@@ -27,7 +27,7 @@ func umountCommand() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
-				return cli.Exit("usage: ckguard umount [--lazy] MOUNTPOINT", 2)
+				return usageError(c, "want exactly one MOUNTPOINT, got %d", c.NArg())
 			}
 			mnt, err := filepath.Abs(c.Args().First())
 			if err != nil {
@@ -38,10 +38,10 @@ func umountCommand() *cli.Command {
 				return err
 			}
 			if mi == nil {
-				return cli.Exit(fmt.Sprintf("ckguard umount: %s is not mounted", mnt), 1)
+				return cli.Exit(fmt.Sprintf("ckguard umount: %s is not mounted", mnt), exitUsage)
 			}
 			if !strings.HasPrefix(mi.FSType, "fuse.ckguard") && !c.Bool("lazy") {
-				return cli.Exit(fmt.Sprintf("ckguard umount: %s is a %s mount, not ckguard's (use umount(8))", mnt, mi.FSType), 1)
+				return cli.Exit(fmt.Sprintf("ckguard umount: %s is a %s mount, not ckguard's (use umount(8))", mnt, mi.FSType), exitUsage)
 			}
 			if err := mountutil.Unmount(mnt, c.Bool("lazy")); err != nil {
 				return fmt.Errorf("%w (files still open on the mount? close them or use --lazy)", err)

@@ -12,10 +12,34 @@ import (
 // buildInfo is what `ckguard version` reports; the release build stamps Version with -X main.version.
 type buildInfo struct {
 	Version   string `json:"version"`
-	GoVersion string `json:"goVersion"`
+	GoVersion string `json:"go_version"`
 	Platform  string `json:"platform"`
 	Revision  string `json:"revision,omitempty"`
 	Modified  bool   `json:"modified,omitempty"`
+}
+
+// MarshalJSON also writes goVersion, the key's name before every command used snake_case; it is kept
+// for one release so scripts reading it keep working.
+func (b buildInfo) MarshalJSON() ([]byte, error) {
+	type plain buildInfo
+	return json.Marshal(struct {
+		plain
+		GoVersionOld string `json:"goVersion"`
+	}{plain(b), b.GoVersion})
+}
+
+// String is the human form: the version, the commit it was built from (and whether the tree had
+// uncommitted changes), the Go toolchain and the platform.
+func (b buildInfo) String() string {
+	s := "ckguard " + b.Version + " ("
+	if b.Revision != "" {
+		s += "commit " + b.Revision
+		if b.Modified {
+			s += ", modified"
+		}
+		s += ", "
+	}
+	return s + b.GoVersion + ", " + b.Platform + ")"
 }
 
 func currentBuildInfo() buildInfo {
@@ -37,8 +61,12 @@ func versionCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "version",
 		Usage: "print the ckguard version, Go version and platform",
-		Description: `Prints the version stamped by the release build (make release), the Go toolchain and the
-platform. Development builds say "dev".
+		Description: `Prints the version stamped by the build (make build and make release: git describe), the
+commit it was built from, the Go toolchain and the platform. A plain go build says "dev" and still
+names the commit.
+
+JSON keys: version, go_version, platform, revision, modified (goVersion, the old name of
+go_version, is kept for one release).
 
 EXAMPLES:
    ckguard version
@@ -50,7 +78,7 @@ EXAMPLES:
 				enc := json.NewEncoder(c.App.Writer)
 				return enc.Encode(bi)
 			}
-			fmt.Fprintf(c.App.Writer, "ckguard %s (%s, %s)\n", bi.Version, bi.GoVersion, bi.Platform)
+			fmt.Fprintln(c.App.Writer, bi)
 			return nil
 		},
 	}

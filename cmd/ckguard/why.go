@@ -19,7 +19,7 @@ func whyCommand() *cli.Command {
 		Description: "PATH is a store key (flink/<job>/shared/<file>), a path under a local --store, or a URI as\n" +
 			"written in _metadata (s3a://…, file:/…; mapped with --map). For a directory the answer covers\n" +
 			"everything below it (rm -r). URIs outside the guarded store are reported as such.\n" +
-			"Exit status: 0 allowed, 1 refused.\n\n" +
+			"Exit status: 0 allowed, 1 refused, 2 PATH is outside the guarded store (or another usage error).\n\n" +
 			"EXAMPLES:\n" +
 			"   ckguard why --store /srv/flink/checkpoints --index /var/lib/ckguard/flink e3d8c0a9f1b24d6e8a7b5c3d1e0f9a8b/shared/49bcf761-d2e6-22b5-cece-b45a36dfa500\n" +
 			"   ckguard why --store /srv/flink/checkpoints --index /var/lib/ckguard/flink --json e3d8c0a9f1b24d6e8a7b5c3d1e0f9a8b",
@@ -30,7 +30,7 @@ func whyCommand() *cli.Command {
 
 func runWhy(c *cli.Context) error {
 	if c.NArg() != 1 {
-		return exitf(2, "usage: ckguard why --store S --index I PATH")
+		return usageError(c, "want exactly one PATH (a store key, a path in the store or its mount, or a URI), got %d", c.NArg())
 	}
 	res, err := query(c, func(ctx context.Context, q refindex.Querier) (*refindex.WhyResult, error) {
 		return q.Why(ctx, storeKey(c, c.Args().First()))
@@ -38,8 +38,13 @@ func runWhy(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if !res.Allow {
-		return cli.Exit("", 1)
+	switch {
+	case res.Outside:
+		// Not a decision of this guard: the argument names something it does not guard (exit 2, as
+		// a usage error), whatever references it.
+		return cli.Exit(fmt.Sprintf("ckguard why: %s is not in the guarded store %s; this guard neither protects nor deletes it", res.Path, c.String("store")), exitUsage)
+	case !res.Allow:
+		return cli.Exit("", exitFound)
 	}
 	return nil
 }
@@ -56,10 +61,11 @@ func printWhy(w io.Writer, res *refindex.WhyResult) {
 	if !res.Exists {
 		kind = "missing"
 	}
+	reason := string(res.Reason)
 	if res.Outside {
-		verdict, kind = "OUTSIDE", "not in the guarded store"
+		verdict, kind, reason = "OUTSIDE", "not in the guarded store", "not decided by this guard"
 	}
-	fmt.Fprintf(w, "%s  %s (%s): %s\nreason: %s  state: %s\n%s\n", verdict, displayKey(res.Path), kind, res.Op, res.Reason, res.State, res.Message)
+	fmt.Fprintf(w, "%s  %s (%s): %s\nreason: %s  state: %s\n%s\n", verdict, displayKey(res.Path), kind, res.Op, reason, res.State, res.Message)
 	if len(res.Referencing) > 0 {
 		fmt.Fprintf(w, "referenced by %s:\n", plural(res.RefCount, "live checkpoint or savepoint", "live checkpoints and savepoints"))
 		for _, r := range res.Referencing {
