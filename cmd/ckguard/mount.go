@@ -10,10 +10,12 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/fs/daemon"
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/internal/duration"
+	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/s3backend/s3cli"
 	"github.com/ckguard/ckguard/s3backend/s3guardd"
 )
@@ -31,9 +33,11 @@ func mountCommand() *cli.Command {
 		&cli.BoolFlag{Name: "debug", Usage: "log every FUSE request"},
 		&cli.IntFlag{Name: "serve-procs", Value: 1, Usage: "GOMAXPROCS while the mount only answers requests (index syncs and queries raise it back); fewer idle Go threads make each request cheaper, rm -rf about 30% faster on 2 cores. 0: leave GOMAXPROCS alone. Local stores only, unless given explicitly"},
 	}
-	// --store, --index, --map, --entropy-key, --control-socket and the S3 flags are shared with every index
-	// command (common.go), as are the policy flags.
-	flags = append(append(storeFlags(), policyFlags()...), flags...)
+	// --store, --index, --map, --entropy-key and the S3 flags are shared with every index command
+	// (common.go), as are the policy flags; --json and --no-sync mean nothing here, and --control-socket
+	// is where the mount serves the query commands.
+	flags = append(append(append(locationFlags(), policyFlags()...),
+		&cli.StringFlag{Name: "control-socket", Usage: "serve the query commands (why, checkpoints, stats, …) on this socket (default: INDEX/" + control.SocketName + ")"}), flags...)
 	return &cli.Command{
 		Name:      "mount",
 		Usage:     "mount the store through the guard: cleanup tools then delete only what no live checkpoint needs",
@@ -50,9 +54,42 @@ func mountCommand() *cli.Command {
 	}
 }
 
+// checkMountConfig rejects flag combinations that would make the mount defeat itself, before anything
+// is created: an index that goes stale between two syncs refuses every deletion most of the time.
+func checkMountConfig(c *cli.Context, pol refindex.Policy) error {
+	si := c.Duration("sync-interval")
+	switch {
+	case si <= 0:
+		return usageError(c, "--sync-interval %s: want a positive interval such as 30s", duration.Format(si))
+	case pol.MaxStaleness > 0 && pol.MaxStaleness < 2*si:
+		return usageError(c, "--max-staleness %s is shorter than two --sync-interval %s: the index would go stale between syncs (or after one slow or failed sync) and every deletion would be refused; use --max-staleness %s or more, a shorter --sync-interval, or --max-staleness 0s for no limit",
+			duration.Format(pol.MaxStaleness), duration.Format(si), duration.Format(4*si))
+	case c.Int("serve-procs") < 0:
+		return usageError(c, "--serve-procs %d: want 0 (leave GOMAXPROCS alone) or more", c.Int("serve-procs"))
+	}
+	return nil
+}
+
+// refusalHint is what the mount's start message tells the user at the terminal, who will only ever
+// see "rm: cannot remove …: Operation not permitted": how to learn why.
+func refusalHint(c *cli.Context, mnt string) string {
+	return "ckguard: a refused deletion fails with \"Operation not permitted\"; to learn why:\n" +
+		"  " + whyCommandLine(c, mnt, mnt+"/PATH") + "\n" +
+		"  getfattr -n user.ckguard.state " + mnt + "/PATH"
+}
+
+// whyCommandLine is the `ckguard why` line for PATH on this mount.
+func whyCommandLine(c *cli.Context, mnt, path string) string {
+	s := "ckguard why --store " + c.String("store")
+	if c.String("index") != "" {
+		s += " --index " + c.String("index")
+	}
+	return s + " " + path
+}
+
 func runMount(c *cli.Context) error {
 	if c.NArg() != 1 {
-		return cli.Exit("usage: ckguard mount --store DIR|s3://BUCKET/PREFIX [--index DIR] [flags] MOUNTPOINT", 2)
+		return usageError(c, "want exactly one MOUNTPOINT, got %d", c.NArg())
 	}
 	mnt, err := filepath.Abs(c.Args().First())
 	if err != nil {
@@ -69,6 +106,9 @@ func runMount(c *cli.Context) error {
 	pol, err := policyFrom(c)
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
+	}
+	if err := checkMountConfig(c, pol); err != nil {
+		return err
 	}
 	idxOpts, err := indexOptions(c)
 	if err != nil {
@@ -98,7 +138,7 @@ func runMount(c *cli.Context) error {
 		if err := daemon.Detach(logFile); err != nil {
 			return fmt.Errorf("mount %s: %w", mnt, err)
 		}
-		fmt.Fprintf(c.App.Writer, "ckguard: mounted %s on %s (log: %s)\n", c.String("store"), mnt, logFile)
+		fmt.Fprintf(c.App.Writer, "ckguard: mounted %s on %s (log: %s)\n%s\n", c.String("store"), mnt, logFile, refusalHint(c, mnt))
 		return nil
 	}
 
@@ -124,6 +164,8 @@ func runMount(c *cli.Context) error {
 		Logger:        log,
 		ServeProcs:    c.Int("serve-procs"),
 		Ready: func(m *guardd.Mounted) {
+			log.Info("a refused deletion fails with \"Operation not permitted\"; to learn why: `ckguard why --store S --index I PATH` or `getfattr -n user.ckguard.state PATH`",
+				"why", whyCommandLine(c, m.Mountpoint, "PATH"))
 			daemon.Ready(fmt.Sprintf("guarding %s on %s", c.String("store"), m.Mountpoint))
 		},
 	}

@@ -311,7 +311,8 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	for {
 		select {
 		case <-gone:
-			log.Info("unmounted from outside; shutting down", "mountpoint", m.Mountpoint())
+			// The kernel dropped the mount: `ckguard umount`, umount(8) or fusermount -u (all normal).
+			log.Info("unmounted; shutting down", "mountpoint", m.Mountpoint())
 			return nil
 		case <-tick.C:
 			_ = syncOnce()
