@@ -52,7 +52,7 @@ func TestS3UnlinkRequests(t *testing.T) {
 	const n = 2500 // three listing pages: the streamed readdir path
 	keys := e.s3PutFiles(t, "del/job/chk-1", n, 30*24*time.Hour)
 	small := e.s3PutFiles(t, "del/job/small", 10, 30*24*time.Hour)
-	p := mntStart(t, s3Root, filepath.Join(t.TempDir(), "index"), e.mountArgs("--sync-interval", "1h")...)
+	p := mntStart(t, s3Root, filepath.Join(t.TempDir(), "index"), e.mountArgs("--sync-interval", "1h", "--max-staleness", "3h")...)
 	e.proxy.Ops() // forget the mount's start and first sync
 	t0 := time.Now()
 	mntMust(t, "rm", "-rf", p.m("del"))

@@ -22,7 +22,7 @@ func TestS3WriteThroughMountIndexedOnClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := mntStart(t, s3Root, filepath.Join(t.TempDir(), "index"), e.mountArgs("--sync-interval", "1h", "--grace", "0s")...)
+	p := mntStart(t, s3Root, filepath.Join(t.TempDir(), "index"), e.mountArgs("--sync-interval", "1h", "--max-staleness", "3h", "--grace", "0s")...)
 	var metas, data []string
 	for _, k := range tr.AllFiles() {
 		if filepath.Base(k) == "_metadata" {
