@@ -4,7 +4,10 @@ GO ?= go
 TOOLS := $(CURDIR)/.tools/bin
 export PATH := $(TOOLS):$(PATH)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X main.version=$(VERSION)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+# Stamped into every build, so `ckguard version` names the commit (also with GOFLAGS=-buildvcs=false).
+STAMP := -X main.version=$(VERSION) -X main.revision=$(REVISION)
+LDFLAGS := -s -w $(STAMP)
 
 .PHONY: setup setup-demo build test unit lint bench fuzz e2e demo release clean
 
@@ -18,7 +21,7 @@ setup-demo:
 	./scripts/setup-demo.sh
 
 build:
-	$(GO) build -ldflags '-X main.version=$(VERSION)' -o bin/ckguard ./cmd/ckguard
+	$(GO) build -ldflags '$(STAMP)' -o bin/ckguard ./cmd/ckguard
 
 # The full test suite: unit tests, fuzz seeds, real FUSE mounts, real S3 server (versitygw).
 # Depends on setup so that `make test` alone works on a fresh machine.

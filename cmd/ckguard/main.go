@@ -14,8 +14,13 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// version is set at link time by `make release` (-X main.version=...).
-var version = "dev"
+// version and revision are set at link time by `make build` and `make release` (-X main.version=...,
+// -X main.revision=...); revision is the fallback when the toolchain did not stamp the commit
+// (-buildvcs=false, a build outside the git checkout).
+var (
+	version  = "dev"
+	revision = ""
+)
 
 func newApp() *cli.App {
 	app := &cli.App{
@@ -50,7 +55,7 @@ func newApp() *cli.App {
 				_ = cli.ShowAppHelp(c)
 				return cli.Exit("", exitUsage)
 			}
-			return nil
+			return cli.Exit(fmt.Sprintf("ckguard: no command %q; run `ckguard --help` for the list", c.Args().First()), exitUsage)
 		},
 		OnUsageError: onUsageError,
 	}
@@ -66,7 +71,8 @@ func newApp() *cli.App {
 // onUsageError turns a flag parse error into one line naming the command and its --help, exit 2
 // (instead of the whole help followed by the error).
 func onUsageError(c *cli.Context, err error, _ bool) error {
-	return usageError(c, "%v", err)
+	// Go's flag package names flags with one dash; ckguard's help and README write two.
+	return usageError(c, "%s", strings.ReplaceAll(err.Error(), " flag -", " flag --"))
 }
 
 // hasFlagNamed reports whether cmd defines flag name.
