@@ -1,4 +1,6 @@
 # ckguard — see README.md. `make setup` installs everything; `make test` is the test command CI runs.
+# Each target installs only what it uses (scripts/setup.sh PROFILE): test needs no Java, Maven, Flink
+# artifacts, s3fs or rclone; e2e and bench install those.
 SHELL := /bin/bash
 GO ?= go
 TOOLS := $(CURDIR)/.tools/bin
@@ -9,12 +11,27 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 STAMP := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 LDFLAGS := -s -w $(STAMP)
 
-.PHONY: setup setup-demo build test unit lint bench fuzz e2e demo release clean
+.PHONY: setup setup-test setup-lint setup-e2e setup-bench setup-demo build test unit lint bench fuzz e2e demo release clean
 
 # Everything the build, tests, benchmarks and demo need (Debian packages, Go modules, versitygw,
 # staticcheck, Flink artifacts). Idempotent: a second run only checks.
 setup:
-	./scripts/setup.sh
+	./scripts/setup.sh all
+
+# What the test suite needs (FUSE, getfattr, Graphviz, AWS CLI, versitygw, systemd-analyze).
+setup-test:
+	./scripts/setup.sh test
+
+setup-lint:
+	./scripts/setup.sh lint
+
+# The test set plus Java 17, Maven and the Flink artifacts.
+setup-e2e:
+	./scripts/setup.sh e2e
+
+# The test set plus s3fs and rclone (the S3 benchmarks compare against them).
+setup-bench:
+	./scripts/setup.sh bench
 
 # The subset the demo needs (fuse3, attr, graphviz, Go modules): fast on a fresh machine.
 setup-demo:
@@ -24,8 +41,8 @@ build:
 	$(GO) build -ldflags '$(STAMP)' -o bin/ckguard ./cmd/ckguard
 
 # The full test suite: unit tests, fuzz seeds, real FUSE mounts, real S3 server (versitygw).
-# Depends on setup so that `make test` alone works on a fresh machine.
-test: setup build
+# Depends on setup-test so that `make test` alone works on a fresh machine.
+test: setup-test build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 40m ./...
 
@@ -33,13 +50,13 @@ test: setup build
 unit:
 	$(GO) test -short -count=1 ./...
 
-lint:
+lint: setup-lint
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	staticcheck ./...
 
 # Benchmarks: Go benchmarks plus side-by-side scripted runs that print ratios.
-bench: build
+bench: setup-bench build
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 60m ./...
 	@for s in scripts/bench-*.sh; do [ -x "$$s" ] && { echo "== $$s"; "$$s"; } || true; done
 
@@ -53,7 +70,7 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 3s -timeout 0 -parallel 1 $$p || exit 1; done; done
 
 # End-to-end tests against real Flink (Maven Central) on a local MiniCluster.
-e2e: setup build
+e2e: setup-e2e build
 	CKGUARD_E2E=1 $(GO) test -count=1 -timeout 50m -v ./integration/ -run 'E2E'
 
 demo: setup-demo build

@@ -1,40 +1,85 @@
 #!/usr/bin/env bash
-# Installs everything ckguard's build, tests, benchmarks and demo need on a fresh Debian 12 machine.
+# Installs what ckguard's build, tests, benchmarks and demo need on a fresh Debian 12 machine, by
+# purpose, so that each make target installs only what it uses:
+#
+#   setup.sh test    the test suite (make test): FUSE, getfattr, Graphviz, the AWS CLI and versitygw for
+#                    the S3 tests, python3 and curl as test clients, systemd-analyze for the unit check
+#   setup.sh lint    staticcheck (make lint)
+#   setup.sh e2e     test + Java 17, Maven and the Flink artifacts (make e2e; ~500 MB from Maven Central)
+#   setup.sh bench   test + s3fs and rclone, the S3 benchmarks' comparison clients (make bench)
+#   setup.sh posix   test + pjdfstest, the POSIX suite scripts/posix-suite.sh runs (needs cargo, Rust >= 1.85)
+#   setup.sh all     everything (make setup; the default)
+#   setup.sh --list PROFILE   print what PROFILE installs, one item a line, and change nothing
+#
 # Idempotent: a second run only checks. Tools land in .tools/bin (not on the system PATH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOOLS="$PWD/.tools/bin"
-mkdir -p "$TOOLS"
 
+list=""
+if [ "${1:-}" = --list ]; then list=1; shift; fi
+profile=${1:-all}
+
+# Debian packages and steps per purpose; a profile is a union of purposes.
+test_pkgs=(fuse3 attr graphviz awscli curl python3 systemd)
+e2e_pkgs=(openjdk-17-jdk-headless maven)
+bench_pkgs=(s3fs rclone)
+case $profile in
+test) purposes=(test) ;;
+lint) purposes=(lint) ;;
+e2e) purposes=(test e2e) ;;
+bench) purposes=(test bench) ;;
+posix) purposes=(test posix) ;;
+all) purposes=(test lint e2e bench posix) ;;
+*) echo "setup: unknown profile $profile (want test, lint, e2e, bench, posix or all)" >&2; exit 2 ;;
+esac
+has() { local p; for p in "${purposes[@]}"; do [ "$p" = "$1" ] && return 0; done; return 1; }
+
+pkgs=() steps=(go-modules)
+if has test; then pkgs+=("${test_pkgs[@]}"); steps+=(fuse-conf versitygw); fi
+if has lint; then steps+=(staticcheck); fi
+if has e2e; then pkgs+=("${e2e_pkgs[@]}"); steps+=(flink-artifacts); fi
+if has bench; then pkgs+=("${bench_pkgs[@]}"); fi
+if has posix; then steps+=(pjdfstest); fi
+if [ -n "$list" ]; then
+	((${#pkgs[@]} == 0)) || printf 'package %s\n' "${pkgs[@]}"
+	printf 'step %s\n' "${steps[@]}"
+	exit 0
+fi
+step() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+
+mkdir -p "$TOOLS"
 need_pkgs=()
-for p in fuse3 awscli graphviz s3fs rclone attr curl python3 openjdk-17-jdk-headless maven; do
+for p in "${pkgs[@]}"; do
 	dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if ((${#need_pkgs[@]})); then
-	echo "setup: installing Debian packages: ${need_pkgs[*]}"
+	echo "setup ($profile): installing Debian packages: ${need_pkgs[*]}"
 	SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
 	$SUDO apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
 fi
-# fusermount must exist for go-fuse to unmount as non-root and for `ckguard umount`.
-command -v fusermount3 >/dev/null || { echo "setup: fusermount3 missing after installing fuse3" >&2; exit 1; }
-# go-fuse's --allow-other needs user_allow_other in /etc/fuse.conf.
-if [ -w /etc/fuse.conf ] && ! grep -q '^user_allow_other' /etc/fuse.conf; then
-	echo user_allow_other >>/etc/fuse.conf
+if step fuse-conf; then
+	# fusermount must exist for go-fuse to unmount as non-root and for `ckguard umount`.
+	command -v fusermount3 >/dev/null || { echo "setup: fusermount3 missing after installing fuse3" >&2; exit 1; }
+	# go-fuse's --allow-other needs user_allow_other in /etc/fuse.conf.
+	if [ -w /etc/fuse.conf ] && ! grep -q '^user_allow_other' /etc/fuse.conf; then
+		echo user_allow_other >>/etc/fuse.conf
+	fi
 fi
 
-echo "setup: Go modules"
+echo "setup ($profile): Go modules"
 go mod download
 
-if [ ! -x "$TOOLS/staticcheck" ]; then
+if step staticcheck && [ ! -x "$TOOLS/staticcheck" ]; then
 	echo "setup: staticcheck"
 	GOBIN="$TOOLS" go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 fi
-if [ ! -x "$TOOLS/versitygw" ]; then
+if step versitygw && [ ! -x "$TOOLS/versitygw" ]; then
 	echo "setup: versitygw (test S3 server; about a minute on a cold cache)"
 	GOBIN="$TOOLS" go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
 fi
-if [ ! -x "$TOOLS/pjdfstest" ]; then
+if step pjdfstest && [ ! -x "$TOOLS/pjdfstest" ]; then
 	# The POSIX conformance suite scripts/posix-suite.sh runs against the mounts (the Rust rewrite; it needs
 	# Rust 1.85 or later, which Debian 12's cargo is not).
 	CARGO=$(command -v cargo || echo "$HOME/.cargo/bin/cargo")
@@ -42,9 +87,8 @@ if [ ! -x "$TOOLS/pjdfstest" ]; then
 	echo "setup: pjdfstest (POSIX conformance suite; a few minutes on a cold cache)"
 	"$CARGO" install --quiet --locked pjdfstest --version 0.2.2 --root "$PWD/.tools"
 fi
-
-if [ -f integration/flink/pom.xml ] && [ "${CKGUARD_SKIP_MAVEN:-}" != 1 ]; then
+if step flink-artifacts && [ -f integration/flink/pom.xml ] && [ "${CKGUARD_SKIP_MAVEN:-}" != 1 ]; then
 	echo "setup: Maven artifacts for the Flink end-to-end tests"
 	(cd integration/flink && ./prefetch.sh)
 fi
-echo "setup: done"
+echo "setup ($profile): done"

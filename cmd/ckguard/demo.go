@@ -44,7 +44,7 @@ EXAMPLES:
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 0 {
-				return cli.Exit("usage: ckguard demo [--dir DIR]", 2)
+				return usageError(c, "takes no arguments, got %d", c.NArg())
 			}
 			exe, err := os.Executable()
 			if err != nil {

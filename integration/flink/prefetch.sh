@@ -5,6 +5,11 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 profiles=("$@")
+# Plain output for logs: batch mode, no download progress, no colours. Maven 3.8 still writes ANSI
+# reset codes with -B -q, so they are stripped as well.
+mvn_plain() {
+  mvn -B --no-transfer-progress -Dstyle.color=never "$@" 2>&1 | sed -u 's/\x1b\[[0-9;]*m//g'
+}
 # VERSION[+VARIANT] as for run.sh: 1.20+s3a adds the optional s3a profile (Hadoop S3A: ~55 MB more in ~/.m2).
 [ ${#profiles[@]} -gt 0 ] || profiles=(1.20 2.0 2.2 1.20+s3a)
 for v in "${profiles[@]}"; do
@@ -12,10 +17,10 @@ for v in "${profiles[@]}"; do
   case "$v" in *+*) variant="${v#*+}" ;; esac
   p="flink-${v%%+*}${variant:+,$variant}"
   echo "prefetch: profiles $p"
-  (cd "$here" && mvn -B -q ${MVN_ARGS:-} -P "$p" package dependency:build-classpath)
+  (cd "$here" && mvn_plain -q ${MVN_ARGS:-} -P "$p" package dependency:build-classpath)
 done
 # Prove the offline build works, as the tests run it.
 first="${profiles[0]}"
 case "$first" in *+*) first="${first%%+*},${first#*+}" ;; esac
-(cd "$here" && mvn -o -B -q ${MVN_ARGS:-} -P "flink-$first" package dependency:build-classpath)
+(cd "$here" && mvn_plain -o -q ${MVN_ARGS:-} -P "flink-$first" package dependency:build-classpath)
 echo "prefetch: done (offline build OK)"

@@ -16,7 +16,7 @@ version="$(sed -n "/<id>${profile}<\/id>/,/<\/profile>/s|.*<flink.version>\(.*\)
 out="$here/target/flink-$version${variant:+-$variant}"
 if [ ! -f "$out/classpath.txt" ] || [ ! -f "$out/ckguard-flink-e2e-1.0.jar" ] ||
    [ -n "$(find "$here/src" "$here/pom.xml" -newer "$out/ckguard-flink-e2e-1.0.jar" -type f 2>/dev/null | head -1)" ]; then
-  (cd "$here" && mvn -o -q -B -P "$profile${variant:+,$variant}" package dependency:build-classpath ${MVN_ARGS:-}) >&2
+  (cd "$here" && mvn -o -q -B --no-transfer-progress -Dstyle.color=never -P "$profile${variant:+,$variant}" package dependency:build-classpath ${MVN_ARGS:-}) >&2
 fi
 # Flink 1.20 on Java 17 needs these (its Kryo/serializers reflect into java.base); harmless on 2.x.
 opens=()

@@ -94,6 +94,12 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err := preflight(cfg.Exe); err != nil {
 		return res, err
 	}
+	if cfg.S3 {
+		// Before the local part, so a missing S3 server is said at once, not after a minute.
+		if _, err := versitygwBinary(cfg.Exe); err != nil {
+			return res, err
+		}
+	}
 	if !temp {
 		// A previous run's stores would not match the ground truth: start again, unless something
 		// is still mounted there (removing it would go through the mount).

@@ -63,7 +63,7 @@ func versitygwBinary(exe string) (string, error) {
 	if p, err := exec.LookPath("versitygw"); err == nil {
 		return p, nil
 	}
-	return "", errors.New("versitygw (the S3 server the S3 demo runs on 127.0.0.1) not found: run `make setup`, or set CKGUARD_VERSITYGW")
+	return "", errors.New("versitygw (the S3 server the S3 demo runs on 127.0.0.1) is not installed; `make demo` does not install it: run `make setup-test` in the checkout first (it puts versitygw in .tools/bin), or set CKGUARD_VERSITYGW to a versitygw binary")
 }
 
 // s3Env is the environment of ckguard children talking to the demo server: its credentials and no
