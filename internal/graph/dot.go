@@ -64,17 +64,53 @@ func ckptLabel(ci refindex.CheckpointInfo) string {
 	return l
 }
 
-// DOT writes the graph in Graphviz's language: one cluster per job folder holding its folder node
-// and its live checkpoints; referenced folders without live checkpoints stand alone, in red (the
-// folders a purge must not touch); an edge per checkpoint and referenced foreign folder.
+// legend explains the picture's marks (an HTML-like Graphviz label: a table of samples).
+const legend = `<<TABLE BORDER="0" CELLBORDER="1" CELLSPACING="0" CELLPADDING="4">
+<TR><TD COLSPAN="2"><B>legend</B></TD></TR>
+<TR><TD>rounded box</TD><TD ALIGN="LEFT">live checkpoint (its _metadata exists)</TD></TR>
+<TR><TD BGCOLOR="lightyellow">yellow box</TD><TD ALIGN="LEFT">live savepoint</TD></TR>
+<TR><TD BGCOLOR="#fbd5d5"><FONT COLOR="red">red folder</FONT></TD><TD ALIGN="LEFT">no live checkpoint of its own, files still referenced: do not purge</TD></TR>
+<TR><TD>arrow, "N files"</TD><TD ALIGN="LEFT">references N files of that job folder</TD></TR>
+<TR><TD><FONT COLOR="red">red dashed arrow</FONT></TD><TD ALIGN="LEFT">referenced files already missing (ckguard verify)</TD></TR>
+<TR><TD>dotted arrow</TD><TD ALIGN="LEFT">savepoint taken of that job</TD></TR>
+</TABLE>>`
+
+// DOT writes the graph in Graphviz's language: one cluster per job folder (titled with the folder and
+// its counts) holding its live checkpoints; referenced folders without live checkpoints stand alone,
+// in red (the folders a purge must not touch); an edge per checkpoint and referenced foreign folder,
+// a dotted edge from a savepoint to the job it was taken of, and a legend.
 func (g *Graph) DOT(w io.Writer) error {
 	var b bytes.Buffer
 	title := "ckguard graph: live checkpoints and the job folders whose files they reference"
 	if g.Store != "" {
 		title += "\nstore: " + g.Store
 	}
+	// A folder node inside a cluster is drawn only where an edge ends or starts at it; otherwise the
+	// cluster's title says everything and the node would be a box connected to nothing.
+	needNode := map[string]bool{}
+	for _, e := range g.Edges {
+		needNode[e.To] = true
+		if g.byJob {
+			needNode[e.From] = true
+		}
+	}
+	clusterOf, anchorOf := map[string]int{}, map[string]string{}
+	for i, j := range g.Jobs {
+		clusterOf[j.Folder] = i
+		if !g.byJob && len(j.Checkpoints) > 0 {
+			anchorOf[j.Folder] = ckptID(j.Checkpoints[0].Metadata)
+		}
+	}
+	for _, s := range g.SavepointsOf {
+		if anchorOf[s.Job] == "" {
+			needNode[s.Job] = true
+		}
+		if g.byJob {
+			needNode[folderOfSavepoint(g, s.Savepoint)] = true
+		}
+	}
 	fmt.Fprintf(&b, "digraph ckguard {\n")
-	fmt.Fprintf(&b, "  graph [rankdir=LR, fontname=\"Helvetica\", fontsize=12, labelloc=t, label=%s];\n", quote(title))
+	fmt.Fprintf(&b, "  graph [rankdir=LR, compound=true, fontname=\"Helvetica\", fontsize=12, labelloc=t, label=%s];\n", quote(title))
 	fmt.Fprintf(&b, "  node [fontname=\"Helvetica\", fontsize=10];\n  edge [fontname=\"Helvetica\", fontsize=9];\n")
 	for i, j := range g.Jobs {
 		cks, sps := 0, 0
@@ -85,9 +121,22 @@ func (g *Graph) DOT(w io.Writer) error {
 				cks++
 			}
 		}
-		fmt.Fprintf(&b, "  subgraph cluster_%d {\n    style=rounded; color=gray50; label=%s;\n", i, quote(folderName(j.Folder)))
-		fmt.Fprintf(&b, "    %s [shape=folder, label=%s];\n", quote(folderID(j.Folder)),
-			quote(fmt.Sprintf("job folder\n%s, %s", plural(cks, "live checkpoint"), plural(sps, "savepoint"))))
+		kind := "job folder"
+		if cks == 0 && sps > 0 {
+			kind = "savepoint folder"
+		}
+		counts := plural(cks, "live checkpoint") + ", " + plural(sps, "savepoint")
+		if kind == "savepoint folder" {
+			counts = plural(sps, "live savepoint")
+		}
+		fmt.Fprintf(&b, "  subgraph cluster_%d {\n    style=rounded; color=gray50; label=%s;\n", i, quote(folderName(j.Folder)+"\n"+kind+": "+counts))
+		if needNode[j.Folder] {
+			label := "files of this folder"
+			if g.byJob {
+				label = kind + "\n" + counts
+			}
+			fmt.Fprintf(&b, "    %s [shape=folder, label=%s];\n", quote(folderID(j.Folder)), quote(label))
+		}
 		for _, ci := range j.Checkpoints {
 			if g.byJob {
 				break
@@ -123,16 +172,45 @@ func (g *Graph) DOT(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "  %s -> %s [label=%s%s];\n", quote(from), quote(folderID(e.To)), quote(label), attrs)
 	}
+	seenPair := map[[2]string]bool{}
+	for _, s := range g.SavepointsOf {
+		from, to, attrs := ckptID(s.Savepoint), folderID(s.Job), ""
+		if g.byJob {
+			from = folderID(folderOfSavepoint(g, s.Savepoint))
+		} else if a := anchorOf[s.Job]; a != "" {
+			// To the job's cluster, not to one of its checkpoints.
+			to, attrs = a, fmt.Sprintf(", lhead=cluster_%d", clusterOf[s.Job])
+		}
+		if seenPair[[2]string{from, to}] {
+			continue
+		}
+		seenPair[[2]string{from, to}] = true
+		fmt.Fprintf(&b, "  %s -> %s [class=\"savepoint-of\", style=dotted, arrowhead=empty, label=\"savepoint of\"%s];\n", quote(from), quote(to), attrs)
+	}
 	for _, u := range g.Unparseable {
 		fmt.Fprintf(&b, "  %s [shape=octagon, color=red, label=%s];\n", quote(ckptID(u.Metadata)),
 			quote(u.Metadata+"\nUNPARSEABLE: blocks every deletion"))
 	}
 	if len(g.Jobs) == 0 && len(g.Folders) == 0 && len(g.Unparseable) == 0 {
 		fmt.Fprintf(&b, "  empty [shape=plaintext, label=\"no live checkpoints or savepoints\"];\n")
+	} else {
+		fmt.Fprintf(&b, "  legend [shape=none, margin=0, fontsize=9, label=%s];\n", legend)
 	}
 	fmt.Fprintf(&b, "}\n")
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// folderOfSavepoint is the job folder (in the picture) that holds the savepoint metadataKey.
+func folderOfSavepoint(g *Graph, metadataKey string) string {
+	for _, j := range g.Jobs {
+		for _, ci := range j.Checkpoints {
+			if ci.Metadata == metadataKey {
+				return j.Folder
+			}
+		}
+	}
+	return ""
 }
 
 func plural(n int, what string) string {

@@ -12,6 +12,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -59,6 +61,38 @@ type Edge struct {
 	files map[string]int64 // key → size (-1: missing), for merging edges by job
 }
 
+// SavepointOf is a savepoint and the job folder of the job it was taken of.
+type SavepointOf struct {
+	Savepoint string `json:"savepoint"` // _metadata store key
+	Job       string `json:"job"`       // job folder
+}
+
+// savepointName is Flink's savepoint folder name: savepoint-<job id prefix>-<random>.
+var savepointName = regexp.MustCompile(`^savepoint-([0-9a-f]{6})-[0-9a-f]+$`)
+
+// savepointsOf links the savepoints of jobs to the job folder their name names.
+func savepointsOf(jobs []Job) []SavepointOf {
+	var out []SavepointOf
+	for _, j := range jobs {
+		for _, ci := range j.Checkpoints {
+			m := savepointName.FindStringSubmatch(path.Base(ci.Dir))
+			if ci.Kind != "savepoint" || m == nil {
+				continue
+			}
+			var match []string
+			for _, o := range jobs {
+				if o.Folder != j.Folder && strings.HasPrefix(path.Base(o.Folder), m[1]) {
+					match = append(match, o.Folder)
+				}
+			}
+			if len(match) == 1 {
+				out = append(out, SavepointOf{Savepoint: ci.Metadata, Job: match[0]})
+			}
+		}
+	}
+	return out
+}
+
 // Job is a job folder with live checkpoints or savepoints.
 type Job struct {
 	Folder      string                    `json:"folder"`
@@ -74,7 +108,11 @@ type Graph struct {
 	// the folders a cleanup must not purge.
 	Folders     []string                  `json:"referenced_folders_without_checkpoints,omitempty"`
 	Edges       []Edge                    `json:"edges"`
-	Unparseable []refindex.CheckpointInfo `json:"unparseable,omitempty"`
+	// SavepointsOf ties each savepoint to the job it was taken of, where its folder name says so
+	// (Flink names them savepoint-<first 6 characters of the job id>-<random>) and exactly one job
+	// folder in the picture has such an id.
+	SavepointsOf []SavepointOf            `json:"savepoint_of,omitempty"`
+	Unparseable  []refindex.CheckpointInfo `json:"unparseable,omitempty"`
 	// byJob: edges start at job folders (ByJob), checkpoints are summarised, not drawn.
 	byJob bool
 }
@@ -180,6 +218,7 @@ func Build(ctx context.Context, res *refindex.CheckpointsResult, job string, ref
 		}
 		return x.To < y.To
 	})
+	g.SavepointsOf = savepointsOf(g.Jobs)
 	return g, nil
 }
 
@@ -266,7 +305,8 @@ func (c *counter) count(ctx context.Context, e *Edge, refs []Ref) error {
 // ByJob merges the edges of each job's checkpoints into one edge per pair of job folders, counting
 // each referenced file once: the picture for stores with too many checkpoints to draw one by one.
 func (g *Graph) ByJob() *Graph {
-	out := &Graph{Store: g.Store, Folders: g.Folders, Unparseable: g.Unparseable, Edges: []Edge{}, Jobs: make([]Job, 0, len(g.Jobs))}
+	out := &Graph{Store: g.Store, Folders: g.Folders, Unparseable: g.Unparseable, Edges: []Edge{}, Jobs: make([]Job, 0, len(g.Jobs)),
+		SavepointsOf: g.SavepointsOf}
 	for _, j := range g.Jobs {
 		out.Jobs = append(out.Jobs, Job{Folder: j.Folder, Checkpoints: j.Checkpoints})
 	}

@@ -3,6 +3,7 @@ package graph
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,6 +42,9 @@ func parseDOT(t *testing.T, src string) []dotEdge {
 	var out []dotEdge
 	for _, line := range strings.Split(src, "\n") {
 		m := edgeRE.FindStringSubmatch(line)
+		if m != nil && strings.Contains(m[3], `class="savepoint-of"`) {
+			continue // not a reference: TestGraphLegendAndSavepoints
+		}
 		if m == nil {
 			if strings.Contains(line, "->") {
 				t.Fatalf("unparsed edge line %q", line)
@@ -304,4 +308,51 @@ func requireSVG(t *testing.T, dot string) string {
 		t.Fatal(err)
 	}
 	return string(svg)
+}
+
+// TestGraphLegendAndSavepoints: the picture explains its marks (a legend), ties a savepoint to the job
+// it was taken of (Flink names it savepoint-<job id prefix>-…), and draws no folder box that nothing
+// connects to (the cluster's title already names the folder).
+func TestGraphLegendAndSavepoints(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	tree, err := treegen.IncidentOne(t.TempDir(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newJob := "flink-checkpoints/" + treegen.IncidentOneNewJob
+	sp := "flink-savepoints/savepoint-" + treegen.IncidentOneNewJob[:6] + "-5e8c1f0a9b3d"
+	c, err := tree.Checkpoint(treegen.Spec{Dir: sp, ID: 90, Savepoint: true, Completed: now.Add(-48 * time.Hour), Private: []string{"a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tree.Data(c, now.Add(-49*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	ix, refs := indexed(t, tree)
+	g, dot := render(t, ix, refs, "")
+	want := []SavepointOf{{Savepoint: sp + "/_metadata", Job: newJob}}
+	if fmt.Sprint(g.SavepointsOf) != fmt.Sprint(want) {
+		t.Errorf("savepoint_of %v, want %v", g.SavepointsOf, want)
+	}
+	for _, s := range []string{"legend [shape=none", "savepoint taken of that job", `class="savepoint-of"`, "lhead=cluster_",
+		quote(newJob + "/\njob folder: 2 live checkpoints, 0 savepoints"), quote("flink-savepoints/\nsavepoint folder: 1 live savepoint")} {
+		if !strings.Contains(dot, s) {
+			t.Errorf("DOT lacks %s:\n%s", s, dot)
+		}
+	}
+	if strings.Contains(dot, quote(folderID(newJob))+" [") {
+		t.Errorf("DOT draws a folder node for %s, which no edge touches:\n%s", newJob, dot)
+	}
+	parseDOT(t, dot)
+	requireSVG(t, dot)
+
+	// One edge per pair of job folders: the savepoint folder points at the job folder.
+	var b bytes.Buffer
+	if err := g.ByJob().DOT(&b); err != nil {
+		t.Fatal(err)
+	}
+	if s := quote(folderID("flink-savepoints")) + " -> " + quote(folderID(newJob)) + ` [class="savepoint-of"`; !strings.Contains(b.String(), s) {
+		t.Errorf("by-job DOT lacks %s:\n%s", s, b.String())
+	}
+	requireSVG(t, b.String())
 }
