@@ -106,12 +106,12 @@ type Graph struct {
 	// Folders are referenced job folders without live checkpoints of their own, such as the folder
 	// of an old job whose checkpoints were retired but whose SSTs a restored job still uses: exactly
 	// the folders a cleanup must not purge.
-	Folders     []string                  `json:"referenced_folders_without_checkpoints,omitempty"`
-	Edges       []Edge                    `json:"edges"`
+	Folders []string `json:"referenced_folders_without_checkpoints,omitempty"`
+	Edges   []Edge   `json:"edges"`
 	// SavepointsOf ties each savepoint to the job it was taken of, where its folder name says so
 	// (Flink names them savepoint-<first 6 characters of the job id>-<random>) and exactly one job
 	// folder in the picture has such an id.
-	SavepointsOf []SavepointOf            `json:"savepoint_of,omitempty"`
+	SavepointsOf []SavepointOf             `json:"savepoint_of,omitempty"`
 	Unparseable  []refindex.CheckpointInfo `json:"unparseable,omitempty"`
 	// byJob: edges start at job folders (ByJob), checkpoints are summarised, not drawn.
 	byJob bool
