@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -353,5 +354,28 @@ func TestInterspersed(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%s: got %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+// TestStillWorking: a long command says, at every tick, that it is still at work and for how long;
+// after stop it says nothing more.
+func TestStillWorking(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ticks := make(chan time.Time)
+	stop := stillWorking(log, "ckguard orphans", "the running mount", func() time.Time { return t0 }, ticks)
+	ticks <- t0.Add(20 * time.Second)
+	ticks <- t0.Add(95 * time.Second)
+	stop()
+	stop() // idempotent
+	out := buf.String()
+	for _, want := range []string{"ckguard orphans: still working", "elapsed=20s", "elapsed=1m35s", `via="the running mount"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("progress lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "\n"); n != 2 {
+		t.Errorf("%d lines, want 2:\n%s", n, out)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -377,7 +378,9 @@ func query[T any](c *cli.Context, ask func(context.Context, refindex.Querier) (T
 		return res, err
 	}
 	defer closeFn()
+	stop := progressFor(c, q)
 	res, err = ask(c.Context, q)
+	stop()
 	if err != nil {
 		return res, err
 	}
@@ -386,4 +389,80 @@ func query[T any](c *cli.Context, ask func(context.Context, refindex.Querier) (T
 	}
 	text(c.App.Writer, res)
 	return res, nil
+}
+
+// Progress of a long command: the index draws bars on a terminal when the CLI opens it itself; when a
+// running mount answers (the work happens in the daemon) or stderr is a log, a line every
+// progressEvery says the command is still at work, so nothing looks hung.
+const (
+	progressFirst = 5 * time.Second
+	progressEvery = 15 * time.Second
+)
+
+// progressFor starts the still-working lines for the running command on q; stop ends them.
+func progressFor(c *cli.Context, q refindex.Querier) (stop func()) {
+	if _, direct := q.(*refindex.Index); direct && isTerminal(os.Stderr) {
+		return func() {} // the index's own progress bars
+	}
+	via := "the index"
+	switch q.(type) {
+	case nil:
+		via = "the store"
+	case *refindex.Index:
+	default:
+		via = "the running mount"
+	}
+	// Ticks after progressFirst, then every progressEvery, until quit.
+	ticks, quit := make(chan time.Time), make(chan struct{})
+	go func() {
+		wait := progressFirst
+		for {
+			t := time.NewTimer(wait)
+			select {
+			case now := <-t.C:
+				select {
+				case ticks <- now:
+				case <-quit:
+					return
+				}
+			case <-quit:
+				t.Stop()
+				return
+			}
+			wait = progressEvery
+		}
+	}()
+	s := stillWorking(cliProgressLogger(), "ckguard "+c.Command.FullName(), via, time.Now, ticks)
+	return func() {
+		s()
+		close(quit)
+	}
+}
+
+// stillWorking logs, at every tick until stop, that what is still running and for how long (the
+// tick's time minus now() at the start).
+func stillWorking(log *slog.Logger, what, via string, now func() time.Time, ticks <-chan time.Time) (stop func()) {
+	start := now()
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		for {
+			select {
+			case <-done:
+				return
+			case t, ok := <-ticks:
+				if !ok {
+					return
+				}
+				log.Info(what+": still working", "elapsed", duration.Format(t.Sub(start).Round(time.Second)), "via", via)
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done); <-exited }) }
+}
+
+// cliProgressLogger logs progress lines (level info, unlike cliLogger's warnings) to stderr.
+func cliProgressLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }

@@ -105,7 +105,9 @@ func runGraph(c *cli.Context) error {
 		known[j.Job] = true
 	}
 	refs.Known = func(f string) bool { return known[f] }
+	stop := progressFor(c, nil) // reading every checkpoint's _metadata and listing its folders
 	g, err := graph.Build(c.Context, res, c.String("job"), refs, refs, cliLogger())
+	stop()
 	if err != nil {
 		return err
 	}

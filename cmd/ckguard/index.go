@@ -60,11 +60,13 @@ func runIndex(c *cli.Context, rebuild bool) error {
 	}
 	defer ix.Close()
 	t0 := time.Now()
+	stop := progressFor(c, ix)
 	if rebuild {
 		err = ix.Rebuild(c.Context)
 	} else {
 		err = ix.Sync(c.Context)
 	}
+	stop()
 	if err != nil {
 		return err
 	}
