@@ -75,6 +75,7 @@ e2e: setup-e2e build
 
 demo: setup-demo build
 	./bin/ckguard demo
+	@echo "make demo: the binary is ./bin/ckguard; run 'export PATH=\$$PWD/bin:\$$PATH' here to use the README's ckguard commands as written"
 
 release:
 	mkdir -p dist
