@@ -122,7 +122,7 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 				more = fmt.Sprintf(" (and %d more unparseable _metadata)", n-1)
 			}
 			return Decision{Reason: ReasonUnparseable, Referencing: []string{u}, RefCount: len(st.unparseable),
-				Message: fmt.Sprintf("refusing to %s %s: %s cannot be parsed (%s)%s, so what it references is unknown; inspect it with `ckguard inspect %s`, delete or replace it, then run `ckguard index sync`", op, what, u, st.ckpts[u].Err, more, u)}
+				Message: fmt.Sprintf("refusing to %s %s: %s cannot be parsed (%s)%s, so what it references is unknown; inspect it with `%s`, delete or replace it, then run `ckguard index sync`", op, what, u, st.ckpts[u].Err, more, inspectHint(ix.st.Root(), u))}
 		}
 	}
 
@@ -436,4 +436,31 @@ func stateOf(r Reason) string {
 		return StateInGrace
 	}
 	return StateBlocked
+}
+
+// inspectHint is a shell command that decodes the _metadata at key, as the user can paste it: the
+// file under a local store's directory, or the object piped from the AWS CLI for an S3 store (a key
+// alone names nothing the shell can open).
+func inspectHint(root, key string) string {
+	if strings.Contains(root, "://") {
+		uri := strings.TrimSuffix(root, "/") + "/" + key
+		return "aws s3 cp " + shellQuote(uri) + " - | ckguard inspect --location " + shellQuote(uri) + " -"
+	}
+	return "ckguard inspect " + shellQuote(path.Join(root, key))
+}
+
+// shellQuote returns s as one shell word: unchanged when it holds only characters no shell treats
+// specially, else single-quoted.
+func shellQuote(s string) string {
+	safe := s != ""
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=+,@%", r)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

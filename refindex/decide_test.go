@@ -297,6 +297,9 @@ func TestThroughTheMount(t *testing.T) {
 	}
 	if d := chk.Decide(ctx, prev.Refs[2], refindex.OpUnlink); d.Reason != refindex.ReasonUnparseable || !strings.Contains(d.Message, bad) {
 		t.Fatalf("unparseable _metadata does not block: %+v", d)
+	} else if root, _ := filepath.EvalSymlinks(tr.Root); !strings.Contains(d.Message, "`ckguard inspect "+filepath.Join(root, bad)+"`") {
+		// The advice is a command that works from the shell: the file's path, not its store key.
+		t.Errorf("refusal does not name the file to inspect by a path the shell can open: %s", d.Message)
 	}
 	// The unparseable file itself is exempt only from the unparseable rule: young, and the newest
 	// chk-N of its job, it stays refused (grace / active window).
