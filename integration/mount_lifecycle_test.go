@@ -203,6 +203,11 @@ func TestMountDaemonAndUmount(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("daemon mount: exit %d\n%s", code, out)
 	}
+	// The user at the terminal will only see "Operation not permitted": the start message says how to
+	// learn why.
+	if !strings.Contains(out, "ckguard why --store "+tr.Root+" --index "+index+" "+mnt+"/PATH") || !strings.Contains(out, "getfattr -n user.ckguard.state "+mnt+"/PATH") {
+		t.Errorf("start message does not say how to learn why a deletion was refused:\n%s", out)
+	}
 	t.Cleanup(func() { _ = mountutil.Unmount(mnt, true) })
 	// Ready means usable now, not eventually.
 	ents, err := os.ReadDir(mnt)
@@ -218,8 +223,16 @@ func TestMountDaemonAndUmount(t *testing.T) {
 		t.Errorf("second mount on a live mountpoint: exit %d\n%s", code, out)
 	}
 	logText, _ := os.ReadFile(filepath.Join(index, "ckguard.log"))
-	if !strings.Contains(string(logText), "mounted") {
-		t.Errorf("daemon log lacks the mount line:\n%s", logText)
+	if !strings.Contains(string(logText), "mounted") || !strings.Contains(string(logText), "user.ckguard.state") {
+		t.Errorf("daemon log lacks the mount line or how to learn why a deletion was refused:\n%s", logText)
+	}
+	// The advice of a stale-index refusal (`ckguard index sync`) works while the mount holds the index:
+	// it reports the mount's own sync; a rebuild says to unmount first.
+	if out, code := mntRun(t, "", mntBinary(t), "index", "sync", "--store", tr.Root, "--index", index); code != 0 || !strings.Contains(out, "held by a running mount") {
+		t.Errorf("index sync while mounted: exit %d\n%s", code, out)
+	}
+	if out, code := mntRun(t, "", mntBinary(t), "index", "rebuild", "--store", tr.Root, "--index", index); code != 2 || !strings.Contains(out, "unmount it first") {
+		t.Errorf("index rebuild while mounted: exit %d\n%s", code, out)
 	}
 	out, code = mntRun(t, "", mntBinary(t), "umount", mnt)
 	if code != 0 {
@@ -244,6 +257,10 @@ func TestMountDaemonAndUmount(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(index, control.SocketName)); !os.IsNotExist(err) {
 		t.Errorf("control socket left behind after a clean shutdown: %v", err)
+	}
+	// A normal umount is not an incident.
+	if logText, _ := os.ReadFile(filepath.Join(index, "ckguard.log")); strings.Contains(string(logText), "from outside") || !strings.Contains(string(logText), "unmounted; shutting down") {
+		t.Errorf("daemon log after ckguard umount:\n%s", logText)
 	}
 	// SIGINT also unmounts cleanly (the foreground harness uses SIGTERM).
 	p := mntStart(t, tr.Root, index)
