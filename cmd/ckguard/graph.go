@@ -152,6 +152,6 @@ func runGraph(c *cli.Context) error {
 	if err := os.WriteFile(out, buf.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", out, err)
 	}
-	fmt.Fprintf(os.Stderr, "ckguard graph: wrote %s (%d jobs, %d edges)\n", out, len(g.Jobs), len(g.Edges))
+	fmt.Fprintf(os.Stderr, "ckguard graph: wrote %s (%s, %s)\n", out, plural(len(g.Jobs), "folder with live checkpoints or savepoints", "folders with live checkpoints or savepoints"), plural(len(g.Edges), "edge"))
 	return nil
 }
