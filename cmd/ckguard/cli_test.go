@@ -241,6 +241,8 @@ func TestCLI(t *testing.T) {
 		{"verify green", with([]string{"verify"}, loc...), 0, []check{contains("stdout", "verify OK")}},
 		{"unknown flag", with(with([]string{"verify"}, loc...), "--no-such-flag"), 2, []check{oneLineError("no-such-flag", "ckguard verify --help")}},
 		{"unknown command", []string{"no-such-command"}, 2, nil},
+		{"index without a subcommand", []string{"index"}, 2, []check{contains("stdout", "rebuild")}},
+		{"index with an unknown subcommand", []string{"index", "bogus"}, 2, []check{oneLineError(`no subcommand "bogus"`)}},
 		{"index rebuild --no-sync: not a flag there", with([]string{"index", "rebuild", "--no-sync"}, loc...), 2, []check{oneLineError("no-sync")}},
 
 		// JSON: snake_case keys, RFC 3339 times with zone, durations as the flags write them.

@@ -64,6 +64,16 @@ func newApp() *cli.App {
 		if hasFlagNamed(cmd, "store") && cmd.Before == nil {
 			cmd.Before = requireStore
 		}
+		if len(cmd.Subcommands) > 0 && cmd.Action == nil {
+			// `ckguard index` alone is a usage error like `ckguard` alone: its help, then exit 2.
+			cmd.Action = func(c *cli.Context) error {
+				if c.NArg() == 0 {
+					_ = cli.ShowSubcommandHelp(c)
+					return cli.Exit("", exitUsage)
+				}
+				return usageError(c, "no subcommand %q", c.Args().First())
+			}
+		}
 	})
 	return app
 }
