@@ -48,7 +48,7 @@ func runOrphans(c *cli.Context) error {
 		return err
 	}
 	if res.Blocked != "" {
-		return exitf(3, "no object can be called an orphan: %s", res.Blocked)
+		return exitf(exitUntrusted, "no object can be called an orphan: %s", res.Blocked)
 	}
 	return nil
 }

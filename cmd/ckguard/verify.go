@@ -32,7 +32,7 @@ func runVerify(c *cli.Context) error {
 		return err
 	}
 	if !res.OK {
-		return cli.Exit("", 1)
+		return cli.Exit("", exitFound)
 	}
 	return nil
 }
