@@ -12,6 +12,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
+	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/refindex/store"
 )
 
@@ -85,7 +86,7 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 	}
 	// 1. Fail closed when the view of storage may be old.
 	if v.syncErr != "" {
-		return refuse(ReasonSyncFailed, fmt.Sprintf("refusing to %s %s: the last index sync failed (%s); the guard fails closed until `ckguard index sync` succeeds", op, what, v.syncErr))
+		return refuse(ReasonSyncFailed, fmt.Sprintf("refusing to %s %s: the last index sync failed (%s); the guard fails closed until a sync succeeds: fix the cause (a running mount retries every --sync-interval; `ckguard index sync` shows its last error, or syncs an index no mount holds)", op, what, v.syncErr))
 	}
 	if v.last.IsZero() {
 		return refuse(ReasonIndexStale, fmt.Sprintf("refusing to %s %s: the index has not completed a sync of the store yet; run `ckguard index rebuild` (or wait for the mount's first sync)", op, what))
@@ -94,7 +95,8 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 		return refuse(ReasonIndexStale, fmt.Sprintf("refusing to %s %s: the path mapping (--map, --entropy-key, store root) changed since the index was built, so its keys may name other objects; run `ckguard index sync` (it rebuilds the index)", op, what))
 	}
 	if v.pol.MaxStaleness > 0 && now.Sub(v.last) > v.pol.MaxStaleness {
-		return refuse(ReasonIndexStale, fmt.Sprintf("refusing to %s %s: the index was last synced %s ago, more than --max-staleness %s; run `ckguard index sync`", op, what, now.Sub(v.last).Round(time.Second), v.pol.MaxStaleness))
+		return refuse(ReasonIndexStale, fmt.Sprintf("refusing to %s %s: the index was last synced %s ago, more than --max-staleness %s; a running mount syncs every --sync-interval, so its syncs are not completing: `ckguard index sync` shows why (or syncs an index no mount holds)", op, what,
+			duration.Format(now.Sub(v.last).Round(time.Second)), duration.Format(v.pol.MaxStaleness)))
 	}
 	// Ages of store modification times are measured by the store's clock where it is behind this host's.
 	storeNow := v.storeNow(now)
