@@ -235,7 +235,7 @@ func TestCLI(t *testing.T) {
 		{"why refused", with(with([]string{"why"}, loc...), referenced), 1, []check{contains("stdout", "REFUSED", "referenced by ")}},
 		{"why allowed", with(with([]string{"why"}, loc...), "flink-checkpoints/nothing-here"), 0, nil},
 		{"why of a savepoint's file: savepoint advice", with(with([]string{"why"}, loc...), s.savepoint+"/a"), 1,
-			[]check{contains("stdout", "1 savepoint references it", "until the savepoint itself is deleted")}},
+			[]check{contains("stdout", "dispose of the savepoint"), lacks("stdout", "flink checkpoint <job-id> -full")}},
 		{"why of a URI outside the store", with(with([]string{"why"}, loc...), "s3://other-bucket/x"), 2,
 			[]check{contains("stderr", "not in the guarded store"), lacks("stdout", "reason: allowed")}},
 		{"verify green", with([]string{"verify"}, loc...), 0, []check{contains("stdout", "verify OK")}},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"path"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -75,11 +74,6 @@ func printWhy(w io.Writer, res *refindex.WhyResult) {
 		if res.RefCount > len(res.Referencing) {
 			fmt.Fprintf(w, "  … and %d more\n", res.RefCount-len(res.Referencing))
 		}
-		if n := savepointsAmong(res.Referencing); n > 0 && res.Reason == refindex.ReasonReferenced {
-			// The index's message speaks of checkpoints; a savepoint is released differently.
-			fmt.Fprintf(w, "%s: a savepoint keeps its files until the savepoint itself is deleted (its folder, after `ckguard unpin` if pinned); no later checkpoint, full or not, releases them\n",
-				plural(n, "savepoint references it", "savepoints reference it"))
-		}
 	}
 	if ck := res.Checkpoint; ck != nil {
 		status := "live"
@@ -98,18 +92,6 @@ func folderKind(savepoint bool) string {
 		return "savepoint folder"
 	}
 	return "job folder"
-}
-
-// savepointsAmong counts the _metadata keys that are savepoints by Flink's naming: their folder is
-// savepoint-<job id prefix>-<random>.
-func savepointsAmong(metadata []string) int {
-	n := 0
-	for _, m := range metadata {
-		if strings.HasPrefix(path.Base(path.Dir(m)), "savepoint-") {
-			n++
-		}
-	}
-	return n
 }
 
 func displayKey(k string) string {
