@@ -48,7 +48,7 @@ func TestPendingDeletesShown(t *testing.T) {
 	if strings.Contains(out, queued.Path) || !strings.Contains(out, "1 more whose deletion") {
 		t.Errorf("orphans lists a queued object or does not say so:\n%s", out)
 	}
-	if want := fmt.Sprintf("%d orphaned objects", len(res.Files)-1); !strings.Contains(out, want) {
+	if want := plural(len(res.Files)-1, "orphaned object") + ","; !strings.Contains(out, want) {
 		t.Errorf("orphans: want %q:\n%s", want, out)
 	}
 }
