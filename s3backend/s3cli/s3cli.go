@@ -34,6 +34,8 @@ func Flags() []cli.Flag {
 		&cli.BoolFlag{Name: "s3-path-style", EnvVars: []string{"CKGUARD_S3_PATH_STYLE"}, Usage: "address buckets as endpoint/bucket (most S3-compatible servers need this)"},
 		&cli.StringFlag{Name: "s3-profile", Usage: "AWS shared-config profile"},
 		&cli.IntFlag{Name: "s3-max-attempts", Value: 5, Usage: "attempts per S3 request (throttling, 5xx and network errors are retried with backoff)"},
+		&cli.BoolFlag{Name: "s3-full-walk", Usage: "find _metadata by listing the whole prefix at every sync (complete for any layout; costs one request per 1,000 objects) instead of delimiter listings down to the checkpoint folders plus a background reconciliation walk"},
+		duration.Flag("s3-reconcile-every", time.Hour, "shortest interval between a mount's reconciliation walks, which find _metadata where Flink does not write them (the interval is also at least 10 times the last walk's duration)"),
 		duration.Flag("s3-timeout", 60*time.Second, "bound on one S3 operation including its retries; then the file operation fails with EIO"),
 	}
 }
@@ -47,6 +49,9 @@ func Config(c *cli.Context) s3client.Config {
 		Profile:     c.String("s3-profile"),
 		MaxAttempts: c.Int("s3-max-attempts"),
 		OpTimeout:   c.Duration("s3-timeout"),
+
+		FullWalk:       c.Bool("s3-full-walk"),
+		ReconcileEvery: c.Duration("s3-reconcile-every"),
 	}
 }
 
@@ -63,5 +68,7 @@ func OpenStore(ctx context.Context, url string, cfg s3client.Config) (*s3store.S
 	if err := cl.Check(ctx); err != nil {
 		return nil, fmt.Errorf("store %s: %w (check --s3-endpoint, --s3-path-style and credentials)", url, err)
 	}
-	return s3store.New(cl, s3store.Options{}), nil
+	// A one-shot command: no background reconciliation (its rebuild, orphans and verify walk the store
+	// or stat what they need); a mount sets its own options (s3guardd).
+	return s3store.New(cl, s3store.Options{FullWalk: cfg.FullWalk, ReconcileEvery: -1}), nil
 }

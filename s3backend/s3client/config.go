@@ -44,6 +44,12 @@ type Config struct {
 
 	// Static credentials (tests); empty = standard chain.
 	AccessKey, SecretKey string
+
+	// How the store finds `_metadata` (s3store.Options; the client itself ignores them): FullWalk
+	// (--s3-full-walk) lists the whole prefix at every sync; ReconcileEvery (--s3-reconcile-every) is
+	// the shortest interval between the background reconciliation walks of a mount.
+	FullWalk       bool
+	ReconcileEvery time.Duration
 }
 
 func (c Config) withDefaults() Config {

@@ -51,7 +51,7 @@ func open(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func
 			log.Warn("could not check that the S3 server honours per-key ETags in DeleteObjects; queued deletions are sent one request per object", "err", berr)
 		}
 	}
-	sopts := s3store.Options{}
+	sopts := s3store.Options{FullWalk: s3cfg.FullWalk, ReconcileEvery: s3cfg.ReconcileEvery, Logger: log}
 	if ifMatch {
 		sopts.Attrs = attrs
 	}
@@ -69,7 +69,8 @@ func open(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func
 		},
 		SyncLogAttrs: func() []any {
 			s := st.Stats()
-			return []any{"full_walks", s.FullWalks, "targeted", s.TargetedListings}
+			return []any{"full_walks", s.FullWalks, "descents", s.TargetedListings, "listings", s.LastListings, "heads", s.LastHeads,
+				"reconciliations", s.Reconciliations, "reconcile_found", s.ReconcileFound}
 		},
 		NoIndexGauges: true,
 	}, nil

@@ -3,198 +3,318 @@ package s3store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
-	"path"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/ckguard/ckguard/refindex/pathnorm"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
 
 // Discovery of `_metadata` objects.
 //
-// S3 cannot search by suffix, and a checkpoint root holds 100,000+ SSTs in `shared/` folders, so walking
-// the bucket on every sync is slow and costly. Flink writes `_metadata` in two layouts:
+// S3 cannot search by suffix, and a checkpoint store holds millions of SSTs in `shared/` folders, so
+// listing the whole bucket on every sync costs time in proportion to the objects (about 70 µs per object
+// on a local server, 1,000 objects per sequential request at real latency). Flink writes `_metadata` in
+// two layouts:
 //
 //	<root>/<job>/chk-<n>/_metadata            checkpoints
 //	<root>/savepoint-<job6>-<rand>/_metadata   savepoints  (<root> = the savepoint directory)
 //
-// ListMetadata therefore works in one of two modes (Options.FullWalkEvery):
+// ListMetadata (the default discovery, every sync) is a descent of delimiter listings from the store
+// root: every folder is listed one level deep (ListObjectsV2 with "/"), except
 //
-//   - Full walk (the default, on every call; with FullWalkEvery > 0 the first call, then every
-//     FullWalkEvery): a flat ListObjectsV2 of the whole prefix, keeping keys whose last segment is
-//     `_metadata`. Complete for any layout. From its result it learns the layout: every "parent" folder P
-//     that holds chk-*/savepoint-* folders with a `_metadata` (P = <root>/<job> for checkpoints,
-//     P = <root> for savepoints), every "root" folder above such a P, and every `_metadata` in any other
-//     place (kept as an exact key).
-//   - Targeted listing (only with FullWalkEvery > 0, between full walks): for each known root, one
-//     delimiter listing of its child folders finds new jobs; for each known or new parent P, delimiter
-//     listings of P+"chk-" and P+"savepoint-" give the checkpoint folders; for each such folder one HEAD of
-//     folder/_metadata. Exact keys are HEADed. Cost: a few requests per job and one per retained
-//     checkpoint, independent of the number of SSTs.
+//   - a chk-<n> folder: one HEAD of chk-<n>/_metadata, never a listing (its files are the checkpoint's);
+//   - a savepoint-* folder: one HEAD of its _metadata; only a savepoint folder without one (in progress,
+//     or a folder of that name holding other folders) is listed further;
+//   - shared/ and taskowned/ beside a chk-<n> folder (the parent is a job folder): never listed, they hold
+//     the SSTs.
 //
-// Why the full walk is the default: the targeted mode cannot see a `_metadata` in a root that held none at
-// the last full walk, or in an odd place. New files of such a checkpoint are still protected by --grace,
-// but what it references is not: job B restored from job A, checkpointing into a new root, references A's
-// month-old SSTs, and until the next full walk the guard would let `rm -rf A` delete them. A guard must not
-// trade that for listing cost, so the targeted mode is an explicit choice for buckets whose checkpoint
-// roots are fixed (docs/SEMANTICS.md).
+// Every `_metadata` that is a direct child of a listed folder is reported from the listing, wherever it is
+// (a `_metadata` in an unexpected place at a level the descent lists). A folder whose listing prefix is no
+// clean key ("//", "." or ".." segments, a leading "/") is walked flat and its `_metadata` reported under
+// their raw keys, which the index keeps as unparseable (fail closed): a HEAD through the SDK would name
+// another object. A new job, a new root at any depth, a new savepoint directory is therefore seen by the
+// next sync. Cost: one listing per folder above the checkpoint folders (per 1,000 children) and one HEAD
+// per checkpoint or savepoint folder, independent of the number of SSTs.
 //
-// Every S3 error aborts ListMetadata with that error: the index then treats the sync as failed and
-// refuses deletions (fail closed). A missing `_metadata` (404 on HEAD) just means "not a live checkpoint".
-type layout struct {
-	roots   map[string]bool // folders whose children are job folders (or savepoint folders)
-	parents map[string]bool // folders holding chk-*/savepoint-* folders
-	exact   map[string]bool // `_metadata` keys found elsewhere
+// What the descent cannot see: a `_metadata` below a folder it does not list, i.e. inside chk-<n>/ (deeper
+// than chk-<n>/_metadata), inside a savepoint folder that has a `_metadata`, or inside shared/ or
+// taskowned/ of a job folder. Flink never writes there; a copy or a tool might. A reconciliation walk
+// (the full flat listing) finds those: it runs in the background, never inside a sync, first when the
+// store is opened and then every max(ReconcileEvery, 10 × its last duration), so it costs at most a tenth
+// of the listing capacity, and each `_metadata` it finds that the descent does not see is HEADed by every
+// sync from then on (and logged). Until that walk has found it, such a checkpoint's own new files are
+// protected by --grace, but what it references is not. Decisions that must be complete do not depend on
+// the descent: a rebuild lists with ListAllMetadata (a full walk), and `ckguard orphans` walks the whole
+// store and refuses to list anything while a `_metadata` the index does not hold exists anywhere. If the
+// reconciliation walk keeps failing, ListMetadata fails too once no walk has succeeded for three
+// intervals, so the index refuses every deletion instead of carrying a gap that nobody sees.
+//
+// Options.FullWalk keeps the old behaviour: every ListMetadata is a full walk (complete for any layout at
+// every sync, at the cost above).
+//
+// Every S3 error aborts ListMetadata with that error: the index then treats the sync as failed and refuses
+// deletions (fail closed). A missing `_metadata` (404 on HEAD) just means "not a live checkpoint".
+
+// Stats counts discoveries (for logs, metrics and tests).
+type Stats struct {
+	// FullWalks counts full flat listings (ListAllMetadata, FullWalk mode, reconciliation walks).
+	FullWalks int
+	// TargetedListings counts descents (the default ListMetadata).
+	TargetedListings int
+	// Reconciliations counts completed background reconciliation walks; ReconcileFound the `_metadata`
+	// they found where the descent does not look.
+	Reconciliations, ReconcileFound int
+	// Requests of the last descent: delimiter listings and HEADs.
+	LastListings, LastHeads int
+}
+
+// discovery is the state of the default discovery, under Store.mu.
+type discovery struct {
+	exact       map[string]bool // `_metadata` keys where the descent does not look: HEADed every sync
+	running     chan struct{}   // a reconciliation walk is under way: closed when it ends
+	lastStart   time.Time       // start of the last reconciliation walk that succeeded
+	lastAttempt time.Time       // start of the last reconciliation walk
+	lastTook    time.Duration   // its duration
+	failingFrom time.Time       // first failure since the last success (zero: none)
+	lastErr     error
+	opened      time.Time // first ListMetadata: the failure window of a walk that never succeeded
 }
 
 func isCheckpointFolder(name string) bool {
-	return strings.HasPrefix(name, "chk-") || strings.HasPrefix(name, "savepoint-")
+	return pathnorm.IsCheckpointDir(name) || strings.HasPrefix(name, "savepoint-")
 }
 
-func learn(keys []string) layout {
-	l := layout{roots: map[string]bool{}, parents: map[string]bool{}, exact: map[string]bool{}}
-	for _, k := range keys {
-		l.add(k)
-	}
-	return l
-}
-
-// add records where the `_metadata` key k lives.
-func (l *layout) add(k string) {
-	folder := dirOf(k)
-	if folder == "" || !isCheckpointFolder(path.Base(folder)) {
-		l.exact[k] = true
-		return
-	}
-	parent := dirOf(folder)
-	l.parents[parent] = true
-	if strings.HasPrefix(path.Base(folder), "chk-") && parent != "" {
-		l.roots[dirOf(parent)] = true
-	} else {
-		l.roots[parent] = true
-	}
-}
-
-// empty reports whether the layout knows no place a checkpoint lives: nothing learned yet, or the last
-// full walk found no `_metadata` at all. A targeted listing of an empty layout looks nowhere and would
-// report an empty store whatever has been written since, so an empty layout always means a full walk.
-func (l layout) empty() bool { return len(l.parents) == 0 && len(l.exact) == 0 }
-
-// Learn adds the place of a `_metadata` key to the layout the targeted listing looks in, so a checkpoint
-// the index read (indexed through the mount the moment it was written) is listed again by the next
-// targeted listing even in a folder that held no checkpoint at the last full walk. Open calls it for
-// every `_metadata` it opens.
+// Learn records a `_metadata` key the index opened (indexed through the mount the moment it was
+// written): when the descent does not look where it is, every later listing HEADs it, so it is not missed
+// until the next reconciliation walk. Open calls it for every `_metadata` it opens.
 func (s *Store) Learn(key string) {
-	if !store.IsMetadata(key) {
+	if !store.IsMetadata(key) || s.descentSees(key) {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.layout.empty() {
-		return // the next listing is a full walk anyway
+	if s.disc.exact == nil {
+		s.disc.exact = map[string]bool{}
 	}
-	s.layout.add(key)
+	s.disc.exact[key] = true
+}
+
+// descentSees reports whether the descent reports the `_metadata` at key as the store stands: its folder
+// is a chk-<n> or savepoint folder reached through listed folders only, or a listed folder itself. It is
+// conservative (a "no" only costs one HEAD per sync).
+func (s *Store) descentSees(key string) bool {
+	if k, err := store.CleanKey(key); err != nil || k != key {
+		return false
+	}
+	segs := strings.Split(key, "/")
+	folders := segs[:len(segs)-1]
+	for i, seg := range folders {
+		last := i == len(folders)-1
+		switch {
+		case pathnorm.IsCheckpointDir(seg), strings.HasPrefix(seg, "savepoint-"):
+			// HEADed: only its own _metadata is seen (a savepoint folder without one is listed, but
+			// that is not guaranteed).
+			return last
+		case seg == "shared" || seg == "taskowned":
+			return false // skipped when beside a chk-<n> folder
+		}
+	}
+	return true // a direct child of a listed folder
 }
 
 // ListAllMetadata is a full walk whatever the discovery mode (store.FullLister): the index rebuilds from it.
 func (s *Store) ListAllMetadata(ctx context.Context, fn func(store.ObjectInfo) error) error {
-	return s.fullWalk(ctx, fn)
+	_, err := s.fullWalk(ctx, fn)
+	return err
 }
 
-// ListMetadata reports every `_metadata` object (see the discovery notes above for the two modes).
+// ListMetadata reports every `_metadata` object the discovery sees (see the notes above).
 func (s *Store) ListMetadata(ctx context.Context, fn func(store.ObjectInfo) error) error {
-	s.mu.Lock()
-	full := s.opts.FullWalkEvery <= 0 || s.layout.empty() || s.opts.Now().Sub(s.lastFull) >= s.opts.FullWalkEvery
-	l := s.layout
-	s.mu.Unlock()
-	if full {
-		return s.fullWalk(ctx, fn)
-	}
-	return s.targeted(ctx, l, fn)
-}
-
-// ForceFullWalk makes the next ListMetadata a full walk (e.g. `ckguard index rebuild`).
-func (s *Store) ForceFullWalk() {
-	s.mu.Lock()
-	s.layout = layout{}
-	s.mu.Unlock()
-}
-
-func (s *Store) fullWalk(ctx context.Context, fn func(store.ObjectInfo) error) error {
-	start := s.opts.Now()
-	var found []string
-	err := s.c.Walk(ctx, "", func(o s3client.Object) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if !store.IsMetadata(o.Key) {
-			return nil
-		}
-		found = append(found, o.Key)
-		return fn(info(o))
-	})
-	if err != nil {
+	if s.opts.FullWalk {
+		_, err := s.fullWalk(ctx, fn)
 		return err
 	}
+	s.maybeReconcile()
+	if err := s.reconcileState(); err != nil {
+		return err
+	}
+	return s.descend(ctx, fn)
+}
+
+// ForceFullWalk starts a reconciliation walk now (in the background) unless one is running.
+func (s *Store) ForceFullWalk() {
 	s.mu.Lock()
-	s.layout, s.lastFull = learn(found), start
-	s.stats.FullWalks++
+	s.disc.lastStart, s.disc.lastAttempt, s.disc.lastTook = time.Time{}, time.Time{}, 0
 	s.mu.Unlock()
+	s.maybeReconcile()
+}
+
+// reconcileInterval is how long after the start of the last successful reconciliation walk the next one
+// starts: at least ReconcileEvery, and ten times the walk's own duration, so a big bucket is walked less
+// often rather than listed all the time.
+func (s *Store) reconcileInterval() time.Duration {
+	return max(s.opts.ReconcileEvery, 10*s.disc.lastTook)
+}
+
+// reconcileState fails when no reconciliation walk has succeeded for three intervals while walks were
+// attempted: the descent's blind spots are then unchecked for longer than the documented window.
+func (s *Store) reconcileState() error {
+	if s.opts.ReconcileEvery < 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.opts.Now()
+	if s.disc.opened.IsZero() {
+		s.disc.opened = now
+	}
+	since := s.disc.lastStart
+	if since.IsZero() {
+		since = s.disc.opened
+	}
+	if s.disc.lastErr != nil && now.Sub(since) > 3*s.reconcileInterval() {
+		return fmt.Errorf("the reconciliation walk of %s (which finds _metadata where the per-sync discovery does not look) has not succeeded since %s: %w",
+			s.Root(), since.Format(time.RFC3339), s.disc.lastErr)
+	}
 	return nil
 }
 
-// targeted runs the cheap discovery. Results are reported in key order, deduplicated.
-func (s *Store) targeted(ctx context.Context, l layout, fn func(store.ObjectInfo) error) error {
+// maybeReconcile starts a background reconciliation walk when one is due. It never blocks the caller.
+func (s *Store) maybeReconcile() {
+	if s.opts.ReconcileEvery < 0 {
+		return
+	}
+	s.mu.Lock()
+	now := s.opts.Now()
+	// Due when the interval has passed since the last walk that succeeded; a failed walk is retried a
+	// minute later, not at every sync.
+	due := s.disc.running == nil && (s.disc.lastStart.IsZero() || now.Sub(s.disc.lastStart) >= s.reconcileInterval()) &&
+		(s.disc.lastAttempt.IsZero() || s.disc.lastAttempt.Equal(s.disc.lastStart) || now.Sub(s.disc.lastAttempt) >= time.Minute)
+	if due {
+		s.disc.running = make(chan struct{})
+		s.disc.lastAttempt = now
+	}
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	go s.reconcile(now)
+}
+
+// reconcile runs one full walk and records every `_metadata` the descent would not report.
+func (s *Store) reconcile(start time.Time) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.mu.Lock()
+	s.cancelReconcile = cancel
+	s.mu.Unlock()
+	var missed []string
+	took, err := s.fullWalk(ctx, func(o store.ObjectInfo) error {
+		if !s.descentSees(o.Path) {
+			missed = append(missed, o.Path)
+		}
+		return nil
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.disc.running)
+	s.disc.running = nil
+	s.cancelReconcile = nil
+	if err != nil {
+		if s.disc.failingFrom.IsZero() {
+			s.disc.failingFrom = start
+		}
+		s.disc.lastErr = err
+		s.opts.Logger.Warn("reconciliation walk failed; retried later", "store", s.Root(), "err", err)
+		return
+	}
+	if s.disc.exact == nil {
+		s.disc.exact = map[string]bool{}
+	}
+	for _, k := range missed {
+		if !s.disc.exact[k] {
+			s.opts.Logger.Warn("a _metadata where Flink does not write checkpoints; it is indexed from now on", "key", k, "store", s.Root())
+			s.stats.ReconcileFound++
+		}
+		s.disc.exact[k] = true
+	}
+	s.disc.lastStart, s.disc.lastTook, s.disc.failingFrom, s.disc.lastErr = start, took, time.Time{}, nil
+	s.stats.Reconciliations++
+}
+
+// WaitReconcile waits for a running reconciliation walk to end (tests, benchmarks).
+func (s *Store) WaitReconcile(ctx context.Context) error {
+	s.mu.Lock()
+	ch := s.disc.running
+	s.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close stops a running reconciliation walk.
+func (s *Store) Close() {
+	s.mu.Lock()
+	c := s.cancelReconcile
+	s.mu.Unlock()
+	if c != nil {
+		c()
+	}
+}
+
+// fullWalk lists every `_metadata` below the prefix, splitting the listing by prefix and listing the parts
+// in parallel (walk.go). It returns how long the walk took.
+func (s *Store) fullWalk(ctx context.Context, fn func(store.ObjectInfo) error) (time.Duration, error) {
+	start := time.Now()
+	var mu sync.Mutex
+	err := s.parallelWalk(ctx, "", func(o s3client.Object) error {
+		if !store.IsMetadata(o.Key) {
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return fn(info(o))
+	})
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	s.stats.FullWalks++
+	s.mu.Unlock()
+	return time.Since(start), nil
+}
+
+// descend runs the per-sync discovery. Results are reported in key order, deduplicated.
+func (s *Store) descend(ctx context.Context, fn func(store.ObjectInfo) error) error {
 	g := newGroup(ctx, s.opts.Parallel)
 	var (
-		mu      sync.Mutex
-		parents = map[string]bool{}
-		folders = map[string]bool{}
-		found   = map[string]s3client.Object{}
+		mu       sync.Mutex
+		found    = map[string]s3client.Object{}
+		listings int
+		heads    int
 	)
-	for p := range l.parents {
-		parents[p] = true
+	report := func(o s3client.Object) {
+		mu.Lock()
+		found[o.Key] = o
+		mu.Unlock()
 	}
-	// New jobs under known roots.
-	for r := range l.roots {
-		g.Go(func(ctx context.Context) error {
-			return s.eachChild(ctx, r, "", func(child string) {
-				mu.Lock()
-				defer mu.Unlock()
-				if isCheckpointFolder(path.Base(child)) {
-					parents[r] = true
-				} else {
-					parents[child] = true
-				}
-			})
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	// Checkpoint folders under each parent.
-	g = newGroup(ctx, s.opts.Parallel)
-	for p := range parents {
-		for _, kind := range []string{"chk-", "savepoint-"} {
-			g.Go(func(ctx context.Context) error {
-				return s.eachChild(ctx, p, kind, func(child string) {
-					mu.Lock()
-					folders[child] = true
-					mu.Unlock()
-				})
-			})
-		}
-	}
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	// One HEAD per candidate `_metadata`.
-	g = newGroup(ctx, s.opts.Parallel)
 	head := func(key string) {
 		g.Go(func(ctx context.Context) error {
+			mu.Lock()
+			heads++
+			mu.Unlock()
 			o, err := s.c.Head(ctx, key)
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
@@ -202,18 +322,85 @@ func (s *Store) targeted(ctx context.Context, l layout, fn func(store.ObjectInfo
 			if err != nil {
 				return err
 			}
-			mu.Lock()
-			found[key] = o
-			mu.Unlock()
+			report(o)
 			return nil
 		})
 	}
-	for f := range folders {
-		head(join(f, store.MetadataName))
+	var visit func(prefix string)
+	visit = func(prefix string) {
+		g.Go(func(ctx context.Context) error {
+			if !cleanPrefix(prefix) {
+				// HEAD and the SDK would name another object: walk it flat and report raw keys.
+				return s.c.Walk(ctx, prefix, func(o s3client.Object) error {
+					if store.IsMetadata(o.Key) {
+						report(o)
+					}
+					return nil
+				})
+			}
+			var children []string
+			hasCheckpoint := false
+			token := ""
+			for {
+				pg, err := s.c.ListPage(ctx, prefix, true, token, "", 1000)
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				listings++
+				mu.Unlock()
+				for _, p := range pg.Prefixes {
+					// Prefixes come without the trailing '/', relative; the child's own listing prefix
+					// is p+"/" (an empty name, from "a//b", stays distinct from its parent).
+					if len(p)+1 > len(prefix) {
+						children = append(children, p+"/")
+					}
+				}
+				for _, o := range pg.Objects {
+					if strings.HasSuffix(o.Key, "/") {
+						// A "dir/" marker some servers report as an object; a marker of prefix itself is no child.
+						if len(o.Key) > len(prefix) && !strings.Contains(o.Key[len(prefix):len(o.Key)-1], "/") {
+							children = append(children, o.Key)
+						}
+						continue
+					}
+					if store.IsMetadata(o.Key) {
+						report(o) // a _metadata directly in a listed folder, wherever that is
+					}
+				}
+				if pg.Next == "" {
+					break
+				}
+				token = pg.Next
+			}
+			children = dedupe(children)
+			for _, c := range children {
+				if pathnorm.IsCheckpointDir(childName(prefix, c)) {
+					hasCheckpoint = true
+				}
+			}
+			for _, c := range children {
+				name := childName(prefix, c)
+				switch {
+				case pathnorm.IsCheckpointDir(name):
+					head(c + store.MetadataName)
+				case strings.HasPrefix(name, "savepoint-"):
+					s.savepoint(g, c, report, visit, &mu, &heads)
+				case (name == "shared" || name == "taskowned") && hasCheckpoint:
+					// The job's SSTs: never listed per sync.
+				default:
+					visit(c)
+				}
+			}
+			return nil
+		})
 	}
-	for k := range l.exact {
+	visit("")
+	s.mu.Lock()
+	for k := range s.disc.exact {
 		head(k)
 	}
+	s.mu.Unlock()
 	if err := g.Wait(); err != nil {
 		return err
 	}
@@ -224,6 +411,7 @@ func (s *Store) targeted(ctx context.Context, l layout, fn func(store.ObjectInfo
 	sort.Strings(keys)
 	s.mu.Lock()
 	s.stats.TargetedListings++
+	s.stats.LastListings, s.stats.LastHeads = listings, heads
 	s.mu.Unlock()
 	for _, k := range keys {
 		if err := fn(info(found[k])); err != nil {
@@ -233,42 +421,52 @@ func (s *Store) targeted(ctx context.Context, l layout, fn func(store.ObjectInfo
 	return ctx.Err()
 }
 
-func join(dir, name string) string {
-	if dir == "" {
-		return name
-	}
-	return dir + "/" + name
-}
-
-// eachChild calls fn with every child folder of dir whose name starts with namePrefix (delimiter listing,
-// all pages).
-func (s *Store) eachChild(ctx context.Context, dir, namePrefix string, fn func(child string)) error {
-	prefix := namePrefix
-	if dir != "" {
-		prefix = dir + "/" + namePrefix
-	}
-	token := ""
-	for {
-		pg, err := s.c.ListPage(ctx, prefix, true, token, "", 1000)
-		if err != nil {
+// savepoint HEADs a savepoint folder's `_metadata`; a folder without one is listed like any other.
+func (s *Store) savepoint(g *group, folder string, report func(s3client.Object), visit func(string), mu *sync.Mutex, heads *int) {
+	g.Go(func(ctx context.Context) error {
+		mu.Lock()
+		*heads++
+		mu.Unlock()
+		o, err := s.c.Head(ctx, folder+store.MetadataName)
+		switch {
+		case err == nil:
+			report(o)
+		case errors.Is(err, fs.ErrNotExist):
+			visit(folder)
+		default:
 			return err
 		}
-		for _, p := range pg.Prefixes {
-			fn(p)
-		}
-		for _, o := range pg.Objects { // "dir/" markers some servers report as objects
-			if k, ok := strings.CutSuffix(o.Key, "/"); ok && dirOf(k) == dir && strings.HasPrefix(path.Base(k), namePrefix) {
-				fn(k)
-			}
-		}
-		if pg.Next == "" {
-			return nil
-		}
-		token = pg.Next
-	}
+		return nil
+	})
 }
 
-// group runs functions with bounded concurrency and returns the first error (cancelling the rest).
+// childName is the name of child folder c (a listing prefix ending in '/') of prefix.
+func childName(prefix, c string) string { return c[len(prefix) : len(c)-1] }
+
+// cleanPrefix reports whether a listing prefix ("" or ending in '/') names a clean key's folder, one the
+// SDK addresses as it is.
+func cleanPrefix(p string) bool {
+	if p == "" {
+		return true
+	}
+	k := strings.TrimSuffix(p, "/")
+	c, err := store.CleanKey(k)
+	return err == nil && c == k && !strings.HasPrefix(p, "/")
+}
+
+func dedupe(s []string) []string {
+	sort.Strings(s)
+	out := s[:0]
+	for i, v := range s {
+		if i == 0 || v != s[i-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// group runs functions with bounded concurrency and returns the first error (cancelling the rest). A
+// function may start more functions (Go) before it returns; Wait waits for all of them.
 type group struct {
 	ctx    context.Context
 	cancel context.CancelFunc

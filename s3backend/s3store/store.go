@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"path"
 	"strings"
 	"sync"
@@ -20,14 +21,17 @@ import (
 
 // Options tune the store. The zero value is usable.
 type Options struct {
-	// FullWalkEvery selects the `_metadata` discovery (discovery.go). 0 (the default): every ListMetadata
-	// is a full walk of the prefix, complete by construction. > 0: targeted listings between full walks
-	// this far apart, far cheaper on big buckets, but a checkpoint written beside the mount into a folder
-	// that held no checkpoint at the last full walk stays unseen until the next one, and so do its
-	// references to other jobs' old files (finding of TestE2ES3/flink-into-bucket-folder). Use it only
-	// where every checkpoint root is known and stable, or every write goes through the mount.
-	FullWalkEvery time.Duration
-	// Parallel bounds concurrent HEAD/LIST requests of one discovery. Default 16.
+	// FullWalk makes every ListMetadata a full walk of the prefix (complete for any layout at every
+	// sync, at a cost in proportion to the objects). Default: the descent of delimiter listings with a
+	// background reconciliation walk (discovery.go).
+	FullWalk bool
+	// ReconcileEvery is the shortest interval between reconciliation walks (default 1h; the interval
+	// is also at least ten times the last walk's duration). < 0: none (a one-shot CLI sync; its
+	// rebuilds and orphans walk the store anyway).
+	ReconcileEvery time.Duration
+	// Logger receives the reconciliation walk's findings. Default slog.Default().
+	Logger *slog.Logger
+	// Parallel bounds concurrent HEAD/LIST requests of one discovery or walk. Default 16.
 	Parallel int
 	// BlockSize is the unit of the reader's ranged GETs. Default 1 MiB.
 	BlockSize int64
@@ -49,15 +53,10 @@ type Store struct {
 	c    *s3client.Client
 	opts Options
 
-	mu       sync.Mutex
-	lastFull time.Time
-	layout   layout // what the last full walk learned about where checkpoints live
-	stats    Stats
-}
-
-// Stats counts discoveries (for logs, metrics and tests).
-type Stats struct {
-	FullWalks, TargetedListings int
+	mu              sync.Mutex
+	disc            discovery
+	cancelReconcile context.CancelFunc
+	stats           Stats
 }
 
 var (
@@ -79,6 +78,12 @@ func New(c *s3client.Client, opts Options) *Store {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.ReconcileEvery == 0 {
+		opts.ReconcileEvery = time.Hour
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
 	if opts.AttrsTTL <= 0 {
 		opts.AttrsTTL = time.Minute

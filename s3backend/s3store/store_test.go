@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
@@ -104,68 +103,9 @@ func list(t *testing.T, s *s3store.Store) string {
 	return strings.Join(got, ",")
 }
 
-// TestTargetedDiscovery: between full walks, ListMetadata finds new checkpoints of known jobs, new jobs
-// under known roots, new savepoints, and notices removed ones, without listing shared/ (no request
-// proportional to the number of SSTs), and a full walk runs again after FullWalkEvery.
-func TestTargetedDiscovery(t *testing.T) {
-	c, cnt := fakeClient(t, "")
-	ctx := context.Background()
-	put := func(k string) {
-		if _, err := c.Put(ctx, k, strings.NewReader("m"), 1, s3client.PutOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	del := func(k string) {
-		if err := c.Delete(ctx, k, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
-	put("ckpt/jobA/chk-1/_metadata")
-	put("ckpt/jobA/chk-2/_metadata")
-	put("sp/savepoint-aaaaaa-1/_metadata")
-	put("odd/place/_metadata")
-	for i := range 3000 {
-		put(fmt.Sprintf("ckpt/jobA/shared/sst-%05d", i))
-	}
-	now := time.Unix(1_000_000, 0)
-	s := s3store.New(c, s3store.Options{Now: func() time.Time { return now }, FullWalkEvery: time.Hour})
-	if got, want := list(t, s), "ckpt/jobA/chk-1/_metadata,ckpt/jobA/chk-2/_metadata,odd/place/_metadata,sp/savepoint-aaaaaa-1/_metadata"; got != want {
-		t.Fatalf("full walk = %s\nwant %s", got, want)
-	}
-	put("ckpt/jobA/chk-3/_metadata")             // next checkpoint of a known job
-	put("ckpt/jobB/chk-7/_metadata")             // a new job under a known root
-	put("sp/savepoint-bbbbbb-2/_metadata")       // a new savepoint
-	put("ckpt/jobA/chk-4/._metadata.inprogress") // not complete: not reported
-	del("ckpt/jobA/chk-1/_metadata")             // subsumed
-	del("odd/place/_metadata")
-	put("newroot/jobC/chk-1/_metadata") // only a full walk sees a brand-new root
-	gets := cnt.gets.Load()
-	got := list(t, s)
-	want := "ckpt/jobA/chk-2/_metadata,ckpt/jobA/chk-3/_metadata,ckpt/jobB/chk-7/_metadata,sp/savepoint-aaaaaa-1/_metadata,sp/savepoint-bbbbbb-2/_metadata"
-	if got != want {
-		t.Fatalf("targeted = %s\nwant %s", got, want)
-	}
-	if n := cnt.gets.Load() - gets; n > 20 {
-		t.Errorf("targeted discovery made %d listing requests; it must not depend on the 3000 SSTs", n)
-	}
-	if st := s.Stats(); st.FullWalks != 1 || st.TargetedListings != 1 {
-		t.Errorf("stats = %+v", st)
-	}
-	now = now.Add(time.Hour)
-	if got := list(t, s); !strings.Contains(got, "newroot/jobC/chk-1/_metadata") {
-		t.Errorf("full walk after FullWalkEvery did not find the new root: %s", got)
-	}
-	if st := s.Stats(); st.FullWalks != 2 {
-		t.Errorf("stats = %+v", st)
-	}
-	// And the new root is now targeted.
-	put("newroot/jobC/chk-2/_metadata")
-	if got := list(t, s); !strings.Contains(got, "newroot/jobC/chk-2/_metadata") {
-		t.Errorf("targeted listing after learning the new root: %s", got)
-	}
-}
-
-// TestDiscoveryFailsClosed: any S3 error aborts ListMetadata (the index then refuses deletions).
+// TestDiscoveryFailsClosed: any S3 error aborts ListMetadata in every mode, a dead server as much as a
+// single failed HEAD or listing page in the middle of a descent (a partial listing is never reported as
+// the store).
 func TestDiscoveryFailsClosed(t *testing.T) {
 	srv := s3server.Start(t)
 	srv.Bucket(t, "bkt")
@@ -174,24 +114,56 @@ func TestDiscoveryFailsClosed(t *testing.T) {
 	cfg.Endpoint = proxy.URL
 	cfg.MaxAttempts = 2
 	c, _ := s3client.New(context.Background(), cfg, s3client.Location{Bucket: "bkt"})
-	if _, err := c.Put(context.Background(), "ckpt/j/chk-1/_metadata", strings.NewReader("m"), 1, s3client.PutOptions{}); err != nil {
-		t.Fatal(err)
+	for _, k := range []string{"ckpt/j/chk-1/_metadata", "ckpt/j/chk-2/_metadata", "ckpt/k/chk-1/_metadata", "sp/savepoint-a-1/_metadata"} {
+		if _, err := c.Put(context.Background(), k, strings.NewReader("m"), 1, s3client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	s := s3store.New(c, s3store.Options{FullWalkEvery: time.Hour}) // so the second call is targeted
-	if got := list(t, s); got != "ckpt/j/chk-1/_metadata" {
-		t.Fatal(got)
+	def := s3store.New(c, s3store.Options{ReconcileEvery: -1})
+	full := s3store.New(c, s3store.Options{FullWalk: true})
+	want := "ckpt/j/chk-1/_metadata,ckpt/j/chk-2/_metadata,ckpt/k/chk-1/_metadata,sp/savepoint-a-1/_metadata"
+	for _, s := range []*s3store.Store{def, full} {
+		if got := list(t, s); got != want {
+			t.Fatalf("listing = %s, want %s", got, want)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		fault func()
+	}{
+		{"one HEAD fails", func() { proxy.FailNext("HeadObject", 100, false) }},
+		{"one listing page fails", func() { proxy.FailNext("ListObjectsV2", 100, false) }},
+		{"dead server", proxy.Kill},
+	} {
+		for _, mode := range []string{"descent", "full walk", "ListAllMetadata"} {
+			if tc.name == "one HEAD fails" && mode != "descent" {
+				continue // walks send no HEAD
+			}
+			t.Run(tc.name+"/"+mode, func(t *testing.T) {
+				tc.fault()
+				defer func() {
+					proxy.Revive()
+					proxy.FailNext("HeadObject", 0, false)
+					proxy.FailNext("ListObjectsV2", 0, false)
+				}()
+				var err error
+				switch mode {
+				case "descent":
+					err = def.ListMetadata(context.Background(), func(store.ObjectInfo) error { return nil })
+				case "full walk":
+					err = full.ListMetadata(context.Background(), func(store.ObjectInfo) error { return nil })
+				default:
+					err = def.ListAllMetadata(context.Background(), func(store.ObjectInfo) error { return nil })
+				}
+				if s3client.Errno(err) != 5 /* EIO */ {
+					t.Errorf("%s: %v, want an EIO-class error", mode, err)
+				}
+			})
+		}
 	}
 	proxy.Kill()
-	for _, mode := range []string{"targeted", "full"} {
-		if mode == "full" {
-			s.ForceFullWalk()
-		}
-		err := s.ListMetadata(context.Background(), func(store.ObjectInfo) error { return nil })
-		if s3client.Errno(err) != 5 /* EIO */ {
-			t.Errorf("%s discovery with a dead server: %v, want an EIO-class error", mode, err)
-		}
-	}
-	if _, err := s.Stat(context.Background(), "ckpt/j/chk-1/_metadata"); err == nil {
+	defer proxy.Revive()
+	if _, err := def.Stat(context.Background(), "ckpt/j/chk-1/_metadata"); err == nil {
 		t.Errorf("stat with a dead server succeeded")
 	}
 }
@@ -223,37 +195,6 @@ func TestStatFromSharedAttrs(t *testing.T) {
 	time.Sleep(time.Millisecond)
 	if oi, err := s2.Stat(ctx, "j/f"); err != nil || oi.ModTime.Equal(listed) {
 		t.Fatalf("expired entry used: %+v %v", oi, err)
-	}
-}
-
-// TestDefaultDiscoveryIsComplete: with the default options every ListMetadata is a full walk, so a
-// checkpoint written into a brand-new root (job B restored from job A, checkpointing elsewhere) is seen by
-// the very next sync; the targeted mode would miss it until its next full walk.
-func TestDefaultDiscoveryIsComplete(t *testing.T) {
-	c, _ := fakeClient(t, "")
-	ctx := context.Background()
-	put := func(k string) {
-		if _, err := c.Put(ctx, k, strings.NewReader("m"), 1, s3client.PutOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	put("ckpt/jobA/chk-1/_metadata")
-	s := s3store.New(c, s3store.Options{})
-	if got := list(t, s); got != "ckpt/jobA/chk-1/_metadata" {
-		t.Fatal(got)
-	}
-	put("elsewhere/jobB/chk-1/_metadata")
-	if got := list(t, s); got != "ckpt/jobA/chk-1/_metadata,elsewhere/jobB/chk-1/_metadata" {
-		t.Errorf("default discovery missed a checkpoint in a new root: %s", got)
-	}
-	if st := s.Stats(); st.FullWalks != 2 || st.TargetedListings != 0 {
-		t.Errorf("stats = %+v, want two full walks", st)
-	}
-	targeted := s3store.New(c, s3store.Options{FullWalkEvery: time.Hour})
-	list(t, targeted)
-	put("third/jobC/chk-1/_metadata")
-	if got := list(t, targeted); strings.Contains(got, "third/") {
-		t.Errorf("targeted mode saw a new root before its full walk (test assumption wrong): %s", got)
 	}
 }
 

@@ -1,0 +1,237 @@
+package s3store_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/s3backend/s3client"
+	"github.com/ckguard/ckguard/s3backend/s3store"
+)
+
+// walkFaults serves gofakes3 and fails flat listings (no delimiter: a walk, never the descent) while fail
+// is set; it counts the listings of every prefix.
+type walkFaults struct {
+	h        http.Handler
+	fail     atomic.Bool
+	mu       chan struct{}
+	listings map[string]int
+	heads    atomic.Int64
+}
+
+func (w *walkFaults) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if r.Method == http.MethodGet && q.Has("list-type") {
+		w.mu <- struct{}{}
+		w.listings[q.Get("prefix")+"|"+q.Get("delimiter")]++
+		<-w.mu
+		if w.fail.Load() && q.Get("delimiter") == "" {
+			rw.WriteHeader(http.StatusForbidden)
+			_, _ = rw.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>injected</Message></Error>`))
+			return
+		}
+	}
+	if r.Method == http.MethodHead {
+		w.heads.Add(1)
+	}
+	w.h.ServeHTTP(rw, r)
+}
+
+func (w *walkFaults) reset() map[string]int {
+	w.mu <- struct{}{}
+	defer func() { <-w.mu }()
+	out := w.listings
+	w.listings = map[string]int{}
+	return out
+}
+
+func faultyClient(t *testing.T) (*s3client.Client, *walkFaults) {
+	wf := &walkFaults{h: gofakes3.New(s3mem.New()).Server(), mu: make(chan struct{}, 1), listings: map[string]int{}}
+	srv := httptest.NewServer(wf)
+	t.Cleanup(srv.Close)
+	cfg := s3client.Config{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 1}
+	c, err := s3client.New(context.Background(), cfg, s3client.Location{Bucket: "bkt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.API().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
+		t.Fatal(err)
+	}
+	return c, wf
+}
+
+func putKeys(t *testing.T, c *s3client.Client, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		if _, err := c.Put(context.Background(), k, strings.NewReader("m"), 1, s3client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestDescentDiscovery: the default discovery finds, at the very next listing, new checkpoints of known
+// jobs, new jobs, new savepoints, a checkpoint in a brand-new root at any depth (job B restored from job A,
+// checkpointing elsewhere: it references A's old SSTs), and a `_metadata` directly in any listed folder;
+// removed ones are gone; it never lists shared/ (no request in proportion to the SSTs).
+func TestDescentDiscovery(t *testing.T) {
+	c, wf := faultyClient(t)
+	putKeys(t, c, "ckpt/jobA/chk-1/_metadata", "ckpt/jobA/chk-2/_metadata", "sp/savepoint-aaaaaa-1/_metadata", "odd/place/_metadata",
+		"ckpt/jobA/taskowned/x", "ckpt/jobA/chk-2/exclusive-1")
+	for i := range 3000 {
+		putKeys(t, c, fmt.Sprintf("ckpt/jobA/shared/sst-%05d", i))
+	}
+	s := s3store.New(c, s3store.Options{ReconcileEvery: -1})
+	if got, want := list(t, s), "ckpt/jobA/chk-1/_metadata,ckpt/jobA/chk-2/_metadata,odd/place/_metadata,sp/savepoint-aaaaaa-1/_metadata"; got != want {
+		t.Fatalf("first listing = %s\nwant %s", got, want)
+	}
+	putKeys(t, c,
+		"ckpt/jobA/chk-3/_metadata",             // next checkpoint of a known job
+		"ckpt/jobB/chk-7/_metadata",             // a new job
+		"sp/savepoint-bbbbbb-2/_metadata",       // a new savepoint
+		"ckpt/jobA/chk-4/._metadata.inprogress", // not complete: not reported
+		"newroot/deep/er/jobC/chk-1/_metadata",  // a brand-new root, three levels down
+		"_metadata",                             // at the store root
+		"sp/savepoint-cccccc-3/x",               // a savepoint in progress (listed: no _metadata yet)
+	)
+	for _, k := range []string{"ckpt/jobA/chk-1/_metadata", "odd/place/_metadata"} {
+		if err := c.Delete(context.Background(), k, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wf.reset()
+	got := list(t, s)
+	want := "_metadata,ckpt/jobA/chk-2/_metadata,ckpt/jobA/chk-3/_metadata,ckpt/jobB/chk-7/_metadata,newroot/deep/er/jobC/chk-1/_metadata," +
+		"sp/savepoint-aaaaaa-1/_metadata,sp/savepoint-bbbbbb-2/_metadata"
+	if got != want {
+		t.Fatalf("descent = %s\nwant %s", got, want)
+	}
+	listings := wf.reset()
+	n := 0
+	for p, k := range listings {
+		n += k
+		if strings.Contains(p, "shared") || strings.Contains(p, "taskowned") || strings.Contains(p, "chk-") {
+			t.Errorf("the descent listed %q", p)
+		}
+		if strings.HasSuffix(p, "|") {
+			t.Errorf("the descent made a flat listing of %q", p)
+		}
+	}
+	if n > 15 {
+		t.Errorf("descent made %d listing requests (%v); it must not depend on the 3000 SSTs", n, listings)
+	}
+	if st := s.Stats(); st.FullWalks != 0 || st.TargetedListings != 2 || st.LastListings != n || st.LastHeads < 6 {
+		t.Errorf("stats = %+v (listings seen %d)", st, n)
+	}
+}
+
+// TestDescentBlindSpotsReconciled: a `_metadata` where Flink never writes one (inside shared/, below a
+// checkpoint folder, inside a savepoint that has its own) is not seen by the descent; the background
+// reconciliation walk finds it, and every listing after that reports it. A rebuild's ListAllMetadata sees it
+// at once. A `_metadata` the index opened there (written through the mount) is reported at once too.
+func TestDescentBlindSpotsReconciled(t *testing.T) {
+	c, _ := faultyClient(t)
+	normal := "ckpt/jobA/chk-1/_metadata"
+	blind := []string{"ckpt/jobA/shared/copy/_metadata", "ckpt/jobA/chk-1/nested/_metadata", "sp/savepoint-a-1/inner/_metadata"}
+	putKeys(t, c, append([]string{normal, "sp/savepoint-a-1/_metadata"}, blind...)...)
+	now := time.Unix(1_000_000, 0)
+	s := s3store.New(c, s3store.Options{Now: func() time.Time { return now }})
+	defer s.Close()
+	withSP := normal + ",sp/savepoint-a-1/_metadata"
+	first := list(t, s) // starts the reconciliation walk in the background
+	if strings.Contains(first, "/shared/") || strings.Contains(first, "nested") || strings.Contains(first, "inner") {
+		// The walk may have finished before the descent: then it is allowed to report them already.
+		t.Logf("first listing already reconciled: %s", first)
+	}
+	if err := s.WaitReconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := "ckpt/jobA/chk-1/_metadata,ckpt/jobA/chk-1/nested/_metadata,ckpt/jobA/shared/copy/_metadata,sp/savepoint-a-1/_metadata,sp/savepoint-a-1/inner/_metadata"
+	if got := list(t, s); got != want {
+		t.Errorf("after reconciliation = %s\nwant %s", got, want)
+	}
+	if st := s.Stats(); st.Reconciliations != 1 || st.ReconcileFound != 3 {
+		t.Errorf("stats = %+v, want one reconciliation that found 3", st)
+	}
+	// A second store: ListAllMetadata (rebuild) is complete without waiting; Learn covers mount writes.
+	s2 := s3store.New(c, s3store.Options{ReconcileEvery: -1})
+	var all []string
+	if err := s2.ListAllMetadata(context.Background(), func(o store.ObjectInfo) error { all = append(all, o.Path); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(all, ","); len(all) != 5 {
+		t.Errorf("ListAllMetadata = %s, want all five", got)
+	}
+	if got := list(t, s2); got != withSP {
+		t.Fatalf("descent without reconciliation = %s", got)
+	}
+	r, err := s2.Open(context.Background(), blind[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	if got := list(t, s2); !strings.Contains(got, blind[0]) {
+		t.Errorf("after the index opened %s the descent still misses it: %s", blind[0], got)
+	}
+}
+
+// TestReconcileFailingFailsClosed: while reconciliation walks fail, the descent goes on (no decision waits
+// for a walk); once none has succeeded for three intervals, ListMetadata fails (the index then refuses
+// deletions with the reason) until a walk succeeds again.
+func TestReconcileFailingFailsClosed(t *testing.T) {
+	c, wf := faultyClient(t)
+	putKeys(t, c, "ckpt/jobA/chk-1/_metadata")
+	now := time.Unix(1_000_000, 0)
+	s := s3store.New(c, s3store.Options{Now: func() time.Time { return now }, ReconcileEvery: time.Hour})
+	defer s.Close()
+	wf.fail.Store(true)
+	ctx := context.Background()
+	for step := range 4 {
+		err := s.ListMetadata(ctx, func(store.ObjectInfo) error { return nil })
+		_ = s.WaitReconcile(ctx)
+		if step < 3 && err != nil {
+			t.Fatalf("after %d h of failing walks: %v, want the descent to go on", step, err)
+		}
+		if step == 3 && (err == nil || !strings.Contains(err.Error(), "reconciliation walk")) {
+			t.Fatalf("after 3 h of failing walks: %v, want an error naming the reconciliation walk", err)
+		}
+		now = now.Add(time.Hour + time.Second)
+	}
+	wf.fail.Store(false)
+	// The failing listing itself started a walk (now it succeeds): the next listing is fine again.
+	_ = s.ListMetadata(ctx, func(store.ObjectInfo) error { return nil })
+	_ = s.WaitReconcile(ctx)
+	if err := s.ListMetadata(ctx, func(store.ObjectInfo) error { return nil }); err != nil {
+		t.Errorf("after a successful walk: %v", err)
+	}
+}
+
+// TestDescentReportsOddKeysRaw: a `_metadata` at a key with an empty, "." or ".." segment is reported under
+// its raw key by the descent as by a full walk (the index keeps it as unparseable and refuses deletions);
+// a HEAD of the cleaned key would name another object or none, and the checkpoint would count as gone.
+func TestDescentReportsOddKeysRaw(t *testing.T) {
+	c, _ := faultyClient(t)
+	odd := []string{"a//chk-1/_metadata", "b/./chk-1/_metadata", "c/../d/chk-1/_metadata", "e/f//_metadata"}
+	putKeys(t, c, odd...)
+	full := s3store.New(c, s3store.Options{FullWalk: true})
+	walked := list(t, full)
+	for _, k := range odd {
+		if !strings.Contains(","+walked+",", ","+k+",") {
+			t.Skipf("the fake server does not keep the key %q as it is (full walk: %s)", k, walked)
+		}
+	}
+	s := s3store.New(c, s3store.Options{ReconcileEvery: -1})
+	if got := list(t, s); got != walked {
+		t.Errorf("descent = %s\nfull walk = %s", got, walked)
+	}
+}
