@@ -34,7 +34,11 @@ func TestCrashChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ix, err := refindex.Open(os.Getenv("CKGUARD_CRASH_INDEX"), st, crashPolicy(), refindex.WithLogger(quiet), refindex.WithParseWorkers(2))
+	opts := []refindex.Option{refindex.WithLogger(quiet), refindex.WithParseWorkers(2)}
+	if mode == "sync-multi" {
+		opts = append(opts, refindex.WithTxnWrites(300)) // the change spans dozens of transactions
+	}
+	ix, err := refindex.Open(os.Getenv("CKGUARD_CRASH_INDEX"), st, crashPolicy(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,12 +88,14 @@ func listMetadata(t *testing.T, root string) []string {
 
 // TestCrashSafety kills a process with SIGKILL in the middle of a rebuild and of a sync, then reopens
 // the index: it must hold exactly the old or the new set of checkpoints, and every object any
-// checkpoint it holds references must be refused.
+// checkpoint it holds references must be refused. A sync whose change spans several transactions
+// ("sync-multi") may also be caught half-way: the reopened index must then say so and refuse every
+// deletion, and its next sync must rebuild it to the new state.
 func TestCrashSafety(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes; run without -short")
 	}
-	for _, mode := range []string{"rebuild", "sync"} {
+	for _, mode := range []string{"rebuild", "sync", "sync-multi"} {
 		t.Run(mode, func(t *testing.T) { crashRounds(t, mode) })
 	}
 }
@@ -100,7 +106,7 @@ func crashRounds(t *testing.T, mode string) {
 	// Sync applies ≤256 changed _metadata in one transaction, more by building a new generation;
 	// the rebuild case uses a store large enough that a rebuild takes a while.
 	spec := treegen.LargeSpec{Jobs: 8, CheckpointsPerJob: 25, RefsPerCheckpoint: 400, NewPerCheckpoint: 40, Seed: "crash", DataFiles: true}
-	if mode == "sync" {
+	if mode != "rebuild" {
 		spec.CheckpointsPerJob = 12
 	}
 	lr, err := treegen.Large(filepath.Join(root, "store"), spec, time.Now().Add(-48*time.Hour))
@@ -146,6 +152,20 @@ func crashRounds(t *testing.T, mode string) {
 		}
 		got := liveSet(t, ix)
 		state := map[bool]string{true: "old", false: "new"}[slices.Equal(got, oldSet)]
+		if mode == "sync-multi" && !slices.Equal(got, oldSet) && !slices.Equal(got, newSet) {
+			// Caught between two transactions: detected, every deletion refused, rebuilt by the sync.
+			d := ix.Decide(ctx, "any/file", refindex.OpUnlink)
+			if d.Allow || !strings.Contains(d.Message, "stopped in the middle") {
+				t.Fatalf("round %d (killed after %s): half-written index (%d checkpoints) decides %+v; want every deletion refused, saying why", r, delay, len(got), d)
+			}
+			if err := ix.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			got, state = liveSet(t, ix), "half-written (detected; rebuilt by the next sync) → new"
+			if !slices.Equal(got, newSet) {
+				t.Errorf("round %d: after the rebuilding sync the index holds %d checkpoints, want the new %d", r, len(got), len(newSet))
+			}
+		}
 		t.Logf("round %d: killed %s after ready: reopened index holds the %s state", r, delay.Round(time.Millisecond), state)
 		if !slices.Equal(got, oldSet) && !slices.Equal(got, newSet) {
 			t.Errorf("round %d (killed after %s): index holds %d checkpoints, neither the old (%d) nor the new (%d) state", r, delay, len(got), len(oldSet), len(newSet))

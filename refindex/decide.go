@@ -91,6 +91,9 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 	if v.last.IsZero() {
 		return refuse(ReasonIndexStale, fmt.Sprintf("refusing to %s %s: the index has not completed a sync of the store yet; run `ckguard index rebuild` (or wait for the mount's first sync)", op, what))
 	}
+	if v.remap && v.interrupted {
+		return refuse(ReasonIndexStale, fmt.Sprintf("refusing to %s %s: the index was stopped in the middle of writing a sync, so it holds part of the old and part of the new state; the next sync (`ckguard index sync`, or the mount's periodic one) rebuilds it", op, what))
+	}
 	if v.remap {
 		return refuse(ReasonIndexStale, fmt.Sprintf("refusing to %s %s: the path mapping (--map, --entropy-key, store root) changed since the index was built, so its keys may name other objects; run `ckguard index sync` (it rebuilds the index)", op, what))
 	}

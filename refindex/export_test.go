@@ -101,3 +101,7 @@ func (s *ClockState) Add(behind time.Duration, now time.Time, hold time.Duration
 	s.c.expire(now, hold)
 	return s.c.behind()
 }
+
+// WithTxnWrites makes every apply commit after n writes, so a small change spans several transactions
+// (tests of rolling.go).
+func WithTxnWrites(n int) Option { return func(o *options) { o.txnWrites = n } }

@@ -42,6 +42,7 @@ type options struct {
 	parse       parseFunc
 	ports       map[string]int
 	work        func() (done func())
+	txnWrites   int // > 0: an apply commits after this many writes (tests of multi-transaction changes)
 }
 
 // WithPathMap sets the prefix maps (--map) and the S3 entropy key (--entropy-key) used to normalise
@@ -112,6 +113,7 @@ type Index struct {
 	syncErr     string    // last sync failed: fail closed until a sync succeeds
 	failedAt    time.Time // when syncErr was set: only a sync whose listing started later clears it
 	needRebuild bool      // fingerprint changed or empty index
+	interrupted bool      // a multi-transaction change stopped half-way (rolling.go): rebuilt by the next sync
 	closed      bool
 	skew        time.Duration // ≤ 0: how far ages of store files are corrected (clockState)
 	clockAhead  bool          // the store's clock was last seen ahead of this host's
@@ -326,7 +328,7 @@ func Open(dir string, st store.Store, pol Policy, opts ...Option) (*Index, error
 			mapped = mapped || pathnorm.ParseURI(m.From).String() == pathnorm.ParseURI(from).String()
 		}
 		if !mapped {
-			maps = append(maps[:len(maps):len(maps)], pathnorm.Mapping{From: from})
+			maps = append(maps[:len(maps):len(maps)], pathnorm.Mapping{From: from, Mountpoint: true})
 		}
 	}
 	var aliases []string
@@ -515,10 +517,14 @@ func (ix *Index) openExisting(cur int) error {
 	var schema, fp string
 	var last time.Time
 	var syncErr string
+	pending := false
 	err = db.View(func(txn *badger.Txn) error {
 		schema = getString(txn, keySchema)
 		fp = getString(txn, keyFingerprint)
 		syncErr = getString(txn, keySyncErr)
+		if _, err := txn.Get(keySyncPending); err == nil {
+			pending = true
+		}
 		if it, err := txn.Get(keyLastSync); err == nil {
 			v, _ := it.ValueCopy(nil)
 			last = decodeTime(v)
@@ -543,6 +549,13 @@ func (ix *Index) openExisting(cur int) error {
 	if fp != ix.norm.Fingerprint() {
 		ix.log.Info("path mapping changed since the index was built; the next sync rebuilds it", "index", ix.dir)
 		ix.needRebuild = true
+	} else if err := ix.adoptMountRules(db); err != nil {
+		db.Close()
+		return fmt.Errorf("open index %s: %w", ix.dir, err)
+	}
+	if pending {
+		ix.log.Warn("the index was stopped in the middle of writing a large sync; every deletion is refused until the next sync rebuilds it", "index", ix.dir)
+		ix.needRebuild, ix.interrupted = true, true
 	}
 	return nil
 }
@@ -592,6 +605,9 @@ func (ix *Index) createGeneration(n int) (*badger.DB, error) {
 	}
 	err = db.Update(func(txn *badger.Txn) error {
 		if err := txn.Set(keySchema, []byte(strconv.Itoa(SchemaVersion))); err != nil {
+			return err
+		}
+		if err := txn.Set(keyMountRules, []byte(ix.norm.MountRules())); err != nil {
 			return err
 		}
 		return txn.Set(keyFingerprint, []byte(ix.norm.Fingerprint()))
@@ -699,7 +715,9 @@ type view struct {
 	pins    map[string]time.Time
 	// remap: the index was derived with another path mapping (fingerprint) and not rebuilt yet.
 	remap bool
-	skew  time.Duration // see Index.skew
+	// interrupted: the remap is due to a large change stopped half-way (rolling.go).
+	interrupted bool
+	skew        time.Duration // see Index.skew
 }
 
 // acquire returns the committed state Decide and the queries read; call release when done.
@@ -711,7 +729,7 @@ func (ix *Index) acquire() (*view, error) {
 	}
 	ix.cur.users.Add(1)
 	ix.snap.acquire()
-	return &view{g: ix.cur, snap: ix.snap, filt: ix.cur.filt.Load(), st: ix.state, pol: ix.pol, last: ix.lastSync, syncErr: ix.syncErr, pins: ix.pins, remap: ix.needRebuild && !ix.lastSync.IsZero(), skew: ix.skew}, nil
+	return &view{g: ix.cur, snap: ix.snap, filt: ix.cur.filt.Load(), st: ix.state, pol: ix.pol, last: ix.lastSync, syncErr: ix.syncErr, pins: ix.pins, remap: ix.needRebuild && !ix.lastSync.IsZero(), interrupted: ix.interrupted, skew: ix.skew}, nil
 }
 
 // release ends the view: the snapshot first (finishing it may discard its transaction), then the
@@ -779,7 +797,7 @@ func (ix *Index) switchGeneration(g *generation, st *memState, last time.Time) {
 	snap := ix.newSnapshot(g)
 	ix.mu.Lock()
 	old, oldSnap := ix.cur, ix.snap
-	ix.cur, ix.snap, ix.state, ix.lastSync, ix.syncErr, ix.needRebuild = g, snap, st, last, "", false
+	ix.cur, ix.snap, ix.state, ix.lastSync, ix.syncErr, ix.needRebuild, ix.interrupted = g, snap, st, last, "", false, false
 	ix.mu.Unlock()
 	oldSnap.retire()
 	oldSnap.release() // no longer current; finished with its last view

@@ -20,7 +20,8 @@ const SchemaVersion = 2
 
 // Key layout (one badger DB per generation; every key starts with a one-letter table and '/'):
 //
-//	m/schema, m/fingerprint, m/lastsync, m/syncerr   index metadata
+//	m/schema, m/fingerprint, m/lastsync, m/syncerr,
+//	m/syncpending, m/mountrules   index metadata (rolling.go, mountrules.go)
 //	c/<metaKey>                    → checkpointRecord (JSON): one per `_metadata`, parseable or not
 //	f/<metaKey>                    → forward references of that checkpoint (encodeRefs)
 //	r/<objKey>\x00<metaKey>        → "" : reverse map, object inside the store → referencing checkpoint

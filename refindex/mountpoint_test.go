@@ -63,3 +63,77 @@ func TestWithMountpoint(t *testing.T) {
 		})
 	}
 }
+
+// TestCLIIndexReusedByMount: an index built by the CLI (no mountpoint) is used by a mount as it is: no
+// rebuild at its start (that took minutes to hours on big stores, past a service manager's start timeout),
+// and it decides at once. Only when the index holds references through the mountpoint it was built
+// without (outside references then, store keys with the mount's map) does the mount's first sync rebuild it;
+// until then every deletion is refused.
+func TestCLIIndexReusedByMount(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		prefix  func(mnt string) string // URI prefix of the store's references
+		rebuild bool
+	}{
+		{"references by store path", func(string) string { return "" }, false},
+		{"references through the mountpoint", func(mnt string) string { return "file:" + mnt }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := t.TempDir()
+			mnt := filepath.Join(base, "mnt")
+			tr, err := treegen.YoungOrphan(filepath.Join(base, "store"), time.Now(), treegen.Options{URIPrefix: tc.prefix(mnt)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := localstore.New(tr.Root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := filepath.Join(base, "index")
+			cli, err := Open(dir, st, DefaultPolicy())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cli.Rebuild(ctx); err != nil {
+				t.Fatal(err)
+			}
+			gen := cli.cur.n
+			cli.Close()
+			mount, err := Open(dir, st, DefaultPolicy(), WithMountpoint(mnt))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer mount.Close()
+			garbage := tr.Orphans(treegen.DefaultPolicy, 0)
+			if len(garbage) == 0 {
+				t.Fatal("scenario has no garbage")
+			}
+			d := mount.Decide(ctx, garbage[0], OpUnlink)
+			if d.Allow == tc.rebuild {
+				t.Errorf("before the mount's first sync: unlink %s = %+v, want allowed=%v", garbage[0], d, !tc.rebuild)
+			}
+			if err := mount.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if rebuilt := mount.cur.n != gen; rebuilt != tc.rebuild {
+				t.Errorf("mount's first sync: rebuilt=%v (generation %d → %d), want %v", rebuilt, gen, mount.cur.n, tc.rebuild)
+			}
+			for _, k := range tr.Referenced() {
+				if d := mount.Decide(ctx, k, OpUnlink); d.Allow {
+					t.Errorf("%s is referenced but may be deleted through the mount", k)
+				}
+			}
+			mount.Close()
+			// And back: the CLI opens the mount's index without a rebuild either.
+			again, err := Open(dir, st, DefaultPolicy())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer again.Close()
+			if again.needRebuild {
+				t.Errorf("the CLI reopening the mount's index wants a rebuild")
+			}
+		})
+	}
+}

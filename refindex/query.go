@@ -381,6 +381,8 @@ func (v *view) blocked() string {
 		return "the last index sync failed: " + v.syncErr
 	case v.last.IsZero():
 		return "the index has not completed a sync yet"
+	case v.remap && v.interrupted:
+		return "the index was stopped in the middle of writing a sync (run `ckguard index sync`: it rebuilds the index)"
 	case v.remap:
 		return "the path mapping changed since the index was built (run `ckguard index sync`)"
 	case v.pol.MaxStaleness > 0 && now.Sub(v.last) > v.pol.MaxStaleness:

@@ -26,10 +26,6 @@ import (
 	"github.com/ckguard/ckguard/refindex/store"
 )
 
-// bigSync is the number of changed `_metadata` above which Sync builds a new generation instead of
-// one transaction (badger bounds transaction size; a new generation is switched atomically).
-const bigSync = 256
-
 // maxMetadataSize bounds the `_metadata` the index reads (Flink's are KBs to a few MB; 1,000,000
 // references take about 120 MB). Parsing holds every reference in memory, about 1 KB each at the peak
 // (128 MiB: under 1.2 GB), and a larger file (anyone who can create one through the mount can make it
@@ -294,7 +290,8 @@ type change struct {
 // maxTombstonePurge bounds the tombstones one sync drops (the rest go on the next sync).
 const maxTombstonePurge = 10_000
 
-func purgeTombstones(txn *badger.Txn, before time.Time) error {
+func purgeTombstones(rt *rollingTxn, before time.Time) error {
+	txn := rt.txn
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(tblTombstone), PrefetchValues: false})
 	var old [][]byte
 	for it.Rewind(); it.Valid() && len(old) < maxTombstonePurge; it.Next() {
@@ -305,7 +302,7 @@ func purgeTombstones(txn *badger.Txn, before time.Time) error {
 	}
 	it.Close()
 	for _, k := range old {
-		if err := txn.Delete(k); err != nil {
+		if err := rt.Delete(k); err != nil {
 			return err
 		}
 	}
@@ -319,16 +316,30 @@ var ErrUnparseable = errors.New("unparseable _metadata")
 // errNeedRebuild asks the caller to fall back to a full rebuild into a new generation.
 var errNeedRebuild = errors.New("change too large for one transaction")
 
-// apply writes a change in ONE badger transaction, additions before removals, and installs the new
-// in-memory state. Readers see either the old or the new state, never a mix.
+// apply writes a change, additions before removals, in one badger transaction or, when it is larger
+// than one, in several under one sync epoch (rolling.go), and installs the new in-memory state.
+// Readers see either the old or the new state, never a mix.
 func (ix *Index) apply(ch change) error {
 	ix.mu.RLock()
 	g, cur := ix.cur, ix.state
 	ix.mu.RUnlock()
 	now := time.Now()
 	next := cur.clone()
-	txn := g.db.NewTransaction(true)
-	defer txn.Discard()
+	rt, err := newRollingTxn(g.db, ix.opt.txnWrites)
+	if err != nil {
+		return err
+	}
+	committed := false
+	defer func() {
+		rt.discard()
+		if rt.commits > 0 && !committed {
+			// Part of the change is on disk, the rest is not: only a rebuild re-derives the index (the
+			// marker left on disk says the same to a restarted process).
+			ix.mu.Lock()
+			ix.needRebuild, ix.interrupted = true, true
+			ix.mu.Unlock()
+		}
+	}()
 	// The reference filter counts reverse entries: the ones this change adds are counted before the
 	// commit (and uncounted if the change fails before Commit is called: they never existed); the
 	// ones it removes are uncounted only when no view reads a state that still has them (the current
@@ -339,7 +350,7 @@ func (ix *Index) apply(ch change) error {
 	var incs, decs []uint64
 	commitCalled := false
 	defer func() {
-		if !commitCalled {
+		if !commitCalled && rt.commits == 0 {
 			for _, h := range incs {
 				f.dec(h)
 			}
@@ -367,8 +378,10 @@ func (ix *Index) apply(ch change) error {
 		}
 	}
 	fail := func(err error) error {
-		if errors.Is(err, badger.ErrTxnTooBig) {
-			return errNeedRebuild
+		if rt.commits > 0 && !errors.Is(err, errCommitFailed) {
+			// Part of the change is committed: the index on disk no longer matches the in-memory
+			// state, exactly as after a failed commit.
+			return fmt.Errorf("%w: %w", errCommitFailed, err)
 		}
 		return err
 	}
@@ -376,12 +389,12 @@ func (ix *Index) apply(ch change) error {
 		var oldRefs []ref
 		if old := cur.ckpts[e.rec.Key]; old != nil {
 			var err error
-			if oldRefs, err = readRefs(txn, old.Key); err != nil {
-				return err
+			if oldRefs, err = readRefs(rt.txn, old.Key); err != nil {
+				return fail(err)
 			}
 		}
 		count(e.rec.Key, oldRefs, e.refs)
-		if err := putEntry(txn, e, true); err != nil {
+		if err := putEntry(rt, e, true); err != nil {
 			return fail(err)
 		}
 		if oldRefs != nil {
@@ -389,7 +402,7 @@ func (ix *Index) apply(ch change) error {
 			for _, r := range e.refs {
 				keep[string(pairKeyFor(r, e.rec.Key))] = true
 			}
-			if err := removeEntry(txn, cur.ckpts[e.rec.Key], oldRefs, keep, now, false); err != nil {
+			if err := removeEntry(rt, cur.ckpts[e.rec.Key], oldRefs, keep, now, false); err != nil {
 				return fail(err)
 			}
 			adjustDirRefs(next, oldRefs, -1)
@@ -401,36 +414,40 @@ func (ix *Index) apply(ch change) error {
 		if cur.ckpts[k] == nil {
 			continue
 		}
-		refs, err := readRefs(txn, k)
+		refs, err := readRefs(rt.txn, k)
 		if err != nil {
-			return err
+			return fail(err)
 		}
 		count(k, refs, nil)
-		if err := removeEntry(txn, cur.ckpts[k], refs, nil, now, true); err != nil {
+		if err := removeEntry(rt, cur.ckpts[k], refs, nil, now, true); err != nil {
 			return fail(err)
 		}
 		adjustDirRefs(next, refs, -1)
 		delete(next.ckpts, k)
 	}
 	if !ch.synced.IsZero() {
-		if err := purgeTombstones(txn, ch.synced.Add(-ch.tombstoneTTL)); err != nil {
+		if err := purgeTombstones(rt, ch.synced.Add(-ch.tombstoneTTL)); err != nil {
 			return fail(err)
 		}
-		if err := txn.Set(keyLastSync, encodeTime(ch.synced)); err != nil {
+		if err := rt.Set(keyLastSync, encodeTime(ch.synced)); err != nil {
 			return fail(err)
 		}
 		ix.mu.RLock()
 		clears := ch.synced.After(ix.failedAt)
 		ix.mu.RUnlock()
 		if clears {
-			if err := txn.Delete(keySyncErr); err != nil {
+			if err := rt.Delete(keySyncErr); err != nil {
 				return fail(err)
 			}
 		}
 	}
 	commitCalled = true
-	if err := commitTxn(txn); err != nil {
+	if err := rt.finish(); err != nil {
 		return fmt.Errorf("%w: %w", errCommitFailed, err)
+	}
+	committed = true
+	if rt.commits > 0 {
+		ix.log.Info("index change written in several transactions", "transactions", rt.commits+1, "added_or_changed", len(ch.puts), "removed", len(ch.removes))
 	}
 	next.finish()
 	snap := ix.newSnapshot(g) // after the commit: its read timestamp includes it
@@ -531,10 +548,9 @@ func (ix *Index) Sync(ctx context.Context) error {
 	if err != nil {
 		return ix.failSync(err)
 	}
+	// However many changed, they are applied as one change (in several transactions when it is large:
+	// rolling.go), never by a rebuild, which would list the whole store and re-read every _metadata.
 	changed = append(changed, restat...)
-	if len(changed) > bigSync {
-		return ix.rebuildExclusive(ctx)
-	}
 	var puts []*entry
 	err = ix.readAll(ctx, changed, func(e *entry) error { puts = append(puts, e); return nil }, func(key string) {
 		removed = append(removed, key)
@@ -923,6 +939,9 @@ func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
 	}
 	if err == nil {
 		err = put(streamMeta, keyLastSync, encodeTime(start))
+	}
+	if err == nil {
+		err = put(streamMeta, keyMountRules, []byte(ix.norm.MountRules()))
 	}
 	if err == nil {
 		err = put(streamMeta, keySchema, []byte(strconv.Itoa(SchemaVersion)))

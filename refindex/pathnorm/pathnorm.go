@@ -45,6 +45,11 @@ import (
 type Mapping struct {
 	From string
 	To   string
+	// Mountpoint marks the map a guard mount adds for its own mountpoint (file:<dir>=). It is left out
+	// of Fingerprint: it only turns references that would otherwise be outside the store into store
+	// keys, so an index derived without it is still right when it holds no such outside reference,
+	// which the index checks (MountRules) instead of rebuilding.
+	Mountpoint bool
 }
 
 // ParseMapping parses "PREFIX=STOREPATH" (the --map flag). The last '=' separates, so prefixes
@@ -186,6 +191,8 @@ type rule struct {
 	from URI
 	to   []string // store-relative segments
 	src  string
+	// mount: added for a guard mount's mountpoint (Mapping.Mountpoint).
+	mount bool
 	// For the allocation-free fast path (see fastAbsolute): the canonical path of from ("" for the
 	// root), the store prefix it maps to ("" or "dir/"), and whether from contains the entropy key.
 	fromPath, toPrefix string
@@ -270,6 +277,9 @@ func New(cfg Config) (*Normalizer, error) {
 		if err := add(m.From, m.To, m.From+"="+m.To); err != nil {
 			return nil, err
 		}
+		if m.Mountpoint {
+			n.rules[len(n.rules)-1].mount = true
+		}
 	}
 	sort.SliceStable(n.rules, func(i, j int) bool { return len(n.rules[i].from.Segs) > len(n.rules[j].from.Segs) })
 	return n, nil
@@ -294,9 +304,24 @@ func (n *Normalizer) Fingerprint() string {
 		}
 	}
 	for _, r := range n.rules {
+		if r.mount {
+			continue
+		}
 		fmt.Fprintf(h, "%s\x00%s\x00", r.from.String(), strings.Join(r.to, "/"))
 	}
 	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// MountRules names the mountpoint maps (Mapping.Mountpoint) in a stable form, "" when there are none.
+func (n *Normalizer) MountRules() string {
+	var out []string
+	for _, r := range n.rules {
+		if r.mount {
+			out = append(out, r.from.String()+"="+strings.Join(r.to, "/"))
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, "\x00")
 }
 
 // Config returns the configuration the normalizer was built from.

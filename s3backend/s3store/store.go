@@ -10,7 +10,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"path"
 	"strings"
 	"sync"
 	"time"
@@ -260,13 +259,4 @@ func (r *reader) ReadAt(p []byte, off int64) (int, error) {
 		return n, io.EOF
 	}
 	return n, nil
-}
-
-// dirOf is path.Dir with "" for top-level keys.
-func dirOf(key string) string {
-	d := path.Dir(key)
-	if d == "." || d == "/" {
-		return ""
-	}
-	return d
 }
