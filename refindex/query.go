@@ -114,6 +114,9 @@ type OrphansResult struct {
 
 	Files []OrphanFile `json:"files"`
 	Bytes int64        `json:"bytes"`
+	// StoreBytes is the size of every file the walk saw (the metrics' referenced bytes are StoreBytes
+	// minus Bytes, from the same walk).
+	StoreBytes int64 `json:"store_bytes,omitempty"`
 	// Blocked is set (and Files empty) when no object can be called garbage: stale index, failed
 	// sync or an unparseable _metadata.
 	Blocked string `json:"blocked,omitempty"`
@@ -444,6 +447,7 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 				return nil
 			}
 			_ = bar.Add(1)
+			res.StoreBytes += o.Size
 			if c := v.st.ckpts[o.Path]; c != nil {
 				if !sameVersion(c, o) && !ix.indexedNow(o) {
 					return errIndexBehind{o.Path, "changed"}

@@ -6,13 +6,11 @@ package guardd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -72,8 +70,9 @@ type Backend struct {
 	Mount func(ctx context.Context, enf *guard.Enforcer, met *metrics.Metrics) (Mount, error)
 	// SyncLogAttrs, when non-nil, adds backend figures to the "index synced" debug line.
 	SyncLogAttrs func() []any
-	// NoIndexGauges skips refreshing the index gauges after each sync: counting referenced bytes walks
-	// the whole store, which over S3 means listing the bucket every sync interval.
+	// NoIndexGauges skips the gauges that walk the whole store (referenced and orphaned bytes): over S3
+	// that would list the bucket. The gauges the index answers from memory (the lag above all) are set
+	// after every sync on every backend.
 	NoIndexGauges bool
 }
 
@@ -222,7 +221,7 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	// the enforcer, audit and metrics path allocates nothing per decision): no allocation-paced GC runs
 	// during it. The GCs that do run are forced by go-fuse (debug.FreeOSMemory when its inode table has
 	// shrunk 100-fold), which no GC setting changes; a higher GOGC would only raise the daemon's footprint.
-	stats := &statsRefresher{}
+	stats := &gauges{walk: !b.NoIndexGauges}
 	var q refindex.Querier = ix
 	syncOnce := func() error {
 		t0 := time.Now()
@@ -237,8 +236,8 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 			}
 			log.Debug("index synced", attrs...)
 		}
-		if c.MetricsAddr != "" && !b.NoIndexGauges {
-			stats.refresh(ctx, q, st, met, gov, log)
+		if c.MetricsAddr != "" {
+			stats.refresh(ctx, q, met, gov, log)
 		}
 		return serr
 	}
@@ -339,47 +338,6 @@ func unmount(m Mount, gone <-chan struct{}, log *slog.Logger) error {
 		log.Warn("FUSE server still has open requests after unmount; closing anyway", "mountpoint", m.Mountpoint())
 	}
 	return nil
-}
-
-// statsRefresher updates the index gauges in the background, one refresh at a time: counting orphaned
-// bytes walks the store, which must never delay a sync or a decision.
-type statsRefresher struct{ busy atomic.Bool }
-
-func (r *statsRefresher) refresh(ctx context.Context, q refindex.Querier, st store.Store, met *metrics.Metrics, gov *procs.Governor, log *slog.Logger) {
-	if !r.busy.CompareAndSwap(false, true) {
-		return
-	}
-	go func() {
-		defer r.busy.Store(false)
-		defer gov.Work()()
-		s, err := q.Stats(ctx)
-		if err != nil {
-			if !errors.Is(err, context.Canceled) {
-				log.Warn("index stats for metrics", "err", err)
-			}
-			return
-		}
-		is := metrics.IndexStats{LiveCheckpoints: int64(s.Checkpoints), LiveSavepoints: int64(s.Savepoints), LastSync: s.LastSync, ClockBehind: time.Duration(s.StoreClockBehind)}
-		if o, err := q.Orphans(ctx, 0); err == nil && o.Blocked == "" {
-			is.OrphanedBytes = o.Bytes
-			if total, err := storeBytes(ctx, st); err == nil {
-				is.ReferencedBytes = total - o.Bytes
-			}
-		}
-		met.SetIndexStats(is)
-	}()
-}
-
-// storeBytes is the size of every object in the store.
-func storeBytes(ctx context.Context, st store.Store) (int64, error) {
-	var n int64
-	err := st.Walk(ctx, "", func(o store.ObjectInfo) error {
-		if !o.IsDir {
-			n += o.Size
-		}
-		return nil
-	})
-	return n, err
 }
 
 // indexCloseTimeout bounds the index's shutdown. Badger retries a memtable flush that cannot succeed (for

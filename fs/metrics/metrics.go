@@ -198,10 +198,27 @@ func (m *Metrics) SetIndexStats(s IndexStats) {
 	if m == nil {
 		return
 	}
+	m.SetStoreBytes(s.ReferencedBytes, s.OrphanedBytes)
+	m.SetIndexCounts(s)
+}
+
+// SetStoreBytes updates the gauges that need a walk of the store (referenced and orphaned bytes).
+func (m *Metrics) SetStoreBytes(referenced, orphaned int64) {
+	if m == nil {
+		return
+	}
+	m.refBytes.Set(float64(referenced))
+	m.orphanBytes.Set(float64(orphaned))
+}
+
+// SetIndexCounts updates the gauges the index answers from memory: live checkpoints and savepoints,
+// the store clock correction and the last sync (the lag); the byte fields of s are ignored.
+func (m *Metrics) SetIndexCounts(s IndexStats) {
+	if m == nil {
+		return
+	}
 	m.liveCkpt.Set(float64(s.LiveCheckpoints))
 	m.liveSavepoints.Set(float64(s.LiveSavepoints))
-	m.refBytes.Set(float64(s.ReferencedBytes))
-	m.orphanBytes.Set(float64(s.OrphanedBytes))
 	m.clockBehind.Set(s.ClockBehind.Seconds())
 	m.mu.Lock()
 	if !s.LastSync.IsZero() {
