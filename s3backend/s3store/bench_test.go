@@ -1,0 +1,183 @@
+package s3store_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckguard/ckguard/integration/s3server"
+	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/pathnorm"
+	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/s3backend/s3client"
+	"github.com/ckguard/ckguard/s3backend/s3store"
+)
+
+// BenchmarkS3SyncLatency measures the index's work on a big bucket at 0 ms and at 20 ms per request (the
+// test proxy's fixed delay in front of versitygw), side by side, and prints the ratios and the requests of
+// each step, from which larger buckets extrapolate:
+//
+//   - steady-state sync (nothing changed): the default descent, and the full-walk discovery for comparison;
+//   - a burst sync: 50 new checkpoints of 2,000 references each (50 jobs checkpointing once), which must stay
+//     a sync (same index generation), in the same order of time as a no-change sync;
+//   - a full walk of the bucket (the reconciliation walk, parallel) against one sequential paged walk;
+//   - a rebuild (walk plus a read of every _metadata).
+//
+// The store is generated directly in versitygw's posix folder: CKGUARD_BENCH_S3_OBJECTS objects (default
+// 100,000) in jobs of 5,000 SSTs and 10 checkpoints of 2,000 references (1 M objects: 2,000 checkpoints,
+// 4 M references, as in the measurement). Run it alone, once:
+//
+//	go test ./s3backend/s3store/ -run '^$' -bench S3SyncLatency -benchtime 1x -timeout 2h
+func BenchmarkS3SyncLatency(b *testing.B) {
+	objects := 100_000
+	if v := os.Getenv("CKGUARD_BENCH_S3_OBJECTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		objects = n
+	}
+	ctx := context.Background()
+	srv := s3server.Start(b)
+	bucket := srv.Bucket(b, "bench")
+	root := filepath.Join(srv.DataDir, bucket)
+	spec := treegen.LargeSpec{Jobs: max(1, objects/5000), CheckpointsPerJob: 10, RefsPerCheckpoint: 2000, NewPerCheckpoint: 333, DataFiles: true, Seed: "bench"}
+	t0 := time.Now()
+	lr, err := treegen.Large(root, spec, time.Now().Add(-48*time.Hour))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("store: %d objects, %d checkpoints, %d references, generated in %s", lr.Distinct, lr.Checkpoints, lr.References, time.Since(t0).Round(time.Second))
+	proxy := s3server.NewProxy(b, srv.Endpoint)
+	cfg := srv.Config()
+	cfg.Endpoint = proxy.URL
+	maps := []pathnorm.Mapping{{From: "file:" + root}}
+	pol := refindex.DefaultPolicy()
+	pol.MaxStaleness = 0
+
+	type step struct {
+		took   time.Duration
+		ops    map[string]int64
+		alloc  uint64
+		detail string
+	}
+	results := map[time.Duration]map[string]step{}
+	latencies := []time.Duration{0, 20 * time.Millisecond}
+	measure := func(f func() string) step {
+		proxy.Ops()
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		t := time.Now()
+		detail := f()
+		took := time.Since(t)
+		runtime.ReadMemStats(&m1)
+		return step{took: took, ops: proxy.Ops(), alloc: m1.TotalAlloc - m0.TotalAlloc, detail: detail}
+	}
+	for li, lat := range latencies {
+		proxy.SetLatency(lat)
+		res := map[string]step{}
+		results[lat] = res
+		c, err := s3client.New(ctx, cfg, s3client.Location{Bucket: bucket})
+		if err != nil {
+			b.Fatal(err)
+		}
+		st := s3store.New(c, s3store.Options{ReconcileEvery: -1})
+		ix, err := refindex.Open(filepath.Join(b.TempDir(), "index"), st, pol, refindex.WithPathMap(maps, ""), refindex.WithLogger(quiet))
+		if err != nil {
+			b.Fatal(err)
+		}
+		res["rebuild"] = measure(func() string {
+			if err := ix.Rebuild(ctx); err != nil {
+				b.Fatal(err)
+			}
+			return ""
+		})
+		s0, _ := ix.Stats(ctx)
+		for i := range 3 {
+			res[fmt.Sprintf("sync, no change #%d", i+1)] = measure(func() string {
+				if err := ix.Sync(ctx); err != nil {
+					b.Fatal(err)
+				}
+				return ""
+			})
+		}
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		b.Logf("%v: live heap after the syncs %d MiB (index open, %d checkpoints)", lat, ms.HeapAlloc>>20, s0.Checkpoints)
+		burst := treegen.LargeSpec{Jobs: 50, CheckpointsPerJob: 1, RefsPerCheckpoint: 2000, NewPerCheckpoint: 0, Seed: fmt.Sprintf("burst%d", li)}
+		if _, err := treegen.Large(root, burst, time.Now().Add(-time.Hour)); err != nil {
+			b.Fatal(err)
+		}
+		res["sync, 50 new checkpoints x 2,000 refs"] = measure(func() string {
+			if err := ix.Sync(ctx); err != nil {
+				b.Fatal(err)
+			}
+			s1, _ := ix.Stats(ctx)
+			if s1.Generation != s0.Generation {
+				b.Errorf("the burst sync rebuilt the index (generation %d → %d)", s0.Generation, s1.Generation)
+			}
+			return fmt.Sprintf("generation %d → %d, %d → %d checkpoints", s0.Generation, s1.Generation, s0.Checkpoints, s1.Checkpoints)
+		})
+		ix.Close()
+		full := s3store.New(c, s3store.Options{FullWalk: true})
+		ixf, err := refindex.Open(filepath.Join(b.TempDir(), "index"), full, pol, refindex.WithPathMap(maps, ""), refindex.WithLogger(quiet))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := ixf.Rebuild(ctx); err != nil {
+			b.Fatal(err)
+		}
+		res["sync, no change, --s3-full-walk"] = measure(func() string {
+			if err := ixf.Sync(ctx); err != nil {
+				b.Fatal(err)
+			}
+			return ""
+		})
+		ixf.Close()
+		res["full walk, parallel (reconciliation)"] = measure(func() string {
+			n := 0
+			if err := st.ListAllMetadata(ctx, func(store.ObjectInfo) error { n++; return nil }); err != nil {
+				b.Fatal(err)
+			}
+			return fmt.Sprintf("%d _metadata", n)
+		})
+		res["full walk, sequential pages"] = measure(func() string {
+			n := 0
+			if err := c.Walk(ctx, "", func(s3client.Object) error { n++; return nil }); err != nil {
+				b.Fatal(err)
+			}
+			return fmt.Sprintf("%d objects", n)
+		})
+	}
+	var names []string
+	for n := range results[0] {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var out strings.Builder
+	fmt.Fprintf(&out, "\n%-42s %10s %10s %7s  %-40s %s\n", "step", "0 ms", "20 ms", "ratio", "requests (20 ms)", "allocated (20 ms)")
+	for _, n := range names {
+		a, z := results[0][n], results[20*time.Millisecond][n]
+		var ops []string
+		for op, k := range z.ops {
+			ops = append(ops, fmt.Sprintf("%s=%d", strings.TrimSuffix(strings.TrimSuffix(op, "Object"), "ObjectsV2"), k))
+		}
+		sort.Strings(ops)
+		fmt.Fprintf(&out, "%-42s %9.2fs %9.2fs %7.2f  %-40s %d MiB %s\n", n, a.took.Seconds(), z.took.Seconds(), z.took.Seconds()/max(a.took.Seconds(), 1e-9),
+			strings.Join(ops, " "), z.alloc>>20, z.detail)
+	}
+	b.Log(out.String())
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
