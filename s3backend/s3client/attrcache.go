@@ -21,11 +21,22 @@ import (
 // describe the old version) cannot replace what a later HEAD, or the mount's own write, said about the new
 // one, however late its reply arrives. Drop leaves such a stamp behind too, so a listing already under way
 // cannot bring back what the mount has just changed.
+//
+// Entries older than maxEntryAge are swept (a timer while the cache holds any): no caller reads an older
+// one, and a find or rm -rf over millions of objects must not leave an entry per visited object behind for
+// good (the kernel's FORGET releases the mount's inodes; this releases the cache's share).
 type AttrCache struct {
 	mu      sync.Mutex
 	entries map[string]CacheEntry
 	max     int
+	sweep   *time.Timer // scheduled while entries exist
 }
+
+// maxEntryAge bounds the age of a cache entry: above the longest maxAge any caller passes to Get (the
+// mount's 10-minute listing hint; stat, unlink and the index's decision use at most a minute) and the
+// longest a reply can arrive late (s3client's operation timeout), so a swept entry, or a swept drop stamp,
+// changes no answer.
+const maxEntryAge = 15 * time.Minute
 
 // CacheEntry is one remembered answer.
 type CacheEntry struct {
@@ -74,6 +85,50 @@ func (c *AttrCache) store(key string, e CacheEntry) {
 		}
 	}
 	c.entries[key] = e
+	if c.sweep == nil {
+		c.sweep = time.AfterFunc(maxEntryAge/3, c.sweepOld)
+	}
+}
+
+// sweepOld drops the entries older than maxEntryAge and runs again while entries remain.
+func (c *AttrCache) sweepOld() {
+	c.Sweep(time.Now())
+}
+
+// Sweep drops the entries recorded more than maxEntryAge before now (the timer calls it; tests call it
+// with a later now).
+func (c *AttrCache) Sweep(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	before := len(c.entries)
+	for k, e := range c.entries {
+		if now.Sub(e.At) > maxEntryAge {
+			delete(c.entries, k)
+		}
+	}
+	if len(c.entries) < before/2 {
+		// Go maps do not shrink: a copy gives the memory of a big walk back.
+		m := make(map[string]CacheEntry, len(c.entries))
+		for k, e := range c.entries {
+			m[k] = e
+		}
+		c.entries = m
+	}
+	if c.sweep != nil {
+		c.sweep.Stop()
+		c.sweep = nil
+	}
+	if len(c.entries) == 0 {
+		return
+	}
+	c.sweep = time.AfterFunc(maxEntryAge/3, c.sweepOld)
+}
+
+// Len returns the number of entries held (tests, measurements).
+func (c *AttrCache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries)
 }
 
 // Get returns the entry for key if it is younger than maxAge.

@@ -2,6 +2,7 @@ package s3client_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -67,5 +68,26 @@ func TestDecided(t *testing.T) {
 	}
 	if _, ok := Decided(context.Background(), "a"); ok {
 		t.Fatal("plain context has no decided object")
+	}
+}
+
+// TestAttrCacheSweepsOldEntries: entries older than any caller reads are dropped, so a walk over many
+// objects (find, rm -rf) does not leave one entry per visited object behind for good.
+func TestAttrCacheSweepsOldEntries(t *testing.T) {
+	c := NewAttrCache(1000)
+	now := time.Now()
+	for i, age := range []time.Duration{0, time.Minute, 10 * time.Minute, 16 * time.Minute, time.Hour} {
+		c.PutAt(fmt.Sprintf("k%d", i), Object{Key: fmt.Sprintf("k%d", i)}, true, now.Add(-age))
+	}
+	c.Sweep(now)
+	if n := c.Len(); n != 3 {
+		t.Errorf("after the sweep %d entries, want the 3 younger than 15 min", n)
+	}
+	if _, ok := c.Get("k2", 11*time.Minute); !ok {
+		t.Error("a 10-minute-old entry (the listing hint's range) was swept")
+	}
+	c.Sweep(now.Add(time.Hour))
+	if n := c.Len(); n != 0 {
+		t.Errorf("an hour later %d entries remain", n)
 	}
 }

@@ -86,10 +86,6 @@ type discovery struct {
 	opened      time.Time // first ListMetadata: the failure window of a walk that never succeeded
 }
 
-func isCheckpointFolder(name string) bool {
-	return pathnorm.IsCheckpointDir(name) || strings.HasPrefix(name, "savepoint-")
-}
-
 // Learn records a `_metadata` key the index opened (indexed through the mount the moment it was
 // written): when the descent does not look where it is, every later listing HEADs it, so it is not missed
 // until the next reconciliation walk. Open calls it for every `_metadata` it opens.
