@@ -13,7 +13,8 @@ import (
 )
 
 // Long commands show progress when asked (the CLI passes stderr on a terminal): the rebuild's parse,
-// verify's object checks and orphans' store walk each draw a bar; without WithProgress nothing is drawn.
+// verify's object checks and orphans' store walk each draw a bar, and so does the rebuild's listing (minutes
+// on a big bucket); without WithProgress nothing is drawn.
 func TestProgressBars(t *testing.T) {
 	ctx := context.Background()
 	tr, err := treegen.IncidentOne(t.TempDir(), testNow)
@@ -52,8 +53,10 @@ func TestProgressBars(t *testing.T) {
 		}
 		ix.Close()
 		got := out.String()
-		if withBar && !strings.Contains(got, "scanning the store for orphans") {
-			t.Errorf("with WithProgress: no orphans progress drawn; output %q", got)
+		for _, bar := range []string{"scanning the store for orphans", "listing the store for _metadata"} {
+			if withBar && !strings.Contains(got, bar) {
+				t.Errorf("with WithProgress: no %q progress drawn; output %q", bar, got)
+			}
 		}
 		if !withBar && got != "" {
 			t.Errorf("without WithProgress: drew %q", got)

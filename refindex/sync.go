@@ -816,7 +816,16 @@ func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
 	start := t0
 	var infos []store.ObjectInfo
 	listed := map[string]bool{}
-	if err := ix.listAll(ctx, func(oi store.ObjectInfo) error { infos = append(infos, oi); listed[oi.Path] = true; return nil }); err != nil {
+	// The listing of a big bucket takes minutes: its progress is the _metadata found so far.
+	listBar := ix.newCounter("listing the store for _metadata")
+	err = ix.listAll(ctx, func(oi store.ObjectInfo) error {
+		infos = append(infos, oi)
+		listed[oi.Path] = true
+		_ = listBar.Add(1)
+		return nil
+	})
+	listBar.Finish()
+	if err != nil {
 		return ix.failSync(fmt.Errorf("list _metadata in %s: %w", ix.st.Root(), err))
 	}
 	// Belt and braces for a store whose listing misses something: a rebuild keeps every indexed
