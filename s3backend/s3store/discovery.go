@@ -84,7 +84,18 @@ type discovery struct {
 	failingFrom time.Time       // first failure since the last success (zero: none)
 	lastErr     error
 	opened      time.Time // first ListMetadata: the failure window of a walk that never succeeded
+	// The cheaper discovery wins (both see every checkpoint Flink writes): walkPages is the listing
+	// requests of the last full walk, descentCost the requests of the last descent. A bucket whose
+	// layout makes the descent dearer than a walk (Flink's entropy injection puts data files under
+	// thousands of random top-level folders, each with a job tree the descent would visit) is walked
+	// instead, and the descent is tried again every descentRetry syncs.
+	walkPages, descentCost int64
+	walksInstead           int
 }
+
+// descentRetry is how many syncs use the full walk, once it proved cheaper, before the descent is
+// measured again.
+const descentRetry = 20
 
 // Learn records a `_metadata` key the index opened (indexed through the mount the moment it was
 // written): when the descent does not look where it is, every later listing HEADs it, so it is not missed
@@ -140,7 +151,31 @@ func (s *Store) ListMetadata(ctx context.Context, fn func(store.ObjectInfo) erro
 	if err := s.reconcileState(); err != nil {
 		return err
 	}
+	if s.walkCheaper() {
+		_, err := s.fullWalk(ctx, fn)
+		return err
+	}
 	return s.descend(ctx, fn)
+}
+
+// walkCheaper reports whether this sync lists the bucket instead of descending (see discovery.walkPages).
+func (s *Store) walkCheaper() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := &s.disc
+	if d.walkPages == 0 || d.descentCost <= 2*d.walkPages {
+		return false
+	}
+	d.walksInstead++
+	if d.walksInstead > descentRetry {
+		d.walksInstead = 0
+		return false
+	}
+	if d.walksInstead == 1 {
+		s.opts.Logger.Info("the descent costs more requests than a walk of the whole bucket here; walking instead", "store", s.Root(),
+			"descent_requests", d.descentCost, "walk_requests", d.walkPages)
+	}
+	return true
 }
 
 // ForceFullWalk starts a reconciliation walk now (in the background) unless one is running.
@@ -275,7 +310,7 @@ func (s *Store) Close() {
 func (s *Store) fullWalk(ctx context.Context, fn func(store.ObjectInfo) error) (time.Duration, error) {
 	start := time.Now()
 	var mu sync.Mutex
-	err := s.parallelWalk(ctx, "", func(o s3client.Object) error {
+	pages, err := s.parallelWalk(ctx, "", func(o s3client.Object) error {
 		if !store.IsMetadata(o.Key) {
 			return nil
 		}
@@ -288,6 +323,7 @@ func (s *Store) fullWalk(ctx context.Context, fn func(store.ObjectInfo) error) (
 	}
 	s.mu.Lock()
 	s.stats.FullWalks++
+	s.disc.walkPages = pages
 	s.mu.Unlock()
 	return time.Since(start), nil
 }
@@ -408,6 +444,7 @@ func (s *Store) descend(ctx context.Context, fn func(store.ObjectInfo) error) er
 	s.mu.Lock()
 	s.stats.TargetedListings++
 	s.stats.LastListings, s.stats.LastHeads = listings, heads
+	s.disc.descentCost = int64(listings + heads)
 	s.mu.Unlock()
 	for _, k := range keys {
 		if err := fn(info(found[k])); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -233,5 +234,66 @@ func TestDescentReportsOddKeysRaw(t *testing.T) {
 	s := s3store.New(c, s3store.Options{ReconcileEvery: -1})
 	if got := list(t, s); got != walked {
 		t.Errorf("descent = %s\nfull walk = %s", got, walked)
+	}
+}
+
+// TestParallelWalkComplete: the full walk (rebuild, reconciliation) splits the bucket into folders and
+// key ranges listed in parallel; it must report every `_metadata` exactly once, whatever the names: many
+// sibling folders (key ranges), names sorting between a folder and its contents ("a-1", "a.b" next to
+// "a/"), objects directly in split folders, job folders, odd segments.
+func TestParallelWalkComplete(t *testing.T) {
+	c, _ := faultyClient(t)
+	var keys []string
+	for i := range 40 {
+		keys = append(keys, fmt.Sprintf("root/job%02d/chk-1/_metadata", i), fmt.Sprintf("root/job%02d/shared/x", i))
+	}
+	keys = append(keys, "_metadata", "root/_metadata", "root/job05-1/_metadata", "root/job05.b/_metadata", "root/job05/_metadata",
+		"root/zz/deep/er/still/deeper/and/more/_metadata", "e1/ckpt/j/chk-3/_metadata", "e2/ckpt/j/chk-3/f", "a//b/_metadata", "root/job07/chk-1/nested/_metadata")
+	putKeys(t, c, keys...)
+	var want []string
+	if err := c.Walk(context.Background(), "", func(o s3client.Object) error {
+		if store.IsMetadata(o.Key) {
+			want = append(want, o.Key)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(want)
+	for _, parallel := range []int{1, 2, 3, 16} {
+		s := s3store.New(c, s3store.Options{Parallel: parallel, ReconcileEvery: -1})
+		var got []string
+		if err := s.ListAllMetadata(context.Background(), func(o store.ObjectInfo) error { got = append(got, o.Path); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		sort.Strings(got)
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("parallel %d: walk reported %d keys\n%s\nwant %d\n%s", parallel, len(got), strings.Join(got, ","), len(want), strings.Join(want, ","))
+		}
+	}
+}
+
+// TestDescentDearerThanWalk: with Flink's entropy injection, data files live under many random top-level
+// folders, each holding a job tree the descent would list; once the descent costs more than twice the
+// requests of a full walk, syncs walk the bucket instead (same result), and the descent is measured again
+// now and then.
+func TestDescentDearerThanWalk(t *testing.T) {
+	c, _ := faultyClient(t)
+	keys := []string{"ckpt/j/chk-1/_metadata"}
+	for i := range 100 {
+		keys = append(keys, fmt.Sprintf("e%03d/ckpt/j/chk-1/sst", i))
+	}
+	putKeys(t, c, keys...)
+	s := s3store.New(c, s3store.Options{ReconcileEvery: -1})
+	if err := s.ListAllMetadata(context.Background(), func(store.ObjectInfo) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if got := list(t, s); got != "ckpt/j/chk-1/_metadata" {
+			t.Fatalf("listing %d = %s", i, got)
+		}
+	}
+	if st := s.Stats(); st.TargetedListings != 1 || st.FullWalks != 3 {
+		t.Errorf("stats = %+v, want one descent (measured dearer) and then walks", st)
 	}
 }

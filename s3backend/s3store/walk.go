@@ -3,6 +3,7 @@ package s3store
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 
 	"github.com/ckguard/ckguard/refindex/pathnorm"
 	"github.com/ckguard/ckguard/s3backend/s3client"
@@ -20,13 +21,35 @@ const walkExpandDepth = 6
 
 // parallelWalk calls fn (concurrently, from several goroutines) for every object below prefix ("" or
 // ending in '/'). An error from fn or S3 stops the walk and is returned.
-func (s *Store) parallelWalk(ctx context.Context, prefix string, fn func(s3client.Object) error) error {
+// It returns the number of listing requests it made.
+func (s *Store) parallelWalk(ctx context.Context, prefix string, fn func(s3client.Object) error) (int64, error) {
 	g := newGroup(ctx, s.opts.Parallel)
+	var pages atomic.Int64
+	var flatRange func(ctx context.Context, prefix, from, to string) error
+	flat := func(ctx context.Context, prefix string) error {
+		token := ""
+		for {
+			pg, err := s.c.ListPage(ctx, prefix, false, token, "", 1000)
+			if err != nil {
+				return err
+			}
+			pages.Add(1)
+			for _, o := range pg.Objects {
+				if err := fn(o); err != nil {
+					return err
+				}
+			}
+			if pg.Next == "" {
+				return nil
+			}
+			token = pg.Next
+		}
+	}
 	var expand func(prefix string, depth int)
 	expand = func(prefix string, depth int) {
 		g.Go(func(ctx context.Context) error {
 			if !cleanPrefix(prefix) || depth >= walkExpandDepth {
-				return s.c.Walk(ctx, prefix, fn) // raw keys, one flat walk
+				return flat(ctx, prefix) // raw keys, one flat walk
 			}
 			var children []string
 			var objects []s3client.Object
@@ -37,6 +60,7 @@ func (s *Store) parallelWalk(ctx context.Context, prefix string, fn func(s3clien
 				if err != nil {
 					return err
 				}
+				pages.Add(1)
 				for _, p := range pg.Prefixes {
 					if len(p)+1 > len(prefix) {
 						c := p + "/"
@@ -66,19 +90,79 @@ func (s *Store) parallelWalk(ctx context.Context, prefix string, fn func(s3clien
 				token = pg.Next
 			}
 			if job {
-				return s.c.Walk(ctx, prefix, fn)
+				return flat(ctx, prefix)
+			}
+			children = dedupe(children)
+			if len(children) > s.opts.Parallel && !flushed {
+				// Many folders (a root of thousands of jobs; the random top-level folders of entropy
+				// injection): one listing per folder would cost more requests than the objects' pages.
+				// Consecutive folders are walked flat in groups instead, each group one key range.
+				rangeWalk(g, prefix, children, 4*s.opts.Parallel, flatRange)
+				return nil
 			}
 			for _, o := range objects {
 				if err := fn(o); err != nil {
 					return err
 				}
 			}
-			for _, c := range dedupe(children) {
+			for _, c := range children {
 				expand(c, depth+1)
 			}
 			return nil
 		})
 	}
+	flatRange = func(ctx context.Context, prefix, from, to string) error {
+		token := ""
+		for {
+			start := ""
+			if token == "" && from != "" {
+				start = from[:len(from)-1] // just below the group's first folder: StartAfter is exclusive
+			}
+			pg, err := s.c.ListPage(ctx, prefix, false, token, start, 1000)
+			if err != nil {
+				return err
+			}
+			pages.Add(1)
+			for _, o := range pg.Objects {
+				if from != "" && o.Key < from {
+					continue // between from[:len-1] and from: the previous range's
+				}
+				if to != "" && o.Key >= to {
+					return nil
+				}
+				if err := fn(o); err != nil {
+					return err
+				}
+			}
+			if pg.Next == "" {
+				return nil
+			}
+			token = pg.Next
+		}
+	}
 	expand(prefix, 0)
-	return g.Wait()
+	err := g.Wait()
+	return pages.Load(), err
+}
+
+// rangeWalk walks the keys below prefix in at most n ranges cut at child folders: range i holds the keys k
+// with start(i) <= k < start(i+1), where start(0) is the beginning of prefix (""), start(i) the first
+// folder of group i, and the last range runs to the end. The ranges partition the keys below prefix (the
+// folder's own objects included, wherever they sort), so each is reported exactly once.
+func rangeWalk(g *group, prefix string, children []string, n int, walk func(ctx context.Context, prefix, from, to string) error) {
+	per := (len(children) + n - 1) / n
+	var starts []string
+	for i := per; i < len(children); i += per {
+		starts = append(starts, children[i])
+	}
+	from := ""
+	for i := 0; i <= len(starts); i++ {
+		to := ""
+		if i < len(starts) {
+			to = starts[i]
+		}
+		f := from
+		g.Go(func(ctx context.Context) error { return walk(ctx, prefix, f, to) })
+		from = to
+	}
 }
