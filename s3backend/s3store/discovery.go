@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ckguard/ckguard/refindex/pathnorm"
@@ -84,12 +85,14 @@ type discovery struct {
 	failingFrom time.Time       // first failure since the last success (zero: none)
 	lastErr     error
 	opened      time.Time // first ListMetadata: the failure window of a walk that never succeeded
-	// The cheaper discovery wins (both see every checkpoint Flink writes): walkPages is the listing
-	// requests of the last full walk, descentCost the requests of the last descent. A bucket whose
-	// layout makes the descent dearer than a walk (Flink's entropy injection puts data files under
-	// thousands of random top-level folders, each with a job tree the descent would visit) is walked
-	// instead, and the descent is tried again every descentRetry syncs.
-	walkPages, descentCost int64
+	// The cheaper discovery wins (both see every checkpoint Flink writes): walkCost is what the last
+	// full walk cost, in small requests (its listing requests plus one per 100 objects listed: decoding
+	// a page of 1,000 keys costs the client about as much as ten HEADs or delimiter listings),
+	// descentCost the requests of the last descent. A bucket whose layout makes the descent dearer
+	// than a walk (Flink's entropy injection puts data files under thousands of random top-level
+	// folders, each with a job tree the descent would visit) is walked instead, and the descent is
+	// tried again every descentRetry syncs.
+	walkCost, descentCost int64
 	walksInstead           int
 }
 
@@ -158,12 +161,12 @@ func (s *Store) ListMetadata(ctx context.Context, fn func(store.ObjectInfo) erro
 	return s.descend(ctx, fn)
 }
 
-// walkCheaper reports whether this sync lists the bucket instead of descending (see discovery.walkPages).
+// walkCheaper reports whether this sync lists the bucket instead of descending (see discovery.walkCost).
 func (s *Store) walkCheaper() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d := &s.disc
-	if d.walkPages == 0 || d.descentCost <= 2*d.walkPages {
+	if d.walkCost == 0 || d.descentCost <= 2*d.walkCost {
 		return false
 	}
 	d.walksInstead++
@@ -173,7 +176,7 @@ func (s *Store) walkCheaper() bool {
 	}
 	if d.walksInstead == 1 {
 		s.opts.Logger.Info("the descent costs more requests than a walk of the whole bucket here; walking instead", "store", s.Root(),
-			"descent_requests", d.descentCost, "walk_requests", d.walkPages)
+			"descent_requests", d.descentCost, "walk_cost", d.walkCost)
 	}
 	return true
 }
@@ -310,7 +313,9 @@ func (s *Store) Close() {
 func (s *Store) fullWalk(ctx context.Context, fn func(store.ObjectInfo) error) (time.Duration, error) {
 	start := time.Now()
 	var mu sync.Mutex
+	var objects atomic.Int64
 	pages, err := s.parallelWalk(ctx, "", func(o s3client.Object) error {
+		objects.Add(1)
 		if !store.IsMetadata(o.Key) {
 			return nil
 		}
@@ -323,7 +328,7 @@ func (s *Store) fullWalk(ctx context.Context, fn func(store.ObjectInfo) error) (
 	}
 	s.mu.Lock()
 	s.stats.FullWalks++
-	s.disc.walkPages = pages
+	s.disc.walkCost = pages + objects.Load()/100
 	s.mu.Unlock()
 	return time.Since(start), nil
 }
