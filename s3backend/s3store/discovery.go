@@ -93,7 +93,7 @@ type discovery struct {
 	// folders, each with a job tree the descent would visit) is walked instead, and the descent is
 	// tried again every descentRetry syncs.
 	walkCost, descentCost int64
-	walksInstead           int
+	walksInstead          int
 }
 
 // descentRetry is how many syncs use the full walk, once it proved cheaper, before the descent is
