@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"github.com/ckguard/ckguard/s3backend/deleteq"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -129,6 +130,8 @@ func TestS3SlowResponses(t *testing.T) {
 	index := filepath.Join(t.TempDir(), "index")
 	p := mntStart(t, s3Root, index, e.mountArgs("--s3-timeout", "2s", "--s3-max-attempts", "2")...)
 	mntRun(t, "", "rm", "-rf", p.m(tr.Purge))
+	// rm returns once every deletion is acknowledged; the mount applies them from its queue afterwards.
+	waitQueueApplied(t, index)
 	mntSameSet(t, "bucket after rm -rf with 50 ms latency", e.keys(t), expectedAfter(tr, rmRf(), treegen.DefaultPolicy))
 
 	// A hung server: every request takes 10 s, the bound is 2 s.
@@ -161,6 +164,26 @@ func TestS3SlowResponses(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("%s disappeared", victim)
+	}
+}
+
+// waitQueueApplied waits until the S3 mount whose index is in dir has applied every deletion it
+// acknowledged (its journal holds none pending); it fails the test if that takes longer than a minute.
+func waitQueueApplied(t *testing.T, dir string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		rp, err := deleteq.ReadJournal(dir)
+		if err != nil {
+			t.Fatalf("reading the delete journal in %s: %v", dir, err)
+		}
+		if len(rp.Pending) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d acknowledged deletions still pending after a minute", len(rp.Pending))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
