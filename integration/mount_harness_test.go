@@ -93,6 +93,8 @@ type mntProc struct {
 	store, index, mnt, log string
 	audit, sock            string
 	args                   []string
+	cred                   *syscall.Credential // run the daemon as this user (nil: as the test, root)
+	caps                   []uintptr           // with cred: ambient capabilities the daemon keeps
 	cmd                    *exec.Cmd
 	exited                 chan struct{}
 }
@@ -126,6 +128,9 @@ func (p *mntProc) start(extra ...string) {
 	}
 	p.cmd = exec.Command(mntBinary(t), p.args...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	if p.cred != nil {
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred, AmbientCaps: p.caps}
+	}
 	p.exited = make(chan struct{})
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -49,6 +49,11 @@ func (p Policy) Validate() error {
 		if strings.Trim(g, "/") == "" {
 			return fmt.Errorf("policy: --protect %q matches nothing; give a name or a path (e.g. ha, savepoint-*, flink/ha)", g)
 		}
+		// Store keys are clean (no ".", ".." or empty segment), so a glob that is not would match
+		// nothing and protect nothing without a word.
+		if t := strings.Trim(g, "/"); path.Clean(t) != t || t == "." || t == ".." || strings.HasPrefix(t, "../") {
+			return fmt.Errorf("policy: --protect %q matches nothing: store keys have no \".\", \"..\" or empty segments; give a name or a path from the store root (e.g. ha, savepoint-*, flink/ha)", g)
+		}
 		if _, err := path.Match(strings.Trim(g, "/"), ""); err != nil {
 			return fmt.Errorf("policy: --protect %q: %w", g, err)
 		}

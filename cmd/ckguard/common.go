@@ -95,6 +95,9 @@ func policyFrom(c *cli.Context) (refindex.Policy, error) {
 		p.Protect = c.StringSlice("protect")
 		p.SavepointKeepNewest = c.Bool("savepoint-keep-newest")
 		p.SavepointRetention = c.Duration("savepoint-retention")
+		if err := protectNotHostPaths(p.Protect, c.String("store"), c.Args().First()); err != nil {
+			return p, err
+		}
 	}
 	return p, p.Validate()
 }
@@ -113,6 +116,38 @@ func usageError(c *cli.Context, format string, args ...any) error {
 func requireStore(c *cli.Context) error {
 	if c.String("store") == "" {
 		return usageError(c, "--store is required: the checkpoint storage, a local/NFS directory or s3://bucket/prefix (or set CKGUARD_STORE)")
+	}
+	return nil
+}
+
+// protectNotHostPaths refuses a --protect glob written as a path on this host (below the store directory
+// or the mountpoint) or as a URI: globs are matched against store keys, relative to the store root, so
+// such a glob would match nothing and protect nothing without a word.
+func protectNotHostPaths(globs []string, dirs ...string) error {
+	for _, g := range globs {
+		if strings.Contains(g, "://") {
+			return fmt.Errorf("--protect %q is a URI; give the path relative to the store root (e.g. flink/ha) or a name (ha)", g)
+		}
+		for _, d := range dirs {
+			if d == "" || strings.Contains(d, "://") {
+				continue
+			}
+			abs, err := filepath.Abs(d)
+			if err != nil {
+				continue
+			}
+			for _, root := range []string{filepath.Clean(d), abs} {
+				if root == "/" {
+					continue
+				}
+				if filepath.Clean(g) == root {
+					return fmt.Errorf("--protect %q is the directory %s itself, on this host; globs are relative to the store root (e.g. flink/ha, or a name: ha)", g, root)
+				}
+				if rel, ok := strings.CutPrefix(filepath.Clean(g), root+"/"); ok {
+					return fmt.Errorf("--protect %q is a path on this host, below %s; give it relative to the store root (--protect %q)", g, root, rel)
+				}
+			}
+		}
 	}
 	return nil
 }

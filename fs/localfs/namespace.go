@@ -49,6 +49,26 @@ func callerOwns(ctx context.Context, chown func(uid, gid int) error) {
 	}
 }
 
+// othersMetadata reports whether a new entry name in this mount would be a `_metadata` that another user
+// than the daemon's makes while the daemon cannot give it to them (it is not root: callerOwns cannot
+// chown). Such a file would belong to the daemon's user, normally the Flink user who owns the store, and
+// the owner rules (a job's newest checkpoint among its owner's, what a retirement lifts grace from) would
+// take it for the job's own: a fake chk-<newest+1>/_metadata would take the protection from the real
+// newest checkpoint, a throw-away one would lift grace from the files of a checkpoint in flight. So a
+// daemon that is not root refuses other users a new `_metadata` (EACCES); its own user (Flink writing
+// through the mount) is unaffected, and a root daemon gives every new entry to its caller instead.
+func othersMetadata(ctx context.Context, name string) bool {
+	if name != guard.MetadataName {
+		return false
+	}
+	euid := os.Geteuid()
+	if euid == 0 {
+		return false
+	}
+	c, ok := fuse.FromContext(ctx)
+	return !ok || int(c.Uid) != euid
+}
+
 // mkentry runs make (mkdirat, mknodat, symlinkat) on name in this folder, opened beneath the root, then
 // hands the entry to the caller and returns its inode. An entry that cannot be stated is removed again.
 func (n *node) mkentry(ctx context.Context, name string, out *fuse.EntryOut, removeFlags int, make func(dirfd int) error) (*fs.Inode, syscall.Errno) {
@@ -74,6 +94,9 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if othersMetadata(ctx, name) {
+		return nil, syscall.EACCES
+	}
 	return n.mkentry(ctx, name, out, 0, func(dfd int) error { return unix.Mknodat(dfd, name, mode, int(rdev)) })
 }
 
@@ -123,6 +146,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 // Both opens refuse a symlink on the way and at the name itself: the decision was about the file at the
 // key, and a symlink swapped in since must not redirect the write or truncation (review L3).
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	if othersMetadata(ctx, name) {
+		return nil, nil, 0, syscall.EACCES
+	}
 	key := n.childKey(name)
 	oflags := openFlags(flags) | unix.O_CREAT
 	fd, err := n.root.open(key, oflags|unix.O_EXCL, mode)
@@ -164,6 +190,9 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	t, ok := target.(*node)
 	if !ok {
 		return nil, syscall.EXDEV
+	}
+	if othersMetadata(ctx, name) {
+		return nil, syscall.EACCES
 	}
 	if _, parent := t.Parent(); parent == nil {
 		// An O_TMPFILE file has no name to link from (LINK carries no descriptor).

@@ -232,6 +232,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		return syscall.EXDEV
 	}
 	from, to := n.childKey(name), np.childKey(newName)
+	if othersMetadata(ctx, newName) {
+		return syscall.EACCES
+	}
 	if flags&unix.RENAME_EXCHANGE != 0 {
 		// A swap moves two trees at once; the index records renames one way (retire below the source,
 		// index below the target), so a swap cannot be recorded faithfully. Refuse it like filesystems that
