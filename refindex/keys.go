@@ -224,7 +224,8 @@ type checkpointRecord struct {
 	// for the newest of a job only with those of the same owner (memState.newest), and retiring one
 	// lifts the grace period only from files of its owner (tombstone).
 	UID *uint32 `json:"uid,omitempty"`
-	// JobOwner: the `_metadata` has the owner of its job folder (Flink's JobManager creates both).
+	// JobOwner: the `_metadata` has the owner of its job folder and of the folder around it (Flink's
+	// JobManager creates the job folder in its base folder; see ownsJobFolder).
 	// Its retirement then lifts grace from every file inside that job folder, whoever owns it
 	// (TaskManagers may run as another user than the JobManager); see tombstoneLifts.
 	JobOwner bool `json:"job_owner,omitempty"`

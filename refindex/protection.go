@@ -1,6 +1,7 @@
 package refindex
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"path"
@@ -32,16 +33,24 @@ func (c *checkpointRecord) savepointGroup() (string, bool) {
 		dir = ""
 	}
 	g := dir
-	if m := flinkSavepointDir.FindStringSubmatch(path.Base(dir)); m != nil {
+	if m := flinkSavepointDir.FindStringSubmatch(path.Base(dir)); m != nil && m[1] != sharedJobIDPrefix {
 		g = path.Join(path.Dir(dir), "savepoint-"+m[1]+"-*")
 	}
 	return g + "\x00" + c.owner(), true
 }
 
+// sharedJobIDPrefix is the savepoint folder prefix of the job id 000…0, which Flink gives every job
+// submitted in application mode without HA: savepoint-000000-… folders of different jobs cannot be told
+// apart, so each such savepoint counts as the only one of its job (kept as its job's newest) rather
+// than letting one job's newer savepoint expose another job's only one.
+const sharedJobIDPrefix = "000000"
+
 // savepointJob describes the job a savepoint belongs to, for messages.
 func savepointJob(c *checkpointRecord) string {
 	dir := path.Dir(c.Key)
-	if m := flinkSavepointDir.FindStringSubmatch(path.Base(dir)); m != nil {
+	if m := flinkSavepointDir.FindStringSubmatch(path.Base(dir)); m != nil && m[1] == sharedJobIDPrefix {
+		return fmt.Sprintf("in %s (savepoint-%s-… folders come from every job with the id 000…0, application mode without HA, so each counts as its job's only savepoint)", orRoot(strings.TrimSuffix(dir, ".")), m[1])
+	} else if m != nil {
 		return fmt.Sprintf("of the job whose id starts with %s (savepoint-%s-* folders in %s)", m[1], m[1], orRoot(strings.TrimSuffix(path.Dir(dir), ".")))
 	}
 	return fmt.Sprintf("in %s (its folder name does not say which job it belongs to, so it counts as its job's only savepoint)", orRoot(strings.TrimSuffix(dir, ".")))
@@ -149,4 +158,27 @@ func tombstoneLifts(b []byte, o store.ObjectInfo) bool {
 	}
 	completed := time.Unix(0, int64(binary.BigEndian.Uint64(b[8:16])))
 	return !o.ModTime.After(completed.Add(tombstoneSlack))
+}
+
+// ownsJobFolder reports whether uid owns the job folder job and the folder job lies in (the checkpoint
+// base folder, or the store root). A job folder's name can be known before the job runs (application
+// mode without HA gives every job the id 000…0; a resubmitted job keeps its id), so a user who may write
+// in a shared base folder can create the job folder first and own it; only a job folder made by the
+// owner of the folder around it (the JobManager creating its own job folder in its base folder) lets
+// a retired `_metadata` of that owner lift grace from other owners' files in it.
+func (ix *Index) ownsJobFolder(ctx context.Context, job string, uid uint32) bool {
+	if job == "" || job == "." {
+		return false
+	}
+	parent := path.Dir(job)
+	if parent == "." {
+		parent = ""
+	}
+	for _, k := range []string{job, parent} {
+		o, err := ix.st.Stat(ctx, k)
+		if err != nil || !o.HasUID || o.UID != uid {
+			return false
+		}
+	}
+	return true
 }

@@ -232,9 +232,9 @@ func TestRetirementLiftsGraceOnlyFromItsFiles(t *testing.T) {
 			if os.Geteuid() != 0 {
 				t.Skip("needs root to give files other owners")
 			}
-			// The job folder and the _metadata are 1000's (the JobManager); files[0] inside the job folder
-			// is 65534's (a TaskManager), files[1] in another job's folder is 65534's too.
-			for _, k := range []string{job, job + "/chk-5", job + "/chk-5/_metadata"} {
+			// The base folder, the job folder and the _metadata are 1000's (the JobManager); files[0] inside
+			// the job folder is 65534's (a TaskManager), files[1] in another job's folder is 65534's too.
+			for _, k := range []string{"flink", job, job + "/chk-5", job + "/chk-5/_metadata"} {
 				if err := os.Lchown(filepath.Join(root, k), 1000, 1000); err != nil {
 					t.Fatal(err)
 				}
@@ -245,6 +245,23 @@ func TestRetirementLiftsGraceOnlyFromItsFiles(t *testing.T) {
 				}
 			}
 		}, []bool{true, false}},
+		{"job folder made by another user than its base folder's owner", func(t *testing.T, root string, files []string) {
+			if os.Geteuid() != 0 {
+				t.Skip("needs root to give files other owners")
+			}
+			// 1000 created the job folder (its name was known before the job ran) in a base folder that is
+			// root's; its _metadata names files of another owner inside that folder: they keep grace.
+			for _, k := range []string{job, job + "/chk-5", job + "/chk-5/_metadata"} {
+				if err := os.Lchown(filepath.Join(root, k), 1000, 1000); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, k := range files {
+				if err := os.Lchown(filepath.Join(root, k), 65534, 65534); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, []bool{false, false}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

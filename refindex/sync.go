@@ -129,9 +129,7 @@ func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, er
 	rec := &checkpointRecord{Key: oi.Path, Job: job, ID: id, Kind: kind, ModTime: oi.ModTime, Size: size, ETag: oi.ETag, UID: uidOf(oi)}
 	if oi.HasUID {
 		// Only a store with owners can tell (a stat of the folder; on S3 it would cost a listing).
-		if jo, err := ix.st.Stat(ctx, job); err == nil && jo.HasUID && jo.UID == oi.UID {
-			rec.JobOwner = true
-		}
+		rec.JobOwner = ix.ownsJobFolder(ctx, job, oi.UID)
 	}
 	pm, err := ix.opt.parse(src, size, oi.Path)
 	if err != nil {
