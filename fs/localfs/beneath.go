@@ -257,6 +257,38 @@ func (r *storeRoot) open(key string, flags int, mode uint32) (int, error) {
 	return r.openat2(key, flags, mode&0o7777)
 }
 
+// openRegular opens the regular file at key (never a symlink) with flags, for a FUSE open or a create that
+// found the file there: the kernel sends those only for what it knows as a regular file. It cannot block:
+// O_NONBLOCK, so a FIFO that took the file's place in the store (nobody at the other end) is not waited
+// for, and what was opened is then refused unless it is a regular file, with ESTALE: the kernel's view of
+// the file is out of date, and for a path it retries once with a fresh lookup, which finds the FIFO (or
+// device) and opens it in the caller's own context, never in the daemon's. A blocked open would hold the
+// enforcer's lock for good (opens for writing run under it) and stop every decided operation of the
+// mount. O_NONBLOCK stays on the descriptor, where it changes nothing for a regular file.
+func (r *storeRoot) openRegular(key string, flags int) (int, error) {
+	fd, err := r.open(key, flags|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err == unix.ENXIO {
+		// A FIFO without a reader opened for writing (or a device without its driver): not a regular
+		// file, for which open never answers ENXIO.
+		return -1, unix.ESTALE
+	}
+	if err != nil {
+		// EWOULDBLOCK too: a lease on the file, which a blocking open would wait (up to
+		// /proc/sys/fs/lease-break-time) to break.
+		return -1, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return -1, unix.ESTALE
+	}
+	return fd, nil
+}
+
 // lstat stats key without following a symlink anywhere on the way or at the end of it.
 func (r *storeRoot) lstat(key string, st *syscall.Stat_t) error {
 	fd, name, err := r.parent(key)

@@ -116,12 +116,13 @@ func writable(flags uint32) bool {
 }
 
 // Open opens the file beneath the store root, refusing a symlink anywhere on the way (ELOOP). Opening an
-// existing file for writing (OpWrite) or with O_TRUNC (OpTruncate) is decided first; read-only opens are
-// not decided at all: they cannot destroy anything.
+// existing file for writing (OpWrite) or with O_TRUNC (OpTruncate) is decided first, and opened under the
+// enforcer's lock; read-only opens are not decided at all: they cannot destroy anything. Every open is
+// openRegular's: it cannot block.
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	key := n.key()
 	if !writable(flags) {
-		fd, err := n.root.open(key, openFlags(flags), 0)
+		fd, err := n.root.openRegular(key, openFlags(flags))
 		if err != nil {
 			return nil, 0, fs.ToErrno(err)
 		}
@@ -131,7 +132,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	var fd int
 	errno := n.enf.Mutate(ctx, n.contentCheck(op, key), func() syscall.Errno {
 		var err error
-		fd, err = n.root.open(key, openFlags(flags), 0)
+		fd, err = n.root.openRegular(key, openFlags(flags))
 		return fs.ToErrno(err)
 	})
 	if errno != 0 {
@@ -158,9 +159,10 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		op := guard.OpenOp(flags)
 		errno = n.enf.Mutate(ctx, n.contentCheck(op, key), func() syscall.Errno {
 			// Without O_CREAT: if the file vanished since, creating it now would make a file that is not
-			// the caller's; the kernel's next attempt starts over.
+			// the caller's; the kernel's next attempt starts over. Under the lock: openRegular, which
+			// cannot block on a FIFO found at the name.
 			var err error
-			fd, err = n.root.open(key, oflags&^unix.O_CREAT, 0)
+			fd, err = n.root.openRegular(key, oflags&^unix.O_CREAT)
 			return fs.ToErrno(err)
 		})
 	}
