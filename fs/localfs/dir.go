@@ -19,6 +19,7 @@ import (
 // 100,000-file shared/ folder. Offsets are positions in the listing, so telldir/seekdir work (a seek into the
 // streamed part re-reads up to that position), and rewinddir (seek to 0) starts over with a fresh first pass.
 type orderedDir struct {
+	n     *node // the folder (lookups of READDIRPLUS make its children)
 	mu    sync.Mutex
 	fd    int // -1 once released
 	buf   []byte
@@ -46,13 +47,13 @@ var (
 
 // openOrderedDir opens folder key beneath the store root (no symlink on the way: a folder swapped for one
 // is not listed through the mount).
-func openOrderedDir(root *storeRoot, key string) (*orderedDir, syscall.Errno) {
+func openOrderedDir(n *node) (*orderedDir, syscall.Errno) {
 	// Open now so permission and existence errors surface at opendir, as on a plain directory.
-	fd, err := root.open(key, unix.O_DIRECTORY|unix.O_RDONLY, 0)
+	fd, err := n.root.open(n.key(), unix.O_DIRECTORY|unix.O_RDONLY, 0)
 	if err != nil {
 		return nil, fs.ToErrno(err)
 	}
-	return &orderedDir{fd: fd, buf: make([]byte, 64<<10)}, 0
+	return &orderedDir{n: n, fd: fd, buf: make([]byte, 64<<10)}, 0
 }
 
 // isFirst reports whether an entry belongs to the sorted head of the listing.

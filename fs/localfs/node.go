@@ -2,15 +2,13 @@
 // with every destructive namespace change routed through a guard.Enforcer, directory listings ordered for
 // one-pass cleanup, and the index's view of each file exposed as user.ckguard.* extended attributes.
 //
-// Everything that changes the store or opens a file in it (create, mkdir, mknod, symlink, link, rename,
-// unlink, rmdir, open, opendir, setattr without a handle, setxattr, removexattr) acts through descriptors
-// resolved beneath the store root held open for the mount's life, never by absolute path, and never follows
-// a symlink on the way (see storeRoot). Lookups and reads of attributes, extended attributes and symlink
-// targets stay go-fuse's loopback by path: they are the hot path of find and of every write, and through a
-// folder swapped for a symlink in the store directly they can at most show what lies outside, not change it.
-// Because the index and those lookups go by path while changes go through the root descriptor, every change
-// is refused once the store path names another directory than the one the mount started on (replaced, or
-// mounted over: see storeRoot.current).
+// Everything the mount does in the store acts through descriptors resolved beneath the store root held
+// open for the mount's life, never by absolute path, and never follows a symlink on the way (see
+// storeRoot): changes and opens (create, mkdir, mknod, symlink, link, rename, unlink, rmdir, open,
+// opendir, setattr without a handle, setxattr, removexattr) and reads alike (lookup, getattr, statx,
+// readlink, getxattr, listxattr, statfs; see lookup.go). Because the index goes by path while the mount
+// goes through the root descriptor, every change is refused once the store path names another directory
+// than the one the mount started on (replaced, or mounted over: see storeRoot.current).
 //
 // Data never crosses the daemon when the kernel supports FUSE passthrough: files are opened as
 // fs.LoopbackFile, which hands its descriptor to the kernel (see Mounted.Passthrough).
@@ -394,10 +392,15 @@ func (n *node) backdates(in *fuse.SetAttrIn) bool {
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
 	if !strings.HasPrefix(attr, xattrNS) {
-		// A read, by path like lookups and getattr (see the package comment): the kernel asks for
-		// security.capability before every write(2) that does not go through passthrough, and the
-		// resolution beneath the root would triple its cost.
-		return n.LoopbackNode.Getxattr(ctx, attr, dest)
+		// Beneath the root like every read (see lookup.go). The kernel asks for security.capability
+		// before every write(2) that does not go through passthrough; with passthrough none does.
+		var sz int
+		err := n.root.onFile(n.key(), func(p string) error {
+			var err error
+			sz, err = unix.Getxattr(p, attr, dest)
+			return err
+		})
+		return uint32(sz), fs.ToErrno(err)
 	}
 	state, refs, err := n.enf.Explain(ctx, n.key())
 	if err != nil {
@@ -437,7 +440,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 
 // OpendirHandle lists the directory in cleanup order (see listorder.Order).
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	d, errno := openOrderedDir(n.root, n.key())
+	d, errno := openOrderedDir(n)
 	if errno != 0 {
 		return nil, 0, errno
 	}
