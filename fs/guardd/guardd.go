@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -205,6 +206,12 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	if c.Progress != nil {
 		opts = append(opts, refindex.WithProgress(c.Progress))
 	}
+	// The index directory is the daemon's alone, whatever mode it was given: it holds the audit log and the
+	// control socket by default, and the index's own files, which badger creates 0666 and the local mount
+	// (which clears the process's umask, see localfs.Mount) leaves at that.
+	if err := privateDir(c.IndexDir); err != nil {
+		return err
+	}
 	ix, err := refindex.Open(c.IndexDir, st, c.Policy, opts...)
 	if err != nil {
 		return fmt.Errorf("open index: %w", err)
@@ -379,4 +386,15 @@ func raiseFileLimit(log *slog.Logger) {
 	if lim.Cur < 4096 {
 		log.Warn("few file descriptors: every file open through the mount takes one; raise LimitNOFILE (systemd) or ulimit -n", "limit", lim.Cur)
 	}
+}
+
+// privateDir makes dir (and its missing parents) and gives it mode 0700.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("index directory %s: %w", dir, err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("index directory %s: make it private (0700): %w", dir, err)
+	}
+	return nil
 }

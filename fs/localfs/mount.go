@@ -10,6 +10,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/metrics"
@@ -35,7 +36,8 @@ type Mounted struct {
 }
 
 // Mount mounts the guard filesystem and returns once the kernel has it. A stale mount from a crashed daemon on
-// the mountpoint is replaced; a live one is an error.
+// the mountpoint is replaced; a live one is an error. It clears the process's umask (see below): files the
+// caller of Mount creates afterwards must name their modes.
 func Mount(o Options) (*Mounted, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -57,6 +59,12 @@ func Mount(o Options) (*Mounted, error) {
 	if err := mountutil.PrepareLogged(mnt, o.Logger); err != nil {
 		return nil, err
 	}
+	// The modes the kernel sends with a create, mkdir or mknod already have the caller's umask applied;
+	// the daemon's own (022 under systemd) would be applied on top and take group write away from a
+	// Flink job running with umask 002. So the process's umask is cleared, for good: every file the
+	// daemon creates for itself names its mode (the audit log and log file 0600, the index directory
+	// 0700, the control socket chmod'ed 0600).
+	unix.Umask(0)
 	root, err := newRoot(store, o.Enforcer, o.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w", store, err)
