@@ -424,18 +424,30 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	return uint32(copy(dest, val)), 0
 }
 
+// Setxattr passes extended attributes through, except the guard's own (refused) and an ACL change that
+// takes read access away (see aclNarrows), which is decided like such a chmod (OpChmod).
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
 	if strings.HasPrefix(attr, xattrNS) {
 		return syscall.EPERM
 	}
-	return fs.ToErrno(n.root.onFile(n.key(), func(p string) error { return unix.Setxattr(p, attr, data, int(flags)) }))
+	return n.xattrChange(ctx, attr, data, false, func(p string) error { return unix.Setxattr(p, attr, data, int(flags)) })
 }
 
+// Removexattr is Setxattr's counterpart: removing a POSIX ACL takes away what its named entries granted.
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if strings.HasPrefix(attr, xattrNS) {
 		return syscall.EPERM
 	}
-	return fs.ToErrno(n.root.onFile(n.key(), func(p string) error { return unix.Removexattr(p, attr) }))
+	return n.xattrChange(ctx, attr, nil, true, func(p string) error { return unix.Removexattr(p, attr) })
+}
+
+func (n *node) xattrChange(ctx context.Context, attr string, data []byte, remove bool, change func(p string) error) syscall.Errno {
+	key := n.key()
+	do := func() syscall.Errno { return fs.ToErrno(n.root.onFile(key, change)) }
+	if !n.aclNarrows(attr, data, remove) {
+		return do()
+	}
+	return n.enf.Mutate(ctx, n.contentCheck(refindex.OpChmod, key), do)
 }
 
 // OpendirHandle lists the directory in cleanup order (see listorder.Order).
