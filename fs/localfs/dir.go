@@ -203,6 +203,7 @@ func (d *orderedDir) Releasedir(ctx context.Context, flags uint32) {
 		unix.Close(d.fd)
 		d.fd = -1
 	}
+	d.n.openDir.CompareAndSwap(d, nil)
 	d.first, d.emitted, d.todo, d.buf, d.probe = nil, nil, nil, nil, nil
 }
 

@@ -57,8 +57,13 @@ func splitKey(key string) (dir, name string) {
 	return "", key
 }
 
-// Lookup stats name in this folder, opened beneath the root.
+// Lookup stats name in this folder: through an open handle of it, or the folder opened beneath the root.
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if d := n.openDir.Load(); d != nil {
+		if ch, errno, ok := d.lookup(ctx, name, out); ok {
+			return ch, errno
+		}
+	}
 	dfd, err := n.root.readDir(n.key())
 	if err != nil {
 		return nil, fs.ToErrno(err)
@@ -75,6 +80,11 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	if fga, ok := f.(fs.FileGetattrer); ok {
 		return fga.Getattr(ctx, out)
+	}
+	if d := n.openDir.Load(); d != nil {
+		if errno, ok := d.getattr(out); ok {
+			return errno
+		}
 	}
 	dfd, name, err := n.root.readParent(n.key())
 	if err != nil {
@@ -164,29 +174,47 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 // Lookup serves READDIRPLUS: the name was just read from this folder's own descriptor, opened beneath the
 // root at opendir, so one fstatat on it (never following the name) is the whole lookup.
 func (d *orderedDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ch, errno, ok := d.lookup(ctx, name, out)
+	if !ok {
+		return nil, syscall.EBADF
+	}
+	return ch, errno
+}
+
+// lookup stats name on the folder's descriptor; ok is false once the handle is released.
+func (d *orderedDir) lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.fd < 0 {
-		return nil, syscall.EBADF
+		return nil, 0, false
 	}
 	ch, err := d.n.newChild(ctx, d.fd, name, out)
 	if err != nil {
-		return nil, fs.ToErrno(err)
+		return nil, fs.ToErrno(err), true
 	}
-	return ch, 0
+	return ch, 0, true
 }
 
 // Getattr stats the open folder itself.
 func (d *orderedDir) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
+	errno, ok := d.getattr(out)
+	if !ok {
+		return syscall.EBADF
+	}
+	return errno
+}
+
+// getattr fstats the folder's descriptor; ok is false once the handle is released.
+func (d *orderedDir) getattr(out *fuse.AttrOut) (syscall.Errno, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.fd < 0 {
-		return syscall.EBADF
+		return 0, false
 	}
 	var st syscall.Stat_t
 	if err := syscall.Fstat(d.fd, &st); err != nil {
-		return fs.ToErrno(err)
+		return fs.ToErrno(err), true
 	}
 	out.FromStat(&st)
-	return 0
+	return 0, true
 }

@@ -51,6 +51,11 @@ type node struct {
 	// mount, and when: it may set its own new file's mtime into the past (see ownNewFile).
 	creatorPID atomic.Uint32
 	createdAt  atomic.Int64
+	// openDir is a folder handle open on this folder (the last one opened, until it is released): its
+	// descriptor, opened beneath the root, serves this folder's lookups and getattrs in one system call
+	// (see lookup.go). An rm -rf has every folder it empties open, and the kernel asks for the folder's
+	// attributes again after each unlink.
+	openDir atomic.Pointer[orderedDir]
 }
 
 // ownNewFileWindow is how long after creating a file through the mount its creator may backdate it: cp -p,
@@ -456,6 +461,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 	if errno != 0 {
 		return nil, 0, errno
 	}
+	n.openDir.Store(d)
 	return d, 0, 0
 }
 
