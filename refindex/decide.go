@@ -131,11 +131,12 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 		}
 	}
 
-	// 2b. A live _metadata names files of its own folder by a URI no mapping ties to the store: its
-	// references there are unknown (a --map is missing).
-	if c := st.unmappedFor(key); c != nil {
-		return Decision{Reason: ReasonUnmappedReferences, Referencing: []string{c.Key}, RefCount: len(st.unmapped),
-			Message: fmt.Sprintf("refusing to %s %s: %s references %d file(s) of its own folder as %s, outside the guarded store, so what it needs in %s is unknown; add --map %s (or --entropy-key, if Flink injects entropy into that path) and run `ckguard index sync`", op, what, c.Key, c.Unmapped, c.UnmappedURI, orRoot(c.UnmappedScope), c.UnmappedMap)}
+	// 2b. A live _metadata references an object by a URI that neither a mapping nor the store places
+	// (resolveOutside): any store file that could be that object is refused.
+	if len(st.unmapped) > 0 {
+		if d, refused := ix.decideUnmapped(ctx, v, key, op, what, maybeDir); refused {
+			return d
+		}
 	}
 
 	// 3. Referenced by a live checkpoint or savepoint (directly, or by a directory handle).
@@ -256,6 +257,52 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 }
 
 var errStop = errors.New("stop")
+
+// decideUnmapped refuses op on key when key, or (for a directory) a file below it, could be an object
+// a live checkpoint references by a URI no mapping ties to the store (memState.unprovenFor).
+func (ix *Index) decideUnmapped(ctx context.Context, v *view, key string, op Op, what string, maybeDir bool) (Decision, bool) {
+	st := v.st
+	refusal := func(obj, meta, uri string) (Decision, bool) {
+		which := "a file named " + path.Base(obj)
+		if len(st.unprovenDirs) > 0 {
+			which = "anything in the store"
+		}
+		if obj != key {
+			what += " (" + obj + " below it)"
+		}
+		return Decision{Reason: ReasonUnmappedReferences, Referencing: []string{meta}, RefCount: len(st.unmapped),
+			Message: fmt.Sprintf("refusing to %s %s: %s references %s, which no --map ties to the guarded store and which the store does not hold at the same relative place, so %s may be it; %s", op, what, meta, uri, which, ix.unmappedFix(meta, uri))}, true
+	}
+	if meta, uri, ok := st.unprovenFor(key); ok {
+		return refusal(key, meta, uri)
+	}
+	if !maybeDir {
+		return Decision{}, false
+	}
+	oi, err := ix.st.Stat(ctx, key)
+	if errors.Is(err, fs.ErrNotExist) || err == nil && !oi.IsDir {
+		return Decision{}, false
+	}
+	if err != nil {
+		return refuse(ReasonStoreError, fmt.Sprintf("refusing to %s %s: cannot stat it in the store: %v", op, what, err)), true
+	}
+	var hit *store.ObjectInfo
+	werr := ix.st.Walk(ctx, key, func(o store.ObjectInfo) error {
+		if _, _, ok := st.unprovenFor(o.Path); ok && !o.IsDir {
+			hit = &o
+			return errStop
+		}
+		return nil
+	})
+	if hit != nil {
+		meta, uri, _ := st.unprovenFor(hit.Path)
+		return refusal(hit.Path, meta, uri)
+	}
+	if werr != nil {
+		return refuse(ReasonStoreError, fmt.Sprintf("refusing to %s %s: listing it in the store: %v", op, what, werr)), true
+	}
+	return Decision{}, false
+}
 
 func (v *view) graceMsg(op Op, what, file string, age time.Duration) string {
 	clock := ""

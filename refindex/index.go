@@ -33,6 +33,7 @@ type Option func(*options)
 
 type options struct {
 	maps        []pathnorm.Mapping
+	external    []string
 	mountpoints []string
 	entropyKey  string
 	log         *slog.Logger
@@ -49,6 +50,13 @@ type options struct {
 // references. Changing them changes derived keys: the next Sync rebuilds the index.
 func WithPathMap(maps []pathnorm.Mapping, entropyKey string) Option {
 	return func(o *options) { o.maps, o.entropyKey = maps, entropyKey }
+}
+
+// WithExternal declares URI prefixes of other storage that checkpoints may legitimately reference
+// (--external): references below them are reported, never refused (pathnorm.Config.External). Changing
+// them changes the index: the next Sync rebuilds it.
+func WithExternal(prefixes []string) Option {
+	return func(o *options) { o.external = prefixes }
 }
 
 // WithMountpoint tells the index that a guard mount shows the store at dir: Flink configured with the
@@ -119,6 +127,8 @@ type Index struct {
 	clockAhead  bool          // the store's clock was last seen ahead of this host's
 	clockFailed bool          // the last reading of the store's clock failed (logged once)
 	clock       clockState    // the readings skew is derived from
+
+	inferredWarned sync.Map // inferred prefix maps already logged (resolveOutside warns once each)
 }
 
 // generation is one badger DB. Readers hold a reference while they use it, so that a rebuild can
@@ -139,6 +149,11 @@ type memState struct {
 	sorted      []string                     // keys of ckpts, sorted (prefix searches for directories)
 	unparseable []string                     // sorted keys of records with Err
 	unmapped    []string                     // sorted keys of records with Unmapped references
+	// unproven: base name of an unmapped file reference → the first (sorted) record naming it;
+	// unprovenDirs: sorted keys of records with unmapped directory handles (see unprovenFor).
+	unproven     map[string]string
+	unprovenDirs []string
+	inferred     []string // sorted keys of records with Inferred maps
 	// Per competition (newestGroup: a job folder and the owner of the _metadata), over the checkpoints
 	// that compete for its newest (candidateID): the highest id and the latest completion (mtime).
 	// See newest.
@@ -160,6 +175,9 @@ func (s *memState) finish() {
 	s.sorted = s.sorted[:0]
 	s.unparseable = s.unparseable[:0]
 	s.unmapped = s.unmapped[:0]
+	s.unproven = nil
+	s.unprovenDirs = s.unprovenDirs[:0]
+	s.inferred = s.inferred[:0]
 	s.newestID = map[string]int64{}
 	s.newestMod = map[string]time.Time{}
 	s.savepointMod = map[string]time.Time{}
@@ -171,8 +189,22 @@ func (s *memState) finish() {
 			// folder): an unparseable newest _metadata must not lose the active-window protection.
 			s.unparseable = append(s.unparseable, k)
 		}
+		if len(c.Inferred) > 0 {
+			s.inferred = append(s.inferred, k)
+		}
 		if c.Unmapped > 0 {
 			s.unmapped = append(s.unmapped, k)
+			if len(c.UnprovenDirs) > 0 {
+				s.unprovenDirs = append(s.unprovenDirs, k)
+			}
+			for b := range c.Unproven {
+				if s.unproven == nil {
+					s.unproven = map[string]string{}
+				}
+				if m, ok := s.unproven[b]; !ok || k < m {
+					s.unproven[b] = k
+				}
+			}
 		}
 		if g, ok := c.savepointGroup(); ok {
 			if cur, seen := s.savepointMod[g]; !seen || c.ModTime.After(cur) {
@@ -200,7 +232,12 @@ func (s *memState) finish() {
 	sort.Strings(s.sorted)
 	sort.Strings(s.unparseable)
 	sort.Strings(s.unmapped)
+	sort.Strings(s.unprovenDirs)
+	sort.Strings(s.inferred)
 }
+
+// inferredRecords returns the sorted keys of records with inferred prefix maps.
+func (s *memState) inferredRecords() []string { return s.inferred }
 
 // newest reports whether c is the newest checkpoint of its job folder among the checkpoints of its
 // owner: the highest id or the most recently completed. Ties protect every record that has them, so no
@@ -253,19 +290,6 @@ func (c *checkpointRecord) candidateID() (int64, bool) {
 		return 0, false
 	}
 	return folderID, true
-}
-
-// unmappedFor returns the first live _metadata with unmapped references (see
-// checkpointRecord.Unmapped) whose folder key lies in, or which lies in directory key, or nil.
-func (s *memState) unmappedFor(key string) *checkpointRecord {
-	for _, u := range s.unmapped {
-		c := s.ckpts[u]
-		sc := c.UnmappedScope
-		if key == "" || key == sc || strings.HasPrefix(key, sc+"/") || sc == "" || strings.HasPrefix(sc, key+"/") {
-			return c
-		}
-	}
-	return nil
 }
 
 func (s *memState) clone() *memState {
@@ -335,7 +359,7 @@ func Open(dir string, st store.Store, pol Policy, opts ...Option) (*Index, error
 	if ra, ok := st.(store.RootAliaser); ok {
 		aliases = ra.RootAliases() // e.g. a local store given through a symlink (review C3)
 	}
-	norm, err := pathnorm.New(pathnorm.Config{StoreRoot: st.Root(), Maps: maps, EntropyKey: o.entropyKey, RootAliases: aliases, DefaultPorts: o.ports})
+	norm, err := pathnorm.New(pathnorm.Config{StoreRoot: st.Root(), Maps: maps, EntropyKey: o.entropyKey, RootAliases: aliases, DefaultPorts: o.ports, External: o.external})
 	if err != nil {
 		return nil, err
 	}

@@ -214,12 +214,20 @@ type checkpointRecord struct {
 	Outside int       `json:"outside,omitempty"`
 	// Err is set when the file could not be parsed: the index cannot know what it references.
 	Err string `json:"err,omitempty"`
-	// Unmapped counts references outside the store that run through this checkpoint's own folder
-	// (pathnorm.Normalizer.Unmapped): a --map is missing, and objects in UnmappedScope are refused.
-	Unmapped      int    `json:"unmapped,omitempty"`
-	UnmappedURI   string `json:"unmapped_uri,omitempty"`   // the first one, as written
-	UnmappedScope string `json:"unmapped_scope,omitempty"` // store folder they land in
-	UnmappedMap   string `json:"unmapped_map,omitempty"`   // the --map that would tie them to the store
+	// Inferred lists the prefix maps ("PREFIX=STOREPATH") the store proved for references no --map
+	// covers (see resolveOutside); the references they cover are inside the store and protect files.
+	Inferred []string `json:"inferred,omitempty"`
+	// External counts references below a declared --external prefix (reported, not refused).
+	External int `json:"external,omitempty"`
+	// Unmapped counts references outside the store that are neither external nor placed by the store:
+	// where they lie is unknown, so every store file that could be one of them is refused
+	// (memState.unprovenFor). UnmappedURI is the first, as canonicalised.
+	Unmapped    int    `json:"unmapped,omitempty"`
+	UnmappedURI string `json:"unmapped_uri,omitempty"`
+	// Unproven maps the base name of each unmapped file reference to its URI; UnprovenDirs lists the
+	// unmapped directory handles (anything below any folder could be theirs).
+	Unproven     map[string]string `json:"unproven,omitempty"`
+	UnprovenDirs []string          `json:"unproven_dirs,omitempty"`
 	// UID owns the `_metadata` where the store has owners (nil: unknown, as on S3). Checkpoints compete
 	// for the newest of a job only with those of the same owner (memState.newest), and retiring one
 	// lifts the grace period only from files of its owner (tombstone).

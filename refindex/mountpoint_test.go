@@ -12,8 +12,9 @@ import (
 )
 
 // TestWithMountpoint (review C3): a checkpoint Flink wrote through the mount references file:<mountpoint>/…;
-// the mount daemons pass WithMountpoint so those references protect store keys. Without it they are outside
-// the store and protect nothing; a user --map of the same prefix wins over the automatic one.
+// the mount daemons pass WithMountpoint so those references protect store keys. Without it the store proves
+// the mapping (the files lie at the same relative place) and they still protect; a user --map of the same
+// prefix wins over both.
 func TestWithMountpoint(t *testing.T) {
 	ctx := context.Background()
 	base := t.TempDir()
@@ -42,7 +43,7 @@ func TestWithMountpoint(t *testing.T) {
 		opts    []Option
 		protect bool
 	}{
-		{"no mountpoint", nil, false},
+		{"no mountpoint (inferred)", nil, true},
 		{"mountpoint", []Option{WithMountpoint(mnt)}, true},
 		{"mountpoint and the same --map", []Option{WithPathMap([]pathnorm.Mapping{{From: "file://" + mnt + "/"}}, ""), WithMountpoint(mnt)}, true},
 		{"user maps the mountpoint elsewhere", []Option{WithPathMap([]pathnorm.Mapping{{From: "file:" + mnt, To: "other"}}, ""), WithMountpoint(mnt)}, false},

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 
 	"github.com/ckguard/ckguard/internal/duration"
+	"github.com/ckguard/ckguard/refindex/pathnorm"
 	"github.com/ckguard/ckguard/refindex/store"
 )
 
@@ -54,7 +57,14 @@ type CheckpointInfo struct {
 	// not be read; omitted where nobody filled it).
 	ReferencedBytes int64 `json:"referenced_bytes,omitempty"`
 	Outside         int   `json:"outside_refs,omitempty"`
-	Pinned          bool  `json:"pinned,omitempty"`
+	// InferredMaps are the prefix maps the store proved for its references (no --map covered them).
+	InferredMaps []string `json:"inferred_maps,omitempty"`
+	// External counts its references below an --external prefix; Unmapped those that are neither
+	// mapped, inferred nor external (UnmappedURI the first): files they could be are refused.
+	External    int    `json:"external_refs,omitempty"`
+	Unmapped    int    `json:"unmapped_refs,omitempty"`
+	UnmappedURI string `json:"unmapped_uri,omitempty"`
+	Pinned      bool   `json:"pinned,omitempty"`
 	// Protected: the newest checkpoint of a job active within --active-window.
 	Protected bool `json:"protected,omitempty"`
 	// ReferencesJobs lists other job folders whose files this checkpoint references.
@@ -149,7 +159,14 @@ type VerifyResult struct {
 	Objects        int                `json:"objects_checked"`
 	Broken         []BrokenCheckpoint `json:"broken"`
 	OutsideSkipped int                `json:"outside_refs_not_checked"`
-	OK             bool               `json:"ok"`
+	// UnmappedSkipped of the outside references are not below an --external prefix: where they lie is
+	// unknown. ExternalSkipped are below one (declared to be on other storage).
+	UnmappedSkipped int `json:"unmapped_refs_not_checked"`
+	ExternalSkipped int `json:"external_refs_not_checked"`
+	// Untrusted says why the answer cannot be trusted even if nothing is broken: references it could
+	// not check (unmapped), or an index that has not seen the store recently. OK is then false.
+	Untrusted string `json:"untrusted,omitempty"`
+	OK        bool   `json:"ok"`
 }
 
 // StatsResult is the answer of Stats.
@@ -164,16 +181,23 @@ type StatsResult struct {
 	Jobs       int       `json:"jobs"` // job folders with a live checkpoint
 	// SavepointFolders counts folders that hold live savepoints and no checkpoint (a savepoint
 	// directory such as state.savepoints.dir): they are not jobs.
-	SavepointFolders  int        `json:"savepoint_folders"`
-	Checkpoints       int        `json:"checkpoints"`
-	Savepoints        int        `json:"savepoints"`
-	Unparseable       int        `json:"unparseable"`
-	References        int        `json:"references"`
-	OutsideReferences int        `json:"outside_references"`
-	DirectoryHandles  int        `json:"directory_handles"`
-	Pins              int        `json:"pins"`
-	IndexBytes        int64      `json:"index_bytes"`
-	Policy            PolicyInfo `json:"policy"`
+	SavepointFolders  int `json:"savepoint_folders"`
+	Checkpoints       int `json:"checkpoints"`
+	Savepoints        int `json:"savepoints"`
+	Unparseable       int `json:"unparseable"`
+	References        int `json:"references"`
+	OutsideReferences int `json:"outside_references"`
+	// InferredMaps are the distinct prefix maps the store proved (see CheckpointInfo.InferredMaps);
+	// UnmappedReferences and ExternalReferences split OutsideReferences.
+	InferredMaps       []string `json:"inferred_maps,omitempty"`
+	UnmappedReferences int      `json:"unmapped_references"`
+	ExternalReferences int      `json:"external_references"`
+	// Unmapped names the first live _metadata with unmapped references and what to add, or "".
+	Unmapped         string     `json:"unmapped,omitempty"`
+	DirectoryHandles int        `json:"directory_handles"`
+	Pins             int        `json:"pins"`
+	IndexBytes       int64      `json:"index_bytes"`
+	Policy           PolicyInfo `json:"policy"`
 	// StoreClockBehind is how far the store's clock was behind this host's at the last sync (0 when
 	// within a couple of seconds); ages are then measured by the store's clock.
 	StoreClockBehind duration.D `json:"store_clock_behind,omitempty"`
@@ -195,7 +219,8 @@ type PolicyInfo struct {
 
 func (v *view) info(c *checkpointRecord) CheckpointInfo {
 	ci := CheckpointInfo{Metadata: c.Key, Dir: dirOf(c.Key), Job: c.Job, ID: c.ID, Kind: c.Kind, Completed: c.ModTime,
-		Size: c.Size, Format: c.Format, Refs: c.Refs, Outside: c.Outside, Error: c.Err}
+		Size: c.Size, Format: c.Format, Refs: c.Refs, Outside: c.Outside, Error: c.Err,
+		InferredMaps: c.Inferred, External: c.External, Unmapped: c.Unmapped, UnmappedURI: c.UnmappedURI}
 	_, ci.Pinned = v.pins[c.Key]
 	if r, _ := v.protection(c, v.storeNow(v.now())); r != "" {
 		ci.Protected = true
@@ -217,7 +242,11 @@ func (ix *Index) Why(ctx context.Context, p string) (*WhyResult, error) {
 	if strings.Contains(p, "://") || strings.HasPrefix(p, "file:") {
 		k := ix.norm.Absolute(p)
 		if !k.Inside {
-			return ix.whyOutside(k.Path)
+			if key, ok := ix.inferredKey(k.Path); ok {
+				k = key
+			} else {
+				return ix.whyOutside(k.Path)
+			}
 		}
 		p = k.Path
 	}
@@ -246,11 +275,48 @@ func (ix *Index) Why(ctx context.Context, p string) (*WhyResult, error) {
 	d := ix.decide(ctx, v, key, op, 100)
 	res.Allow, res.Reason, res.Message, res.Referencing, res.RefCount = d.Allow, d.Reason, d.Message, d.Referencing, d.RefCount
 	res.State = stateOf(d.Reason)
+	// Say how references were tied to the store when the store, not a --map, proved it.
+	var inferred []string
+	for _, r := range res.Referencing {
+		if c := v.st.ckpts[r]; c != nil {
+			for _, m := range c.Inferred {
+				if !slices.Contains(inferred, m) {
+					inferred = append(inferred, m)
+				}
+			}
+		}
+	}
+	if len(inferred) > 0 && d.Reason == ReasonReferenced {
+		res.Message += fmt.Sprintf(". The referencing checkpoints name it by a URI no --map covers; the store holds their files at the same relative place, so the mapping %s is applied (add it as --map to make it explicit)", strings.Join(inferred, ", "))
+	}
 	if c := v.st.ckpts[key]; c != nil {
 		ci := v.info(c)
 		res.Checkpoint = &ci
 	}
 	return res, nil
+}
+
+// inferredKey maps an outside URI with a prefix map the store proved for some live checkpoint
+// (CheckpointInfo.InferredMaps), as Why is asked about a URI as Flink wrote it.
+func (ix *Index) inferredKey(uri string) (pathnorm.Key, bool) {
+	ix.mu.RLock()
+	st := ix.state
+	ix.mu.RUnlock()
+	u := pathnorm.ParseURI(uri)
+	for _, k := range st.inferredRecords() {
+		for _, m := range st.ckpts[k].Inferred {
+			pm, err := pathnorm.ParseMapping(m)
+			if err != nil {
+				continue
+			}
+			p := pathnorm.ParseURI(pm.From)
+			if p.Scheme != u.Scheme || p.Authority != u.Authority || len(p.Segs) > len(u.Segs) || !slices.Equal(p.Segs, u.Segs[:len(p.Segs)]) {
+				continue
+			}
+			return pathnorm.Key{Path: pathnorm.Candidate{Rel: u.Segs[len(p.Segs):], Dir: pm.To}.Key(), Inside: true}, true
+		}
+	}
+	return pathnorm.Key{}, false
 }
 
 func (ix *Index) whyOutside(uri string) (*WhyResult, error) {
@@ -277,9 +343,16 @@ func (ix *Index) whyOutside(uri string) (*WhyResult, error) {
 		return nil, err
 	}
 	res.Message = fmt.Sprintf("%s is outside the guarded store: this guard cannot protect it", uri)
-	if res.RefCount > 0 {
+	switch {
+	case res.RefCount > 0 && ix.norm.IsExternal(uri):
+		res.Message += fmt.Sprintf("; it is below an --external prefix (declared to be on other storage) and %d live checkpoint(s)/savepoint(s) reference it (%s): guard that storage too", res.RefCount, listCheckpoints(res.Referencing, res.RefCount))
+	case res.RefCount > 0 && !strings.HasPrefix(uri, relativeOutside):
+		res.Allow, res.Reason, res.State = false, ReasonUnmappedReferences, StateBlocked
+		res.Message += fmt.Sprintf("; %d live checkpoint(s)/savepoint(s) reference it (%s), no --map ties it to the store and the store does not hold it at the same relative place, so every store file named %s is refused; %s",
+			res.RefCount, listCheckpoints(res.Referencing, res.RefCount), path.Base(uri), ix.unmappedFix(res.Referencing[0], uri))
+	case res.RefCount > 0:
 		res.Message += fmt.Sprintf("; %d live checkpoint(s)/savepoint(s) reference it (%s): guard its storage too, or add --map PREFIX=STOREPATH if it is inside this store under another name", res.RefCount, listCheckpoints(res.Referencing, res.RefCount))
-	} else {
+	default:
 		res.Message += "; no live checkpoint references it"
 	}
 	return res, nil
@@ -396,6 +469,21 @@ func (v *view) blocked() string {
 	return ""
 }
 
+// unmappedBlock names the first live _metadata with unmapped references, one of them and what to add,
+// or "" when there is none.
+func (ix *Index) unmappedBlock(v *view) string {
+	if len(v.st.unmapped) == 0 {
+		return ""
+	}
+	c := v.st.ckpts[v.st.unmapped[0]]
+	more := ""
+	if n := len(v.st.unmapped); n > 1 {
+		more = fmt.Sprintf(" (and %d more live _metadata with unmapped references)", n-1)
+	}
+	return fmt.Sprintf("%s references %d object(s) by URIs that no --map ties to the store and that the store does not hold at the same relative place, e.g. %s%s; %s",
+		c.Key, c.Unmapped, c.UnmappedURI, more, ix.unmappedFix(c.Key, c.UnmappedURI))
+}
+
 // Orphans lists every object the guard would let a script delete that no checkpoint needs:
 // unreferenced, not a live _metadata, not pinned or --protect'ed, past the grace period, and at
 // least olderThan old.
@@ -408,6 +496,12 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 	defer v.release()
 	res := &OrphansResult{OlderThan: duration.D(olderThan), Files: []OrphanFile{}}
 	if b := v.blocked(); b != "" {
+		res.Blocked = b
+		return res, nil
+	}
+	if b := ix.unmappedBlock(v); b != "" {
+		// Files named like an unmapped reference are kept from the list, but the list would still
+		// claim more than is known: nothing is called garbage until the reference is placed.
 		res.Blocked = b
 		return res, nil
 	}
@@ -462,7 +556,7 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 			if _, pinned := v.pins[o.Path]; pinned {
 				return nil
 			}
-			if v.pol.protectedBy(o.Path) != "" || referenced(o.Path) || v.st.unmappedFor(o.Path) != nil {
+			if v.pol.protectedBy(o.Path) != "" || referenced(o.Path) {
 				return nil
 			}
 			age := now.Sub(o.ModTime)
@@ -544,6 +638,11 @@ func (ix *Index) Verify(ctx context.Context) (*VerifyResult, error) {
 		for _, r := range j.refs {
 			if !r.Inside {
 				res.OutsideSkipped++
+				if ix.norm.IsExternal(r.Key) {
+					res.ExternalSkipped++
+				} else {
+					res.UnmappedSkipped++
+				}
 				continue
 			}
 			if _, ok := exists[r.Key]; !ok {
@@ -599,7 +698,13 @@ func (ix *Index) Verify(ctx context.Context) (*VerifyResult, error) {
 		}
 	}
 	sort.Slice(res.Broken, func(a, b int) bool { return res.Broken[a].Metadata < res.Broken[b].Metadata })
-	res.OK = len(res.Broken) == 0
+	switch b := v.blocked(); {
+	case b != "" && len(v.st.unparseable) == 0:
+		res.Untrusted = b
+	case res.UnmappedSkipped > 0:
+		res.Untrusted = fmt.Sprintf("%d reference(s) could not be checked: %s", res.UnmappedSkipped, ix.unmappedBlock(v))
+	}
+	res.OK = len(res.Broken) == 0 && res.Untrusted == ""
 	return res, nil
 }
 
@@ -633,7 +738,16 @@ func (ix *Index) Stats(ctx context.Context) (*StatsResult, error) {
 		}
 		s.References += c.Refs
 		s.OutsideReferences += c.Outside
+		s.UnmappedReferences += c.Unmapped
+		s.ExternalReferences += c.External
+		for _, m := range c.Inferred {
+			if !slices.Contains(s.InferredMaps, m) {
+				s.InferredMaps = append(s.InferredMaps, m)
+			}
+		}
 	}
+	sort.Strings(s.InferredMaps)
+	s.Unmapped = ix.unmappedBlock(v)
 	s.Jobs = len(jobs)
 	for f := range savepointFolders {
 		if !jobs[f] {

@@ -258,61 +258,6 @@ func TestReviewC3SymlinkedStoreRoot(t *testing.T) {
 	}
 }
 
-// C3 safety net: a live _metadata naming files of its own chk-N folder by a URI outside the store
-// means a --map is missing; deletions in its job folder are refused until it is added.
-func TestReviewC3UnmappedReferencesRefused(t *testing.T) {
-	ctx := context.Background()
-	tr, err := treegen.YoungOrphan(t.TempDir(), testNow, treegen.Options{URIPrefix: "file:/mnt/flink"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	job := "flink/fedcba9876543210fedcba9876543210"
-	var shared string
-	for _, c := range tr.Live {
-		shared = c.Refs[0]
-	}
-	garbage := tr.Orphans(treegen.DefaultPolicy, 0)
-	// Only shared files of another storage are named: no sign of a missing map (a job restored from
-	// elsewhere looks like this), nothing is refused for it.
-	ix := openTree(t, tr)
-	if d := ix.Decide(ctx, shared, refindex.OpUnlink); !d.Allow {
-		t.Fatalf("without own-folder references: %+v", d)
-	}
-	ix.Close()
-	c, err := tr.Checkpoint(treegen.Spec{Dir: job + "/chk-78", ID: 78, Completed: testNow.Add(-24 * time.Hour),
-		Shared: []string{shared}, AbsolutePrivate: []string{job + "/chk-78/OPTIONS-1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tr.Data(c, testNow.Add(-25*time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	ix = openTree(t, tr)
-	for _, k := range append([]string{shared, job + "/chk-78/OPTIONS-1", job + "/chk-78", job, "flink", ""}, garbage...) {
-		op := refindex.OpUnlink
-		if k == job+"/chk-78" || k == job || k == "flink" || k == "" {
-			op = refindex.OpRmdir
-		}
-		d := ix.Decide(ctx, k, op)
-		if d.Allow || d.Reason != refindex.ReasonUnmappedReferences || !strings.Contains(d.Message, "--map file:/mnt/flink=") {
-			t.Errorf("%s %q: %+v", op, k, d)
-		}
-	}
-	if or, err := ix.Orphans(ctx, 0); err != nil || len(or.Files) != 0 {
-		t.Errorf("orphans with unmapped references: %+v %v", or, err)
-	}
-	ix.Close()
-	// With the map the references protect their files, the rest is deletable again.
-	tr.Maps = append(tr.Maps, pathnorm.Mapping{From: "file:/mnt/flink"})
-	ix = openTree(t, tr)
-	if d := ix.Decide(ctx, shared, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonReferenced {
-		t.Errorf("with the map: %+v", d)
-	}
-	if d := ix.Decide(ctx, garbage[0], refindex.OpUnlink); !d.Allow {
-		t.Errorf("garbage with the map: %+v", d)
-	}
-}
-
 // H2: opening an in-flight (young, unreferenced) file for writing is refused like deleting it, and
 // with an unparseable _metadata nothing may be written to or linked.
 func TestReviewH2WriteAndLink(t *testing.T) {

@@ -62,7 +62,7 @@ func openTreeIn(t *testing.T, tr *treegen.Tree, dir string) *refindex.Index {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ix, err := refindex.Open(dir, st, testPolicy(), refindex.WithPathMap(tr.Maps, tr.EntropyKey), refindex.WithLogger(quiet))
+	ix, err := refindex.Open(dir, st, testPolicy(), refindex.WithPathMap(tr.Maps, tr.EntropyKey), refindex.WithExternal(tr.External), refindex.WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -153,14 +153,6 @@ func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, er
 			k = ix.norm.Relative(oi.Path, rr.URI)
 		} else {
 			k = ix.norm.Absolute(rr.URI)
-			if !k.Inside {
-				if scope, suggest, ok := ix.norm.Unmapped(rr.URI, oi.Path); ok {
-					if rec.Unmapped == 0 {
-						rec.UnmappedURI, rec.UnmappedScope, rec.UnmappedMap = rr.URI, scope, suggest
-					}
-					rec.Unmapped++
-				}
-			}
 		}
 		// Relative and segment references need the whole object just like files; the kind is kept
 		// for reports.
@@ -173,16 +165,15 @@ func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, er
 		seen[id] = len(e.refs)
 		e.refs = append(e.refs, ref{Key: k.Path, Inside: k.Inside, Kind: kind, Length: rr.Length})
 	}
+	if err := ix.resolveOutside(ctx, e); err != nil {
+		return nil, err
+	}
 	for _, r := range e.refs {
 		if r.Inside {
 			rec.Refs++
 		} else {
 			rec.Outside++
 		}
-	}
-	if rec.Unmapped > 0 {
-		ix.log.Warn("a live _metadata references files of its own folder outside the store: a --map is missing; deletions in its folder are refused",
-			"file", oi.Path, "uri", rec.UnmappedURI, "map", rec.UnmappedMap)
 	}
 	return e, nil
 }

@@ -46,6 +46,7 @@ func locationFlags() []cli.Flag {
 		&cli.StringFlag{Name: "store", EnvVars: []string{"CKGUARD_STORE"}, Usage: "checkpoint storage: a local/NFS directory or s3://bucket/prefix (required; or set CKGUARD_STORE)"},
 		&cli.StringFlag{Name: "index", EnvVars: []string{"CKGUARD_INDEX"}, Usage: "index directory (default: $XDG_CACHE_HOME/ckguard/<hash of --store>)"},
 		&cli.StringSliceFlag{Name: "map", Usage: "prefix map `PREFIX=STOREPATH` tying URIs written in _metadata to the store (repeatable), e.g. file:/flink/ckpt= or hdfs://nn:8020/flink=flink"},
+		&cli.StringSliceFlag{Name: "external", Usage: "URI `PREFIX` of other storage that checkpoints legitimately reference (another bucket, savepoints on HDFS; repeatable): reported, not refused"},
 		&cli.StringFlag{Name: "entropy-key", Usage: "Flink's s3.entropy.key (e.g. _entropy_), when checkpoints use entropy injection"},
 	}
 	return append(f, s3cli.Flags()...)
@@ -177,7 +178,7 @@ func indexOptions(c *cli.Context) ([]refindex.Option, error) {
 		}
 		maps = append(maps, pm)
 	}
-	opts := []refindex.Option{refindex.WithPathMap(maps, c.String("entropy-key")), refindex.WithLogger(cliLogger())}
+	opts := []refindex.Option{refindex.WithPathMap(maps, c.String("entropy-key")), refindex.WithExternal(c.StringSlice("external")), refindex.WithLogger(cliLogger())}
 	if isTerminal(os.Stderr) {
 		opts = append(opts, refindex.WithProgress(os.Stderr))
 	}

@@ -13,10 +13,12 @@ import (
 func verifyCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "verify",
-		Usage: "check that every object each live checkpoint references exists; exit 1 when any checkpoint is broken",
+		Usage: "check that every object each live checkpoint references exists; exit 1 when any checkpoint is broken, 3 when it could not check everything",
 		Flags: storeFlags(),
 		Description: "Lists broken checkpoints and their missing files. Unparseable _metadata count as broken.\n" +
-			"Run it after every cleanup; exit status 1 means a restore from a listed checkpoint would fail.\n\n" +
+			"Run it after every cleanup; exit status 1 means a restore from a listed checkpoint would fail, 3 that\n" +
+			"the answer cannot be trusted: references it could not check (no --map ties them to the store, and they\n" +
+			"are not below an --external prefix) or an index that has not seen the store recently.\n\n" +
 			"EXAMPLES:\n" +
 			"   ckguard verify --store /srv/flink/checkpoints --index /var/lib/ckguard/flink\n" +
 			"   ckguard verify --store s3://bucket/flink --index /var/lib/ckguard/s3 --json",
@@ -31,7 +33,12 @@ func runVerify(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if !res.OK {
+	switch {
+	case len(res.Broken) > 0:
+		return cli.Exit("", exitFound)
+	case res.Untrusted != "":
+		return exitf(exitUntrusted, "verify cannot be trusted: %s", res.Untrusted)
+	case !res.OK:
 		return cli.Exit("", exitFound)
 	}
 	return nil
@@ -52,7 +59,12 @@ func printVerify(w io.Writer, res *refindex.VerifyResult) {
 		}
 	}
 	status := "OK"
-	if !res.OK {
+	switch {
+	case len(res.Broken) > 0:
+		status = "FAILED"
+	case res.Untrusted != "":
+		status = "UNTRUSTED"
+	case !res.OK:
 		status = "FAILED"
 	}
 	fmt.Fprintf(w, "verify %s: %s checked, %s, %d broken, %s outside the guarded store not checked\n",

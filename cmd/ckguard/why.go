@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -19,7 +20,8 @@ func whyCommand() *cli.Command {
 		Description: "PATH is a store key (flink/<job>/shared/<file>), a path under a local --store, or a URI as\n" +
 			"written in _metadata (s3a://…, file:/…; mapped with --map). For a directory the answer covers\n" +
 			"everything below it (rm -r). URIs outside the guarded store are reported as such.\n" +
-			"Exit status: 0 allowed, 1 refused, 2 PATH is outside the guarded store (or another usage error).\n\n" +
+			"Exit status: 0 allowed, 1 refused, 2 PATH is outside the guarded store (a URI no mapping ties to it,\n" +
+			"an absolute path outside both the store and its mounts) or another usage error.\n\n" +
 			"EXAMPLES:\n" +
 			"   ckguard why --store /srv/flink/checkpoints --index /var/lib/ckguard/flink e3d8c0a9f1b24d6e8a7b5c3d1e0f9a8b/shared/49bcf761-d2e6-22b5-cece-b45a36dfa500\n" +
 			"   ckguard why --store /srv/flink/checkpoints --index /var/lib/ckguard/flink --json e3d8c0a9f1b24d6e8a7b5c3d1e0f9a8b",
@@ -32,8 +34,16 @@ func runWhy(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return usageError(c, "want exactly one PATH (a store key, a path in the store or its mount, or a URI), got %d", c.NArg())
 	}
+	arg := c.Args().First()
+	if filepath.IsAbs(arg) {
+		// An absolute path names a local file: one outside the store and outside every ckguard mount of
+		// it is no store object, and an answer about the key it would spell would be about another file.
+		if _, ok := absStoreKey(c.String("store"), arg); !ok {
+			return exitf(exitUsage, "ckguard why: %s is outside the store %s and outside every ckguard mount of it; give a path in the store or the mount, or a store key (relative, e.g. <job>/shared/<file>)", arg, c.String("store"))
+		}
+	}
 	res, err := query(c, func(ctx context.Context, q refindex.Querier) (*refindex.WhyResult, error) {
-		return q.Why(ctx, storeKey(c, c.Args().First()))
+		return q.Why(ctx, storeKey(c, arg))
 	}, printWhy)
 	if err != nil {
 		return err

@@ -136,6 +136,20 @@ func (c Config) CheckPlacement() error {
 		around = append(around, place{"the store", c.StoreDir})
 	}
 	around = append(around, place{"the mountpoint", c.Mountpoint})
+	if c.StoreDir != "" && !strings.Contains(c.StoreDir, "://") {
+		// The mount shows the store: a mountpoint inside the store hides the part of the store below it
+		// from the index (it lists the store through the mount's own shadow), and a store inside the
+		// mountpoint is hidden by the mount itself.
+		st, mp := resolvePath(c.StoreDir), resolvePath(c.Mountpoint)
+		switch {
+		case st == mp:
+			return fmt.Errorf("the mountpoint %s is the store %s: mount the store somewhere else (e.g. /mnt/flink-checkpoints)", c.Mountpoint, c.StoreDir)
+		case strings.HasPrefix(mp, strings.TrimSuffix(st, "/")+"/"):
+			return fmt.Errorf("the mountpoint %s is inside the store %s: the mount would hide that part of the store from the index and from the cleanup; mount it outside the store", c.Mountpoint, c.StoreDir)
+		case strings.HasPrefix(st, strings.TrimSuffix(mp, "/")+"/"):
+			return fmt.Errorf("the store %s is inside the mountpoint %s: the mount would hide the store it guards; mount it outside the store", c.StoreDir, c.Mountpoint)
+		}
+	}
 	for _, o := range ours {
 		op := resolvePath(o.path)
 		for _, a := range around {

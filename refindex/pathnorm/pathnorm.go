@@ -73,6 +73,9 @@ type Config struct {
 	// the user gave it before symlinks were resolved (Flink writes paths through the link), a guard's
 	// own mountpoint (Flink writing through the mount).
 	RootAliases []string
+	// External are URI prefixes of storage other than the store (another bucket, a savepoint folder
+	// on HDFS) that references may legitimately name: they are reported, not refused (IsExternal).
+	External []string
 	// DefaultPorts gives, per scheme, the port an authority without one means, so that hdfs://nn/x
 	// and hdfs://nn:8020/x are one object. nil = {"hdfs": 8020} (the NameNode RPC port HDFS clients
 	// use when a URI names none); an empty map disables it.
@@ -204,6 +207,8 @@ type Normalizer struct {
 	cfg   Config
 	ports map[string]int // scheme → default port
 	rules []rule         // longest From first
+	// external: the parsed Config.External prefixes.
+	external []URI
 }
 
 // parse is ParseURI plus the configured default ports.
@@ -281,6 +286,13 @@ func New(cfg Config) (*Normalizer, error) {
 			n.rules[len(n.rules)-1].mount = true
 		}
 	}
+	for _, e := range cfg.External {
+		u := n.parse(e)
+		if u.Scheme == "" {
+			return nil, fmt.Errorf("external prefix %q: must be absolute (a URI such as hdfs://nn:8020/savepoints or a path starting with /)", e)
+		}
+		n.external = append(n.external, u)
+	}
 	sort.SliceStable(n.rules, func(i, j int) bool { return len(n.rules[i].from.Segs) > len(n.rules[j].from.Segs) })
 	return n, nil
 }
@@ -292,7 +304,17 @@ func (n *Normalizer) Fingerprint() string {
 	// v2: host authorities folded to lower case and default ports added (keys derived by v1 differ).
 	// v3: a doubled slash at the start of a path no longer leaves an empty first segment (v2 derived
 	// "/x" from s3://b//x, a key no object has, so the object x was not protected).
-	fmt.Fprintf(h, "v3\x00%s\x00%s\x00", n.cfg.StoreRoot, n.cfg.EntropyKey)
+	// v4: references no mapping covers are placed where the store proves them (Candidates), and
+	// external prefixes are part of the configuration.
+	fmt.Fprintf(h, "v4\x00%s\x00%s\x00", n.cfg.StoreRoot, n.cfg.EntropyKey)
+	ext := make([]string, 0, len(n.external))
+	for _, e := range n.external {
+		ext = append(ext, e.String())
+	}
+	sort.Strings(ext)
+	for _, e := range ext {
+		fmt.Fprintf(h, "external\x00%s\x00", e)
+	}
 	if n.cfg.DefaultPorts != nil {
 		schemes := make([]string, 0, len(n.ports))
 		for s := range n.ports {
@@ -535,49 +557,137 @@ func IsCheckpointDir(name string) bool {
 	return true
 }
 
-// Unmapped recognises a reference that is outside the guarded store but almost certainly names an
-// object inside it under a name no mapping covers (a missing --map): its path runs through the
-// `_metadata`'s own folder — …/<job>/chk-N/<file> for a checkpoint at <dirs>/<job>/chk-N/_metadata
-// (the files Flink wrote for checkpoint N lie beside its _metadata), …/<folder>/<file> for any other
-// `_metadata`. A checkpoint restored from another storage references that storage's shared files and
-// older checkpoints' folders, never this checkpoint's own folder, so it does not match.
-// It returns the store folder whose objects are then unprotected (the job folder of a checkpoint,
-// the folder of any other _metadata) and the map that would tie the reference to the store
-// ("PREFIX=STOREPATH"). uri must be an absolute reference Absolute reported as outside.
-func (n *Normalizer) Unmapped(uri, metadataKey string) (scope, suggest string, ok bool) {
+// Candidate is one place a reference outside the store may name a store object at: the URI's path
+// below Prefix, placed below the store folder Dir ("" = the store root). See Candidates.
+type Candidate struct {
+	Prefix URI
+	Rel    []string
+	Dir    string
+}
+
+// Map is the --map that ties the candidate's prefix to its folder ("PREFIX=STOREPATH").
+func (c Candidate) Map() string { return c.Prefix.String() + "=" + c.Dir }
+
+// Suggest is the shortest --map equivalent to Map for the candidate's references: the trailing
+// folders both sides share are dropped (file:/mnt/flink/prod=prod becomes file:/mnt/flink=).
+func (c Candidate) Suggest() string {
+	from := c.Prefix.Segs
+	var to []string
+	if c.Dir != "" {
+		to = strings.Split(c.Dir, "/")
+	}
+	for len(from) > 0 && len(to) > 0 && from[len(from)-1] == to[len(to)-1] {
+		from, to = from[:len(from)-1], to[:len(to)-1]
+	}
+	return URI{Scheme: c.Prefix.Scheme, Authority: c.Prefix.Authority, Segs: from}.String() + "=" + strings.Join(to, "/")
+}
+
+// Key is the store key the candidate names.
+func (c Candidate) Key() string {
+	if c.Dir == "" {
+		return strings.Join(c.Rel, "/")
+	}
+	return c.Dir + "/" + strings.Join(c.Rel, "/")
+}
+
+// Candidates lists, most likely first, where in the store an absolute reference that no mapping covers
+// would lie if its storage were this store under another name (a relocated copy, an NFS export of
+// an HDFS directory, a bucket seen through another alias). A candidate is only a hypothesis: the
+// caller proves it by finding the referenced objects there. Two anchors follow Flink's layout:
+//
+//   - the URI runs through the name of a folder the `_metadata` itself lies in (…/<job>/chk-N/f for
+//     a checkpoint at <dirs>/<job>/chk-N/_metadata, …/savepoint-x/f for a savepoint): the part from
+//     that name on is placed below that folder's parent;
+//   - the URI names a job folder's content (…/<job>/shared/f, …/<job>/taskowned/f, …/<job>/chk-N/f):
+//     the part from <job> on is placed below each folder above the `_metadata`, deepest first (the
+//     folder that holds the job folders).
+//
+// uri must be an absolute reference (Absolute reported it as outside); metadataKey is a store key.
+func (n *Normalizer) Candidates(uri, metadataKey string) []Candidate {
 	u := n.parse(uri)
 	if u.Scheme == "" || len(u.Segs) < 2 {
-		return "", "", false
+		return nil
 	}
-	dirSegs := strings.Split(metadataKey, "/")
-	dirSegs = dirSegs[:len(dirSegs)-1] // the _metadata's folder and its ancestors
-	if len(dirSegs) == 0 {
-		return "", "", false
+	dirs := strings.Split(metadataKey, "/")
+	dirs = dirs[:len(dirs)-1] // the folders the _metadata lies in, outermost first
+	var out []Candidate
+	seen := map[string]bool{}
+	add := func(i int, dir string) {
+		c := Candidate{Prefix: URI{Scheme: u.Scheme, Authority: u.Authority, Segs: u.Segs[:i:i]}, Rel: u.Segs[i:], Dir: dir}
+		if k := c.Map(); !seen[k] {
+			seen[k] = true
+			out = append(out, c)
+		}
 	}
-	own := dirSegs[len(dirSegs)-1]
-	anchor := own // the folder name the reference must run through
-	scopeLen := len(dirSegs)
-	children := map[string]bool(nil)
-	if IsCheckpointDir(own) && len(dirSegs) >= 2 {
-		anchor = dirSegs[len(dirSegs)-2]
-		scopeLen = len(dirSegs) - 1
-		children = map[string]bool{own: true}
+	// Own folders: deepest folder first, the rightmost occurrence of its name in the URI first.
+	for k := len(dirs) - 1; k >= 0; k-- {
+		for i := len(u.Segs) - 2; i >= 0; i-- {
+			if u.Segs[i] == dirs[k] {
+				add(i, strings.Join(dirs[:k], "/"))
+			}
+		}
 	}
-	for i := len(u.Segs) - 2; i >= 0; i-- {
-		if u.Segs[i] != anchor {
+	// Job folder content.
+	for i := len(u.Segs) - 2; i >= 1; i-- {
+		s := u.Segs[i]
+		if s != "shared" && s != "taskowned" && !IsCheckpointDir(s) {
 			continue
 		}
-		if children != nil && (i+2 >= len(u.Segs) || !children[u.Segs[i+1]]) {
+		// The folder holding the `_metadata`'s own job folder first (<dirs>/<job>/chk-N/_metadata,
+		// <dirs>/savepoint-x/_metadata), then every other folder above it, deepest first.
+		top := len(dirs) - 1
+		if top >= 0 && IsCheckpointDir(dirs[top]) {
+			top--
+		}
+		for _, k := range append([]int{max(top, 0)}, descending(len(dirs))...) {
+			add(i-1, strings.Join(dirs[:k], "/"))
+		}
+	}
+	return out
+}
+
+// descending returns n, n-1, …, 0.
+func descending(n int) []int {
+	out := make([]int, 0, n+1)
+	for k := n; k >= 0; k-- {
+		out = append(out, k)
+	}
+	return out
+}
+
+// Directory returns the canonical URI of the folder holding an absolute reference (for a suggested
+// --external), or "" when it has none.
+func (n *Normalizer) Directory(uri string) string {
+	u := n.parse(uri)
+	if u.Scheme == "" || len(u.Segs) < 2 {
+		return ""
+	}
+	u.Segs = u.Segs[:len(u.Segs)-1]
+	return u.String()
+}
+
+// IsExternal reports whether an outside reference (a canonical URI, as Absolute returns it) lies
+// below one of the prefixes declared external (Config.External): storage other than the store that
+// checkpoints may legitimately reference. Such references are reported, never refused.
+func (n *Normalizer) IsExternal(uri string) bool {
+	if len(n.external) == 0 {
+		return false
+	}
+	u := n.parse(uri)
+	for _, e := range n.external {
+		if e.Scheme != u.Scheme || e.Authority != u.Authority || len(e.Segs) > len(u.Segs) {
 			continue
 		}
-		scope = strings.Join(dirSegs[:scopeLen], "/")
-		// The shortest map: drop the trailing folders both sides share.
-		from, to := u.Segs[:i], dirSegs[:scopeLen-1]
-		for len(from) > 0 && len(to) > 0 && from[len(from)-1] == to[len(to)-1] {
-			from, to = from[:len(from)-1], to[:len(to)-1]
+		match := true
+		for i, s := range e.Segs {
+			if u.Segs[i] != s {
+				match = false
+				break
+			}
 		}
-		suggest = URI{Scheme: u.Scheme, Authority: u.Authority, Segs: from}.String() + "=" + strings.Join(to, "/")
-		return scope, suggest, true
+		if match {
+			return true
+		}
 	}
-	return "", "", false
+	return false
 }

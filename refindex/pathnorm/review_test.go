@@ -1,6 +1,9 @@
 package pathnorm
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // Review C3: a store given through a symlink or reached through a guard's mountpoint has several
 // names; host authorities are case-insensitive; hdfs://nn means hdfs://nn:8020.
@@ -59,30 +62,53 @@ func TestReviewC3RootAliasesAuthorities(t *testing.T) {
 	}
 }
 
-func TestReviewC3Unmapped(t *testing.T) {
+func TestCandidates(t *testing.T) {
 	n, err := New(Config{StoreRoot: "/nfs/ckpt"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
-		uri, meta      string
-		scope, suggest string
-		ok             bool
+		uri, meta string
+		want      []string // Map of each candidate, in order
+		suggest   string   // of the first
 	}{
-		{"file:/mnt/flink/j1/chk-7/f", "prod/j1/chk-7/_metadata", "prod/j1", "file:/mnt/flink=prod", true},
-		{"file:/mnt/prod/j1/chk-7/f", "prod/j1/chk-7/_metadata", "prod/j1", "file:/mnt=", true},
-		{"hdfs://nn:8020/x/j1/chk-7/sub/f", "j1/chk-7/_metadata", "j1", "hdfs://nn:8020/x=", true},
-		{"s3://b/sp/savepoint-ab12-cd/f", "sps/savepoint-ab12-cd/_metadata", "sps/savepoint-ab12-cd", "s3://b/sp=sps", true},
-		{"file:/mnt/flink/j1/shared/f", "prod/j1/chk-7/_metadata", "", "", false},         // restored from elsewhere
-		{"file:/mnt/flink/j1/chk-6/f", "prod/j1/chk-7/_metadata", "", "", false},          // another checkpoint's folder
-		{"file:/mnt/flink/j2/chk-7/f", "prod/j1/chk-7/_metadata", "", "", false},          // another job
-		{"file:/mnt/flink/j1/chk-7", "prod/j1/chk-7/_metadata", "", "", false},            // the folder itself, no file
-		{"file:/mnt/flink/chk-7/f", "chk-7/_metadata", "chk-7", "file:/mnt/flink=", true}, // a chk folder at the root
+		// Own job folder: the part from the job folder on, below the folder holding it.
+		{"file:/mnt/flink/j1/chk-7/f", "prod/j1/chk-7/_metadata", []string{"file:/mnt/flink/j1=prod/j1", "file:/mnt/flink=prod", "file:/mnt/flink=prod/j1/chk-7", "file:/mnt/flink=prod/j1", "file:/mnt/flink="}, "file:/mnt/flink=prod"},
+		{"file:/mnt/prod/j1/chk-7/f", "prod/j1/chk-7/_metadata", []string{"file:/mnt/prod/j1=prod/j1", "file:/mnt/prod=prod", "file:/mnt=", "file:/mnt/prod=prod/j1/chk-7", "file:/mnt/prod=prod/j1", "file:/mnt/prod="}, "file:/mnt="},
+		// Another job's shared files (restored from it): the folder holding the job folders first.
+		{"hdfs://nn:8020/x/j0/shared/f", "j1/chk-7/_metadata", []string{"hdfs://nn:8020/x=", "hdfs://nn:8020/x=j1/chk-7", "hdfs://nn:8020/x=j1"}, "hdfs://nn:8020/x="},
+		{"s3://b/sp/savepoint-ab12-cd/f", "sps/savepoint-ab12-cd/_metadata", []string{"s3://b/sp=sps"}, "s3://b/sp=sps"},
+		{"s3://b/f", "j1/chk-7/_metadata", nil, ""}, // no layout: nowhere to look
 	}
 	for _, tc := range tests {
-		scope, suggest, ok := n.Unmapped(tc.uri, tc.meta)
-		if scope != tc.scope || suggest != tc.suggest || ok != tc.ok {
-			t.Errorf("Unmapped(%q, %q) = %q, %q, %v; want %q, %q, %v", tc.uri, tc.meta, scope, suggest, ok, tc.scope, tc.suggest, tc.ok)
+		var got []string
+		cs := n.Candidates(tc.uri, tc.meta)
+		for _, c := range cs {
+			got = append(got, c.Map())
 		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("Candidates(%q, %q) = %q, want %q", tc.uri, tc.meta, got, tc.want)
+		}
+		if len(cs) > 0 && cs[0].Suggest() != tc.suggest {
+			t.Errorf("Candidates(%q, %q)[0].Suggest() = %q, want %q", tc.uri, tc.meta, cs[0].Suggest(), tc.suggest)
+		}
+	}
+}
+
+func TestIsExternal(t *testing.T) {
+	n, err := New(Config{StoreRoot: "s3://b/flink", External: []string{"s3a://other/sp", "hdfs://nn/savepoints"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for uri, want := range map[string]bool{
+		"s3://other/sp/savepoint-1/f": true, "s3p://other/sp/x": true, "s3://other/spx/f": false, "s3://b/flink/x": false,
+		"hdfs://nn:8020/savepoints/a": true, "hdfs://nn2:8020/savepoints/a": false,
+	} {
+		if got := n.IsExternal(n.Absolute(uri).Path); got != want {
+			t.Errorf("IsExternal(%q) = %v, want %v", uri, got, want)
+		}
+	}
+	if _, err := New(Config{External: []string{"relative/x"}}); err == nil {
+		t.Error("a relative external prefix accepted")
 	}
 }

@@ -281,6 +281,7 @@ func SchemeAliasing(dir string, now time.Time) (*Tree, error) {
 		return nil, err
 	}
 	t.Maps = []pathnorm.Mapping{{From: "s3://bucket/flink", To: ""}}
+	t.External = []string{"s3://other-bucket"}
 	a, b := "aaaa0000aaaa0000aaaa0000aaaa0000", "bbbb1111bbbb1111bbbb1111bbbb1111"
 	day := 24 * time.Hour
 	aSST := prefixAll(a+"/shared/", uuids("alias/a", 6))

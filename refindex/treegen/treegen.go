@@ -53,8 +53,10 @@ type Tree struct {
 	Root string // local directory of the store
 	// URIPrefix is the URI Flink wrote for Root (file:<Root> unless a scenario writes s3:// …).
 	URIPrefix string
-	// Maps and EntropyKey are the index configuration the tree needs (--map, --entropy-key).
+	// Maps and EntropyKey are the index configuration the tree needs (--map, --entropy-key);
+	// External the prefixes of other storage its checkpoints reference (--external).
 	Maps       []pathnorm.Mapping
+	External   []string
 	EntropyKey string
 	Now        time.Time
 	Files      map[string]File

@@ -1,0 +1,214 @@
+package refindex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/ckguard/ckguard/refindex/pathnorm"
+	"github.com/ckguard/ckguard/refindex/store"
+)
+
+// resolveOutside decides, for one parsed `_metadata`, where its references that no mapping ties to
+// the store live. The invariant it protects: no reference is silently unprotected. Each such
+// reference ends in exactly one of three states:
+//
+//   - placed: the store proves a mapping for it. A candidate mapping PREFIX=STOREPATH
+//     (pathnorm.Candidates: Flink's layout, anchored at the `_metadata`'s own folders or at a job
+//     folder's shared/, taskowned/ or chk-N/) is proven when every reference of this `_metadata`
+//     below PREFIX exists at the same relative place below STOREPATH. The references become store
+//     keys and protect their files like any other; the mapping is recorded (Inferred) and logged once.
+//     An explicit --map is applied before (Absolute), so it always wins.
+//   - external: below a declared --external prefix: legitimately on other storage, reported only.
+//   - unmapped: anything else. Its base name is recorded (Unproven), and the decision refuses every
+//     store file of that name (memState.unprovenFor): a prefix map rewrites folders, never a file's
+//     name, so under whatever --map is missing the object is one of those files.
+//
+// A store error while proving fails the read (the sync fails and the index fails closed).
+func (ix *Index) resolveOutside(ctx context.Context, e *entry) error {
+	rec := e.rec
+	type cand struct {
+		c    pathnorm.Candidate
+		refs []int // indexes into e.refs of the outside references below c.Prefix
+	}
+	var cands []*cand
+	byMap := map[string]*cand{}
+	var pending []int
+	for i, r := range e.refs {
+		if r.Inside {
+			continue
+		}
+		if ix.norm.IsExternal(r.Key) {
+			rec.External++
+			continue
+		}
+		pending = append(pending, i)
+		if strings.HasPrefix(r.Key, relativeOutside) {
+			continue // a relative name climbing above the store root names no place in it
+		}
+		for _, c := range ix.norm.Candidates(r.Key, rec.Key) {
+			k := c.Map()
+			cd := byMap[k]
+			if cd == nil {
+				cd = &cand{c: pathnorm.Candidate{Prefix: c.Prefix, Dir: c.Dir}}
+				byMap[k] = cd
+				cands = append(cands, cd)
+			}
+			cd.refs = append(cd.refs, i)
+		}
+	}
+	if len(pending) == 0 {
+		return nil
+	}
+	placed := map[int]string{} // e.refs index → store key
+	exists := map[string]bool{}
+	found := func(key string, dir bool) (bool, error) {
+		if v, ok := exists[key]; ok {
+			return v, nil
+		}
+		if k, err := store.CleanKey(key); err != nil || k != key {
+			exists[key] = false
+			return false, nil
+		}
+		oi, err := ix.st.Stat(ctx, key)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			exists[key] = false
+		case err != nil:
+			return false, fmt.Errorf("stat %s (proving where %s's references live): %w", key, rec.Key, err)
+		default:
+			exists[key] = oi.IsDir == dir && !oi.Special
+		}
+		return exists[key], nil
+	}
+	// Most specific candidates first: the longest prefix, then the deepest folder (Candidates' order
+	// among equals).
+	sort.SliceStable(cands, func(a, b int) bool { return len(cands[a].c.Prefix.Segs) > len(cands[b].c.Prefix.Segs) })
+	for _, cd := range cands {
+		var todo []int
+		for _, i := range cd.refs {
+			if _, ok := placed[i]; !ok {
+				todo = append(todo, i)
+			}
+		}
+		if len(todo) == 0 {
+			continue
+		}
+		keys := make([]string, len(todo))
+		ok := true
+		for j, i := range todo {
+			rel := pathnorm.ParseURI(e.refs[i].Key).Segs[len(cd.c.Prefix.Segs):]
+			keys[j] = pathnorm.Candidate{Rel: rel, Dir: cd.c.Dir}.Key()
+			hit, err := found(keys[j], e.refs[i].Kind == RefDirectory)
+			if err != nil {
+				return err
+			}
+			if !hit {
+				ok = false
+				break
+			}
+		}
+		if !ok {
+			continue
+		}
+		for j, i := range todo {
+			placed[i] = keys[j]
+		}
+		m := cd.c.Map()
+		rec.Inferred = append(rec.Inferred, m)
+		if _, warned := ix.inferredWarned.LoadOrStore(m, true); !warned {
+			ix.log.Warn("references that no --map ties to the store were found at the same relative place in the store: the mapping is applied and protects them; add it as --map to make it explicit",
+				"map", m, "file", rec.Key, "references", len(todo))
+		}
+	}
+	for _, i := range pending {
+		r := &e.refs[i]
+		if k, ok := placed[i]; ok {
+			r.Key, r.Inside = k, true
+			continue
+		}
+		rec.Unmapped++
+		if rec.UnmappedURI == "" {
+			rec.UnmappedURI = r.Key
+		}
+		if r.Kind == RefDirectory {
+			rec.UnprovenDirs = append(rec.UnprovenDirs, r.Key)
+			continue
+		}
+		if rec.Unproven == nil {
+			rec.Unproven = map[string]string{}
+		}
+		b := path.Base(r.Key)
+		if _, dup := rec.Unproven[b]; !dup {
+			rec.Unproven[b] = r.Key
+		}
+	}
+	sort.Strings(rec.Inferred)
+	if len(placed) > 0 {
+		// Two names of one object (an alias and the mapped spelling) are one reference.
+		seen := map[string]int{}
+		out := e.refs[:0]
+		for _, r := range e.refs {
+			id := string(rune('0'+r.Kind)) + fmt.Sprint(r.Inside) + r.Key
+			if j, ok := seen[id]; ok {
+				out[j].Length += r.Length
+				continue
+			}
+			seen[id] = len(out)
+			out = append(out, r)
+		}
+		e.refs = out
+	}
+	if rec.Unmapped > 0 {
+		ix.log.Warn("a live _metadata references files that no --map ties to the store and the store does not hold at the same relative place: every store file that could be one of them is refused",
+			"file", rec.Key, "unmapped", rec.Unmapped, "uri", rec.UnmappedURI, "fix", ix.unmappedFix(rec.Key, rec.UnmappedURI))
+	}
+	return nil
+}
+
+// relativeOutside starts the outside key of a relative handle that climbs above the store root
+// (pathnorm.Normalizer.Relative).
+const relativeOutside = "relative:"
+
+// unmappedFix says what to add for an unmapped reference uri of the `_metadata` meta: the most likely
+// --map, or --external when it lies on other storage.
+func (ix *Index) unmappedFix(meta, uri string) string {
+	m := "PREFIX=STOREPATH"
+	if cs := ix.norm.Candidates(uri, meta); len(cs) > 0 {
+		m = cs[0].Suggest()
+	}
+	ext := ix.norm.Directory(uri)
+	if ext == "" {
+		ext = "PREFIX"
+	}
+	return fmt.Sprintf("add --map %s if that storage is this store under another name, or --external %s if it lies on other storage, then run `ckguard index sync`", m, ext)
+}
+
+// unprovenFor returns the live `_metadata` and the URI of an unmapped reference that the object key
+// could be (its base name matches), or that could lie below any folder (an unmapped directory
+// handle); ok is false when there is none. A `_metadata` itself is never one: deleting it retires a
+// checkpoint, which is how an unmapped one is removed.
+func (s *memState) unprovenFor(key string) (meta, uri string, ok bool) {
+	if len(s.unmapped) == 0 {
+		return "", "", false
+	}
+	b := key
+	if i := strings.LastIndexByte(key, '/'); i >= 0 {
+		b = key[i+1:]
+	}
+	if b == store.MetadataName {
+		return "", "", false
+	}
+	if len(s.unprovenDirs) > 0 {
+		c := s.ckpts[s.unprovenDirs[0]]
+		return c.Key, c.UnprovenDirs[0], true
+	}
+	if m, ok := s.unproven[b]; ok {
+		return m, s.ckpts[m].Unproven[b], true
+	}
+	return "", "", false
+}
