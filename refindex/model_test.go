@@ -240,7 +240,7 @@ func (m *model) writeForeign(job string) {
 
 // TestModel runs random sequences of Flink writing checkpoint n (reusing SSTs of n-1), subsuming n-1
 // (and deleting what it no longer uses), restoring a job from another job's checkpoint, and a script
-// deleting random paths or renaming random folders, against an in-memory model: the index never allows
+// deleting random paths or renaming random folders, the store relocated, against an in-memory model: the index never allows
 // deleting (or moving) an object a live checkpoint references, and never refuses garbage past grace.
 // -rapid.checks=N runs more sequences (default 100; rapid runs a fifth with -short).
 func TestModel(t *testing.T) {
@@ -324,7 +324,6 @@ func runModel(rt *rapid.T, checkFilter bool) {
 			m.jobs = append(m.jobs, c.Job)
 			m.nextID[c.Job] = c.ID + 1
 		}
-		ls, _ := localstore.New(m.tr.Root)
 		pol := refindex.DefaultPolicy()
 		pol.MaxStaleness = 0
 		// Subsumption retires the oldest checkpoint, never the newest; scripts may retire any other.
@@ -332,14 +331,19 @@ func runModel(rt *rapid.T, checkFilter bool) {
 		pol.SavepointRetention = 6 * time.Hour
 		pol.Now = func() time.Time { return m.now }
 		m.pol = pol
-		m.ix, err = refindex.Open(filepath.Join(root, "index"), ls, pol, refindex.WithLogger(quiet), refindex.WithParseWorkers(2))
-		if err != nil {
-			rt.Fatal(err)
+		open := func() {
+			ls, _ := localstore.New(m.tr.Root)
+			m.ix, err = refindex.Open(filepath.Join(root, "index"), ls, pol, refindex.WithLogger(quiet), refindex.WithParseWorkers(2))
+			if err != nil {
+				rt.Fatal(err)
+			}
+			if err := m.ix.Sync(context.Background()); err != nil {
+				rt.Fatal(err)
+			}
 		}
-		defer m.ix.Close()
-		if err := m.ix.Sync(context.Background()); err != nil {
-			rt.Fatal(err)
-		}
+		open()
+		defer func() { m.ix.Close() }()
+		relocations := 0
 		ctx := context.Background()
 		rt.Repeat(map[string]func(*rapid.T){
 			"checkpoint": func(t *rapid.T) {
@@ -502,6 +506,27 @@ func runModel(rt *rapid.T, checkFilter bool) {
 							t.Fatalf("rename of %s allowed though %s references %s", dir, meta, r)
 						}
 					}
+				}
+			},
+			"relocate": func(t *rapid.T) {
+				// The store is copied elsewhere (cp -a, an NFS export seen under another path) and guarded
+				// there without --map, while Flink keeps writing the old URIs: the store proves the
+				// mapping, so everything referenced stays protected.
+				relocations++
+				to := filepath.Join(root, fmt.Sprintf("relocated-%d", relocations), "store")
+				if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := m.ix.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Rename(m.tr.Root, to); err != nil {
+					t.Fatal(err)
+				}
+				m.tr.Root = to
+				open()
+				if s, err := m.ix.Stats(ctx); err != nil || s.UnmappedReferences > 0 {
+					t.Fatalf("relocated store: %+v %v", s, err)
 				}
 			},
 			"clock": func(t *rapid.T) {
