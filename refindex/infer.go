@@ -20,7 +20,8 @@ import (
 //   - placed: the store proves a mapping for it. A candidate mapping PREFIX=STOREPATH
 //     (pathnorm.Candidates: Flink's layout, anchored at the `_metadata`'s own folders or at a job
 //     folder's shared/, taskowned/ or chk-N/) is proven when every reference of this `_metadata`
-//     below PREFIX exists at the same relative place below STOREPATH. The references become store
+//     below PREFIX exists at the same relative place below STOREPATH (directory handles may be
+//     absent, see below). The references become store
 //     keys and protect their files like any other; the mapping is recorded (Inferred) and logged once.
 //     An explicit --map is applied before (Absolute), so it always wins.
 //   - external: below a declared --external prefix: legitimately on other storage, reported only.
@@ -98,21 +99,27 @@ func (ix *Index) resolveOutside(ctx context.Context, e *entry) error {
 		if len(todo) == 0 {
 			continue
 		}
+		// Proven: every file reference is there and at least one reference is. A directory handle
+		// proves nothing when absent (file merging's managed folders may be empty, and S3 has no
+		// folders), so it neither fails nor alone proves a candidate.
 		keys := make([]string, len(todo))
-		ok := true
+		ok, hits := true, 0
 		for j, i := range todo {
 			rel := pathnorm.ParseURI(e.refs[i].Key).Segs[len(cd.c.Prefix.Segs):]
 			keys[j] = pathnorm.Candidate{Rel: rel, Dir: cd.c.Dir}.Key()
-			hit, err := found(keys[j], e.refs[i].Kind == RefDirectory)
+			dir := e.refs[i].Kind == RefDirectory
+			hit, err := found(keys[j], dir)
 			if err != nil {
 				return err
 			}
-			if !hit {
+			if hit {
+				hits++
+			} else if !dir {
 				ok = false
 				break
 			}
 		}
-		if !ok {
+		if !ok || hits == 0 {
 			continue
 		}
 		for j, i := range todo {
