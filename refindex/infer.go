@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -52,18 +53,32 @@ func (ix *Index) resolveOutside(ctx context.Context, e *entry) error {
 			continue // a relative name climbing above the store root names no place in it
 		}
 		for _, c := range ix.norm.Candidates(r.Key, rec.Key) {
-			k := c.Map()
-			cd := byMap[k]
-			if cd == nil {
-				cd = &cand{c: pathnorm.Candidate{Prefix: c.Prefix, Dir: c.Dir}}
+			if k := c.Map(); byMap[k] == nil {
+				cd := &cand{c: pathnorm.Candidate{Prefix: c.Prefix, Dir: c.Dir}}
 				byMap[k] = cd
 				cands = append(cands, cd)
 			}
-			cd.refs = append(cd.refs, i)
 		}
 	}
 	if len(pending) == 0 {
 		return nil
+	}
+	// A candidate covers every pending reference below its prefix, whether or not that reference's
+	// own path shows Flink's layout (changelog files in dstl/, files at the checkpoint root).
+	uris := make(map[int]pathnorm.URI, len(pending))
+	for _, i := range pending {
+		uris[i] = pathnorm.ParseURI(e.refs[i].Key)
+	}
+	for _, cd := range cands {
+		p := cd.c.Prefix
+		for _, i := range pending {
+			u := uris[i]
+			if strings.HasPrefix(e.refs[i].Key, relativeOutside) || u.Scheme != p.Scheme || u.Authority != p.Authority ||
+				len(u.Segs) <= len(p.Segs) || !slices.Equal(u.Segs[:len(p.Segs)], p.Segs) {
+				continue
+			}
+			cd.refs = append(cd.refs, i)
+		}
 	}
 	placed := map[int]string{} // e.refs index → store key
 	exists := map[string]bool{}
@@ -105,7 +120,7 @@ func (ix *Index) resolveOutside(ctx context.Context, e *entry) error {
 		keys := make([]string, len(todo))
 		ok, hits := true, 0
 		for j, i := range todo {
-			rel := pathnorm.ParseURI(e.refs[i].Key).Segs[len(cd.c.Prefix.Segs):]
+			rel := uris[i].Segs[len(cd.c.Prefix.Segs):]
 			keys[j] = pathnorm.Candidate{Rel: rel, Dir: cd.c.Dir}.Key()
 			dir := e.refs[i].Kind == RefDirectory
 			hit, err := found(keys[j], dir)
