@@ -29,6 +29,10 @@ type IndexStats struct {
 	OrphanedBytes   int64
 	LastSync        time.Time     // completion of the last successful sync; zero if none
 	ClockBehind     time.Duration // how far ages of store files are corrected for the store's clock
+	// UnmappedReferences: references neither mapped, inferred from the store nor --external (the files
+	// they could be are refused); InferredMaps: prefix maps the store proved.
+	UnmappedReferences int64
+	InferredMaps       int64
 }
 
 // Metrics is the set of collectors of one mount.
@@ -47,6 +51,8 @@ type Metrics struct {
 	refBytes       prometheus.Gauge
 	orphanBytes    prometheus.Gauge
 	clockBehind    prometheus.Gauge
+	unmappedRefs   prometheus.Gauge
+	inferredMaps   prometheus.Gauge
 
 	// Children resolved once per label set: WithLabelValues hashes the labels and takes the vector's lock
 	// on every call, and these are counted on the path of every guarded operation.
@@ -108,6 +114,10 @@ func New() *Metrics {
 		Name: "ckguard_referenced_bytes", Help: "Bytes of store objects that are not garbage: referenced by live checkpoints/savepoints or protected by policy (store bytes minus orphaned bytes)."})
 	m.orphanBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "ckguard_orphaned_bytes", Help: "Bytes of unreferenced store objects past the grace period."})
+	m.unmappedRefs = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ckguard_unmapped_references", Help: "References of live checkpoints that no --map ties to the store, the store does not place and no --external declares: every store file that could be one of them is refused, and verify cannot be green."})
+	m.inferredMaps = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ckguard_inferred_maps", Help: "Prefix maps the store proved for references no --map covers (applied; add them as --map to make them explicit)."})
 	m.clockBehind = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "ckguard_store_clock_behind_seconds", Help: "How far ages of store files are corrected because the store's clock is (or was, within --grace) behind this host's; 0 when the clocks agree."})
 	lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -126,7 +136,7 @@ func New() *Metrics {
 		Help: "FUSE requests the daemon is answering now.",
 	}, func() float64 { return float64(m.inflight.Load()) })
 	m.Registry.MustRegister(m.refusals, m.allowed, m.notifyErrors, m.syncDuration, m.syncFailures,
-		m.fuseLatency, m.decideLatency, m.liveCkpt, m.liveSavepoints, m.refBytes, m.orphanBytes, m.clockBehind, lag, inflight,
+		m.fuseLatency, m.decideLatency, m.liveCkpt, m.liveSavepoints, m.refBytes, m.orphanBytes, m.clockBehind, m.unmappedRefs, m.inferredMaps, lag, inflight,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -220,6 +230,8 @@ func (m *Metrics) SetIndexCounts(s IndexStats) {
 	m.liveCkpt.Set(float64(s.LiveCheckpoints))
 	m.liveSavepoints.Set(float64(s.LiveSavepoints))
 	m.clockBehind.Set(s.ClockBehind.Seconds())
+	m.unmappedRefs.Set(float64(s.UnmappedReferences))
+	m.inferredMaps.Set(float64(s.InferredMaps))
 	m.mu.Lock()
 	if !s.LastSync.IsZero() {
 		m.lastSync = s.LastSync

@@ -18,7 +18,8 @@ func TestServeExposesDecisionsAndIndexGauges(t *testing.T) {
 	m.Decision("unlink", false, "referenced")
 	m.Decision("unlink", true, "allowed")
 	m.Sync(20*time.Millisecond, nil)
-	m.SetIndexStats(IndexStats{LiveCheckpoints: 3, LiveSavepoints: 1, ReferencedBytes: 10, OrphanedBytes: 5, LastSync: time.Now().Add(-2 * time.Second), ClockBehind: 90 * time.Second})
+	m.SetIndexStats(IndexStats{LiveCheckpoints: 3, LiveSavepoints: 1, ReferencedBytes: 10, OrphanedBytes: 5, LastSync: time.Now().Add(-2 * time.Second), ClockBehind: 90 * time.Second,
+		UnmappedReferences: 4, InferredMaps: 2})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	addr, err := m.Serve(ctx, "127.0.0.1:0", slog.Default())
@@ -39,6 +40,8 @@ func TestServeExposesDecisionsAndIndexGauges(t *testing.T) {
 		`ckguard_live_savepoints 1`,
 		`ckguard_orphaned_bytes 5`,
 		`ckguard_store_clock_behind_seconds 90`,
+		`ckguard_unmapped_references 4`,
+		`ckguard_inferred_maps 2`,
 		`ckguard_sync_duration_seconds_count 1`,
 		`ckguard_index_lag_seconds 2`,
 	} {
