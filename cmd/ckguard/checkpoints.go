@@ -127,6 +127,14 @@ func printCheckpoints(w io.Writer, res *refindex.CheckpointsResult) {
 				dash(shortFlags(ck.Pinned, ck.Protected)), path.Base(ck.Dir), dash(shortJobs(ck.ReferencesJobs)))
 		}
 		tw.Flush()
+		for _, ck := range j.Checkpoints {
+			if len(ck.InferredMaps) > 0 {
+				fmt.Fprintf(w, "  %s: references mapped by %s (inferred: the store holds them at the same relative place)\n", ck.Dir, strings.Join(ck.InferredMaps, ", "))
+			}
+			if ck.Unmapped > 0 {
+				fmt.Fprintf(w, "  UNMAPPED %s: %d references no --map ties to the store, e.g. %s; files that could be them are refused\n", ck.Dir, ck.Unmapped, ck.UnmappedURI)
+			}
+		}
 	}
 	if len(res.Jobs) == 0 {
 		fmt.Fprintln(w, "no live checkpoints or savepoints")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -66,6 +67,12 @@ func printStats(w io.Writer, s *refindex.StatsResult) {
 	}
 	if s.Stale {
 		rows = append(rows, [2]string{"STALE", "every deletion is refused until the index is synced"})
+	}
+	if len(s.InferredMaps) > 0 {
+		rows = append(rows, [2]string{"inferred maps", strings.Join(s.InferredMaps, ", ") + " (proved by the store; add them as --map to make them explicit)"})
+	}
+	if s.Unmapped != "" {
+		rows = append(rows, [2]string{"UNMAPPED REFERENCES", fmt.Sprintf("%d: %s", s.UnmappedReferences, s.Unmapped)})
 	}
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
