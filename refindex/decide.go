@@ -38,8 +38,9 @@ const (
 
 // Decide answers whether op may happen to path (a store key). Rules, in this order: a stale index or
 // a failed sync refuses everything; an unparseable `_metadata` refuses every operation except on that
-// file itself; a live `_metadata` naming its own folder's files outside the store (missing --map)
-// refuses operations in its job folder; objects referenced by a live checkpoint/savepoint are
+// file itself; a live `_metadata` referencing an object by a URI that no mapping ties to the store,
+// the store does not place and no --external declares (resolveOutside) refuses every file with that
+// URI's name and every folder holding one; objects referenced by a live checkpoint/savepoint are
 // refused; protected `_metadata` (pinned, newest checkpoint of an active job, newest savepoint of a
 // job, savepoint within --savepoint-retention) is refused; --protect
 // globs are refused; unreferenced objects younger than --grace are refused (except OpLink and
@@ -63,19 +64,19 @@ func (ix *Index) Decide(ctx context.Context, p string, op Op) Decision {
 
 func refuse(r Reason, msg string) Decision { return Decision{Reason: r, Message: msg} }
 
+func orRoot(k string) string {
+	if k == "" {
+		return "the store root"
+	}
+	return k
+}
+
 // parentKey returns the directory holding key ("" for a key at the store root).
 func parentKey(key string) string {
 	if i := strings.LastIndexByte(key, '/'); i >= 0 {
 		return key[:i]
 	}
 	return ""
-}
-
-func orRoot(k string) string {
-	if k == "" {
-		return "the store root"
-	}
-	return k
 }
 
 func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit int) Decision {

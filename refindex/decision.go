@@ -57,9 +57,9 @@ const (
 	ReasonProtectGlob        Reason = "protect-glob" // matches a --protect glob
 	ReasonGrace              Reason = "grace"        // unreferenced but younger than --grace
 	ReasonStoreError         Reason = "store-error"  // storage error while deciding: fail closed
-	// ReasonUnmappedReferences: a live _metadata references, outside the store, files of its own
-	// checkpoint folder: they are in this store under a name no --map ties to it, so what it
-	// references there is unknown.
+	// ReasonUnmappedReferences: a live _metadata references an object by a URI that no --map ties to
+	// the store, that the store does not hold at the same relative place and that no --external
+	// declares; the refused file could be that object (it has the URI's name).
 	ReasonUnmappedReferences Reason = "unmapped-references"
 )
 
