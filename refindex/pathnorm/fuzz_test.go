@@ -117,3 +117,33 @@ func FuzzRelative(f *testing.F) {
 		checkCleanKey(t, "Relative("+metadataKey+", "+name+")", k.Path)
 	})
 }
+
+// FuzzCandidates: for any reference and `_metadata` key, every candidate place is a clean store key (no
+// empty, "." or ".." segment, never above the store root) below its folder, and its prefix and relative
+// part rebuild the reference's path.
+func FuzzCandidates(f *testing.F) {
+	f.Add("file:/mnt/flink/j1/chk-7/f", "prod/j1/chk-7/_metadata")
+	f.Add("s3a://b/x/../j/shared/f", "j/chk-1/_metadata")
+	f.Add("hdfs://nn/a/savepoint-1/f", "sp/savepoint-1/_metadata")
+	f.Add("file:/chk-1/chk-1/chk-1", "chk-1/chk-1/_metadata")
+	n, err := New(Config{StoreRoot: "/store"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, uri, meta string) {
+		for _, c := range n.Candidates(uri, meta) {
+			k := c.Key()
+			for _, s := range strings.Split(k, "/") {
+				if s == "" || s == "." || s == ".." {
+					t.Fatalf("Candidates(%q, %q): key %q has segment %q", uri, meta, k, s)
+				}
+			}
+			if c.Dir != "" && !strings.HasPrefix(k, c.Dir+"/") {
+				t.Fatalf("Candidates(%q, %q): key %q not below %q", uri, meta, k, c.Dir)
+			}
+			if got, want := append(append([]string{}, c.Prefix.Segs...), c.Rel...), n.parse(uri).Segs; strings.Join(got, "/") != strings.Join(want, "/") {
+				t.Fatalf("Candidates(%q, %q): prefix+rel %q != %q", uri, meta, got, want)
+			}
+		}
+	})
+}

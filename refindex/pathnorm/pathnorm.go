@@ -610,6 +610,11 @@ func (n *Normalizer) Candidates(uri, metadataKey string) []Candidate {
 	}
 	dirs := strings.Split(metadataKey, "/")
 	dirs = dirs[:len(dirs)-1] // the folders the _metadata lies in, outermost first
+	for _, d := range dirs {
+		if d == "" || d == "." || d == ".." {
+			return nil // not a clean store key: no folder to place anything below
+		}
+	}
 	var out []Candidate
 	seen := map[string]bool{}
 	add := func(i int, dir string) {
