@@ -522,7 +522,9 @@ func (ix *Index) Sync(ctx context.Context) error {
 	listed := map[string]bool{}
 	err := ix.st.ListMetadata(ctx, func(oi store.ObjectInfo) error {
 		listed[oi.Path] = true
-		if c := cur.ckpts[oi.Path]; c == nil || !sameVersion(c, oi) {
+		// A _metadata with unmapped references is read again at every sync: the store may prove their
+		// place now (a copy that was still running, a file restored).
+		if c := cur.ckpts[oi.Path]; c == nil || !sameVersion(c, oi) || c.Unmapped > 0 {
 			changed = append(changed, oi)
 		}
 		return nil

@@ -186,3 +186,45 @@ func TestUnmappedDirectoryHandle(t *testing.T) {
 		t.Errorf("the _metadata with the unmapped handle cannot be retired: %+v", d)
 	}
 }
+
+// A _metadata whose references the store could not place is read again at every sync: once the missing
+// file is back (a copy that was still running), the mapping is proven and the refusals by name end.
+func TestUnmappedResolvedByLaterSync(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow, treegen.Options{URIPrefix: "file:/mnt/flink"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shared string
+	for _, c := range tr.Live {
+		for _, r := range c.Refs {
+			if strings.Contains(r, "/shared/") {
+				shared = r
+			}
+		}
+	}
+	p := filepath.Join(tr.Root, shared)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Stat(p)
+	os.Remove(p)
+	ix := openTree(t, tr)
+	if s, _ := ix.Stats(ctx); s.UnmappedReferences == 0 {
+		t.Fatalf("no unmapped references with %s missing: %+v", shared, s)
+	}
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chtimes(p, fi.ModTime(), fi.ModTime())
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := ix.Stats(ctx); s.UnmappedReferences != 0 || len(s.InferredMaps) != 1 {
+		t.Fatalf("after the file is back: %+v", s)
+	}
+	if d := ix.Decide(ctx, shared, refindex.OpUnlink); d.Reason != refindex.ReasonReferenced {
+		t.Fatalf("unlink %s: %+v", shared, d)
+	}
+}
