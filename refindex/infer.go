@@ -22,9 +22,9 @@ import (
 //     (pathnorm.Candidates: Flink's layout, anchored at the `_metadata`'s own folders or at a job
 //     folder's shared/, taskowned/ or chk-N/) is proven when every reference of this `_metadata`
 //     below PREFIX exists at the same relative place below STOREPATH (directory handles may be
-//     absent, see below). The references become store
-//     keys and protect their files like any other; the mapping is recorded (Inferred) and logged once.
-//     An explicit --map is applied before (Absolute), so it always wins.
+//     absent, see below). The references become store keys and protect their files like any other;
+//     the mapping is recorded (Inferred) and logged once. An explicit --map is applied before
+//     (Absolute), so it always wins. Candidates are tried most specific first (longest prefix).
 //   - external: below a declared --external prefix: legitimately on other storage, reported only.
 //   - unmapped: anything else. Its base name is recorded (Unproven), and the decision refuses every
 //     store file of that name (memState.unprovenFor): a prefix map rewrites folders, never a file's
