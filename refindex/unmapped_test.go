@@ -227,4 +227,9 @@ func TestUnmappedResolvedByLaterSync(t *testing.T) {
 	if d := ix.Decide(ctx, shared, refindex.OpUnlink); d.Reason != refindex.ReasonReferenced {
 		t.Fatalf("unlink %s: %+v", shared, d)
 	}
+	// Asked about the URI as Flink wrote it, why answers for the file the inferred mapping names.
+	why, err := ix.Why(ctx, "file:/mnt/flink/"+shared)
+	if err != nil || why.Outside || why.Path != shared || why.Reason != refindex.ReasonReferenced {
+		t.Fatalf("why by URI: %+v %v", why, err)
+	}
 }
