@@ -302,18 +302,9 @@ func (ix *Index) inferredKey(uri string) (pathnorm.Key, bool) {
 	ix.mu.RLock()
 	st := ix.state
 	ix.mu.RUnlock()
-	u := pathnorm.ParseURI(uri)
 	for _, k := range st.inferredRecords() {
-		for _, m := range st.ckpts[k].Inferred {
-			pm, err := pathnorm.ParseMapping(m)
-			if err != nil {
-				continue
-			}
-			p := pathnorm.ParseURI(pm.From)
-			if p.Scheme != u.Scheme || p.Authority != u.Authority || len(p.Segs) > len(u.Segs) || !slices.Equal(p.Segs, u.Segs[:len(p.Segs)]) {
-				continue
-			}
-			return pathnorm.Key{Path: pathnorm.Candidate{Rel: u.Segs[len(p.Segs):], Dir: pm.To}.Key(), Inside: true}, true
+		if key, ok := pathnorm.ApplyInferred(st.ckpts[k].Inferred, uri); ok {
+			return key, true
 		}
 	}
 	return pathnorm.Key{}, false

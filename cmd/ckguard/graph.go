@@ -105,6 +105,13 @@ func runGraph(c *cli.Context) error {
 		known[j.Job] = true
 	}
 	refs.Known = func(f string) bool { return known[f] }
+	inferred := map[string][]string{}
+	for _, j := range res.Jobs {
+		for _, ck := range j.Checkpoints {
+			inferred[ck.Metadata] = ck.InferredMaps
+		}
+	}
+	refs.Inferred = func(m string) []string { return inferred[m] }
 	stop := progressFor(c, nil) // reading every checkpoint's _metadata and listing its folders
 	g, err := graph.Build(c.Context, res, c.String("job"), refs, refs, cliLogger())
 	stop()

@@ -67,6 +67,7 @@ func TestUnmappedExitCodes(t *testing.T) {
 		{"orphans unmapped", []string{"orphans", "--store", unmapped.Root, "--index", idx()}, 3, "--external file:/mnt/flink/flink/"},
 		{"verify external", []string{"verify", "--store", unmapped.Root, "--index", idx(), "--external", "file:/mnt/flink"}, 0, "below --external"},
 		{"verify relocated real store", []string{"verify", "--store", relocated, "--index", idx()}, 0, "verify OK"},
+		{"graph relocated real store", []string{"graph", "--format", "dot", "--store", relocated, "--index", idx()}, 0, `-> "folder:f2f9994b885a9bcfa9edf01d7651f7ba"`},
 		{"stats relocated real store", []string{"stats", "--json", "--store", relocated, "--index", idx()}, 0, `"file:/tmp/ckguard-fixtures/1.20/incremental/store="`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

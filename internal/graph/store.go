@@ -21,6 +21,9 @@ type StoreRefs struct {
 	Norm  *pathnorm.Normalizer
 	// Known reports whether a folder holds checkpoints (attributes entropy-injected keys); may be nil.
 	Known func(folder string) bool
+	// Inferred returns the prefix maps the index proved for a `_metadata`'s references
+	// (CheckpointInfo.InferredMaps); may be nil.
+	Inferred func(metadataKey string) []string
 }
 
 var (
@@ -64,6 +67,10 @@ func (s *StoreRefs) Refs(ctx context.Context, metadataKey string) ([]Ref, error)
 			k = s.Norm.Relative(metadataKey, rf.URI)
 		} else {
 			k = s.Norm.Absolute(rf.URI)
+		}
+		if !k.Inside && s.Inferred != nil {
+			// The index proved where this checkpoint's references live (a relocated store).
+			k, _ = pathnorm.ApplyInferred(s.Inferred(metadataKey), k.Path)
 		}
 		if !k.Inside {
 			continue

@@ -651,6 +651,33 @@ func (n *Normalizer) Candidates(uri, metadataKey string) []Candidate {
 	return out
 }
 
+// ApplyInferred maps an outside reference (a canonical URI, as Absolute returns it) with the first of
+// maps ("PREFIX=STOREPATH", as the index records the mappings the store proved) whose prefix covers it.
+func ApplyInferred(maps []string, uri string) (Key, bool) {
+	u := ParseURI(uri)
+	for _, m := range maps {
+		pm, err := ParseMapping(m)
+		if err != nil {
+			continue
+		}
+		p := ParseURI(pm.From)
+		if p.Scheme != u.Scheme || p.Authority != u.Authority || len(p.Segs) >= len(u.Segs) {
+			continue
+		}
+		match := true
+		for i, s := range p.Segs {
+			if u.Segs[i] != s {
+				match = false
+				break
+			}
+		}
+		if match {
+			return Key{Path: Candidate{Rel: u.Segs[len(p.Segs):], Dir: pm.To}.Key(), Inside: true}, true
+		}
+	}
+	return Key{}, false
+}
+
 // descending returns n, n-1, …, 0.
 func descending(n int) []int {
 	out := make([]int, 0, n+1)
