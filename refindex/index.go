@@ -128,7 +128,8 @@ type Index struct {
 	clockFailed bool          // the last reading of the store's clock failed (logged once)
 	clock       clockState    // the readings skew is derived from
 
-	inferredWarned sync.Map // inferred prefix maps already logged (resolveOutside warns once each)
+	inferredWarned sync.Map            // inferred prefix maps already logged (resolveOutside warns once each)
+	listedJobs     map[string][]string // job folder name → parents, from the last listing (jobParents)
 }
 
 // generation is one badger DB. Readers hold a reference while they use it, so that a rebuild can
@@ -153,7 +154,8 @@ type memState struct {
 	// unprovenDirs: sorted keys of records with unmapped directory handles (see unprovenFor).
 	unproven     map[string]string
 	unprovenDirs []string
-	inferred     []string // sorted keys of records with Inferred maps
+	inferred     []string            // sorted keys of records with Inferred maps
+	jobParents   map[string][]string // job folder name → the folders holding one (see Index.jobParents)
 	// Per competition (newestGroup: a job folder and the owner of the _metadata), over the checkpoints
 	// that compete for its newest (candidateID): the highest id and the latest completion (mtime).
 	// See newest.
@@ -178,6 +180,7 @@ func (s *memState) finish() {
 	s.unproven = nil
 	s.unprovenDirs = s.unprovenDirs[:0]
 	s.inferred = s.inferred[:0]
+	s.jobParents = map[string][]string{}
 	s.newestID = map[string]int64{}
 	s.newestMod = map[string]time.Time{}
 	s.savepointMod = map[string]time.Time{}
@@ -192,6 +195,7 @@ func (s *memState) finish() {
 		if len(c.Inferred) > 0 {
 			s.inferred = append(s.inferred, k)
 		}
+		addJobParent(s.jobParents, k)
 		if c.Unmapped > 0 {
 			s.unmapped = append(s.unmapped, k)
 			if len(c.UnprovenDirs) > 0 {

@@ -52,7 +52,7 @@ func (ix *Index) resolveOutside(ctx context.Context, e *entry) error {
 		if strings.HasPrefix(r.Key, relativeOutside) {
 			continue // a relative name climbing above the store root names no place in it
 		}
-		for _, c := range ix.norm.Candidates(r.Key, rec.Key) {
+		for _, c := range ix.norm.Candidates(r.Key, rec.Key, ix.jobParents) {
 			if k := c.Map(); byMap[k] == nil {
 				cd := &cand{c: pathnorm.Candidate{Prefix: c.Prefix, Dir: c.Dir}}
 				byMap[k] = cd
@@ -192,6 +192,43 @@ func (ix *Index) resolveOutside(ctx context.Context, e *entry) error {
 	return nil
 }
 
+// jobParents returns the store folders holding a job folder named job: where the last listing of
+// the store, or the index, has a checkpoint <parent>/<job>/chk-N/_metadata.
+func (ix *Index) jobParents(job string) []string {
+	ix.mu.RLock()
+	listed, st := ix.listedJobs, ix.state
+	ix.mu.RUnlock()
+	out := listed[job]
+	for _, p := range st.jobParents[job] {
+		if !slices.Contains(out, p) {
+			out = append(slices.Clip(out), p)
+		}
+	}
+	return out
+}
+
+// addJobParent records in m that a checkpoint `_metadata` key lies in a job folder (see jobParents).
+func addJobParent(m map[string][]string, key string) {
+	if j, _, kind := layoutOf(key); kind == "checkpoint" && j != "" {
+		b, p := path.Base(j), parentKey(j)
+		if !slices.Contains(m[b], p) {
+			m[b] = append(m[b], p)
+		}
+	}
+}
+
+// noteListedJobs records the job folders of a listing of `_metadata` keys (see jobParents), before
+// they are read: a rebuild reads them into a new generation the current state does not show.
+func (ix *Index) noteListedJobs(keys []string) {
+	m := map[string][]string{}
+	for _, k := range keys {
+		addJobParent(m, k)
+	}
+	ix.mu.Lock()
+	ix.listedJobs = m
+	ix.mu.Unlock()
+}
+
 // relativeOutside starts the outside key of a relative handle that climbs above the store root
 // (pathnorm.Normalizer.Relative).
 const relativeOutside = "relative:"
@@ -200,7 +237,7 @@ const relativeOutside = "relative:"
 // --map, or --external when it lies on other storage.
 func (ix *Index) unmappedFix(meta, uri string) string {
 	m := "PREFIX=STOREPATH"
-	if cs := ix.norm.Candidates(uri, meta); len(cs) > 0 {
+	if cs := ix.norm.Candidates(uri, meta, ix.jobParents); len(cs) > 0 {
 		m = cs[0].Suggest()
 	}
 	ext := ix.norm.Directory(uri)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -532,6 +533,7 @@ func (ix *Index) Sync(ctx context.Context) error {
 	if err != nil {
 		return ix.failSync(fmt.Errorf("list _metadata in %s: %w", ix.st.Root(), err))
 	}
+	ix.noteListedJobs(slices.Collect(maps.Keys(listed)))
 	unlisted := cur.unlisted(listed)
 	// A listing may be partial (S3 targeted discovery only looks where it found checkpoints at its
 	// last full walk): an indexed _metadata is retired only when the store says it is gone.
@@ -831,6 +833,11 @@ func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
 	}
 	infos = append(append(infos, restat...), kept...)
 	sort.Slice(infos, func(i, j int) bool { return infos[i].Path < infos[j].Path })
+	keys := make([]string, len(infos))
+	for i, oi := range infos {
+		keys[i] = oi.Path
+	}
+	ix.noteListedJobs(keys)
 	ix.mu.RLock()
 	next := max(ix.cur.n, ix.maxGenOnDisk()) + 1
 	ix.mu.RUnlock()

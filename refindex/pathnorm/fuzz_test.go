@@ -131,7 +131,7 @@ func FuzzCandidates(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, uri, meta string) {
-		for _, c := range n.Candidates(uri, meta) {
+		for _, c := range n.Candidates(uri, meta, nil) {
 			k := c.Key()
 			for _, s := range strings.Split(k, "/") {
 				if s == "" || s == "." || s == ".." {

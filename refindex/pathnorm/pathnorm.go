@@ -602,8 +602,12 @@ func (c Candidate) Key() string {
 //     the part from <job> on is placed below each folder above the `_metadata`, deepest first (the
 //     folder that holds the job folders).
 //
+// jobParents (may be nil) returns the store folders that hold a job folder of the given name (known
+// from the `_metadata` the store lists): a savepoint or another job's checkpoint that references a job
+// folder lying elsewhere in the store is placed there too.
+//
 // uri must be an absolute reference (Absolute reported it as outside); metadataKey is a store key.
-func (n *Normalizer) Candidates(uri, metadataKey string) []Candidate {
+func (n *Normalizer) Candidates(uri, metadataKey string, jobParents func(job string) []string) []Candidate {
 	u := n.parse(uri)
 	if u.Scheme == "" || len(u.Segs) < 2 {
 		return nil
@@ -646,6 +650,11 @@ func (n *Normalizer) Candidates(uri, metadataKey string) []Candidate {
 		}
 		for _, k := range append([]int{max(top, 0)}, descending(len(dirs))...) {
 			add(i-1, strings.Join(dirs[:k], "/"))
+		}
+		if jobParents != nil {
+			for _, d := range jobParents(u.Segs[i-1]) {
+				add(i-1, d)
+			}
 		}
 	}
 	return out

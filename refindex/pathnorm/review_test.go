@@ -82,7 +82,7 @@ func TestCandidates(t *testing.T) {
 	}
 	for _, tc := range tests {
 		var got []string
-		cs := n.Candidates(tc.uri, tc.meta)
+		cs := n.Candidates(tc.uri, tc.meta, nil)
 		for _, c := range cs {
 			got = append(got, c.Map())
 		}
