@@ -67,6 +67,6 @@ func printVerify(w io.Writer, res *refindex.VerifyResult) {
 	case !res.OK:
 		status = "FAILED"
 	}
-	fmt.Fprintf(w, "verify %s: %s checked, %s, %d broken, %s outside the guarded store not checked\n",
-		status, plural(res.Checked, "checkpoint"), plural(res.Objects, "object"), len(res.Broken), plural(res.OutsideSkipped, "reference"))
+	fmt.Fprintf(w, "verify %s: %s checked, %s, %d broken, %s outside the guarded store not checked (%d unmapped, %d below --external)\n",
+		status, plural(res.Checked, "checkpoint"), plural(res.Objects, "object"), len(res.Broken), plural(res.OutsideSkipped, "reference"), res.UnmappedSkipped, res.ExternalSkipped)
 }
