@@ -192,16 +192,21 @@ func (ix *Index) resolveOutside(ctx context.Context, e *entry) error {
 	return nil
 }
 
-// jobParents returns the store folders holding a job folder named job: where the last listing of
-// the store, or the index, has a checkpoint <parent>/<job>/chk-N/_metadata.
+// jobParents returns the store folders holding a job folder named job (where the last listing of
+// the store, or the index, has a checkpoint <parent>/<job>/chk-N/_metadata), then the folders holding
+// any job folder.
 func (ix *Index) jobParents(job string) []string {
 	ix.mu.RLock()
 	listed, st := ix.listedJobs, ix.state
 	ix.mu.RUnlock()
-	out := listed[job]
-	for _, p := range st.jobParents[job] {
-		if !slices.Contains(out, p) {
-			out = append(slices.Clip(out), p)
+	// Then every folder that holds some job folder: a job whose checkpoints are all retired still has
+	// its shared files beside the other jobs.
+	var out []string
+	for _, ps := range [][]string{listed[job], st.jobParents[job], listed[""], st.jobParents[""]} {
+		for _, p := range ps {
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
 		}
 	}
 	return out
@@ -211,8 +216,10 @@ func (ix *Index) jobParents(job string) []string {
 func addJobParent(m map[string][]string, key string) {
 	if j, _, kind := layoutOf(key); kind == "checkpoint" && j != "" {
 		b, p := path.Base(j), parentKey(j)
-		if !slices.Contains(m[b], p) {
-			m[b] = append(m[b], p)
+		for _, k := range []string{b, ""} { // "": every folder holding a job folder
+			if !slices.Contains(m[k], p) {
+				m[k] = append(m[k], p)
+			}
 		}
 	}
 }

@@ -525,8 +525,10 @@ func runModel(rt *rapid.T, checkFilter bool) {
 				}
 				m.tr.Root = to
 				open()
-				if s, err := m.ix.Stats(ctx); err != nil || s.UnmappedReferences > 0 {
-					t.Fatalf("relocated store: %+v %v", s, err)
+				// A reference the store cannot place (a foreign _metadata naming a file that is gone) stays
+				// unmapped and its name refused: the invariant below still holds.
+				if _, err := m.ix.Stats(ctx); err != nil {
+					t.Fatal(err)
 				}
 			},
 			"clock": func(t *rapid.T) {
