@@ -559,7 +559,7 @@ func TestWhyOutside(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Outside || res.RefCount != 1 || !strings.Contains(res.Message, "outside the guarded store") {
+	if !res.Outside || res.Allow || res.Reason != refindex.ReasonOutsideStore || res.RefCount != 1 || !strings.Contains(res.Message, "outside the guarded store") {
 		t.Fatalf("why outside: %+v", res)
 	}
 	// A URI that a map ties to the store is answered like its store key.

@@ -61,6 +61,9 @@ const (
 	// the store, that the store does not hold at the same relative place and that no --external
 	// declares; the refused file could be that object (it has the URI's name).
 	ReasonUnmappedReferences Reason = "unmapped-references"
+	// ReasonOutsideStore: `why` of a URI that names no object of the guarded store; this guard neither
+	// protects nor deletes it, so there is no decision (Why only, never a mount's answer).
+	ReasonOutsideStore Reason = "outside-store"
 )
 
 // Decision is the answer to "may this operation happen to this path?".

@@ -85,8 +85,8 @@ type WhyResult struct {
 	Referencing []string        `json:"referencing,omitempty"` // up to 100 _metadata keys
 	RefCount    int             `json:"ref_count"`
 	Checkpoint  *CheckpointInfo `json:"checkpoint,omitempty"` // when path is a _metadata
-	// Outside: the path is a URI outside the guarded store (Allow then only says this guard does
-	// not stand in the way; it cannot protect the object).
+	// Outside: the path is a URI outside the guarded store: no decision (Allow false, Reason
+	// outside-store); this guard can neither protect nor delete the object.
 	Outside bool `json:"outside,omitempty"`
 }
 
@@ -316,7 +316,7 @@ func (ix *Index) whyOutside(uri string) (*WhyResult, error) {
 		return nil, err
 	}
 	defer v.release()
-	res := &WhyResult{Path: uri, Op: OpUnlink.String(), Reason: ReasonAllowed, Outside: true, State: StateOutside}
+	res := &WhyResult{Path: uri, Op: OpUnlink.String(), Reason: ReasonOutsideStore, Outside: true, State: StateOutside}
 	err = v.g.db.View(func(txn *badger.Txn) error {
 		prefix := append([]byte(tblOutside+uri), 0)
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})

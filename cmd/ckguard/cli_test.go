@@ -238,6 +238,8 @@ func TestCLI(t *testing.T) {
 			[]check{contains("stdout", "dispose of the savepoint"), lacks("stdout", "flink checkpoint <job-id> -full")}},
 		{"why of a URI outside the store", with(with([]string{"why"}, loc...), "s3://other-bucket/x"), 2,
 			[]check{contains("stderr", "not in the guarded store"), lacks("stdout", "reason: allowed")}},
+		{"why --json of a URI outside the store", with(with([]string{"why"}, loc...), "s3://other-bucket/x", "--json"), 2,
+			[]check{jsonDoc(field("reason", "outside-store")), jsonDoc(field("allow", false)), jsonDoc(field("outside", true))}},
 		{"verify green", with([]string{"verify"}, loc...), 0, []check{contains("stdout", "verify OK")}},
 		{"unknown flag", with(with([]string{"verify"}, loc...), "--no-such-flag"), 2, []check{oneLineError("no-such-flag", "ckguard verify --help")}},
 		{"unknown command", []string{"no-such-command"}, 2, nil},
