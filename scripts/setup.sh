@@ -4,7 +4,8 @@
 #
 #   setup.sh test    the test suite (make test): FUSE, getfattr and setfacl, mkfs.ext4 (the ioctl tests' own
 #                    loop-mounted store), Graphviz, the AWS CLI and versitygw for the S3 tests, python3 and
-#                    curl as test clients, systemd-analyze for the unit check
+#                    curl as test clients, systemd-analyze for the unit check, promtool (Debian ships
+#                    it in prometheus) for docs/monitoring's alerting rules
 #   setup.sh lint    staticcheck (make lint)
 #   setup.sh e2e     test + Java 17, Maven and the Flink artifacts (make e2e; ~500 MB from Maven Central)
 #   setup.sh bench   test + s3fs and rclone, the S3 benchmarks' comparison clients (make bench)
@@ -22,7 +23,7 @@ if [ "${1:-}" = --list ]; then list=1; shift; fi
 profile=${1:-all}
 
 # Debian packages and steps per purpose; a profile is a union of purposes.
-test_pkgs=(fuse3 attr acl e2fsprogs graphviz awscli curl python3 systemd)
+test_pkgs=(fuse3 attr acl e2fsprogs graphviz awscli curl python3 systemd prometheus)
 e2e_pkgs=(openjdk-17-jdk-headless maven)
 bench_pkgs=(s3fs rclone)
 case $profile in
