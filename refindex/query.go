@@ -151,6 +151,9 @@ type BrokenCheckpoint struct {
 	Missing      []string `json:"missing,omitempty"`
 	MissingCount int      `json:"missing_count"`
 	Error        string   `json:"error,omitempty"` // unparseable
+	// Short and Unreadable are found by the restorability drill only (Drill, verify --deep).
+	Short      []ShortObject      `json:"short,omitempty"`
+	Unreadable []UnreadableObject `json:"unreadable,omitempty"`
 }
 
 // VerifyResult is the answer of Verify.

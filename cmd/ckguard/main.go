@@ -40,6 +40,7 @@ func newApp() *cli.App {
 			checkpointsCommand(),
 			orphansCommand(),
 			verifyCommand(),
+			latestCommand(),
 			statsCommand(),
 			pinCommand(),
 			unpinCommand(),

@@ -14,19 +14,27 @@ func verifyCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "verify",
 		Usage: "check that every object each live checkpoint references exists; exit 1 when any checkpoint is broken, 3 when it could not check everything",
-		Flags: storeFlags(),
+		Flags: append(storeFlags(), drillFlags()...),
 		Description: "Lists broken checkpoints and their missing files. Unparseable _metadata count as broken.\n" +
 			"Run it after every cleanup; exit status 1 means a restore from a listed checkpoint would fail, 3 that\n" +
 			"the answer cannot be trusted: references it could not check (no --map ties them to the store, and they\n" +
-			"are not below an --external prefix) or an index that has not seen the store recently.\n\n" +
+			"are not below an --external prefix) or an index that has not seen the store recently.\n" +
+			"--deep is the restorability drill: every referenced file must also be readable and at least as large\n" +
+			"as its handle says (a segment's offset + length); --read reads every byte (at --read-rate) and reports MB/s.\n" +
+			"The drill re-reads each live _metadata from the store and opens the index itself (not through a mount).\n\n" +
 			"EXAMPLES:\n" +
 			"   ckguard verify --store /srv/flink/checkpoints --index /var/lib/ckguard/flink\n" +
-			"   ckguard verify --store s3://bucket/flink --index /var/lib/ckguard/s3 --json",
+			"   ckguard verify --store s3://bucket/flink --index /var/lib/ckguard/s3 --json\n" +
+			"   ckguard verify --deep --store /srv/flink/checkpoints --index /var/lib/ckguard/flink\n" +
+			"   ckguard verify --read --read-rate 200MiB --store s3://bucket/flink --index /var/lib/ckguard/s3",
 		Action: runVerify,
 	}
 }
 
 func runVerify(c *cli.Context) error {
+	if c.Bool("deep") || c.Bool("read") {
+		return runDrill(c)
+	}
 	res, err := query(c, func(ctx context.Context, q refindex.Querier) (*refindex.VerifyResult, error) {
 		return q.Verify(ctx)
 	}, printVerify)
@@ -50,7 +58,17 @@ func printVerify(w io.Writer, res *refindex.VerifyResult) {
 			fmt.Fprintf(w, "BROKEN %s: unparseable: %s\n", b.Metadata, b.Error)
 			continue
 		}
-		fmt.Fprintf(w, "BROKEN %s: %s missing\n", b.Metadata, plural(b.MissingCount, "referenced object"))
+		if len(b.Short)+len(b.Unreadable) > 0 {
+			fmt.Fprintf(w, "BROKEN %s: %s missing, %d too short, %d unreadable\n", b.Metadata, plural(b.MissingCount, "referenced object"), len(b.Short), len(b.Unreadable))
+		} else {
+			fmt.Fprintf(w, "BROKEN %s: %s missing\n", b.Metadata, plural(b.MissingCount, "referenced object"))
+		}
+		for _, s := range b.Short {
+			fmt.Fprintf(w, "  short %s: %d bytes, its handles need at least %d\n", s.Path, s.Size, s.Expected)
+		}
+		for _, u := range b.Unreadable {
+			fmt.Fprintf(w, "  unreadable %s: %s\n", u.Path, u.Error)
+		}
 		for _, m := range b.Missing {
 			fmt.Fprintf(w, "  missing %s\n", m)
 		}

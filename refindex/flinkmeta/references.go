@@ -41,9 +41,13 @@ type Reference struct {
 	Resolved string
 	// Offset and Length delimit a segment; both 0 for whole files and directories.
 	Offset, Length int64
-	OperatorID     string // 32 hex chars
-	Subtask        int    // subtask index; -1 for operator-level state (coordinator)
-	StateKind      string
+	// StateSize is the size the handle declares: for a file or relative file the bytes of the whole
+	// file as Flink wrote it (a restore reads that many), for a segment its Length; 0 for directories
+	// and when the handle gives none (Flink writes -1 for an unknown size).
+	StateSize  int64
+	OperatorID string // 32 hex chars
+	Subtask    int    // subtask index; -1 for operator-level state (coordinator)
+	StateKind  string
 }
 
 type refKey struct {
@@ -101,7 +105,7 @@ func (m *Metadata) References(metadataPath string) []Reference {
 	}
 	w := walker{
 		stream: func(ctx *walkCtx, h *StreamHandle) {
-			r := Reference{URI: h.Path, Resolved: h.Path, OperatorID: ctx.op, Subtask: ctx.subtask, StateKind: ctx.kind}
+			r := Reference{URI: h.Path, Resolved: h.Path, StateSize: max(h.Size, 0), OperatorID: ctx.op, Subtask: ctx.subtask, StateKind: ctx.kind}
 			switch h.Code {
 			case StreamFile:
 				r.Kind = RefFile

@@ -1,0 +1,407 @@
+package refindex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/ckguard/ckguard/refindex/flinkmeta"
+	"github.com/ckguard/ckguard/refindex/pathnorm"
+	"github.com/ckguard/ckguard/refindex/store"
+)
+
+// The restorability drill (verify --deep) checks more than existence: every file a live checkpoint
+// references is readable and at least as large as its handle says (a file's declared state size; a
+// segment's offset + length within its physical file). The sizes are not kept in the index: the drill
+// re-reads each live _metadata from the store, so the index stays small, the drill judges the
+// checkpoint as it is in the store now (storage is the truth), and segments keep their offsets (the
+// index keeps only a summed length per object).
+
+// DrillOptions tune a drill.
+type DrillOptions struct {
+	// Read reads every byte of every referenced file (else only the last byte each handle needs).
+	Read bool
+	// ReadRate caps the bytes read per second with Read (0 = no cap).
+	ReadRate int64
+	// Only restricts the drill to the checkpoints it returns true for (nil = every live checkpoint).
+	Only func(CheckpointInfo) bool
+	// Progress, when set, is told the bytes read so far and the total with Read.
+	Progress func(done, total int64)
+}
+
+// ShortObject is a referenced file smaller than its handles need.
+type ShortObject struct {
+	Path     string `json:"path"`
+	Size     int64  `json:"size"`
+	Expected int64  `json:"expected_size"`
+}
+
+// UnreadableObject is a referenced file that exists but could not be read.
+type UnreadableObject struct {
+	Path  string `json:"path"`
+	Error string `json:"error"`
+}
+
+// DrilledCheckpoint is one checkpoint the drill judged.
+type DrilledCheckpoint struct {
+	CheckpointInfo
+	OK bool `json:"ok"`
+	// Unchecked counts references the drill could not check: outside the guarded store and not below
+	// an --external prefix (where they lie is unknown).
+	Unchecked int `json:"unchecked_refs,omitempty"`
+}
+
+// DrillResult is the answer of Drill: Verify's answer (broken checkpoints also list short and
+// unreadable files) plus what was read.
+type DrillResult struct {
+	VerifyResult
+	Deep        bool                `json:"deep"`
+	Read        bool                `json:"read"`
+	BytesRead   int64               `json:"bytes_read"`
+	ReadSeconds float64             `json:"read_seconds"`
+	MBPerSecond float64             `json:"mb_per_second"`
+	Checkpoints []DrilledCheckpoint `json:"checkpoints"`
+}
+
+// need is what the handles of the drilled checkpoints require of one object.
+type need struct {
+	key  string
+	size int64 // bytes the object must have at least
+	dir  bool  // a file-merging directory handle: must exist
+}
+
+// Drill runs the restorability drill over the live checkpoints (see DrillOptions).
+func (ix *Index) Drill(ctx context.Context, o DrillOptions) (*DrillResult, error) {
+	defer ix.beginWork()()
+	v, err := ix.acquire()
+	if err != nil {
+		return nil, err
+	}
+	var infos []CheckpointInfo
+	blocked := ""
+	if b := v.blocked(); b != "" && len(v.st.unparseable) == 0 {
+		blocked = b
+	}
+	unmappedWhy := ix.unmappedBlock(v)
+	for _, k := range v.st.sorted {
+		ci := v.info(v.st.ckpts[k])
+		if o.Only == nil || o.Only(ci) {
+			infos = append(infos, ci)
+		}
+	}
+	v.release()
+
+	res := &DrillResult{VerifyResult: VerifyResult{Broken: []BrokenCheckpoint{}}, Deep: true, Read: o.Read, Checkpoints: []DrilledCheckpoint{}}
+	type job struct {
+		ci     CheckpointInfo
+		needs  []need
+		broken *BrokenCheckpoint
+		out    int
+	}
+	var jobs []*job
+	needs := map[string]*need{}
+	var order []string
+	for _, ci := range infos {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		j := &job{ci: ci}
+		jobs = append(jobs, j)
+		if ci.Error != "" {
+			j.broken = &BrokenCheckpoint{Metadata: ci.Metadata, Error: ci.Error}
+			continue
+		}
+		refs, err := ix.drillRefs(ctx, ci.Metadata, ci.InferredMaps)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				j.broken = &BrokenCheckpoint{Metadata: ci.Metadata, Error: "the _metadata is gone from the store since the last index sync"}
+				continue
+			}
+			var pe parseError
+			if errors.As(err, &pe) {
+				j.broken = &BrokenCheckpoint{Metadata: ci.Metadata, Error: pe.Error()}
+				continue
+			}
+			return nil, err
+		}
+		for _, r := range refs {
+			if !r.inside {
+				res.OutsideSkipped++
+				if ix.norm.IsExternal(r.key) {
+					res.ExternalSkipped++
+				} else {
+					res.UnmappedSkipped++
+					j.out++
+				}
+				continue
+			}
+			n, ok := needs[r.key]
+			if !ok {
+				n = &need{key: r.key}
+				needs[r.key] = n
+				order = append(order, r.key)
+			}
+			n.size = max(n.size, r.size)
+			n.dir = n.dir || r.dir
+			j.needs = append(j.needs, need{key: r.key, size: r.size, dir: r.dir})
+		}
+	}
+	res.Objects = len(order)
+
+	// Check each distinct object once, with bounded concurrency (network stores) for the stats.
+	type verdict struct {
+		size    int64
+		missing bool
+		err     string
+	}
+	verdicts := make(map[string]*verdict, len(order))
+	var mu sync.Mutex
+	var firstErr error
+	sem := make(chan struct{}, ix.opt.workers)
+	var wg sync.WaitGroup
+	bar := ix.newBar(len(order), "drilling")
+	for _, k := range order {
+		if ctx.Err() != nil {
+			break
+		}
+		n := needs[k]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done(); bar.Add(1) }()
+			vd := &verdict{}
+			oi, err := ix.st.Stat(ctx, n.key)
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				vd.missing = true
+			case err != nil:
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = fmt.Errorf("verify --deep: stat %s: %w", n.key, err)
+				}
+				mu.Unlock()
+				return
+			case n.dir || oi.IsDir:
+				vd.size = oi.Size
+			default:
+				vd.size = oi.Size
+				if !o.Read && oi.Size >= n.size && n.size > 0 {
+					// Readable as far as the handles need: the last byte they cover.
+					if err := readOne(ctx, ix.st, n.key, n.size-1); err != nil {
+						vd.err = err.Error()
+					}
+				}
+			}
+			mu.Lock()
+			verdicts[n.key] = vd
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	bar.Finish()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	if o.Read {
+		var total int64
+		for _, k := range order {
+			if vd := verdicts[k]; !vd.missing && !needs[k].dir {
+				total += vd.size
+			}
+		}
+		start := time.Now()
+		rd := &rateReader{rate: o.ReadRate, start: start, total: total, progress: o.Progress}
+		for _, k := range order {
+			vd := verdicts[k]
+			if vd.missing || needs[k].dir {
+				continue
+			}
+			if err := rd.readAll(ctx, ix.st, k, vd.size); err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				vd.err = err.Error()
+			}
+		}
+		res.BytesRead = rd.done
+		res.ReadSeconds = time.Since(start).Seconds()
+		if res.ReadSeconds > 0 {
+			res.MBPerSecond = float64(rd.done) / (1 << 20) / res.ReadSeconds
+		}
+	}
+
+	for _, j := range jobs {
+		res.Checked++
+		dc := DrilledCheckpoint{CheckpointInfo: j.ci, Unchecked: j.out}
+		b := j.broken
+		if b == nil {
+			b = &BrokenCheckpoint{Metadata: j.ci.Metadata}
+			seen := map[string]bool{}
+			for _, n := range j.needs {
+				if seen[n.key] {
+					continue
+				}
+				seen[n.key] = true
+				vd := verdicts[n.key]
+				switch {
+				case vd.missing:
+					b.MissingCount++
+					if len(b.Missing) < 1000 {
+						b.Missing = append(b.Missing, n.key)
+					}
+				case vd.err != "":
+					b.Unreadable = append(b.Unreadable, UnreadableObject{Path: n.key, Error: vd.err})
+				case !n.dir && vd.size < needs[n.key].size:
+					b.Short = append(b.Short, ShortObject{Path: n.key, Size: vd.size, Expected: needs[n.key].size})
+				}
+			}
+			if b.MissingCount == 0 && len(b.Unreadable) == 0 && len(b.Short) == 0 {
+				b = nil
+			}
+		}
+		if b != nil {
+			res.Broken = append(res.Broken, *b)
+		}
+		dc.OK = b == nil
+		res.Checkpoints = append(res.Checkpoints, dc)
+	}
+	sort.Slice(res.Broken, func(a, b int) bool { return res.Broken[a].Metadata < res.Broken[b].Metadata })
+	switch {
+	case blocked != "":
+		res.Untrusted = blocked
+	case res.UnmappedSkipped > 0:
+		res.Untrusted = fmt.Sprintf("%d reference(s) could not be checked: %s", res.UnmappedSkipped, unmappedWhy)
+	}
+	res.OK = len(res.Broken) == 0 && res.Untrusted == ""
+	return res, nil
+}
+
+// drillRef is one reference of a _metadata with the bytes it needs of its object.
+type drillRef struct {
+	key    string
+	inside bool
+	size   int64
+	dir    bool
+}
+
+// parseError is a _metadata that no longer parses (it changed since the last sync).
+type parseError struct{ err error }
+
+func (e parseError) Error() string { return e.err.Error() }
+
+// drillRefs re-reads the _metadata at key and lists what each reference needs: a file its declared
+// state size, a segment its offset + length, a directory to exist.
+// References outside the store are placed by the mappings the index inferred for this checkpoint.
+func (ix *Index) drillRefs(ctx context.Context, key string, inferred []string) ([]drillRef, error) {
+	r, err := ix.st.Open(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	size := r.Size()
+	if size > maxMetadataSize {
+		return nil, parseError{fmt.Errorf("%s is %d bytes, larger than a _metadata may be (%d)", key, size, maxMetadataSize)}
+	}
+	m, err := flinkmeta.Parse(r, size, key, flinkmeta.Options{})
+	if err != nil {
+		return nil, parseError{err}
+	}
+	var out []drillRef
+	for _, rf := range m.References(key) {
+		var d drillRef
+		switch rf.Kind {
+		case flinkmeta.RefRelative:
+			k := ix.norm.Relative(key, rf.URI)
+			d = drillRef{key: k.Path, inside: k.Inside, size: rf.StateSize}
+		case flinkmeta.RefSegment:
+			k := ix.norm.Absolute(rf.URI)
+			d = drillRef{key: k.Path, inside: k.Inside, size: rf.Offset + rf.Length}
+		case flinkmeta.RefDirectory:
+			k := ix.norm.Absolute(rf.URI)
+			d = drillRef{key: k.Path, inside: k.Inside, dir: true}
+		default:
+			k := ix.norm.Absolute(rf.URI)
+			d = drillRef{key: k.Path, inside: k.Inside, size: rf.StateSize}
+		}
+		if !d.inside && rf.Kind != flinkmeta.RefRelative {
+			if k, ok := pathnorm.ApplyInferred(inferred, d.key); ok {
+				d.key, d.inside = k.Path, k.Inside
+			}
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// readOne reads the byte at off of key.
+func readOne(ctx context.Context, st store.Store, key string, off int64) error {
+	r, err := st.Open(ctx, key)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	var b [1]byte
+	if _, err := r.ReadAt(b[:], off); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read %s at byte %d: %w", key, off, err)
+	}
+	return nil
+}
+
+// rateReader reads objects in chunks, sleeping so that the bytes read since start stay under rate.
+type rateReader struct {
+	rate        int64
+	start       time.Time
+	done, total int64
+	progress    func(done, total int64)
+	buf         []byte
+}
+
+const drillChunk = 1 << 20
+
+func (rr *rateReader) readAll(ctx context.Context, st store.Store, key string, size int64) error {
+	r, err := st.Open(ctx, key)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if rr.buf == nil {
+		rr.buf = make([]byte, drillChunk)
+	}
+	for off := int64(0); off < size; {
+		n := int(min(int64(len(rr.buf)), size-off))
+		got, err := r.ReadAt(rr.buf[:n], off)
+		if got == 0 && err == nil {
+			err = io.ErrNoProgress
+		}
+		off += int64(got)
+		rr.done += int64(got)
+		if rr.progress != nil {
+			rr.progress(rr.done, rr.total)
+		}
+		if err != nil && !(errors.Is(err, io.EOF) && got == n) {
+			return fmt.Errorf("read %s at byte %d of %d: %w", key, off, size, err)
+		}
+		if rr.rate > 0 {
+			due := rr.start.Add(time.Duration(float64(rr.done) / float64(rr.rate) * float64(time.Second)))
+			if d := time.Until(due); d > 0 {
+				t := time.NewTimer(d)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return ctx.Err()
+				case <-t.C:
+				}
+			}
+		}
+	}
+	return nil
+}
