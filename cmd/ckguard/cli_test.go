@@ -267,6 +267,8 @@ func TestCLI(t *testing.T) {
 		})}},
 		{"orphans --json", with(with([]string{"orphans"}, loc...), "--json"), 0, []check{jsonDoc(field("older_than", "0s"))}},
 		{"verify --json", with(with([]string{"verify"}, loc...), "--json"), 0, []check{jsonDoc(field("ok", true))}},
+		{"verify --read-rate nonsense", with(with([]string{"verify"}, loc...), "--read", "--read-rate", "fast"), 2, []check{oneLineError("--read-rate", "50MiB", "ckguard verify --help")}},
+		{"latest without --job", with([]string{"latest"}, loc...), 2, []check{oneLineError("--job is required", "ckguard latest --help")}},
 		{"inspect --json", []string{"inspect", "--json", filepath.Join(s.store, newJobCk, "_metadata")}, 0, []check{jsonDoc(func(t *testing.T, doc map[string]any) {
 			field("checkpoint_id", 100274.0)(t, doc)
 			field("checkpointId", 100274.0)(t, doc) // kept for one release

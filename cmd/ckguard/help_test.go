@@ -12,6 +12,7 @@ import (
 var jsonCommands = map[string]bool{
 	"inspect": true, "index rebuild": true, "index sync": true, "why": true, "checkpoints": true,
 	"orphans": true, "verify": true, "stats": true, "pin": true, "unpin": true, "graph": true, "version": true,
+	"latest": true,
 }
 
 // helpPending lists commands whose help text is known to lack a description or EXAMPLES (owned by
