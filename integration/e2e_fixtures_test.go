@@ -17,7 +17,7 @@ import (
 // through the `ckguard inspect --json` binary.
 func TestFlinkFixturesMatchFlinkLoader(t *testing.T) {
 	root := filepath.Join(e2eRepoRoot(t), "testdata", "flink")
-	n := 0
+	n, sized := 0, 0
 	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() || d.Name() != "_metadata" {
 			return err
@@ -45,6 +45,25 @@ func TestFlinkFixturesMatchFlinkLoader(t *testing.T) {
 				got[e2eRefKey(string(r.Kind), flinkLocalPath(r.Resolved), r.Offset, r.Length)] = true
 			}
 			e2eCompareSets(t, rel, flinkReferenceSet(want, "", ""), got)
+			// The size each file handle declares (what verify --deep holds the file to) is the one
+			// Flink's loader reports for it.
+			flinkSize := map[string]int64{}
+			for _, r := range want.References {
+				if r.Kind == "file" || r.Kind == "relative" {
+					flinkSize[flinkLocalPath(r.Path)] = r.Length
+				}
+			}
+			for _, r := range m.References(written) {
+				if r.Kind != flinkmeta.RefFile && r.Kind != flinkmeta.RefRelative {
+					continue
+				}
+				if w, ok := flinkSize[flinkLocalPath(r.Resolved)]; ok && w > 0 {
+					sized++
+				}
+				if w, ok := flinkSize[flinkLocalPath(r.Resolved)]; ok && w > 0 && r.StateSize != w {
+					t.Errorf("%s: state size %d, Flink says %d", r.Resolved, r.StateSize, w)
+				}
+			}
 			if len(parts) == 3 && len(want.References) == 0 {
 				t.Errorf("fixture %s has no references at all; regenerate it", rel)
 			}
@@ -53,6 +72,9 @@ func TestFlinkFixturesMatchFlinkLoader(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if sized == 0 {
+		t.Error("no file handle's state size was compared with Flink's")
 	}
 	if n < 30 {
 		t.Fatalf("only %d _metadata fixtures under %s; expected the 1.20, 2.0 and 2.2 sets", n, root)
