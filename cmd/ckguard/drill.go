@@ -4,6 +4,7 @@ package main
 // passes it).
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -51,6 +52,11 @@ func parseRate(s string) (int64, error) {
 // the store unless --no-sync.
 func drillIndex(c *cli.Context) (*refindex.Index, error) {
 	ix, err := openIndex(c)
+	if errors.Is(err, refindex.ErrLocked) {
+		// The drill re-reads the store itself; an index of its own, built from the store alone,
+		// answers the same as the mount's.
+		return nil, exitf(exitUsage, "ckguard %s: a running mount holds the index %s and the drill does not run through it: give --index a scratch directory (the drill builds its own index from the store)", c.Command.FullName(), c.String("index"))
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -215,5 +216,19 @@ func TestDrillCLI(t *testing.T) {
 				tc.check(t, r)
 			}
 		})
+	}
+
+	// An index held by a running mount (its lock): one line saying how to drill anyway.
+	lock, err := os.OpenFile(filepath.Join(idx, "LOCK"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	r := runBinary(t, args("verify", "--deep", "--no-sync", "--control-socket", "")...)
+	if r.code != 2 || !strings.Contains(r.stderr, "give --index a scratch directory") {
+		t.Errorf("verify --deep on a held index: exit %d\n%s", r.code, r.stderr)
 	}
 }
