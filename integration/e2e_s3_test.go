@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/ckguard/ckguard/integration/s3server"
+	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
 // TestE2ES3 is scenario (vi) on a real S3 server (versitygw on 127.0.0.1): the store is a bucket,

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ckguard/ckguard/integration/s3server"
+	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
 // s3aFlinkVersions are the Flink profiles the optional `s3a` Maven profile (flink-hadoop-fs + Hadoop

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckguard/ckguard/integration/s3server"
 	"github.com/ckguard/ckguard/s3backend/s3client"
+	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
 // TestS3DeleteBench is the deletion benchmark of scripts/bench-s3-delete.sh (skipped unless

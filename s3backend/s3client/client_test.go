@@ -21,8 +21,8 @@ import (
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
-	"github.com/ckguard/ckguard/integration/s3server"
 	"github.com/ckguard/ckguard/s3backend/s3client"
+	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
 // backend is one S3 server the same tests run against.

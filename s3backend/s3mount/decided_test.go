@@ -20,10 +20,10 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/ckguard/ckguard/fs/guard"
-	"github.com/ckguard/ckguard/integration/s3server"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3store"
+	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
 // holdServer serves S3 (gofakes3) and can hold back the reply to one chosen request: the reply is computed

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/fs/guard"
-	"github.com/ckguard/ckguard/integration/s3server"
 	"github.com/ckguard/ckguard/s3backend/deleteq"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3mount"
+	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
 const dqCrashEnv = "CKGUARD_DQ_CRASH_CHILD"

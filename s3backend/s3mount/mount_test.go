@@ -18,10 +18,10 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/fs/guard"
-	"github.com/ckguard/ckguard/integration/s3server"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3mount"
+	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
 // fakeChecker protects a set of keys (and, for directories, anything below them) and records what the mount

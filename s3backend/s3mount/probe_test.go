@@ -11,9 +11,9 @@ import (
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
-	"github.com/ckguard/ckguard/integration/s3server"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3mount"
+	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
 // TestProbeIfMatch (review M5): versitygw honours If-Match on DeleteObject (a wrong ETag gives 412) and the

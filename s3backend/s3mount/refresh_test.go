@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/fs/guard"
-	"github.com/ckguard/ckguard/integration/s3server"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3mount"
+	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
 // setupProxied mounts like setup, with the mount's client behind a counting proxy; e.c talks to the server

@@ -15,12 +15,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/fs/guard"
-	"github.com/ckguard/ckguard/integration/s3server"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/treegen"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3mount"
 	"github.com/ckguard/ckguard/s3backend/s3store"
+	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
 // TestUploadDecidedAgain (review M4): a write handle opened on an existing object (allowed then) replaces

@@ -15,13 +15,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckguard/ckguard/integration/s3server"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/pathnorm"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/treegen"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3store"
+	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
 // BenchmarkS3SyncLatency measures the index's work on a big bucket at 0 ms and at 20 ms per request (the

@@ -20,11 +20,11 @@ import (
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
-	"github.com/ckguard/ckguard/integration/s3server"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/storetest"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3store"
+	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
 // counting wraps an S3 handler and counts requests by method.
