@@ -5,9 +5,10 @@ import (
 	"testing"
 )
 
-// Review C3: a store given through a symlink or reached through a guard's mountpoint has several
-// names; host authorities are case-insensitive; hdfs://nn means hdfs://nn:8020.
-func TestReviewC3RootAliasesAuthorities(t *testing.T) {
+// TestRootAliasesAuthorities: a store given through a symlink or reached through a guard's
+// mountpoint has several names; host authorities are case-insensitive; hdfs://nn means
+// hdfs://nn:8020.
+func TestRootAliasesAuthorities(t *testing.T) {
 	n, err := New(Config{StoreRoot: "/nfs/ckpt", RootAliases: []string{"/flink/ckpt", "/mnt/guard", "/nfs/ckpt"},
 		Maps: []Mapping{{From: "hdfs://NameNode.example/flink", To: "h"}, {From: "hdfs://nn2:9000/flink", To: "h2"}}})
 	if err != nil {

@@ -1,6 +1,7 @@
 package refindex_test
 
-// Regression tests for the safety review of 2026-11-29 (/work/team/REVIEW.md), one per finding.
+// Safety rules of the index that span sync and decide: partial listings, unparseable and
+// unmapped _metadata, symlinked store roots, in-flight writes, globs, streaming, Close.
 
 import (
 	"context"
@@ -60,8 +61,9 @@ func (f fullPartialStore) ListAllMetadata(ctx context.Context, fn func(store.Obj
 	return f.Store.ListMetadata(ctx, fn)
 }
 
-// C1: a checkpoint indexed through the mount must survive a sync whose listing does not report it.
-func TestReviewC1PartialListingKeepsIndexedCheckpoint(t *testing.T) {
+// TestPartialListingKeepsIndexedCheckpoint: a checkpoint indexed through the mount must survive a
+// sync whose listing does not report it.
+func TestPartialListingKeepsIndexedCheckpoint(t *testing.T) {
 	ctx := context.Background()
 	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
 	if err != nil {
@@ -120,9 +122,9 @@ func TestReviewC1PartialListingKeepsIndexedCheckpoint(t *testing.T) {
 	}
 }
 
-// C1: a rebuild replaces the index with a complete listing (FullLister), and keeps indexed
-// _metadata a partial listing misses even without one.
-func TestReviewC1RebuildUsesCompleteListing(t *testing.T) {
+// TestRebuildUsesCompleteListing: a rebuild replaces the index with a complete listing
+// (FullLister), and keeps indexed _metadata a partial listing misses even without one.
+func TestRebuildUsesCompleteListing(t *testing.T) {
 	ctx := context.Background()
 	for _, withFull := range []bool{true, false} {
 		tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
@@ -169,10 +171,10 @@ func TestReviewC1RebuildUsesCompleteListing(t *testing.T) {
 	}
 }
 
-// C2: the newest checkpoint of an active job stays protected when its _metadata cannot be parsed
-// (its id comes from the chk-N folder); otherwise deleting it would lift the unparseable block and
-// then its files.
-func TestReviewC2UnparseableNewestProtected(t *testing.T) {
+// TestUnparseableNewestProtected: the newest checkpoint of an active job stays protected when its
+// _metadata cannot be parsed (its id comes from the chk-N folder); otherwise deleting it would lift
+// the unparseable block and then its files.
+func TestUnparseableNewestProtected(t *testing.T) {
 	ctx := context.Background()
 	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
 	if err != nil {
@@ -214,9 +216,9 @@ func TestReviewC2UnparseableNewestProtected(t *testing.T) {
 	}
 }
 
-// C3: a store given through a symlinked path: Flink wrote its references through the link, and they
-// must protect the store's files.
-func TestReviewC3SymlinkedStoreRoot(t *testing.T) {
+// TestSymlinkedStoreRoot: a store given through a symlinked path: Flink wrote its references
+// through the link, and they must protect the store's files.
+func TestSymlinkedStoreRoot(t *testing.T) {
 	ctx := context.Background()
 	base := t.TempDir()
 	real := filepath.Join(base, "nfs", "ckpt")
@@ -258,9 +260,9 @@ func TestReviewC3SymlinkedStoreRoot(t *testing.T) {
 	}
 }
 
-// H2: opening an in-flight (young, unreferenced) file for writing is refused like deleting it, and
-// with an unparseable _metadata nothing may be written to or linked.
-func TestReviewH2WriteAndLink(t *testing.T) {
+// TestInFlightWriteAndLinkRefused: opening an in-flight (young, unreferenced) file for writing is
+// refused like deleting it, and with an unparseable _metadata nothing may be written to or linked.
+func TestInFlightWriteAndLinkRefused(t *testing.T) {
 	ctx := context.Background()
 	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
 	if err != nil {
@@ -311,9 +313,9 @@ func (b *blockingStore) ListMetadata(ctx context.Context, fn func(store.ObjectIn
 	return b.Store.ListMetadata(ctx, fn)
 }
 
-// H3: a _metadata committed through the mount is indexed while a slow sync is listing, and the sync
-// does not undo it.
-func TestReviewH3IndexMetadataDuringSlowSync(t *testing.T) {
+// TestIndexMetadataDuringSlowSync: a _metadata committed through the mount is indexed while a slow
+// sync is listing, and the sync does not undo it.
+func TestIndexMetadataDuringSlowSync(t *testing.T) {
 	ctx := context.Background()
 	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
 	if err != nil {
@@ -384,9 +386,9 @@ func TestReviewH3IndexMetadataDuringSlowSync(t *testing.T) {
 	}
 }
 
-// M2: a job resubmitted with a fixed job id restarts its checkpoint ids in the same folder; its
-// newest checkpoint (chk-51, completed after the old chk-100) is protected too.
-func TestReviewM2NewestByTimeToo(t *testing.T) {
+// TestNewestByTimeToo: a job resubmitted with a fixed job id restarts its checkpoint ids in the
+// same folder; its newest checkpoint (chk-51, completed after the old chk-100) is protected too.
+func TestNewestByTimeToo(t *testing.T) {
 	ctx := context.Background()
 	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
 	if err != nil {
@@ -416,9 +418,10 @@ func TestReviewM2NewestByTimeToo(t *testing.T) {
 	}
 }
 
-// M7: a _metadata written directly (not renamed into place) that cannot be parsed is recorded as
-// unparseable — every deletion refused — and its close through the mount succeeds.
-func TestReviewM7UnparseableWriteIsNoError(t *testing.T) {
+// TestUnparseableWriteIsNoError: a _metadata written directly (not renamed into place) that cannot
+// be parsed is recorded as unparseable — every deletion refused — and its close through the mount
+// succeeds.
+func TestUnparseableWriteIsNoError(t *testing.T) {
 	ctx := context.Background()
 	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
 	if err != nil {
@@ -441,9 +444,9 @@ func TestReviewM7UnparseableWriteIsNoError(t *testing.T) {
 	}
 }
 
-// L2: reopened with another path mapping and not synced, the index refuses instead of answering
-// from keys derived with the old mapping.
-func TestReviewL2MappingChangedNotSynced(t *testing.T) {
+// TestMappingChangedNotSynced: reopened with another path mapping and not synced, the index refuses
+// instead of answering from keys derived with the old mapping.
+func TestMappingChangedNotSynced(t *testing.T) {
 	ctx := context.Background()
 	tr, err := treegen.SchemeAliasing(t.TempDir(), testNow)
 	if err != nil {
@@ -479,8 +482,9 @@ func TestReviewL2MappingChangedNotSynced(t *testing.T) {
 	}
 }
 
-// L1: a file-merging directory handle that maps to the store root covers objects at the root too.
-func TestReviewL1RootDirectoryHandle(t *testing.T) {
+// TestRootDirectoryHandle: a file-merging directory handle that maps to the store root covers
+// objects at the root too.
+func TestRootDirectoryHandle(t *testing.T) {
 	ctx := context.Background()
 	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
 	if err != nil {
@@ -513,9 +517,10 @@ func TestReviewL1RootDirectoryHandle(t *testing.T) {
 	}
 }
 
-// L4: "**" in a --protect glob is rejected (path.Match would match one level only), and an empty
-// folder matching a glob protects the folder above it from a rename.
-func TestReviewL4ProtectGlobs(t *testing.T) {
+// TestProtectGlobSyntaxAndEmptyFolders: "**" in a --protect glob is rejected (path.Match would
+// match one level only), and an empty folder matching a glob protects the folder above it from a
+// rename.
+func TestProtectGlobSyntaxAndEmptyFolders(t *testing.T) {
 	ctx := context.Background()
 	pol := testPolicy()
 	pol.Protect = []string{"**/ha"}
@@ -573,9 +578,10 @@ func (c *countingReader) ReadAt(p []byte, off int64) (int, error) {
 	return c.Reader.ReadAt(p, off)
 }
 
-// L7: a large _metadata is parsed through the store's reader, not read whole into memory; a read
-// error on the way fails the sync (retry) instead of marking the file unparseable.
-func TestReviewL7LargeMetadataStreamed(t *testing.T) {
+// TestLargeMetadataStreamed: a large _metadata is parsed through the store's reader, not read whole
+// into memory; a read error on the way fails the sync (retry) instead of marking the file
+// unparseable.
+func TestLargeMetadataStreamed(t *testing.T) {
 	ctx := context.Background()
 	defer refindex.SetReadWholeMax(64 << 10)()
 	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
@@ -650,9 +656,9 @@ func (e *etagStore) Open(ctx context.Context, key string) (store.Reader, error) 
 	return e.Store.Open(ctx, key)
 }
 
-// L8: a _metadata indexed from a HEAD (seconds, ETag) is not "changed" in a listing (milliseconds,
-// quoted ETag): no re-read on every sync.
-func TestReviewL8NoSpuriousChange(t *testing.T) {
+// TestNoSpuriousChange: a _metadata indexed from a HEAD (seconds, ETag) is not "changed" in a
+// listing (milliseconds, quoted ETag): no re-read on every sync.
+func TestNoSpuriousChange(t *testing.T) {
 	ctx := context.Background()
 	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
 	if err != nil {
@@ -686,9 +692,9 @@ func TestReviewL8NoSpuriousChange(t *testing.T) {
 	}
 }
 
-// A Sync or Rebuild after Close fails instead of opening a new generation behind the closed index
-// (found while fixing H3).
-func TestReviewSyncAfterClose(t *testing.T) {
+// TestSyncAfterClose: a Sync or Rebuild after Close fails instead of opening a new generation
+// behind the closed index.
+func TestSyncAfterClose(t *testing.T) {
 	ctx := context.Background()
 	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
 	if err != nil {

@@ -26,7 +26,7 @@ import (
 )
 
 // indexed is a guard mount over a generated store with the real index (grace, active window, references),
-// for the scenarios of the safety review that depend on the index's rules rather than on a fake.
+// for the scenarios that depend on the index's rules rather than on a fake.
 type indexed struct {
 	tree *treegen.Tree
 	mnt  string
@@ -101,7 +101,7 @@ func runCmd(name string, args ...string) (string, error) {
 	return strings.TrimSpace(string(out)), err
 }
 
-// TestMetadataCommitRuleIsNarrow (review M1/H1): Flink's recoverable-writer commit
+// TestMetadataCommitRuleIsNarrow: Flink's recoverable-writer commit
 // (._metadata.inprogress.<uuid> -> _metadata in the same folder) passes although its source is in grace; a
 // whole in-flight checkpoint folder or an in-flight state file renamed onto _metadata does not.
 func TestMetadataCommitRuleIsNarrow(t *testing.T) {
@@ -165,7 +165,7 @@ func TestMetadataCommitRuleIsNarrow(t *testing.T) {
 	}
 }
 
-// TestPunchHoleDecidedAsTruncate (review H2, e6): fallocate modes that destroy data are decided like a
+// TestPunchHoleDecidedAsTruncate: fallocate modes that destroy data are decided like a
 // truncation, so an in-flight file cannot be hole-punched through the mount; plain preallocation passes.
 func TestPunchHoleDecidedAsTruncate(t *testing.T) {
 	x := mountIndexed(t)
@@ -215,9 +215,9 @@ func TestPunchHoleDecidedAsTruncate(t *testing.T) {
 	}
 }
 
-// TestBackdatingDecided (review M6): setting a file's mtime into the past through the mount is decided
+// TestBackdatingDecided: setting a file's mtime into the past through the mount is decided
 // like a write (OpWrite): refused for a referenced file; for an in-flight one the mount answers exactly
-// what the index answers for OpWrite (refused once OpWrite honours grace, review H2 index side); touching
+// what the index answers for OpWrite (refused once OpWrite honours grace); touching
 // to now and backdating a deletable file pass.
 func TestBackdatingDecided(t *testing.T) {
 	x := mountIndexed(t)
@@ -229,7 +229,7 @@ func TestBackdatingDecided(t *testing.T) {
 	past := time.Now().Add(-30 * 24 * time.Hour)
 	graceRefused := !x.ix.Decide(context.Background(), inflight, refindex.OpWrite).Allow
 	if !graceRefused {
-		t.Logf("the index allows OpWrite of in-grace files (review H2 index side not in): backdating %s passes", inflight)
+		t.Logf("the index allows OpWrite of in-grace files: backdating %s passes", inflight)
 	}
 	for _, k := range []string{ref, inflight} {
 		before, err := os.Stat(x.store(k))
@@ -280,7 +280,7 @@ func slicesContains(s []string, v string) bool {
 	return false
 }
 
-// TestHardLinkedFailsClosed (review L5): when the link count cannot be read (anything but "no such file"),
+// TestHardLinkedFailsClosed: when the link count cannot be read (anything but "no such file"),
 // the content check refuses instead of assuming a single name.
 func TestHardLinkedFailsClosed(t *testing.T) {
 	enf, err := guard.NewEnforcer(guard.Config{Checker: guardtest.New()})
@@ -300,7 +300,7 @@ func TestHardLinkedFailsClosed(t *testing.T) {
 	}
 }
 
-// TestRenameTargetAppearingIsDecided (review L3): the rename target is looked up before the decision; a
+// TestRenameTargetAppearingIsDecided: the rename target is looked up before the decision; a
 // file that appears there in the store between that look and the rename must not be replaced undecided.
 func TestRenameTargetAppearingIsDecided(t *testing.T) {
 	e := mountFake(t)
@@ -328,7 +328,7 @@ func TestRenameTargetAppearingIsDecided(t *testing.T) {
 	}
 }
 
-// TestSetattrByPathDoesNotFollowSwappedSymlink (review L3): truncate(2) by path is decided for the file the
+// TestSetattrByPathDoesNotFollowSwappedSymlink: truncate(2) by path is decided for the file the
 // kernel looked up; a symlink swapped into the store in its place meanwhile (here: during the decision)
 // must not redirect the truncation, done with the daemon's rights, to the file it points at.
 func TestSetattrByPathDoesNotFollowSwappedSymlink(t *testing.T) {
@@ -373,7 +373,7 @@ func TestSetattrByPathDoesNotFollowSwappedSymlink(t *testing.T) {
 	}
 }
 
-// TestUnlinkDoesNotFollowSwappedFolder (review L3): a folder of the store replaced by a symlink after the
+// TestUnlinkDoesNotFollowSwappedFolder: a folder of the store replaced by a symlink after the
 // decision must not make the daemon remove a file of the same name where the symlink points.
 func TestUnlinkDoesNotFollowSwappedFolder(t *testing.T) {
 	e := mountFake(t)

@@ -23,7 +23,7 @@ import (
 	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
-// TestUploadDecidedAgain (review M4): a write handle opened on an existing object (allowed then) replaces
+// TestUploadDecidedAgain: a write handle opened on an existing object (allowed then) replaces
 // it only at close; if a checkpoint came to reference the object meanwhile, the close is refused and the
 // object stays as it was. A second upload of the same handle (after an fsync) replaces only its own
 // content and is not decided again.
@@ -74,7 +74,7 @@ func TestUploadDecidedAgain(t *testing.T) {
 	}
 }
 
-// TestMetadataCommitRealIndex (review H1, e5): through the S3 mount with the real index, Flink's commit
+// TestMetadataCommitRealIndex: through the S3 mount with the real index, Flink's commit
 // (chk-78/._metadata.inprogress.<uuid> -> chk-78/_metadata) succeeds and protects what it references at
 // once, while moving an in-flight checkpoint folder or an in-flight state file onto _metadata is refused.
 func TestMetadataCommitRealIndex(t *testing.T) {
@@ -201,7 +201,7 @@ func TestCreateOfAppearedObjectKeepsContent(t *testing.T) {
 	}
 }
 
-// TestNoHolePunchOnS3 (review H2, S3 side): the S3 mount has no fallocate at all, so a write handle cannot
+// TestNoHolePunchOnS3: the S3 mount has no fallocate at all, so a write handle cannot
 // punch holes or zero ranges; an object changes only by a whole upload, which is decided (open, and again
 // before the upload).
 func TestNoHolePunchOnS3(t *testing.T) {
