@@ -49,8 +49,8 @@ func TestMountNonRootCannotBypass(t *testing.T) {
 	if out, err := exec.Command("chown", "-R", nobodyUID+":"+nobodyUID, tr.Root).CombinedOutput(); err != nil {
 		t.Fatalf("chown: %v %s", err, out)
 	}
-	// Root's own files the user may neither read nor list (red team 4: go-fuse showed mode 0 as 0644/0755,
-	// and the kernel checked the user against that).
+	// Root's own files the user may neither read nor list (go-fuse used to show mode 0 as
+	// 0644/0755, and the kernel checked the user against that).
 	if err := os.WriteFile(filepath.Join(tr.Root, "secret000"), []byte("root only"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestMountNonRootCannotBypass(t *testing.T) {
 	}
 }
 
-// TestMountRestoreWithCpA (review 6 M3): restoring checkpoints owned by the Flink user into the store with
+// TestMountRestoreWithCpA: restoring checkpoints owned by the Flink user into the store with
 // `cp -a` as root works through the mount. cp creates each file and folder owner-only as root, then gives
 // it its owner, mode and times; by then the restored _metadata has made the files referenced (a decided
 // chown of a folder holding them was refused, leaving it root's), and the files are in grace (setting

@@ -68,7 +68,7 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
-// TestMountRefusesIndexInStore (review 6 L4): `ckguard mount` with the index (or the daemon's log) inside
+// TestMountRefusesIndexInStore: `ckguard mount` with the index (or the daemon's log) inside
 // the store exits 2 before it creates anything there.
 func TestMountRefusesIndexInStore(t *testing.T) {
 	if testing.Short() {

@@ -238,13 +238,13 @@ func Dial(path string) (*Client, error) {
 // trustServer accepts the process serving c only when it runs as root, as this user, or as the owner of the
 // socket's directory when only that owner may write there: a socket planted by someone else in a shared
 // index directory could otherwise answer `ckguard orphans` with files a cleanup script then deletes from
-// the store directly (review 5 L5).
+// the store directly.
 func trustServer(c net.Conn, path string) error {
 	uid := peerUID(c)
 	if uid == 0 || uid == os.Geteuid() {
 		return nil
 	}
-	// A mount run by another user (flink) in its own index directory, asked by root (review 6 L5): the
+	// A mount run by another user (flink) in its own index directory, asked by root: the
 	// directory's owner runs it, and nobody else could have put a socket there.
 	var st syscall.Stat_t
 	if uid >= 0 && syscall.Stat(filepath.Dir(path), &st) == nil && int(st.Uid) == uid && st.Mode&0o022 == 0 {

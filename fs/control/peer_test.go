@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// TestUnknownPeerRefused (review L6): a request whose peer credentials are missing or unreadable is refused;
+// TestUnknownPeerRefused: a request whose peer credentials are missing or unreadable is refused;
 // it used to count as uid 0 (root). The socket owner's own uid is served.
 func TestUnknownPeerRefused(t *testing.T) {
 	s := &Server{methods: map[string]reflect.Value{"Get": reflect.ValueOf(impl{}).MethodByName("Get")}, log: slog.Default()}
@@ -39,7 +39,7 @@ func TestUnknownPeerRefused(t *testing.T) {
 	}
 }
 
-// TestClientDistrustsForeignServer (review 5 L5): a socket served by a process of another user (planted
+// TestClientDistrustsForeignServer: a socket served by a process of another user (planted
 // in a shared index directory) is not talked to; the error names the uid. The same user's socket in its
 // own directory is.
 func TestClientDistrustsForeignServer(t *testing.T) {
@@ -77,8 +77,8 @@ func TestClientDistrustsForeignServer(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "uid 65534") {
 		t.Fatalf("Dial of a socket served by uid 65534 = %v; want a refusal naming the uid", err)
 	}
-	// A mount run by that user in its own index directory, which nobody else may write (review 6 L5: sudo
-	// ckguard orphans against a mount run by the flink user).
+	// A mount run by that user in its own index directory, which nobody else may write (sudo ckguard
+	// orphans against a mount run by the flink user).
 	if err := os.Chown(dir, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}

@@ -190,7 +190,7 @@ func TestInterruptedCaller(t *testing.T) {
 	}
 }
 
-// TestAuditKeepsInvalidNames (red team): a name that is not valid UTF-8 is logged with U+FFFD in its JSON
+// TestAuditKeepsInvalidNames: a name that is not valid UTF-8 is logged with U+FFFD in its JSON
 // string, so the record also carries its exact bytes; two such names stay apart in the log.
 func TestAuditKeepsInvalidNames(t *testing.T) {
 	s := &sink{}

@@ -120,10 +120,10 @@ func (c *Config) defaults() {
 }
 
 // CheckPlacement refuses an index, audit log, control socket or log file inside the store or below the
-// mountpoint (red team 5): inside the store, the cleanup the mount exists for deletes them through it
+// mountpoint: inside the store, the cleanup the mount exists for deletes them through it
 // (rm -rf of the store's top folder truncates the audit log and removes the index under the running
 // daemon); below the mountpoint, the daemon would write its own index through itself. The CLI calls it
-// before it creates any of them (review 6 L4); Serve calls it again.
+// before it creates any of them; Serve calls it again.
 func (c Config) CheckPlacement() error {
 	c.defaults()
 	type place struct{ flag, path string }

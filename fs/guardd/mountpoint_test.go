@@ -14,7 +14,7 @@ import (
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
 
-// TestMountpointMappedAutomatically (review C3, e3): Flink configured with the mountpoint writes
+// TestMountpointMappedAutomatically: Flink configured with the mountpoint writes
 // file:<mountpoint>/… references. With no --map, the daemon maps the mountpoint to the store root itself, so
 // those files are protected (they used to count as outside the store and protect nothing).
 func TestMountpointMappedAutomatically(t *testing.T) {
@@ -44,7 +44,7 @@ func TestMountpointMappedAutomatically(t *testing.T) {
 	}
 }
 
-// TestPlacementRefused (red team 5): an index, audit log or control socket inside the store would be
+// TestPlacementRefused: an index, audit log or control socket inside the store would be
 // deleted by the cleanup the mount exists for, and one below the mountpoint would be written through the
 // mount itself: the daemon refuses to start, before it mounts anything, and names the flag. A symlink to
 // the store is seen through.

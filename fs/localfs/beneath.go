@@ -24,7 +24,7 @@ import (
 // the kernel would follow a symlink that someone with direct write access to the store swapped in for a
 // folder after the kernel looked the folder up (and after the guard decided about the key): the daemon, often
 // root, would then create, write, rename or remove outside the store, or a file elsewhere in the store that
-// no decision covered (review L3). The kernel resolves the mount's own symlinks itself, so a key handed to
+// no decision covered. The kernel resolves the mount's own symlinks itself, so a key handed to
 // the daemon never legitimately crosses one: a symlink on the way is refused (ELOOP), an escape too (EXDEV).
 //
 // Parent descriptors are opened per request and closed at its end, never cached: a cached descriptor would
@@ -93,7 +93,7 @@ func openStoreRoot(dir string, log *slog.Logger) (*storeRoot, error) {
 // (older Docker and container runtime defaults) blocks the call, and the mount refuses to start rather than
 // fail every operation with EPERM and no hint, or silently drop the protection. After the probe, an error
 // from openat2 (ENOSYS included: a FUSE backend such as fuse-dfs can answer one open with it) is returned
-// to the caller, never taken as a reason to fall back (review L6).
+// to the caller, never taken as a reason to fall back.
 func openStoreRootWith(dir string, log *slog.Logger, sysOpenat2 func(int, string, *unix.OpenHow) (int, error)) (*storeRoot, error) {
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -129,7 +129,7 @@ func openStoreRootWith(dir string, log *slog.Logger, sysOpenat2 func(int, string
 // && mkdir store`, a restore tool) or something was mounted over it (an NFS or bind mount that appeared
 // after the daemon started, a remount). The index reads the store by path, and go-fuse looks names up by
 // path, while every change acts through the descriptor: after such a swap decisions would be taken about
-// the new directory and the changes they allow made in the old one (review M1). So every change through
+// the new directory and the changes they allow made in the old one. So every change through
 // the descriptor is refused from then on, and the mount must be restarted. A stat error of the path
 // refuses too, until a later comparison succeeds.
 //

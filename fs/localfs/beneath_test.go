@@ -105,7 +105,7 @@ func BenchmarkStoreRootRemove(b *testing.B) {
 	}
 }
 
-// TestOpenat2Probe (review L6): openat2 is probed once when the mount starts. ENOSYS there selects the
+// TestOpenat2Probe: openat2 is probed once when the mount starts. ENOSYS there selects the
 // path fallback and says so in the log; EPERM (a seccomp profile) refuses to start with the reason; and
 // after a successful probe an ENOSYS from one call (a FUSE backing filesystem can answer one open with it)
 // is that call's error, never a switch to the symlink-following fallback for the rest of the mount.
@@ -180,7 +180,7 @@ func TestOpenat2Probe(t *testing.T) {
 	})
 }
 
-// BenchmarkStoreRootCurrent is the replaced-store check as every unlink pays it (review M1): the cached
+// BenchmarkStoreRootCurrent is the replaced-store check as every unlink pays it: the cached
 // answer (an atomic load and a monotonic clock read) and, separately, the stat of the store path and the
 // comparison it makes at most once per rootCheckInterval. Per unlink it costs the first plus the second
 // divided by the unlinks in one interval.

@@ -117,10 +117,10 @@ func TestGuardedOperations(t *testing.T) {
 		{"rmdir holding referenced", func() error { return syscall.Rmdir(m("job/shared")) }, syscall.EPERM, ""},
 		{"setxattr guard namespace", func() error { return unix.Setxattr(m("job/shared/free.sst"), XattrState, []byte("deletable"), 0) }, syscall.EPERM, ""},
 		{"read referenced", func() error { _, err := os.ReadFile(m("job/shared/ref.sst")); return err }, nil, ""},
-		// Red team 3: a referenced file its Flink user can no longer read fails the restore too.
+		// A referenced file its Flink user can no longer read fails the restore too.
 		{"chmod referenced, taking read away", func() error { return os.Chmod(m("job/shared/ref.sst"), 0o600) }, syscall.EPERM, ""},
 		{"chmod referenced, readable by owner and group only, taking group read away", func() error { return os.Chmod(m("job/shared/private.sst"), 0o600) }, syscall.EPERM, ""},
-		// Review 6 M3: a restore (cp -a, tar -p as root) gives files and folders their owner after creating
+		// A restore (cp -a, tar -p as root) gives files and folders their owner after creating
 		// them owner-only: a change of owner is not decided.
 		{"chown referenced", func() error { return os.Chown(m("job/shared/private.sst"), 65534, 65534) }, nil, ""},
 		{"chmod referenced, taking write away", func() error { return os.Chmod(m("job/shared/ref.sst"), 0o444) }, nil, ""},
@@ -432,8 +432,8 @@ func TestTmpfile(t *testing.T) {
 
 // TestLinkedMetadataIndexed: a hard link named _metadata (cp -al of a checkpoint folder) makes a live
 // checkpoint, so it is indexed before link returns; when indexing fails the new name is removed again
-// and the caller gets EIO (red team 1: the link was left to the next sync, and deleting the original
-// _metadata in the meantime made the checkpoint's files deletable).
+// and the caller gets EIO (were it left to the next sync, deleting the
+// original _metadata in the meantime would make the checkpoint's files deletable).
 func TestLinkedMetadataIndexed(t *testing.T) {
 	e := mountFake(t)
 	m := func(k string) string { return filepath.Join(e.mnt, k) }

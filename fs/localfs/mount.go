@@ -78,8 +78,8 @@ func Mount(o Options) (*Mounted, error) {
 		AttrTimeout:     &sec,
 		NegativeTimeout: &neg,
 		// The store's own modes, 0 included: go-fuse otherwise shows a mode-0 file as 0644 and a folder as
-		// 0755, and default_permissions then checks callers against those (red team 4: with --allow-other
-		// another user read root's mode-000 files through the mount).
+		// 0755, and default_permissions then checks callers against those (with --allow-other another
+		// user could read root's mode-000 files through the mount).
 		NullPermissions: true,
 		Logger:          log.New(os.Stderr, "go-fuse: ", 0),
 		MountOptions: fuse.MountOptions{

@@ -145,7 +145,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 // in the store meanwhile, opening it would write or truncate an existing file without a decision, so the
 // create is first tried exclusively and, when the file exists, decided like an open of an existing file.
 // Both opens refuse a symlink on the way and at the name itself: the decision was about the file at the
-// key, and a symlink swapped in since must not redirect the write or truncation (review L3).
+// key, and a symlink swapped in since must not redirect the write or truncation.
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	if othersMetadata(ctx, name) {
 		return nil, nil, 0, syscall.EACCES

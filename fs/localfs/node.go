@@ -347,7 +347,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	} else if n.backdates(in) && !n.ownNewFile(ctx) {
 		// Grace is judged by mtime: setting an in-flight file's mtime into the past (touch -d, cp -p,
 		// rsync -t onto an existing file) would take it out of grace and make it deletable, so it is
-		// decided like a write of the file (review M6). Moving mtime forward or to now is free, and so is
+		// decided like a write of the file. Moving mtime forward or to now is free, and so is
 		// backdating a file the caller itself has just created through the mount (ownNewFile).
 		checks = append(checks, n.contentCheck(refindex.OpWrite, key)...)
 	}
@@ -359,11 +359,11 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 
 // narrowsAccess reports whether in takes a read permission (for a folder: read or search) away from a
 // file or folder that is then not readable by everyone: a referenced SST its Flink user can no longer read
-// fails the restore like a deleted one (red team 3), so such a chmod is decided (OpChmod). Adding
+// fails the restore like a deleted one, so such a chmod is decided (OpChmod). Adding
 // permissions or taking write permission away is not decided. Neither is a change of owner or group:
 // restore tools (cp -a, tar -p, rsync -a as root) create each file and folder owner-only, then give it
-// its owner, then its mode, and by then the restored _metadata has made the files referenced (review 6
-// M3). When the current mode cannot be read, a chmod is decided (fail closed).
+// its owner, then its mode, and by then the restored _metadata has made the files referenced.
+// When the current mode cannot be read, a chmod is decided (fail closed).
 func (n *node) narrowsAccess(in *fuse.SetAttrIn) bool {
 	m, ok := in.GetMode()
 	if !ok {

@@ -61,7 +61,7 @@ func bindOver(t *testing.T, store string) (hidden string) {
 	return procFdPath(fd) + "/"
 }
 
-// TestSwappedStoreRootRefuses (review M1): once the store path names another directory than the root
+// TestSwappedStoreRootRefuses: once the store path names another directory than the root
 // descriptor, every resolution beneath the root fails with EIO and a reason, logged once; a replacement is
 // final (restart the mount), a path that merely cannot be stated refuses until it can.
 func TestSwappedStoreRootRefuses(t *testing.T) {
@@ -168,7 +168,7 @@ func TestSwappedStoreRootRefuses(t *testing.T) {
 	})
 }
 
-// TestSwapStoreReplacedUnderMount (review M1) through a real mount: after the store directory is replaced
+// TestSwapStoreReplacedUnderMount through a real mount: after the store directory is replaced
 // by a copy, or mounted over, the index (which reads the store path) and the changes (beneath the root
 // descriptor) would see different trees. Decided operations are refused with the reason in the audit log,
 // the others fail with EIO, and neither directory changes.

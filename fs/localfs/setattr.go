@@ -14,7 +14,7 @@ import (
 // go-fuse's loopback would otherwise act by path with truncate(2) and chmod(2), which follow symlinks: one
 // swapped into the store (for the file or a folder above it) after the kernel checked the caller against the
 // real file (and after the guard decided about it) would redirect the change, done with the daemon's rights
-// (often root), to whatever it points at (review L3). On the descriptor the change reaches the file that was
+// (often root), to whatever it points at. On the descriptor the change reaches the file that was
 // checked, or nothing: a symlink on the way or at the name is ELOOP, an escape EXDEV.
 //
 // It returns nil for other file types (devices must not be opened; a symlink cannot be) and when the daemon
