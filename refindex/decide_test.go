@@ -293,7 +293,7 @@ func TestThroughTheMount(t *testing.T) {
 	bad := job + "/chk-79/_metadata"
 	os.MkdirAll(filepath.Join(tr.Root, job, "chk-79"), 0o755)
 	os.WriteFile(filepath.Join(tr.Root, bad), []byte("not a checkpoint"), 0o644)
-	// The close succeeds (review M7: failing it would fail the Flink checkpoint); the file is
+	// The close succeeds (failing it would fail the Flink checkpoint); the file is
 	// recorded as unparseable.
 	if err := chk.Written(ctx, bad); err != nil {
 		t.Fatalf("closing an unparseable _metadata through the mount: %v", err)

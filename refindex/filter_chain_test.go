@@ -13,9 +13,10 @@ import (
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
 
-// TestSnapshotChainOrdersDecrements (from this session's safety review): a decision on snapshot S-1 must not see the filter decrement of a commit that ended S0 while S-1 is read:
-// S-1 says X is referenced by M, the newest state says M is unparseable (refuse everything). A decision
-// mixing S-1's memState with the newest reverse counts would allow X (neither state does).
+// TestSnapshotChainOrdersDecrements: a decision on snapshot S-1 must not see the filter decrement
+// of a commit that ended S0 while S-1 is read: S-1 says X is referenced by M, the newest state says
+// M is unparseable (refuse everything). A decision mixing S-1's memState with the newest reverse
+// counts would allow X (neither state does).
 func TestSnapshotChainOrdersDecrements(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)

@@ -15,7 +15,7 @@ import (
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
 
-// TestFilterStress (from this session's safety review): concurrent decisions against commits, a
+// TestFilterStress: concurrent decisions against commits, a
 // background fill after every reopen, syncs and rebuilds. Whenever a view's filter says "unreferenced",
 // the exact scan on THE SAME snapshot must find no reverse entry.
 func TestFilterStress(t *testing.T) {

@@ -93,7 +93,7 @@ func TestFilterDecOfZeroDisablesFilter(t *testing.T) {
 // Every path that counts the filter splits a reverse key the same way: an index generation written
 // before NUL references were refused may hold r/a\x00b\x00<meta>; after a reopen (background fill)
 // retiring that checkpoint must leave every slot at zero, never decrement a slot the fill did not
-// count (review2 C1 residual).
+// count.
 func TestFilterFillSplitsKeysAsApply(t *testing.T) {
 	ctx := context.Background()
 	tr := incidentTree(t)

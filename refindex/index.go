@@ -284,7 +284,7 @@ func (c *checkpointRecord) owner() string {
 // content holds checkpoint id n (or cannot be read, and so is judged by its folder). A copy anywhere else
 // (cp -r chk-10 chk-10.bak, a _metadata copied aside to inspect it, the first half of a move done as copy
 // and delete, a copy into a made-up chk-11) holds the copied id and a later mtime, and would otherwise take
-// the protection away from the checkpoint it copies (review 5 H1, red team 2).
+// the protection away from the checkpoint it copies.
 func (c *checkpointRecord) candidateID() (int64, bool) {
 	if c.Kind == "savepoint" {
 		return 0, false
@@ -361,7 +361,7 @@ func Open(dir string, st store.Store, pol Policy, opts ...Option) (*Index, error
 	}
 	var aliases []string
 	if ra, ok := st.(store.RootAliaser); ok {
-		aliases = ra.RootAliases() // e.g. a local store given through a symlink (review C3)
+		aliases = ra.RootAliases() // e.g. a local store given through a symlink
 	}
 	norm, err := pathnorm.New(pathnorm.Config{StoreRoot: st.Root(), Maps: maps, EntropyKey: o.entropyKey, RootAliases: aliases, DefaultPorts: o.ports, External: o.external})
 	if err != nil {

@@ -11,10 +11,10 @@ import (
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
 
-// TestWithMountpoint (review C3): a checkpoint Flink wrote through the mount references file:<mountpoint>/…;
-// the mount daemons pass WithMountpoint so those references protect store keys. Without it the store proves
-// the mapping (the files lie at the same relative place) and they still protect; a user --map of the same
-// prefix wins over both.
+// TestWithMountpoint: a checkpoint Flink wrote through the mount references
+// file:<mountpoint>/…; the mount daemons pass WithMountpoint so those references protect store
+// keys. Without it the store proves the mapping (the files lie at the same relative place) and
+// they still protect; a user --map of the same prefix wins over both.
 func TestWithMountpoint(t *testing.T) {
 	ctx := context.Background()
 	base := t.TempDir()

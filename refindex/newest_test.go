@@ -11,11 +11,12 @@ import (
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
 
-// TestNewestCheckpointByFolder: the "newest checkpoint of an active job" protection (rule 3's policy) goes
-// to _metadata files in chk-<n> folders only, and ties protect every record. A copy of the newest
-// _metadata beside it (cp -r chk-10 chk-10.bak; on the S3 mount even mv, which copies a folder file by
-// file) or into a made-up chk-11 has the copied content id and a later mtime, and used to take the
-// protection from the original (review 5 H1, red team). The older checkpoint stays deletable, so the test also fails when everything is protected.
+// TestNewestCheckpointByFolder: the "newest checkpoint of an active job" protection (rule 3's
+// policy) goes to _metadata files in chk-<n> folders only, and ties protect every record. A copy of
+// the newest _metadata beside it (cp -r chk-10 chk-10.bak; on the S3 mount even mv, which copies a
+// folder file by file) or into a made-up chk-11 has the copied content id and a later mtime, and
+// used to take the protection from the original. The older checkpoint stays deletable, so the test
+// also fails when everything is protected.
 func TestNewestCheckpointByFolder(t *testing.T) {
 	const job = "flink/00000000000000000000000000000000"
 	type ck struct {

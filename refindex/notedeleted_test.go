@@ -15,7 +15,7 @@ import (
 // TestNoteDeletedConfirmsWithStore: a mount's report that it deleted a key retires only the checkpoints
 // the store confirms gone. On S3 the file "a" and the folder "a/" can both exist, and a rmdir of a folder
 // marker leaves what lies below it: retiring a/chk-1 on the mount's word made its files deletable while
-// its _metadata still existed (review 5 M2).
+// its _metadata still existed.
 func TestNoteDeletedConfirmsWithStore(t *testing.T) {
 	ctx := context.Background()
 	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
@@ -58,7 +58,7 @@ func TestNoteDeletedConfirmsWithStore(t *testing.T) {
 
 // TestOrphansBlockedByUnreadCheckpoint: a _metadata that appeared, or changed, beside the index since its
 // last sync references files the index does not know of, so `orphans` (which scripts delete from
-// directly) lists nothing until a sync has read it (review 5 L6).
+// directly) lists nothing until a sync has read it.
 func TestOrphansBlockedByUnreadCheckpoint(t *testing.T) {
 	ctx := context.Background()
 	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)

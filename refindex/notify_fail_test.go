@@ -33,8 +33,8 @@ func (u *unreadableStore) Open(ctx context.Context, key string) (store.Reader, e
 }
 
 // TestNotifiedMetadataUnreadableFailsClosed: a _metadata written through the mount that the index cannot
-// read is a live checkpoint it does not know, so every decision is refused until a sync reads it (review 5
-// M1: only the writer heard of the error, and deletions of that checkpoint's files went on being allowed).
+// read is a live checkpoint it does not know, so every decision is refused until a sync reads it;
+// only the writer hearing of the error would leave that checkpoint's files deletable.
 // A _metadata that really is gone is simply not indexed.
 func TestNotifiedMetadataUnreadableFailsClosed(t *testing.T) {
 	ctx := context.Background()
@@ -111,7 +111,7 @@ func (e *extraListingStore) ListMetadata(ctx context.Context, fn func(store.Obje
 	return nil
 }
 
-// TestUnaddressableMetadataFailsClosed (review 5 L3): a listed _metadata at a key ckguard cannot address
+// TestUnaddressableMetadataFailsClosed: a listed _metadata at a key ckguard cannot address
 // ("a//chk-1/_metadata") used to count as gone at every sync, leaving what it references unprotected. It
 // is kept as unparseable (every deletion refused, the message says how to fix it); a folder marker named
 // _metadata/ is no checkpoint at all.
@@ -149,7 +149,7 @@ func TestUnaddressableMetadataFailsClosed(t *testing.T) {
 	}
 }
 
-// TestSpecialMetadataNeverOpened (review 6 H1, L2): a FIFO or a symlink named _metadata (linked or
+// TestSpecialMetadataNeverOpened: a FIFO or a symlink named _metadata (linked or
 // renamed into place through the mount) is no checkpoint: indexing it neither blocks (a FIFO's open would
 // wait for a writer forever, under the index's and the mount's locks) nor fails the index, and it does not
 // block `orphans` for good.
@@ -204,7 +204,7 @@ func TestSpecialMetadataNeverOpened(t *testing.T) {
 	}
 }
 
-// TestRenamedMetadataUnreadableFailsClosed (review 6 M1): a _metadata renamed into place through the mount
+// TestRenamedMetadataUnreadableFailsClosed: a _metadata renamed into place through the mount
 // that the store reports but cannot read fails the index closed, as one written through it does.
 func TestRenamedMetadataUnreadableFailsClosed(t *testing.T) {
 	ctx := context.Background()
@@ -239,7 +239,7 @@ func (n *notifyDuringListing) ListMetadata(ctx context.Context, fn func(store.Ob
 	return err
 }
 
-// TestFailureDuringSyncOutlivesIt (review 6 L1): a notification that fails the index closed while a sync
+// TestFailureDuringSyncOutlivesIt: a notification that fails the index closed while a sync
 // is under way (after its listing, which may not have seen the object) is not cleared by that sync; the
 // next one, whose listing starts later, clears it.
 func TestFailureDuringSyncOutlivesIt(t *testing.T) {

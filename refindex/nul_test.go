@@ -14,7 +14,7 @@ import (
 
 // TestNULInReferenceFailsClosed: a _metadata naming a file with a NUL byte (hostile or corrupt: no file
 // system or S3 key can hold one, and the index's keys use NUL as a separator) is unparseable, so every
-// deletion except of that _metadata is refused and the message names the file and the fix (review2 C1).
+// deletion except of that _metadata is refused and the message names the file and the fix.
 func TestNULInReferenceFailsClosed(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)

@@ -544,7 +544,7 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 			}
 			if store.IsCheckpointFile(o) && !ix.indexedNow(o) {
 				// A checkpoint the index has not read (written beside the mount since the last sync):
-				// what it references is unknown, so nothing may be called garbage (review 5 L6).
+				// what it references is unknown, so nothing may be called garbage.
 				return errIndexBehind{o.Path, "appeared"}
 			}
 			if _, pinned := v.pins[o.Path]; pinned {
@@ -575,7 +575,7 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 }
 
 // indexedNow reports whether the index holds o as it is now, though the view a long walk started with
-// does not: a checkpoint indexed through the mount during the walk (review 6 M2). Its new files are young
+// does not: a checkpoint indexed through the mount during the walk. Its new files are young
 // (grace keeps them off the list) and the older files it reuses are referenced by the checkpoints it
 // follows, which the view holds.
 func (ix *Index) indexedNow(o store.ObjectInfo) bool {

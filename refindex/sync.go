@@ -99,7 +99,7 @@ func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, er
 	if k, err := store.CleanKey(oi.Path); err != nil || k != oi.Path {
 		// A listed _metadata at a key with "//", "." or ".." segments (S3 keys are plain strings; Flink
 		// never writes such a key) cannot be opened by its canonical key, which names another object or
-		// none: it used to count as gone at every sync, its references unprotected (review 5 L3). Kept
+		// none: it used to count as gone at every sync, its references unprotected. Kept
 		// as unparseable, it fails the index closed and says how to fix it.
 		return ix.unparseable(oi, oi.Size, fmt.Errorf("a _metadata at the key %q, which ckguard cannot address (an empty, . or .. segment): what it references is unknown; move it to a clean key or delete it with an S3 tool, then run `ckguard index sync`", oi.Path)), nil
 	}
@@ -449,7 +449,7 @@ func (ix *Index) apply(ch change) error {
 	if !ch.synced.IsZero() {
 		ix.lastSync = ch.synced
 		// A failure after this sync's listing began (a _metadata the mount could not index) may be about
-		// an object the listing did not see: it stays until a sync that started later (review 6 L1).
+		// an object the listing did not see: it stays until a sync that started later.
 		if ch.synced.After(ix.failedAt) {
 			ix.syncErr = ""
 		}
@@ -1075,7 +1075,7 @@ func (ix *Index) IndexMetadata(ctx context.Context, p string) error {
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()
 	// A _metadata the mount just wrote that cannot be read is a live checkpoint the index does not know:
-	// every decision is refused until a sync reads it (review 5 M1), instead of only this writer hearing
+	// every decision is refused until a sync reads it, instead of only this writer hearing
 	// of it.
 	oi, err := ix.st.Stat(ctx, key)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -1155,7 +1155,7 @@ func (ix *Index) NoteDeleted(ctx context.Context, p string) error {
 	// Retire only what the store confirms gone, as a sync does. The mount's word is not enough: on S3 a
 	// file a and the folder a/ can both exist, so deleting the file removes nothing below a/; a rmdir of an
 	// S3 folder marker removes only the marker; and a _metadata may have been indexed below a folder after
-	// its emptiness was checked (review 5 M2). Retiring a checkpoint that still exists would make its
+	// its emptiness was checked. Retiring a checkpoint that still exists would make its
 	// files deletable.
 	gone, _, _, err := ix.confirmGone(ctx, cur, removes)
 	if err != nil {
@@ -1192,7 +1192,7 @@ func (ix *Index) NoteRenamed(ctx context.Context, from, to string) error {
 		removes = append(removes, cur.below(k)...)
 	}
 	// Errors leave checkpoints at the target unknown to the index: every decision is refused until a sync
-	// reads them (review 5 M1).
+	// reads them.
 	fail := func(err error) error { return ix.failSync(fmt.Errorf("index rename %s → %s: %w", fk, tk, err)) }
 	var infos []store.ObjectInfo
 	oi, err := ix.st.Stat(ctx, tk)
@@ -1223,7 +1223,7 @@ func (ix *Index) NoteRenamed(ctx context.Context, from, to string) error {
 	}
 	// Listed (stat'ed) but not found when read: gone meanwhile, or a store that cannot read what it just
 	// reported (a cache, a node behind the mount's own write). Only a second stat that agrees makes it
-	// gone (review 6 M1).
+	// gone.
 	for _, k := range unread {
 		if o, serr := ix.st.Stat(ctx, k); !errors.Is(serr, fs.ErrNotExist) && (serr != nil || store.IsCheckpointFile(o)) {
 			return fail(fmt.Errorf("the store reports %s (%v) but cannot read it", k, serr))

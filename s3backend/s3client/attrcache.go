@@ -168,7 +168,7 @@ type decided struct{}
 // Stat of o.Key from it (s3store.Store.Stat), so the index's decision judges exactly the version the
 // conditional request can change, whatever other requests put into the cache in between: were it to judge
 // the mtime of another version, an old one, and the request be conditional on the ETag of a young one, the
-// young (in-flight) object would be deleted (review L3).
+// young (in-flight) object would be deleted.
 func WithDecided(ctx context.Context, o Object) context.Context {
 	prev, _ := ctx.Value(decided{}).([]Object)
 	objs := make([]Object, 0, len(prev)+1)

@@ -9,8 +9,8 @@ import (
 	. "github.com/ckguard/ckguard/s3backend/s3client"
 )
 
-// TestAttrCacheKeepsLaterStamp: an entry is replaced only by one whose request started no earlier (review
-// L3): a late listing reply does not undo a HEAD, an own write or a Drop that came after it was sent.
+// TestAttrCacheKeepsLaterStamp: an entry is replaced only by one whose request started no earlier:
+// a late listing reply does not undo a HEAD, an own write or a Drop that came after it was sent.
 func TestAttrCacheKeepsLaterStamp(t *testing.T) {
 	t0 := time.Now()
 	old := Object{Key: "k", ETag: "old"}

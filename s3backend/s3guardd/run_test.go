@@ -24,7 +24,7 @@ import (
 	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
-// TestFreshDecisionsWithoutIfMatch (review M5): on a server that ignores If-Match on DeleteObject
+// TestFreshDecisionsWithoutIfMatch: on a server that ignores If-Match on DeleteObject
 // (gofakes3), the daemon finds out at start and decides every unlink on a fresh HEAD. An old object the
 // mount listed, then replaced beside the mount (new content, in grace), must not be deleted on the strength
 // of the listing's stale attributes: the conditional delete would not have stopped it.

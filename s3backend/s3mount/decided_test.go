@@ -184,7 +184,7 @@ func (e *decidedEnv) mustSurvive(t *testing.T, key, etag string, rmErr error) {
 	}
 }
 
-// TestStaleListingCannotReplaceNewerEntry (review L3, cache side): a listing sent before an object was
+// TestStaleListingCannotReplaceNewerEntry: a listing sent before an object was
 // overwritten, whose reply arrives after a HEAD saw the new version, must not put the old version back
 // into the attribute cache; an unlink decided in between would otherwise judge the old version's mtime
 // (out of grace) while its DeleteObject is conditioned on the young version's ETag, and delete it.
@@ -226,7 +226,7 @@ func TestStaleListingCannotReplaceNewerEntry(t *testing.T) {
 	}
 }
 
-// TestDecisionJudgesTheVersionDeleted (review L3, unlink side): whatever the attribute cache holds by the
+// TestDecisionJudgesTheVersionDeleted: whatever the attribute cache holds by the
 // time the index decides (here an entry for the old version stamped later than the mount's look, as two
 // overlapping requests can produce), the decision must judge the version whose ETag the DeleteObject is
 // conditioned on.
@@ -300,7 +300,7 @@ func TestWriteJudgesTheVersionReplaced(t *testing.T) {
 // overwritten since) rests on the DeleteObject's If-Match failing and unlink looking again:
 // TestConditionalDelete, against versitygw (gofakes3 ignores If-Match on DeleteObject).
 
-// TestFreshETagsDecisionJudgesTheMountsLook (review 5 L4): where the server ignores If-Match (FreshETags)
+// TestFreshETagsDecisionJudgesTheMountsLook: where the server ignores If-Match (FreshETags)
 // the mount HEADs the object before every decision; the decision judges that version. A second HEAD by
 // the index that a flapping, multi-node server answers with 404 made the object count as gone, so the
 // unlink of a young (in-flight) object was allowed and the unconditional delete removed it.
@@ -350,7 +350,7 @@ func TestFreshETagsDecisionJudgesTheMountsLook(t *testing.T) {
 	}
 }
 
-// TestFreshETagsDeletesUnconditionally (review 6 L7): where the probe did not show the server honouring
+// TestFreshETagsDeletesUnconditionally: where the probe did not show the server honouring
 // If-Match on DeleteObject (FreshETags), the delete carries no condition: a server that refuses every
 // conditional delete would otherwise refuse every deletion through the mount.
 func TestFreshETagsDeletesUnconditionally(t *testing.T) {

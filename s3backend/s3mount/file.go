@@ -173,7 +173,7 @@ type writeHandle struct {
 	cond  s3client.PutOptions
 	// redecide is the operation the open of an existing object was decided as; the first upload, which is
 	// when the object is really replaced, decides it again: a checkpoint indexed since the open may have
-	// come to reference the object (review M4). 0 once the handle has replaced it (the object is then the
+	// come to reference the object. 0 once the handle has replaced it (the object is then the
 	// handle's own content, pinned by If-Match) and for objects the handle created.
 	redecide refindex.Op
 	// base is the version cond.IfMatch names until the first upload (the object the open found), so that
@@ -264,7 +264,7 @@ func (w *writeHandle) upload(ctx context.Context) syscall.Errno {
 		if guard.IsMetadata(w.key) {
 			// The server may have stored it all the same (a retried request whose first attempt was
 			// applied, an interrupted one it completed): the index looks, so a checkpoint that did
-			// appear is never unknown to it (review 5 M1).
+			// appear is never unknown to it.
 			fsys.g.Written(ctx, w.key)
 		}
 		return s3client.Errno(err)

@@ -574,8 +574,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		n.fsys.cache.Drop(dst)
 		if err != nil {
 			// The copy may have happened all the same (an applied request whose answer was lost): the
-			// index looks at both names, so a _metadata that did appear is never unknown to it (review 5
-			// M1). It retires only what the store confirms gone.
+			// index looks at both names, so a _metadata that did appear is never unknown to it.
+			// It retires only what the store confirms gone.
 			n.fsys.g.Renamed(ctx, src, dst)
 			return s3client.Errno(err)
 		}
@@ -599,7 +599,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 
 // deleteIf is the If-Match a DeleteObject carries: the ETag decided on, or none where the start-up probe
 // did not show the server honouring it (FreshETags). Such a server either ignores the condition, so it
-// protects nothing, or refuses every conditional delete, so nothing could be deleted (review 6 L7).
+// protects nothing, or refuses every conditional delete, so nothing could be deleted.
 func (f *filesystem) deleteIf(etag string) string {
 	if f.opts.FreshETags {
 		return ""
@@ -612,7 +612,7 @@ func (f *filesystem) deleteIf(etag string) string {
 // after it carries (If-Match), never another entry the cache got in between (a listing, a HEAD). Where the
 // server ignores If-Match (FreshETags) every caller hands o fresh from a HEAD of its own, just taken: the
 // decision judges that too, rather than a second HEAD that a flapping server may answer with 404, which
-// would make the object count as gone and its deletion allowed (review 5 L4). An object without an ETag
+// would make the object count as gone and its deletion allowed. An object without an ETag
 // has no condition.
 func (f *filesystem) decideOn(ctx context.Context, key string, o s3client.Object) context.Context {
 	if o.ETag == "" || o.IsDir {

@@ -36,7 +36,7 @@ func ProbeIfMatch(ctx context.Context, c *s3client.Client) (bool, error) {
 		if derr := c.Delete(ctx, key, etag); derr != nil {
 			// The wrong ETag was refused, but so was the right one (a server that answers 412 to every
 			// conditional delete, or a fault): not shown to honour the condition, so not relied on
-			// (review 5 L2). The probe object goes unconditionally.
+			//. The probe object goes unconditionally.
 			_ = c.Delete(ctx, key, "")
 			return false, fmt.Errorf("if-match probe: delete of %s with its own ETag failed: %w", key, derr)
 		}

@@ -16,7 +16,7 @@ import (
 	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
-// TestProbeIfMatch (review M5): versitygw honours If-Match on DeleteObject (a wrong ETag gives 412) and the
+// TestProbeIfMatch: versitygw honours If-Match on DeleteObject (a wrong ETag gives 412) and the
 // probe says so and leaves nothing behind; gofakes3 ignores the condition and the probe says that.
 func TestProbeIfMatch(t *testing.T) {
 	ctx := context.Background()
@@ -42,7 +42,7 @@ func TestProbeIfMatch(t *testing.T) {
 			t.Fatalf("ProbeIfMatch on gofakes3 (ignores If-Match) = %v, %v; want not honoured", ok, err)
 		}
 	})
-	// A server that answers 412 to every conditional delete, the right ETag too (review 5 L2): the
+	// A server that answers 412 to every conditional delete, the right ETag too: the
 	// condition is not relied on, and the probe object still goes.
 	t.Run("refuses every conditional delete", func(t *testing.T) {
 		fake := gofakes3.New(s3mem.New()).Server()

@@ -104,7 +104,7 @@ func TestStatRefreshAfterTTL(t *testing.T) {
 // TestIndexToldDespiteLostAnswers: a rename or an upload of a _metadata whose request failed may have
 // happened all the same (the server applied it and the answer was lost, or the copy landed and the
 // source delete failed). The index is told either way, so it can look: a checkpoint that did appear is
-// never unknown to it (review 5 M1).
+// never unknown to it.
 func TestIndexToldDespiteLostAnswers(t *testing.T) {
 	e, p := setupProxied(t, nil)
 	e.put(t, "job/chk-7/._metadata.inprogress.a", "meta7")

@@ -149,7 +149,7 @@ func (s *Store) Stat(ctx context.Context, p string) (store.ObjectInfo, error) {
 	if pinned {
 		// The mount saw this object a moment ago; a 404 now (a node of a flapping server that has not seen
 		// it, a delete beside the mount) must not make it count as gone and its deletion allowed: the
-		// version the mount saw is judged (review 5 L4).
+		// version the mount saw is judged.
 		return info(decided), nil
 	}
 	pg, lerr := s.c.ListPage(ctx, key+"/", false, "", "", 1)

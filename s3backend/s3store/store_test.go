@@ -198,7 +198,7 @@ func TestStatFromSharedAttrs(t *testing.T) {
 	}
 }
 
-// TestStatJudgesDecidedObject (review L3): the object the mount's conditional request is pinned to
+// TestStatJudgesDecidedObject: the object the mount's conditional request is pinned to
 // (s3client.WithDecided) answers Stat of its key, whatever the shared cache holds by then, so the decision
 // judges the version the DeleteObject's If-Match names. Without a shared cache (a server that ignores
 // If-Match) the store keeps asking the server, and judges the decided object only when the server says 404.
@@ -226,8 +226,8 @@ func TestStatJudgesDecidedObject(t *testing.T) {
 	if oi, err := plain.Stat(dctx, "j/f"); err != nil || oi.ETag == "young" || cnt.head.Load() == heads {
 		t.Fatalf("store without a shared cache used the decided object: %+v %v", oi, err)
 	}
-	// ... but when the server answers that HEAD with 404 (review 5 L4: a flapping server, or a delete beside
-	// the mount) the version the mount saw is judged, not "no such object" (which rule 6 allows).
+	// ... but when the server answers that HEAD with 404 (a flapping server, or a delete beside the
+	// mount) the version the mount saw is judged, not "no such object" (which rule 6 allows).
 	gone := s3client.Object{Key: "j/gone", Size: 3, ModTime: time.Now(), ETag: "seen"}
 	if oi, err := plain.Stat(s3client.WithDecided(ctx, gone), "j/gone"); err != nil || oi.ETag != "seen" {
 		t.Fatalf("store without a shared cache, HEAD 404, decided object: %+v %v; want the decided version", oi, err)
