@@ -580,8 +580,9 @@ func (q *Queue) parallel(n int, fn func(int)) {
 // finish records each entry's result: outcomes leave the queue, failures are retried after a backoff.
 func (q *Queue) finish(its []*item, res []result) {
 	type done struct {
-		e   Entry
-		out Outcome
+		e    Entry
+		out  Outcome
+		left chan struct{} // closed once the entry's outcome is final and Done has seen it
 	}
 	var dones []done
 	var failed int
@@ -623,8 +624,7 @@ func (q *Queue) finish(its []*item, res []result) {
 			q.stats.Skipped++
 		}
 		delete(q.byKey, it.Key)
-		close(it.done)
-		dones = append(dones, done{it.Entry, r.out})
+		dones = append(dones, done{it.Entry, r.out, it.done})
 	}
 	if len(q.byKey) == 0 && !q.closed {
 		// Nothing pending: the journal starts over (a truncate, cheap enough for every time the queue
@@ -640,10 +640,13 @@ func (q *Queue) finish(its []*item, res []result) {
 	if failed > 0 {
 		q.warnFailed(failed, firstErr)
 	}
-	if q.o.Done != nil {
-		for _, d := range dones {
+	// A Flush waiter wakes only after Done ran for its entries, so what it looks at next (the mount's
+	// view of the name) already reflects the outcome.
+	for _, d := range dones {
+		if q.o.Done != nil {
 			q.o.Done(d.e, d.out)
 		}
+		close(d.left)
 	}
 }
 

@@ -197,8 +197,11 @@ func TestQueueOutcomes(t *testing.T) {
 				if !special {
 					w = deleteq.Applied
 				}
-				if outs[k] != w {
-					t.Errorf("%s: %v, want %v", k, outs[k], w)
+				mu.Lock()
+				got := outs[k]
+				mu.Unlock()
+				if got != w {
+					t.Errorf("%s: %v, want %v", k, got, w)
 				}
 				if stays := w != deleteq.Applied; b.has(k) != stays {
 					t.Errorf("%s in the bucket: %v, want %v", k, b.has(k), stays)
