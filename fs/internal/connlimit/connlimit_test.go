@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,20 +21,12 @@ func TestLimitsConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := Listen(tcp, limit)
+	// Connections are counted where their descriptors are: accepted by the TCP listener until closed
+	// (net/http reports StateClosed only after the close has given the slot back).
 	var open, peak atomic.Int32
+	ln := Listen(&countingListener{Listener: tcp, open: &open, peak: &peak}, limit)
 	srv := Limits{MaxConns: limit, ReadHeaderTimeout: time.Second, IdleTimeout: 100 * time.Millisecond}.Server(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") }))
-	srv.ConnState = func(c net.Conn, s http.ConnState) {
-		switch s {
-		case http.StateNew:
-			n := open.Add(1)
-			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-			}
-		case http.StateClosed, http.StateHijacked:
-			open.Add(-1)
-		}
-	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	// Every client sends a keep-alive request and then idles; each must get its answer and then see the
@@ -80,6 +73,35 @@ func TestLimitsConnections(t *testing.T) {
 	if err := <-served; err == nil {
 		t.Error("Serve returned no error after the listener closed")
 	}
+}
+
+// countingListener counts the connections it accepted that are not closed yet, and their peak.
+type countingListener struct {
+	net.Listener
+	open, peak *atomic.Int32
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	n := l.open.Add(1)
+	for p := l.peak.Load(); n > p && !l.peak.CompareAndSwap(p, n); p = l.peak.Load() {
+	}
+	return &countedConn{Conn: c, open: l.open}, nil
+}
+
+type countedConn struct {
+	net.Conn
+	once sync.Once
+	open *atomic.Int32
+}
+
+func (c *countedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.open.Add(-1) })
+	return err
 }
 
 func errString(err error) string {
