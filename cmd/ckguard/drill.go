@@ -139,16 +139,7 @@ func runDrill(c *cli.Context) error {
 	} else {
 		printDrill(c.App.Writer, res)
 	}
-	// Never green on what was skipped: as verify, unmapped references or a stale index exit 3.
-	switch {
-	case len(res.Broken) > 0:
-		return cli.Exit("", exitFound)
-	case res.Untrusted != "":
-		return exitf(exitUntrusted, "verify --deep cannot be trusted: %s", res.Untrusted)
-	case !res.OK:
-		return cli.Exit("", exitFound)
-	}
-	return nil
+	return verifyExit("verify --deep", &res.VerifyResult)
 }
 
 func printDrill(w io.Writer, res *refindex.DrillResult) {

@@ -41,11 +41,17 @@ func runVerify(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	return verifyExit("verify", res)
+}
+
+// verifyExit is the exit status of a verify: 1 when a checkpoint is broken, else 3 when something
+// could not be checked (never green on what was skipped), 0 when everything was checked and is there.
+func verifyExit(what string, res *refindex.VerifyResult) error {
 	switch {
 	case len(res.Broken) > 0:
 		return cli.Exit("", exitFound)
 	case res.Untrusted != "":
-		return exitf(exitUntrusted, "verify cannot be trusted: %s", res.Untrusted)
+		return exitf(exitUntrusted, "%s cannot be trusted: %s", what, res.Untrusted)
 	case !res.OK:
 		return cli.Exit("", exitFound)
 	}
