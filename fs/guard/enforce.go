@@ -69,6 +69,10 @@ type Config struct {
 	Metrics     *metrics.Metrics // nil: no metrics
 	RefuseErrno syscall.Errno    // errno for refusals; 0 means EPERM
 	Logger      *slog.Logger     // nil: slog.Default()
+	// PendingWait is how long a decision waits for index updates made through the mount (a _metadata
+	// being read) before it is taken; one still pending then refuses what the index would allow.
+	// 0: 10 s; negative: no wait.
+	PendingWait time.Duration
 }
 
 // Enforcer is the single place where guarded operations are decided: it asks the Checker, writes the audit
@@ -90,6 +94,8 @@ type Enforcer struct {
 	mu sync.RWMutex
 	// pending holds the index updates started under mu and not yet applied (see pendingUpdates).
 	pending pendingUpdates
+	// pendingWait bounds how long a decision waits for pending updates (Config.PendingWait).
+	pendingWait time.Duration
 	// inExclusive is set while MutateExclusive holds mu; deferred (guarded by mu) collects the index
 	// updates its do function started, which it finishes once mu is released.
 	inExclusive atomic.Bool
@@ -107,7 +113,11 @@ func NewEnforcer(cfg Config) (*Enforcer, error) {
 	if cfg.Checker == nil {
 		return nil, errors.New("guard: no Checker: the filesystem cannot decide anything without the index")
 	}
-	e := &Enforcer{checker: cfg.Checker, audit: cfg.Audit, metrics: cfg.Metrics, refuse: cfg.RefuseErrno, log: cfg.Logger}
+	e := &Enforcer{checker: cfg.Checker, audit: cfg.Audit, metrics: cfg.Metrics, refuse: cfg.RefuseErrno, log: cfg.Logger,
+		pendingWait: cfg.PendingWait}
+	if e.pendingWait == 0 {
+		e.pendingWait = defaultPendingWait
+	}
 	if e.refuse == 0 {
 		e.refuse = syscall.EPERM
 	}
@@ -128,6 +138,7 @@ func (e *Enforcer) Checker() Checker { return e.checker }
 // Mutate decides every check in order (stopping at the first refusal), records each decision, and runs do
 // only when all are allowed. It returns the refusal errno, or do's result.
 func (e *Enforcer) Mutate(ctx context.Context, checks []Check, do func() syscall.Errno) syscall.Errno {
+	e.pending.wait(ctx, e.pendingWait)
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	return e.mutateLocked(ctx, checks, do)
@@ -138,6 +149,7 @@ func (e *Enforcer) Mutate(ctx context.Context, checks []Check, do func() syscall
 // The index updates its do function records (Renamed, Linked) are finished after the lock is released:
 // the returned errno is do's, or EIO when do succeeded and an update could not be recorded.
 func (e *Enforcer) MutateExclusive(ctx context.Context, checks []Check, do func() syscall.Errno) (errno syscall.Errno) {
+	e.pending.wait(ctx, e.pendingWait)
 	e.mu.Lock()
 	e.inExclusive.Store(true)
 	// Deferred, so that a panic in do still releases the lock and finishes what it started.
@@ -206,6 +218,7 @@ func (e *Enforcer) mutateLocked(ctx context.Context, checks []Check, do func() s
 
 // Decide decides one check without a change to run (an open for writing: the open is the change).
 func (e *Enforcer) Decide(ctx context.Context, c Check) syscall.Errno {
+	e.pending.wait(ctx, e.pendingWait)
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	return e.decide(ctx, c)

@@ -252,7 +252,7 @@ func (b *blockingIndex) Written(ctx context.Context, p string) error {
 func (b *blockingIndex) Renamed(ctx context.Context, from, to string) error { return b.wait(to) }
 
 // While an index update made through the mount is being read (a _metadata closed, renamed or linked into
-// place), decisions do not wait for it: every change the index would allow is refused as pending, refusals
+// place), decisions that do not wait for it (PendingWait < 0; see TestDecisionWaitsForPendingUpdate): every change the index would allow is refused as pending, refusals
 // keep their own reason, and once the update is in, the same change is allowed. Asserted by ordering: the
 // update is held until the decisions have returned.
 func TestPendingUpdate(t *testing.T) {
@@ -282,7 +282,8 @@ func TestPendingUpdate(t *testing.T) {
 					ix.fail = errors.New("disk full")
 				}
 				s := &sink{}
-				e, err := guard.NewEnforcer(guard.Config{Checker: ix, Audit: s, Metrics: metrics.New()})
+				// No wait: the decisions below are taken while the update is held.
+				e, err := guard.NewEnforcer(guard.Config{Checker: ix, Audit: s, Metrics: metrics.New(), PendingWait: -1})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -337,6 +338,42 @@ func TestPendingUpdate(t *testing.T) {
 					t.Errorf("unlink of an unreferenced file after the update: errno %v, want 0", errno)
 				}
 			})
+		}
+	}
+}
+
+// By default a decision waits (outside the enforcer's lock) for index updates made through the mount, so
+// Flink's subsumption right after its commit through the mount is decided against the index with the new
+// _metadata in, not refused as pending. Asserted by ordering: the unlink cannot have been decided before
+// the update was released, since it then returns allowed and its record is the only one.
+func TestDecisionWaitsForPendingUpdate(t *testing.T) {
+	const meta = "job/chk-2/_metadata"
+	ix := newBlockingIndex()
+	s := &sink{}
+	e, err := guard.NewEnforcer(guard.Config{Checker: ix, Audit: s, Metrics: metrics.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	updated := make(chan syscall.Errno)
+	go func() { updated <- e.Written(context.Background(), meta) }()
+	if got := <-ix.started; got != meta {
+		t.Fatalf("update of %s, want %s", got, meta)
+	}
+	unlinked := make(chan syscall.Errno)
+	go func() {
+		unlinked <- e.Mutate(context.Background(), []guard.Check{{Op: refindex.OpUnlink, Path: "job/shared/free"}},
+			func() syscall.Errno { return 0 })
+	}()
+	close(ix.release)
+	if errno := <-updated; errno != 0 {
+		t.Fatalf("update: errno %v", errno)
+	}
+	if errno := <-unlinked; errno != 0 {
+		t.Errorf("unlink issued during the update: errno %v, want 0 (decided once the update was in)", errno)
+	}
+	for _, r := range s.recs {
+		if r.Reason == string(guard.ReasonIndexPending) {
+			t.Errorf("a decision was refused as pending: %+v", r)
 		}
 	}
 }

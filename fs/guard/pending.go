@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/ckguard/ckguard/refindex"
 )
@@ -24,9 +25,10 @@ const ReasonIndexPending refindex.Reason = "index-pending"
 // it is removed only after the index has applied it, so a decision that does not see it reads the index
 // with the update in.
 type pendingUpdates struct {
-	n    atomic.Int64
+	n    atomic.Int64 // the number of updates in keys, for a lock-free any()
 	mu   sync.Mutex
 	keys map[string]int
+	idle chan struct{} // closed (and cleared) when the last pending update is done; made by wait
 }
 
 // add registers an update of key. The caller holds Enforcer.mu exclusively.
@@ -36,8 +38,8 @@ func (p *pendingUpdates) add(key string) {
 		p.keys = map[string]int{}
 	}
 	p.keys[key]++
-	p.mu.Unlock()
 	p.n.Add(1)
+	p.mu.Unlock()
 }
 
 // done removes an update of key added before, once the index has applied it (or failed to).
@@ -46,8 +48,43 @@ func (p *pendingUpdates) done(key string) {
 	if p.keys[key]--; p.keys[key] <= 0 {
 		delete(p.keys, key)
 	}
-	p.mu.Unlock()
 	p.n.Add(-1)
+	if p.n.Load() == 0 && p.idle != nil {
+		close(p.idle)
+		p.idle = nil
+	}
+	p.mu.Unlock()
+}
+
+// defaultPendingWait bounds how long a decision waits for pending index updates before it is taken (and, if
+// one is still pending then, refused): a _metadata of normal size is indexed in milliseconds, and the
+// caller that wrote it (Flink's commit, then its subsumption) expects its next change to be decided
+// against the index with that _metadata in, not refused.
+const defaultPendingWait = 10 * time.Second
+
+// wait returns once no update is pending, after max, or when ctx ends. It holds no lock while it waits
+// (the enforcer's lock is taken after it returns), so it blocks nothing but its caller.
+func (p *pendingUpdates) wait(ctx context.Context, max time.Duration) {
+	if max <= 0 || !p.any() {
+		return
+	}
+	p.mu.Lock()
+	if p.n.Load() == 0 {
+		p.mu.Unlock()
+		return
+	}
+	if p.idle == nil {
+		p.idle = make(chan struct{})
+	}
+	idle := p.idle
+	p.mu.Unlock()
+	t := time.NewTimer(max)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // any reports whether an update is pending; cheap (one atomic load), for every decision.
