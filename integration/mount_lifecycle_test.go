@@ -23,6 +23,7 @@ import (
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 func freePort(t *testing.T) string {
@@ -86,7 +87,7 @@ func TestMountControlMetricsXattrs(t *testing.T) {
 	}
 	defer q.Close()
 	why, err := q.Why(context.Background(), ref)
-	if err != nil || why.Allow || why.Reason != refindex.ReasonReferenced || len(why.Referencing) == 0 {
+	if err != nil || why.Allow || why.Reason != verdict.ReasonReferenced || len(why.Referencing) == 0 {
 		t.Errorf("Why over the socket: %+v %v", why, err)
 	}
 	out, code := p.cli("why", ref)
@@ -98,7 +99,7 @@ func TestMountControlMetricsXattrs(t *testing.T) {
 	if r, err := q.Pin(ctx, pinned); err != nil || !r.Pinned {
 		t.Errorf("pin over the socket: %+v %v", r, err)
 	}
-	if w, err := q.Why(ctx, pinned+"/_metadata"); err != nil || w.Allow || w.Reason != refindex.ReasonPinned {
+	if w, err := q.Why(ctx, pinned+"/_metadata"); err != nil || w.Allow || w.Reason != verdict.ReasonPinned {
 		t.Errorf("pinned checkpoint's _metadata: %+v %v", w, err)
 	}
 	if r, err := q.Unpin(ctx, pinned); err != nil || r.Pinned {

@@ -17,6 +17,7 @@ import (
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // benchStore returns a generated store of refs references (10,000 checkpoints × 1,000 references for
@@ -99,7 +100,7 @@ func BenchmarkDecide(b *testing.B) {
 	// The first decision starts building the reference filter of the opened generation in the
 	// background; measure once it is in place (a mount runs with it after its first seconds).
 	t0 := time.Now()
-	for ix.Decide(ctx, lr.SampleUnreferenced[0], refindex.OpUnlink); !refindex.FilterReady(ix); {
+	for ix.Decide(ctx, lr.SampleUnreferenced[0], verdict.OpUnlink); !refindex.FilterReady(ix); {
 		if time.Since(t0) > 5*time.Minute {
 			b.Fatal("the reference filter was not built within 5 minutes")
 		}
@@ -128,7 +129,7 @@ func BenchmarkDecide(b *testing.B) {
 				p := bc.paths[i%len(bc.paths)]
 				unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &c0)
 				t0 := time.Now()
-				d := ix.Decide(ctx, p, refindex.OpUnlink)
+				d := ix.Decide(ctx, p, verdict.OpUnlink)
 				lat = append(lat, time.Since(t0))
 				unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &c1)
 				cpu = append(cpu, time.Duration(c1.Nano()-c0.Nano()))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // skewedStore is a local store whose own clock (store.Clock) runs skew away from this host's.
@@ -82,9 +83,9 @@ func TestGraceByStoreClock(t *testing.T) {
 				t.Helper()
 				var decided []string
 				for _, k := range []string{"job/shared/old", "job/shared/young"} {
-					if d := ix.Decide(ctx, k, refindex.OpUnlink); d.Allow {
+					if d := ix.Decide(ctx, k, verdict.OpUnlink); d.Allow {
 						decided = append(decided, k)
-					} else if d.Reason != refindex.ReasonGrace {
+					} else if d.Reason != verdict.ReasonGrace {
 						t.Errorf("%s: %s refused for %s (%s), want the grace rule", when, k, d.Reason, d.Message)
 					} else if named := strings.Contains(d.Message, "by the store's clock"); named != (tt.behind > 0) {
 						t.Errorf("%s: %s refused with %q: the store's clock correction (%s) named: %v", when, k, d.Message, tt.behind, named)

@@ -19,6 +19,7 @@ import (
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 const crashEnv = "CKGUARD_CRASH_CHILD"
@@ -154,7 +155,7 @@ func crashRounds(t *testing.T, mode string) {
 		state := map[bool]string{true: "old", false: "new"}[slices.Equal(got, oldSet)]
 		if mode == "sync-multi" && !slices.Equal(got, oldSet) && !slices.Equal(got, newSet) {
 			// Caught between two transactions: detected, every deletion refused, rebuilt by the sync.
-			d := ix.Decide(ctx, "any/file", refindex.OpUnlink)
+			d := ix.Decide(ctx, "any/file", verdict.OpUnlink)
 			if d.Allow || !strings.Contains(d.Message, "stopped in the middle") {
 				t.Fatalf("round %d (killed after %s): half-written index (%d checkpoints) decides %+v; want every deletion refused, saying why", r, delay, len(got), d)
 			}
@@ -206,7 +207,7 @@ func checkRefsRefused(t *testing.T, ix *refindex.Index, root string, live []stri
 		}
 		for _, r := range m.References(meta) {
 			key := strings.TrimPrefix(r.URI, "file:"+root+"/")
-			if d := ix.Decide(ctx, key, refindex.OpUnlink); d.Allow {
+			if d := ix.Decide(ctx, key, verdict.OpUnlink); d.Allow {
 				t.Fatalf("after the crash, %s (referenced by %s) may be deleted: %s", key, meta, d.Message)
 			}
 		}
@@ -300,14 +301,14 @@ func TestReopenWithEmptyLogsLeftByKill(t *testing.T) {
 		t.Fatalf("reopened index holds %v, before the kill %v", got, before)
 	}
 	for _, k := range tr.Referenced() {
-		if d := ix.Decide(ctx, k, refindex.OpUnlink); d.Allow {
+		if d := ix.Decide(ctx, k, verdict.OpUnlink); d.Allow {
 			t.Errorf("%s is referenced but may be deleted after the reopen: %s", k, d.Message)
 		}
 	}
 	// Not merely refusing everything (a stale index would): garbage is still deletable.
 	allowed := 0
 	for _, k := range tr.Garbage("", treegen.DefaultPolicy) {
-		if !strings.HasSuffix(k, "/_metadata") && ix.Decide(ctx, k, refindex.OpUnlink).Allow {
+		if !strings.HasSuffix(k, "/_metadata") && ix.Decide(ctx, k, verdict.OpUnlink).Allow {
 			allowed++
 		}
 	}

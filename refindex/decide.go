@@ -14,6 +14,7 @@ import (
 
 	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // maxNamed is how many referencing checkpoints a decision names; RefCount has the total.
@@ -22,19 +23,6 @@ const maxNamed = 5
 // maxRefScan bounds how many reverse entries a directory decision reads to count the distinct
 // referencing checkpoints; beyond it RefCount is a lower bound (the decision is a refusal anyway).
 const maxRefScan = 200_000
-
-// Explained states (Explain, the user.ckguard.state extended attribute).
-const (
-	StateReferenced = "referenced"
-	StateProtected  = "protected-by-policy"
-	StateInGrace    = "in-grace"
-	StateDeletable  = "deletable"
-	// StateBlocked: the index cannot decide (stale, sync failed, unparseable _metadata, store error);
-	// every deletion is refused.
-	StateBlocked = "blocked"
-	// StateOutside: a URI outside the guarded store (Why only).
-	StateOutside = "outside-guarded-store"
-)
 
 // Decide answers whether op may happen to path (a store key). Rules, in this order: a stale index or
 // a failed sync refuses everything; an unparseable `_metadata` refuses every operation except on that
@@ -46,14 +34,14 @@ const (
 // globs are refused; unreferenced objects younger than --grace are refused (except OpLink and
 // OpChmod); everything else is allowed. For a directory (OpRmdir, OpRename/OpReplace/OpChmod of a
 // directory) the answer covers everything below it. Errors refuse.
-func (ix *Index) Decide(ctx context.Context, p string, op Op) Decision {
+func (ix *Index) Decide(ctx context.Context, p string, op verdict.Op) verdict.Decision {
 	key, err := store.CleanKey(p)
 	if err != nil {
-		return refuse(ReasonStoreError, fmt.Sprintf("refusing to %s %q: %v", op, p, err))
+		return refuse(verdict.ReasonStoreError, fmt.Sprintf("refusing to %s %q: %v", op, p, err))
 	}
 	v, err := ix.acquire()
 	if err != nil {
-		return refuse(ReasonStoreError, fmt.Sprintf("refusing to %s %s: %v", op, key, err))
+		return refuse(verdict.ReasonStoreError, fmt.Sprintf("refusing to %s %s: %v", op, key, err))
 	}
 	defer v.release()
 	if v.filt == nil {
@@ -62,7 +50,9 @@ func (ix *Index) Decide(ctx context.Context, p string, op Op) Decision {
 	return ix.decide(ctx, v, key, op, maxNamed)
 }
 
-func refuse(r Reason, msg string) Decision { return Decision{Reason: r, Message: msg} }
+func refuse(r verdict.Reason, msg string) verdict.Decision {
+	return verdict.Decision{Reason: r, Message: msg}
+}
 
 func orRoot(k string) string {
 	if k == "" {
@@ -79,7 +69,7 @@ func parentKey(key string) string {
 	return ""
 }
 
-func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit int) Decision {
+func (ix *Index) decide(ctx context.Context, v *view, key string, op verdict.Op, limit int) verdict.Decision {
 	now := v.now()
 	what := key
 	if what == "" {
@@ -87,25 +77,25 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 	}
 	// 1. Fail closed when the view of storage may be old.
 	if v.syncErr != "" {
-		return refuse(ReasonSyncFailed, fmt.Sprintf("refusing to %s %s: the last index sync failed (%s); the guard fails closed until a sync succeeds: fix the cause (a running mount retries every --sync-interval; `ckguard index sync` shows its last error, or syncs an index no mount holds)", op, what, v.syncErr))
+		return refuse(verdict.ReasonSyncFailed, fmt.Sprintf("refusing to %s %s: the last index sync failed (%s); the guard fails closed until a sync succeeds: fix the cause (a running mount retries every --sync-interval; `ckguard index sync` shows its last error, or syncs an index no mount holds)", op, what, v.syncErr))
 	}
 	if v.last.IsZero() {
-		return refuse(ReasonIndexStale, fmt.Sprintf("refusing to %s %s: the index has not completed a sync of the store yet; run `ckguard index rebuild` (or wait for the mount's first sync)", op, what))
+		return refuse(verdict.ReasonIndexStale, fmt.Sprintf("refusing to %s %s: the index has not completed a sync of the store yet; run `ckguard index rebuild` (or wait for the mount's first sync)", op, what))
 	}
 	if v.remap && v.interrupted {
-		return refuse(ReasonIndexStale, fmt.Sprintf("refusing to %s %s: the index was stopped in the middle of writing a sync, so it holds part of the old and part of the new state; the next sync (`ckguard index sync`, or the mount's periodic one) rebuilds it", op, what))
+		return refuse(verdict.ReasonIndexStale, fmt.Sprintf("refusing to %s %s: the index was stopped in the middle of writing a sync, so it holds part of the old and part of the new state; the next sync (`ckguard index sync`, or the mount's periodic one) rebuilds it", op, what))
 	}
 	if v.remap {
-		return refuse(ReasonIndexStale, fmt.Sprintf("refusing to %s %s: the path mapping (--map, --entropy-key, store root) changed since the index was built, so its keys may name other objects; run `ckguard index sync` (it rebuilds the index)", op, what))
+		return refuse(verdict.ReasonIndexStale, fmt.Sprintf("refusing to %s %s: the path mapping (--map, --entropy-key, store root) changed since the index was built, so its keys may name other objects; run `ckguard index sync` (it rebuilds the index)", op, what))
 	}
 	if v.pol.MaxStaleness > 0 && now.Sub(v.last) > v.pol.MaxStaleness {
-		return refuse(ReasonIndexStale, fmt.Sprintf("refusing to %s %s: the index was last synced %s ago, more than --max-staleness %s; a running mount syncs every --sync-interval, so its syncs are not completing: `ckguard index sync` shows why (or syncs an index no mount holds)", op, what,
+		return refuse(verdict.ReasonIndexStale, fmt.Sprintf("refusing to %s %s: the index was last synced %s ago, more than --max-staleness %s; a running mount syncs every --sync-interval, so its syncs are not completing: `ckguard index sync` shows why (or syncs an index no mount holds)", op, what,
 			duration.Format(now.Sub(v.last).Round(time.Second)), duration.Format(v.pol.MaxStaleness)))
 	}
 	// Ages of store modification times are measured by the store's clock where it is behind this host's.
 	storeNow := v.storeNow(now)
-	isDir := op == OpRmdir
-	maybeDir := isDir || op == OpRename || op == OpReplace || op == OpChmod
+	isDir := op == verdict.OpRmdir
+	maybeDir := isDir || op == verdict.OpRename || op == verdict.OpReplace || op == verdict.OpChmod
 	// Every rule applies to every op, OpWrite and OpLink included: they remove nothing, but an
 	// unknown set of references (rules 2, 2b) could include the file, and overwriting or punching
 	// holes into an in-flight file (rule 6) destroys a checkpoint being written. OpLink only adds a
@@ -127,7 +117,7 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 			if n := len(st.unparseable); n > 1 {
 				more = fmt.Sprintf(" (and %d more unparseable _metadata)", n-1)
 			}
-			return Decision{Reason: ReasonUnparseable, Referencing: []string{u}, RefCount: len(st.unparseable),
+			return verdict.Decision{Reason: verdict.ReasonUnparseable, Referencing: []string{u}, RefCount: len(st.unparseable),
 				Message: fmt.Sprintf("refusing to %s %s: %s cannot be parsed (%s)%s, so what it references is unknown; inspect it with `%s`, delete or replace it, then run `ckguard index sync`", op, what, u, st.ckpts[u].Err, more, inspectHint(ix.st.Root(), u))}
 		}
 	}
@@ -143,7 +133,7 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 	// 3. Referenced by a live checkpoint or savepoint (directly, or by a directory handle).
 	refs, n, bounded, err := ix.referencing(v, key, maybeDir, limit)
 	if err != nil {
-		return refuse(ReasonStoreError, fmt.Sprintf("refusing to %s %s: reading the index: %v", op, what, err))
+		return refuse(verdict.ReasonStoreError, fmt.Sprintf("refusing to %s %s: reading the index: %v", op, what, err))
 	}
 	if n > 0 {
 		count := strconv.Itoa(n)
@@ -178,7 +168,7 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 			// as a whole until someone disposes of it.
 			b.WriteString("A savepoint needs its files as a whole until it is disposed of: dispose of the savepoint on purpose (`flink savepoint -d <savepoint path>`, or delete its _metadata through the mount, which retires it when the policy allows), then its files can go")
 		}
-		return Decision{Reason: ReasonReferenced, Referencing: refs, RefCount: n, Message: b.String()}
+		return verdict.Decision{Reason: verdict.ReasonReferenced, Referencing: refs, RefCount: n, Message: b.String()}
 	}
 
 	// 4. Protected _metadata: pinned, the newest checkpoint of an active job, a protected savepoint.
@@ -193,7 +183,7 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 	}
 	for _, k := range cands {
 		if t, ok := v.pins[k]; ok {
-			return Decision{Reason: ReasonPinned, Referencing: []string{k}, RefCount: 1,
+			return verdict.Decision{Reason: verdict.ReasonPinned, Referencing: []string{k}, RefCount: 1,
 				Message: fmt.Sprintf("refusing to %s %s: %s is pinned (since %s); run `ckguard unpin %s` first", op, what, k, t.UTC().Format(time.RFC3339), path.Dir(k))}
 		}
 		c := st.ckpts[k]
@@ -201,35 +191,35 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 			continue
 		}
 		if r, why := v.protection(c, storeNow); r != "" {
-			return Decision{Reason: r, Referencing: []string{k}, RefCount: 1,
+			return verdict.Decision{Reason: r, Referencing: []string{k}, RefCount: 1,
 				Message: fmt.Sprintf("refusing to %s %s: %s", op, what, why)}
 		}
 	}
 
 	// 5. --protect globs.
 	if g := v.pol.protectedBy(key); g != "" {
-		return refuse(ReasonProtectGlob, fmt.Sprintf("refusing to %s %s: it matches --protect %q", op, what, g))
+		return refuse(verdict.ReasonProtectGlob, fmt.Sprintf("refusing to %s %s: it matches --protect %q", op, what, g))
 	}
-	if op == OpLink || op == OpChmod {
+	if op == verdict.OpLink || op == verdict.OpChmod {
 		// Neither removes nor rewrites anything, so an in-flight file (rule 6) is not at risk: cp -a and
 		// rsync -a set the modes of the files they have just written.
-		return Decision{Allow: true, Reason: ReasonAllowed, Message: op.String() + " " + what + ": referenced by no live checkpoint"}
+		return verdict.Decision{Allow: true, Reason: verdict.ReasonAllowed, Message: op.String() + " " + what + ": referenced by no live checkpoint"}
 	}
 
 	// 6. In-flight files: unreferenced but young.
 	oi, err := ix.st.Stat(ctx, key)
 	if errors.Is(err, fs.ErrNotExist) {
-		return Decision{Allow: true, Reason: ReasonAllowed, Message: op.String() + " " + what + ": no such object in the store"}
+		return verdict.Decision{Allow: true, Reason: verdict.ReasonAllowed, Message: op.String() + " " + what + ": no such object in the store"}
 	}
 	if err != nil {
-		return refuse(ReasonStoreError, fmt.Sprintf("refusing to %s %s: cannot stat it in the store: %v", op, what, err))
+		return refuse(verdict.ReasonStoreError, fmt.Sprintf("refusing to %s %s: cannot stat it in the store: %v", op, what, err))
 	}
 	if oi.IsDir {
-		var blocked *Decision
+		var blocked *verdict.Decision
 		werr := ix.st.Walk(ctx, key, func(o store.ObjectInfo) error {
 			// Directories too (where the backend reports them): an empty folder can match a glob.
 			if g := v.pol.protectedBy(o.Path); g != "" {
-				d := refuse(ReasonProtectGlob, fmt.Sprintf("refusing to %s %s: %s below it matches --protect %q", op, what, o.Path, g))
+				d := refuse(verdict.ReasonProtectGlob, fmt.Sprintf("refusing to %s %s: %s below it matches --protect %q", op, what, o.Path, g))
 				blocked = &d
 				return errStop
 			}
@@ -237,7 +227,7 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 				return nil
 			}
 			if young, age := ix.inGrace(v, o, storeNow); young {
-				d := refuse(ReasonGrace, v.graceMsg(op, what, o.Path, age))
+				d := refuse(verdict.ReasonGrace, v.graceMsg(op, what, o.Path, age))
 				blocked = &d
 				return errStop
 			}
@@ -247,23 +237,23 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op Op, limit i
 			return *blocked
 		}
 		if werr != nil {
-			return refuse(ReasonStoreError, fmt.Sprintf("refusing to %s %s: listing it in the store: %v", op, what, werr))
+			return refuse(verdict.ReasonStoreError, fmt.Sprintf("refusing to %s %s: listing it in the store: %v", op, what, werr))
 		}
-		return Decision{Allow: true, Reason: ReasonAllowed, Message: fmt.Sprintf("%s %s: nothing below it is referenced or protected", op, what)}
+		return verdict.Decision{Allow: true, Reason: verdict.ReasonAllowed, Message: fmt.Sprintf("%s %s: nothing below it is referenced or protected", op, what)}
 	}
 	if young, age := ix.inGrace(v, oi, storeNow); young {
-		return refuse(ReasonGrace, v.graceMsg(op, what, key, age))
+		return refuse(verdict.ReasonGrace, v.graceMsg(op, what, key, age))
 	}
-	return Decision{Allow: true, Reason: ReasonAllowed, Message: op.String() + " " + what + ": referenced by no live checkpoint, older than --grace " + v.pol.Grace.String()}
+	return verdict.Decision{Allow: true, Reason: verdict.ReasonAllowed, Message: op.String() + " " + what + ": referenced by no live checkpoint, older than --grace " + v.pol.Grace.String()}
 }
 
 var errStop = errors.New("stop")
 
 // decideUnmapped refuses op on key when key, or (for a directory) a file below it, could be an object
 // a live checkpoint references by a URI no mapping ties to the store (memState.unprovenFor).
-func (ix *Index) decideUnmapped(ctx context.Context, v *view, key string, op Op, what string, maybeDir bool) (Decision, bool) {
+func (ix *Index) decideUnmapped(ctx context.Context, v *view, key string, op verdict.Op, what string, maybeDir bool) (verdict.Decision, bool) {
 	st := v.st
-	refusal := func(obj, meta, uri string) (Decision, bool) {
+	refusal := func(obj, meta, uri string) (verdict.Decision, bool) {
 		which := "a file named " + path.Base(obj)
 		if len(st.unprovenDirs) > 0 {
 			which = "anything in the store"
@@ -271,21 +261,21 @@ func (ix *Index) decideUnmapped(ctx context.Context, v *view, key string, op Op,
 		if obj != key {
 			what += " (" + obj + " below it)"
 		}
-		return Decision{Reason: ReasonUnmappedReferences, Referencing: []string{meta}, RefCount: len(st.unmapped),
+		return verdict.Decision{Reason: verdict.ReasonUnmappedReferences, Referencing: []string{meta}, RefCount: len(st.unmapped),
 			Message: fmt.Sprintf("refusing to %s %s: %s references %s, which no --map ties to the guarded store and which the store does not hold at the same relative place, so %s may be it; %s", op, what, meta, uri, which, ix.unmappedFix(meta, uri))}, true
 	}
 	if meta, uri, ok := st.unprovenFor(key); ok {
 		return refusal(key, meta, uri)
 	}
 	if !maybeDir {
-		return Decision{}, false
+		return verdict.Decision{}, false
 	}
 	oi, err := ix.st.Stat(ctx, key)
 	if errors.Is(err, fs.ErrNotExist) || err == nil && !oi.IsDir {
-		return Decision{}, false
+		return verdict.Decision{}, false
 	}
 	if err != nil {
-		return refuse(ReasonStoreError, fmt.Sprintf("refusing to %s %s: cannot stat it in the store: %v", op, what, err)), true
+		return refuse(verdict.ReasonStoreError, fmt.Sprintf("refusing to %s %s: cannot stat it in the store: %v", op, what, err)), true
 	}
 	var hit *store.ObjectInfo
 	werr := ix.st.Walk(ctx, key, func(o store.ObjectInfo) error {
@@ -300,12 +290,12 @@ func (ix *Index) decideUnmapped(ctx context.Context, v *view, key string, op Op,
 		return refusal(hit.Path, meta, uri)
 	}
 	if werr != nil {
-		return refuse(ReasonStoreError, fmt.Sprintf("refusing to %s %s: listing it in the store: %v", op, what, werr)), true
+		return refuse(verdict.ReasonStoreError, fmt.Sprintf("refusing to %s %s: listing it in the store: %v", op, what, werr)), true
 	}
-	return Decision{}, false
+	return verdict.Decision{}, false
 }
 
-func (v *view) graceMsg(op Op, what, file string, age time.Duration) string {
+func (v *view) graceMsg(op verdict.Op, what, file string, age time.Duration) string {
 	clock := ""
 	if v.skew != 0 {
 		clock = fmt.Sprintf(" (by the store's clock, which is or was %s behind this host's)", (-v.skew).Round(time.Second))
@@ -469,26 +459,26 @@ func (ix *Index) Explain(ctx context.Context, p string) (state string, referenci
 		return "", nil, err
 	}
 	defer v.release()
-	op := OpUnlink
+	op := verdict.OpUnlink
 	if oi, err := ix.st.Stat(ctx, key); err == nil && oi.IsDir {
-		op = OpRmdir
+		op = verdict.OpRmdir
 	}
 	d := ix.decide(ctx, v, key, op, 100)
 	return stateOf(d.Reason), d.Referencing, nil
 }
 
-func stateOf(r Reason) string {
+func stateOf(r verdict.Reason) string {
 	switch r {
-	case ReasonAllowed:
-		return StateDeletable
-	case ReasonReferenced:
-		return StateReferenced
-	case ReasonProtectedMetadata, ReasonProtectedSavepoint, ReasonPinned, ReasonProtectGlob:
-		return StateProtected
-	case ReasonGrace:
-		return StateInGrace
+	case verdict.ReasonAllowed:
+		return verdict.StateDeletable
+	case verdict.ReasonReferenced:
+		return verdict.StateReferenced
+	case verdict.ReasonProtectedMetadata, verdict.ReasonProtectedSavepoint, verdict.ReasonPinned, verdict.ReasonProtectGlob:
+		return verdict.StateProtected
+	case verdict.ReasonGrace:
+		return verdict.StateInGrace
 	}
-	return StateBlocked
+	return verdict.StateBlocked
 }
 
 // inspectHint is a shell command that decodes the _metadata at key, as the user can paste it: the

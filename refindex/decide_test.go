@@ -20,6 +20,7 @@ import (
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // flakyStore fails listings while fail is set.
@@ -53,7 +54,7 @@ func TestFailClosed(t *testing.T) {
 	}
 	defer ix.Close()
 	garbage := tr.Orphans(treegen.DefaultPolicy, 0)[0]
-	if d := ix.Decide(ctx, garbage, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonIndexStale {
+	if d := ix.Decide(ctx, garbage, verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonIndexStale {
 		t.Fatalf("never-synced index allowed: %+v", d)
 	}
 	// Sync records the listing's start time; pretend the clock is at the real time now.
@@ -62,11 +63,11 @@ func TestFailClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	pol.Now = func() time.Time { return now }
-	if d := ix.Decide(ctx, garbage, refindex.OpUnlink); !d.Allow {
+	if d := ix.Decide(ctx, garbage, verdict.OpUnlink); !d.Allow {
 		t.Fatalf("garbage refused after sync: %+v", d)
 	}
 	now = now.Add(6 * time.Minute)
-	if d := ix.Decide(ctx, garbage, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonIndexStale || !strings.Contains(d.Message, "max-staleness") ||
+	if d := ix.Decide(ctx, garbage, verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonIndexStale || !strings.Contains(d.Message, "max-staleness") ||
 		!strings.Contains(d.Message, "a running mount syncs every --sync-interval") {
 		// The advice must also hold while a mount holds the index (where index sync reports, not syncs).
 		t.Fatalf("stale index allowed: %+v", d)
@@ -76,10 +77,10 @@ func TestFailClosed(t *testing.T) {
 	if err := ix.Sync(ctx); err == nil {
 		t.Fatal("sync with a failing listing succeeded")
 	}
-	if d := ix.Decide(ctx, garbage, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonSyncFailed || !strings.Contains(d.Message, "503") || !strings.Contains(d.Message, "shows its last error") {
+	if d := ix.Decide(ctx, garbage, verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonSyncFailed || !strings.Contains(d.Message, "503") || !strings.Contains(d.Message, "shows its last error") {
 		t.Fatalf("failed sync allowed: %+v", d)
 	}
-	if st, _, _ := ix.Explain(ctx, garbage); st != refindex.StateBlocked {
+	if st, _, _ := ix.Explain(ctx, garbage); st != verdict.StateBlocked {
 		t.Fatalf("explain after failed sync = %s", st)
 	}
 	// The failure survives a restart (persisted), and a good sync clears it.
@@ -89,14 +90,14 @@ func TestFailClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ix.Close()
-	if d := ix.Decide(ctx, garbage, refindex.OpUnlink); d.Reason != refindex.ReasonSyncFailed {
+	if d := ix.Decide(ctx, garbage, verdict.OpUnlink); d.Reason != verdict.ReasonSyncFailed {
 		t.Fatalf("failed sync forgotten on reopen: %+v", d)
 	}
 	fs.fail = false
 	if err := ix.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if d := ix.Decide(ctx, garbage, refindex.OpUnlink); !d.Allow {
+	if d := ix.Decide(ctx, garbage, verdict.OpUnlink); !d.Allow {
 		t.Fatalf("garbage refused after recovery: %+v", d)
 	}
 }
@@ -138,33 +139,33 @@ func TestDirectoriesAndPolicy(t *testing.T) {
 	cur := "flink-checkpoints/" + treegen.IncidentOneNewJob
 	tests := []struct {
 		path   string
-		op     refindex.Op
-		reason refindex.Reason
+		op     verdict.Op
+		reason verdict.Reason
 	}{
-		{old, refindex.OpRmdir, refindex.ReasonReferenced},
-		{old, refindex.OpRename, refindex.ReasonReferenced},
-		{old + "/shared", refindex.OpRename, refindex.ReasonReferenced},
-		{old + "/chk-100270", refindex.OpRmdir, refindex.ReasonAllowed},
-		{old + "/chk-100270", refindex.OpRename, refindex.ReasonAllowed},
-		{old + "/taskowned", refindex.OpRmdir, refindex.ReasonAllowed},
-		{"", refindex.OpRmdir, refindex.ReasonReferenced},
-		{cur + "/chk-100274/_metadata", refindex.OpUnlink, refindex.ReasonProtectedMetadata},
-		{cur + "/chk-100274/_metadata", refindex.OpRename, refindex.ReasonProtectedMetadata},
-		{cur + "/chk-100273/_metadata", refindex.OpUnlink, refindex.ReasonAllowed},
-		{cur + "/chk-100273/_metadata", refindex.OpTruncate, refindex.ReasonAllowed},
-		{fm + "/taskowned/job_1111_tm_a", refindex.OpRmdir, refindex.ReasonReferenced},
-		{fm + "/taskowned/job_1111_tm_a/unlisted-physical-file", refindex.OpUnlink, refindex.ReasonReferenced},
-		{fm + "/taskowned", refindex.OpRename, refindex.ReasonReferenced},
-		{fm + "/chk-5/_metadata", refindex.OpUnlink, refindex.ReasonAllowed},
-		{"ha/completedCheckpoint00001", refindex.OpUnlink, refindex.ReasonProtectGlob},
-		{"ha", refindex.OpRmdir, refindex.ReasonProtectGlob},
-		{"ha/../" + old + "/chk-100270/" + "x", refindex.OpUnlink, refindex.ReasonAllowed},
-		{"../outside", refindex.OpUnlink, refindex.ReasonStoreError},
-		{old + "/shared/" + "does-not-exist", refindex.OpUnlink, refindex.ReasonAllowed},
+		{old, verdict.OpRmdir, verdict.ReasonReferenced},
+		{old, verdict.OpRename, verdict.ReasonReferenced},
+		{old + "/shared", verdict.OpRename, verdict.ReasonReferenced},
+		{old + "/chk-100270", verdict.OpRmdir, verdict.ReasonAllowed},
+		{old + "/chk-100270", verdict.OpRename, verdict.ReasonAllowed},
+		{old + "/taskowned", verdict.OpRmdir, verdict.ReasonAllowed},
+		{"", verdict.OpRmdir, verdict.ReasonReferenced},
+		{cur + "/chk-100274/_metadata", verdict.OpUnlink, verdict.ReasonProtectedMetadata},
+		{cur + "/chk-100274/_metadata", verdict.OpRename, verdict.ReasonProtectedMetadata},
+		{cur + "/chk-100273/_metadata", verdict.OpUnlink, verdict.ReasonAllowed},
+		{cur + "/chk-100273/_metadata", verdict.OpTruncate, verdict.ReasonAllowed},
+		{fm + "/taskowned/job_1111_tm_a", verdict.OpRmdir, verdict.ReasonReferenced},
+		{fm + "/taskowned/job_1111_tm_a/unlisted-physical-file", verdict.OpUnlink, verdict.ReasonReferenced},
+		{fm + "/taskowned", verdict.OpRename, verdict.ReasonReferenced},
+		{fm + "/chk-5/_metadata", verdict.OpUnlink, verdict.ReasonAllowed},
+		{"ha/completedCheckpoint00001", verdict.OpUnlink, verdict.ReasonProtectGlob},
+		{"ha", verdict.OpRmdir, verdict.ReasonProtectGlob},
+		{"ha/../" + old + "/chk-100270/" + "x", verdict.OpUnlink, verdict.ReasonAllowed},
+		{"../outside", verdict.OpUnlink, verdict.ReasonStoreError},
+		{old + "/shared/" + "does-not-exist", verdict.OpUnlink, verdict.ReasonAllowed},
 	}
 	for _, tc := range tests {
 		d := ix.Decide(ctx, tc.path, tc.op)
-		if d.Reason != tc.reason || d.Allow != (tc.reason == refindex.ReasonAllowed) {
+		if d.Reason != tc.reason || d.Allow != (tc.reason == verdict.ReasonAllowed) {
 			t.Errorf("Decide(%q, %s) = %s %q, want %s", tc.path, tc.op, d.Reason, d.Message, tc.reason)
 		}
 	}
@@ -175,15 +176,15 @@ func TestDirectoriesAndPolicy(t *testing.T) {
 			oldSST = k
 		}
 	}
-	d := ix.Decide(ctx, oldSST, refindex.OpUnlink)
+	d := ix.Decide(ctx, oldSST, verdict.OpUnlink)
 	if d.RefCount < 1 || len(d.Referencing) == 0 || !strings.Contains(d.Message, "chk-10027") || !strings.Contains(d.Message, "full") {
 		t.Errorf("referenced refusal lacks names or the fix: %+v", d)
 	}
 	// Writes: a referenced file may not be opened for writing; an unreferenced young one may.
-	if d := ix.Decide(ctx, tr.Referenced()[0], refindex.OpWrite); d.Allow {
+	if d := ix.Decide(ctx, tr.Referenced()[0], verdict.OpWrite); d.Allow {
 		t.Errorf("write to a referenced file allowed")
 	}
-	if d := ix.Decide(ctx, tr.Referenced()[0], refindex.OpLink); d.Allow {
+	if d := ix.Decide(ctx, tr.Referenced()[0], verdict.OpLink); d.Allow {
 		t.Errorf("hard link to a referenced file allowed")
 	}
 	// Pinning protects a checkpoint; unpinning releases it.
@@ -191,10 +192,10 @@ func TestDirectoriesAndPolicy(t *testing.T) {
 	if _, err := ix.Pin(ctx, pinned); err != nil {
 		t.Fatal(err)
 	}
-	if d := ix.Decide(ctx, pinned+"/_metadata", refindex.OpUnlink); d.Reason != refindex.ReasonPinned || !strings.Contains(d.Message, "ckguard unpin") {
+	if d := ix.Decide(ctx, pinned+"/_metadata", verdict.OpUnlink); d.Reason != verdict.ReasonPinned || !strings.Contains(d.Message, "ckguard unpin") {
 		t.Errorf("pinned checkpoint: %+v", d)
 	}
-	if d := ix.Decide(ctx, cur, refindex.OpRename); d.Allow {
+	if d := ix.Decide(ctx, cur, verdict.OpRename); d.Allow {
 		t.Errorf("rename of a folder holding a pinned checkpoint allowed")
 	}
 	if _, err := ix.Pin(ctx, old+"/chk-100270"); err == nil {
@@ -204,20 +205,20 @@ func TestDirectoriesAndPolicy(t *testing.T) {
 	if err := ix.Rebuild(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if d := ix.Decide(ctx, pinned+"/_metadata", refindex.OpUnlink); d.Reason != refindex.ReasonPinned {
+	if d := ix.Decide(ctx, pinned+"/_metadata", verdict.OpUnlink); d.Reason != verdict.ReasonPinned {
 		t.Errorf("pin lost in rebuild: %+v", d)
 	}
 	if _, err := ix.Unpin(ctx, pinned); err != nil {
 		t.Fatal(err)
 	}
-	if d := ix.Decide(ctx, pinned+"/_metadata", refindex.OpUnlink); !d.Allow {
+	if d := ix.Decide(ctx, pinned+"/_metadata", verdict.OpUnlink); !d.Allow {
 		t.Errorf("unpinned checkpoint still refused: %+v", d)
 	}
 	st, refs, err := ix.Explain(ctx, tr.Referenced()[0])
-	if err != nil || st != refindex.StateReferenced || len(refs) == 0 {
+	if err != nil || st != verdict.StateReferenced || len(refs) == 0 {
 		t.Errorf("Explain = %s %v %v", st, refs, err)
 	}
-	if st, _, _ := ix.Explain(ctx, cur+"/chk-100274/_metadata"); st != refindex.StateProtected {
+	if st, _, _ := ix.Explain(ctx, cur+"/chk-100274/_metadata"); st != verdict.StateProtected {
 		t.Errorf("Explain(protected) = %s", st)
 	}
 }
@@ -242,7 +243,7 @@ func TestThroughTheMount(t *testing.T) {
 	if err := ix.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	chk := refindex.Checker(ix)
+	chk := ix
 	job := "flink/fedcba9876543210fedcba9876543210"
 	prev := tr.Live[job+"/chk-77/_metadata"]
 	// chk-78: reuses two SSTs of chk-77, uploads a new one, and a private file.
@@ -255,7 +256,7 @@ func TestThroughTheMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Before the _metadata is known, the new upload is protected only by the grace period.
-	if d := chk.Decide(ctx, newSST, refindex.OpUnlink); d.Reason != refindex.ReasonGrace {
+	if d := chk.Decide(ctx, newSST, verdict.OpUnlink); d.Reason != verdict.ReasonGrace {
 		t.Fatalf("in-flight upload: %+v", d)
 	}
 	// Flink's local writer writes a hidden temp file and renames it to _metadata.
@@ -272,11 +273,11 @@ func TestThroughTheMount(t *testing.T) {
 	if err := chk.Renamed(ctx, tmp, c.Metadata); err != nil {
 		t.Fatal(err)
 	}
-	if d := chk.Decide(ctx, newSST, refindex.OpUnlink); d.Reason != refindex.ReasonReferenced || d.Referencing[0] != c.Metadata {
+	if d := chk.Decide(ctx, newSST, verdict.OpUnlink); d.Reason != verdict.ReasonReferenced || d.Referencing[0] != c.Metadata {
 		t.Fatalf("new checkpoint not protected at once: %+v", d)
 	}
 	// Subsume chk-77: _metadata first, then its files. Files chk-78 reuses stay protected.
-	if d := chk.Decide(ctx, prev.Metadata, refindex.OpUnlink); !d.Allow {
+	if d := chk.Decide(ctx, prev.Metadata, verdict.OpUnlink); !d.Allow {
 		t.Fatalf("subsuming chk-77 refused: %+v", d)
 	}
 	os.Remove(filepath.Join(tr.Root, prev.Metadata))
@@ -284,7 +285,7 @@ func TestThroughTheMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range prev.Refs {
-		d := chk.Decide(ctx, r, refindex.OpUnlink)
+		d := chk.Decide(ctx, r, verdict.OpUnlink)
 		if want := strings.Contains(strings.Join(c.Refs, " "), r); d.Allow == want {
 			t.Errorf("after subsumption %s: allow=%v (%s), still referenced=%v", r, d.Allow, d.Message, want)
 		}
@@ -298,7 +299,7 @@ func TestThroughTheMount(t *testing.T) {
 	if err := chk.Written(ctx, bad); err != nil {
 		t.Fatalf("closing an unparseable _metadata through the mount: %v", err)
 	}
-	if d := chk.Decide(ctx, prev.Refs[2], refindex.OpUnlink); d.Reason != refindex.ReasonUnparseable || !strings.Contains(d.Message, bad) {
+	if d := chk.Decide(ctx, prev.Refs[2], verdict.OpUnlink); d.Reason != verdict.ReasonUnparseable || !strings.Contains(d.Message, bad) {
 		t.Fatalf("unparseable _metadata does not block: %+v", d)
 	} else if root, _ := filepath.EvalSymlinks(tr.Root); !strings.Contains(d.Message, "`ckguard inspect "+filepath.Join(root, bad)+"`") {
 		// The advice is a command that works from the shell: the file's path, not its store key.
@@ -306,7 +307,7 @@ func TestThroughTheMount(t *testing.T) {
 	}
 	// The unparseable file itself is exempt only from the unparseable rule: young, and the newest
 	// chk-N of its job, it stays refused (grace / active window).
-	if d := chk.Decide(ctx, bad, refindex.OpUnlink); d.Allow || (d.Reason != refindex.ReasonGrace && d.Reason != refindex.ReasonProtectedMetadata) {
+	if d := chk.Decide(ctx, bad, verdict.OpUnlink); d.Allow || (d.Reason != verdict.ReasonGrace && d.Reason != verdict.ReasonProtectedMetadata) {
 		t.Fatalf("young unparseable _metadata: %+v", d)
 	}
 	// Removing its folder through the mount unblocks.
@@ -314,7 +315,7 @@ func TestThroughTheMount(t *testing.T) {
 	if err := chk.Deleted(ctx, job+"/chk-79"); err != nil {
 		t.Fatal(err)
 	}
-	if d := chk.Decide(ctx, prev.Refs[2], refindex.OpUnlink); !d.Allow {
+	if d := chk.Decide(ctx, prev.Refs[2], verdict.OpUnlink); !d.Allow {
 		t.Fatalf("still blocked after removing the unparseable _metadata: %+v", d)
 	}
 }
@@ -431,7 +432,7 @@ func TestSyncPaths(t *testing.T) {
 		t.Fatalf("large sync: %d checkpoints, generation %d → %d", s2.Checkpoints, s1.Generation, s2.Generation)
 	}
 	for _, k := range big.SampleReferenced {
-		if d := ix.Decide(ctx, k, refindex.OpUnlink); d.Reason != refindex.ReasonReferenced {
+		if d := ix.Decide(ctx, k, verdict.OpUnlink); d.Reason != verdict.ReasonReferenced {
 			t.Fatalf("%s after the large sync: %+v", k, d)
 		}
 	}
@@ -447,7 +448,7 @@ func TestSyncPaths(t *testing.T) {
 	if s3.Checkpoints != 319 || s3.Generation != s2.Generation {
 		t.Fatalf("small sync: %d checkpoints, generation %d → %d", s3.Checkpoints, s2.Generation, s3.Generation)
 	}
-	if st, _, _ := ix.Explain(ctx, meta); st != refindex.StateDeletable {
+	if st, _, _ := ix.Explain(ctx, meta); st != verdict.StateDeletable {
 		t.Fatalf("retired _metadata state %s", st)
 	}
 }
@@ -475,13 +476,13 @@ func TestFreshIndexKeepsUsableGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ix.Close()
-	if d := ix.Decide(ctx, tr.Referenced()[0], refindex.OpUnlink); d.Reason != refindex.ReasonReferenced {
+	if d := ix.Decide(ctx, tr.Referenced()[0], verdict.OpUnlink); d.Reason != verdict.ReasonReferenced {
 		t.Fatalf("before the rebuild completes: %+v", d)
 	}
 	if err := ix.Rebuild(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if d := ix.Decide(ctx, tr.Referenced()[0], refindex.OpUnlink); d.Reason != refindex.ReasonReferenced {
+	if d := ix.Decide(ctx, tr.Referenced()[0], verdict.OpUnlink); d.Reason != verdict.ReasonReferenced {
 		t.Fatalf("after the rebuild: %+v", d)
 	}
 }
@@ -509,7 +510,7 @@ func TestConcurrentDecideAndSync(t *testing.T) {
 				default:
 				}
 				k := refs[(i+g)%len(refs)]
-				if d := ix.Decide(ctx, k, refindex.OpUnlink); d.Allow {
+				if d := ix.Decide(ctx, k, verdict.OpUnlink); d.Allow {
 					errs <- errors.New("allowed deleting referenced " + k)
 					return
 				}
@@ -559,7 +560,7 @@ func TestWhyOutside(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Outside || res.Allow || res.Reason != refindex.ReasonOutsideStore || res.RefCount != 1 || !strings.Contains(res.Message, "outside the guarded store") {
+	if !res.Outside || res.Allow || res.Reason != verdict.ReasonOutsideStore || res.RefCount != 1 || !strings.Contains(res.Message, "outside the guarded store") {
 		t.Fatalf("why outside: %+v", res)
 	}
 	// A URI that a map ties to the store is answered like its store key.

@@ -8,6 +8,7 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 
 	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // SetReadWholeMax lowers the size up to which a _metadata is read whole (tests of the streaming
@@ -78,14 +79,14 @@ func BreakFilter() (restore func()) {
 }
 
 // DecideExact is Decide without the reference filter (the exact badger scan for every object).
-func DecideExact(ix *Index, ctx context.Context, p string, op Op) Decision {
+func DecideExact(ix *Index, ctx context.Context, p string, op verdict.Op) verdict.Decision {
 	key, err := store.CleanKey(p)
 	if err != nil {
-		return refuse(ReasonStoreError, err.Error())
+		return refuse(verdict.ReasonStoreError, err.Error())
 	}
 	v, err := ix.acquire()
 	if err != nil {
-		return refuse(ReasonStoreError, err.Error())
+		return refuse(verdict.ReasonStoreError, err.Error())
 	}
 	defer v.release()
 	v.filt = nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // TestSnapshotChainOrdersDecrements: a decision on snapshot S-1 must not see the filter decrement
@@ -68,10 +69,10 @@ func TestSnapshotChainOrdersDecrements(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = ix.IndexMetadata(ctx, m.Metadata) // ErrUnparseable expected
-	if d := ix.Decide(ctx, x, OpUnlink); d.Allow {
+	if d := ix.Decide(ctx, x, verdict.OpUnlink); d.Allow {
 		t.Fatalf("newest state allows %s: %+v", x, d)
 	}
-	d := ix.decide(ctx, v, x, OpUnlink, maxNamed)
+	d := ix.decide(ctx, v, x, verdict.OpUnlink, maxNamed)
 	v.release()
 	t.Logf("decision on the old view: allow=%v reason=%s", d.Allow, d.Reason)
 	if d.Allow {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // TestFilterStress: concurrent decisions against commits, a
@@ -86,7 +87,7 @@ func TestFilterStress(t *testing.T) {
 				defer wg.Done()
 				r := rand.New(rand.NewSource(seed))
 				for !stop.Load() {
-					ix.Decide(ctx, objs[r.Intn(len(objs))], OpUnlink) // starts the fill
+					ix.Decide(ctx, objs[r.Intn(len(objs))], verdict.OpUnlink) // starts the fill
 					v, err := ix.acquire()
 					if err != nil {
 						return
@@ -121,7 +122,7 @@ func TestFilterStress(t *testing.T) {
 				if err := tr.Retire(m); err != nil {
 					t.Fatal(err)
 				}
-				if err := ix.NoteDeleted(ctx, m); err != nil {
+				if err := ix.Deleted(ctx, m); err != nil {
 					t.Fatal(err)
 				}
 			default:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // sameAsExact checks that Decide (with the reference filter) answers exactly as the exact scan for
@@ -25,7 +26,7 @@ func sameAsExact(t *testing.T, ix *refindex.Index, tr *treegen.Tree) {
 	for _, k := range keys {
 		dirs[path.Dir(k)] = true
 	}
-	check := func(k string, ops ...refindex.Op) {
+	check := func(k string, ops ...verdict.Op) {
 		for _, op := range ops {
 			got, want := ix.Decide(ctx, k, op), refindex.DecideExact(ix, ctx, k, op)
 			if !reflect.DeepEqual(got, want) {
@@ -34,11 +35,11 @@ func sameAsExact(t *testing.T, ix *refindex.Index, tr *treegen.Tree) {
 		}
 	}
 	for _, k := range keys {
-		check(k, refindex.OpUnlink, refindex.OpRename, refindex.OpTruncate, refindex.OpLink)
-		check(k+"-never-written", refindex.OpUnlink)
+		check(k, verdict.OpUnlink, verdict.OpRename, verdict.OpTruncate, verdict.OpLink)
+		check(k+"-never-written", verdict.OpUnlink)
 	}
 	for d := range dirs {
-		check(d, refindex.OpRmdir, refindex.OpRename)
+		check(d, verdict.OpRmdir, verdict.OpRename)
 	}
 }
 
@@ -81,7 +82,7 @@ func TestFilterDecidesAsExactScan(t *testing.T) {
 			}
 			// Incremental updates while the filter is built in the background.
 			live := tr.Referenced()
-			ix.Decide(ctx, live[0], refindex.OpUnlink)
+			ix.Decide(ctx, live[0], verdict.OpUnlink)
 			var added []*treegen.Checkpoint
 			for i := range 3 {
 				c, err := tr.Checkpoint(treegen.Spec{Dir: fmt.Sprintf("flink/filtertest/chk-%d", i+1), ID: int64(i + 1), Completed: testNow.Add(-2 * time.Hour),
@@ -103,7 +104,7 @@ func TestFilterDecidesAsExactScan(t *testing.T) {
 			if err := tr.Retire(added[0].Metadata); err != nil {
 				t.Fatal(err)
 			}
-			if err := ix.NoteDeleted(ctx, added[0].Metadata); err != nil {
+			if err := ix.Deleted(ctx, added[0].Metadata); err != nil {
 				t.Fatal(err)
 			}
 			if err := tr.Retire(added[1].Metadata); err != nil {

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // A file whose mtime is later than the decision's clock reading (a writer racing the decision, or
@@ -40,7 +40,7 @@ func TestGraceWithFutureModTime(t *testing.T) {
 			if err := ix.SetPolicy(pol); err != nil {
 				t.Fatal(err)
 			}
-			for _, op := range []refindex.Op{refindex.OpWrite, refindex.OpUnlink} {
+			for _, op := range []verdict.Op{verdict.OpWrite, verdict.OpUnlink} {
 				d := ix.Decide(ctx, young[0], op)
 				if d.Allow != tt.allow {
 					t.Errorf("%s %s with --grace %s: %+v", op, young[0], tt.grace, d)

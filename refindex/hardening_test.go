@@ -17,6 +17,7 @@ import (
 
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 var hardenNow = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -116,7 +117,7 @@ func TestFilterFillSplitsKeysAsApply(t *testing.T) {
 
 	ix, _, _ = hardenIndex(t, tr.Root, dir, tr)
 	defer ix.Close()
-	ix.Decide(ctx, "flink/nothing", OpUnlink) // starts the background fill
+	ix.Decide(ctx, "flink/nothing", verdict.OpUnlink) // starts the background fill
 	for t0 := time.Now(); !FilterReady(ix); time.Sleep(time.Millisecond) {
 		if time.Since(t0) > 30*time.Second {
 			t.Fatal("filter not built")
@@ -173,23 +174,23 @@ func TestFilterNotConsultedByOlderSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer old.release()
-	if d := ix.decide(ctx, old, only, OpUnlink, maxNamed); d.Allow {
+	if d := ix.decide(ctx, old, only, verdict.OpUnlink, maxNamed); d.Allow {
 		t.Fatalf("%s is referenced by %s: %+v", only, meta, d)
 	}
 	if err := os.Remove(filepath.Join(tr.Root, meta)); err != nil {
 		t.Fatal(err)
 	}
-	if err := ix.NoteDeleted(ctx, meta); err != nil {
+	if err := ix.Deleted(ctx, meta); err != nil {
 		t.Fatal(err)
 	}
-	ix.Decide(ctx, "flink/nothing", OpUnlink) // starts the background fill, after the retirement
+	ix.Decide(ctx, "flink/nothing", verdict.OpUnlink) // starts the background fill, after the retirement
 	for t0 := time.Now(); !FilterReady(ix); time.Sleep(time.Millisecond) {
 		if time.Since(t0) > 30*time.Second {
 			t.Fatal("filter not built")
 		}
 	}
 	old.filt = ix.cur.filt.Load()
-	if d := ix.decide(ctx, old, only, OpUnlink, maxNamed); d.Allow || d.Reason != ReasonReferenced {
+	if d := ix.decide(ctx, old, only, verdict.OpUnlink, maxNamed); d.Allow || d.Reason != verdict.ReasonReferenced {
 		t.Fatalf("a view of the state before the fill's snapshot consulted the filter: unlink %s %+v, want refused as referenced by %s", only, d, meta)
 	}
 }
@@ -223,7 +224,7 @@ func TestFilterKeepsIncrementsOfFailedCommit(t *testing.T) {
 	if err == nil {
 		t.Fatal("IndexMetadata reported success for a failed commit")
 	}
-	if d := ix.Decide(ctx, "flink/l4/shared/sst-1", OpUnlink); d.Allow {
+	if d := ix.Decide(ctx, "flink/l4/shared/sst-1", verdict.OpUnlink); d.Allow {
 		t.Fatalf("after a failed index commit a deletion was allowed: %+v", d)
 	}
 	if err := CheckFilter(ix); err != nil && strings.Contains(err.Error(), "under-count") {
@@ -232,7 +233,7 @@ func TestFilterKeepsIncrementsOfFailedCommit(t *testing.T) {
 	if err := ix.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if d := ix.Decide(ctx, "flink/l4/shared/sst-1", OpUnlink); d.Allow || d.Reason != ReasonReferenced {
+	if d := ix.Decide(ctx, "flink/l4/shared/sst-1", verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonReferenced {
 		t.Fatalf("after the sync: %+v, want refused as referenced", d)
 	}
 	if err := CheckFilter(ix); err != nil && strings.Contains(err.Error(), "under-count") {
@@ -264,7 +265,7 @@ func TestRetiredSnapshotKeepsNoIterators(t *testing.T) {
 	if err := os.Remove(filepath.Join(tr.Root, meta)); err != nil {
 		t.Fatal(err)
 	}
-	if err := ix.NoteDeleted(ctx, meta); err != nil { // a commit: v's snapshot is no longer current
+	if err := ix.Deleted(ctx, meta); err != nil { // a commit: v's snapshot is no longer current
 		t.Fatal(err)
 	}
 	kept := idle()

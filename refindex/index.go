@@ -1,3 +1,6 @@
+// Package refindex holds the reference index: which storage objects the live Flink checkpoints and
+// savepoints of a store reference, and the decision whether a path may be deleted, renamed or truncated
+// (Decide; its vocabulary is in refindex/verdict). *Index is the guard.Checker both mounts ask.
 package refindex
 
 import (

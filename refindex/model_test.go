@@ -19,6 +19,7 @@ import (
 	"github.com/ckguard/ckguard/refindex/flinkmeta"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // model is the ground truth of the randomized test: which checkpoints are live and what they reference.
@@ -173,7 +174,7 @@ func (m *model) writeCheckpoint(job, from string) {
 	m.notify(c.Metadata)
 }
 
-func (m *model) check(key string, op refindex.Op) refindex.Decision {
+func (m *model) check(key string, op verdict.Op) verdict.Decision {
 	d := m.ix.Decide(context.Background(), key, op)
 	if by := m.referencedBy(key); len(by) > 0 && d.Allow {
 		m.t.Fatalf("Decide allowed %s of %s, referenced by %v", op, key, by)
@@ -361,14 +362,14 @@ func runModel(rt *rapid.T, checkFilter bool) {
 					t.Skip("nothing to subsume")
 				}
 				old := l[0]
-				d := m.check(old, refindex.OpUnlink)
+				d := m.check(old, verdict.OpUnlink)
 				if !d.Allow {
 					t.Fatalf("Flink's subsumption of %s refused: %s", old, d.Message)
 				}
 				if err := os.Remove(filepath.Join(m.tr.Root, old)); err != nil {
 					t.Fatal(err)
 				}
-				if err := m.ix.NoteDeleted(ctx, old); err != nil {
+				if err := m.ix.Deleted(ctx, old); err != nil {
 					t.Fatal(err)
 				}
 				oldRefs := m.refs[old]
@@ -383,12 +384,12 @@ func runModel(rt *rapid.T, checkFilter bool) {
 					if _, exists := m.tr.Files[k]; !exists {
 						continue
 					}
-					if d := m.check(k, refindex.OpUnlink); !d.Allow {
+					if d := m.check(k, verdict.OpUnlink); !d.Allow {
 						t.Fatalf("Flink's cleanup of %s after subsuming %s refused: %s", k, old, d.Message)
 					}
 					os.Remove(filepath.Join(m.tr.Root, k))
 					delete(m.tr.Files, k)
-					if err := m.ix.NoteDeleted(ctx, k); err != nil {
+					if err := m.ix.Deleted(ctx, k); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -410,7 +411,7 @@ func runModel(rt *rapid.T, checkFilter bool) {
 					t.Skip("empty store")
 				}
 				k := rapid.SampledFrom(files).Draw(t, "file")
-				d := m.check(k, refindex.OpUnlink)
+				d := m.check(k, verdict.OpUnlink)
 				garbage := len(m.referencedBy(k)) == 0 && !m.isLiveMeta(k) && m.now.Sub(m.tr.Files[k].ModTime) >= time.Hour
 				if garbage && !d.Allow {
 					t.Fatalf("garbage %s (age %s) refused: %s", k, m.now.Sub(m.tr.Files[k].ModTime), d.Message)
@@ -420,7 +421,7 @@ func runModel(rt *rapid.T, checkFilter bool) {
 				}
 				os.Remove(filepath.Join(m.tr.Root, k))
 				delete(m.tr.Files, k)
-				if err := m.ix.NoteDeleted(ctx, k); err != nil {
+				if err := m.ix.Deleted(ctx, k); err != nil {
 					t.Fatal(err)
 				}
 				if m.isLiveMeta(k) {
@@ -481,14 +482,14 @@ func runModel(rt *rapid.T, checkFilter bool) {
 				}
 				sort.Strings(fs)
 				k := rapid.SampledFrom(fs).Draw(t, "foreign")
-				if d := m.check(k, refindex.OpUnlink); !d.Allow {
+				if d := m.check(k, verdict.OpUnlink); !d.Allow {
 					return // its owner's newest checkpoint or savepoint: protected like any other
 				}
 				if err := os.Remove(filepath.Join(m.tr.Root, k)); err != nil {
 					t.Fatal(err)
 				}
 				delete(m.tr.Files, k)
-				if err := m.ix.NoteDeleted(ctx, k); err != nil {
+				if err := m.ix.Deleted(ctx, k); err != nil {
 					t.Fatal(err)
 				}
 				m.forget(k)
@@ -499,7 +500,7 @@ func runModel(rt *rapid.T, checkFilter bool) {
 					t.Skip("empty store")
 				}
 				dir := path.Dir(rapid.SampledFrom(files).Draw(t, "file"))
-				d := m.ix.Decide(ctx, dir, refindex.OpRename)
+				d := m.ix.Decide(ctx, dir, verdict.OpRename)
 				for meta, rs := range m.refs {
 					for r := range rs {
 						if strings.HasPrefix(r, dir+"/") && d.Allow {
@@ -550,18 +551,18 @@ func runModel(rt *rapid.T, checkFilter bool) {
 				// whatever foreign _metadata were written or deleted.
 				for _, l := range m.live {
 					if len(l) > 0 {
-						m.check(l[len(l)-1], refindex.OpUnlink)
+						m.check(l[len(l)-1], verdict.OpUnlink)
 					}
 				}
 				for _, sps := range m.savepoints {
 					for k := range sps {
-						m.check(k, refindex.OpUnlink)
+						m.check(k, verdict.OpUnlink)
 					}
 				}
 				for _, p := range m.pending {
 					for k := range p {
 						if _, ok := m.tr.Files[k]; ok {
-							m.check(k, refindex.OpUnlink)
+							m.check(k, verdict.OpUnlink)
 						}
 					}
 				}

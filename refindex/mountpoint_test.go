@@ -9,6 +9,7 @@ import (
 	"github.com/ckguard/ckguard/refindex/pathnorm"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // TestWithMountpoint: a checkpoint Flink wrote through the mount references
@@ -57,8 +58,8 @@ func TestWithMountpoint(t *testing.T) {
 			if err := ix.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}
-			d := ix.Decide(ctx, ref, OpUnlink)
-			if got := !d.Allow && d.Reason == ReasonReferenced; got != tc.protect {
+			d := ix.Decide(ctx, ref, verdict.OpUnlink)
+			if got := !d.Allow && d.Reason == verdict.ReasonReferenced; got != tc.protect {
 				t.Errorf("unlink %s: %+v, want referenced=%v", ref, d, tc.protect)
 			}
 		})
@@ -112,7 +113,7 @@ func TestCLIIndexReusedByMount(t *testing.T) {
 			if len(garbage) == 0 {
 				t.Fatal("scenario has no garbage")
 			}
-			d := mount.Decide(ctx, garbage[0], OpUnlink)
+			d := mount.Decide(ctx, garbage[0], verdict.OpUnlink)
 			if d.Allow == tc.rebuild {
 				t.Errorf("before the mount's first sync: unlink %s = %+v, want allowed=%v", garbage[0], d, !tc.rebuild)
 			}
@@ -123,7 +124,7 @@ func TestCLIIndexReusedByMount(t *testing.T) {
 				t.Errorf("mount's first sync: rebuilt=%v (generation %d → %d), want %v", rebuilt, gen, mount.cur.n, tc.rebuild)
 			}
 			for _, k := range tr.Referenced() {
-				if d := mount.Decide(ctx, k, OpUnlink); d.Allow {
+				if d := mount.Decide(ctx, k, verdict.OpUnlink); d.Allow {
 					t.Errorf("%s is referenced but may be deleted through the mount", k)
 				}
 			}

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // TestNewestCheckpointByFolder: the "newest checkpoint of an active job" protection (rule 3's
@@ -61,13 +61,13 @@ func TestNewestCheckpointByFolder(t *testing.T) {
 			ix := openTree(t, tr)
 			ctx := context.Background()
 			for _, dir := range tc.protected {
-				d := ix.Decide(ctx, job+"/"+dir+"/_metadata", refindex.OpUnlink)
-				if d.Allow || d.Reason != refindex.ReasonProtectedMetadata {
+				d := ix.Decide(ctx, job+"/"+dir+"/_metadata", verdict.OpUnlink)
+				if d.Allow || d.Reason != verdict.ReasonProtectedMetadata {
 					t.Errorf("unlink %s/_metadata = %+v; want refused as the newest checkpoint", dir, d)
 				}
 			}
 			for _, dir := range tc.deletable {
-				if d := ix.Decide(ctx, job+"/"+dir+"/_metadata", refindex.OpUnlink); !d.Allow {
+				if d := ix.Decide(ctx, job+"/"+dir+"/_metadata", verdict.OpUnlink); !d.Allow {
 					t.Errorf("unlink %s/_metadata = %+v; want allowed", dir, d)
 				}
 			}
@@ -90,22 +90,22 @@ func TestChmodDecision(t *testing.T) {
 	ix := openTree(t, tr)
 	const job = "flink/fedcba9876543210fedcba9876543210"
 	young := youngFile(t, tr, job+"/shared")
-	if d := ix.Decide(ctx, young, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonGrace {
+	if d := ix.Decide(ctx, young, verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonGrace {
 		t.Fatalf("unlink of the young orphan %s = %+v; the test expects it in grace", young, d)
 	}
 	ref := tr.Referenced()[0]
 	for _, tc := range []struct {
 		key    string
 		allow  bool
-		reason refindex.Reason
+		reason verdict.Reason
 	}{
-		{young, true, refindex.ReasonAllowed},
-		{ref, false, refindex.ReasonReferenced},
-		{job + "/shared", false, refindex.ReasonReferenced},
-		{"j2/chk-3/_metadata", false, refindex.ReasonProtectedMetadata}, // the newest, completed an hour ago
-		{"j2", false, refindex.ReasonProtectedMetadata},
+		{young, true, verdict.ReasonAllowed},
+		{ref, false, verdict.ReasonReferenced},
+		{job + "/shared", false, verdict.ReasonReferenced},
+		{"j2/chk-3/_metadata", false, verdict.ReasonProtectedMetadata}, // the newest, completed an hour ago
+		{"j2", false, verdict.ReasonProtectedMetadata},
 	} {
-		if d := ix.Decide(ctx, tc.key, refindex.OpChmod); d.Allow != tc.allow || d.Reason != tc.reason {
+		if d := ix.Decide(ctx, tc.key, verdict.OpChmod); d.Allow != tc.allow || d.Reason != tc.reason {
 			t.Errorf("chmod %s = %+v; want allowed %v (%s)", tc.key, d, tc.allow, tc.reason)
 		}
 	}

@@ -8,15 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
-// TestNoteDeletedConfirmsWithStore: a mount's report that it deleted a key retires only the checkpoints
+// TestDeletedConfirmsWithStore: a mount's report that it deleted a key retires only the checkpoints
 // the store confirms gone. On S3 the file "a" and the folder "a/" can both exist, and a rmdir of a folder
 // marker leaves what lies below it: retiring a/chk-1 on the mount's word made its files deletable while
 // its _metadata still existed.
-func TestNoteDeletedConfirmsWithStore(t *testing.T) {
+func TestDeletedConfirmsWithStore(t *testing.T) {
 	ctx := context.Background()
 	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
 	if err != nil {
@@ -33,13 +33,13 @@ func TestNoteDeletedConfirmsWithStore(t *testing.T) {
 	ix := openTree(t, tr)
 	refused := func(when string) {
 		t.Helper()
-		if d := ix.Decide(ctx, "a/shared/x", refindex.OpUnlink); d.Allow {
+		if d := ix.Decide(ctx, "a/shared/x", verdict.OpUnlink); d.Allow {
 			t.Errorf("%s: unlink a/shared/x allowed (%s); a/chk-1/_metadata still exists and references it", when, d.Message)
 		}
 	}
 	refused("before")
 	for _, reported := range []string{"a", "a/chk-1", "a/chk-1/_metadata"} {
-		if err := ix.NoteDeleted(ctx, reported); err != nil {
+		if err := ix.Deleted(ctx, reported); err != nil {
 			t.Fatal(err)
 		}
 		refused("after a reported deletion of " + reported + " that did not happen")
@@ -48,10 +48,10 @@ func TestNoteDeletedConfirmsWithStore(t *testing.T) {
 	if err := os.Remove(filepath.Join(tr.Root, c.Metadata)); err != nil {
 		t.Fatal(err)
 	}
-	if err := ix.NoteDeleted(ctx, "a/chk-1"); err != nil {
+	if err := ix.Deleted(ctx, "a/chk-1"); err != nil {
 		t.Fatal(err)
 	}
-	if d := ix.Decide(ctx, "a/shared/x", refindex.OpUnlink); !d.Allow {
+	if d := ix.Decide(ctx, "a/shared/x", verdict.OpUnlink); !d.Allow {
 		t.Errorf("after the real deletion of %s: unlink a/shared/x refused: %s", c.Metadata, d.Message)
 	}
 }

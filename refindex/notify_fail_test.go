@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // unreadableStore fails Open of one key with openErr (Stat still answers), as an S3 server does with a
@@ -50,7 +50,7 @@ func TestNotifiedMetadataUnreadableFailsClosed(t *testing.T) {
 			st := &unreadableStore{Store: ls}
 			ix := openSynced(t, st)
 			garbage := tr.Orphans(treegen.DefaultPolicy, 0)[0]
-			if d := ix.Decide(ctx, garbage, refindex.OpUnlink); !d.Allow {
+			if d := ix.Decide(ctx, garbage, verdict.OpUnlink); !d.Allow {
 				t.Fatalf("garbage refused before: %+v", d)
 			}
 			c, err := tr.Checkpoint(treegen.Spec{Dir: "new/chk-3", Job: "new", ID: 3, Completed: testNow.Add(-time.Hour), Shared: []string{"new/shared/s"}})
@@ -62,7 +62,7 @@ func TestNotifiedMetadataUnreadableFailsClosed(t *testing.T) {
 				t.Fatal("indexing an unreadable _metadata reported success")
 			}
 			for _, k := range []string{garbage, "new/shared/s"} {
-				if d := ix.Decide(ctx, k, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonSyncFailed {
+				if d := ix.Decide(ctx, k, verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonSyncFailed {
 					t.Errorf("unlink %s after the failed indexing = %+v; want refused until a sync", k, d)
 				}
 			}
@@ -70,10 +70,10 @@ func TestNotifiedMetadataUnreadableFailsClosed(t *testing.T) {
 			if err := ix.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if d := ix.Decide(ctx, "new/shared/s", refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonReferenced {
+			if d := ix.Decide(ctx, "new/shared/s", verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonReferenced {
 				t.Errorf("after the sync: unlink new/shared/s = %+v; want refused as referenced", d)
 			}
-			if d := ix.Decide(ctx, garbage, refindex.OpUnlink); !d.Allow {
+			if d := ix.Decide(ctx, garbage, verdict.OpUnlink); !d.Allow {
 				t.Errorf("after the sync: garbage refused: %+v", d)
 			}
 			// Really gone: not indexed, nothing refused for it.
@@ -83,7 +83,7 @@ func TestNotifiedMetadataUnreadableFailsClosed(t *testing.T) {
 			if err := ix.IndexMetadata(ctx, c.Metadata); err != nil {
 				t.Fatalf("indexing a _metadata that is gone: %v", err)
 			}
-			if d := ix.Decide(ctx, garbage, refindex.OpUnlink); !d.Allow {
+			if d := ix.Decide(ctx, garbage, verdict.OpUnlink); !d.Allow {
 				t.Errorf("garbage refused after a _metadata that is gone was notified: %+v", d)
 			}
 		})
@@ -131,18 +131,18 @@ func TestUnaddressableMetadataFailsClosed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ix := openSynced(t, &extraListingStore{Store: ls, extra: []store.ObjectInfo{tc.extra}})
 			garbage := tr.Orphans(treegen.DefaultPolicy, 0)[0]
-			d := ix.Decide(ctx, garbage, refindex.OpUnlink)
+			d := ix.Decide(ctx, garbage, verdict.OpUnlink)
 			if d.Allow != tc.allow {
 				t.Fatalf("unlink %s with %q listed = %+v; want allowed %v", garbage, tc.extra.Path, d, tc.allow)
 			}
-			if !tc.allow && (d.Reason != refindex.ReasonUnparseable || !strings.Contains(d.Message, "cannot address")) {
+			if !tc.allow && (d.Reason != verdict.ReasonUnparseable || !strings.Contains(d.Message, "cannot address")) {
 				t.Errorf("refusal %+v; want it to name the unaddressable key", d)
 			}
 			// Still there at the next sync (it is listed again): still refused.
 			if err := ix.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if d := ix.Decide(ctx, garbage, refindex.OpUnlink); d.Allow != tc.allow {
+			if d := ix.Decide(ctx, garbage, verdict.OpUnlink); d.Allow != tc.allow {
 				t.Errorf("after a second sync: %+v; want allowed %v", d, tc.allow)
 			}
 		})
@@ -185,7 +185,7 @@ func TestSpecialMetadataNeverOpened(t *testing.T) {
 				return
 			}
 		}
-		done <- ix.NoteRenamed(ctx, "r/chk-1/tmp", "r/chk-1/_metadata")
+		done <- ix.Renamed(ctx, "r/chk-1/tmp", "r/chk-1/_metadata")
 	}()
 	select {
 	case err := <-done:
@@ -196,7 +196,7 @@ func TestSpecialMetadataNeverOpened(t *testing.T) {
 		t.Fatal("indexing a FIFO named _metadata blocked")
 	}
 	garbage := tr.Orphans(treegen.DefaultPolicy, 0)[0]
-	if d := ix.Decide(ctx, garbage, refindex.OpUnlink); !d.Allow {
+	if d := ix.Decide(ctx, garbage, verdict.OpUnlink); !d.Allow {
 		t.Errorf("garbage refused after a FIFO named _metadata was notified: %+v", d)
 	}
 	if res, err := ix.Orphans(ctx, 0); err != nil || res.Blocked != "" {
@@ -216,10 +216,10 @@ func TestRenamedMetadataUnreadableFailsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.key, st.openErr = c.Metadata, fs.ErrNotExist
-	if err := ix.NoteRenamed(ctx, "new/chk-3/._metadata.inprogress", c.Metadata); err == nil {
+	if err := ix.Renamed(ctx, "new/chk-3/._metadata.inprogress", c.Metadata); err == nil {
 		t.Fatal("a rename onto an unreadable _metadata was recorded as if nothing were there")
 	}
-	if d := ix.Decide(ctx, "new/shared/s", refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonSyncFailed {
+	if d := ix.Decide(ctx, "new/shared/s", verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonSyncFailed {
 		t.Errorf("unlink new/shared/s after the failed rename record = %+v; want refused until a sync", d)
 	}
 }
@@ -263,14 +263,14 @@ func TestFailureDuringSyncOutlivesIt(t *testing.T) {
 	}
 	time.Sleep(2 * time.Millisecond) // the failure's time must differ from the listing's start
 	_ = ix.Sync(ctx)
-	if d := ix.Decide(ctx, "new/shared/s", refindex.OpUnlink); d.Allow || d.Reason == refindex.ReasonAllowed {
+	if d := ix.Decide(ctx, "new/shared/s", verdict.OpUnlink); d.Allow || d.Reason == verdict.ReasonAllowed {
 		t.Errorf("after a sync whose listing began before the failure: %+v; want still refused", d)
 	}
 	if err := ix.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
 	garbage := tr.Orphans(treegen.DefaultPolicy, 0)[0]
-	if d := ix.Decide(ctx, garbage, refindex.OpUnlink); !d.Allow {
+	if d := ix.Decide(ctx, garbage, verdict.OpUnlink); !d.Allow {
 		t.Errorf("after the next sync: garbage refused: %+v", d)
 	}
 }

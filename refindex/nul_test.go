@@ -10,6 +10,7 @@ import (
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // TestNULInReferenceFailsClosed: a _metadata naming a file with a NUL byte (hostile or corrupt: no file
@@ -47,11 +48,11 @@ func TestNULInReferenceFailsClosed(t *testing.T) {
 			break
 		}
 	}
-	d := ix.Decide(ctx, other, refindex.OpUnlink)
-	if d.Allow || d.Reason != refindex.ReasonUnparseable || !strings.Contains(d.Message, evil.Metadata) || !strings.Contains(d.Message, "NUL") {
+	d := ix.Decide(ctx, other, verdict.OpUnlink)
+	if d.Allow || d.Reason != verdict.ReasonUnparseable || !strings.Contains(d.Message, evil.Metadata) || !strings.Contains(d.Message, "NUL") {
 		t.Fatalf("unlink %s with a NUL reference in %s: %+v, want refused as unparseable naming it", other, evil.Metadata, d)
 	}
-	if d := ix.Decide(ctx, evil.Metadata, refindex.OpUnlink); d.Reason == refindex.ReasonUnparseable {
+	if d := ix.Decide(ctx, evil.Metadata, verdict.OpUnlink); d.Reason == verdict.ReasonUnparseable {
 		t.Fatalf("deleting the unparseable _metadata itself must not be blocked by itself: %+v", d)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // flinkSavepointDir matches the folder name Flink gives a savepoint: savepoint-<first 6 hex digits of
@@ -67,14 +68,14 @@ func (s *memState) newestSavepoint(c *checkpointRecord) bool {
 // and why: the newest checkpoint of a job active within --active-window (ReasonProtectedMetadata),
 // the newest savepoint of a job or a savepoint younger than --savepoint-retention
 // (ReasonProtectedSavepoint). The sentence completes "refusing to <op> <path>: ".
-func (v *view) protection(c *checkpointRecord, storeNow time.Time) (Reason, string) {
+func (v *view) protection(c *checkpointRecord, storeNow time.Time) (verdict.Reason, string) {
 	age := storeNow.Sub(c.ModTime)
 	if _, ok := c.savepointGroup(); ok {
 		if v.pol.SavepointKeepNewest && v.st.newestSavepoint(c) {
-			return ReasonProtectedSavepoint, fmt.Sprintf("%s is the newest savepoint %s, completed %s ago; someone took it to restore the job from, and Flink keeps no other copy. Take a newer savepoint of the job first; to dispose of it on purpose, delete it outside the mount (`flink savepoint -d <path>` removes it and its files) or run the mount with --savepoint-keep-newest=false", c.Key, savepointJob(c), age.Round(time.Second))
+			return verdict.ReasonProtectedSavepoint, fmt.Sprintf("%s is the newest savepoint %s, completed %s ago; someone took it to restore the job from, and Flink keeps no other copy. Take a newer savepoint of the job first; to dispose of it on purpose, delete it outside the mount (`flink savepoint -d <path>` removes it and its files) or run the mount with --savepoint-keep-newest=false", c.Key, savepointJob(c), age.Round(time.Second))
 		}
 		if v.pol.SavepointRetention > 0 && age < v.pol.SavepointRetention {
-			return ReasonProtectedSavepoint, fmt.Sprintf("%s is a savepoint %s completed %s ago, within --savepoint-retention %s, so someone may restore from it; retry after %s, or run the mount with a shorter --savepoint-retention", c.Key, savepointJob(c), age.Round(time.Second), v.pol.SavepointRetention, (v.pol.SavepointRetention - age).Round(time.Second))
+			return verdict.ReasonProtectedSavepoint, fmt.Sprintf("%s is a savepoint %s completed %s ago, within --savepoint-retention %s, so someone may restore from it; retry after %s, or run the mount with a shorter --savepoint-retention", c.Key, savepointJob(c), age.Round(time.Second), v.pol.SavepointRetention, (v.pol.SavepointRetention - age).Round(time.Second))
 		}
 		return "", ""
 	}
@@ -83,7 +84,7 @@ func (v *view) protection(c *checkpointRecord, storeNow time.Time) (Reason, stri
 		if n := v.st.owners[c.Job]; n > 1 {
 			others = fmt.Sprintf(" (job folder %s holds checkpoints of %d owners, and the newest of each owner's is kept, so no user can take the protection away from another's: `ls -ln %s/*/_metadata` shows who wrote which; delete one another user wrote outside the mount)", c.Job, n, orRoot(c.Job))
 		}
-		return ReasonProtectedMetadata, fmt.Sprintf("%s is the newest checkpoint of job folder %s, completed %s ago (within --active-window %s), so the job may restart from it; keep it, or use a shorter --active-window if the job is gone for good%s", c.Key, c.Job, age.Round(time.Second), v.pol.ActiveWindow, others)
+		return verdict.ReasonProtectedMetadata, fmt.Sprintf("%s is the newest checkpoint of job folder %s, completed %s ago (within --active-window %s), so the job may restart from it; keep it, or use a shorter --active-window if the job is gone for good%s", c.Key, c.Job, age.Round(time.Second), v.pol.ActiveWindow, others)
 	}
 	return "", ""
 }

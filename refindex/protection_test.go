@@ -10,6 +10,7 @@ import (
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // TestNewestPerOwner: checkpoints compete for a job's newest only with those whose _metadata has the same
@@ -60,12 +61,12 @@ func TestNewestPerOwner(t *testing.T) {
 			ix := openTree(t, tr)
 			ctx := context.Background()
 			for _, dir := range tc.protected {
-				if d := ix.Decide(ctx, job+"/"+dir+"/_metadata", refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonProtectedMetadata {
+				if d := ix.Decide(ctx, job+"/"+dir+"/_metadata", verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonProtectedMetadata {
 					t.Errorf("unlink %s/_metadata = %+v; want refused as the newest checkpoint", dir, d)
 				}
 			}
 			for _, dir := range tc.deletable {
-				if d := ix.Decide(ctx, job+"/"+dir+"/_metadata", refindex.OpUnlink); !d.Allow {
+				if d := ix.Decide(ctx, job+"/"+dir+"/_metadata", verdict.OpUnlink); !d.Allow {
 					t.Errorf("unlink %s/_metadata = %+v; want allowed", dir, d)
 				}
 			}
@@ -129,8 +130,8 @@ func TestSavepointPolicy(t *testing.T) {
 				prot[i] = true
 			}
 			for i, sp := range sps {
-				d := ix.Decide(ctx, sp.dir+"/_metadata", refindex.OpUnlink)
-				if prot[i] && (d.Allow || d.Reason != refindex.ReasonProtectedSavepoint) {
+				d := ix.Decide(ctx, sp.dir+"/_metadata", verdict.OpUnlink)
+				if prot[i] && (d.Allow || d.Reason != verdict.ReasonProtectedSavepoint) {
 					t.Errorf("unlink %s/_metadata = %+v; want refused as a protected savepoint", sp.dir, d)
 				}
 				if !prot[i] && !d.Allow {
@@ -184,8 +185,8 @@ func TestProtectGlobs(t *testing.T) {
 				prot[f] = true
 			}
 			for _, f := range files {
-				d := ix.Decide(ctx, f, refindex.OpUnlink)
-				if prot[f] != (d.Reason == refindex.ReasonProtectGlob) || prot[f] == d.Allow {
+				d := ix.Decide(ctx, f, verdict.OpUnlink)
+				if prot[f] != (d.Reason == verdict.ReasonProtectGlob) || prot[f] == d.Allow {
 					t.Errorf("--protect %q: unlink %s = %+v; want protected %v", tc.glob, f, d, prot[f])
 				}
 			}
@@ -289,12 +290,12 @@ func TestRetirementLiftsGraceOnlyFromItsFiles(t *testing.T) {
 			if err := tr.Retire(c.Metadata); err != nil {
 				t.Fatal(err)
 			}
-			if err := ix.NoteDeleted(ctx, c.Metadata); err != nil {
+			if err := ix.Deleted(ctx, c.Metadata); err != nil {
 				t.Fatal(err)
 			}
 			for i, k := range files {
-				d := ix.Decide(ctx, k, refindex.OpUnlink)
-				if d.Allow != tc.deletes[i] || (!d.Allow && d.Reason != refindex.ReasonGrace) {
+				d := ix.Decide(ctx, k, verdict.OpUnlink)
+				if d.Allow != tc.deletes[i] || (!d.Allow && d.Reason != verdict.ReasonGrace) {
 					t.Errorf("unlink %s after the retirement = %+v; want allowed %v (else grace)", k, d, tc.deletes[i])
 				}
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/refindex/pathnorm"
 	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // Querier is everything the CLI asks the index. *Index implements it directly; a running mount serves
@@ -79,7 +80,7 @@ type WhyResult struct {
 	Exists      bool            `json:"exists"`
 	Op          string          `json:"op"`
 	Allow       bool            `json:"allow"`
-	Reason      Reason          `json:"reason"`
+	Reason      verdict.Reason  `json:"reason"`
 	State       string          `json:"state"`
 	Message     string          `json:"message"`
 	Referencing []string        `json:"referencing,omitempty"` // up to 100 _metadata keys
@@ -262,14 +263,14 @@ func (ix *Index) Why(ctx context.Context, p string) (*WhyResult, error) {
 		return nil, err
 	}
 	defer v.release()
-	res := &WhyResult{Path: key, Op: OpUnlink.String()}
-	op := OpUnlink
+	res := &WhyResult{Path: key, Op: verdict.OpUnlink.String()}
+	op := verdict.OpUnlink
 	oi, err := ix.st.Stat(ctx, key)
 	switch {
 	case err == nil:
 		res.Exists = true
 		if oi.IsDir {
-			res.IsDir, op = true, OpRmdir
+			res.IsDir, op = true, verdict.OpRmdir
 			res.Op = "rm -r"
 		}
 	case !errors.Is(err, fs.ErrNotExist):
@@ -289,7 +290,7 @@ func (ix *Index) Why(ctx context.Context, p string) (*WhyResult, error) {
 			}
 		}
 	}
-	if len(inferred) > 0 && d.Reason == ReasonReferenced {
+	if len(inferred) > 0 && d.Reason == verdict.ReasonReferenced {
 		res.Message += fmt.Sprintf(". The referencing checkpoints name it by a URI no --map covers; the store holds their files at the same relative place, so the mapping %s is applied (add it as --map to make it explicit)", strings.Join(inferred, ", "))
 	}
 	if c := v.st.ckpts[key]; c != nil {
@@ -319,7 +320,7 @@ func (ix *Index) whyOutside(uri string) (*WhyResult, error) {
 		return nil, err
 	}
 	defer v.release()
-	res := &WhyResult{Path: uri, Op: OpUnlink.String(), Reason: ReasonOutsideStore, Outside: true, State: StateOutside}
+	res := &WhyResult{Path: uri, Op: verdict.OpUnlink.String(), Reason: verdict.ReasonOutsideStore, Outside: true, State: verdict.StateOutside}
 	err = v.g.db.View(func(txn *badger.Txn) error {
 		prefix := append([]byte(tblOutside+uri), 0)
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
@@ -341,7 +342,7 @@ func (ix *Index) whyOutside(uri string) (*WhyResult, error) {
 	case res.RefCount > 0 && ix.norm.IsExternal(uri):
 		res.Message += fmt.Sprintf("; it is below an --external prefix (declared to be on other storage) and %d live checkpoint(s)/savepoint(s) reference it (%s): guard that storage too", res.RefCount, listCheckpoints(res.Referencing, res.RefCount))
 	case res.RefCount > 0 && !strings.HasPrefix(uri, relativeOutside):
-		res.Allow, res.Reason, res.State = false, ReasonUnmappedReferences, StateBlocked
+		res.Allow, res.Reason, res.State = false, verdict.ReasonUnmappedReferences, verdict.StateBlocked
 		res.Message += fmt.Sprintf("; %d live checkpoint(s)/savepoint(s) reference it (%s), no --map ties it to the store and the store does not hold it at the same relative place, so every store file named %s is refused; %s",
 			res.RefCount, listCheckpoints(res.Referencing, res.RefCount), path.Base(uri), ix.unmappedFix(res.Referencing[0], uri))
 	case res.RefCount > 0:
@@ -750,9 +751,6 @@ func (ix *Index) Stats(ctx context.Context) (*StatsResult, error) {
 	}
 	return s, nil
 }
-
-// NewQuerier returns the Querier of a locally opened index (the index itself).
-func NewQuerier(ix *Index) Querier { return ix }
 
 // dirBytes is the disk space the files in dir (a generation) take: allocated blocks, not sizes, since
 // badger preallocates its vlog and memtable files sparsely (a 2 GiB vlog may hold 100 KiB). badger's

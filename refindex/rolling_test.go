@@ -13,6 +13,7 @@ import (
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // TestLargeSyncIsNoRebuild: a sync that sees more changed references than one badger transaction holds
@@ -75,7 +76,7 @@ func TestLargeSyncIsNoRebuild(t *testing.T) {
 				t.Fatalf("index holds %d checkpoints, the store %d", len(got), len(want))
 			}
 			for _, k := range lr.SampleReferenced {
-				if d := ix.Decide(ctx, k, refindex.OpUnlink); d.Allow {
+				if d := ix.Decide(ctx, k, verdict.OpUnlink); d.Allow {
 					t.Errorf("%s is referenced by the burst but may be deleted", k)
 				}
 			}
@@ -89,7 +90,7 @@ func TestLargeSyncIsNoRebuild(t *testing.T) {
 			}
 			defer ix.Close()
 			for _, k := range lr.SampleUnreferenced {
-				if d := ix.Decide(ctx, k, refindex.OpUnlink); !d.Allow {
+				if d := ix.Decide(ctx, k, verdict.OpUnlink); !d.Allow {
 					t.Errorf("reopened after a complete multi-transaction sync, %s (unreferenced) is refused: %s", k, d.Message)
 				}
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // partialStore lists nothing through ListMetadata (like S3 targeted discovery that has not learned a
@@ -86,14 +87,14 @@ func TestPartialListingKeepsIndexedCheckpoint(t *testing.T) {
 	if err := ix.IndexMetadata(ctx, meta); err != nil {
 		t.Fatal(err)
 	}
-	if d := ix.Decide(ctx, ref, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonReferenced {
+	if d := ix.Decide(ctx, ref, verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonReferenced {
 		t.Fatalf("after IndexMetadata: %+v", d)
 	}
 	for i := 0; i < 2; i++ {
 		if err := ix.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if d := ix.Decide(ctx, ref, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonReferenced {
+		if d := ix.Decide(ctx, ref, verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonReferenced {
 			t.Fatalf("sync %d with a partial listing retired the checkpoint: %+v", i, d)
 		}
 	}
@@ -104,7 +105,7 @@ func TestPartialListingKeepsIndexedCheckpoint(t *testing.T) {
 	if err := ix.Sync(ctx); err == nil {
 		t.Fatal("sync succeeded although an unlisted indexed _metadata could not be stat'ed")
 	}
-	if d := ix.Decide(ctx, ref, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonSyncFailed {
+	if d := ix.Decide(ctx, ref, verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonSyncFailed {
 		t.Fatalf("after failed stat: %+v", d)
 	}
 	ps.mu.Lock()
@@ -117,7 +118,7 @@ func TestPartialListingKeepsIndexedCheckpoint(t *testing.T) {
 	if err := ix.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if d := ix.Decide(ctx, ref, refindex.OpUnlink); !d.Allow {
+	if d := ix.Decide(ctx, ref, verdict.OpUnlink); !d.Allow {
 		t.Fatalf("retired checkpoint still protects its file: %+v", d)
 	}
 }
@@ -164,7 +165,7 @@ func TestRebuildUsesCompleteListing(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if d := ix.Decide(ctx, ref, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonReferenced {
+		if d := ix.Decide(ctx, ref, verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonReferenced {
 			t.Fatalf("full lister %v: rebuild lost the checkpoint: %+v", withFull, d)
 		}
 		ix.Close()
@@ -189,12 +190,12 @@ func TestUnparseableNewestProtected(t *testing.T) {
 		t.Fatal(err)
 	}
 	ix := openTree(t, tr)
-	for _, op := range []refindex.Op{refindex.OpUnlink, refindex.OpRename, refindex.OpTruncate} {
-		if d := ix.Decide(ctx, c.Metadata, op); d.Allow || d.Reason != refindex.ReasonProtectedMetadata {
+	for _, op := range []verdict.Op{verdict.OpUnlink, verdict.OpRename, verdict.OpTruncate} {
+		if d := ix.Decide(ctx, c.Metadata, op); d.Allow || d.Reason != verdict.ReasonProtectedMetadata {
 			t.Errorf("%s of the unparseable newest _metadata: %+v", op, d)
 		}
 	}
-	if d := ix.Decide(ctx, job+"/chk-78", refindex.OpRmdir); d.Allow {
+	if d := ix.Decide(ctx, job+"/chk-78", verdict.OpRmdir); d.Allow {
 		t.Errorf("rmdir of the unparseable newest checkpoint: %+v", d)
 	}
 	cs, err := ix.Checkpoints(ctx, "")
@@ -211,7 +212,7 @@ func TestUnparseableNewestProtected(t *testing.T) {
 	if err := ix.SetPolicy(pol); err != nil {
 		t.Fatal(err)
 	}
-	if d := ix.Decide(ctx, c.Metadata, refindex.OpUnlink); !d.Allow {
+	if d := ix.Decide(ctx, c.Metadata, verdict.OpUnlink); !d.Allow {
 		t.Errorf("unparseable _metadata outside the active window refused: %+v", d)
 	}
 }
@@ -251,7 +252,7 @@ func TestSymlinkedStoreRoot(t *testing.T) {
 		t.Fatal("scenario references nothing")
 	}
 	for _, k := range refs {
-		if d := ix.Decide(ctx, k, refindex.OpUnlink); d.Allow {
+		if d := ix.Decide(ctx, k, verdict.OpUnlink); d.Allow {
 			t.Errorf("referenced %s deletable: %+v", k, d)
 		}
 	}
@@ -274,13 +275,13 @@ func TestInFlightWriteAndLinkRefused(t *testing.T) {
 		t.Fatalf("scenario: young %v old %v", young, old)
 	}
 	ix := openTree(t, tr)
-	if d := ix.Decide(ctx, young[0], refindex.OpWrite); d.Allow || d.Reason != refindex.ReasonGrace {
+	if d := ix.Decide(ctx, young[0], verdict.OpWrite); d.Allow || d.Reason != verdict.ReasonGrace {
 		t.Errorf("write of an in-flight file: %+v", d)
 	}
-	if d := ix.Decide(ctx, young[0], refindex.OpLink); !d.Allow {
+	if d := ix.Decide(ctx, young[0], verdict.OpLink); !d.Allow {
 		t.Errorf("link of an in-flight file: %+v", d)
 	}
-	if d := ix.Decide(ctx, old[0], refindex.OpWrite); !d.Allow {
+	if d := ix.Decide(ctx, old[0], verdict.OpWrite); !d.Allow {
 		t.Errorf("write of an old orphan: %+v", d)
 	}
 	// An unparseable _metadata: writes and links are refused too.
@@ -290,8 +291,8 @@ func TestInFlightWriteAndLinkRefused(t *testing.T) {
 	if err := ix.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, op := range []refindex.Op{refindex.OpWrite, refindex.OpLink} {
-		if d := ix.Decide(ctx, old[0], op); d.Allow || d.Reason != refindex.ReasonUnparseable {
+	for _, op := range []verdict.Op{verdict.OpWrite, verdict.OpLink} {
+		if d := ix.Decide(ctx, old[0], op); d.Allow || d.Reason != verdict.ReasonUnparseable {
 			t.Errorf("%s with an unparseable _metadata: %+v", op, d)
 		}
 	}
@@ -357,14 +358,14 @@ func TestIndexMetadataDuringSlowSync(t *testing.T) {
 		close(bs.release)
 		t.Fatal("IndexMetadata waited for the sync's listing")
 	}
-	if d := ix.Decide(ctx, c.Refs[0], refindex.OpUnlink); d.Allow {
+	if d := ix.Decide(ctx, c.Refs[0], verdict.OpUnlink); d.Allow {
 		t.Errorf("file of the checkpoint indexed during the sync: %+v", d)
 	}
 	close(bs.release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if d := ix.Decide(ctx, c.Refs[0], refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonReferenced {
+	if d := ix.Decide(ctx, c.Refs[0], verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonReferenced {
 		t.Errorf("after the sync: %+v", d)
 	}
 	// Deleted through the mount while a sync lists: the sync does not bring it back.
@@ -374,14 +375,14 @@ func TestIndexMetadataDuringSlowSync(t *testing.T) {
 	if err := tr.Retire(c.Metadata); err != nil {
 		t.Fatal(err)
 	}
-	if err := ix.NoteDeleted(ctx, c.Metadata); err != nil {
+	if err := ix.Deleted(ctx, c.Metadata); err != nil {
 		t.Fatal(err)
 	}
 	close(bs.release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if d := ix.Decide(ctx, c.Refs[0], refindex.OpUnlink); !d.Allow {
+	if d := ix.Decide(ctx, c.Refs[0], verdict.OpUnlink); !d.Allow {
 		t.Errorf("file of the retired checkpoint after the sync: %+v", d)
 	}
 }
@@ -409,11 +410,11 @@ func TestNewestByTimeToo(t *testing.T) {
 	}
 	ix := openTree(t, tr)
 	for _, c := range []*treegen.Checkpoint{old, newer} {
-		if d := ix.Decide(ctx, c.Metadata, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonProtectedMetadata {
+		if d := ix.Decide(ctx, c.Metadata, verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonProtectedMetadata {
 			t.Errorf("%s: %+v", c.Metadata, d)
 		}
 	}
-	if d := ix.Decide(ctx, mid.Metadata, refindex.OpUnlink); !d.Allow {
+	if d := ix.Decide(ctx, mid.Metadata, verdict.OpUnlink); !d.Allow {
 		t.Errorf("%s (subsumed by chk-51): %+v", mid.Metadata, d)
 	}
 }
@@ -432,14 +433,14 @@ func TestUnparseableWriteIsNoError(t *testing.T) {
 	if err := tr.WriteBytes(meta, []byte("half a _metadata"), testNow.Add(-time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if err := refindex.Checker(ix).Written(ctx, meta); err != nil {
+	if err := ix.Written(ctx, meta); err != nil {
 		t.Fatalf("close of an unparseable _metadata through the mount: %v", err)
 	}
 	if err := ix.IndexMetadata(ctx, meta); !errors.Is(err, refindex.ErrUnparseable) {
 		t.Fatalf("IndexMetadata = %v, want ErrUnparseable", err)
 	}
 	old := tr.Orphans(treegen.DefaultPolicy, 0)
-	if d := ix.Decide(ctx, old[0], refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonUnparseable {
+	if d := ix.Decide(ctx, old[0], verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonUnparseable {
 		t.Errorf("with the unparseable _metadata recorded: %+v", d)
 	}
 }
@@ -468,7 +469,7 @@ func TestMappingChangedNotSynced(t *testing.T) {
 	}
 	defer ix.Close()
 	k := tr.Referenced()[0]
-	if d := ix.Decide(ctx, k, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonIndexStale || !strings.Contains(d.Message, "mapping") {
+	if d := ix.Decide(ctx, k, verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonIndexStale || !strings.Contains(d.Message, "mapping") {
 		t.Fatalf("mapping changed, not synced: %+v", d)
 	}
 	if or, _ := ix.Orphans(ctx, 0); or.Blocked == "" {
@@ -477,7 +478,7 @@ func TestMappingChangedNotSynced(t *testing.T) {
 	if err := ix.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if d := ix.Decide(ctx, k, refindex.OpUnlink); d.Reason != refindex.ReasonReferenced {
+	if d := ix.Decide(ctx, k, verdict.OpUnlink); d.Reason != verdict.ReasonReferenced {
 		t.Fatalf("after the sync: %+v", d)
 	}
 }
@@ -503,7 +504,7 @@ func TestRootDirectoryHandle(t *testing.T) {
 	// The managed directory is the store root under another name.
 	tr.Maps = append(tr.Maps, pathnorm.Mapping{From: tr.URI("managed")})
 	ix := openTree(t, tr)
-	if d := ix.Decide(ctx, "loose-physical-file", refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonReferenced {
+	if d := ix.Decide(ctx, "loose-physical-file", verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonReferenced {
 		t.Errorf("root-level object under a root directory handle: %+v", d)
 	}
 	or, err := ix.Orphans(ctx, 0)
@@ -539,8 +540,8 @@ func TestProtectGlobSyntaxAndEmptyFolders(t *testing.T) {
 	if err := ix.SetPolicy(pol); err != nil {
 		t.Fatal(err)
 	}
-	for _, op := range []refindex.Op{refindex.OpRename, refindex.OpRmdir} {
-		if d := ix.Decide(ctx, "cluster", op); d.Allow || d.Reason != refindex.ReasonProtectGlob {
+	for _, op := range []verdict.Op{verdict.OpRename, verdict.OpRmdir} {
+		if d := ix.Decide(ctx, "cluster", op); d.Allow || d.Reason != verdict.ReasonProtectGlob {
 			t.Errorf("%s of a folder holding an empty protected folder: %+v", op, d)
 		}
 	}
@@ -611,7 +612,7 @@ func TestLargeMetadataStreamed(t *testing.T) {
 	if err := ix.Sync(ctx); err == nil || !strings.Contains(err.Error(), "503") {
 		t.Fatalf("sync with a failing read: %v", err)
 	}
-	if d := ix.Decide(ctx, shared[0], refindex.OpUnlink); d.Reason != refindex.ReasonSyncFailed {
+	if d := ix.Decide(ctx, shared[0], verdict.OpUnlink); d.Reason != verdict.ReasonSyncFailed {
 		t.Fatalf("after a failing read: %+v", d)
 	}
 	cs.mu.Lock()
@@ -623,7 +624,7 @@ func TestLargeMetadataStreamed(t *testing.T) {
 	if cs.maxRead >= int(fi.Size()) {
 		t.Errorf("a %d-byte _metadata was read in one %d-byte read", fi.Size(), cs.maxRead)
 	}
-	if d := ix.Decide(ctx, shared[3999], refindex.OpUnlink); d.Reason != refindex.ReasonReferenced {
+	if d := ix.Decide(ctx, shared[3999], verdict.OpUnlink); d.Reason != verdict.ReasonReferenced {
 		t.Errorf("last reference of the streamed _metadata: %+v", d)
 	}
 }

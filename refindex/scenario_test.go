@@ -16,6 +16,7 @@ import (
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -123,10 +124,10 @@ func TestScenarios(t *testing.T) {
 			ix := openTree(t, tr)
 			var refused []string
 			for _, k := range tr.AllFiles() {
-				d := ix.Decide(ctx, k, refindex.OpUnlink)
+				d := ix.Decide(ctx, k, verdict.OpUnlink)
 				if !d.Allow {
 					refused = append(refused, k)
-					if d.Message == "" || !strings.Contains(d.Message, k) && d.Reason != refindex.ReasonUnparseable {
+					if d.Message == "" || !strings.Contains(d.Message, k) && d.Reason != verdict.ReasonUnparseable {
 						t.Errorf("refusal of %s does not name it: %q", k, d.Message)
 					}
 				}
@@ -207,11 +208,11 @@ func cleanup(t *testing.T, ix *refindex.Index, root, dir string) {
 		})
 		n := 0
 		for _, k := range files {
-			if d := ix.Decide(ctx, k, refindex.OpUnlink); d.Allow {
+			if d := ix.Decide(ctx, k, verdict.OpUnlink); d.Allow {
 				if err := os.Remove(filepath.Join(root, k)); err != nil {
 					t.Fatal(err)
 				}
-				if err := ix.NoteDeleted(ctx, k); err != nil {
+				if err := ix.Deleted(ctx, k); err != nil {
 					t.Fatal(err)
 				}
 				n++

@@ -11,6 +11,7 @@ import (
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // A _metadata over the size limit (128 MiB) is not read at all: it is unparseable, so every deletion is
@@ -57,9 +58,9 @@ func TestMetadataOverSizeLimitFailsClosed(t *testing.T) {
 			other = k
 			break
 		}
-		d := ix.Decide(ctx, other, refindex.OpUnlink)
+		d := ix.Decide(ctx, other, verdict.OpUnlink)
 		ix.Close()
-		if d.Allow || d.Reason != refindex.ReasonUnparseable || !strings.Contains(d.Message, big) {
+		if d.Allow || d.Reason != verdict.ReasonUnparseable || !strings.Contains(d.Message, big) {
 			t.Fatalf("%d-byte _metadata: deletion decided %+v, want refused as unparseable naming %s", tc.size, d, big)
 		}
 		if over := strings.Contains(d.Message, "134217728 bytes (128 MiB"); over != tc.closed {

@@ -71,7 +71,7 @@ func TestFilterDecrementsWaitForOlderViews(t *testing.T) {
 		if err := os.Remove(filepath.Join(tr.Root, meta)); err != nil {
 			t.Fatal(err)
 		}
-		if err := ix.NoteDeleted(ctx, meta); err != nil {
+		if err := ix.Deleted(ctx, meta); err != nil {
 			t.Fatal(err)
 		}
 	}

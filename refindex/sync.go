@@ -505,7 +505,7 @@ func (ix *Index) failSync(err error) error {
 // changed path maps, builds a new generation and switches to it atomically).
 func (ix *Index) Sync(ctx context.Context) error {
 	// Listing, stats and parsing run without writeMu, so that a `_metadata` closed or renamed through
-	// the mount (IndexMetadata, NoteRenamed, NoteDeleted) is indexed at once instead of waiting for a
+	// the mount (IndexMetadata, Renamed, Deleted) is indexed at once instead of waiting for a
 	// whole sync; syncMu keeps syncs and rebuilds one at a time.
 	ix.syncMu.Lock()
 	defer ix.syncMu.Unlock()
@@ -1123,9 +1123,9 @@ func (ix *Index) applyOrRebuild(ctx context.Context, ch change) error {
 	return err
 }
 
-// NoteDeleted records that path (a file or a directory) was removed: deleting a `_metadata` retires
+// Deleted records that path (a file or a directory) was removed: deleting a `_metadata` retires
 // its checkpoint at once, so the files only it referenced become deletable.
-func (ix *Index) NoteDeleted(ctx context.Context, p string) error {
+func (ix *Index) Deleted(ctx context.Context, p string) error {
 	key, err := store.CleanKey(p)
 	if err != nil {
 		return err
@@ -1167,10 +1167,10 @@ func (ix *Index) NoteDeleted(ctx context.Context, p string) error {
 	return ix.applyOrRebuild(ctx, change{removes: gone})
 }
 
-// NoteRenamed records a rename done through the mount: checkpoints at or below from are retired and
+// Renamed records a rename done through the mount: checkpoints at or below from are retired and
 // every `_metadata` at or below to is (re)indexed — e.g. Flink renaming its temporary metadata file
 // to `_metadata`, or a savepoint directory moved (its relative references now resolve there).
-func (ix *Index) NoteRenamed(ctx context.Context, from, to string) error {
+func (ix *Index) Renamed(ctx context.Context, from, to string) error {
 	fk, err := store.CleanKey(from)
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"github.com/ckguard/ckguard/refindex/pathnorm"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // References that no --map ties to the store: where the store holds every referenced file at the same
@@ -23,8 +24,8 @@ func TestUnmappedReferences(t *testing.T) {
 	ctx := context.Background()
 	const job = "flink/fedcba9876543210fedcba9876543210"
 	type want struct {
-		reason   refindex.Reason // of unlinking a referenced shared file
-		message  string          // in that refusal (and in why)
+		reason   verdict.Reason // of unlinking a referenced shared file
+		message  string         // in that refusal (and in why)
 		inferred []string
 		untrusty bool // verify and orphans cannot be trusted
 		broken   bool
@@ -36,7 +37,7 @@ func TestUnmappedReferences(t *testing.T) {
 		extern []string
 		want   want
 	}{
-		{name: "store proves the map", want: want{reason: refindex.ReasonReferenced, message: "mapping file:/mnt/flink/flink=flink is applied", inferred: []string{"file:/mnt/flink/flink=flink"}}},
+		{name: "store proves the map", want: want{reason: verdict.ReasonReferenced, message: "mapping file:/mnt/flink/flink=flink is applied", inferred: []string{"file:/mnt/flink/flink=flink"}}},
 		{name: "store relocated below another folder", setup: func(t *testing.T, tr *treegen.Tree, lost string) {
 			if err := os.MkdirAll(filepath.Join(tr.Root, "moved"), 0o755); err != nil {
 				t.Fatal(err)
@@ -44,11 +45,11 @@ func TestUnmappedReferences(t *testing.T) {
 			if err := os.Rename(filepath.Join(tr.Root, "flink"), filepath.Join(tr.Root, "moved", "flink")); err != nil {
 				t.Fatal(err)
 			}
-		}, want: want{reason: refindex.ReasonReferenced, inferred: []string{"file:/mnt/flink/flink=moved/flink"}}},
+		}, want: want{reason: verdict.ReasonReferenced, inferred: []string{"file:/mnt/flink/flink=moved/flink"}}},
 		{name: "a referenced file is missing: not proven", setup: remove,
-			want: want{reason: refindex.ReasonUnmappedReferences, message: "add --map file:/mnt/flink= if that storage is this store under another name, or --external file:/mnt/flink/flink/fedcba9876543210fedcba9876543210/shared", untrusty: true}},
-		{name: "declared external", setup: remove, extern: []string{"file:/mnt"}, want: want{reason: refindex.ReasonAllowed}},
-		{name: "explicit map wins", setup: remove, maps: []pathnorm.Mapping{{From: "file:/mnt/flink"}}, want: want{reason: refindex.ReasonReferenced, broken: true}},
+			want: want{reason: verdict.ReasonUnmappedReferences, message: "add --map file:/mnt/flink= if that storage is this store under another name, or --external file:/mnt/flink/flink/fedcba9876543210fedcba9876543210/shared", untrusty: true}},
+		{name: "declared external", setup: remove, extern: []string{"file:/mnt"}, want: want{reason: verdict.ReasonAllowed}},
+		{name: "explicit map wins", setup: remove, maps: []pathnorm.Mapping{{From: "file:/mnt/flink"}}, want: want{reason: verdict.ReasonReferenced, broken: true}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -90,8 +91,8 @@ func TestUnmappedReferences(t *testing.T) {
 				t.Fatal(err)
 			}
 			k := at(shared[1])
-			d := ix.Decide(ctx, k, refindex.OpUnlink)
-			if d.Reason != tc.want.reason || d.Allow != (tc.want.reason == refindex.ReasonAllowed) {
+			d := ix.Decide(ctx, k, verdict.OpUnlink)
+			if d.Reason != tc.want.reason || d.Allow != (tc.want.reason == verdict.ReasonAllowed) {
 				t.Fatalf("unlink %s: %+v, want %s", k, d, tc.want.reason)
 			}
 			why, err := ix.Why(ctx, k)
@@ -101,19 +102,19 @@ func TestUnmappedReferences(t *testing.T) {
 			if !strings.Contains(why.Message, tc.want.message) {
 				t.Errorf("why %s: %q, want it to say %q", k, why.Message, tc.want.message)
 			}
-			if tc.want.reason == refindex.ReasonUnmappedReferences {
+			if tc.want.reason == verdict.ReasonUnmappedReferences {
 				// Everything that could be a referenced file is refused, whole folders included; files
 				// of other names are not.
 				for _, p := range []string{base, path.Dir(base), ""} {
-					if d := ix.Decide(ctx, p, refindex.OpRmdir); d.Allow || d.Reason != refindex.ReasonUnmappedReferences {
+					if d := ix.Decide(ctx, p, verdict.OpRmdir); d.Allow || d.Reason != verdict.ReasonUnmappedReferences {
 						t.Errorf("rmdir %q: %+v", p, d)
 					}
 				}
-				if d := ix.Decide(ctx, at(shared[1]), refindex.OpRename); d.Allow {
+				if d := ix.Decide(ctx, at(shared[1]), verdict.OpRename); d.Allow {
 					t.Errorf("rename %s: %+v", shared[1], d)
 				}
 				for _, g := range garbage {
-					if d := ix.Decide(ctx, at(g), refindex.OpUnlink); !d.Allow {
+					if d := ix.Decide(ctx, at(g), verdict.OpUnlink); !d.Allow {
 						t.Errorf("garbage %s refused: %+v", g, d)
 					}
 				}
@@ -178,11 +179,11 @@ func TestUnmappedDirectoryHandle(t *testing.T) {
 	ix := openTree(t, tr)
 	garbage := tr.Orphans(treegen.DefaultPolicy, 0)
 	for _, k := range garbage {
-		if d := ix.Decide(ctx, k, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonUnmappedReferences || !strings.Contains(d.Message, "anything in the store") {
+		if d := ix.Decide(ctx, k, verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonUnmappedReferences || !strings.Contains(d.Message, "anything in the store") {
 			t.Errorf("unlink %s with an unmapped directory handle: %+v", k, d)
 		}
 	}
-	if d := ix.Decide(ctx, "flink/abab/chk-3/_metadata", refindex.OpUnlink); d.Reason == refindex.ReasonUnmappedReferences {
+	if d := ix.Decide(ctx, "flink/abab/chk-3/_metadata", verdict.OpUnlink); d.Reason == verdict.ReasonUnmappedReferences {
 		t.Errorf("the _metadata with the unmapped handle cannot be retired: %+v", d)
 	}
 }
@@ -224,12 +225,12 @@ func TestUnmappedResolvedByLaterSync(t *testing.T) {
 	if s, _ := ix.Stats(ctx); s.UnmappedReferences != 0 || len(s.InferredMaps) != 1 {
 		t.Fatalf("after the file is back: %+v", s)
 	}
-	if d := ix.Decide(ctx, shared, refindex.OpUnlink); d.Reason != refindex.ReasonReferenced {
+	if d := ix.Decide(ctx, shared, verdict.OpUnlink); d.Reason != verdict.ReasonReferenced {
 		t.Fatalf("unlink %s: %+v", shared, d)
 	}
 	// Asked about the URI as Flink wrote it, why answers for the file the inferred mapping names.
 	why, err := ix.Why(ctx, "file:/mnt/flink/"+shared)
-	if err != nil || why.Outside || why.Path != shared || why.Reason != refindex.ReasonReferenced {
+	if err != nil || why.Outside || why.Path != shared || why.Reason != verdict.ReasonReferenced {
 		t.Fatalf("why by URI: %+v %v", why, err)
 	}
 }

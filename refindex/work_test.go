@@ -11,6 +11,7 @@ import (
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // workSpy counts the WithWork hook's open works and records whether each store walk ran inside one.
@@ -107,7 +108,7 @@ func TestWorkHook(t *testing.T) {
 	}
 	defer ix.Close()
 	for _, c := range tr.Live {
-		ix.Decide(ctx, c.Refs[0], refindex.OpUnlink)
+		ix.Decide(ctx, c.Refs[0], verdict.OpUnlink)
 		break
 	}
 	deadline := time.Now().Add(10 * time.Second)

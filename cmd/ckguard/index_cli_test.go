@@ -14,6 +14,7 @@ import (
 
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // run runs the CLI in-process and returns stdout and the exit code.
@@ -59,7 +60,7 @@ func TestIndexCommands(t *testing.T) {
 	// An absolute path under the store works too, and --json carries the decision.
 	out, code = run(t, append(append([]string{"why", "--json"}, sf...), filepath.Join(tr.Root, ref))...)
 	var why refindex.WhyResult
-	if err := json.Unmarshal([]byte(out), &why); err != nil || why.Allow || why.Reason != refindex.ReasonReferenced || why.RefCount < 1 || code != 1 {
+	if err := json.Unmarshal([]byte(out), &why); err != nil || why.Allow || why.Reason != verdict.ReasonReferenced || why.RefCount < 1 || code != 1 {
 		t.Fatalf("why --json: %d %v %+v", code, err, why)
 	}
 	garbage := tr.Orphans(treegen.DefaultPolicy, 0)

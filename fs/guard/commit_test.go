@@ -4,7 +4,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 func TestIsMetadataCommit(t *testing.T) {
@@ -40,12 +40,12 @@ func TestIsMetadataCommit(t *testing.T) {
 func TestOpenOp(t *testing.T) {
 	for _, tc := range []struct {
 		flags uint32
-		want  refindex.Op
+		want  verdict.Op
 	}{
-		{syscall.O_WRONLY, refindex.OpWrite},
-		{syscall.O_RDWR | syscall.O_APPEND, refindex.OpWrite},
-		{syscall.O_WRONLY | syscall.O_TRUNC, refindex.OpTruncate},
-		{syscall.O_RDONLY | syscall.O_TRUNC, refindex.OpTruncate},
+		{syscall.O_WRONLY, verdict.OpWrite},
+		{syscall.O_RDWR | syscall.O_APPEND, verdict.OpWrite},
+		{syscall.O_WRONLY | syscall.O_TRUNC, verdict.OpTruncate},
+		{syscall.O_RDONLY | syscall.O_TRUNC, verdict.OpTruncate},
 	} {
 		if got := OpenOp(tc.flags); got != tc.want {
 			t.Errorf("OpenOp(%#o) = %v, want %v", tc.flags, got, tc.want)

@@ -18,7 +18,7 @@ import (
 
 	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/metrics"
-	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // MetadataName is the file whose presence makes a checkpoint live.
@@ -29,15 +29,15 @@ func IsMetadata(key string) bool { return path.Base(key) == MetadataName }
 
 // ReasonHardLinked is a refusal the filesystem makes itself: the file has more than one name, so the index
 // cannot tell whether another name is referenced; writing or truncating through this name could destroy it.
-const ReasonHardLinked refindex.Reason = "hard-linked"
+const ReasonHardLinked verdict.Reason = "hard-linked"
 
 // Check is one question to the index: may Op happen to Path? Decided, when set, is a decision the filesystem
 // took itself (for example ReasonHardLinked); it is recorded exactly like one from the index.
 type Check struct {
-	Op      refindex.Op
+	Op      verdict.Op
 	Path    string
 	To      string // rename target, for the audit record
-	Decided *refindex.Decision
+	Decided *verdict.Decision
 	// MetadataCommit marks the source of a rename onto a _metadata in the same folder: a writer (Flink's
 	// recoverable writer) committing a checkpoint written under a temporary name. Such a source is
 	// necessarily young and unreferenced, so the grace rule alone would refuse the commit; here a refusal
@@ -52,15 +52,15 @@ type Check struct {
 
 // OpenOp is the decision an open of an existing file for writing asks for: OpTruncate with O_TRUNC (the
 // content goes at once), OpWrite otherwise. Both mounts decide their opens with it.
-func OpenOp(flags uint32) refindex.Op {
+func OpenOp(flags uint32) verdict.Op {
 	if flags&syscall.O_TRUNC != 0 {
-		return refindex.OpTruncate
+		return verdict.OpTruncate
 	}
-	return refindex.OpWrite
+	return verdict.OpWrite
 }
 
 // ReasonMetadataCommit records a rename onto _metadata allowed although its source was in grace.
-const ReasonMetadataCommit refindex.Reason = "metadata-commit"
+const ReasonMetadataCommit verdict.Reason = "metadata-commit"
 
 // Config configures an Enforcer.
 type Config struct {
@@ -171,10 +171,10 @@ func (e *Enforcer) mutateLocked(ctx context.Context, checks []Check, do func() s
 	// All questions first, then the record: an operation refused for one of its paths (a rename onto a
 	// referenced file) is logged as that refusal, not as an allowed source followed by a refusal.
 	// Every guarded operation asks about one or two paths; the array keeps the decisions off the heap.
-	var arr [2]refindex.Decision
+	var arr [2]verdict.Decision
 	ds := arr[:0]
 	if len(checks) > len(arr) {
-		ds = make([]refindex.Decision, 0, len(checks))
+		ds = make([]verdict.Decision, 0, len(checks))
 	}
 	ds = ds[:len(checks)]
 	refused := false
@@ -188,8 +188,8 @@ func (e *Enforcer) mutateLocked(ctx context.Context, checks []Check, do func() s
 		} else {
 			ds[i] = e.ask(ctx, c.Op, c.Path)
 		}
-		if !ds[i].Allow && c.MetadataCommit && ds[i].Reason == refindex.ReasonGrace {
-			ds[i] = refindex.Decision{Allow: true, Reason: ReasonMetadataCommit,
+		if !ds[i].Allow && c.MetadataCommit && ds[i].Reason == verdict.ReasonGrace {
+			ds[i] = verdict.Decision{Allow: true, Reason: ReasonMetadataCommit,
 				Message: "committing " + c.To + " (renamed from a young, unreferenced temporary file): " + ds[i].Message}
 		} else if pending && ds[i].Allow {
 			// A commit's young source is allowed as above (another job's commit must not fail because of
@@ -216,8 +216,9 @@ func (e *Enforcer) mutateLocked(ctx context.Context, checks []Check, do func() s
 	return do()
 }
 
-// Decide decides one check without a change to run (an open for writing: the open is the change).
-func (e *Enforcer) Decide(ctx context.Context, c Check) syscall.Errno {
+// Errno decides one check without a change to run (an open for writing: the open is the change) and
+// returns the errno the caller answers with: 0 to go ahead, the refusal errno (or EINTR, EIO) otherwise.
+func (e *Enforcer) Errno(ctx context.Context, c Check) syscall.Errno {
 	e.pending.wait(ctx, e.pendingWait)
 	e.mu.RLock()
 	defer e.mu.RUnlock()
@@ -226,7 +227,7 @@ func (e *Enforcer) Decide(ctx context.Context, c Check) syscall.Errno {
 
 func (e *Enforcer) decide(ctx context.Context, c Check) syscall.Errno {
 	pending := e.pending.any() // before the index is asked, as in mutateLocked
-	var d refindex.Decision
+	var d verdict.Decision
 	if c.Decided != nil {
 		d = *c.Decided
 	} else {
@@ -240,7 +241,7 @@ func (e *Enforcer) decide(ctx context.Context, c Check) syscall.Errno {
 
 // record1 counts and logs one decision and maps it to an errno. The audit record is written (handed to the
 // kernel) before the caller learns the answer.
-func (e *Enforcer) record1(ctx context.Context, c Check, d refindex.Decision) syscall.Errno {
+func (e *Enforcer) record1(ctx context.Context, c Check, d verdict.Decision) syscall.Errno {
 	var errno syscall.Errno
 	if !d.Allow {
 		errno = e.refuse
@@ -281,13 +282,13 @@ func (e *Enforcer) record1(ctx context.Context, c Check, d refindex.Decision) sy
 }
 
 // ask calls the Checker, turning a panic into a refusal: the guard fails closed.
-func (e *Enforcer) ask(ctx context.Context, op refindex.Op, p string) (d refindex.Decision) {
+func (e *Enforcer) ask(ctx context.Context, op verdict.Op, p string) (d verdict.Decision) {
 	t0 := time.Now()
 	defer func() {
 		e.metrics.DecisionLatency(op.String(), time.Since(t0))
 		if r := recover(); r != nil {
 			e.log.Error("index panicked while deciding", "op", op, "path", p, "panic", r)
-			d = refindex.Decision{Reason: refindex.ReasonStoreError,
+			d = verdict.Decision{Reason: verdict.ReasonStoreError,
 				Message: fmt.Sprintf("the index failed while deciding %s of %s (%v); refusing to be safe", op, p, r)}
 		}
 	}()

@@ -12,7 +12,7 @@ import (
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guard/guardtest"
 	"github.com/ckguard/ckguard/fs/metrics"
-	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 type sink struct {
@@ -27,12 +27,12 @@ func (s *sink) Record(r *audit.Record) error {
 
 type panicky struct{ guard.Checker }
 
-func (panicky) Decide(context.Context, string, refindex.Op) refindex.Decision { panic("boom") }
+func (panicky) Decide(context.Context, string, verdict.Op) verdict.Decision { panic("boom") }
 
 type graceChecker struct{ *guardtest.Checker }
 
-func (graceChecker) Decide(context.Context, string, refindex.Op) refindex.Decision {
-	return refindex.Decision{Reason: refindex.ReasonGrace, Message: "young"}
+func (graceChecker) Decide(context.Context, string, verdict.Op) verdict.Decision {
+	return verdict.Decision{Reason: verdict.ReasonGrace, Message: "young"}
 }
 
 func TestEnforcer(t *testing.T) {
@@ -48,17 +48,17 @@ func TestEnforcer(t *testing.T) {
 		wantRan   bool
 		wantRecs  []string // decision/reason per record
 	}{
-		{"allowed runs the change", fake, nil, 0, []guard.Check{{Op: refindex.OpUnlink, Path: "job/shared/free"}}, 0, true, []string{"allow/allowed"}},
-		{"refused does not run it", fake, nil, 0, []guard.Check{{Op: refindex.OpUnlink, Path: "job/shared/ref"}}, syscall.EPERM, false, []string{"refuse/referenced"}},
-		{"custom errno", fake, nil, syscall.EACCES, []guard.Check{{Op: refindex.OpUnlink, Path: "job/shared/ref"}}, syscall.EACCES, false, []string{"refuse/referenced"}},
+		{"allowed runs the change", fake, nil, 0, []guard.Check{{Op: verdict.OpUnlink, Path: "job/shared/free"}}, 0, true, []string{"allow/allowed"}},
+		{"refused does not run it", fake, nil, 0, []guard.Check{{Op: verdict.OpUnlink, Path: "job/shared/ref"}}, syscall.EPERM, false, []string{"refuse/referenced"}},
+		{"custom errno", fake, nil, syscall.EACCES, []guard.Check{{Op: verdict.OpUnlink, Path: "job/shared/ref"}}, syscall.EACCES, false, []string{"refuse/referenced"}},
 		{"rename refused on target only logs the refusal", fake, nil, 0, []guard.Check{
-			{Op: refindex.OpRename, Path: "job/shared/free"}, {Op: refindex.OpReplace, Path: "job/shared/ref"}}, syscall.EPERM, false, []string{"refuse/referenced"}},
-		{"a panicking index refuses (fail closed)", panicky{fake}, nil, 0, []guard.Check{{Op: refindex.OpUnlink, Path: "x"}}, syscall.EPERM, false, []string{"refuse/store-error"}},
-		{"an allowed change whose record cannot be written does not happen", fake, errors.New("disk full"), 0, []guard.Check{{Op: refindex.OpUnlink, Path: "job/shared/free"}}, syscall.EIO, false, []string{"allow/allowed"}},
-		{"a refusal stays a refusal when the log fails", fake, errors.New("disk full"), 0, []guard.Check{{Op: refindex.OpUnlink, Path: "job/shared/ref"}}, syscall.EPERM, false, []string{"refuse/referenced"}},
-		{"pre-decided refusal", fake, nil, 0, []guard.Check{{Op: refindex.OpWrite, Path: "a", Decided: &refindex.Decision{Reason: guard.ReasonHardLinked}}}, syscall.EPERM, false, []string{"refuse/hard-linked"}},
-		{"metadata commit overrides grace", graceChecker{fake}, nil, 0, []guard.Check{{Op: refindex.OpRename, Path: "j/chk-1/.tmp", To: "j/chk-1/_metadata", MetadataCommit: true}}, 0, true, []string{"allow/metadata-commit"}},
-		{"grace without commit refuses", graceChecker{fake}, nil, 0, []guard.Check{{Op: refindex.OpRename, Path: "j/chk-1/.tmp", To: "j/chk-1/x"}}, syscall.EPERM, false, []string{"refuse/grace"}},
+			{Op: verdict.OpRename, Path: "job/shared/free"}, {Op: verdict.OpReplace, Path: "job/shared/ref"}}, syscall.EPERM, false, []string{"refuse/referenced"}},
+		{"a panicking index refuses (fail closed)", panicky{fake}, nil, 0, []guard.Check{{Op: verdict.OpUnlink, Path: "x"}}, syscall.EPERM, false, []string{"refuse/store-error"}},
+		{"an allowed change whose record cannot be written does not happen", fake, errors.New("disk full"), 0, []guard.Check{{Op: verdict.OpUnlink, Path: "job/shared/free"}}, syscall.EIO, false, []string{"allow/allowed"}},
+		{"a refusal stays a refusal when the log fails", fake, errors.New("disk full"), 0, []guard.Check{{Op: verdict.OpUnlink, Path: "job/shared/ref"}}, syscall.EPERM, false, []string{"refuse/referenced"}},
+		{"pre-decided refusal", fake, nil, 0, []guard.Check{{Op: verdict.OpWrite, Path: "a", Decided: &verdict.Decision{Reason: guard.ReasonHardLinked}}}, syscall.EPERM, false, []string{"refuse/hard-linked"}},
+		{"metadata commit overrides grace", graceChecker{fake}, nil, 0, []guard.Check{{Op: verdict.OpRename, Path: "j/chk-1/.tmp", To: "j/chk-1/_metadata", MetadataCommit: true}}, 0, true, []string{"allow/metadata-commit"}},
+		{"grace without commit refuses", graceChecker{fake}, nil, 0, []guard.Check{{Op: verdict.OpRename, Path: "j/chk-1/.tmp", To: "j/chk-1/x"}}, syscall.EPERM, false, []string{"refuse/grace"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -119,7 +119,7 @@ func BenchmarkMutateAllowed(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	checks := []guard.Check{{Op: refindex.OpUnlink, Path: "job_old/shared/d001/sst-000001"}}
+	checks := []guard.Check{{Op: verdict.OpUnlink, Path: "job_old/shared/d001/sst-000001"}}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -136,9 +136,9 @@ type ctxChecker struct {
 	notifiedWithLiveCtx int
 }
 
-func (c *ctxChecker) Decide(ctx context.Context, p string, op refindex.Op) refindex.Decision {
+func (c *ctxChecker) Decide(ctx context.Context, p string, op verdict.Op) verdict.Decision {
 	if err := ctx.Err(); err != nil {
-		return refindex.Decision{Reason: refindex.ReasonStoreError, Message: "cannot stat it in the store: " + err.Error()}
+		return verdict.Decision{Reason: verdict.ReasonStoreError, Message: "cannot stat it in the store: " + err.Error()}
 	}
 	return c.Checker.Decide(ctx, p, op)
 }
@@ -167,7 +167,7 @@ func TestInterruptedCaller(t *testing.T) {
 	live := context.Background()
 	cancelled, cancel := context.WithCancel(live)
 	cancel()
-	checks := []guard.Check{{Op: refindex.OpUnlink, Path: "job/shared/free"}}
+	checks := []guard.Check{{Op: verdict.OpUnlink, Path: "job/shared/free"}}
 	ran := false
 	if got := e.Mutate(cancelled, checks, func() syscall.Errno { ran = true; return 0 }); got != syscall.EINTR || ran {
 		t.Errorf("interrupted decision: errno %v ran %v, want EINTR and nothing done", got, ran)
@@ -199,10 +199,10 @@ func TestAuditKeepsInvalidNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	from, to := "job/shared/a\xff", "job/shared/a\xfe"
-	if errno := e.Mutate(context.Background(), []guard.Check{{Op: refindex.OpRename, Path: from, To: to}}, func() syscall.Errno { return 0 }); errno != 0 {
+	if errno := e.Mutate(context.Background(), []guard.Check{{Op: verdict.OpRename, Path: from, To: to}}, func() syscall.Errno { return 0 }); errno != 0 {
 		t.Fatal(errno)
 	}
-	e.Mutate(context.Background(), []guard.Check{{Op: refindex.OpUnlink, Path: "job/shared/plain"}}, func() syscall.Errno { return 0 })
+	e.Mutate(context.Background(), []guard.Check{{Op: verdict.OpUnlink, Path: "job/shared/plain"}}, func() syscall.Errno { return 0 })
 	if len(s.recs) != 2 {
 		t.Fatalf("records: %+v", s.recs)
 	}
@@ -229,9 +229,9 @@ func newBlockingIndex() *blockingIndex {
 }
 
 // Decide answers grace for the young file, like the index for a file younger than --grace.
-func (b *blockingIndex) Decide(ctx context.Context, p string, op refindex.Op) refindex.Decision {
+func (b *blockingIndex) Decide(ctx context.Context, p string, op verdict.Op) verdict.Decision {
 	if p == b.young {
-		return refindex.Decision{Reason: refindex.ReasonGrace, Message: "young"}
+		return verdict.Decision{Reason: verdict.ReasonGrace, Message: "young"}
 	}
 	return b.Checker.Decide(ctx, p, op)
 }
@@ -263,13 +263,13 @@ func TestPendingUpdate(t *testing.T) {
 	}{
 		{"written", func(e *guard.Enforcer) syscall.Errno { return e.Written(context.Background(), meta) }},
 		{"renamed", func(e *guard.Enforcer) syscall.Errno {
-			return e.MutateExclusive(context.Background(), []guard.Check{{Op: refindex.OpRename, Path: "job/chk-2/._metadata.inprogress.1", To: meta}},
+			return e.MutateExclusive(context.Background(), []guard.Check{{Op: verdict.OpRename, Path: "job/chk-2/._metadata.inprogress.1", To: meta}},
 				func() syscall.Errno {
 					return e.Renamed(context.Background(), "job/chk-2/._metadata.inprogress.1", meta)
 				})
 		}},
 		{"linked", func(e *guard.Enforcer) syscall.Errno {
-			return e.MutateExclusive(context.Background(), []guard.Check{{Op: refindex.OpLink, Path: "job/chk-2/copy", To: meta}},
+			return e.MutateExclusive(context.Background(), []guard.Check{{Op: verdict.OpLink, Path: "job/chk-2/copy", To: meta}},
 				func() syscall.Errno { return e.Linked(context.Background(), meta, nil) })
 		}},
 	}
@@ -294,7 +294,7 @@ func TestPendingUpdate(t *testing.T) {
 				}
 				ctx := context.Background()
 				unlink := func(p string) syscall.Errno {
-					return e.Mutate(ctx, []guard.Check{{Op: refindex.OpUnlink, Path: p}}, func() syscall.Errno { return 0 })
+					return e.Mutate(ctx, []guard.Check{{Op: verdict.OpUnlink, Path: p}}, func() syscall.Errno { return 0 })
 				}
 				if errno := unlink("job/shared/free"); errno != syscall.EPERM {
 					t.Errorf("unlink of an unreferenced file during the update: errno %v, want EPERM", errno)
@@ -302,12 +302,12 @@ func TestPendingUpdate(t *testing.T) {
 				if errno := unlink("job/shared/ref"); errno != syscall.EPERM {
 					t.Errorf("unlink of a referenced file during the update: errno %v, want EPERM", errno)
 				}
-				if errno := e.Decide(ctx, guard.Check{Op: refindex.OpWrite, Path: "job/shared/free"}); errno != syscall.EPERM {
+				if errno := e.Errno(ctx, guard.Check{Op: verdict.OpWrite, Path: "job/shared/free"}); errno != syscall.EPERM {
 					t.Errorf("write-open during the update: errno %v, want EPERM", errno)
 				}
 				// Another job's Flink commit (its young temporary file renamed onto its _metadata) still goes.
 				ix.young = "job2/chk-7/._metadata.inprogress.2"
-				commit := []guard.Check{{Op: refindex.OpRename, Path: ix.young, To: "job2/chk-7/_metadata", MetadataCommit: true}}
+				commit := []guard.Check{{Op: verdict.OpRename, Path: ix.young, To: "job2/chk-7/_metadata", MetadataCommit: true}}
 				if errno := e.Mutate(ctx, commit, func() syscall.Errno { return 0 }); errno != 0 {
 					t.Errorf("another job's commit rename during the update: errno %v, want 0", errno)
 				}
@@ -361,7 +361,7 @@ func TestDecisionWaitsForPendingUpdate(t *testing.T) {
 	}
 	unlinked := make(chan syscall.Errno)
 	go func() {
-		unlinked <- e.Mutate(context.Background(), []guard.Check{{Op: refindex.OpUnlink, Path: "job/shared/free"}},
+		unlinked <- e.Mutate(context.Background(), []guard.Check{{Op: verdict.OpUnlink, Path: "job/shared/free"}},
 			func() syscall.Errno { return 0 })
 	}()
 	close(ix.release)

@@ -6,15 +6,15 @@ package guard
 import (
 	"context"
 
-	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
-// Checker is implemented by the reference index (adapter around *refindex.Index). Paths are store-relative
+// Checker is implemented by the reference index (*refindex.Index) and by test fakes. Paths are store-relative
 // keys ('/'-separated, no leading slash, "" = root).
 type Checker interface {
 	// Decide answers whether op may happen to path. For a directory (OpRmdir, OpRename of a directory) the
 	// answer covers everything below it. Any internal error must come back as a refusal (fail closed).
-	Decide(ctx context.Context, path string, op refindex.Op) refindex.Decision
+	Decide(ctx context.Context, path string, op verdict.Op) verdict.Decision
 	// Deleted records that path was removed through the mount; deleting a _metadata retires its checkpoint.
 	Deleted(ctx context.Context, path string) error
 	// Written records that path was written and closed through the mount; a _metadata is parsed and

@@ -10,14 +10,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // ReasonIndexPending refuses a change while an index update made through the mount is still being read
 // and applied: a _metadata closed, renamed or hard-linked into place (or a folder renamed, which may hold
 // some). Until the update is in the index, what that _metadata references is unknown, so every change the
 // index would otherwise allow is refused; the caller retries in a moment.
-const ReasonIndexPending refindex.Reason = "index-pending"
+const ReasonIndexPending verdict.Reason = "index-pending"
 
 // pendingUpdates is the set of index updates that run outside the enforcer's lock (reading, parsing and
 // applying a _metadata can take seconds for a large one). Invariant: an update is added while the
@@ -91,7 +91,7 @@ func (p *pendingUpdates) wait(ctx context.Context, max time.Duration) {
 func (p *pendingUpdates) any() bool { return p.n.Load() > 0 }
 
 // refusal is the decision for a change the index would allow, made while updates are pending.
-func (p *pendingUpdates) refusal(op refindex.Op, path string) refindex.Decision {
+func (p *pendingUpdates) refusal(op verdict.Op, path string) verdict.Decision {
 	p.mu.Lock()
 	keys := make([]string, 0, len(p.keys))
 	for k := range p.keys {
@@ -104,7 +104,7 @@ func (p *pendingUpdates) refusal(op refindex.Op, path string) refindex.Decision 
 		more = " and " + strconv.Itoa(len(keys)-3) + " more"
 		keys = keys[:3]
 	}
-	return refindex.Decision{Reason: ReasonIndexPending,
+	return verdict.Decision{Reason: ReasonIndexPending,
 		Message: "refusing to " + op.String() + " /" + path + " for now: the index is still reading " + strings.Join(keys, ", ") + more +
 			", just written or moved through the mount; until it is indexed, what it references is unknown; retry in a moment"}
 }

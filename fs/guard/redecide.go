@@ -3,7 +3,7 @@ package guard
 import (
 	"context"
 
-	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // Redecide asks the index again about changes it allowed earlier that are applied only now (the S3
@@ -11,10 +11,10 @@ import (
 // indexed through the mount (exclusive lock) comes before all of them or after the changes they allow,
 // never between an answer and its change. Nothing is recorded here: the allow was recorded when it was
 // first decided, and the caller records what it does not apply (RecordKept).
-func (e *Enforcer) Redecide(ctx context.Context, checks []Check, apply func([]refindex.Decision)) {
+func (e *Enforcer) Redecide(ctx context.Context, checks []Check, apply func([]verdict.Decision)) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	ds := make([]refindex.Decision, len(checks))
+	ds := make([]verdict.Decision, len(checks))
 	for i, c := range checks {
 		switch {
 		case c.Decided != nil:
@@ -31,7 +31,7 @@ func (e *Enforcer) Redecide(ctx context.Context, checks []Check, apply func([]re
 // RecordKept writes the audit record of an acknowledged change that is not applied after all: d is the
 // refusal of Redecide (or the server's) and message says what was acknowledged and what stays. The
 // record's op is the check's op with "-applied" appended, its decision "keep".
-func (e *Enforcer) RecordKept(ctx context.Context, c Check, d refindex.Decision, message string) {
+func (e *Enforcer) RecordKept(ctx context.Context, c Check, d verdict.Decision, message string) {
 	e.metrics.Decision(c.Op.String()+"-applied", false, string(d.Reason))
 	rec := e.record(ctx, c.Op.String()+"-applied", c.Path, c.To)
 	defer e.putRecord(rec)

@@ -285,7 +285,7 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 			err = cerr
 		}
 	}()
-	enf, err := guard.NewEnforcer(guard.Config{Checker: refindex.Checker(ix), Audit: al, Metrics: met,
+	enf, err := guard.NewEnforcer(guard.Config{Checker: ix, Audit: al, Metrics: met,
 		RefuseErrno: c.RefuseErrno, Logger: log})
 	if err != nil {
 		return err

@@ -7,7 +7,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"golang.org/x/sys/unix"
 
-	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 var _ fs.NodeAllocater = (*node)(nil)
@@ -28,7 +28,7 @@ func (n *node) Allocate(ctx context.Context, f fs.FileHandle, off, size uint64, 
 	if mode&^preallocModes == 0 {
 		return fa.Allocate(ctx, off, size, mode)
 	}
-	return n.enf.Mutate(ctx, n.contentCheck(refindex.OpTruncate, n.key()), func() syscall.Errno {
+	return n.enf.Mutate(ctx, n.contentCheck(verdict.OpTruncate, n.key()), func() syscall.Errno {
 		return fa.Allocate(ctx, off, size, mode)
 	})
 }

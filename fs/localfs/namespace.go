@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/fs/guard"
-	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // The operations in this file create names or open files. go-fuse's loopback does them by absolute path,
@@ -210,7 +210,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if newMetadata {
 		mutate = n.enf.MutateExclusive
 	}
-	errno := mutate(ctx, []guard.Check{{Op: refindex.OpLink, Path: from, To: to, Decided: n.storeDecision(refindex.OpLink, from)}}, func() syscall.Errno {
+	errno := mutate(ctx, []guard.Check{{Op: verdict.OpLink, Path: from, To: to, Decided: n.storeDecision(verdict.OpLink, from)}}, func() syscall.Errno {
 		sfd, sname, err := n.root.parent(from)
 		if err != nil {
 			return fs.ToErrno(err)

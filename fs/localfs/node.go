@@ -28,9 +28,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/fs/guard"
-	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // Extended attributes the guard answers itself (never stored, never listed: so cp -a, rsync -X and a
@@ -151,27 +151,27 @@ func (n *node) childKey(name string) string {
 // ReasonStoreReplaced is a refusal the filesystem makes itself: the store path names another directory than
 // the one the mount started on (see storeRoot.current), so a decision (by path) and the change (beneath the
 // root descriptor) would be about different trees.
-const ReasonStoreReplaced refindex.Reason = "store-replaced"
+const ReasonStoreReplaced verdict.Reason = "store-replaced"
 
 // storeDecision is the refusal of op on key while the store path does not name the mount's directory (or
 // cannot be checked), nil otherwise. It goes to the enforcer as the check's decision, so the refusal is
 // audited and logged with its reason like any other, and the index, which reads the store by path (the new
 // directory), is not asked. Operations the enforcer does not decide (creations, reads) get EIO from the
 // same check in storeRoot.
-func (n *node) storeDecision(op refindex.Op, key string) *refindex.Decision {
+func (n *node) storeDecision(op verdict.Op, key string) *verdict.Decision {
 	err := n.root.current()
 	if err == nil {
 		return nil
 	}
-	reason := refindex.ReasonStoreError
+	reason := verdict.ReasonStoreError
 	if sc, ok := err.(*storeChangedError); ok && sc.replaced {
 		reason = ReasonStoreReplaced
 	}
-	return &refindex.Decision{Reason: reason, Message: "refusing to " + op.String() + " /" + key + ": " + err.Error()}
+	return &verdict.Decision{Reason: reason, Message: "refusing to " + op.String() + " /" + key + ": " + err.Error()}
 }
 
 // checks is the one check of op on key (refused at once when the store directory was replaced).
-func (n *node) checks(op refindex.Op, key string) []guard.Check {
+func (n *node) checks(op verdict.Op, key string) []guard.Check {
 	return []guard.Check{{Op: op, Path: key, Decided: n.storeDecision(op, key)}}
 }
 
@@ -186,7 +186,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	fd, base := -1, ""
 	var perr error
 	defer func() { n.root.release(fd) }()
-	checks := n.checks(refindex.OpUnlink, key)
+	checks := n.checks(verdict.OpUnlink, key)
 	checks[0].Observe = func(ctx context.Context) context.Context {
 		fd, base, perr = n.root.parent(key)
 		if perr != nil {
@@ -217,7 +217,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	key := n.childKey(name)
-	return n.enf.Mutate(ctx, n.checks(refindex.OpRmdir, key), func() syscall.Errno {
+	return n.enf.Mutate(ctx, n.checks(verdict.OpRmdir, key), func() syscall.Errno {
 		errno := fs.ToErrno(n.root.remove(key, unix.AT_REMOVEDIR))
 		if errno == 0 {
 			n.enf.Deleted(ctx, key)
@@ -249,14 +249,14 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		SameDir: np == n, OldName: name, NewName: newName, Exchange: flags&unix.RENAME_EXCHANGE != 0,
 		Regular: sst.Mode&unix.S_IFMT == unix.S_IFREG, Nlink: uint64(sst.Nlink)})
 	for attempt := 0; ; attempt++ {
-		cs := []guard.Check{{Op: refindex.OpRename, Path: from, To: to, MetadataCommit: commit,
-			Decided: n.storeDecision(refindex.OpRename, from)}}
+		cs := []guard.Check{{Op: verdict.OpRename, Path: from, To: to, MetadataCommit: commit,
+			Decided: n.storeDecision(verdict.OpRename, from)}}
 		replacing := false
 		if flags&unix.RENAME_NOREPLACE == 0 {
 			var st syscall.Stat_t
 			if err := n.root.lstat(to, &st); err == nil {
 				replacing = true
-				cs = append(cs, guard.Check{Op: refindex.OpReplace, Path: to, To: from})
+				cs = append(cs, guard.Check{Op: verdict.OpReplace, Path: to, To: from})
 			}
 		}
 		// No target was seen, so none was decided: rename with RENAME_NOREPLACE so a target that appears
@@ -287,25 +287,25 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 // hardLinked returns a refusal when the file at key has more than one name: the index knows files by name,
 // so writing or truncating through an unreferenced name could destroy data a checkpoint reads through
 // another name.
-func (n *node) hardLinked(op refindex.Op, key string) *refindex.Decision {
+func (n *node) hardLinked(op verdict.Op, key string) *verdict.Decision {
 	var st syscall.Stat_t
 	if err := n.root.lstat(key, &st); err != nil {
 		if err == unix.ENOENT {
 			return nil // nothing there to protect; the operation itself will say so
 		}
 		// Fail closed: without the link count the guard cannot know whether another name is referenced.
-		return &refindex.Decision{Reason: refindex.ReasonStoreError,
+		return &verdict.Decision{Reason: verdict.ReasonStoreError,
 			Message: "refusing to " + op.String() + " /" + key + ": cannot stat it in the store (" + err.Error() + ") to count its names (hard links)"}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink <= 1 {
 		return nil
 	}
-	return &refindex.Decision{Reason: guard.ReasonHardLinked,
+	return &verdict.Decision{Reason: guard.ReasonHardLinked,
 		Message: "/" + key + " has " + itoa(uint64(st.Nlink)) + " names (hard links); the guard cannot tell whether another name is referenced by a checkpoint, so " + op.String() + " through this name is refused; remove the extra links in the store first"}
 }
 
 // contentCheck is the check for an operation that changes an existing file's content.
-func (n *node) contentCheck(op refindex.Op, key string) []guard.Check {
+func (n *node) contentCheck(op verdict.Op, key string) []guard.Check {
 	d := n.storeDecision(op, key)
 	if d == nil {
 		d = n.hardLinked(op, key)
@@ -336,20 +336,20 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	key := n.key()
 	var checks []guard.Check
 	if n.narrowsAccess(in) {
-		checks = append(checks, n.contentCheck(refindex.OpChmod, key)...)
+		checks = append(checks, n.contentCheck(verdict.OpChmod, key)...)
 	}
 	if sz, ok := in.GetSize(); ok {
 		var st syscall.Stat_t
 		// Setting the size it already has changes nothing (this is what O_TRUNC of an empty file sends).
 		if err := n.root.lstat(key, &st); err != nil || uint64(st.Size) != sz {
-			checks = append(checks, n.contentCheck(refindex.OpTruncate, key)...)
+			checks = append(checks, n.contentCheck(verdict.OpTruncate, key)...)
 		}
 	} else if n.backdates(in) && !n.ownNewFile(ctx) {
 		// Grace is judged by mtime: setting an in-flight file's mtime into the past (touch -d, cp -p,
 		// rsync -t onto an existing file) would take it out of grace and make it deletable, so it is
 		// decided like a write of the file. Moving mtime forward or to now is free, and so is
 		// backdating a file the caller itself has just created through the mount (ownNewFile).
-		checks = append(checks, n.contentCheck(refindex.OpWrite, key)...)
+		checks = append(checks, n.contentCheck(verdict.OpWrite, key)...)
 	}
 	if len(checks) == 0 {
 		return n.setattr(ctx, f, in, out)
@@ -452,7 +452,7 @@ func (n *node) xattrChange(ctx context.Context, attr string, data []byte, remove
 	if !n.aclNarrows(attr, data, remove) {
 		return do()
 	}
-	return n.enf.Mutate(ctx, n.contentCheck(refindex.OpChmod, key), do)
+	return n.enf.Mutate(ctx, n.contentCheck(verdict.OpChmod, key), do)
 }
 
 // OpendirHandle lists the directory in cleanup order (see listorder.Order).

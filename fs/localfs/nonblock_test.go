@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // reopenScript looks argv[1] up through the mount (an O_PATH descriptor: no open reaches the daemon), says
@@ -55,8 +55,8 @@ func TestOpenOfReplacedFileNeverBlocks(t *testing.T) {
 			}
 			decided := make(chan struct{})
 			var once sync.Once
-			e.setDecideHook(func(key string, op refindex.Op) {
-				if key == "job/x.sst" && op == refindex.OpWrite {
+			e.setDecideHook(func(key string, op verdict.Op) {
+				if key == "job/x.sst" && op == verdict.OpWrite {
 					once.Do(func() { close(decided) })
 				}
 			})

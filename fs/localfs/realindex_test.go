@@ -23,6 +23,7 @@ import (
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // indexed is a guard mount over a generated store with the real index (grace, active window, references),
@@ -77,7 +78,7 @@ func mountIndexedOver(t *testing.T, wrap func(store.Store) store.Store) *indexed
 	if err := x.ix.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	enf, err := guard.NewEnforcer(guard.Config{Checker: refindex.Checker(x.ix)})
+	enf, err := guard.NewEnforcer(guard.Config{Checker: x.ix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,11 +157,11 @@ func TestMetadataCommitRuleIsNarrow(t *testing.T) {
 	if err := os.Rename(x.m(tmp), x.m(chk+"/_metadata")); err != nil {
 		t.Fatalf("Flink's _metadata commit refused: %v", err)
 	}
-	d := x.ix.Decide(context.Background(), chk+"/_metadata", refindex.OpUnlink)
+	d := x.ix.Decide(context.Background(), chk+"/_metadata", verdict.OpUnlink)
 	if d.Allow {
 		t.Errorf("the committed chk-78/_metadata is deletable at once: %+v", d)
 	}
-	if d := x.ix.Decide(context.Background(), chk+"/inflight-state", refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonReferenced {
+	if d := x.ix.Decide(context.Background(), chk+"/inflight-state", verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonReferenced {
 		t.Errorf("a file chk-78 references is not protected as referenced right after the commit: %+v", d)
 	}
 }
@@ -227,7 +228,7 @@ func TestBackdatingDecided(t *testing.T) {
 	}
 	inflight := x.job + "/chk-78/inflight-state"
 	past := time.Now().Add(-30 * 24 * time.Hour)
-	graceRefused := !x.ix.Decide(context.Background(), inflight, refindex.OpWrite).Allow
+	graceRefused := !x.ix.Decide(context.Background(), inflight, verdict.OpWrite).Allow
 	if !graceRefused {
 		t.Logf("the index allows OpWrite of in-grace files: backdating %s passes", inflight)
 	}
@@ -291,11 +292,11 @@ func TestHardLinkedFailsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := root.hardLinked(refindex.OpWrite, "missing"); d != nil {
+	if d := root.hardLinked(verdict.OpWrite, "missing"); d != nil {
 		t.Errorf("missing file: %+v, want no decision", d)
 	}
 	long := strings.Repeat(strings.Repeat("d", 200)+"/", 25) + "f" // longer than PATH_MAX: ENAMETOOLONG
-	if d := root.hardLinked(refindex.OpWrite, long); d == nil || d.Allow || d.Reason != refindex.ReasonStoreError {
+	if d := root.hardLinked(verdict.OpWrite, long); d == nil || d.Allow || d.Reason != verdict.ReasonStoreError {
 		t.Errorf("unreadable link count: %+v, want a store-error refusal", d)
 	}
 }
@@ -306,8 +307,8 @@ func TestRenameTargetAppearingIsDecided(t *testing.T) {
 	e := mountFake(t)
 	e.write(t, "job/chk-1/a", "a")
 	var once sync.Once
-	e.setDecideHook(func(key string, op refindex.Op) {
-		if op == refindex.OpRename {
+	e.setDecideHook(func(key string, op verdict.Op) {
+		if op == verdict.OpRename {
 			once.Do(func() {
 				// Another writer creates the target directly in the store; a checkpoint references it.
 				e.write(t, "job/chk-1/b", "referenced")
@@ -342,8 +343,8 @@ func TestSetattrByPathDoesNotFollowSwappedSymlink(t *testing.T) {
 		t.Fatal(err)
 	}
 	var once sync.Once
-	e.setDecideHook(func(key string, op refindex.Op) {
-		if key == "job/f" && op == refindex.OpTruncate {
+	e.setDecideHook(func(key string, op verdict.Op) {
+		if key == "job/f" && op == verdict.OpTruncate {
 			once.Do(func() {
 				p := filepath.Join(e.store, "job/f")
 				if err := os.Remove(p); err != nil {
@@ -386,8 +387,8 @@ func TestUnlinkDoesNotFollowSwappedFolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	var once sync.Once
-	e.setDecideHook(func(key string, op refindex.Op) {
-		if key == "job/chk-1/x" && op == refindex.OpUnlink {
+	e.setDecideHook(func(key string, op verdict.Op) {
+		if key == "job/chk-1/x" && op == verdict.OpUnlink {
 			once.Do(func() {
 				d := filepath.Join(e.store, "job/chk-1")
 				if err := os.Rename(d, d+".moved"); err != nil {
@@ -518,7 +519,7 @@ func TestBackdatingOwnNewFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if x.ix.Decide(context.Background(), other, refindex.OpWrite).Allow {
+	if x.ix.Decide(context.Background(), other, verdict.OpWrite).Allow {
 		t.Skip("the index allows OpWrite of in-grace files: backdating is not refused for anyone")
 	}
 	past := time.Now().Add(-30 * 24 * time.Hour)

@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/fs/audit"
-	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // replaceStore swaps the directory at store for a copy of it (same names, other inodes), the way a restore
@@ -208,7 +208,7 @@ func TestSwapStoreReplacedUnderMount(t *testing.T) {
 			// (A fork+exec while the _metadata is open, as cp -a above, closes a copy of its descriptor:
 			// the kernel flushes it, and it is indexed then, before the swap.)
 			calls := len(e.checker.CallLog())
-			e.setDecideHook(func(string, refindex.Op) { asked.Add(1) })
+			e.setDecideHook(func(string, verdict.Op) { asked.Add(1) })
 			// Past the kernel's entry and attribute cache, so lookups reach the new directory.
 			time.Sleep(1100 * time.Millisecond)
 			if err := os.Remove(m("job/shared/a.sst")); !errors.Is(err, syscall.EPERM) {

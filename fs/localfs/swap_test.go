@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // snapshot describes a directory tree (names, types, modes, contents, xattrs) so a test can show that
@@ -58,7 +58,7 @@ type swapOp struct {
 	do   func(m func(string) string) error
 	// decided is the guard decision during which the swap is made in the "during the decision" variant
 	// (the tightest race: the guard already said yes about the key); -1: the operation is not decided.
-	decided refindex.Op
+	decided verdict.Op
 	key     string
 }
 
@@ -83,35 +83,35 @@ var swapOps = []swapOp{
 	{"open O_CREAT of existing file", func(m func(string) string) error {
 		// The kernel looks y up first, finds it, and opens it (decided as a truncation).
 		return openClose(m("job/chk-1/y"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, true)
-	}, refindex.OpTruncate, "job/chk-1/y"},
+	}, verdict.OpTruncate, "job/chk-1/y"},
 	{"open for write", func(m func(string) string) error {
 		return openClose(m("job/chk-1/x"), os.O_WRONLY|os.O_APPEND, true)
-	}, refindex.OpWrite, "job/chk-1/x"},
+	}, verdict.OpWrite, "job/chk-1/x"},
 	{"open O_TRUNC", func(m func(string) string) error {
 		return openClose(m("job/chk-1/x"), os.O_WRONLY|os.O_TRUNC, false)
-	}, refindex.OpTruncate, "job/chk-1/x"},
+	}, verdict.OpTruncate, "job/chk-1/x"},
 	{"open for read", func(m func(string) string) error {
 		return openClose(m("job/chk-1/x"), os.O_RDONLY, false)
 	}, -1, ""},
 	{"truncate by path", func(m func(string) string) error { return os.Truncate(m("job/chk-1/x"), 0) },
-		refindex.OpTruncate, "job/chk-1/x"},
+		verdict.OpTruncate, "job/chk-1/x"},
 	{"chmod file", func(m func(string) string) error { return os.Chmod(m("job/chk-1/x"), 0o666) }, -1, ""},
 	{"chmod folder", func(m func(string) string) error { return os.Chmod(m("job/chk-1"), 0o777) }, -1, ""},
 	{"mkdir", func(m func(string) string) error { return os.Mkdir(m("job/chk-1/newdir"), 0o755) }, -1, ""},
 	{"mknod fifo", func(m func(string) string) error { return unix.Mkfifo(m("job/chk-1/fifo"), 0o644) }, -1, ""},
 	{"symlink", func(m func(string) string) error { return os.Symlink("/etc/passwd", m("job/chk-1/ln")) }, -1, ""},
 	{"hard link into folder", func(m func(string) string) error { return os.Link(m("job/free"), m("job/chk-1/lnk")) },
-		refindex.OpLink, "job/free"},
+		verdict.OpLink, "job/free"},
 	{"hard link out of folder", func(m func(string) string) error { return os.Link(m("job/chk-1/x"), m("job/stolen")) },
-		refindex.OpLink, "job/chk-1/x"},
+		verdict.OpLink, "job/chk-1/x"},
 	{"rename into folder", func(m func(string) string) error { return os.Rename(m("job/free"), m("job/chk-1/moved")) },
-		refindex.OpRename, "job/free"},
+		verdict.OpRename, "job/free"},
 	{"rename out of folder", func(m func(string) string) error { return os.Rename(m("job/chk-1/x"), m("job/stolen")) },
-		refindex.OpRename, "job/chk-1/x"},
+		verdict.OpRename, "job/chk-1/x"},
 	{"rename onto file in folder", func(m func(string) string) error { return os.Rename(m("job/free"), m("job/chk-1/x")) },
-		refindex.OpRename, "job/free"},
-	{"unlink", func(m func(string) string) error { return os.Remove(m("job/chk-1/x")) }, refindex.OpUnlink, "job/chk-1/x"},
-	{"rmdir", func(m func(string) string) error { return syscall.Rmdir(m("job/chk-1/d")) }, refindex.OpRmdir, "job/chk-1/d"},
+		verdict.OpRename, "job/free"},
+	{"unlink", func(m func(string) string) error { return os.Remove(m("job/chk-1/x")) }, verdict.OpUnlink, "job/chk-1/x"},
+	{"rmdir", func(m func(string) string) error { return syscall.Rmdir(m("job/chk-1/d")) }, verdict.OpRmdir, "job/chk-1/d"},
 	{"lchown symlink", func(m func(string) string) error { return os.Lchown(m("job/chk-1/sl"), 4321, 4321) }, -1, ""},
 	{"utimes symlink", func(m func(string) string) error {
 		ts := []unix.Timespec{unix.NsecToTimespec(1e18), unix.NsecToTimespec(1e18)}
@@ -193,7 +193,7 @@ func runSwap(t *testing.T, op swapOp, during bool) {
 	}
 	if during {
 		var once sync.Once
-		e.setDecideHook(func(key string, o refindex.Op) {
+		e.setDecideHook(func(key string, o verdict.Op) {
 			if key == op.key && o == op.decided {
 				once.Do(swap)
 			}
@@ -317,7 +317,7 @@ func equal(a, b []string) bool {
 // server's goroutines; taking that mutex (through Unprotect of a key nothing uses) before and after the
 // write orders it with every Decide, as the race detector requires (the kernel round trip between the test
 // and the server is invisible to it).
-func (e *env) setDecideHook(f func(key string, op refindex.Op)) {
+func (e *env) setDecideHook(f func(key string, op verdict.Op)) {
 	const none = "\x00no key"
 	e.checker.Unprotect(none)
 	e.checker.DecideHook = f

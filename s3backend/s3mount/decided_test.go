@@ -20,7 +20,7 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/ckguard/ckguard/fs/guard"
-	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/verdict"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3store"
 	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
@@ -80,7 +80,7 @@ type graceChecker struct {
 	before func()
 }
 
-func (c *graceChecker) Decide(ctx context.Context, p string, op refindex.Op) refindex.Decision {
+func (c *graceChecker) Decide(ctx context.Context, p string, op verdict.Op) verdict.Decision {
 	c.mu.Lock()
 	before := c.before
 	c.before = nil
@@ -91,13 +91,13 @@ func (c *graceChecker) Decide(ctx context.Context, p string, op refindex.Op) ref
 	oi, err := c.st.Stat(ctx, p)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return refindex.Decision{Allow: true, Reason: refindex.ReasonAllowed}
+		return verdict.Decision{Allow: true, Reason: verdict.ReasonAllowed}
 	case err != nil:
-		return refindex.Decision{Reason: refindex.ReasonStoreError, Message: err.Error()}
+		return verdict.Decision{Reason: verdict.ReasonStoreError, Message: err.Error()}
 	case time.Since(oi.ModTime) < c.grace:
-		return refindex.Decision{Reason: refindex.ReasonGrace, Message: p + " modified " + oi.ModTime.String()}
+		return verdict.Decision{Reason: verdict.ReasonGrace, Message: p + " modified " + oi.ModTime.String()}
 	}
-	return refindex.Decision{Allow: true, Reason: refindex.ReasonAllowed}
+	return verdict.Decision{Allow: true, Reason: verdict.ReasonAllowed}
 }
 func (c *graceChecker) Deleted(context.Context, string) error         { return nil }
 func (c *graceChecker) Written(context.Context, string) error         { return nil }

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/fs/guard"
-	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/verdict"
 	"github.com/ckguard/ckguard/s3backend/deleteq"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
@@ -86,10 +86,10 @@ func (f *filesystem) Recheck(ctx context.Context, es []deleteq.Entry, apply func
 	checks := make([]guard.Check, len(es))
 	for i, e := range es {
 		o := s3client.Object{Key: e.Key, Size: e.Size, ModTime: e.ModTime, ETag: e.ETag}
-		checks[i] = guard.Check{Op: refindex.OpUnlink, Path: e.Key,
+		checks[i] = guard.Check{Op: verdict.OpUnlink, Path: e.Key,
 			Observe: func(ctx context.Context) context.Context { return f.decideOn(ctx, o.Key, o) }}
 	}
-	f.g.Redecide(ctx, checks, func(ds []refindex.Decision) {
+	f.g.Redecide(ctx, checks, func(ds []verdict.Decision) {
 		vs := make([]deleteq.Verdict, len(ds))
 		for i, d := range ds {
 			switch {
@@ -109,10 +109,10 @@ func (f *filesystem) Recheck(ctx context.Context, es []deleteq.Entry, apply func
 
 // indexWide: refusals that say nothing about the object (the index cannot decide anything now); the
 // deletion waits for the index rather than being dropped.
-func indexWide(r refindex.Reason) bool {
+func indexWide(r verdict.Reason) bool {
 	switch r {
-	case refindex.ReasonIndexStale, refindex.ReasonSyncFailed, refindex.ReasonStoreError, refindex.ReasonUnparseable,
-		refindex.ReasonUnmappedReferences, guard.ReasonIndexPending:
+	case verdict.ReasonIndexStale, verdict.ReasonSyncFailed, verdict.ReasonStoreError, verdict.ReasonUnparseable,
+		verdict.ReasonUnmappedReferences, guard.ReasonIndexPending:
 		return true
 	}
 	return false

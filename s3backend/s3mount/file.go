@@ -14,7 +14,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ckguard/ckguard/fs/guard"
-	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/verdict"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
 
@@ -55,7 +55,7 @@ func (n *node) openObject(ctx context.Context, key string, o s3client.Object, fl
 		return newReadHandle(n.fsys, key, o), 0, 0
 	}
 	op := guard.OpenOp(flags)
-	if errno := n.fsys.g.Decide(n.fsys.decideOn(ctx, key, o), guard.Check{Op: op, Path: key}); errno != 0 {
+	if errno := n.fsys.g.Errno(n.fsys.decideOn(ctx, key, o), guard.Check{Op: op, Path: key}); errno != 0 {
 		return nil, 0, errno
 	}
 	w, err := n.newWriteHandle(key, s3client.PutOptions{IfMatch: o.ETag})
@@ -63,7 +63,7 @@ func (n *node) openObject(ctx context.Context, key string, o s3client.Object, fl
 		return nil, 0, syscall.EIO
 	}
 	w.redecide, w.base = op, o
-	if op == refindex.OpWrite && o.Size > 0 {
+	if op == verdict.OpWrite && o.Size > 0 {
 		// Read-modify-write: start from the current object (pinned to its ETag).
 		buf := make([]byte, 8<<20)
 		for off := int64(0); off < o.Size; {
@@ -119,7 +119,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 			cn.attr(&out.Attr)
 			return ch, fh, fflags, 0
 		}
-		if errno := n.fsys.g.Decide(n.fsys.decideOn(ctx, key, o), guard.Check{Op: refindex.OpTruncate, Path: key}); errno != 0 {
+		if errno := n.fsys.g.Errno(n.fsys.decideOn(ctx, key, o), guard.Check{Op: verdict.OpTruncate, Path: key}); errno != 0 {
 			return nil, nil, 0, errno
 		}
 		ch := n.newChild(ctx, o)
@@ -129,7 +129,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 			return nil, nil, 0, syscall.EIO
 		}
 		w.base = o
-		w.redecide = refindex.OpTruncate
+		w.redecide = verdict.OpTruncate
 		w.dirty = true
 		cn.addWriter(w)
 		cn.attr(&out.Attr)
@@ -175,7 +175,7 @@ type writeHandle struct {
 	// when the object is really replaced, decides it again: a checkpoint indexed since the open may have
 	// come to reference the object. 0 once the handle has replaced it (the object is then the
 	// handle's own content, pinned by If-Match) and for objects the handle created.
-	redecide refindex.Op
+	redecide verdict.Op
 	// base is the version cond.IfMatch names until the first upload (the object the open found), so that
 	// decisions about replacing it judge that version (decideOn), not whatever the cache holds by then.
 	base s3client.Object
@@ -249,7 +249,7 @@ func (w *writeHandle) upload(ctx context.Context) syscall.Errno {
 	}
 	fsys := w.n.fsys
 	if w.redecide != 0 {
-		if errno := fsys.g.Decide(w.decideCtxLocked(ctx), guard.Check{Op: w.redecide, Path: w.key}); errno != 0 {
+		if errno := fsys.g.Errno(w.decideCtxLocked(ctx), guard.Check{Op: w.redecide, Path: w.key}); errno != 0 {
 			return errno
 		}
 	}

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/fs/guard"
-	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/verdict"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3mount"
 	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
@@ -34,7 +34,7 @@ type fakeChecker struct {
 	deleted   []string
 	renamed   []string
 	decisions []string
-	onDecide  func(path string, op refindex.Op)
+	onDecide  func(path string, op verdict.Op)
 }
 
 func newChecker(protected ...string) *fakeChecker {
@@ -45,7 +45,7 @@ func newChecker(protected ...string) *fakeChecker {
 	return c
 }
 
-func (c *fakeChecker) Decide(ctx context.Context, p string, op refindex.Op) refindex.Decision {
+func (c *fakeChecker) Decide(ctx context.Context, p string, op verdict.Op) verdict.Decision {
 	c.mu.Lock()
 	c.decisions = append(c.decisions, op.String()+" "+p)
 	hook := c.onDecide
@@ -60,15 +60,15 @@ func (c *fakeChecker) Decide(ctx context.Context, p string, op refindex.Op) refi
 		hook(p, op)
 	}
 	if prot {
-		return refindex.Decision{Reason: refindex.ReasonReferenced, Message: p + " is referenced by test"}
+		return verdict.Decision{Reason: verdict.ReasonReferenced, Message: p + " is referenced by test"}
 	}
 	c.mu.Lock()
 	young := c.young[p]
 	c.mu.Unlock()
 	if young {
-		return refindex.Decision{Reason: refindex.ReasonGrace, Message: p + " is young"}
+		return verdict.Decision{Reason: verdict.ReasonGrace, Message: p + " is young"}
 	}
-	return refindex.Decision{Allow: true, Reason: refindex.ReasonAllowed}
+	return verdict.Decision{Allow: true, Reason: verdict.ReasonAllowed}
 }
 func (c *fakeChecker) Deleted(ctx context.Context, p string) error {
 	c.mu.Lock()
@@ -431,8 +431,8 @@ func TestConditionalDelete(t *testing.T) {
 	}
 	n := 0
 	ck.mu.Lock()
-	ck.onDecide = func(p string, op refindex.Op) {
-		if p == "job/shared/racy" && op == refindex.OpUnlink {
+	ck.onDecide = func(p string, op verdict.Op) {
+		if p == "job/shared/racy" && op == verdict.OpUnlink {
 			n++
 			e.put(t, p, "v"+itoa(n+1)) // a writer replaces the object while we decide
 		}

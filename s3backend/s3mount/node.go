@@ -15,7 +15,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ckguard/ckguard/fs/guard"
-	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/verdict"
 	"github.com/ckguard/ckguard/s3backend/deleteq"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
@@ -334,7 +334,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 			w.mu.Lock()
 			dctx := w.decideCtxLocked(ctx)
 			w.mu.Unlock()
-			if errno := n.fsys.g.Decide(dctx, guard.Check{Op: refindex.OpTruncate, Path: key}); errno != 0 {
+			if errno := n.fsys.g.Errno(dctx, guard.Check{Op: verdict.OpTruncate, Path: key}); errno != 0 {
 				return errno
 			}
 			if err := w.truncate(int64(sz)); err != nil {
@@ -349,7 +349,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 				return s3client.Errno(err)
 			}
 			if o.Size != 0 {
-				errno := n.fsys.g.Mutate(n.fsys.decideOn(ctx, key, o), []guard.Check{{Op: refindex.OpTruncate, Path: key}}, func() syscall.Errno {
+				errno := n.fsys.g.Mutate(n.fsys.decideOn(ctx, key, o), []guard.Check{{Op: verdict.OpTruncate, Path: key}}, func() syscall.Errno {
 					etag, err := n.fsys.c.Put(ctx, key, strings.NewReader(""), 0, s3client.PutOptions{IfMatch: o.ETag})
 					n.fsys.cache.Drop(key)
 					if err != nil {
@@ -458,7 +458,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 			return syscall.EISDIR
 		}
 		var delErr error
-		errno := n.fsys.g.Mutate(n.fsys.decideOn(ctx, key, o), []guard.Check{{Op: refindex.OpUnlink, Path: key}}, func() syscall.Errno {
+		errno := n.fsys.g.Mutate(n.fsys.decideOn(ctx, key, o), []guard.Check{{Op: verdict.OpUnlink, Path: key}}, func() syscall.Errno {
 			if n.fsys.enqueue(key, o) {
 				return 0 // acknowledged: in the durable queue, applied (and decided again) shortly
 			}
@@ -500,7 +500,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 			return syscall.ENOTDIR
 		}
 	}
-	return n.fsys.g.Mutate(ctx, []guard.Check{{Op: refindex.OpRmdir, Path: key}}, func() syscall.Errno {
+	return n.fsys.g.Mutate(ctx, []guard.Check{{Op: verdict.OpRmdir, Path: key}}, func() syscall.Errno {
 		if marker != nil {
 			if err := n.fsys.c.Delete(ctx, key+"/", n.fsys.deleteIf(marker.ETag)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return s3client.Errno(err)
@@ -548,7 +548,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	// that source, and only that, is allowed by the enforcer. S3 objects have a single name.
 	commit := guard.IsMetadataCommit(guard.RenameFacts{SameDir: np == n, OldName: name, NewName: newName,
 		Regular: true, Nlink: 1})
-	checks := []guard.Check{{Op: refindex.OpRename, Path: src, To: dst, MetadataCommit: commit}}
+	checks := []guard.Check{{Op: verdict.OpRename, Path: src, To: dst, MetadataCommit: commit}}
 	do, err := n.fsys.stat(ctx, dst, 0)
 	dstExists := err == nil
 	switch {
@@ -559,7 +559,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	case dstExists && flags&renameNoReplace != 0:
 		return syscall.EEXIST
 	case dstExists:
-		checks = append(checks, guard.Check{Op: refindex.OpReplace, Path: dst, To: src})
+		checks = append(checks, guard.Check{Op: verdict.OpReplace, Path: dst, To: src})
 	}
 	dctx := n.fsys.decideOn(ctx, src, so)
 	if dstExists {

@@ -17,6 +17,7 @@ import (
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3mount"
 	"github.com/ckguard/ckguard/s3backend/s3store"
@@ -114,7 +115,7 @@ func TestMetadataCommitRealIndex(t *testing.T) {
 	if err := ix.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	enf, err := guard.NewEnforcer(guard.Config{Checker: refindex.Checker(ix)})
+	enf, err := guard.NewEnforcer(guard.Config{Checker: ix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,10 +155,10 @@ func TestMetadataCommitRealIndex(t *testing.T) {
 	if err := os.Rename(tmp, e.path(chk+"/_metadata")); err != nil {
 		t.Fatalf("Flink's _metadata commit through the S3 mount: %v", err)
 	}
-	if d := ix.Decide(ctx, chk+"/_metadata", refindex.OpUnlink); d.Allow {
+	if d := ix.Decide(ctx, chk+"/_metadata", verdict.OpUnlink); d.Allow {
 		t.Errorf("committed chk-78/_metadata deletable at once: %+v", d)
 	}
-	if d := ix.Decide(ctx, chk+"/inflight-state", refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonReferenced {
+	if d := ix.Decide(ctx, chk+"/inflight-state", verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonReferenced {
 		t.Errorf("a file chk-78 references is not protected as referenced right after the commit: %+v", d)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/refindex/verdict"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3store"
 )
@@ -52,7 +53,7 @@ func TestIndexedCheckpointSurvivesSync(t *testing.T) {
 		if err := ix.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if d := ix.Decide(ctx, ref, refindex.OpUnlink); d.Allow || d.Reason != refindex.ReasonReferenced {
+		if d := ix.Decide(ctx, ref, verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonReferenced {
 			t.Fatalf("sync %d: unlink of %s (referenced by %s) = %+v, want refused as referenced", i+1, ref, meta, d)
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"sync"
 
 	"github.com/ckguard/ckguard/fs/guard"
-	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // Checker refuses every operation on a protected key and on directories holding one; it records every
@@ -21,7 +21,7 @@ type Checker struct {
 	WrittenHook func(key string) error
 	// DecideHook, if set, runs at the start of every Decide, outside the lock (for example to change the
 	// store between a decision and the operation it allows, to test races).
-	DecideHook func(key string, op refindex.Op)
+	DecideHook func(key string, op verdict.Op)
 }
 
 var _ guard.Checker = (*Checker)(nil)
@@ -63,7 +63,7 @@ func (c *Checker) refs(key string) []string {
 }
 
 // Decide implements guard.Checker.
-func (c *Checker) Decide(ctx context.Context, key string, op refindex.Op) refindex.Decision {
+func (c *Checker) Decide(ctx context.Context, key string, op verdict.Op) verdict.Decision {
 	c.mu.Lock()
 	hook := c.DecideHook
 	c.mu.Unlock()
@@ -73,10 +73,10 @@ func (c *Checker) Decide(ctx context.Context, key string, op refindex.Op) refind
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if r := c.refs(key); r != nil {
-		return refindex.Decision{Reason: refindex.ReasonReferenced, Referencing: r, RefCount: len(r),
+		return verdict.Decision{Reason: verdict.ReasonReferenced, Referencing: r, RefCount: len(r),
 			Message: fmt.Sprintf("%s is referenced by %s", key, strings.Join(r, ", "))}
 	}
-	return refindex.Decision{Allow: true, Reason: refindex.ReasonAllowed}
+	return verdict.Decision{Allow: true, Reason: verdict.ReasonAllowed}
 }
 
 // Deleted implements guard.Checker.

@@ -1,6 +1,8 @@
-// Package refindex holds the reference index: which storage objects the live Flink checkpoints and
-// savepoints of a store reference, and the decision whether a path may be deleted, renamed or truncated.
-package refindex
+// Package verdict is the vocabulary of a guard decision: the operation asked about (Op), the answer
+// (Decision), why it was given (Reason) and the state a path is explained as (State*). It imports nothing
+// of the index, so a mount and the control socket use these types without linking the index's storage or
+// the metadata parser.
+package verdict
 
 // Op is a namespace change the guard filesystem asks about before it lets it happen.
 type Op int
@@ -77,3 +79,16 @@ type Decision struct {
 	Referencing []string
 	RefCount    int
 }
+
+// Explained states (the index's Explain, the user.ckguard.state extended attribute).
+const (
+	StateReferenced = "referenced"
+	StateProtected  = "protected-by-policy"
+	StateInGrace    = "in-grace"
+	StateDeletable  = "deletable"
+	// StateBlocked: the index cannot decide (stale, sync failed, unparseable _metadata, store error);
+	// every deletion is refused.
+	StateBlocked = "blocked"
+	// StateOutside: a URI outside the guarded store (Why only).
+	StateOutside = "outside-guarded-store"
+)
