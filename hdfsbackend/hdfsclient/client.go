@@ -1,0 +1,426 @@
+package hdfsclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	hdfs "github.com/colinmarc/hdfs/v2"
+	"github.com/colinmarc/hdfs/v2/hadoopconf"
+	krb "github.com/jcmturner/gokrb5/v8/client"
+	krbconfig "github.com/jcmturner/gokrb5/v8/config"
+	"github.com/jcmturner/gokrb5/v8/credentials"
+	"github.com/jcmturner/gokrb5/v8/keytab"
+)
+
+// Config says how to reach one HDFS cluster.
+type Config struct {
+	Resolved Resolved
+	// User is the HDFS user for simple authentication (UserName()); ignored with Kerberos.
+	User string
+	// Conf is the Hadoop configuration (LoadConf), for Kerberos and data-transfer settings; may be nil.
+	Conf hadoopconf.HadoopConf
+	// Kerberos, when Enabled, authenticates with a keytab or a ticket cache.
+	Kerberos Kerberos
+	// RPCTimeout bounds every read and write on a NameNode or DataNode connection (the library takes
+	// no context): a hung NameNode fails the call with ErrUnavailable instead of blocking the mount.
+	// Default 30s.
+	RPCTimeout time.Duration
+}
+
+// Kerberos configures Kerberos authentication (hadoop.security.authentication=kerberos).
+type Kerberos struct {
+	Enabled bool
+	// Keytab and Principal ("flink/host@REALM"): log in from a keytab. Otherwise the ticket cache
+	// CCache (default: $KRB5CCNAME, else /tmp/krb5cc_<uid>) is used, as `kinit` left it.
+	Keytab, Principal string
+	CCache            string
+	// Krb5Conf is the krb5.conf (default: $KRB5_CONFIG, else /etc/krb5.conf).
+	Krb5Conf string
+	// ServicePrincipal is the NameNode's principal without the realm ("nn/_HOST"); default from
+	// dfs.namenode.kerberos.principal.
+	ServicePrincipal string
+}
+
+// ConfigFromEnv builds the Config for a store URI the way the Hadoop client would: HADOOP_CONF_DIR for
+// nameservices, fs.defaultFS and Kerberos; HADOOP_USER_NAME or the login for the user; KRB5CCNAME and
+// KRB5_CONFIG for Kerberos. krb overrides what the environment says (keytab/principal flags).
+func ConfigFromEnv(uri string, krb Kerberos) (Config, error) {
+	loc, err := ParseLocation(uri)
+	if err != nil {
+		return Config{}, err
+	}
+	conf, err := LoadConf()
+	if err != nil {
+		return Config{}, err
+	}
+	res, err := Resolve(loc, conf)
+	if err != nil {
+		return Config{}, err
+	}
+	cfg := Config{Resolved: res, Conf: conf, Kerberos: krb}
+	if strings.EqualFold(conf["hadoop.security.authentication"], "kerberos") || krb.Keytab != "" {
+		cfg.Kerberos.Enabled = true
+	}
+	if !cfg.Kerberos.Enabled {
+		if cfg.User, err = UserName(); err != nil {
+			return Config{}, err
+		}
+	}
+	return cfg, nil
+}
+
+// Client is the FS over the colinmarc/hdfs library.
+type Client struct {
+	c       *hdfs.Client
+	user    string
+	timeout time.Duration
+
+	mu       sync.Mutex
+	defaults *Defaults
+}
+
+var _ FS = (*Client)(nil)
+
+// Dial connects to the cluster (the library connects lazily per call; Dial checks the NameNode
+// answers, so a wrong address fails here and not at the first decision).
+func Dial(ctx context.Context, cfg Config) (*Client, error) {
+	if len(cfg.Resolved.Addresses) == 0 {
+		return nil, errors.New("HDFS: no NameNode address")
+	}
+	if cfg.RPCTimeout <= 0 {
+		cfg.RPCTimeout = 30 * time.Second
+	}
+	opts := hdfs.ClientOptionsFromConf(cfg.Conf)
+	opts.Addresses = cfg.Resolved.Addresses
+	opts.User = cfg.User
+	dial := timeoutDialer(cfg.RPCTimeout)
+	opts.NamenodeDialFunc, opts.DatanodeDialFunc = dial, dial
+	opts.KerberosClient = nil
+	if cfg.Kerberos.Enabled {
+		kc, err := kerberosClient(cfg.Kerberos)
+		if err != nil {
+			return nil, err
+		}
+		opts.KerberosClient = kc
+		if cfg.Kerberos.ServicePrincipal != "" {
+			opts.KerberosServicePrincipleName = cfg.Kerberos.ServicePrincipal
+		}
+		if opts.KerberosServicePrincipleName == "" {
+			return nil, errors.New("HDFS Kerberos: the NameNode principal is unknown; set dfs.namenode.kerberos.principal in hdfs-site.xml (HADOOP_CONF_DIR)")
+		}
+	}
+	c, err := hdfs.NewClient(opts)
+	if err != nil {
+		return nil, wrap("connect", cfg.Resolved.String(), err)
+	}
+	cl := &Client{c: c, user: c.User(), timeout: cfg.RPCTimeout}
+	if _, err := cl.Stat(ctx, "/"); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("HDFS %s (NameNodes %s): %w", cfg.Resolved, strings.Join(cfg.Resolved.Addresses, ","), err)
+	}
+	return cl, nil
+}
+
+func kerberosClient(k Kerberos) (*krb.Client, error) {
+	confPath := k.Krb5Conf
+	if confPath == "" {
+		confPath = os.Getenv("KRB5_CONFIG")
+	}
+	if confPath == "" {
+		confPath = "/etc/krb5.conf"
+	}
+	kcfg, err := krbconfig.Load(confPath)
+	if err != nil {
+		return nil, fmt.Errorf("HDFS Kerberos: reading %s (set KRB5_CONFIG): %w", confPath, err)
+	}
+	if k.Keytab != "" {
+		kt, err := keytab.Load(k.Keytab)
+		if err != nil {
+			return nil, fmt.Errorf("HDFS Kerberos: keytab %s: %w", k.Keytab, err)
+		}
+		name, realm, ok := strings.Cut(k.Principal, "@")
+		if !ok || name == "" || realm == "" {
+			return nil, fmt.Errorf("HDFS Kerberos: principal %q: want name@REALM (with the keytab %s)", k.Principal, k.Keytab)
+		}
+		return krb.NewWithKeytab(name, realm, kt, kcfg, krb.DisablePAFXFAST(true)), nil
+	}
+	cc := k.CCache
+	if cc == "" {
+		cc = os.Getenv("KRB5CCNAME")
+	}
+	if cc == "" {
+		cc = fmt.Sprintf("/tmp/krb5cc_%d", os.Getuid())
+	}
+	cc = strings.TrimPrefix(cc, "FILE:")
+	ccache, err := credentials.LoadCCache(cc)
+	if err != nil {
+		return nil, fmt.Errorf("HDFS Kerberos: ticket cache %s (run kinit, or give a keytab): %w", cc, err)
+	}
+	kc, err := krb.NewFromCCache(ccache, kcfg, krb.DisablePAFXFAST(true))
+	if err != nil {
+		return nil, fmt.Errorf("HDFS Kerberos: ticket cache %s: %w", cc, err)
+	}
+	return kc, nil
+}
+
+// timeoutDialer dials with a timeout and returns connections whose every Read and Write must complete
+// within d (the library has no contexts: this is what bounds a call to a hung NameNode).
+func timeoutDialer(d time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	nd := &net.Dialer{Timeout: d, KeepAlive: 30 * time.Second}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := nd.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &deadlineConn{Conn: c, d: d}, nil
+	}
+}
+
+type deadlineConn struct {
+	net.Conn
+	d time.Duration
+}
+
+func (c *deadlineConn) Read(b []byte) (int, error) {
+	_ = c.Conn.SetReadDeadline(time.Now().Add(c.d))
+	return c.Conn.Read(b)
+}
+
+func (c *deadlineConn) Write(b []byte) (int, error) {
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.d))
+	return c.Conn.Write(b)
+}
+
+// Library returns the underlying library client (tests and tools that need a call FS does not have).
+func (c *Client) Library() *hdfs.Client { return c.c }
+
+// User is the HDFS user (the Kerberos principal's short name with Kerberos).
+func (c *Client) User() string { return c.user }
+
+// Close releases the connection and the leases of files still open for writing.
+func (c *Client) Close() error { return c.c.Close() }
+
+func toInfo(fi os.FileInfo) FileInfo {
+	out := FileInfo{Name: fi.Name(), Size: fi.Size(), ModTime: fi.ModTime(), IsDir: fi.IsDir(), Mode: fi.Mode().Perm()}
+	if h, ok := fi.(*hdfs.FileInfo); ok {
+		out.Owner, out.Group = h.Owner(), h.OwnerGroup()
+		if st, ok := h.Sys().(*hdfs.FileStatus); ok && len(st.GetSymlink()) > 0 {
+			out.Symlink = true
+		}
+	}
+	if out.IsDir {
+		out.Size = 0
+	}
+	return out
+}
+
+func (c *Client) Stat(ctx context.Context, name string) (FileInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return FileInfo{}, wrap("stat", name, err)
+	}
+	fi, err := c.c.Stat(name)
+	if err != nil {
+		return FileInfo{}, wrap("stat", name, err)
+	}
+	out := toInfo(fi)
+	if name == "/" {
+		out.Name = ""
+	}
+	return out, nil
+}
+
+// listPage is the entries asked per Readdir: the NameNode's default dfs.ls.limit, so one page is
+// one getListing RPC.
+const listPage = 1000
+
+func (c *Client) List(ctx context.Context, name string, fn func([]FileInfo) error) error {
+	if err := ctx.Err(); err != nil {
+		return wrap("list", name, err)
+	}
+	d, err := c.c.Open(name)
+	if err != nil {
+		return wrap("list", name, err)
+	}
+	defer d.Close()
+	if !d.Stat().IsDir() {
+		return &Error{Op: "list", Path: name, Class: fs.ErrInvalid, Err: errors.New("not a directory")}
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return wrap("list", name, err)
+		}
+		batch, err := d.Readdir(listPage)
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return wrap("list", name, err)
+		}
+		page := make([]FileInfo, len(batch))
+		for i, fi := range batch {
+			page[i] = toInfo(fi)
+		}
+		if err := fn(page); err != nil {
+			return err
+		}
+		if len(batch) < listPage {
+			return nil
+		}
+	}
+}
+
+type reader struct {
+	mu   sync.Mutex // the library's ReadAt seeks a shared position
+	f    *hdfs.FileReader
+	size int64
+	name string
+	d    time.Duration
+}
+
+func (r *reader) Size() int64 { return r.size }
+func (r *reader) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return wrap("close", r.name, r.f.Close())
+}
+
+func (r *reader) ReadAt(p []byte, off int64) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_ = r.f.SetDeadline(time.Now().Add(r.d))
+	n, err := r.f.ReadAt(p, off)
+	if err != nil && err != io.EOF {
+		return n, wrap("read", r.name, err)
+	}
+	return n, err
+}
+
+func (c *Client) Open(ctx context.Context, name string) (Reader, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, wrap("open", name, err)
+	}
+	f, err := c.c.Open(name)
+	if err != nil {
+		return nil, wrap("open", name, err)
+	}
+	if f.Stat().IsDir() {
+		f.Close()
+		return nil, &Error{Op: "open", Path: name, Class: fs.ErrInvalid, Err: errors.New("is a directory")}
+	}
+	return &reader{f: f, size: f.Stat().Size(), name: name, d: c.timeout}, nil
+}
+
+type writer struct {
+	f    *hdfs.FileWriter
+	name string
+}
+
+func (w *writer) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	return n, wrap("write", w.name, err)
+}
+
+func (w *writer) Close() error {
+	err := w.f.Close()
+	for i := 0; err != nil && hdfs.IsErrReplicating(err) && i < 10; i++ {
+		// The last block is still being replicated: the library asks to retry the close.
+		time.Sleep(time.Duration(i+1) * 100 * time.Millisecond)
+		err = w.f.Close()
+	}
+	return wrap("close", w.name, err)
+}
+
+func (c *Client) Create(ctx context.Context, name string, perm fs.FileMode) (Writer, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, wrap("create", name, err)
+	}
+	sd, err := c.c.ServerDefaults()
+	if err != nil {
+		return nil, wrap("create", name, err)
+	}
+	f, err := c.c.CreateFile(name, sd.Replication, sd.BlockSize, perm.Perm())
+	if err != nil {
+		return nil, wrap("create", name, err)
+	}
+	return &writer{f: f, name: name}, nil
+}
+
+func (c *Client) Mkdir(ctx context.Context, name string, perm fs.FileMode) error {
+	if err := ctx.Err(); err != nil {
+		return wrap("mkdir", name, err)
+	}
+	return wrap("mkdir", name, c.c.Mkdir(name, perm.Perm()))
+}
+
+func (c *Client) MkdirAll(ctx context.Context, name string, perm fs.FileMode) error {
+	if err := ctx.Err(); err != nil {
+		return wrap("mkdir", name, err)
+	}
+	return wrap("mkdir", name, c.c.MkdirAll(name, perm.Perm()))
+}
+
+// Remove deletes one file or empty directory: the library's non-recursive delete (the NameNode refuses
+// a non-empty directory with PathIsNotEmptyDirectoryException).
+func (c *Client) Remove(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return wrap("remove", name, err)
+	}
+	return wrap("remove", name, c.c.Remove(name))
+}
+
+// Rename refuses an existing target. The library's rename2 always overwrites, so the target is looked
+// up first; a target created by another client between that look and the rename is the one case this
+// cannot exclude (HDFS has no rename-if-absent for files in rename2; documented in docs/SEMANTICS.md).
+func (c *Client) Rename(ctx context.Context, from, to string) error {
+	if err := ctx.Err(); err != nil {
+		return wrap("rename", from, err)
+	}
+	if _, err := c.c.Stat(to); err == nil {
+		return &Error{Op: "rename", Path: to, Class: fs.ErrExist, Err: fmt.Errorf("rename %s: target exists (never replaced)", from)}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return wrap("rename", to, err)
+	}
+	return wrap("rename", from, c.c.Rename(from, to))
+}
+
+func (c *Client) Chtimes(ctx context.Context, name string, mtime time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return wrap("setTimes", name, err)
+	}
+	return wrap("setTimes", name, c.c.Chtimes(name, mtime, mtime))
+}
+
+// Defaults reads the NameNode's server defaults once.
+func (c *Client) Defaults(ctx context.Context) (Defaults, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.defaults != nil {
+		return *c.defaults, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return Defaults{}, wrap("getServerDefaults", "/", err)
+	}
+	sd, err := c.c.ServerDefaults()
+	if err != nil {
+		return Defaults{}, wrap("getServerDefaults", "/", err)
+	}
+	c.defaults = &Defaults{TrashInterval: time.Duration(sd.TrashInterval) * time.Minute}
+	return *c.defaults, nil
+}
+
+// Join joins an absolute HDFS directory and a relative key.
+func Join(dir, key string) string {
+	if key == "" {
+		return dir
+	}
+	return path.Join(dir, key)
+}

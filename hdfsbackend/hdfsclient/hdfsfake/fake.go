@@ -1,0 +1,390 @@
+// Package hdfsfake is an in-process HDFS namespace behind hdfsclient.FS for fast unit tests: files and
+// directories in memory with HDFS's rules (non-recursive remove, rename onto an existing name refused by
+// the FS contract, parents must exist), paged listings, and a fault hook that answers any call with an
+// error (safe mode, standby, RPC failure). Real-cluster tests use hdfstest/minidfs.
+package hdfsfake
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
+)
+
+type node struct {
+	dir   bool
+	data  []byte
+	mtime time.Time
+	perm  fs.FileMode
+}
+
+// FS is the fake. The zero value is not usable; call New.
+type FS struct {
+	mu    sync.Mutex
+	nodes map[string]*node
+	user  string
+	// PageSize is the listing page (default 1000, as dfs.ls.limit).
+	PageSize int
+	// Trash is the reported fs.trash.interval.
+	Trash time.Duration
+	// Fault, when set, is asked before every call; a non-nil error is returned instead (wrapped as the
+	// real client wraps it, so hdfsclient.Errno classifies it the same way).
+	Fault func(op, name string) error
+	// Now stamps modification times (default time.Now).
+	Now func() time.Time
+	// Calls counts calls per op.
+	Calls map[string]int
+}
+
+var _ hdfsclient.FS = (*FS)(nil)
+
+// New returns an empty namespace (only "/") acting as user.
+func New(user string) *FS {
+	return &FS{nodes: map[string]*node{"/": {dir: true, perm: 0o755}}, user: user, PageSize: 1000, Now: time.Now, Calls: map[string]int{}}
+}
+
+func (f *FS) User() string { return f.user }
+func (f *FS) Close() error { return nil }
+
+func perr(op, name string, class error) error {
+	return &hdfsclient.Error{Op: op, Path: name, Class: class, Err: class}
+}
+
+// enter checks the context and the fault hook; the caller holds no lock.
+func (f *FS) enter(ctx context.Context, op, name string) error {
+	if err := ctx.Err(); err != nil {
+		return perr(op, name, err)
+	}
+	f.mu.Lock()
+	f.Calls[op]++
+	fault := f.Fault
+	f.mu.Unlock()
+	if fault != nil {
+		if err := fault(op, name); err != nil {
+			return &hdfsclient.Error{Op: op, Path: name, Class: err, Err: err}
+		}
+	}
+	return nil
+}
+
+func clean(name string) string { return path.Clean("/" + name) }
+
+func (f *FS) info(name string, n *node) hdfsclient.FileInfo {
+	fi := hdfsclient.FileInfo{Name: path.Base(name), ModTime: n.mtime, IsDir: n.dir, Mode: n.perm, Owner: f.user, Group: "supergroup"}
+	if name == "/" {
+		fi.Name = ""
+	}
+	if !n.dir {
+		fi.Size = int64(len(n.data))
+	}
+	return fi
+}
+
+func (f *FS) Stat(ctx context.Context, name string) (hdfsclient.FileInfo, error) {
+	if err := f.enter(ctx, "stat", name); err != nil {
+		return hdfsclient.FileInfo{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	name = clean(name)
+	n, ok := f.nodes[name]
+	if !ok {
+		return hdfsclient.FileInfo{}, perr("stat", name, fs.ErrNotExist)
+	}
+	return f.info(name, n), nil
+}
+
+func (f *FS) children(dir string) []string {
+	prefix := strings.TrimSuffix(dir, "/") + "/"
+	var out []string
+	for k := range f.nodes {
+		if k != "/" && strings.HasPrefix(k, prefix) && !strings.Contains(k[len(prefix):], "/") {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// List pages like getListing: each page starts after the last name of the previous one, so entries
+// added or removed meanwhile are seen or not, but nothing present throughout is skipped.
+func (f *FS) List(ctx context.Context, name string, fn func([]hdfsclient.FileInfo) error) error {
+	name = clean(name)
+	after := ""
+	for {
+		if err := f.enter(ctx, "list", name); err != nil {
+			return err
+		}
+		f.mu.Lock()
+		n, ok := f.nodes[name]
+		if !ok || !n.dir {
+			f.mu.Unlock()
+			if !ok {
+				return perr("list", name, fs.ErrNotExist)
+			}
+			return perr("list", name, fs.ErrInvalid)
+		}
+		var page []hdfsclient.FileInfo
+		more := false
+		for _, c := range f.children(name) {
+			if path.Base(c) <= after && after != "" {
+				continue
+			}
+			if len(page) == f.PageSize {
+				more = true
+				break
+			}
+			page = append(page, f.info(c, f.nodes[c]))
+		}
+		f.mu.Unlock()
+		if len(page) > 0 {
+			if err := fn(page); err != nil {
+				return err
+			}
+			after = page[len(page)-1].Name
+		}
+		if !more {
+			return nil
+		}
+	}
+}
+
+type reader struct{ r *bytes.Reader }
+
+func (r reader) ReadAt(p []byte, off int64) (int, error) { return r.r.ReadAt(p, off) }
+func (r reader) Close() error                            { return nil }
+func (r reader) Size() int64                             { return r.r.Size() }
+
+func (f *FS) Open(ctx context.Context, name string) (hdfsclient.Reader, error) {
+	if err := f.enter(ctx, "open", name); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	name = clean(name)
+	n, ok := f.nodes[name]
+	switch {
+	case !ok:
+		return nil, perr("open", name, fs.ErrNotExist)
+	case n.dir:
+		return nil, perr("open", name, fs.ErrInvalid)
+	}
+	return reader{bytes.NewReader(n.data)}, nil
+}
+
+type writer struct {
+	f    *FS
+	name string
+	buf  bytes.Buffer
+}
+
+func (w *writer) Write(p []byte) (int, error) { return w.buf.Write(p) }
+
+// Close publishes the content (HDFS readers see a file's data up to the last completed block; the fake
+// shows all of it at close).
+func (w *writer) Close() error {
+	w.f.mu.Lock()
+	defer w.f.mu.Unlock()
+	if n, ok := w.f.nodes[w.name]; ok {
+		n.data = append([]byte(nil), w.buf.Bytes()...)
+		n.mtime = w.f.Now()
+	}
+	return nil
+}
+
+func (f *FS) parentDir(op, name string) error {
+	p, ok := f.nodes[path.Dir(name)]
+	if !ok {
+		return perr(op, name, fs.ErrNotExist)
+	}
+	if !p.dir {
+		return perr(op, name, syscall.ENOTDIR)
+	}
+	return nil
+}
+
+func (f *FS) Create(ctx context.Context, name string, perm fs.FileMode) (hdfsclient.Writer, error) {
+	if err := f.enter(ctx, "create", name); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	name = clean(name)
+	if _, ok := f.nodes[name]; ok {
+		return nil, perr("create", name, fs.ErrExist)
+	}
+	if err := f.parentDir("create", name); err != nil {
+		return nil, err
+	}
+	f.nodes[name] = &node{mtime: f.Now(), perm: perm.Perm()}
+	return &writer{f: f, name: name}, nil
+}
+
+func (f *FS) Mkdir(ctx context.Context, name string, perm fs.FileMode) error {
+	if err := f.enter(ctx, "mkdir", name); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	name = clean(name)
+	if _, ok := f.nodes[name]; ok {
+		return perr("mkdir", name, fs.ErrExist)
+	}
+	if err := f.parentDir("mkdir", name); err != nil {
+		return err
+	}
+	f.nodes[name] = &node{dir: true, mtime: f.Now(), perm: perm.Perm()}
+	return nil
+}
+
+func (f *FS) MkdirAll(ctx context.Context, name string, perm fs.FileMode) error {
+	if err := f.enter(ctx, "mkdirs", name); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	name = clean(name)
+	var todo []string
+	for p := name; ; p = path.Dir(p) {
+		n, ok := f.nodes[p]
+		if ok {
+			if !n.dir {
+				return perr("mkdirs", p, syscall.ENOTDIR)
+			}
+			break
+		}
+		todo = append(todo, p)
+	}
+	for _, p := range todo {
+		f.nodes[p] = &node{dir: true, mtime: f.Now(), perm: perm.Perm()}
+	}
+	return nil
+}
+
+func (f *FS) Remove(ctx context.Context, name string) error {
+	if err := f.enter(ctx, "delete", name); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	name = clean(name)
+	n, ok := f.nodes[name]
+	if !ok {
+		return perr("delete", name, fs.ErrNotExist)
+	}
+	if n.dir && len(f.children(name)) > 0 {
+		return perr("delete", name, syscall.ENOTEMPTY)
+	}
+	if name == "/" {
+		return perr("delete", name, fs.ErrPermission)
+	}
+	delete(f.nodes, name)
+	return nil
+}
+
+func (f *FS) Rename(ctx context.Context, from, to string) error {
+	if err := f.enter(ctx, "rename", from); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	from, to = clean(from), clean(to)
+	if _, ok := f.nodes[from]; !ok {
+		return perr("rename", from, fs.ErrNotExist)
+	}
+	if _, ok := f.nodes[to]; ok {
+		return perr("rename", to, fs.ErrExist)
+	}
+	if to == from || strings.HasPrefix(to, from+"/") {
+		return perr("rename", to, fs.ErrInvalid)
+	}
+	if err := f.parentDir("rename", to); err != nil {
+		return err
+	}
+	moved := map[string]*node{}
+	for k, n := range f.nodes {
+		if k == from || strings.HasPrefix(k, from+"/") {
+			moved[to+k[len(from):]] = n
+			delete(f.nodes, k)
+		}
+	}
+	for k, n := range moved {
+		f.nodes[k] = n
+	}
+	return nil
+}
+
+func (f *FS) Chtimes(ctx context.Context, name string, mtime time.Time) error {
+	if err := f.enter(ctx, "setTimes", name); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, ok := f.nodes[clean(name)]
+	if !ok {
+		return perr("setTimes", name, fs.ErrNotExist)
+	}
+	n.mtime = mtime
+	return nil
+}
+
+func (f *FS) Defaults(ctx context.Context) (hdfsclient.Defaults, error) {
+	if err := f.enter(ctx, "getServerDefaults", "/"); err != nil {
+		return hdfsclient.Defaults{}, err
+	}
+	return hdfsclient.Defaults{TrashInterval: f.Trash}, nil
+}
+
+// Put creates name with data and mtime, creating parents (test setup; no fault hook).
+func (f *FS) Put(name string, data []byte, mtime time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	name = clean(name)
+	for p := path.Dir(name); ; p = path.Dir(p) {
+		n, ok := f.nodes[p]
+		if ok {
+			if !n.dir {
+				return fmt.Errorf("put %s: %s is a file", name, p)
+			}
+			break
+		}
+		f.nodes[p] = &node{dir: true, mtime: mtime, perm: 0o755}
+	}
+	if n, ok := f.nodes[name]; ok && n.dir {
+		return fmt.Errorf("put %s: is a directory", name)
+	}
+	f.nodes[name] = &node{data: append([]byte(nil), data...), mtime: mtime, perm: 0o644}
+	return nil
+}
+
+// Files returns every file path, sorted (test assertions).
+func (f *FS) Files() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for k, n := range f.nodes {
+		if !n.dir {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ReadFile returns a file's content (test assertions).
+func (f *FS) ReadFile(name string) ([]byte, error) {
+	r, err := f.Open(context.Background(), name)
+	if err != nil {
+		return nil, err
+	}
+	return io.ReadAll(io.NewSectionReader(r, 0, r.Size()))
+}
