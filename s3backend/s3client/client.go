@@ -38,6 +38,10 @@ type Object struct {
 // Location returns the bucket and prefix.
 func (c *Client) Location() Location { return c.loc }
 
+// MaxConns is the bound on parallel connections to the server (Config.MaxConns): more requests in
+// flight than this only wait for a connection.
+func (c *Client) MaxConns() int { return c.cfg.MaxConns }
+
 // API exposes the SDK client for callers that need a request this package does not wrap (tests).
 func (c *Client) API() *s3.Client { return c.api }
 

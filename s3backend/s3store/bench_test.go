@@ -181,6 +181,18 @@ func BenchmarkS3SyncLatency(b *testing.B) {
 		fmt.Fprintf(&out, "%-42s %9.2fs %9.2fs %7.2f %8.2fs %8.2fs  %-40s %d MiB %s\n", n, a.took.Seconds(), z.took.Seconds(), z.took.Seconds()/max(a.took.Seconds(), 1e-9),
 			a.cpu.Seconds(), z.cpu.Seconds(), strings.Join(ops, " "), z.alloc>>20, z.detail)
 	}
+	// Extrapolation by request counts: the descent's requests grow with job folders and checkpoints
+	// (a bucket ten times larger of the same shape has ten times of both), a walk's and a rebuild's
+	// with objects; at a fixed number in flight the time at 20 ms grows with the requests.
+	fmt.Fprintf(&out, "\nextrapolated from the 20 ms figures (same shape: x10 and x100 objects, checkpoints and requests)\n")
+	for _, n := range names {
+		z := results[20*time.Millisecond][n]
+		var req int64
+		for _, k := range z.ops {
+			req += k
+		}
+		fmt.Fprintf(&out, "%-42s %8d requests now: %9.1fs at %dx objects, %9.1fs at %dx\n", n, req, 10*z.took.Seconds(), 10, 100*z.took.Seconds(), 100)
+	}
 	// Printed, not logged: the benchmark log is truncated.
 	fmt.Println(out.String())
 }
@@ -205,3 +217,78 @@ func loadavg() string {
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// BenchmarkS3SyncCheckpoints measures the per-sync cost that grows with checkpoints rather than objects:
+// CKGUARD_BENCH_S3_CHECKPOINTS (default 2,000) live checkpoints in jobs of 10, _metadata only (the
+// descent never lists shared/, so the SSTs of a real store add nothing to a sync; 20,000 checkpoints is
+// the 10 M-object store). A no-change sync at 0 ms and 20 ms per request, with 16 requests in
+// flight (the old bound) and with the default DescentParallel, side by side with request counts:
+//
+//	CKGUARD_BENCH_S3_CHECKPOINTS=20000 go test ./s3backend/s3store/ -run '^$' -bench S3SyncCheckpoints -benchtime 1x
+func BenchmarkS3SyncCheckpoints(b *testing.B) {
+	n := 2000
+	if v := os.Getenv("CKGUARD_BENCH_S3_CHECKPOINTS"); v != "" {
+		k, err := strconv.Atoi(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n = k
+	}
+	ctx := context.Background()
+	srv := s3server.Start(b)
+	bucket := srv.Bucket(b, "bench")
+	root := filepath.Join(srv.DataDir, bucket)
+	t0 := time.Now()
+	lr, err := treegen.Large(root, treegen.LargeSpec{Jobs: max(1, n/10), CheckpointsPerJob: 10, RefsPerCheckpoint: 10, NewPerCheckpoint: 1, Seed: "ckpt"}, time.Now().Add(-48*time.Hour))
+	if err != nil {
+		b.Fatal(err)
+	}
+	fmt.Printf("store: %d checkpoints, %d references, generated in %s, load %s\n", lr.Checkpoints, lr.References, time.Since(t0).Round(time.Second), loadavg())
+	proxy := s3server.NewProxy(b, srv.Endpoint)
+	cfg := srv.Config()
+	cfg.Endpoint = proxy.URL
+	maps := []pathnorm.Mapping{{From: "file:" + root}}
+	pol := refindex.DefaultPolicy()
+	pol.MaxStaleness = 0
+	c, err := s3client.New(ctx, cfg, s3client.Location{Bucket: bucket})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "\n%-34s %8s %9s %9s %8s  %s\n", "no-change sync", "latency", "seconds", "cpu", "load", "requests")
+	for _, par := range []int{16, 0} {
+		st := s3store.New(c, s3store.Options{ReconcileEvery: -1, DescentParallel: par})
+		ix, err := refindex.Open(filepath.Join(b.TempDir(), "index"), st, pol, refindex.WithPathMap(maps, ""), refindex.WithLogger(quiet))
+		if err != nil {
+			b.Fatal(err)
+		}
+		proxy.SetLatency(0)
+		if err := ix.Rebuild(ctx); err != nil {
+			b.Fatal(err)
+		}
+		name := fmt.Sprintf("%d in flight", par)
+		if par == 0 {
+			name = fmt.Sprintf("default (%d in flight)", max(16, c.MaxConns()*3/4))
+		}
+		for _, lat := range []time.Duration{0, 20 * time.Millisecond} {
+			proxy.SetLatency(lat)
+			load := loadavg()
+			proxy.Ops()
+			c0 := cpuTime()
+			t := time.Now()
+			if err := ix.Sync(ctx); err != nil {
+				b.Fatal(err)
+			}
+			took := time.Since(t)
+			cpu := cpuTime() - c0
+			var ops []string
+			for op, k := range proxy.Ops() {
+				ops = append(ops, fmt.Sprintf("%s=%d", op, k))
+			}
+			sort.Strings(ops)
+			fmt.Fprintf(&out, "%-34s %8v %8.2fs %8.2fs %8s  %s\n", name, lat, took.Seconds(), cpu.Seconds(), load, strings.Join(ops, " "))
+		}
+		ix.Close()
+	}
+	fmt.Println(out.String())
+}

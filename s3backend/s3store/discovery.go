@@ -335,7 +335,7 @@ func (s *Store) fullWalk(ctx context.Context, fn func(store.ObjectInfo) error) (
 
 // descend runs the per-sync discovery. Results are reported in key order, deduplicated.
 func (s *Store) descend(ctx context.Context, fn func(store.ObjectInfo) error) error {
-	g := newGroup(ctx, s.opts.Parallel)
+	g := newGroup(ctx, s.opts.DescentParallel)
 	var (
 		mu       sync.Mutex
 		found    = map[string]s3client.Object{}

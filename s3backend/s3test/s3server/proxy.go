@@ -72,16 +72,33 @@ func (p *Proxy) takeFailure(op string) (fail, applied bool) {
 // NewProxy starts a proxy on a free 127.0.0.1 port in front of target; it is closed at the end of the test.
 func NewProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
-	u, err := url.Parse(target)
+	p, err := StartProxy(target, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	t.Cleanup(p.Close)
+	return p
+}
+
+// StartProxy starts a proxy listening on addr in front of target, outside a test (the benchmark
+// scripts put it between a mount and versitygw). Close stops it.
+func StartProxy(target, addr string) (*Proxy, error) {
+	u, err := url.Parse(target)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
 	}
 	p := &Proxy{URL: "http://" + l.Addr().String(), rng: rand.New(rand.NewPCG(1, 2)), ops: map[string]int64{}, failNext: map[string]failPlan{}}
 	rp := httputil.NewSingleHostReverseProxy(u)
+	// Keep a connection per request in flight open to the target (the default transport keeps two and
+	// opens a new connection for every further concurrent request, which a client with 48 in flight
+	// would measure instead of the server).
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 512, 512
+	rp.Transport = tr
 	rp.ErrorLog = nil
 	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.requests.Add(1)
@@ -131,9 +148,11 @@ func NewProxy(t testing.TB, target string) *Proxy {
 		rp.ServeHTTP(w, r)
 	})}
 	go func() { _ = p.srv.Serve(l) }()
-	t.Cleanup(func() { _ = p.srv.Close() })
-	return p
+	return p, nil
 }
+
+// Close stops the proxy and drops its connections.
+func (p *Proxy) Close() { _ = p.srv.Close() }
 
 // SetFailRate makes the given fraction (0..1) of requests fail with 503.
 func (p *Proxy) SetFailRate(f float64) { p.failPermille.Store(int64(f * 1000)) }
