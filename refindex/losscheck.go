@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/ckguard/ckguard/refindex/store"
 )
 
 // The loss check notices a referenced object that vanished outside the mount (a lifecycle rule, a
@@ -295,6 +297,10 @@ func (ix *Index) statMissing(ctx context.Context, keys []string) (map[string]boo
 	var mu sync.Mutex
 	gone := map[string]bool{}
 	var firstErr error
+	stat := ix.st.Stat
+	if f, ok := ix.st.(store.FreshStater); ok {
+		stat = f.StatFresh // a cached "exists" would hide a deletion beside the mount
+	}
 	sem := make(chan struct{}, max(ix.opt.workers, 1))
 	var wg sync.WaitGroup
 	for _, k := range keys {
@@ -305,7 +311,7 @@ func (ix *Index) statMissing(ctx context.Context, keys []string) (map[string]boo
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			_, err := ix.st.Stat(ctx, k)
+			_, err := stat(ctx, k)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
