@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"strings"
@@ -112,9 +114,57 @@ func TestMountLossCheck(t *testing.T) {
 			if v, ok := metricValue(text, "ckguard_broken_checkpoints", label); !ok || v < 1 {
 				t.Errorf("ckguard_broken_checkpoints{%s} = %v (%v)", label, v, ok)
 			}
+			promtoolFires(t, text, "ckguard_broken_checkpoints", label, "CkguardBrokenCheckpoint")
 			if log := p.logText(); !strings.Contains(log, "level=WARN") || !strings.Contains(log, "is missing from the store") || !strings.Contains(log, meta) {
 				t.Errorf("no WARN line naming %s and %s:\n%s", ref, meta, log)
 			}
 		})
+	}
+}
+
+// promtoolFires runs `promtool test rules` on the shipped rules with the series name{label} exactly as the
+// mount exported it (scraped by a job "ckguard": Prometheus renames the mount's job label to
+// exported_job), and checks that alert fires on it.
+func promtoolFires(t *testing.T, exposition, name, label, alert string) {
+	t.Helper()
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Logf("promtool not installed: the alert is not tested on the exported series")
+		return
+	}
+	var series string
+	for _, l := range strings.Split(exposition, "\n") {
+		if strings.HasPrefix(l, name+"{") && strings.Contains(l, label) {
+			series = l
+		}
+	}
+	if series == "" {
+		t.Fatalf("no %s{%s} in the exposition", name, label)
+	}
+	sel, val, _ := strings.Cut(series, " ")
+	scraped := strings.Replace(sel, "{job=", `{instance="mount:9477",job="ckguard",exported_job=`, 1)
+	labels := strings.TrimSuffix(strings.TrimPrefix(scraped, name+"{"), "}")
+	dir := t.TempDir()
+	test := fmt.Sprintf(`rule_files: [%q]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: %q
+        values: '%sx10'
+    promql_expr_test:
+      - expr: ALERTS{alertname=%q}
+        eval_time: 5m
+        exp_samples:
+          - labels: %q
+            value: 1
+`, filepath.Join(mntRepoRoot(t), "docs", "monitoring", "ckguard-rules.yml"), scraped, val, alert,
+		`ALERTS{alertname="`+alert+`",alertstate="firing",severity="critical",`+labels+`}`)
+	f := filepath.Join(dir, "loss.test.yml")
+	if err := os.WriteFile(f, []byte(test), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(promtool, "test", "rules", f).CombinedOutput(); err != nil {
+		t.Errorf("%s does not fire on the exported series %s: %v\n%s\n%s", alert, series, err, out, test)
 	}
 }
