@@ -31,6 +31,7 @@ func mountCommand() *cli.Command {
 		&cli.BoolFlag{Name: "foreground", Aliases: []string{"f"}, Usage: "stay in the foreground (for systemd Type=notify and containers); default: detach once mounted"},
 		&cli.StringFlag{Name: "log-file", Usage: "daemon mode: log here (default INDEX/ckguard.log)"},
 		&cli.BoolFlag{Name: "debug", Usage: "log every FUSE request"},
+		&cli.IntFlag{Name: "loss-check-budget", Usage: "after every sync the mount checks that the objects live checkpoints reference are still in the store (one stat each): at most this many per sync, in a rotation, besides those already found missing. Default: all of them on a local store, 1000 on S3 (a HEAD each). -1: all of them"},
 		&cli.IntFlag{Name: "serve-procs", Value: 1, Usage: "GOMAXPROCS while the mount only answers requests (index syncs and queries raise it back); fewer idle Go threads make each request cheaper, rm -rf about 30% faster on 2 cores. 0: leave GOMAXPROCS alone. Local stores only, unless given explicitly"},
 	}
 	// --store, --index, --map, --entropy-key and the S3 flags are shared with every index command
@@ -148,21 +149,22 @@ func runMount(c *cli.Context) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	cfg := guardd.Config{
-		StoreDir:      c.String("store"),
-		IndexDir:      indexDir,
-		Mountpoint:    mnt,
-		Policy:        pol,
-		IndexOptions:  idxOpts,
-		AllowOther:    c.Bool("allow-other"),
-		SyncInterval:  c.Duration("sync-interval"),
-		RefuseErrno:   errno,
-		AuditLog:      c.String("audit-log"),
-		AuditFsync:    c.Duration("audit-fsync"),
-		ControlSocket: c.String("control-socket"),
-		MetricsAddr:   c.String("metrics-addr"),
-		Debug:         c.Bool("debug"),
-		Logger:        log,
-		ServeProcs:    c.Int("serve-procs"),
+		StoreDir:        c.String("store"),
+		IndexDir:        indexDir,
+		Mountpoint:      mnt,
+		Policy:          pol,
+		IndexOptions:    idxOpts,
+		AllowOther:      c.Bool("allow-other"),
+		SyncInterval:    c.Duration("sync-interval"),
+		RefuseErrno:     errno,
+		AuditLog:        c.String("audit-log"),
+		AuditFsync:      c.Duration("audit-fsync"),
+		ControlSocket:   c.String("control-socket"),
+		MetricsAddr:     c.String("metrics-addr"),
+		Debug:           c.Bool("debug"),
+		Logger:          log,
+		ServeProcs:      c.Int("serve-procs"),
+		LossCheckBudget: c.Int("loss-check-budget"),
 		Ready: func(m *guardd.Mounted) {
 			log.Info("a refused deletion fails with \"Operation not permitted\"; to learn why: `ckguard why --store S --index I PATH` or `getfattr -n user.ckguard.state PATH`",
 				"why", whyCommandLine(c, m.Mountpoint, "PATH"))

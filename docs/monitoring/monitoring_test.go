@@ -24,11 +24,9 @@ const (
 // futureMetrics are queried by the rules and the dashboard before ckguard exports them; each query of one
 // is marked "not exported yet" where an operator reads it (rule annotation, panel description).
 var futureMetrics = map[string]bool{
-	"ckguard_broken_checkpoints":         true, // the mount's per-sync check for referenced objects
-	"ckguard_missing_referenced_objects": true, // that vanished outside the mount (by Flink job)
-	"ckguard_quarantine_objects":         true, // --quarantine: staged deletions
-	"ckguard_quarantine_bytes":           true,
-	"ckguard_quarantine_oldest_seconds":  true,
+	"ckguard_quarantine_objects":        true, // --quarantine: staged deletions
+	"ckguard_quarantine_bytes":          true,
+	"ckguard_quarantine_oldest_seconds": true,
 }
 
 // promtool finds promtool; outside CI a machine without it skips (scripts/setup.sh test installs it).

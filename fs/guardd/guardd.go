@@ -48,6 +48,9 @@ type Config struct {
 	// ServeProcs is GOMAXPROCS while the mount only answers requests; index work raises it back for as
 	// long as it runs (fs/procs explains why). 0 leaves GOMAXPROCS alone.
 	ServeProcs int
+	// LossCheckBudget caps the referenced objects the loss check stats per sync besides the known-missing
+	// ones (0: the backend's default; negative: every object at every sync).
+	LossCheckBudget int
 	// Ready is called once the mount is usable (daemon mode tells its parent, systemd gets READY=1).
 	Ready func(m *Mounted)
 }
@@ -75,6 +78,11 @@ type Backend struct {
 	// that would list the bucket. The gauges the index answers from memory (the lag above all) are set
 	// after every sync on every backend.
 	NoIndexGauges bool
+	// LossCheckBudget is the backend's default Config.LossCheckBudget (0: every referenced object at
+	// every sync; S3: DefaultS3LossCheckBudget, a HEAD costs a request).
+	LossCheckBudget int
+	// Quarantine, when set, is asked whether a referenced object found missing is held in quarantine.
+	Quarantine refindex.QuarantineFinder
 }
 
 // Mount is a running FUSE mount, as the daemon drives it.
@@ -264,7 +272,8 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	}
 	log.Info("syncing index with the store", "store", c.StoreDir, "index", c.IndexDir)
 	t0 := time.Now()
-	if err := syncOnce(); err != nil {
+	firstSync := syncOnce()
+	if err := firstSync; err != nil {
 		if ctx.Err() != nil {
 			log.Info("interrupted during the initial sync; not mounting")
 			return nil
@@ -285,6 +294,9 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 			err = cerr
 		}
 	}()
+	// The loss check runs after every successful sync, in the sync loop (outside any lock of the enforcer).
+	lw := &lossWatch{lc: ix.NewLossChecker(refindex.LossCheckOptions{Budget: lossBudget(c.LossCheckBudget, b.LossCheckBudget), Quarantine: b.Quarantine}),
+		met: met, audit: al, log: log}
 	enf, err := guard.NewEnforcer(guard.Config{Checker: ix, Audit: al, Metrics: met,
 		RefuseErrno: c.RefuseErrno, Logger: log})
 	if err != nil {
@@ -326,6 +338,9 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 
 	gone := make(chan struct{})
 	go func() { m.Wait(); close(gone) }()
+	if firstSync == nil {
+		lw.run(ctx) // after Ready: on a large store it takes a while, and the mount serves meanwhile
+	}
 	tick := time.NewTicker(c.SyncInterval)
 	defer tick.Stop()
 	for {
@@ -335,7 +350,9 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 			log.Info("unmounted; shutting down", "mountpoint", m.Mountpoint())
 			return nil
 		case <-tick.C:
-			_ = syncOnce()
+			if syncOnce() == nil {
+				lw.run(ctx)
+			}
 		case <-ctx.Done():
 			log.Info("signal received; unmounting", "mountpoint", m.Mountpoint())
 			return unmount(m, gone, log)

@@ -53,6 +53,7 @@ type Metrics struct {
 	clockBehind    prometheus.Gauge
 	unmappedRefs   prometheus.Gauge
 	inferredMaps   prometheus.Gauge
+	loss           lossMetrics
 
 	// Children resolved once per label set: WithLabelValues hashes the labels and takes the vector's lock
 	// on every call, and these are counted on the path of every guarded operation.
@@ -138,6 +139,7 @@ func New() *Metrics {
 	m.Registry.MustRegister(m.refusals, m.allowed, m.notifyErrors, m.syncDuration, m.syncFailures,
 		m.fuseLatency, m.decideLatency, m.liveCkpt, m.liveSavepoints, m.refBytes, m.orphanBytes, m.clockBehind, m.unmappedRefs, m.inferredMaps, lag, inflight,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.loss.register(m.Registry)
 	return m
 }
 

@@ -80,6 +80,13 @@ type FullLister interface {
 	ListAllMetadata(ctx context.Context, fn func(ObjectInfo) error) error
 }
 
+// FreshStater is implemented by stores whose Stat may answer from a cache of what was seen recently
+// (the S3 store shares the mount's attribute cache). StatFresh asks the storage itself: an object
+// deleted beside the mount is reported gone at once.
+type FreshStater interface {
+	StatFresh(ctx context.Context, path string) (ObjectInfo, error)
+}
+
 // Clock is implemented by stores whose modification times come from a clock of their own (an S3
 // service, an NFS server), which need not agree with this host's. StoreTime reads that clock now,
 // rounded down to its precision, so that it never runs ahead of the store: the index judges the

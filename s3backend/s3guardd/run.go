@@ -72,6 +72,7 @@ func open(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func
 			return []any{"full_walks", s.FullWalks, "descents", s.TargetedListings, "listings", s.LastListings, "heads", s.LastHeads,
 				"reconciliations", s.Reconciliations, "reconcile_found", s.ReconcileFound}
 		},
-		NoIndexGauges: true,
+		NoIndexGauges:   true,
+		LossCheckBudget: guardd.DefaultS3LossCheckBudget,
 	}, nil
 }

@@ -120,6 +120,17 @@ func info(o s3client.Object) store.ObjectInfo {
 // Stat is a HEAD; when there is no such object, a key with anything below it is a directory (S3 has no
 // directories: common prefixes and "dir/" markers stand for them).
 func (s *Store) Stat(ctx context.Context, p string) (store.ObjectInfo, error) {
+	return s.stat(ctx, p, true)
+}
+
+// StatFresh is Stat without the shared attribute cache: a HEAD (and a one-key listing for a
+// directory) now. The loss check needs it: the cache says an object exists for up to AttrsTTL after
+// the mount last saw it, also when it was deleted beside the mount meanwhile.
+func (s *Store) StatFresh(ctx context.Context, p string) (store.ObjectInfo, error) {
+	return s.stat(ctx, p, false)
+}
+
+func (s *Store) stat(ctx context.Context, p string, cached bool) (store.ObjectInfo, error) {
 	key, err := store.CleanKey(p)
 	if err != nil {
 		return store.ObjectInfo{}, err
@@ -133,7 +144,7 @@ func (s *Store) Stat(ctx context.Context, p string) (store.ObjectInfo, error) {
 	// The version the caller's request is pinned to (s3client.WithDecided).
 	decided, pinned := s3client.Decided(ctx, key)
 	pinned = pinned && !decided.IsDir && decided.ETag != ""
-	if s.opts.Attrs != nil {
+	if s.opts.Attrs != nil && cached {
 		// With the shared cache (a server that honours If-Match) the decision judges exactly that version,
 		// whose ETag the conditional request names, not whatever the cache holds by now.
 		if pinned {

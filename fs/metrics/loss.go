@@ -1,0 +1,106 @@
+package metrics
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// LossStats is the answer of the mount's loss check (objects live checkpoints reference that the store
+// no longer has), exported after every pass.
+type LossStats struct {
+	// Jobs holds every job folder with a live checkpoint, healthy ones at zero (their series go back
+	// to 0 instead of vanishing).
+	Jobs map[string]JobLoss
+	// Objects is the number of distinct referenced objects the check covers.
+	Objects int
+	// LastComplete is when the last complete check ended (every referenced object stat'ed since it
+	// began); zero if none yet.
+	LastComplete time.Time
+}
+
+// JobLoss is one job's losses.
+type JobLoss struct {
+	BrokenCheckpoints int
+	MissingObjects    int
+}
+
+// lossMetrics are the loss check's collectors. The per-job gauges only say what the check has seen:
+// ckguard_loss_check_age_seconds says how old the last complete check is (a count of 0 is only as
+// fresh as that).
+type lossMetrics struct {
+	broken   *prometheus.GaugeVec
+	missing  *prometheus.GaugeVec
+	objects  prometheus.Gauge
+	failures prometheus.Counter
+
+	mu           sync.Mutex
+	jobs         map[string]bool
+	lastComplete time.Time
+}
+
+func (l *lossMetrics) register(r *prometheus.Registry) {
+	l.broken = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "ckguard_broken_checkpoints",
+		Help: "Live checkpoints of the job that reference objects missing from the store (found by the mount's loss check).",
+	}, []string{"job"})
+	l.missing = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "ckguard_missing_referenced_objects",
+		Help: "Objects referenced by live checkpoints of the job that are missing from the store (found by the mount's loss check).",
+	}, []string{"job"})
+	l.objects = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ckguard_loss_check_objects",
+		Help: "Distinct store objects live checkpoints reference, which the loss check stats.",
+	})
+	l.failures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ckguard_loss_check_failures_total",
+		Help: "Loss check passes that failed (a stat error other than not-found, the index unavailable): they proved nothing.",
+	})
+	age := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ckguard_loss_check_age_seconds",
+		Help: "Seconds since the last complete loss check ended (every referenced object stat'ed since it began); -1 before the first.",
+	}, func() float64 {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.lastComplete.IsZero() {
+			return -1
+		}
+		return time.Since(l.lastComplete).Seconds()
+	})
+	r.MustRegister(l.broken, l.missing, l.objects, l.failures, age)
+}
+
+// SetLoss exports one loss check pass; a job no longer listed loses its series.
+func (m *Metrics) SetLoss(s LossStats) {
+	if m == nil {
+		return
+	}
+	l := &m.loss
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for j := range l.jobs {
+		if _, ok := s.Jobs[j]; !ok {
+			l.broken.DeleteLabelValues(j)
+			l.missing.DeleteLabelValues(j)
+		}
+	}
+	l.jobs = map[string]bool{}
+	for j, n := range s.Jobs {
+		l.jobs[j] = true
+		l.broken.WithLabelValues(j).Set(float64(n.BrokenCheckpoints))
+		l.missing.WithLabelValues(j).Set(float64(n.MissingObjects))
+	}
+	l.objects.Set(float64(s.Objects))
+	if !s.LastComplete.IsZero() {
+		l.lastComplete = s.LastComplete
+	}
+}
+
+// LossCheckFailed counts a loss check pass that failed.
+func (m *Metrics) LossCheckFailed() {
+	if m == nil {
+		return
+	}
+	m.loss.failures.Inc()
+}

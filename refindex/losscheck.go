@@ -1,0 +1,334 @@
+package refindex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/ckguard/ckguard/refindex/store"
+)
+
+// The loss check notices a referenced object that vanished outside the mount (a lifecycle rule, a
+// script on another host, a JobManager disposing a savepoint directly on the store) while the mount
+// runs, instead of when someone next runs verify. It stats the store keys live checkpoints reference.
+//
+// Cost: one stat per distinct referenced object inside the store. On a local store that is cheap
+// enough for every sync. On S3 a stat is a HEAD request (about 20 ms, paid per request), so a check
+// may be given a budget: each pass stats at most Budget objects of a rotation over the sorted keys,
+// plus every object an earlier pass found missing (so a loss, once seen, stays reported until the
+// object is back or no live checkpoint references it). A full rotation then takes
+// ceil(objects/Budget) passes; LossReport.LastComplete says when the last one ended, and nothing is
+// called intact that no pass of the current rotation has stat'ed.
+//
+// A missing object is reported only for a checkpoint that is still the same live record after the
+// stats: the mount retires a `_metadata` before it allows the deletion of the files only it
+// referenced, so a file deleted through the mount by a retirement racing the check is not a loss.
+
+// QuarantinedObject says where quarantine keeps a store key the guard allowed to delete.
+type QuarantinedObject struct {
+	Since time.Time `json:"since"`
+	// Restore is the command that puts the object back at its path.
+	Restore string `json:"restore"`
+}
+
+// QuarantineFinder looks a store key up in the mount's quarantine (staged deletion). ok is false when
+// the key is not held there.
+type QuarantineFinder interface {
+	FindQuarantined(ctx context.Context, key string) (q QuarantinedObject, ok bool, err error)
+}
+
+// LossCheckOptions tune a LossChecker.
+type LossCheckOptions struct {
+	// Budget caps the objects a pass stats besides the known-missing ones (0: every referenced object
+	// at every pass).
+	Budget int
+	// Quarantine, when set, is asked about every object found missing.
+	Quarantine QuarantineFinder
+}
+
+// LostReference is a store object a live checkpoint references that the store no longer has.
+type LostReference struct {
+	Path       string `json:"path"`
+	Checkpoint string `json:"checkpoint"` // store key of the referencing _metadata
+	Job        string `json:"job"`
+	// Quarantine is set when the object is held in quarantine (restorable).
+	Quarantine *QuarantinedObject `json:"quarantine,omitempty"`
+	// Since is when a pass first found it missing.
+	Since time.Time `json:"since"`
+}
+
+// LossReport is the answer of one pass.
+type LossReport struct {
+	Time    time.Time `json:"time"`
+	Objects int       `json:"objects"` // distinct referenced objects inside the store
+	Checked int       `json:"checked"` // of them stat'ed by this pass
+	// Complete is set when this pass ended a rotation: every referenced object was stat'ed since the
+	// rotation began. LastComplete is when the last rotation ended (zero: none yet).
+	Complete     bool      `json:"complete"`
+	LastComplete time.Time `json:"last_complete,omitzero"`
+	// Missing lists every (object, checkpoint) known missing now; New those this pass found first.
+	Missing []LostReference `json:"missing"`
+	New     []LostReference `json:"new"`
+	// Jobs maps every job folder with a live checkpoint to its broken checkpoints and missing objects
+	// (zero for a healthy job, so a gauge per job goes back to 0).
+	Jobs map[string]JobLoss `json:"jobs"`
+	// Unchecked counts references outside the store (unmapped or --external): no pass can stat them.
+	Unchecked int `json:"unchecked_refs"`
+}
+
+// JobLoss counts one job's losses.
+type JobLoss struct {
+	BrokenCheckpoints int `json:"broken_checkpoints"`
+	MissingObjects    int `json:"missing_objects"`
+}
+
+// LossChecker runs the loss check pass after pass; it keeps the rotation and the known losses
+// between passes. Passes are serialised.
+type LossChecker struct {
+	ix *Index
+	o  LossCheckOptions
+
+	mu           sync.Mutex
+	cursor       string          // last key the rotation stat'ed ("" = start of a rotation)
+	rotating     bool            // a rotation is under way (cursor is meaningful)
+	lastComplete time.Time       // end of the last complete rotation
+	missing      map[string]bool // keys found missing and not seen back since
+	since        map[string]time.Time
+	reported     map[string]bool // "key\x00checkpoint" pairs already in a report's New
+	now          func() time.Time
+}
+
+// NewLossChecker returns a loss checker over the index's live checkpoints.
+func (ix *Index) NewLossChecker(o LossCheckOptions) *LossChecker {
+	return &LossChecker{ix: ix, o: o, missing: map[string]bool{}, since: map[string]time.Time{}, reported: map[string]bool{}, now: time.Now}
+}
+
+// lossTarget is one live checkpoint whose references a pass checks.
+type lossTarget struct {
+	rec  *checkpointRecord
+	keys []string // inside references, distinct
+}
+
+// Check runs one pass. An error (the index is closed, a stat failed other than not-found) means the
+// pass proved nothing: the caller reports the failure; LastComplete does not advance.
+func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	ix := lc.ix
+	defer ix.beginWork()()
+	v, err := ix.acquire()
+	if err != nil {
+		return nil, err
+	}
+	rep := &LossReport{Time: lc.now(), Missing: []LostReference{}, New: []LostReference{}, Jobs: map[string]JobLoss{}}
+	var targets []lossTarget
+	byKey := map[string][]int{} // referenced key -> indexes into targets
+	err = v.g.db.View(func(txn *badger.Txn) error {
+		for _, k := range v.st.sorted {
+			c := v.st.ckpts[k]
+			rep.Jobs[c.Job] = JobLoss{}
+			if c.Err != "" {
+				continue // unparseable: what it references is unknown (reported and refused elsewhere)
+			}
+			refs, err := readRefs(txn, k)
+			if err != nil {
+				return err
+			}
+			t := lossTarget{rec: c}
+			for _, r := range refs {
+				if !r.Inside {
+					rep.Unchecked++
+					continue
+				}
+				if n := byKey[r.Key]; len(n) > 0 && n[len(n)-1] == len(targets) {
+					continue
+				}
+				byKey[r.Key] = append(byKey[r.Key], len(targets))
+				t.keys = append(t.keys, r.Key)
+			}
+			targets = append(targets, t)
+		}
+		return nil
+	})
+	v.release()
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	rep.Objects = len(keys)
+
+	// Known losses no checkpoint references any more are forgotten.
+	for k := range lc.missing {
+		if _, ok := byKey[k]; !ok {
+			delete(lc.missing, k)
+			delete(lc.since, k)
+		}
+	}
+	batch, next, complete := lc.slice(keys)
+	for k := range lc.missing {
+		if !slices.Contains(batch, k) {
+			batch = append(batch, k)
+		}
+	}
+	gone, err := ix.statMissing(ctx, batch)
+	if err != nil {
+		return nil, err
+	}
+	rep.Checked = len(batch)
+	for _, k := range batch {
+		if gone[k] {
+			if !lc.missing[k] {
+				lc.missing[k] = true
+				lc.since[k] = rep.Time
+			}
+		} else {
+			delete(lc.missing, k)
+			delete(lc.since, k)
+		}
+	}
+	lc.cursor, lc.rotating = next, !complete
+	if complete {
+		lc.lastComplete = rep.Time
+	}
+	rep.Complete, rep.LastComplete = complete, lc.lastComplete
+
+	// A loss counts only for a checkpoint still live as the same record after the stats.
+	v, err = ix.acquire()
+	if err != nil {
+		return nil, err
+	}
+	still := func(c *checkpointRecord) bool { return v.st.ckpts[c.Key] == c }
+	broken := map[string]bool{}
+	seen := map[string]bool{}
+	lost := []string{}
+	var fresh []int // indexes into rep.Missing of pairs no earlier report named
+	for k := range lc.missing {
+		lost = append(lost, k)
+	}
+	sort.Strings(lost)
+	for _, k := range lost {
+		counted := map[string]bool{}
+		for _, ti := range byKey[k] {
+			c := targets[ti].rec
+			if !still(c) {
+				continue
+			}
+			lr := LostReference{Path: k, Checkpoint: c.Key, Job: c.Job, Since: lc.since[k]}
+			rep.Missing = append(rep.Missing, lr)
+			j := rep.Jobs[c.Job]
+			if !broken[c.Key] {
+				broken[c.Key] = true
+				j.BrokenCheckpoints++
+			}
+			if !counted[c.Job] {
+				counted[c.Job] = true
+				j.MissingObjects++
+			}
+			rep.Jobs[c.Job] = j
+			pair := k + "\x00" + c.Key
+			seen[pair] = true
+			if !lc.reported[pair] {
+				fresh = append(fresh, len(rep.Missing)-1)
+			}
+		}
+	}
+	v.release()
+	if lc.o.Quarantine != nil {
+		for i := range rep.Missing {
+			q, ok, err := lc.o.Quarantine.FindQuarantined(ctx, rep.Missing[i].Path)
+			if err != nil {
+				return nil, fmt.Errorf("loss check: look %s up in quarantine: %w", rep.Missing[i].Path, err)
+			}
+			if ok {
+				rep.Missing[i].Quarantine = &q
+			}
+		}
+	}
+	for _, i := range fresh {
+		rep.New = append(rep.New, rep.Missing[i])
+	}
+	for p := range lc.reported {
+		if !seen[p] {
+			delete(lc.reported, p) // back, or no longer referenced: a new loss is reported again
+		}
+	}
+	for p := range seen {
+		lc.reported[p] = true
+	}
+	return rep, nil
+}
+
+// slice picks the keys this pass stats: all of them without a budget, else the next Budget keys of
+// the rotation after the cursor. next is the cursor for the following pass; complete is set when the
+// rotation ends with this pass.
+func (lc *LossChecker) slice(keys []string) (batch []string, next string, complete bool) {
+	if lc.o.Budget <= 0 || lc.o.Budget >= len(keys) && !lc.rotating {
+		return slices.Clone(keys), "", true
+	}
+	start := 0
+	if lc.rotating {
+		start = sort.SearchStrings(keys, lc.cursor)
+		if start < len(keys) && keys[start] == lc.cursor {
+			start++
+		}
+	}
+	end := min(start+lc.o.Budget, len(keys))
+	batch = slices.Clone(keys[start:end])
+	if end == len(keys) {
+		return batch, "", true
+	}
+	return batch, keys[end-1], false
+}
+
+// statMissing stats keys with bounded concurrency and returns those the store says do not exist. Any
+// other stat error fails the pass: an object that could not be stat'ed is not known to be there.
+func (ix *Index) statMissing(ctx context.Context, keys []string) (map[string]bool, error) {
+	var mu sync.Mutex
+	gone := map[string]bool{}
+	var firstErr error
+	stat := ix.st.Stat
+	if f, ok := ix.st.(store.FreshStater); ok {
+		stat = f.StatFresh // a cached "exists" would hide a deletion beside the mount
+	}
+	sem := make(chan struct{}, max(ix.opt.workers, 1))
+	var wg sync.WaitGroup
+	for _, k := range keys {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			_, err := stat(ctx, k)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+			case errors.Is(err, fs.ErrNotExist):
+				gone[k] = true
+			case firstErr == nil:
+				firstErr = fmt.Errorf("loss check: stat %s: %w", k, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return gone, nil
+}
