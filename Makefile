@@ -11,7 +11,7 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 STAMP := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 LDFLAGS := -s -w $(STAMP)
 
-.PHONY: setup setup-test setup-lint setup-e2e setup-bench setup-demo build test unit lint bench fuzz e2e demo release clean
+.PHONY: setup setup-test setup-lint setup-e2e setup-bench setup-hdfs setup-demo build test test-hdfs unit lint bench fuzz e2e demo release clean
 
 # Everything the build, tests, benchmarks and demo need (Debian packages, Go modules, versitygw,
 # staticcheck, Flink artifacts). Idempotent: a second run only checks.
@@ -33,6 +33,11 @@ setup-e2e:
 setup-bench:
 	./scripts/setup.sh bench
 
+# The e2e set plus the Hadoop 3.5.0 artifacts: a real HDFS (MiniDFSCluster) for the HDFS tests, and
+# Flink's hdfs:// file system for the HDFS end-to-end tests.
+setup-hdfs:
+	./scripts/setup.sh hdfs
+
 # The subset the demo needs (fuse3, attr, graphviz, Go modules): fast on a fresh machine.
 setup-demo:
 	./scripts/setup-demo.sh
@@ -45,6 +50,14 @@ build:
 test: setup-test build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 40m ./...
+
+# The tests against a real HDFS (a MiniDFSCluster in a JVM; build tag hdfs, so make test, which runs
+# without Java, never compiles them): every test of the HDFS store and mount, and the HDFS tests of
+# integration/ (the real-Flink ones among them run in make e2e).
+test-hdfs: setup-hdfs build
+	$(GO) vet -tags hdfs ./hdfsbackend/... ./integration/
+	$(GO) test -tags hdfs -count=1 -timeout 30m ./hdfsbackend/...
+	$(GO) test -tags hdfs -count=1 -timeout 30m ./integration/ -run 'HDFS'
 
 # Fast unit tests only (no mounts, no servers).
 unit:
@@ -69,9 +82,11 @@ fuzz:
 		for t in $$($(GO) test -list '^Fuzz' $$p | grep ^Fuzz); do \
 			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 3s -timeout 0 -parallel 1 $$p || exit 1; done; done
 
-# End-to-end tests against real Flink (Maven Central) on a local MiniCluster.
-e2e: setup-e2e build
+# End-to-end tests against real Flink (Maven Central) on a local MiniCluster; the HDFS ones write
+# hdfs:// checkpoints to a MiniDFSCluster (build tag hdfs).
+e2e: setup-e2e setup-hdfs build
 	CKGUARD_E2E=1 $(GO) test -count=1 -timeout 50m -v ./integration/ -run 'E2E'
+	CKGUARD_E2E=1 $(GO) test -tags hdfs -count=1 -timeout 40m -v ./integration/ -run 'E2EHDFS'
 
 demo: setup-demo build
 	./bin/ckguard demo

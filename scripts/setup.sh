@@ -9,6 +9,8 @@
 #   setup.sh lint    staticcheck (make lint)
 #   setup.sh e2e     test + Java 17, Maven and the Flink artifacts (make e2e; ~500 MB from Maven Central)
 #   setup.sh bench   test + s3fs and rclone, the S3 benchmarks' comparison clients (make bench)
+#   setup.sh hdfs    e2e + the Hadoop 3.5.0 artifacts (~140 MB): the MiniDFSCluster launcher of the HDFS
+#                    tests (make test-hdfs) and Flink's hdfs:// file system (the HDFS e2e tests)
 #   setup.sh posix   test + pjdfstest, the POSIX suite scripts/posix-suite.sh runs (needs cargo, Rust >= 1.85)
 #   setup.sh all     everything (make setup; the default)
 #   setup.sh --list PROFILE   print what PROFILE installs, one item a line, and change nothing
@@ -32,8 +34,9 @@ lint) purposes=(lint) ;;
 e2e) purposes=(test e2e) ;;
 bench) purposes=(test bench) ;;
 posix) purposes=(test posix) ;;
-all) purposes=(test lint e2e bench posix) ;;
-*) echo "setup: unknown profile $profile (want test, lint, e2e, bench, posix or all)" >&2; exit 2 ;;
+hdfs) purposes=(test e2e hdfs) ;;
+all) purposes=(test lint e2e bench posix hdfs) ;;
+*) echo "setup: unknown profile $profile (want test, lint, e2e, bench, posix, hdfs or all)" >&2; exit 2 ;;
 esac
 has() { local p; for p in "${purposes[@]}"; do [ "$p" = "$1" ] && return 0; done; return 1; }
 
@@ -43,6 +46,7 @@ if has lint; then steps+=(staticcheck); fi
 if has e2e; then pkgs+=("${e2e_pkgs[@]}"); steps+=(flink-artifacts); fi
 if has bench; then pkgs+=("${bench_pkgs[@]}"); fi
 if has posix; then steps+=(pjdfstest); fi
+if has hdfs; then steps+=(hadoop-artifacts); fi
 if [ -n "$list" ]; then
 	((${#pkgs[@]} == 0)) || printf 'package %s\n' "${pkgs[@]}"
 	printf 'step %s\n' "${steps[@]}"
@@ -92,5 +96,10 @@ fi
 if step flink-artifacts && [ -f integration/flink/pom.xml ] && [ "${CKGUARD_SKIP_MAVEN:-}" != 1 ]; then
 	echo "setup: Maven artifacts for the Flink end-to-end tests"
 	(cd integration/flink && ./prefetch.sh)
+fi
+if step hadoop-artifacts && [ "${CKGUARD_SKIP_MAVEN:-}" != 1 ]; then
+	echo "setup: Maven artifacts for the HDFS tests (Hadoop 3.5.0 MiniDFSCluster; Flink's hdfs:// file system)"
+	hdfsbackend/hdfstest/minidfs/java/prefetch.sh
+	(cd integration/flink && ./prefetch.sh 1.20+hdfs 2.2+hdfs)
 fi
 echo "setup ($profile): done"

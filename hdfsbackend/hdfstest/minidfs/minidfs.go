@@ -480,15 +480,22 @@ func stale(dir, jar, cpFile string) bool {
 	return newer
 }
 
-// JavaCmd is a command running class (a main of the launcher's jar or of Hadoop's, such as
-// org.apache.hadoop.fs.FsShell) in a JVM of its own with the launcher's classpath.
+// JavaCmd is a command running class (a main of the launcher's jar, such as the benchmarks'
+// io.ckguard.minidfs.Bench, or of Hadoop's, such as org.apache.hadoop.fs.FsShell) in a JVM of its own
+// with the launcher's classpath (JVM options: CKGUARD_MINIDFS_TOOL_JAVA_OPTS, default -Xmx1g).
 func JavaCmd(t testing.TB, class string, args ...string) *exec.Cmd {
 	t.Helper()
 	cp, err := Classpath()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return exec.Command("java", append(append(jvmFlags(), "-cp", cp, class), args...)...)
+	// The JVM's defaults (full JIT), not the launcher's fast-start flags: benchmark figures of Hadoop's
+	// own client must be its best.
+	flags := []string{"-Xmx1g"}
+	if v := os.Getenv("CKGUARD_MINIDFS_TOOL_JAVA_OPTS"); v != "" {
+		flags = strings.Fields(v)
+	}
+	return exec.Command("java", append(append(flags, "-cp", cp, class), args...)...)
 }
 
 // tailBuffer keeps the last max bytes written to it (the JVM's stderr, for failure messages).
