@@ -1,0 +1,301 @@
+package refindex
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/ckguard/ckguard/refindex/pathnorm"
+	"github.com/ckguard/ckguard/refindex/store"
+)
+
+// maxMetadataSize bounds the `_metadata` the index reads (Flink's are KBs to a few MB; 1,000,000
+// references take about 120 MB). Parsing holds every reference in memory, about 1 KB each at the peak
+// (128 MiB: under 1.2 GB), and a larger file (anyone who can create one through the mount can make it
+// as large as they like) is unparseable: every deletion is refused until it is removed.
+const maxMetadataSize = 128 << 20
+
+// readWholeMax is the size up to which a `_metadata` is read into memory in one request before
+// parsing; larger files are parsed through the store's reader.
+var readWholeMax int64 = 8 << 20 // a variable for tests (export_test.go)
+
+// watchedReader remembers the first error reading the store returned, so that a parse that failed
+// because the store failed (to retry: the sync fails) is told apart from bad content (unparseable).
+type watchedReader struct {
+	r   io.ReaderAt
+	mu  sync.Mutex
+	err error
+}
+
+func (w *watchedReader) ReadAt(p []byte, off int64) (int, error) {
+	n, err := w.r.ReadAt(p, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		w.mu.Lock()
+		if w.err == nil {
+			w.err = err
+		}
+		w.mu.Unlock()
+	}
+	return n, err
+}
+
+// entry is one read `_metadata`: its record and normalised references.
+type entry struct {
+	rec  *checkpointRecord
+	refs []ref
+}
+
+// layoutOf derives job folder, checkpoint id and kind from where a `_metadata` lies.
+func layoutOf(key string) (job string, id int64, kind string) {
+	dir := path.Dir(key)
+	if dir == "." {
+		dir = ""
+	}
+	base := path.Base(dir)
+	parent := path.Dir(dir)
+	if parent == "." || dir == "" {
+		parent = ""
+	}
+	switch {
+	case pathnorm.IsCheckpointDir(base):
+		n, err := strconv.ParseInt(base[4:], 10, 64)
+		if err != nil {
+			n = -1
+		}
+		return parent, n, "checkpoint"
+	case strings.HasPrefix(base, "savepoint-"):
+		return parent, -1, "savepoint"
+	}
+	return parent, -1, "unknown"
+}
+
+// readEntry reads and parses one `_metadata`. A file that cannot be parsed yields a record with Err
+// (fail closed); a file that vanished yields fs.ErrNotExist; other read errors are returned.
+func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, error) {
+	if k, err := store.CleanKey(oi.Path); err != nil || k != oi.Path {
+		// A listed _metadata at a key with "//", "." or ".." segments (S3 keys are plain strings; Flink
+		// never writes such a key) cannot be opened by its canonical key, which names another object or
+		// none: it used to count as gone at every sync, its references unprotected. Kept
+		// as unparseable, it fails the index closed and says how to fix it.
+		return ix.unparseable(oi, oi.Size, fmt.Errorf("a _metadata at the key %q, which ckguard cannot address (an empty, . or .. segment): what it references is unknown; move it to a clean key or delete it with an S3 tool, then run `ckguard index sync`", oi.Path)), nil
+	}
+	r, err := ix.st.Open(ctx, oi.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	size := r.Size()
+	if size > maxMetadataSize {
+		return ix.unparseable(oi, size, fmt.Errorf("%s is %d bytes, larger than the %d bytes (128 MiB, about a million references) a _metadata may have: remove it, or replace it by the real checkpoint's", oi.Path, size, maxMetadataSize)), nil
+	}
+	// Small files (nearly all) are read in one request; larger ones are parsed through the reader
+	// (the parser buffers), so a parse worker never holds a whole large file.
+	watched := &watchedReader{r: r}
+	var src io.ReaderAt = watched
+	if size <= readWholeMax {
+		buf := make([]byte, size)
+		if n, err := r.ReadAt(buf, 0); n != int(size) {
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("read %s: %w", oi.Path, err)
+		}
+		src = bytes.NewReader(buf)
+	}
+	job, id, kind := layoutOf(oi.Path)
+	rec := &checkpointRecord{Key: oi.Path, Job: job, ID: id, Kind: kind, ModTime: oi.ModTime, Size: size, ETag: oi.ETag, UID: uidOf(oi)}
+	if oi.HasUID {
+		// Only a store with owners can tell (a stat of the folder; on S3 it would cost a listing).
+		rec.JobOwner = ix.ownsJobFolder(ctx, job, oi.UID)
+	}
+	pm, err := ix.opt.parse(src, size, oi.Path)
+	if err != nil {
+		if watched.err != nil {
+			return nil, fmt.Errorf("read %s: %w", oi.Path, watched.err)
+		}
+		return ix.unparseable(oi, size, err), nil
+	}
+	rec.Format = pm.Format
+	if pm.Kind == "checkpoint" || pm.Kind == "savepoint" {
+		rec.Kind = pm.Kind
+	}
+	if rec.Kind == "checkpoint" || pm.ID >= 0 {
+		rec.ID = pm.ID
+	}
+	e := &entry{rec: rec}
+	seen := make(map[string]int, len(pm.Refs))
+	for _, rr := range pm.Refs {
+		var k pathnorm.Key
+		if rr.Kind == RefRelative {
+			k = ix.norm.Relative(oi.Path, rr.URI)
+		} else {
+			k = ix.norm.Absolute(rr.URI)
+		}
+		// Relative and segment references need the whole object just like files; the kind is kept
+		// for reports.
+		kind := rr.Kind
+		id := string(rune('0'+kind)) + k.Path
+		if i, ok := seen[id]; ok {
+			e.refs[i].Length += rr.Length
+			continue
+		}
+		seen[id] = len(e.refs)
+		e.refs = append(e.refs, ref{Key: k.Path, Inside: k.Inside, Kind: kind, Length: rr.Length})
+	}
+	if err := ix.resolveOutside(ctx, e); err != nil {
+		return nil, err
+	}
+	for _, r := range e.refs {
+		if r.Inside {
+			rec.Refs++
+		} else {
+			rec.Outside++
+		}
+	}
+	return e, nil
+}
+
+func (ix *Index) unparseable(oi store.ObjectInfo, size int64, err error) *entry {
+	job, id, kind := layoutOf(oi.Path)
+	ix.log.Warn("unparseable _metadata: every deletion is refused until it is fixed or removed", "file", oi.Path, "err", err)
+	return &entry{rec: &checkpointRecord{Key: oi.Path, Job: job, ID: id, Kind: kind, ModTime: oi.ModTime, Size: size, ETag: oi.ETag, UID: uidOf(oi), Err: err.Error()}}
+}
+
+// readAll reads infos with bounded concurrency, calling fn (serially) for each entry and gone for
+// files that disappeared in the meantime. The first read error cancels the rest.
+func (ix *Index) readAll(ctx context.Context, infos []store.ObjectInfo, fn func(*entry) error, gone func(string)) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		e    *entry
+		key  string
+		err  error
+		gone bool
+	}
+	jobs := make(chan store.ObjectInfo)
+	results := make(chan result, ix.opt.workers)
+	var wg sync.WaitGroup
+	for range ix.opt.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for oi := range jobs {
+				e, err := ix.readEntry(ctx, oi)
+				r := result{e: e, key: oi.Path, err: err}
+				if errors.Is(err, fs.ErrNotExist) {
+					r = result{key: oi.Path, gone: true}
+				}
+				select {
+				case results <- r:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		defer close(jobs)
+		for _, oi := range infos {
+			select {
+			case jobs <- oi:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() { wg.Wait(); close(results) }()
+	bar := ix.newBar(len(infos), "parsing _metadata")
+	var first error
+	for r := range results {
+		bar.Add(1)
+		if first != nil {
+			continue
+		}
+		switch {
+		case r.gone:
+			gone(r.key)
+		case r.err != nil:
+			first = r.err
+			cancel()
+		default:
+			if err := fn(r.e); err != nil {
+				first = err
+				cancel()
+			}
+		}
+	}
+	bar.Finish()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+// readOrdered reads infos with bounded concurrency and calls fn in the order of infos; files that
+// vanished meanwhile are skipped. At most a small window of parsed entries is held at once.
+func (ix *Index) readOrdered(ctx context.Context, infos []store.ObjectInfo, fn func(*entry) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		e   *entry
+		err error
+	}
+	slots := make([]chan result, len(infos))
+	for i := range slots {
+		slots[i] = make(chan result, 1)
+	}
+	window := make(chan struct{}, 4*ix.opt.workers)
+	jobs := make(chan int)
+	go func() {
+		defer close(jobs)
+		for i := range infos {
+			select {
+			case window <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case jobs <- i:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for range ix.opt.workers {
+		go func() {
+			for i := range jobs {
+				e, err := ix.readEntry(ctx, infos[i])
+				slots[i] <- result{e, err}
+			}
+		}()
+	}
+	bar := ix.newBar(len(infos), "parsing _metadata")
+	defer bar.Finish()
+	for i := range infos {
+		var r result
+		select {
+		case r = <-slots[i]:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		<-window
+		bar.Add(1)
+		switch {
+		case errors.Is(r.err, fs.ErrNotExist):
+			continue
+		case r.err != nil:
+			return r.err
+		}
+		if err := fn(r.e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
