@@ -22,6 +22,7 @@ type change struct {
 // maxTombstonePurge bounds the tombstones one sync drops (the rest go on the next sync).
 const maxTombstonePurge = 10_000
 
+// purgeTombstones drops tombstones written before before (at most maxTombstonePurge of them).
 func purgeTombstones(rt *rollingTxn, before time.Time) error {
 	txn := rt.txn
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(tblTombstone), PrefetchValues: false})
@@ -51,12 +52,11 @@ func (ix *Index) apply(ch change) error {
 	ix.mu.RLock()
 	g, cur := ix.cur, ix.state
 	ix.mu.RUnlock()
-	now := time.Now()
-	next := cur.clone()
 	rt, err := newRollingTxn(g.db, ix.opt.txnWrites)
 	if err != nil {
 		return err
 	}
+	w := &changeWriter{ix: ix, rt: rt, cur: cur, next: cur.clone(), now: time.Now(), filt: filterDelta{f: g.filt.Load()}}
 	committed := false
 	defer func() {
 		rt.discard()
@@ -68,106 +68,19 @@ func (ix *Index) apply(ch change) error {
 			ix.mu.Unlock()
 		}
 	}()
-	// The reference filter counts reverse entries: the ones this change adds are counted before the
-	// commit (and uncounted if the change fails before Commit is called: they never existed); the
-	// ones it removes are uncounted only when no view reads a state that still has them (the current
-	// snapshot's undo, see snapshot). A failed Commit may still have written some of its entries
-	// (badger can fail after writing to the memtable), so after a Commit error the increments stay
-	// (an over-count only costs exact scans) and the caller fails closed (errCommitFailed).
-	f := g.filt.Load()
-	var incs, decs []uint64
 	commitCalled := false
 	defer func() {
 		if !commitCalled && rt.commits == 0 {
-			for _, h := range incs {
-				f.dec(h)
-			}
+			w.filt.undoIncs()
 		}
 	}()
-	count := func(meta string, oldRefs, newRefs []ref) {
-		if f == nil {
-			return
-		}
-		was, is := reverseObjects(oldRefs, meta), reverseObjects(newRefs, meta)
-		for o := range is {
-			if _, ok := was[o]; !ok {
-				if testSkipFilterInc {
-					continue
-				}
-				h := f.hash(o)
-				f.inc(h)
-				incs = append(incs, h)
-			}
-		}
-		for o := range was {
-			if _, ok := is[o]; !ok {
-				decs = append(decs, f.hash(o))
-			}
-		}
-	}
-	fail := func(err error) error {
+	if err := w.write(ch); err != nil {
 		if rt.commits > 0 && !errors.Is(err, errCommitFailed) {
 			// Part of the change is committed: the index on disk no longer matches the in-memory
 			// state, exactly as after a failed commit.
 			return fmt.Errorf("%w: %w", errCommitFailed, err)
 		}
 		return err
-	}
-	for _, e := range ch.puts {
-		var oldRefs []ref
-		if old := cur.ckpts[e.rec.Key]; old != nil {
-			var err error
-			if oldRefs, err = readRefs(rt.txn, old.Key); err != nil {
-				return fail(err)
-			}
-		}
-		count(e.rec.Key, oldRefs, e.refs)
-		if err := putEntry(rt, e, true); err != nil {
-			return fail(err)
-		}
-		if oldRefs != nil {
-			keep := map[string]bool{}
-			for _, r := range e.refs {
-				keep[string(pairKeyFor(r, e.rec.Key))] = true
-			}
-			if err := removeEntry(rt, cur.ckpts[e.rec.Key], oldRefs, keep, now, false); err != nil {
-				return fail(err)
-			}
-			adjustDirRefs(next, oldRefs, -1)
-		}
-		adjustDirRefs(next, e.refs, +1)
-		next.ckpts[e.rec.Key] = e.rec
-	}
-	for _, k := range ch.removes {
-		if cur.ckpts[k] == nil {
-			continue
-		}
-		refs, err := readRefs(rt.txn, k)
-		if err != nil {
-			return fail(err)
-		}
-		count(k, refs, nil)
-		if err := removeEntry(rt, cur.ckpts[k], refs, nil, now, true); err != nil {
-			return fail(err)
-		}
-		adjustDirRefs(next, refs, -1)
-		delete(next.ckpts, k)
-	}
-	if !ch.synced.IsZero() {
-		if err := purgeTombstones(rt, ch.synced.Add(-ch.tombstoneTTL)); err != nil {
-			return fail(err)
-		}
-		if err := rt.Set(keyLastSync, encodeTime(ch.synced)); err != nil {
-			return fail(err)
-		}
-		ix.mu.RLock()
-		clears := ch.synced.After(ix.failedAt)
-		ix.mu.RUnlock()
-		if clears {
-			if err := rt.Delete(keySyncErr); err != nil {
-				return fail(err)
-			}
-		}
 	}
 	commitCalled = true
 	if err := rt.finish(); err != nil {
@@ -177,25 +90,167 @@ func (ix *Index) apply(ch change) error {
 	if rt.commits > 0 {
 		ix.log.Info("index change written in several transactions", "transactions", rt.commits+1, "added_or_changed", len(ch.puts), "removed", len(ch.removes))
 	}
-	next.finish()
+	w.next.finish()
+	ix.install(g, w.next, w.filt, ch.synced)
+	return nil
+}
+
+// changeWriter writes one change into the index's transaction(s) and builds the in-memory state
+// that goes with it (next, from the current state cur).
+type changeWriter struct {
+	ix        *Index
+	rt        *rollingTxn
+	cur, next *memState
+	now       time.Time // the time of the tombstones the change writes
+	filt      filterDelta
+}
+
+// write writes the change's puts, then its removals, then (for a sync) the sync's own records.
+func (w *changeWriter) write(ch change) error {
+	for _, e := range ch.puts {
+		if err := w.put(e); err != nil {
+			return err
+		}
+	}
+	for _, k := range ch.removes {
+		if err := w.remove(k); err != nil {
+			return err
+		}
+	}
+	if ch.synced.IsZero() {
+		return nil
+	}
+	return w.markSynced(ch)
+}
+
+// put writes a new or changed `_metadata`; references its previous version named and this one no
+// longer does lose it (and get a tombstone).
+func (w *changeWriter) put(e *entry) error {
+	var oldRefs []ref
+	if old := w.cur.ckpts[e.rec.Key]; old != nil {
+		var err error
+		if oldRefs, err = readRefs(w.rt.txn, old.Key); err != nil {
+			return err
+		}
+	}
+	w.filt.count(e.rec.Key, oldRefs, e.refs)
+	if err := putEntry(w.rt, e, true); err != nil {
+		return err
+	}
+	if oldRefs != nil {
+		keep := map[string]bool{}
+		for _, r := range e.refs {
+			keep[string(pairKeyFor(r, e.rec.Key))] = true
+		}
+		if err := removeEntry(w.rt, w.cur.ckpts[e.rec.Key], oldRefs, keep, w.now, false); err != nil {
+			return err
+		}
+		adjustDirRefs(w.next, oldRefs, -1)
+	}
+	adjustDirRefs(w.next, e.refs, +1)
+	w.next.ckpts[e.rec.Key] = e.rec
+	return nil
+}
+
+// remove retires the checkpoint of `_metadata` key k (nothing when it is not indexed).
+func (w *changeWriter) remove(k string) error {
+	if w.cur.ckpts[k] == nil {
+		return nil
+	}
+	refs, err := readRefs(w.rt.txn, k)
+	if err != nil {
+		return err
+	}
+	w.filt.count(k, refs, nil)
+	if err := removeEntry(w.rt, w.cur.ckpts[k], refs, nil, w.now, true); err != nil {
+		return err
+	}
+	adjustDirRefs(w.next, refs, -1)
+	delete(w.next.ckpts, k)
+	return nil
+}
+
+// markSynced drops old tombstones and records the sync's listing time; the persisted sync error is
+// cleared only by a sync whose listing began after the failure.
+func (w *changeWriter) markSynced(ch change) error {
+	if err := purgeTombstones(w.rt, ch.synced.Add(-ch.tombstoneTTL)); err != nil {
+		return err
+	}
+	if err := w.rt.Set(keyLastSync, encodeTime(ch.synced)); err != nil {
+		return err
+	}
+	w.ix.mu.RLock()
+	clears := ch.synced.After(w.ix.failedAt)
+	w.ix.mu.RUnlock()
+	if clears {
+		return w.rt.Delete(keySyncErr)
+	}
+	return nil
+}
+
+// filterDelta is how one change moves the generation's reference filter (nil: none). The filter
+// counts reverse entries: the ones a change adds are counted before the commit (and uncounted if the
+// change fails before Commit is called: they never existed); the ones it removes are uncounted only
+// when no view reads a state that still has them (decs: the current snapshot's undo, see snapshot).
+// A failed Commit may still have written some of its entries (badger can fail after writing to the
+// memtable), so after a Commit error the increments stay (an over-count only costs exact scans) and
+// the caller fails closed (errCommitFailed).
+type filterDelta struct {
+	f          *refFilter
+	incs, decs []uint64
+}
+
+// count notes that the reverse objects of `_metadata` meta go from oldRefs' to newRefs'.
+func (d *filterDelta) count(meta string, oldRefs, newRefs []ref) {
+	if d.f == nil {
+		return
+	}
+	was, is := reverseObjects(oldRefs, meta), reverseObjects(newRefs, meta)
+	for o := range is {
+		if _, ok := was[o]; !ok {
+			if testSkipFilterInc {
+				continue
+			}
+			h := d.f.hash(o)
+			d.f.inc(h)
+			d.incs = append(d.incs, h)
+		}
+	}
+	for o := range was {
+		if _, ok := is[o]; !ok {
+			d.decs = append(d.decs, d.f.hash(o))
+		}
+	}
+}
+
+// undoIncs uncounts the increments of a change that never reached Commit.
+func (d *filterDelta) undoIncs() {
+	for _, h := range d.incs {
+		d.f.dec(h)
+	}
+}
+
+// install makes next (committed in g) the current state with a new snapshot. The previous snapshot
+// hands its filter decrements on (they apply once no view reads it); a sync's listing time becomes
+// lastSync, and it clears a sync error raised before that listing began.
+func (ix *Index) install(g *generation, next *memState, filt filterDelta, synced time.Time) {
 	snap := ix.newSnapshot(g) // after the commit: its read timestamp includes it
 	snap.users.Add(1)         // held by the previous snapshot until that one is finished
 	ix.mu.Lock()
 	old := ix.snap
-	old.next, old.filt, old.undo = snap, f, decs
+	old.next, old.filt, old.undo = snap, filt.f, filt.decs
 	ix.state, ix.snap = next, snap
-	if !ch.synced.IsZero() {
-		ix.lastSync = ch.synced
+	if !synced.IsZero() {
+		ix.lastSync = synced
 		// A failure after this sync's listing began (a _metadata the mount could not index) may be about
 		// an object the listing did not see: it stays until a sync that started later.
-		if ch.synced.After(ix.failedAt) {
+		if synced.After(ix.failedAt) {
 			ix.syncErr = ""
 		}
 	}
 	ix.mu.Unlock()
 	old.retire()
 	old.release() // no longer current
-	return nil
 }
 
 // errCommitFailed marks an apply whose badger commit failed: some of its writes may be visible to
@@ -206,6 +261,7 @@ var errCommitFailed = errors.New("index commit failed")
 // commitTxn commits an apply's transaction (a test replaces it to inject commit failures).
 var commitTxn = func(txn *badger.Txn) error { return txn.Commit() }
 
+// adjustDirRefs adds d to the count of checkpoints naming each file-merging directory in refs.
 func adjustDirRefs(s *memState, refs []ref, d int) {
 	for _, r := range refs {
 		if r.Inside && r.Kind == RefDirectory {

@@ -6,6 +6,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 )
 
+// bar is a progress display (a progress bar, or nothing).
 type bar interface {
 	Add(int) error
 	Finish() error

@@ -162,6 +162,8 @@ func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, er
 	return e, nil
 }
 
+// unparseable is the record of a `_metadata` that cannot be read as one: its Err fails the index
+// closed.
 func (ix *Index) unparseable(oi store.ObjectInfo, size int64, err error) *entry {
 	job, id, kind := layoutOf(oi.Path)
 	ix.log.Warn("unparseable _metadata: every deletion is refused until it is fixed or removed", "file", oi.Path, "err", err)

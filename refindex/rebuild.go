@@ -49,37 +49,10 @@ func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
 	defer ix.beginWork()()
 	t0 := time.Now()
 	start := t0
-	var infos []store.ObjectInfo
-	listed := map[string]bool{}
-	// The listing of a big bucket takes minutes: its progress is the _metadata found so far.
-	listBar := ix.newCounter("listing the store for _metadata")
-	err = ix.listAll(ctx, func(oi store.ObjectInfo) error {
-		infos = append(infos, oi)
-		listed[oi.Path] = true
-		_ = listBar.Add(1)
-		return nil
-	})
-	listBar.Finish()
-	if err != nil {
-		return ix.failSync(fmt.Errorf("list _metadata in %s: %w", ix.st.Root(), err))
-	}
-	// Belt and braces for a store whose listing misses something: a rebuild keeps every indexed
-	// _metadata that still exists.
-	ix.mu.RLock()
-	cur := ix.state
-	ix.mu.RUnlock()
-	unlisted := cur.unlisted(listed)
-	_, restat, kept, err := ix.confirmGone(ctx, cur, unlisted)
+	infos, err := ix.listForRebuild(ctx)
 	if err != nil {
 		return ix.failSync(err)
 	}
-	infos = append(append(infos, restat...), kept...)
-	sort.Slice(infos, func(i, j int) bool { return infos[i].Path < infos[j].Path })
-	keys := make([]string, len(infos))
-	for i, oi := range infos {
-		keys[i] = oi.Path
-	}
-	ix.noteListedJobs(keys)
 	ix.mu.RLock()
 	next := max(ix.cur.n, ix.maxGenOnDisk()) + 1
 	ix.mu.RUnlock()
@@ -102,119 +75,18 @@ func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
 	if err := sw.Prepare(); err != nil {
 		return ix.failSync(err)
 	}
-	buf := z.NewBuffer(8<<20, "ckguard.rebuild")
-	defer buf.Release()
-	put := func(stream uint32, k, v []byte) error {
-		badger.KVToBuffer(&pb.KV{Key: k, Value: v, Version: 1, StreamId: stream}, buf)
-		if buf.LenNoPadding() < 4<<20 {
-			return nil
-		}
-		err := sw.Write(buf)
-		buf.Reset()
-		return err
-	}
-	st := newMemState()
-	intern := map[string]uint32{}
-	var objs, metas []string
-	var pairs []uint64
-	var dirKeys, outKeys []string
-	err = ix.readOrdered(ctx, infos, func(e *entry) error {
-		mi := uint64(len(metas))
-		meta := e.rec.Key
-		metas = append(metas, meta)
-		st.ckpts[meta] = e.rec
-		adjustDirRefs(st, e.refs, +1)
-		if err := put(streamCheckpoint, ckKey(meta), e.rec.marshal()); err != nil {
-			return err
-		}
-		if err := put(streamForward, fwdKey(meta), encodeRefs(e.refs)); err != nil {
-			return err
-		}
-		for _, r := range e.refs {
-			switch {
-			case !r.Inside:
-				outKeys = append(outKeys, string(pairKey(tblOutside, r.Key, meta)))
-			case r.Kind == RefDirectory:
-				dirKeys = append(dirKeys, string(pairKey(tblDir, r.Key, meta)))
-			default:
-				id, ok := intern[r.Key]
-				if !ok {
-					// Copy: the key may be a substring of the parsed file, which must not stay pinned.
-					k := strings.Clone(r.Key)
-					id = uint32(len(objs))
-					objs = append(objs, k)
-					intern[k] = id
-				}
-				pairs = append(pairs, uint64(id)<<32|mi)
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	out := &streamBuf{sw: sw, buf: z.NewBuffer(8<<20, "ckguard.rebuild")}
+	defer out.buf.Release()
+	t := newRebuildTables()
+	if err := ix.readOrdered(ctx, infos, func(e *entry) error { return t.add(e, out) }); err != nil {
 		sw.Cancel()
 		return ix.failSync(fmt.Errorf("rebuild index: %w", err))
 	}
-	intern = nil
-	// Rank the distinct objects by key so that (rank, checkpoint) pairs sort like the reverse keys.
-	order := make([]uint32, len(objs))
-	for i := range order {
-		order[i] = uint32(i)
-	}
-	sort.Slice(order, func(a, b int) bool { return objs[order[a]] < objs[order[b]] })
-	rank := make([]uint32, len(objs))
-	for r, id := range order {
-		rank[id] = uint32(r)
-	}
-	for i, pr := range pairs {
-		pairs[i] = uint64(rank[pr>>32])<<32 | pr&0xffffffff
-	}
-	rank = nil
-	slices.Sort(pairs)
-	emitSorted := func(stream uint32, keys []string) error {
-		sort.Strings(keys)
-		for i, k := range keys {
-			if i > 0 && keys[i-1] == k {
-				continue
-			}
-			if err := put(stream, []byte(k), nil); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	err = emitSorted(streamDir, dirKeys)
-	if err == nil {
-		err = put(streamMeta, keyFingerprint, []byte(ix.norm.Fingerprint()))
-	}
-	if err == nil {
-		err = put(streamMeta, keyLastSync, encodeTime(start))
-	}
-	if err == nil {
-		err = put(streamMeta, keyMountRules, []byte(ix.norm.MountRules()))
-	}
-	if err == nil {
-		err = put(streamMeta, keySchema, []byte(strconv.Itoa(SchemaVersion)))
-	}
-	if err == nil {
-		err = emitSorted(streamOutside, outKeys)
-	}
-	filt := newRefFilter(len(objs), ix.log)
-	var h uint64
-	for i := 0; err == nil && i < len(pairs); i++ {
-		if i > 0 && pairs[i] == pairs[i-1] {
-			continue // the same object named twice by one checkpoint (e.g. file and segment)
-		}
-		pr := pairs[i]
-		pk := pairKey(tblReverse, objs[order[pr>>32]], metas[pr&0xffffffff])
-		if i == 0 || pr>>32 != pairs[i-1]>>32 {
-			obj, _ := reverseObject(pk) // what the background fill hashes for this key
-			h = filt.hashBytes(obj)
-		}
-		filt.inc(h) // one count per reverse entry, as apply keeps it
-		err = put(streamReverse, pk, nil)
-	}
-	if err == nil && buf.LenNoPadding() > 0 {
-		err = sw.Write(buf)
+	t.sortPairs()
+	filt := newRefFilter(len(t.objs), ix.log)
+	err = ix.emitTables(t, out, filt, start)
+	if err == nil && out.buf.LenNoPadding() > 0 {
+		err = sw.Write(out.buf)
 	}
 	if err == nil {
 		err = sw.Flush()
@@ -231,14 +103,190 @@ func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
 		return ix.failSync(fmt.Errorf("rebuild index: %w", err))
 	}
 	committed = true
-	st.finish()
+	t.st.finish()
 	filt.ready.Store(true)
 	gen := &generation{db: db, n: next}
 	gen.filt.Store(filt)
-	ix.switchGeneration(gen, st, start)
-	ix.log.Info("index rebuilt", "generation", next, "checkpoints", len(st.ckpts), "references", len(pairs)+len(dirKeys)+len(outKeys),
-		"objects", len(objs), "unparseable", len(st.unparseable), "took", time.Since(t0).Round(time.Millisecond))
+	ix.switchGeneration(gen, t.st, start)
+	ix.log.Info("index rebuilt", "generation", next, "checkpoints", len(t.st.ckpts), "references", len(t.pairs)+len(t.dirKeys)+len(t.outKeys),
+		"objects", len(t.objs), "unparseable", len(t.st.unparseable), "took", time.Since(t0).Round(time.Millisecond))
 	return nil
+}
+
+// listForRebuild lists every `_metadata` of the store, sorted by key (the order the tables stream
+// out in). Belt and braces for a store whose listing misses something: every indexed `_metadata`
+// that still exists is kept.
+func (ix *Index) listForRebuild(ctx context.Context) ([]store.ObjectInfo, error) {
+	var infos []store.ObjectInfo
+	listed := map[string]bool{}
+	// The listing of a big bucket takes minutes: its progress is the _metadata found so far.
+	listBar := ix.newCounter("listing the store for _metadata")
+	err := ix.listAll(ctx, func(oi store.ObjectInfo) error {
+		infos = append(infos, oi)
+		listed[oi.Path] = true
+		_ = listBar.Add(1)
+		return nil
+	})
+	listBar.Finish()
+	if err != nil {
+		return nil, fmt.Errorf("list _metadata in %s: %w", ix.st.Root(), err)
+	}
+	ix.mu.RLock()
+	cur := ix.state
+	ix.mu.RUnlock()
+	unlisted := cur.unlisted(listed)
+	_, restat, kept, err := ix.confirmGone(ctx, cur, unlisted)
+	if err != nil {
+		return nil, err
+	}
+	infos = append(append(infos, restat...), kept...)
+	sort.Slice(infos, func(i, j int) bool { return infos[i].Path < infos[j].Path })
+	keys := make([]string, len(infos))
+	for i, oi := range infos {
+		keys[i] = oi.Path
+	}
+	ix.noteListedJobs(keys)
+	return infos, nil
+}
+
+// streamBuf batches a rebuild's key-value pairs for the StreamWriter, writing every 4 MiB.
+type streamBuf struct {
+	sw  *badger.StreamWriter
+	buf *z.Buffer
+}
+
+func (s *streamBuf) put(stream uint32, k, v []byte) error {
+	badger.KVToBuffer(&pb.KV{Key: k, Value: v, Version: 1, StreamId: stream}, s.buf)
+	if s.buf.LenNoPadding() < 4<<20 {
+		return nil
+	}
+	err := s.sw.Write(s.buf)
+	s.buf.Reset()
+	return err
+}
+
+// emitSorted streams the distinct keys of one table in order.
+func (s *streamBuf) emitSorted(stream uint32, keys []string) error {
+	sort.Strings(keys)
+	for i, k := range keys {
+		if i > 0 && keys[i-1] == k {
+			continue
+		}
+		if err := s.put(stream, []byte(k), nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rebuildTables is what a rebuild collects while it streams checkpoint records and forward
+// references: the in-memory state, and the other tables' entries, to be sorted before they stream.
+type rebuildTables struct {
+	st     *memState
+	intern map[string]uint32 // object key → index in objs (dropped once the reading is done)
+	objs   []string          // distinct reverse-referenced object keys
+	metas  []string          // _metadata keys, in the order read
+	// pairs: (object, checkpoint) as objs index << 32 | metas index; after sortPairs, the object's
+	// rank by key instead of its index, sorted (the order of the reverse keys).
+	pairs            []uint64
+	order            []uint32 // after sortPairs: rank → objs index
+	dirKeys, outKeys []string
+}
+
+func newRebuildTables() *rebuildTables {
+	return &rebuildTables{st: newMemState(), intern: map[string]uint32{}}
+}
+
+// add records one read `_metadata`: its checkpoint record and forward references stream out at
+// once (they come in key order), its other references are kept for later.
+func (t *rebuildTables) add(e *entry, out *streamBuf) error {
+	mi := uint64(len(t.metas))
+	meta := e.rec.Key
+	t.metas = append(t.metas, meta)
+	t.st.ckpts[meta] = e.rec
+	adjustDirRefs(t.st, e.refs, +1)
+	if err := out.put(streamCheckpoint, ckKey(meta), e.rec.marshal()); err != nil {
+		return err
+	}
+	if err := out.put(streamForward, fwdKey(meta), encodeRefs(e.refs)); err != nil {
+		return err
+	}
+	for _, r := range e.refs {
+		switch {
+		case !r.Inside:
+			t.outKeys = append(t.outKeys, string(pairKey(tblOutside, r.Key, meta)))
+		case r.Kind == RefDirectory:
+			t.dirKeys = append(t.dirKeys, string(pairKey(tblDir, r.Key, meta)))
+		default:
+			id, ok := t.intern[r.Key]
+			if !ok {
+				// Copy: the key may be a substring of the parsed file, which must not stay pinned.
+				k := strings.Clone(r.Key)
+				id = uint32(len(t.objs))
+				t.objs = append(t.objs, k)
+				t.intern[k] = id
+			}
+			t.pairs = append(t.pairs, uint64(id)<<32|mi)
+		}
+	}
+	return nil
+}
+
+// sortPairs ranks the distinct objects by key so that (rank, checkpoint) pairs sort like the
+// reverse keys, and sorts them.
+func (t *rebuildTables) sortPairs() {
+	t.intern = nil
+	order := make([]uint32, len(t.objs))
+	for i := range order {
+		order[i] = uint32(i)
+	}
+	sort.Slice(order, func(a, b int) bool { return t.objs[order[a]] < t.objs[order[b]] })
+	rank := make([]uint32, len(t.objs))
+	for r, id := range order {
+		rank[id] = uint32(r)
+	}
+	for i, pr := range t.pairs {
+		t.pairs[i] = uint64(rank[pr>>32])<<32 | pr&0xffffffff
+	}
+	slices.Sort(t.pairs)
+	t.order = order
+}
+
+// emitTables streams the tables that follow the forward references, in key order: directory
+// references, the metadata keys (fingerprint, last sync at start, mount rules, schema), outside
+// references, and the reverse pairs, counted into filt as apply counts them.
+func (ix *Index) emitTables(t *rebuildTables, out *streamBuf, filt *refFilter, start time.Time) error {
+	err := out.emitSorted(streamDir, t.dirKeys)
+	if err == nil {
+		err = out.put(streamMeta, keyFingerprint, []byte(ix.norm.Fingerprint()))
+	}
+	if err == nil {
+		err = out.put(streamMeta, keyLastSync, encodeTime(start))
+	}
+	if err == nil {
+		err = out.put(streamMeta, keyMountRules, []byte(ix.norm.MountRules()))
+	}
+	if err == nil {
+		err = out.put(streamMeta, keySchema, []byte(strconv.Itoa(SchemaVersion)))
+	}
+	if err == nil {
+		err = out.emitSorted(streamOutside, t.outKeys)
+	}
+	var h uint64
+	for i := 0; err == nil && i < len(t.pairs); i++ {
+		if i > 0 && t.pairs[i] == t.pairs[i-1] {
+			continue // the same object named twice by one checkpoint (e.g. file and segment)
+		}
+		pr := t.pairs[i]
+		pk := pairKey(tblReverse, t.objs[t.order[pr>>32]], t.metas[pr&0xffffffff])
+		if i == 0 || pr>>32 != t.pairs[i-1]>>32 {
+			obj, _ := reverseObject(pk) // what the background fill hashes for this key
+			h = filt.hashBytes(obj)
+		}
+		filt.inc(h) // one count per reverse entry, as apply keeps it
+		err = out.put(streamReverse, pk, nil)
+	}
+	return err
 }
 
 // rebuildExclusive runs a rebuild under writeMu (Sync holds syncMu).

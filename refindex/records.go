@@ -35,6 +35,8 @@ func putEntry(w writer, e *entry, clearTombstones bool) error {
 	return nil
 }
 
+// pairKeyFor is the key of the (object, checkpoint) pair r records: in the outside, directory or
+// reverse table.
 func pairKeyFor(r ref, meta string) []byte {
 	switch {
 	case !r.Inside:
@@ -81,6 +83,7 @@ func removeEntry(w writer, rec *checkpointRecord, refs []ref, keep map[string]bo
 	return nil
 }
 
+// readRefs reads the forward references of `_metadata` meta (none when it is not indexed).
 func readRefs(txn *badger.Txn, meta string) ([]ref, error) {
 	it, err := txn.Get(fwdKey(meta))
 	if errors.Is(err, badger.ErrKeyNotFound) {
