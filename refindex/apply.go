@@ -50,7 +50,7 @@ var errNeedRebuild = errors.New("change too large for one transaction")
 // Readers see either the old or the new state, never a mix.
 func (ix *Index) apply(ch change) error {
 	ix.mu.RLock()
-	g, cur := ix.cur, ix.state
+	g, cur := ix.mu.cur, ix.mu.state
 	ix.mu.RUnlock()
 	rt, err := newRollingTxn(g.db, ix.opt.txnWrites)
 	if err != nil {
@@ -64,7 +64,7 @@ func (ix *Index) apply(ch change) error {
 			// Part of the change is on disk, the rest is not: only a rebuild re-derives the index (the
 			// marker left on disk says the same to a restarted process).
 			ix.mu.Lock()
-			ix.needRebuild, ix.interrupted = true, true
+			ix.mu.needRebuild, ix.mu.interrupted = true, true
 			ix.mu.Unlock()
 		}
 	}()
@@ -180,7 +180,7 @@ func (w *changeWriter) markSynced(ch change) error {
 		return err
 	}
 	w.ix.mu.RLock()
-	clears := ch.synced.After(w.ix.failedAt)
+	clears := ch.synced.After(w.ix.mu.failedAt)
 	w.ix.mu.RUnlock()
 	if clears {
 		return w.rt.Delete(keySyncErr)
@@ -237,15 +237,15 @@ func (ix *Index) install(g *generation, next *memState, filt filterDelta, synced
 	snap := ix.newSnapshot(g) // after the commit: its read timestamp includes it
 	snap.users.Add(1)         // held by the previous snapshot until that one is finished
 	ix.mu.Lock()
-	old := ix.snap
+	old := ix.mu.snap
 	old.next, old.filt, old.undo = snap, filt.f, filt.decs
-	ix.state, ix.snap = next, snap
+	ix.mu.state, ix.mu.snap = next, snap
 	if !synced.IsZero() {
-		ix.lastSync = synced
+		ix.mu.lastSync = synced
 		// A failure after this sync's listing began (a _metadata the mount could not index) may be about
 		// an object the listing did not see: it stays until a sync that started later.
-		if synced.After(ix.failedAt) {
-			ix.syncErr = ""
+		if synced.After(ix.mu.failedAt) {
+			ix.mu.syncErr = ""
 		}
 	}
 	ix.mu.Unlock()

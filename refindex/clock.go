@@ -102,9 +102,9 @@ func (ix *Index) loadClock() error {
 			rs[i].Superseded = now
 		}
 	}
-	ix.clock.readings = rs
-	ix.clock.expire(now, clockHold(ix.pol))
-	ix.skew = -ix.clock.behind()
+	ix.mu.clock.readings = rs
+	ix.mu.clock.expire(now, clockHold(ix.mu.pol))
+	ix.mu.skew = -ix.mu.clock.behind()
 	return nil
 }
 
@@ -124,9 +124,9 @@ func (ix *Index) readStoreClock(ctx context.Context) {
 	hostNow := time.Now()
 	if err != nil {
 		ix.mu.Lock()
-		first := !ix.clockFailed
-		ix.clockFailed = true
-		skew := ix.skew
+		first := !ix.mu.clockFailed
+		ix.mu.clockFailed = true
+		skew := ix.mu.skew
 		ix.mu.Unlock()
 		if first { // once per failure, not at every sync (a read-only store fails every time)
 			ix.log.Warn("cannot read the store's clock; grace keeps the last correction", "store", ix.st.Root(), "behind", -skew, "err", err)
@@ -135,14 +135,15 @@ func (ix *Index) readStoreClock(ctx context.Context) {
 	}
 	diff := storeNow.Sub(hostNow)
 	ix.mu.Lock()
-	ix.clockFailed = false
-	before, wasAhead := -ix.skew, ix.clockAhead
-	saved := ix.clock.persisted()
-	ix.clock.add(max(-diff, 0), hostNow)
-	ix.clock.expire(hostNow, clockHold(ix.pol))
-	behind := ix.clock.behind()
-	ix.skew, ix.clockAhead = -behind, diff > minClockSkew
-	save := ix.clock.persisted()
+	ix.mu.clockFailed = false
+	before, wasAhead := -ix.mu.skew, ix.mu.clockAhead
+	saved := ix.mu.clock.persisted()
+	ix.mu.clock.add(max(-diff, 0), hostNow)
+	ix.mu.clock.expire(hostNow, clockHold(ix.mu.pol))
+	behind := ix.mu.clock.behind()
+	ahead := diff > minClockSkew
+	ix.mu.skew, ix.mu.clockAhead = -behind, ahead
+	save := ix.mu.clock.persisted()
 	ix.mu.Unlock()
 
 	if !slices.Equal(save, saved) {
@@ -167,7 +168,7 @@ func (ix *Index) readStoreClock(ctx context.Context) {
 	case behind == 0 && before > 0:
 		ix.log.Info("the store's clock agrees with this host's again; no correction", "store", ix.st.Root())
 	}
-	if ix.clockAhead && !wasAhead {
+	if ahead && !wasAhead {
 		ix.log.Warn("the store's clock is ahead of this host's: its files look younger here and stay protected longer than --grace; fix the clocks (NTP)",
 			"store", ix.st.Root(), "ahead", diff.Round(time.Second))
 	}

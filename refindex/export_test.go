@@ -24,7 +24,7 @@ func SetReadWholeMax(n int64) (restore func()) {
 func FilterReady(ix *Index) bool {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	f := ix.cur.filt.Load()
+	f := ix.mu.cur.filt.Load()
 	return f != nil && f.ready.Load()
 }
 

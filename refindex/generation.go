@@ -160,7 +160,7 @@ func (ix *Index) openCurrent() error {
 	f := newRefFilter(0, ix.log) // empty generation: nothing is referenced
 	f.ready.Store(true)
 	g.filt.Store(f)
-	ix.cur, ix.snap, ix.needRebuild = g, ix.newSnapshot(g), true
+	ix.mu.cur, ix.mu.snap, ix.mu.needRebuild = g, ix.newSnapshot(g), true
 	return nil
 }
 
@@ -213,17 +213,17 @@ func (ix *Index) openExisting(cur int) error {
 		return fmt.Errorf("open index %s: %w (run `ckguard index rebuild`)", ix.dir, err)
 	}
 	g := &generation{db: db, n: cur}
-	ix.cur, ix.snap, ix.state, ix.lastSync, ix.syncErr = g, ix.newSnapshot(g), st, last, syncErr
+	ix.mu.cur, ix.mu.snap, ix.mu.state, ix.mu.lastSync, ix.mu.syncErr = g, ix.newSnapshot(g), st, last, syncErr
 	if fp != ix.norm.Fingerprint() {
 		ix.log.Info("path mapping changed since the index was built; the next sync rebuilds it", "index", ix.dir)
-		ix.needRebuild = true
+		ix.mu.needRebuild = true
 	} else if err := ix.adoptMountRules(db); err != nil {
 		db.Close()
 		return fmt.Errorf("open index %s: %w", ix.dir, err)
 	}
 	if pending {
 		ix.log.Warn("the index was stopped in the middle of writing a large sync; every deletion is refused until the next sync rebuilds it", "index", ix.dir)
-		ix.needRebuild, ix.interrupted = true, true
+		ix.mu.needRebuild, ix.mu.interrupted = true, true
 	}
 	return nil
 }

@@ -123,9 +123,9 @@ func TestFilterFillSplitsKeysAsApply(t *testing.T) {
 			t.Fatal("filter not built")
 		}
 	}
-	f := ix.cur.filt.Load()
+	f := ix.mu.cur.filt.Load()
 	want := map[uint64]uint32{}
-	err = ix.cur.db.View(func(txn *badger.Txn) error {
+	err = ix.mu.cur.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(tblReverse)})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -189,7 +189,7 @@ func TestFilterNotConsultedByOlderSnapshots(t *testing.T) {
 			t.Fatal("filter not built")
 		}
 	}
-	old.filt = ix.cur.filt.Load()
+	old.filt = ix.mu.cur.filt.Load()
 	if d := ix.decide(ctx, old, only, verdict.OpUnlink, maxNamed); d.Allow || d.Reason != verdict.ReasonReferenced {
 		t.Fatalf("a view of the state before the fill's snapshot consulted the filter: unlink %s %+v, want refused as referenced by %s", only, d, meta)
 	}
@@ -313,7 +313,7 @@ func TestFillToleratesDecrementsAheadOfIt(t *testing.T) {
 		for _, k := range early {
 			f.dec(f.hash(k)) // before the fill reaches it
 		}
-		txn := ix.cur.db.NewTransaction(false)
+		txn := ix.mu.cur.db.NewTransaction(false)
 		defer txn.Discard()
 		if !f.fill(txn, nil) {
 			t.Fatal("fill stopped")

@@ -28,41 +28,56 @@ var ErrLocked = errors.New("index is in use by another process")
 // Index is the reference index of one store. It is safe for concurrent use; Decide never blocks on
 // a running Sync (it reads the last committed state).
 type Index struct {
+	// Set by Open, never changed.
 	dir  string
 	st   store.Store
 	norm *pathnorm.Normalizer
 	opt  options
 	log  *slog.Logger
-	lock *os.File
+	lock *os.File // holds the index directory's flock: one process per index
 
-	syncMu  sync.Mutex     // one Sync or Rebuild at a time (taken before writeMu)
-	writeMu sync.Mutex     // serialises index writes: Sync's apply, Rebuild, the Note*/IndexMetadata writers
-	bg      sync.WaitGroup // closing of previous generations
+	// syncMu runs one Sync or Rebuild at a time. It guards no field; it is taken before writeMu, so
+	// that a sync lists and parses the store while writers through the mount go on.
+	syncMu sync.Mutex
 
-	done chan struct{} // closed by Close: stops background work (filter builds)
+	// writeMu serialises the writers of the index: Sync's apply, Rebuild, IndexMetadata, NoteDeleted,
+	// NoteRenamed, Pin and Unpin, and the start of a filter build. A writer reads the current state,
+	// writes the generation and installs the result with no other writer in between, so no commit is
+	// lost or applied to a state it was not computed from. It guards no field of its own; the fields
+	// a commit replaces (mu.cur, mu.state, mu.snap, mu.pins) change only while it is held, and under
+	// mu. Taken before mu.
+	writeMu sync.Mutex
 
-	snapSeq atomic.Uint64 // sequence of the last snapshot (newSnapshot)
+	// mu guards what decisions and queries read (acquire copies it into a view) and what writers
+	// replace. Readers take it shared for a copy of the fields; Close takes it exclusive to close the
+	// current generation.
+	mu struct {
+		sync.RWMutex
+		pol   Policy
+		cur   *generation
+		state *memState
+		snap  *snapshot            // read transaction of cur matching state (replaced with it)
+		pins  map[string]time.Time // _metadata key → pin time (kept beside the generations)
 
-	mu    sync.RWMutex // guards everything below
-	pol   Policy
-	cur   *generation
-	state *memState
-	snap  *snapshot            // read transaction of cur matching state (replaced with it)
-	pins  map[string]time.Time // _metadata key → pin time (kept beside the generations)
+		lastSync    time.Time // start time of the last complete listing
+		syncErr     string    // last sync failed: fail closed until a sync succeeds
+		failedAt    time.Time // when syncErr was set: only a sync whose listing started later clears it
+		needRebuild bool      // fingerprint changed or empty index
+		interrupted bool      // a multi-transaction change stopped half-way (rolling.go): rebuilt by the next sync
+		closed      bool
+		skew        time.Duration // ≤ 0: how far ages of store files are corrected (clockState)
+		clockAhead  bool          // the store's clock was last seen ahead of this host's
+		clockFailed bool          // the last reading of the store's clock failed (logged once)
+		clock       clockState    // the readings skew is derived from
 
-	lastSync    time.Time // start time of the last complete listing
-	syncErr     string    // last sync failed: fail closed until a sync succeeds
-	failedAt    time.Time // when syncErr was set: only a sync whose listing started later clears it
-	needRebuild bool      // fingerprint changed or empty index
-	interrupted bool      // a multi-transaction change stopped half-way (rolling.go): rebuilt by the next sync
-	closed      bool
-	skew        time.Duration // ≤ 0: how far ages of store files are corrected (clockState)
-	clockAhead  bool          // the store's clock was last seen ahead of this host's
-	clockFailed bool          // the last reading of the store's clock failed (logged once)
-	clock       clockState    // the readings skew is derived from
+		listedJobs map[string][]string // job folder name → parents, from the last listing (jobParents)
+	}
 
-	inferredWarned sync.Map            // inferred prefix maps already logged (resolveOutside warns once each)
-	listedJobs     map[string][]string // job folder name → parents, from the last listing (jobParents)
+	// Safe for concurrent use by themselves.
+	bg             sync.WaitGroup // closing of previous generations, filter builds (Close waits for them)
+	done           chan struct{}  // closed by Close: stops background work (filter builds)
+	snapSeq        atomic.Uint64  // sequence of the last snapshot (newSnapshot)
+	inferredWarned sync.Map       // inferred prefix maps already logged (resolveOutside warns once each)
 }
 
 // Open opens (or creates) the index in dir for store st. It does not sync: until the first Sync or
@@ -111,7 +126,8 @@ func Open(dir string, st store.Store, pol Policy, opts ...Option) (*Index, error
 		lock.Close()
 		return nil, fmt.Errorf("%w: %s (is a `ckguard mount` running? query it through its control socket, or stop it first)", ErrLocked, dir)
 	}
-	ix := &Index{dir: dir, st: st, norm: norm, opt: o, log: o.log, lock: lock, pol: pol, state: newMemState(), done: make(chan struct{})}
+	ix := &Index{dir: dir, st: st, norm: norm, opt: o, log: o.log, lock: lock, done: make(chan struct{})}
+	ix.mu.pol, ix.mu.state = pol, newMemState()
 	if err := ix.openCurrent(); err != nil {
 		lock.Close()
 		return nil, err
@@ -125,7 +141,7 @@ func (ix *Index) SetPolicy(p Policy) error {
 		return err
 	}
 	ix.mu.Lock()
-	ix.pol = p
+	ix.mu.pol = p
 	ix.mu.Unlock()
 	return nil
 }
@@ -134,7 +150,7 @@ func (ix *Index) SetPolicy(p Policy) error {
 func (ix *Index) Policy() Policy {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	return ix.pol
+	return ix.mu.pol
 }
 
 // Store returns the store the index is derived from.
@@ -149,15 +165,15 @@ func (ix *Index) Close() error {
 	defer ix.writeMu.Unlock()
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if ix.closed {
+	if ix.mu.closed {
 		return nil
 	}
-	ix.closed = true
+	ix.mu.closed = true
 	close(ix.done)
 	ix.bg.Wait()
-	ix.cur.users.Wait()
-	ix.snap.release() // the last user: discards its transaction before the DB closes
-	err := ix.cur.db.Close()
+	ix.mu.cur.users.Wait()
+	ix.mu.snap.release() // the last user: discards its transaction before the DB closes
+	err := ix.mu.cur.db.Close()
 	ix.lock.Close()
 	return err
 }
@@ -176,19 +192,19 @@ type view struct {
 	remap bool
 	// interrupted: the remap is due to a large change stopped half-way (rolling.go).
 	interrupted bool
-	skew        time.Duration // see Index.skew
+	skew        time.Duration // see Index.mu.skew
 }
 
 // acquire returns the committed state Decide and the queries read; call release when done.
 func (ix *Index) acquire() (*view, error) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	if ix.closed {
+	if ix.mu.closed {
 		return nil, errors.New("index is closed")
 	}
-	ix.cur.users.Add(1)
-	ix.snap.acquire()
-	return &view{g: ix.cur, snap: ix.snap, filt: ix.cur.filt.Load(), st: ix.state, pol: ix.pol, last: ix.lastSync, syncErr: ix.syncErr, pins: ix.pins, remap: ix.needRebuild && !ix.lastSync.IsZero(), interrupted: ix.interrupted, skew: ix.skew}, nil
+	ix.mu.cur.users.Add(1)
+	ix.mu.snap.acquire()
+	return &view{g: ix.mu.cur, snap: ix.mu.snap, filt: ix.mu.cur.filt.Load(), st: ix.mu.state, pol: ix.mu.pol, last: ix.mu.lastSync, syncErr: ix.mu.syncErr, pins: ix.mu.pins, remap: ix.mu.needRebuild && !ix.mu.lastSync.IsZero(), interrupted: ix.mu.interrupted, skew: ix.mu.skew}, nil
 }
 
 // release ends the view: the snapshot first (finishing it may discard its transaction), then the
@@ -213,13 +229,13 @@ func (ix *Index) startFilter(g *generation) {
 	go func() {
 		ix.writeMu.Lock()
 		ix.mu.RLock()
-		if ix.closed || ix.cur != g || g.filt.Load() != nil {
+		if ix.mu.closed || ix.mu.cur != g || g.filt.Load() != nil {
 			ix.mu.RUnlock()
 			ix.writeMu.Unlock()
 			return
 		}
 		refs := 0
-		for _, c := range ix.state.ckpts {
+		for _, c := range ix.mu.state.ckpts {
 			refs += c.Refs
 		}
 		g.users.Add(1)
@@ -227,7 +243,7 @@ func (ix *Index) startFilter(g *generation) {
 		// The fill reads the state of the current snapshot (no commit can come between: writeMu):
 		// views of older snapshots never consult the filter (they may read reverse entries that a
 		// commit before the fill removed and the filter never counted).
-		seq := ix.snap.seq
+		seq := ix.mu.snap.seq
 		ix.mu.RUnlock()
 		// The number of distinct objects is not stored; incremental checkpoints reference a shared
 		// file from about as many checkpoints as it survives, so assume ~16 references per object
@@ -255,8 +271,8 @@ func (ix *Index) startFilter(g *generation) {
 func (ix *Index) switchGeneration(g *generation, st *memState, last time.Time) {
 	snap := ix.newSnapshot(g)
 	ix.mu.Lock()
-	old, oldSnap := ix.cur, ix.snap
-	ix.cur, ix.snap, ix.state, ix.lastSync, ix.syncErr, ix.needRebuild, ix.interrupted = g, snap, st, last, "", false, false
+	old, oldSnap := ix.mu.cur, ix.mu.snap
+	ix.mu.cur, ix.mu.snap, ix.mu.state, ix.mu.lastSync, ix.mu.syncErr, ix.mu.needRebuild, ix.mu.interrupted = g, snap, st, last, "", false, false
 	ix.mu.Unlock()
 	oldSnap.retire()
 	oldSnap.release() // no longer current; finished with its last view

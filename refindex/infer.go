@@ -197,7 +197,7 @@ func (ix *Index) resolveOutside(ctx context.Context, e *entry) error {
 // any job folder.
 func (ix *Index) jobParents(job string) []string {
 	ix.mu.RLock()
-	listed, st := ix.listedJobs, ix.state
+	listed, st := ix.mu.listedJobs, ix.mu.state
 	ix.mu.RUnlock()
 	// Then every folder that holds some job folder: a job whose checkpoints are all retired still has
 	// its shared files beside the other jobs.
@@ -232,7 +232,7 @@ func (ix *Index) noteListedJobs(keys []string) {
 		addJobParent(m, k)
 	}
 	ix.mu.Lock()
-	ix.listedJobs = m
+	ix.mu.listedJobs = m
 	ix.mu.Unlock()
 }
 

@@ -102,7 +102,7 @@ func TestCLIIndexReusedByMount(t *testing.T) {
 			if err := cli.Rebuild(ctx); err != nil {
 				t.Fatal(err)
 			}
-			gen := cli.cur.n
+			gen := cli.mu.cur.n
 			cli.Close()
 			mount, err := Open(dir, st, DefaultPolicy(), WithMountpoint(mnt))
 			if err != nil {
@@ -120,8 +120,8 @@ func TestCLIIndexReusedByMount(t *testing.T) {
 			if err := mount.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if rebuilt := mount.cur.n != gen; rebuilt != tc.rebuild {
-				t.Errorf("mount's first sync: rebuilt=%v (generation %d → %d), want %v", rebuilt, gen, mount.cur.n, tc.rebuild)
+			if rebuilt := mount.mu.cur.n != gen; rebuilt != tc.rebuild {
+				t.Errorf("mount's first sync: rebuilt=%v (generation %d → %d), want %v", rebuilt, gen, mount.mu.cur.n, tc.rebuild)
 			}
 			for _, k := range tr.Referenced() {
 				if d := mount.Decide(ctx, k, verdict.OpUnlink); d.Allow {
@@ -135,7 +135,7 @@ func TestCLIIndexReusedByMount(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer again.Close()
-			if again.needRebuild {
+			if again.mu.needRebuild {
 				t.Errorf("the CLI reopening the mount's index wants a rebuild")
 			}
 		})

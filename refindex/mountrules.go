@@ -45,7 +45,7 @@ func (ix *Index) adoptMountRules(db *badger.DB) error {
 	}
 	if stale {
 		ix.log.Info("the index holds references through this mountpoint that it was built without; the next sync rebuilds it", "index", ix.dir)
-		ix.needRebuild = true
+		ix.mu.needRebuild = true
 		return nil
 	}
 	return db.Update(func(txn *badger.Txn) error { return txn.Set(keyMountRules, []byte(want)) })

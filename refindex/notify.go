@@ -86,7 +86,7 @@ func (ix *Index) Deleted(ctx context.Context, p string) error {
 	// waiting for a running sync's write. A _metadata indexed meanwhile from a file read before this
 	// removal stays indexed until the next sync: the index then refuses more, never less.
 	ix.mu.RLock()
-	cur := ix.state
+	cur := ix.mu.state
 	ix.mu.RUnlock()
 	if cur.ckpts[key] == nil && len(cur.below(key)) == 0 {
 		return nil
@@ -94,7 +94,7 @@ func (ix *Index) Deleted(ctx context.Context, p string) error {
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()
 	ix.mu.RLock()
-	cur = ix.state
+	cur = ix.mu.state
 	ix.mu.RUnlock()
 	var removes []string
 	if cur.ckpts[key] != nil {
@@ -134,7 +134,7 @@ func (ix *Index) Renamed(ctx context.Context, from, to string) error {
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()
 	ix.mu.RLock()
-	cur := ix.state
+	cur := ix.mu.state
 	ix.mu.RUnlock()
 	var removes []string
 	for _, k := range []string{fk, tk} {

@@ -24,7 +24,7 @@ type pinsDoc struct {
 func (ix *Index) loadPins() error {
 	b, err := os.ReadFile(filepath.Join(ix.dir, pinsFile))
 	if errors.Is(err, fs.ErrNotExist) {
-		ix.pins = map[string]time.Time{}
+		ix.mu.pins = map[string]time.Time{}
 		return nil
 	}
 	if err != nil {
@@ -37,7 +37,7 @@ func (ix *Index) loadPins() error {
 	if d.Pins == nil {
 		d.Pins = map[string]time.Time{}
 	}
-	ix.pins = d.Pins
+	ix.mu.pins = d.Pins
 	return nil
 }
 
@@ -84,8 +84,8 @@ func (ix *Index) Pin(ctx context.Context, p string) (*PinResult, error) {
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()
 	ix.mu.RLock()
-	next := make(map[string]time.Time, len(ix.pins)+1)
-	for k, v := range ix.pins {
+	next := make(map[string]time.Time, len(ix.mu.pins)+1)
+	for k, v := range ix.mu.pins {
 		next[k] = v
 	}
 	ix.mu.RUnlock()
@@ -97,7 +97,7 @@ func (ix *Index) Pin(ctx context.Context, p string) (*PinResult, error) {
 			return nil, fmt.Errorf("pin %s: %w", key, err)
 		}
 		ix.mu.Lock()
-		ix.pins = next
+		ix.mu.pins = next
 		ix.mu.Unlock()
 	}
 	return &PinResult{Checkpoint: key, Pinned: true, Since: since}, nil
@@ -115,9 +115,9 @@ func (ix *Index) Unpin(ctx context.Context, p string) (*PinResult, error) {
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()
 	ix.mu.RLock()
-	_, ok := ix.pins[key]
-	next := make(map[string]time.Time, len(ix.pins))
-	for k, v := range ix.pins {
+	_, ok := ix.mu.pins[key]
+	next := make(map[string]time.Time, len(ix.mu.pins))
+	for k, v := range ix.mu.pins {
 		if k != key {
 			next[k] = v
 		}
@@ -132,7 +132,7 @@ func (ix *Index) Unpin(ctx context.Context, p string) (*PinResult, error) {
 		return nil, fmt.Errorf("unpin %s: %w", key, err)
 	}
 	ix.mu.Lock()
-	ix.pins = next
+	ix.mu.pins = next
 	ix.mu.Unlock()
 	return &PinResult{Checkpoint: key, Pinned: false}, nil
 }

@@ -304,7 +304,7 @@ func (ix *Index) Why(ctx context.Context, p string) (*WhyResult, error) {
 // (CheckpointInfo.InferredMaps), as Why is asked about a URI as Flink wrote it.
 func (ix *Index) inferredKey(uri string) (pathnorm.Key, bool) {
 	ix.mu.RLock()
-	st := ix.state
+	st := ix.mu.state
 	ix.mu.RUnlock()
 	for _, k := range st.inferredRecords() {
 		if key, ok := pathnorm.ApplyInferred(st.ckpts[k].Inferred, uri); ok {
@@ -581,7 +581,7 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 // follows, which the view holds.
 func (ix *Index) indexedNow(o store.ObjectInfo) bool {
 	ix.mu.RLock()
-	cur := ix.state
+	cur := ix.mu.state
 	ix.mu.RUnlock()
 	c := cur.ckpts[o.Path]
 	return c != nil && sameVersion(c, o)

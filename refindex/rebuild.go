@@ -54,7 +54,7 @@ func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
 		return ix.failSync(err)
 	}
 	ix.mu.RLock()
-	next := max(ix.cur.n, ix.maxGenOnDisk()) + 1
+	next := max(ix.mu.cur.n, ix.maxGenOnDisk()) + 1
 	ix.mu.RUnlock()
 	p := filepath.Join(ix.dir, genName(next))
 	if err := os.RemoveAll(p); err != nil {
@@ -132,7 +132,7 @@ func (ix *Index) listForRebuild(ctx context.Context) ([]store.ObjectInfo, error)
 		return nil, fmt.Errorf("list _metadata in %s: %w", ix.st.Root(), err)
 	}
 	ix.mu.RLock()
-	cur := ix.state
+	cur := ix.mu.state
 	ix.mu.RUnlock()
 	unlisted := cur.unlisted(listed)
 	_, restat, kept, err := ix.confirmGone(ctx, cur, unlisted)
@@ -294,7 +294,7 @@ func (ix *Index) rebuildExclusive(ctx context.Context) error {
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()
 	ix.mu.RLock()
-	closed := ix.closed
+	closed := ix.mu.closed
 	ix.mu.RUnlock()
 	if closed {
 		return errors.New("index is closed")

@@ -60,7 +60,7 @@ func TestFilterDecrementsWaitForOlderViews(t *testing.T) {
 	if len(metas) < 2 {
 		t.Fatalf("scenario has no two checkpoints with exclusive files: %v", owners)
 	}
-	f := ix.cur.filt.Load()
+	f := ix.mu.cur.filt.Load()
 	slot := func(k string) uint32 { return f.slots[f.hash(k)&f.mask].Load() }
 	before := []uint32{slot(only[0]), slot(only[1])}
 	if before[0] == 0 || before[1] == 0 {

@@ -21,12 +21,12 @@ import (
 // persisted so that a restarted mount stays closed too.
 func (ix *Index) failSync(err error) error {
 	ix.mu.Lock()
-	if ix.closed {
+	if ix.mu.closed {
 		ix.mu.Unlock()
 		return err
 	}
-	ix.syncErr, ix.failedAt = err.Error(), time.Now()
-	g := ix.cur
+	ix.mu.syncErr, ix.mu.failedAt = err.Error(), time.Now()
+	g := ix.mu.cur
 	g.users.Add(1) // Sync fails outside writeMu: keep Close or a switch from closing g meanwhile
 	ix.mu.Unlock()
 	_ = g.db.Update(func(txn *badger.Txn) error { return txn.Set(keySyncErr, []byte(err.Error())) })
@@ -47,7 +47,7 @@ func (ix *Index) Sync(ctx context.Context) error {
 	defer ix.beginWork()()
 	ix.readStoreClock(ctx)
 	ix.mu.RLock()
-	need, cur, gen := ix.needRebuild, ix.state, ix.cur
+	need, cur, gen := ix.mu.needRebuild, ix.mu.state, ix.mu.cur
 	ix.mu.RUnlock()
 	if need {
 		return ix.rebuildExclusive(ctx)
@@ -90,8 +90,8 @@ func (ix *Index) Sync(ctx context.Context) error {
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()
 	ix.mu.RLock()
-	now, closed, switched := ix.state, ix.closed, ix.cur != gen
-	ttl := max(ix.pol.Grace, time.Hour)
+	now, closed, switched := ix.mu.state, ix.mu.closed, ix.mu.cur != gen
+	ttl := max(ix.mu.pol.Grace, time.Hour)
 	ix.mu.RUnlock()
 	if closed {
 		return errors.New("index is closed")
@@ -115,7 +115,7 @@ func (ix *Index) Sync(ctx context.Context) error {
 	if err != nil {
 		return ix.failSync(fmt.Errorf("write index: %w", err))
 	}
-	ix.log.Info("index synced", "added_or_changed", len(puts), "removed", len(removed), "checkpoints", len(ix.state.ckpts), "took", time.Since(t0).Round(time.Millisecond))
+	ix.log.Info("index synced", "added_or_changed", len(puts), "removed", len(removed), "checkpoints", len(ix.mu.state.ckpts), "took", time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 
