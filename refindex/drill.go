@@ -162,47 +162,36 @@ func (ix *Index) Drill(ctx context.Context, o DrillOptions) (*DrillResult, error
 	verdicts := make(map[string]*verdict, len(order))
 	var mu sync.Mutex
 	var firstErr error
-	sem := make(chan struct{}, ix.opt.workers)
-	var wg sync.WaitGroup
 	bar := ix.newBar(len(order), "drilling")
-	for _, k := range order {
-		if ctx.Err() != nil {
-			break
-		}
-		n := needs[k]
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done(); bar.Add(1) }()
-			vd := &verdict{}
-			oi, err := ix.st.Stat(ctx, n.key)
-			switch {
-			case errors.Is(err, fs.ErrNotExist):
-				vd.missing = true
-			case err != nil:
-				mu.Lock()
-				if firstErr == nil {
-					firstErr = fmt.Errorf("verify --deep: stat %s: %w", n.key, err)
-				}
-				mu.Unlock()
-				return
-			case n.dir || oi.IsDir:
-				vd.size = oi.Size
-			default:
-				vd.size = oi.Size
-				if !o.Read && oi.Size >= n.size && n.size > 0 {
-					// Readable as far as the handles need: the last byte they cover.
-					if err := readOne(ctx, ix.st, n.key, n.size-1); err != nil {
-						vd.err = err.Error()
-					}
+	ix.inParallel(ctx, len(order), bar, func(i int) {
+		n := needs[order[i]]
+		vd := &verdict{}
+		oi, err := ix.st.Stat(ctx, n.key)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			vd.missing = true
+		case err != nil:
+			mu.Lock()
+			if firstErr == nil {
+				firstErr = fmt.Errorf("verify --deep: stat %s: %w", n.key, err)
+			}
+			mu.Unlock()
+			return
+		case n.dir || oi.IsDir:
+			vd.size = oi.Size
+		default:
+			vd.size = oi.Size
+			if !o.Read && oi.Size >= n.size && n.size > 0 {
+				// Readable as far as the handles need: the last byte they cover.
+				if err := readOne(ctx, ix.st, n.key, n.size-1); err != nil {
+					vd.err = err.Error()
 				}
 			}
-			mu.Lock()
-			verdicts[n.key] = vd
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+		}
+		mu.Lock()
+		verdicts[n.key] = vd
+		mu.Unlock()
+	})
 	bar.Finish()
 	if firstErr != nil {
 		return nil, firstErr

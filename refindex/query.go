@@ -648,27 +648,17 @@ func (ix *Index) Verify(ctx context.Context) (*VerifyResult, error) {
 	}
 	res.Objects = len(objs)
 	bar := ix.newBar(len(objs), "verifying")
-	sem := make(chan struct{}, ix.opt.workers)
-	var wg sync.WaitGroup
 	var firstErr error
-	for _, o := range objs {
-		if ctx.Err() != nil {
-			break
+	ix.inParallel(ctx, len(objs), bar, func(i int) {
+		o := objs[i]
+		_, err := ix.st.Stat(ctx, o)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil && !errors.Is(err, fs.ErrNotExist) && firstErr == nil {
+			firstErr = fmt.Errorf("verify: stat %s: %w", o, err)
 		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func(o string) {
-			defer func() { <-sem; wg.Done(); bar.Add(1) }()
-			_, err := ix.st.Stat(ctx, o)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && !errors.Is(err, fs.ErrNotExist) && firstErr == nil {
-				firstErr = fmt.Errorf("verify: stat %s: %w", o, err)
-			}
-			exists[o] = err
-		}(o)
-	}
-	wg.Wait()
+		exists[o] = err
+	})
 	bar.Finish()
 	if firstErr != nil {
 		return nil, firstErr

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -156,24 +155,21 @@ func (ix *Index) confirmGone(ctx context.Context, cur *memState, keys []string) 
 		return nil, nil, nil, nil
 	}
 	type res struct {
-		key string
-		oi  store.ObjectInfo
-		err error
+		key     string
+		oi      store.ObjectInfo
+		err     error
+		statted bool
 	}
 	out := make([]res, len(keys))
-	sem := make(chan struct{}, ix.opt.workers)
-	var wg sync.WaitGroup
-	for i, k := range keys {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			oi, err := ix.st.Stat(ctx, k)
-			out[i] = res{key: k, oi: oi, err: err}
-		}()
-	}
-	wg.Wait()
-	for _, r := range out {
+	ix.inParallel(ctx, len(keys), noBar{}, func(i int) {
+		oi, err := ix.st.Stat(ctx, keys[i])
+		out[i] = res{key: keys[i], oi: oi, err: err, statted: true}
+	})
+	for i, r := range out {
+		if !r.statted {
+			// Not stat'ed: ctx was done before its turn. Unknown is not gone.
+			r = res{key: keys[i], err: ctx.Err()}
+		}
 		switch {
 		case errors.Is(r.err, fs.ErrNotExist):
 			gone = append(gone, r.key)
