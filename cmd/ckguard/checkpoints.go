@@ -11,7 +11,6 @@ import (
 
 	"github.com/ckguard/ckguard/internal/graph"
 	"github.com/ckguard/ckguard/refindex"
-	"github.com/ckguard/ckguard/refindex/pathnorm"
 )
 
 func checkpointsCommand() *cli.Command {
@@ -46,27 +45,10 @@ func runCheckpoints(c *cli.Context) error {
 // listings (the index keeps no sizes). A checkpoint whose files cannot be sized gets -1 and a warning:
 // the listing itself is still right.
 func fillReferencedBytes(c *cli.Context, res *refindex.CheckpointsResult) error {
-	st, err := openStore(c)
+	refs, err := storeRefs(c, res)
 	if err != nil {
 		return err
 	}
-	var maps []pathnorm.Mapping
-	for _, m := range c.StringSlice("map") {
-		pm, err := pathnorm.ParseMapping(m)
-		if err != nil {
-			return exitf(exitUsage, "%v", err)
-		}
-		maps = append(maps, pm)
-	}
-	refs, err := graph.NewStoreRefs(st, maps, c.String("entropy-key"))
-	if err != nil {
-		return exitf(exitUsage, "%v", err)
-	}
-	known := map[string]bool{}
-	for _, j := range res.Jobs {
-		known[j.Job] = true
-	}
-	refs.Known = func(f string) bool { return known[f] }
 	sizes := graph.NewSizeCache(refs)
 	log := cliLogger()
 	for ji := range res.Jobs {

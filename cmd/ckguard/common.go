@@ -23,6 +23,7 @@ import (
 
 	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/internal/duration"
+	"github.com/ckguard/ckguard/internal/graph"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/pathnorm"
 	"github.com/ckguard/ckguard/refindex/store"
@@ -168,8 +169,8 @@ func hasFlag(c *cli.Context, name string) bool {
 	return false
 }
 
-// indexOptions builds the index options from the path flags.
-func indexOptions(c *cli.Context) ([]refindex.Option, error) {
+// pathMaps parses the --map flags.
+func pathMaps(c *cli.Context) ([]pathnorm.Mapping, error) {
 	var maps []pathnorm.Mapping
 	for _, m := range c.StringSlice("map") {
 		pm, err := pathnorm.ParseMapping(m)
@@ -177,6 +178,38 @@ func indexOptions(c *cli.Context) ([]refindex.Option, error) {
 			return nil, err
 		}
 		maps = append(maps, pm)
+	}
+	return maps, nil
+}
+
+// storeRefs reads references straight from the store's _metadata, normalised by the --map and
+// --entropy-key flags, attributing entropy-injected keys to the job folders of res.
+func storeRefs(c *cli.Context, res *refindex.CheckpointsResult) (*graph.StoreRefs, error) {
+	st, err := openStore(c)
+	if err != nil {
+		return nil, err
+	}
+	maps, err := pathMaps(c)
+	if err != nil {
+		return nil, exitf(exitUsage, "%v", err)
+	}
+	refs, err := graph.NewStoreRefs(st, maps, c.String("entropy-key"))
+	if err != nil {
+		return nil, exitf(exitUsage, "%v", err)
+	}
+	known := map[string]bool{}
+	for _, j := range res.Jobs {
+		known[j.Job] = true
+	}
+	refs.Known = func(f string) bool { return known[f] }
+	return refs, nil
+}
+
+// indexOptions builds the index options from the path flags.
+func indexOptions(c *cli.Context) ([]refindex.Option, error) {
+	maps, err := pathMaps(c)
+	if err != nil {
+		return nil, err
 	}
 	opts := []refindex.Option{refindex.WithPathMap(maps, c.String("entropy-key")), refindex.WithExternal(c.StringSlice("external")), refindex.WithLogger(cliLogger())}
 	if isTerminal(os.Stderr) {

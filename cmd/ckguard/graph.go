@@ -9,7 +9,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ckguard/ckguard/internal/graph"
-	"github.com/ckguard/ckguard/refindex/pathnorm"
 )
 
 func graphCommand() *cli.Command {
@@ -84,27 +83,10 @@ func runGraph(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	st, err := openStore(c)
+	refs, err := storeRefs(c, res)
 	if err != nil {
 		return err
 	}
-	var maps []pathnorm.Mapping
-	for _, m := range c.StringSlice("map") {
-		pm, err := pathnorm.ParseMapping(m)
-		if err != nil {
-			return exitf(2, "%v", err)
-		}
-		maps = append(maps, pm)
-	}
-	refs, err := graph.NewStoreRefs(st, maps, c.String("entropy-key"))
-	if err != nil {
-		return exitf(2, "%v", err)
-	}
-	known := map[string]bool{}
-	for _, j := range res.Jobs {
-		known[j.Job] = true
-	}
-	refs.Known = func(f string) bool { return known[f] }
 	inferred := map[string][]string{}
 	for _, j := range res.Jobs {
 		for _, ck := range j.Checkpoints {
