@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/ckguard/ckguard/internal/versitygw"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
 
@@ -41,9 +41,6 @@ type s3Server struct {
 // versitygwBinary finds versitygw: $CKGUARD_VERSITYGW, .tools/bin of the checkout (found from the
 // working directory or next to bin/ckguard), then $PATH.
 func versitygwBinary(exe string) (string, error) {
-	if p := os.Getenv("CKGUARD_VERSITYGW"); p != "" {
-		return p, nil
-	}
 	var dirs []string
 	if wd, err := os.Getwd(); err == nil {
 		for d := wd; ; d = filepath.Dir(d) {
@@ -54,13 +51,7 @@ func versitygwBinary(exe string) (string, error) {
 		}
 	}
 	dirs = append(dirs, filepath.Dir(filepath.Dir(exe)))
-	for _, d := range dirs {
-		p := filepath.Join(d, ".tools", "bin", "versitygw")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	if p, err := exec.LookPath("versitygw"); err == nil {
+	if p, err := versitygw.Find(dirs...); err == nil {
 		return p, nil
 	}
 	return "", errors.New("versitygw (the S3 server the S3 demo runs on 127.0.0.1) is not installed; `make demo` does not install it: run `make setup-test` in the checkout first (it puts versitygw in .tools/bin), or set CKGUARD_VERSITYGW to a versitygw binary")
@@ -105,27 +96,15 @@ func startS3(ctx context.Context, exe, dir string) (*s3Server, error) {
 		return nil, fmt.Errorf("start versitygw: %w", err)
 	}
 	go func() { _ = s.cmd.Wait(); close(s.exited) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(s.endpoint + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		select {
-		case <-s.exited:
-			return nil, fmt.Errorf("versitygw exited at start:\n%s", tail(s.log, 10))
-		case <-ctx.Done():
-			s.stop()
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.stop()
-			return nil, fmt.Errorf("versitygw not healthy on %s after 20s:\n%s", addr, tail(s.log, 10))
-		}
+	switch err := versitygw.WaitHealthy(ctx, s.endpoint, s.exited, 20*time.Second); {
+	case errors.Is(err, versitygw.ErrExited):
+		return nil, fmt.Errorf("versitygw exited at start:\n%s", tail(s.log, 10))
+	case errors.Is(err, versitygw.ErrNotHealthy):
+		s.stop()
+		return nil, fmt.Errorf("versitygw not healthy on %s after 20s:\n%s", addr, tail(s.log, 10))
+	case err != nil:
+		s.stop()
+		return nil, err
 	}
 	c, err := s3client.New(ctx, s3client.Config{Endpoint: s.endpoint, Region: s3Region, PathStyle: true,
 		AccessKey: s3Access, SecretKey: s3Secret, MaxAttempts: 3}, s3client.Location{Bucket: s3Bucket})

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/ckguard/ckguard/internal/versitygw"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
 
@@ -44,16 +44,11 @@ type Server struct {
 
 // Binary finds versitygw: $CKGUARD_VERSITYGW, the repo's .tools/bin, then $PATH.
 func Binary() (string, error) {
-	if p := os.Getenv("CKGUARD_VERSITYGW"); p != "" {
-		return p, nil
-	}
+	var dirs []string
 	if root, err := repoRoot(); err == nil {
-		p := filepath.Join(root, ".tools", "bin", "versitygw")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
+		dirs = append(dirs, root)
 	}
-	if p, err := exec.LookPath("versitygw"); err == nil {
+	if p, err := versitygw.Find(dirs...); err == nil {
 		return p, nil
 	}
 	return "", errors.New("versitygw not found: run `make setup` (GOBIN=.tools/bin go install github.com/versity/versitygw/cmd/versitygw@v1.8.0)")
@@ -131,21 +126,11 @@ func (s *Server) start() error {
 	}
 	s.cmd, s.done = cmd, make(chan struct{})
 	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(s.done)
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-s.done:
-			return fmt.Errorf("versitygw exited at start: %s", s.logs.String())
-		default:
-		}
-		resp, err := http.Get(s.Endpoint + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return nil
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
+	switch err := versitygw.WaitHealthy(context.Background(), s.Endpoint, s.done, 20*time.Second); {
+	case err == nil:
+		return nil
+	case errors.Is(err, versitygw.ErrExited):
+		return fmt.Errorf("versitygw exited at start: %s", s.logs.String())
 	}
 	s.kill(syscall.SIGKILL)
 	return fmt.Errorf("versitygw not healthy after 20s: %s", s.logs.String())
