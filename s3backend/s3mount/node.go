@@ -279,6 +279,17 @@ func (n *node) setObj(o s3client.Object) {
 	n.mu.Unlock()
 }
 
+// openWriters returns the handles open for writing the file.
+func (n *node) openWriters() []*writeHandle {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ws := make([]*writeHandle, 0, len(n.writers))
+	for w := range n.writers {
+		ws = append(ws, w)
+	}
+	return ws
+}
+
 func (n *node) writing() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -330,15 +341,26 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if sz, ok := in.GetSize(); ok && !n.IsDir() {
 		key := n.key()
+		ws := n.openWriters()
 		if w, ok := fh.(*writeHandle); ok {
-			w.mu.Lock()
-			dctx := w.decideCtxLocked(ctx)
-			w.mu.Unlock()
+			ws = []*writeHandle{w}
+		}
+		// An open(O_TRUNC) of an existing object reaches the mount as an open for writing followed by a
+		// truncate without a handle (the kernel truncates at open only for filesystems that ask for it).
+		// That truncation, and a truncate(2) by path while the file is open for writing, is the open
+		// writers': on their spools, uploaded at close. An empty object put now would make every writer's
+		// upload fail (its If-Match names the version it opened) and leave the file empty.
+		if len(ws) > 0 {
+			ws[0].mu.Lock()
+			dctx := ws[0].decideCtxLocked(ctx)
+			ws[0].mu.Unlock()
 			if errno := n.fsys.g.Errno(dctx, guard.Check{Op: verdict.OpTruncate, Path: key}); errno != 0 {
 				return errno
 			}
-			if err := w.truncate(int64(sz)); err != nil {
-				return s3client.Errno(err)
+			for _, w := range ws {
+				if err := w.truncate(int64(sz)); err != nil {
+					return s3client.Errno(err)
+				}
 			}
 		} else {
 			if sz != 0 {

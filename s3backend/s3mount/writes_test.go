@@ -225,3 +225,23 @@ func TestNoHolePunchOnS3(t *testing.T) {
 		t.Errorf("object changed: %q %v", b[:m], err)
 	}
 }
+
+// TestOpenTruncOfExistingObject: open(O_TRUNC) of an existing unreferenced object (a shell's "> file")
+// replaces it with what was written. The kernel sends it as an open for writing and a truncate without a
+// handle; a truncate that emptied the object itself would fail the writer's upload at close (ESTALE: its
+// If-Match names the version it opened) and leave the file empty.
+func TestOpenTruncOfExistingObject(t *testing.T) {
+	e := setup(t, newChecker(), nil)
+	e.put(t, "j/f", "old content")
+	if err := os.WriteFile(e.path("j/f"), []byte("new"), 0o644); err != nil {
+		t.Fatalf("write onto an existing object: %v", err)
+	}
+	b := make([]byte, 64)
+	m, err := e.c.ReadAt(context.Background(), "j/f", b, 0, "")
+	if err != nil && err != io.EOF {
+		t.Fatal(err)
+	}
+	if string(b[:m]) != "new" {
+		t.Errorf("object after open(O_TRUNC) and write: %q, want %q", b[:m], "new")
+	}
+}
