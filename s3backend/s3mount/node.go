@@ -59,6 +59,8 @@ var (
 	_ = (gofs.NodeOpendirHandler)((*node)(nil))
 	_ = (gofs.NodeGetxattrer)((*node)(nil))
 	_ = (gofs.NodeListxattrer)((*node)(nil))
+	_ = (gofs.NodeSetxattrer)((*node)(nil))
+	_ = (gofs.NodeRemovexattrer)((*node)(nil))
 	_ = (gofs.NodeStatfser)((*node)(nil))
 )
 
@@ -429,16 +431,29 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	return uint32(copy(dest, val)), 0
 }
 
-func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	val := "user.ckguard.state\x00user.ckguard.refs\x00"
-	if len(dest) == 0 {
-		return uint32(len(val)), 0
+// Listxattr lists nothing: S3 objects carry no extended attributes, and the guard's own are computed, not
+// stored. Listing them would make cp -a, rsync -X and mv copy a state that is not the copy's.
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) { return 0, 0 }
+
+// Setxattr refuses the guard's own attributes (they are the index's answer, not settable) and stores no
+// others (ENOTSUP, which cp -a and rsync -X take as "this filesystem has none").
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if strings.HasPrefix(attr, xattrNS) {
+		return syscall.EPERM
 	}
-	if len(dest) < len(val) {
-		return uint32(len(val)), syscall.ERANGE
-	}
-	return uint32(copy(dest, val)), 0
+	return syscall.ENOTSUP
 }
+
+// Removexattr is Setxattr's counterpart.
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if strings.HasPrefix(attr, xattrNS) {
+		return syscall.EPERM
+	}
+	return syscall.ENOTSUP
+}
+
+// xattrNS is the guard's attribute namespace (user.ckguard.state, user.ckguard.refs).
+const xattrNS = "user.ckguard."
 
 // Mkdir writes a "name/" marker, so the empty directory exists for other clients too.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
