@@ -112,6 +112,7 @@ var All = map[string]func(*testing.T, Harness){
 
 // Run runs every case of the suite against h, each on its own mount, in name order.
 func Run(t *testing.T, h Harness) {
+	fusetest.Require(t)
 	names := make([]string, 0, len(All))
 	for k := range All {
 		names = append(names, k)
