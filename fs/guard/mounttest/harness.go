@@ -35,6 +35,7 @@ package mounttest
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -183,23 +184,9 @@ func want(t *testing.T, what string, err error, want syscall.Errno) {
 	switch {
 	case want == 0 && err != nil:
 		t.Errorf("%s: %v, want success", what, err)
-	case want != 0 && !errorsIs(err, want):
+	case want != 0 && !errors.Is(err, want):
 		t.Errorf("%s: %v, want %v", what, err, want)
 	}
-}
-
-func errorsIs(err error, errno syscall.Errno) bool {
-	for err != nil {
-		if e, ok := err.(syscall.Errno); ok {
-			return e == errno
-		}
-		u, ok := err.(interface{ Unwrap() error })
-		if !ok {
-			return false
-		}
-		err = u.Unwrap()
-	}
-	return false
 }
 
 // intact fails t unless key holds data in the store.
