@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// testRef is a test named in a doc: "`s3mount TestGuardedOps`" (package directory name, test function).
+// testRef is a test named in a doc: "`s3mount TestContract`" (package directory name, test function).
 var testRef = regexp.MustCompile("`([a-z0-9]+) (Test[A-Za-z0-9_]+)")
 
 // TestClaimsNameExistingTests keeps DEVELOPING.md's claim-to-test table honest: every test it names

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -75,234 +74,11 @@ func (e *env) exists(key string) bool {
 	return err == nil
 }
 
-func TestGuardedOperations(t *testing.T) {
+// TestUserXattrsReachTheStore: extended attributes other than the guard's own pass through to the store's
+// file (the mount contract suite reads them back through the mount).
+func TestUserXattrsReachTheStore(t *testing.T) {
 	e := mountFake(t)
-	e.write(t, "job/chk-1/_metadata", "meta")
-	e.write(t, "job/shared/ref.sst", "referenced")
-	e.write(t, "job/shared/free.sst", "garbage")
-	e.checker.Protect("job/shared/ref.sst", "job/chk-1/_metadata")
-	e.write(t, "job/shared/private.sst", "readable by owner and group")
-	if err := os.Chmod(filepath.Join(e.store, "job/shared/private.sst"), 0o640); err != nil {
-		t.Fatal(err)
-	}
-	e.checker.Protect("job/shared/private.sst", "job/chk-1/_metadata")
-	m := func(k string) string { return filepath.Join(e.mnt, k) }
-
-	tests := []struct {
-		name string
-		do   func() error
-		want error // nil: allowed
-		gone string
-	}{
-		{"unlink referenced", func() error { return os.Remove(m("job/shared/ref.sst")) }, syscall.EPERM, ""},
-		{"truncate referenced", func() error { return os.Truncate(m("job/shared/ref.sst"), 0) }, syscall.EPERM, ""},
-		{"open O_TRUNC referenced", func() error {
-			f, err := os.OpenFile(m("job/shared/ref.sst"), os.O_WRONLY|os.O_TRUNC, 0)
-			if err == nil {
-				f.Close()
-			}
-			return err
-		}, syscall.EPERM, ""},
-		{"open for write referenced", func() error {
-			f, err := os.OpenFile(m("job/shared/ref.sst"), os.O_WRONLY|os.O_APPEND, 0)
-			if err == nil {
-				f.Close()
-			}
-			return err
-		}, syscall.EPERM, ""},
-		{"rename referenced", func() error { return os.Rename(m("job/shared/ref.sst"), m("job/x.sst")) }, syscall.EPERM, ""},
-		{"rename onto referenced", func() error { return os.Rename(m("job/shared/free.sst"), m("job/shared/ref.sst")) }, syscall.EPERM, ""},
-		{"rename dir holding referenced", func() error { return os.Rename(m("job"), m("job2")) }, syscall.EPERM, ""},
-		{"hard link to referenced", func() error { return os.Link(m("job/shared/ref.sst"), m("job/alias")) }, syscall.EPERM, ""},
-		{"rmdir holding referenced", func() error { return syscall.Rmdir(m("job/shared")) }, syscall.EPERM, ""},
-		{"setxattr guard namespace", func() error { return unix.Setxattr(m("job/shared/free.sst"), XattrState, []byte("deletable"), 0) }, syscall.EPERM, ""},
-		{"read referenced", func() error { _, err := os.ReadFile(m("job/shared/ref.sst")); return err }, nil, ""},
-		// A referenced file its Flink user can no longer read fails the restore too.
-		{"chmod referenced, taking read away", func() error { return os.Chmod(m("job/shared/ref.sst"), 0o600) }, syscall.EPERM, ""},
-		{"chmod referenced, readable by owner and group only, taking group read away", func() error { return os.Chmod(m("job/shared/private.sst"), 0o600) }, syscall.EPERM, ""},
-		// A restore (cp -a, tar -p as root) gives files and folders their owner after creating
-		// them owner-only: a change of owner is not decided.
-		{"chown referenced", func() error { return os.Chown(m("job/shared/private.sst"), 65534, 65534) }, nil, ""},
-		{"chmod referenced, taking write away", func() error { return os.Chmod(m("job/shared/ref.sst"), 0o444) }, nil, ""},
-		{"chmod 000 of a folder holding referenced", func() error { return os.Chmod(m("job/shared"), 0) }, syscall.EPERM, ""},
-		{"chmod referenced, adding permissions", func() error { return os.Chmod(m("job/shared/ref.sst"), 0o664) }, nil, ""},
-		{"chown referenced to the owner it has", func() error { return os.Chown(m("job/shared/ref.sst"), os.Getuid(), -1) }, nil, ""},
-		{"chmod unreferenced, taking read away", func() error { return os.Chmod(m("job/shared/free.sst"), 0o600) }, nil, ""},
-		{"unlink unreferenced", func() error { return os.Remove(m("job/shared/free.sst")) }, nil, "job/shared/free.sst"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.do()
-			if tc.want == nil {
-				if err != nil {
-					t.Fatalf("got %v, want success", err)
-				}
-			} else if !errors.Is(err, tc.want) {
-				t.Fatalf("got %v, want %v", err, tc.want)
-			}
-			if b, err := os.ReadFile(filepath.Join(e.store, "job/shared/ref.sst")); err != nil || string(b) != "referenced" {
-				t.Fatalf("referenced file damaged: %q %v", b, err)
-			}
-			if tc.gone != "" && e.exists(tc.gone) {
-				t.Fatalf("%s still in the store", tc.gone)
-			}
-		})
-	}
-	if !slices.Contains(e.checker.CallLog(), "deleted job/shared/free.sst") {
-		t.Errorf("index not told about the deletion: %v", e.checker.CallLog())
-	}
-	recs, err := audit.ReadFile(e.auditPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var refused, allowed int
-	for _, r := range recs {
-		switch r.Decision {
-		case "refuse":
-			if r.Errno == "EINTR" {
-				// An attempt interrupted by Go's preemption signal (FUSE_INTERRUPT): the caller retried, and
-				// the retry is the refusal counted here.
-				continue
-			}
-			refused++
-			if r.Errno != "EPERM" || r.Reason != "referenced" || r.PID == 0 || r.Comm == "" || len(r.Referencing) == 0 {
-				t.Errorf("incomplete refusal record: %+v", r)
-			}
-		case "allow":
-			allowed++
-		}
-	}
-	// setxattr is refused by the filesystem without a decision; every other refusal is in the log.
-	// Widening a mode or changing an owner is not decided; narrowing an unreferenced file's mode is an allow.
-	if refused != 12 || allowed != 2 {
-		t.Errorf("audit log: %d refusals, %d allows; want 12 and 2:\n%+v", refused, allowed, recs)
-	}
-}
-
-func TestHardLinkRule(t *testing.T) {
-	e := mountFake(t)
-	e.write(t, "a/free", "data")
-	m := func(k string) string { return filepath.Join(e.mnt, k) }
-	if err := os.Link(m("a/free"), m("a/alias")); err != nil {
-		t.Fatalf("link to an unreferenced file: %v", err)
-	}
-	// Now a checkpoint references the data by its first name: the second name must not reach it.
-	e.checker.Protect("a/free", "job/chk-9/_metadata")
-	if err := os.Truncate(m("a/alias"), 0); !errors.Is(err, syscall.EPERM) {
-		t.Errorf("truncate through second name: %v, want EPERM", err)
-	}
-	if _, err := os.OpenFile(m("a/alias"), os.O_WRONLY, 0); !errors.Is(err, syscall.EPERM) {
-		t.Errorf("open for write through second name: %v, want EPERM", err)
-	}
-	if err := os.Remove(m("a/alias")); err != nil {
-		t.Errorf("unlink of the unreferenced second name: %v (the data survives under the first)", err)
-	}
-	if b, _ := os.ReadFile(filepath.Join(e.store, "a/free")); string(b) != "data" {
-		t.Errorf("data damaged: %q", b)
-	}
-}
-
-func TestReaddirOrder(t *testing.T) {
-	e := mountFake(t)
-	for _, k := range []string{"job/shared/x", "job/chk-9/f", "job/taskowned/y", "job/chk-10/f", "job/chk-100/f", "job/_metadata", "job/zzz", "job/chk-x/f"} {
-		e.write(t, k, "d")
-	}
-	ents, err := os.ReadDir(filepath.Join(e.mnt, "job"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, d := range ents {
-		names = append(names, d.Name())
-	}
-	// os.ReadDir sorts; read the raw order instead.
-	f, err := os.Open(filepath.Join(e.mnt, "job"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	raw, err := f.Readdirnames(-1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := strings.Join(raw[:5], " ")
-	if want := "_metadata chk-100 chk-10 chk-9 chk-x"; got != want {
-		t.Errorf("raw order starts %q, want %q (all: %v)", got, want, raw)
-	}
-	if len(raw) != len(names) {
-		t.Errorf("raw listing %v vs %v", raw, names)
-	}
-}
-
-func TestMetadataIndexedBeforeCloseReturns(t *testing.T) {
-	e := mountFake(t)
-	if err := os.MkdirAll(filepath.Join(e.mnt, "job/chk-5"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// Set from the FUSE server goroutine; the kernel orders it before close returns, which the race
-	// detector cannot see, hence the atomic.
-	var sawContent atomic.Value
-	sawContent.Store("")
-	e.checker.WrittenHook = func(key string) error {
-		b, _ := os.ReadFile(filepath.Join(e.store, key))
-		sawContent.Store(string(b))
-		e.checker.Protect("job/chk-5/state", key)
-		return nil
-	}
-	if err := os.WriteFile(filepath.Join(e.mnt, "job/chk-5/state"), []byte("s"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(e.mnt, "job/chk-5/_metadata"), []byte("meta-bytes"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// WriteFile returned after close: the index must already protect what the _metadata references.
-	if got := sawContent.Load().(string); got != "meta-bytes" {
-		t.Fatalf("index saw %q at close, want the complete file", got)
-	}
-	if err := os.Remove(filepath.Join(e.mnt, "job/chk-5/state")); !errors.Is(err, syscall.EPERM) {
-		t.Fatalf("delete right after the _metadata close: %v, want EPERM", err)
-	}
-	// Flink's recoverable writer: temp file renamed onto _metadata.
-	if err := os.WriteFile(filepath.Join(e.mnt, "job/chk-5/.tmp"), []byte("m2"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(filepath.Join(e.mnt, "job/chk-5/.tmp"), filepath.Join(e.mnt, "job/chk-6-meta")); err != nil {
-		t.Fatal(err)
-	}
-	calls := e.checker.CallLog()
-	if !slices.Contains(calls, "written job/chk-5/_metadata") || !slices.Contains(calls, "renamed job/chk-5/.tmp job/chk-6-meta") {
-		t.Errorf("notifications: %v", calls)
-	}
-	for _, c := range calls {
-		if strings.HasPrefix(c, "written ") && !strings.HasSuffix(c, "_metadata") {
-			t.Errorf("non-_metadata write notified: %s", c)
-		}
-	}
-}
-
-func TestXattrs(t *testing.T) {
-	e := mountFake(t)
-	e.write(t, "j/s/ref", "r")
 	e.write(t, "j/s/free", "f")
-	e.checker.Protect("j/s/ref", "j/chk-1/_metadata", "k/chk-2/_metadata")
-	get := func(p, attr string) string {
-		buf := make([]byte, 1024)
-		n, err := unix.Getxattr(filepath.Join(e.mnt, p), attr, buf)
-		if err != nil {
-			t.Fatalf("getxattr %s %s: %v", p, attr, err)
-		}
-		return string(buf[:n])
-	}
-	if got := get("j/s/ref", XattrState); got != "referenced" {
-		t.Errorf("state %q", got)
-	}
-	if got := get("j/s/ref", XattrRefs); got != "j/chk-1/_metadata\nk/chk-2/_metadata" {
-		t.Errorf("refs %q", got)
-	}
-	if got := get("j/s/free", XattrState); got != "deletable" {
-		t.Errorf("state %q", got)
-	}
-	// Ordinary user xattrs pass through to the store.
 	if err := unix.Setxattr(filepath.Join(e.mnt, "j/s/free"), "user.note", []byte("x"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -444,13 +220,13 @@ func TestLinkedMetadataIndexed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e.checker.WrittenHook = func(key string) error {
+	e.checker.SetWrittenHook(func(key string) error {
 		if key == "broken/_metadata" {
 			return errors.New("index unavailable")
 		}
 		e.checker.Protect("job/chk-5/state", key)
 		return nil
-	}
+	})
 	if err := os.Link(m("job/chk-5/_metadata"), m("archive/_metadata")); err != nil {
 		t.Fatal(err)
 	}

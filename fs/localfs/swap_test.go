@@ -313,13 +313,5 @@ func equal(a, b []string) bool {
 	return true
 }
 
-// setDecideHook sets the checker's DecideHook. guardtest reads the field under its own mutex from the FUSE
-// server's goroutines; taking that mutex (through Unprotect of a key nothing uses) before and after the
-// write orders it with every Decide, as the race detector requires (the kernel round trip between the test
-// and the server is invisible to it).
-func (e *env) setDecideHook(f func(key string, op verdict.Op)) {
-	const none = "\x00no key"
-	e.checker.Unprotect(none)
-	e.checker.DecideHook = f
-	e.checker.Unprotect(none)
-}
+// setDecideHook sets the checker's DecideHook, ordered with the Decide calls of the FUSE server's goroutines.
+func (e *env) setDecideHook(f func(key string, op verdict.Op)) { e.checker.SetDecideHook(f) }

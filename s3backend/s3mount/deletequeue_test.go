@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckguard/ckguard/fs/guard/guardtest"
 	"github.com/ckguard/ckguard/s3backend/deleteq"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3mount"
@@ -56,7 +57,7 @@ func (g *gate) release() {
 }
 
 // queued mounts with the delete queue (its journal in a fresh directory) behind a gate.
-func queued(t *testing.T, ck *fakeChecker) (*env, *gate, string) {
+func queued(t *testing.T, ck *guardtest.Checker) (*env, *gate, string) {
 	g := &gate{}
 	dir := t.TempDir()
 	e := setup(t, ck, func(o *s3mount.Options) {
@@ -140,9 +141,7 @@ func TestQueuedDeleteRefusedAtApply(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ck.mu.Lock()
-	ck.protected["job/shared/keep"] = true // a new checkpoint references it now
-	ck.mu.Unlock()
+	ck.Protect("job/shared/keep") // a new checkpoint references it now
 	g.release()
 	if err := syscall.Rmdir(e.path("job/shared")); err != syscall.ENOTEMPTY {
 		t.Errorf("rmdir after the refusal at apply time: %v, want ENOTEMPTY (the kept object is there)", err)
@@ -227,11 +226,9 @@ func TestQueuedDeleteFaults(t *testing.T) {
 				o.DeleteQueueDir, o.DeleteBatch = dir, c.batch
 				s3mount.TuneQueue(o, func(qo *deleteq.Options) { qo.MaxBackoff = 50 * time.Millisecond })
 			})
-			e.ck.mu.Lock()
 			for _, k := range protected {
-				e.ck.protected[k] = true
+				e.ck.Protect(k)
 			}
-			e.ck.mu.Unlock()
 			for i := range 600 {
 				e.put(t, fmt.Sprintf("job/shared/f%04d", i), "x")
 			}

@@ -18,89 +18,26 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/fs/guard/guardtest"
 	"github.com/ckguard/ckguard/refindex/verdict"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3mount"
 	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
-// fakeChecker protects a set of keys (and, for directories, anything below them) and records what the mount
-// told it. onDecide, when set, runs inside every decision (to simulate races).
-type fakeChecker struct {
-	mu        sync.Mutex
-	protected map[string]bool
-	young     map[string]bool // refused for grace
-	written   []string
-	deleted   []string
-	renamed   []string
-	decisions []string
-	onDecide  func(path string, op verdict.Op)
-}
-
-func newChecker(protected ...string) *fakeChecker {
-	c := &fakeChecker{protected: map[string]bool{}}
+// newChecker returns the fake index protecting the given keys (and the folders holding them).
+func newChecker(protected ...string) *guardtest.Checker {
+	c := guardtest.New()
 	for _, p := range protected {
-		c.protected[p] = true
+		c.Protect(p)
 	}
 	return c
-}
-
-func (c *fakeChecker) Decide(ctx context.Context, p string, op verdict.Op) verdict.Decision {
-	c.mu.Lock()
-	c.decisions = append(c.decisions, op.String()+" "+p)
-	hook := c.onDecide
-	prot := false
-	for k := range c.protected {
-		if k == p || strings.HasPrefix(k, p+"/") || p == "" {
-			prot = true
-		}
-	}
-	c.mu.Unlock()
-	if hook != nil {
-		hook(p, op)
-	}
-	if prot {
-		return verdict.Decision{Reason: verdict.ReasonReferenced, Message: p + " is referenced by test"}
-	}
-	c.mu.Lock()
-	young := c.young[p]
-	c.mu.Unlock()
-	if young {
-		return verdict.Decision{Reason: verdict.ReasonGrace, Message: p + " is young"}
-	}
-	return verdict.Decision{Allow: true, Reason: verdict.ReasonAllowed}
-}
-func (c *fakeChecker) Deleted(ctx context.Context, p string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.deleted = append(c.deleted, p)
-	return nil
-}
-func (c *fakeChecker) Written(ctx context.Context, p string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.written = append(c.written, p)
-	return nil
-}
-func (c *fakeChecker) Renamed(ctx context.Context, from, to string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.renamed = append(c.renamed, from+" -> "+to)
-	return nil
-}
-func (c *fakeChecker) Explain(ctx context.Context, p string) (string, []string, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.protected[p] {
-		return "referenced", []string{"job/chk-1/_metadata"}, nil
-	}
-	return "deletable", nil, nil
 }
 
 type env struct {
 	srv  *s3server.Server
 	c    *s3client.Client
-	ck   *fakeChecker
+	ck   *guardtest.Checker
 	mnt  string
 	m    *s3mount.Mounted
 	opts s3mount.Options
@@ -116,7 +53,7 @@ func requireFUSE(t *testing.T) {
 	}
 }
 
-func setup(t *testing.T, ck *fakeChecker, tune func(*s3mount.Options)) *env {
+func setup(t *testing.T, ck *guardtest.Checker, tune func(*s3mount.Options)) *env {
 	requireFUSE(t)
 	srv := s3server.Start(t)
 	srv.Bucket(t, "ckpt")
@@ -310,11 +247,8 @@ func TestReadWrite(t *testing.T) {
 	if err := os.WriteFile(e.path("job/chk-5/_metadata"), []byte("meta"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e.ck.mu.Lock()
-	written := slices.Clone(e.ck.written)
-	e.ck.mu.Unlock()
-	if !slices.Contains(written, "job/chk-5/_metadata") || !slices.Contains(written, "job/chk-5/state") {
-		t.Errorf("Written not called before close returned: %v", written)
+	if calls := e.ck.CallLog(); !slices.Contains(calls, "written job/chk-5/_metadata") || !slices.Contains(calls, "written job/chk-5/state") {
+		t.Errorf("Written not called before close returned: %v", calls)
 	}
 	o, err := e.c.Head(context.Background(), "job/chk-5/state")
 	if err != nil || o.Size != int64(len(big)) {
@@ -350,75 +284,6 @@ func TestReadWrite(t *testing.T) {
 	}
 }
 
-// TestGuardedOps: every destructive operation on a referenced object is refused with EPERM and the object
-// is untouched; unreferenced ones are deleted and reported to the index.
-func TestGuardedOps(t *testing.T) {
-	e := setup(t, newChecker("job/shared/ref", "job/chk-1/_metadata"), nil)
-	e.put(t, "job/shared/ref", "referenced")
-	e.put(t, "job/shared/free", "free")
-	e.put(t, "job/chk-1/_metadata", "m")
-	e.put(t, "job/chk-1/priv", "p")
-
-	wantErrno(t, "unlink referenced", os.Remove(e.path("job/shared/ref")), syscall.EPERM)
-	wantErrno(t, "truncate referenced", os.Truncate(e.path("job/shared/ref"), 0), syscall.EPERM)
-	_, err := os.OpenFile(e.path("job/shared/ref"), os.O_WRONLY|os.O_TRUNC, 0)
-	wantErrno(t, "O_TRUNC referenced", err, syscall.EPERM)
-	_, err = os.OpenFile(e.path("job/shared/ref"), os.O_WRONLY, 0)
-	wantErrno(t, "open for write referenced", err, syscall.EPERM)
-	wantErrno(t, "rename referenced", os.Rename(e.path("job/shared/ref"), e.path("job/shared/moved")), syscall.EPERM)
-	wantErrno(t, "replace referenced", os.Rename(e.path("job/shared/free"), e.path("job/shared/ref")), syscall.EPERM)
-	wantErrno(t, "rmdir with referenced content", os.Remove(e.path("job/chk-1")), syscall.ENOTEMPTY)
-	wantErrno(t, "hard link", os.Link(e.path("job/shared/ref"), e.path("job/shared/ref2")), syscall.ENOTSUP)
-	if b, err := exec.Command("getfattr", "--only-values", "-n", "user.ckguard.state", e.path("job/shared/ref")).Output(); err == nil && string(b) != "referenced" {
-		t.Errorf("user.ckguard.state = %q", b)
-	}
-	if got, _ := e.c.Head(context.Background(), "job/shared/ref"); got.Size != int64(len("referenced")) {
-		t.Errorf("referenced object changed: %+v", got)
-	}
-
-	// Allowed: unlink, rename (copy + delete), directory rename refused with EXDEV.
-	if err := os.Remove(e.path("job/chk-1/priv")); err != nil {
-		t.Fatal(err)
-	}
-	if e.exists(t, "job/chk-1/priv") {
-		t.Errorf("unlinked object still in S3")
-	}
-	if err := os.Rename(e.path("job/shared/free"), e.path("job/shared/renamed")); err != nil {
-		t.Fatal(err)
-	}
-	if e.exists(t, "job/shared/free") || !e.exists(t, "job/shared/renamed") {
-		t.Errorf("rename did not move the object")
-	}
-	wantErrno(t, "directory rename", os.Rename(e.path("job/shared"), e.path("job/shared2")), syscall.EXDEV)
-	e.ck.mu.Lock()
-	defer e.ck.mu.Unlock()
-	if !slices.Contains(e.ck.deleted, "job/chk-1/priv") || !slices.Contains(e.ck.renamed, "job/shared/free -> job/shared/renamed") {
-		t.Errorf("index not told: deleted=%v renamed=%v", e.ck.deleted, e.ck.renamed)
-	}
-}
-
-// TestRmRfLeavesReferenced: GNU rm -rf through the mount removes everything unreferenced (implicit
-// directories included) and leaves exactly the referenced objects; rm reports the refusals.
-func TestRmRfLeavesReferenced(t *testing.T) {
-	e := setup(t, newChecker("old/shared/keep1", "old/shared/sub/keep2"), nil)
-	for _, k := range []string{"old/chk-1/_metadata", "old/chk-1/a", "old/shared/keep1", "old/shared/x", "old/shared/sub/keep2",
-		"old/shared/sub/y", "old/taskowned/z"} {
-		e.put(t, k, "d")
-	}
-	e.put(t, "old/empty/", "")
-	out, err := exec.Command("rm", "-rf", e.path("old")).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "Operation not permitted") {
-		t.Errorf("rm -rf: %v %s", err, out)
-	}
-	var left []string
-	if err := e.c.Walk(context.Background(), "", func(o s3client.Object) error { left = append(left, o.Key); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if strings.Join(left, ",") != "old/shared/keep1,old/shared/sub/keep2" {
-		t.Errorf("left after rm -rf: %v", left)
-	}
-}
-
 // TestConditionalDelete: an object replaced between the decision and the delete is not removed: the
 // DeleteObject carries If-Match with the ETag the decision saw; unlink looks again once, and fails with
 // ESTALE if the object changed again.
@@ -430,21 +295,17 @@ func TestConditionalDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := 0
-	ck.mu.Lock()
-	ck.onDecide = func(p string, op verdict.Op) {
+	ck.SetDecideHook(func(p string, op verdict.Op) {
 		if p == "job/shared/racy" && op == verdict.OpUnlink {
 			n++
 			e.put(t, p, "v"+itoa(n+1)) // a writer replaces the object while we decide
 		}
-	}
-	ck.mu.Unlock()
+	})
 	wantErrno(t, "unlink of an object replaced during the decision", os.Remove(e.path("job/shared/racy")), syscall.ESTALE)
 	if !e.exists(t, "job/shared/racy") {
 		t.Fatalf("the replaced object was deleted")
 	}
-	ck.mu.Lock()
-	ck.onDecide = nil
-	ck.mu.Unlock()
+	ck.SetDecideHook(nil)
 	if err := os.Remove(e.path("job/shared/racy")); err != nil {
 		t.Fatalf("unlink once quiet: %v", err)
 	}
@@ -487,53 +348,6 @@ func TestStaleness(t *testing.T) {
 	}
 }
 
-// TestDirectoryRenameFallsBack: rename(2) of a directory is refused with EXDEV, so GNU mv copies and unlinks
-// file by file, each through the guard: unreferenced files move, a referenced one stays where it is.
-func TestDirectoryRenameFallsBack(t *testing.T) {
-	e := setup(t, newChecker("job/old/ref"), nil)
-	e.put(t, "job/old/ref", "r")
-	e.put(t, "job/old/a", "a")
-	e.put(t, "job/old/sub/b", "b")
-	out, err := exec.Command("mv", e.path("job/old"), e.path("job/new")).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "Operation not permitted") {
-		t.Errorf("mv of a directory holding a referenced file: %v %s", err, out)
-	}
-	for k, want := range map[string]bool{"job/old/ref": true, "job/old/a": false, "job/old/sub/b": false,
-		"job/new/ref": true, "job/new/a": true, "job/new/sub/b": true} {
-		if got := e.exists(t, k); got != want {
-			t.Errorf("after mv: %s exists=%v, want %v", k, got, want)
-		}
-	}
-}
-
-// TestSetattrAndLinks: truncation of an unreferenced file by path works to size 0 (other sizes are not
-// supported by path), times and modes are accepted without effect, hard links and symlinks are not
-// supported.
-func TestSetattrAndLinks(t *testing.T) {
-	e := setup(t, newChecker(), nil)
-	e.put(t, "j/f", "content")
-	if err := os.Truncate(e.path("j/f"), 0); err != nil {
-		t.Fatalf("truncate to 0: %v", err)
-	}
-	if o, err := e.c.Head(context.Background(), "j/f"); err != nil || o.Size != 0 {
-		t.Errorf("after truncate: %+v %v", o, err)
-	}
-	e.put(t, "j/g", "content")
-	wantErrno(t, "truncate to 3 by path", os.Truncate(e.path("j/g"), 3), syscall.EOPNOTSUPP)
-	if err := os.Chtimes(e.path("j/g"), time.Now(), time.Now().Add(-time.Hour)); err != nil {
-		t.Errorf("utimens: %v", err)
-	}
-	if err := os.Chmod(e.path("j/g"), 0o600); err != nil {
-		t.Errorf("chmod: %v", err)
-	}
-	if err := os.Symlink("g", e.path("j/s")); err == nil {
-		t.Errorf("symlink succeeded")
-	}
-	if err := os.Link(e.path("j/g"), e.path("j/h")); err == nil {
-		t.Errorf("link succeeded")
-	}
-}
-
 // TestCreateOnlyAndPinnedReads: a new file is uploaded create-only (If-None-Match), so an object that
 // appeared under its name meanwhile is not overwritten (close fails with ESTALE); an open file reads one
 // object version (If-Match), so an object replaced while open fails reads with ESTALE instead of mixing
@@ -572,28 +386,4 @@ func TestCreateOnlyAndPinnedReads(t *testing.T) {
 	}
 	_, err = r.ReadAt(p, 5<<20)
 	wantErrno(t, "read of an object replaced while open", err, syscall.ESTALE)
-}
-
-// TestMetadataCommitRename: Flink's commit of a checkpoint, the rename of chk-N/._metadata.inprogress.<id>
-// onto chk-N/_metadata, is allowed although its young source is in grace (as on the local mount); any other
-// rename of a young file onto _metadata is still refused for grace.
-func TestMetadataCommitRename(t *testing.T) {
-	ck := newChecker()
-	ck.young = map[string]bool{"job/chk-7/._metadata.inprogress.0f3a": true, "job/chk-7/state": true}
-	e := setup(t, ck, nil)
-	e.put(t, "job/chk-7/._metadata.inprogress.0f3a", "meta")
-	e.put(t, "job/chk-7/state", "s")
-	wantErrno(t, "rename of a young state file onto _metadata",
-		os.Rename(e.path("job/chk-7/state"), e.path("job/chk-7/_metadata")), syscall.EPERM)
-	if err := os.Rename(e.path("job/chk-7/._metadata.inprogress.0f3a"), e.path("job/chk-7/_metadata")); err != nil {
-		t.Fatalf("metadata commit rename: %v", err)
-	}
-	if !e.exists(t, "job/chk-7/_metadata") || e.exists(t, "job/chk-7/._metadata.inprogress.0f3a") {
-		t.Errorf("commit rename did not move the object")
-	}
-	ck.mu.Lock()
-	defer ck.mu.Unlock()
-	if !slices.Contains(ck.renamed, "job/chk-7/._metadata.inprogress.0f3a -> job/chk-7/_metadata") {
-		t.Errorf("index not told about the commit: %v", ck.renamed)
-	}
 }

@@ -59,6 +59,8 @@ var (
 	_ = (gofs.NodeOpendirHandler)((*node)(nil))
 	_ = (gofs.NodeGetxattrer)((*node)(nil))
 	_ = (gofs.NodeListxattrer)((*node)(nil))
+	_ = (gofs.NodeSetxattrer)((*node)(nil))
+	_ = (gofs.NodeRemovexattrer)((*node)(nil))
 	_ = (gofs.NodeStatfser)((*node)(nil))
 )
 
@@ -279,6 +281,17 @@ func (n *node) setObj(o s3client.Object) {
 	n.mu.Unlock()
 }
 
+// openWriters returns the handles open for writing the file.
+func (n *node) openWriters() []*writeHandle {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ws := make([]*writeHandle, 0, len(n.writers))
+	for w := range n.writers {
+		ws = append(ws, w)
+	}
+	return ws
+}
+
 func (n *node) writing() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -330,15 +343,26 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if sz, ok := in.GetSize(); ok && !n.IsDir() {
 		key := n.key()
+		ws := n.openWriters()
 		if w, ok := fh.(*writeHandle); ok {
-			w.mu.Lock()
-			dctx := w.decideCtxLocked(ctx)
-			w.mu.Unlock()
+			ws = []*writeHandle{w}
+		}
+		// An open(O_TRUNC) of an existing object reaches the mount as an open for writing followed by a
+		// truncate without a handle (the kernel truncates at open only for filesystems that ask for it).
+		// That truncation, and a truncate(2) by path while the file is open for writing, is the open
+		// writers': on their spools, uploaded at close. An empty object put now would make every writer's
+		// upload fail (its If-Match names the version it opened) and leave the file empty.
+		if len(ws) > 0 {
+			ws[0].mu.Lock()
+			dctx := ws[0].decideCtxLocked(ctx)
+			ws[0].mu.Unlock()
 			if errno := n.fsys.g.Errno(dctx, guard.Check{Op: verdict.OpTruncate, Path: key}); errno != 0 {
 				return errno
 			}
-			if err := w.truncate(int64(sz)); err != nil {
-				return s3client.Errno(err)
+			for _, w := range ws {
+				if err := w.truncate(int64(sz)); err != nil {
+					return s3client.Errno(err)
+				}
 			}
 		} else {
 			if sz != 0 {
@@ -407,16 +431,29 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	return uint32(copy(dest, val)), 0
 }
 
-func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	val := "user.ckguard.state\x00user.ckguard.refs\x00"
-	if len(dest) == 0 {
-		return uint32(len(val)), 0
+// Listxattr lists nothing: S3 objects carry no extended attributes, and the guard's own are computed, not
+// stored. Listing them would make cp -a, rsync -X and mv copy a state that is not the copy's.
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) { return 0, 0 }
+
+// Setxattr refuses the guard's own attributes (they are the index's answer, not settable) and stores no
+// others (ENOTSUP, which cp -a and rsync -X take as "this filesystem has none").
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if strings.HasPrefix(attr, xattrNS) {
+		return syscall.EPERM
 	}
-	if len(dest) < len(val) {
-		return uint32(len(val)), syscall.ERANGE
-	}
-	return uint32(copy(dest, val)), 0
+	return syscall.ENOTSUP
 }
+
+// Removexattr is Setxattr's counterpart.
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if strings.HasPrefix(attr, xattrNS) {
+		return syscall.EPERM
+	}
+	return syscall.ENOTSUP
+}
+
+// xattrNS is the guard's attribute namespace (user.ckguard.state, user.ckguard.refs).
+const xattrNS = "user.ckguard."
 
 // Mkdir writes a "name/" marker, so the empty directory exists for other clients too.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {

@@ -41,9 +41,7 @@ func TestUploadDecidedAgain(t *testing.T) {
 	if _, err := f.WriteAt([]byte("CHANGED!"), 0); err != nil {
 		t.Fatal(err)
 	}
-	ck.mu.Lock()
-	ck.protected["job/chk-3/state"] = true // a checkpoint indexed since the open references it
-	ck.mu.Unlock()
+	ck.Protect("job/chk-3/state") // a checkpoint indexed since the open references it
 	wantErrno(t, "close of a write handle on a now referenced object", f.Close(), syscall.EPERM)
 	b := make([]byte, 64)
 	m, err := e.c.ReadAt(context.Background(), "job/chk-3/state", b, 0, "")
@@ -64,9 +62,7 @@ func TestUploadDecidedAgain(t *testing.T) {
 	if err := g.Sync(); err != nil {
 		t.Fatalf("first upload: %v", err)
 	}
-	ck.mu.Lock()
-	ck.young = map[string]bool{"job/chk-3/other": true} // now in grace: it was just written
-	ck.mu.Unlock()
+	ck.Young("job/chk-3/other") // now in grace: it was just written
 	if _, err := g.WriteAt([]byte("second"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -193,9 +189,7 @@ func TestCreateOfAppearedObjectKeepsContent(t *testing.T) {
 	if got := string(b[:m]); got != "original+more" {
 		t.Errorf("object after an append through a CREATE = %q, want %q", got, "original+more")
 	}
-	ck.mu.Lock()
-	defer ck.mu.Unlock()
-	for _, d := range ck.decisions {
+	for _, d := range ck.Decisions() {
 		if strings.HasPrefix(d, "truncate ") {
 			t.Errorf("append decided as %s", d)
 		}
@@ -223,5 +217,25 @@ func TestNoHolePunchOnS3(t *testing.T) {
 	b := make([]byte, 16)
 	if m, err := e.c.ReadAt(context.Background(), "job/chk-9/state", b, 0, ""); string(b[:m]) != "0123456789" {
 		t.Errorf("object changed: %q %v", b[:m], err)
+	}
+}
+
+// TestOpenTruncOfExistingObject: open(O_TRUNC) of an existing unreferenced object (a shell's "> file")
+// replaces it with what was written. The kernel sends it as an open for writing and a truncate without a
+// handle; a truncate that emptied the object itself would fail the writer's upload at close (ESTALE: its
+// If-Match names the version it opened) and leave the file empty.
+func TestOpenTruncOfExistingObject(t *testing.T) {
+	e := setup(t, newChecker(), nil)
+	e.put(t, "j/f", "old content")
+	if err := os.WriteFile(e.path("j/f"), []byte("new"), 0o644); err != nil {
+		t.Fatalf("write onto an existing object: %v", err)
+	}
+	b := make([]byte, 64)
+	m, err := e.c.ReadAt(context.Background(), "j/f", b, 0, "")
+	if err != nil && err != io.EOF {
+		t.Fatal(err)
+	}
+	if string(b[:m]) != "new" {
+		t.Errorf("object after open(O_TRUNC) and write: %q, want %q", b[:m], "new")
 	}
 }
