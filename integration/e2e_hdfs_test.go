@@ -126,7 +126,15 @@ func (e *hdfsEnv) exists(t *testing.T, p string) bool {
 // liveMetadata lists every _metadata below the HDFS directory under.
 func (e *hdfsEnv) liveMetadata(t *testing.T, under string) []string {
 	t.Helper()
-	out, err := e.c.DFS(t, "-find", under, "-name", "_metadata", "-print")
+	// A running job subsumes a checkpoint every second; `-find` fails when a folder it was about to
+	// enter is gone by then, so a walk that raced with it is taken again.
+	var out string
+	var err error
+	for range 10 {
+		if out, err = e.c.DFS(t, "-find", under, "-name", "_metadata", "-print"); err == nil || !strings.Contains(err.Error(), "does not exist") {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatalf("list _metadata below %s: %v", under, err)
 	}

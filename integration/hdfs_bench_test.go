@@ -35,7 +35,7 @@ func TestHDFSBench(t *testing.T) {
 	delN := envInt("BENCH_HDFS_DEL_N", 10000)
 	c := minidfs.Start(t, minidfs.Options{})
 	b := &hdfsBench{c: c, listDir: c.Root() + "/list", n: n, delN: delN}
-	t.Logf("MiniDFSCluster up in %s at %s", c.StartTime().Round(100*time.Millisecond), c.URI(""))
+	t.Logf("MiniDFSCluster up in %s at %s; load average %s", c.StartTime().Round(100*time.Millisecond), c.URI(""), hdfsBenchLoad())
 
 	perDir := 1000
 	dirs := (n + perDir - 1) / perDir
@@ -177,6 +177,20 @@ func (b *hdfsBench) print(t *testing.T) {
 			t.Logf("  %-62s %10s  %9.0f files/s%s", f.what, f.d.Round(time.Millisecond), float64(n)/f.d.Seconds(), ratio)
 		}
 	}
+	t.Logf("load average at the end: %s (a figure taken on a busy machine measures the machine)", hdfsBenchLoad())
 	table("listing", b.n, b.list, "hdfs dfs -ls -R (FsShell, own JVM, wall clock)")
 	table("deletion", b.delN, b.del, "FileSystem.delete per file (one warm JVM)")
+}
+
+// hdfsBenchLoad is the 1/5/15-minute load average, printed with the figures.
+func hdfsBenchLoad() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
