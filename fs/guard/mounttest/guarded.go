@@ -179,6 +179,12 @@ func allowedWhenUnreferenced(t *testing.T, h Harness) {
 	for _, c := range []string{"deleted j/del", "renamed j/mv j/moved", "deleted j/emptied/x", "deleted j/emptied"} {
 		e.told(t, c)
 	}
+	if h.DirRename {
+		e.st.Put(t, "j/dir/f", "content")
+		want(t, "rename of a folder", os.Rename(e.path("j/dir"), e.path("j/dir2")), 0)
+		e.intact(t, "renamed folder", "j/dir2/f", "content")
+		e.told(t, "renamed j/dir j/dir2")
+	}
 	err := os.Symlink("moved", e.path("j/link"))
 	if h.Symlinks {
 		want(t, "symlink", err, 0)

@@ -44,6 +44,13 @@ func metadataIndexedAtClose(t *testing.T, h Harness) {
 		t.Fatalf("the index read %q at close, want the complete _metadata", got)
 	}
 	want(t, "unlink of what the _metadata references, right after its close", os.Remove(e.path("job/chk-5/state")), e.refuse)
+	// Rewritten in place (open O_TRUNC, write, close): indexed again, from the new content.
+	if err := os.WriteFile(e.path("job/chk-5/_metadata"), []byte("meta-bytes-2"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := saw.Load().(string); got != "meta-bytes-2" {
+		t.Errorf("the index read %q at the close of the rewritten _metadata, want its new content", got)
+	}
 	// Flink's recoverable writer: a temporary file renamed into place.
 	if err := os.WriteFile(e.path("job/chk-5/.tmp"), []byte("m2"), 0o644); err != nil {
 		t.Fatal(err)
