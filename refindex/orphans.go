@@ -1,0 +1,127 @@
+package refindex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/ckguard/ckguard/internal/duration"
+	"github.com/ckguard/ckguard/refindex/store"
+)
+
+// Orphans lists every object the guard would let a script delete that no checkpoint needs:
+// unreferenced, not a live _metadata, not pinned or --protect'ed, past the grace period, and at
+// least olderThan old.
+func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*OrphansResult, error) {
+	defer ix.beginWork()()
+	v, err := ix.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer v.release()
+	res := &OrphansResult{OlderThan: duration.D(olderThan), Files: []OrphanFile{}}
+	if b := v.blocked(); b != "" {
+		res.Blocked = b
+		return res, nil
+	}
+	if b := ix.unmappedBlock(v); b != "" {
+		// Files named like an unmapped reference are kept from the list, but the list would still
+		// claim more than is known: nothing is called garbage until the reference is placed.
+		res.Blocked = b
+		return res, nil
+	}
+	now := v.storeNow(v.now())
+	err = v.g.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{})
+		defer it.Close()
+		referenced := func(key string) bool {
+			p := append([]byte(tblReverse+key), 0)
+			it.Seek(p)
+			if it.ValidForPrefix(p) {
+				return true
+			}
+			for a := key; len(v.st.dirRefs) > 0; {
+				if v.st.dirRefs[a] > 0 {
+					return true
+				}
+				if a == "" {
+					return false
+				}
+				a = parentKey(a)
+			}
+			return false
+		}
+		tomb := func(o store.ObjectInfo) bool {
+			it, err := txn.Get(tombKey(o.Path))
+			if err != nil {
+				return false
+			}
+			b, err := it.ValueCopy(nil)
+			return err == nil && tombstoneLifts(b, o)
+		}
+		bar := ix.newCounter("scanning the store for orphans")
+		defer bar.Finish()
+		return ix.st.Walk(ctx, "", func(o store.ObjectInfo) error {
+			if o.IsDir {
+				return nil
+			}
+			_ = bar.Add(1)
+			res.StoreBytes += o.Size
+			if c := v.st.ckpts[o.Path]; c != nil {
+				if !sameVersion(c, o) && !ix.indexedNow(o) {
+					return errIndexBehind{o.Path, "changed"}
+				}
+				return nil
+			}
+			if store.IsCheckpointFile(o) && !ix.indexedNow(o) {
+				// A checkpoint the index has not read (written beside the mount since the last sync):
+				// what it references is unknown, so nothing may be called garbage.
+				return errIndexBehind{o.Path, "appeared"}
+			}
+			if _, pinned := v.pins[o.Path]; pinned {
+				return nil
+			}
+			if v.pol.protectedBy(o.Path) != "" || referenced(o.Path) {
+				return nil
+			}
+			age := now.Sub(o.ModTime)
+			if age < olderThan || (age < v.pol.Grace && !tomb(o)) {
+				return nil
+			}
+			res.Files = append(res.Files, OrphanFile{Path: o.Path, Size: o.Size, ModTime: o.ModTime})
+			res.Bytes += o.Size
+			return nil
+		})
+	})
+	var behind errIndexBehind
+	if errors.As(err, &behind) {
+		return &OrphansResult{OlderThan: duration.D(olderThan), Files: []OrphanFile{},
+			Blocked: fmt.Sprintf("%s %s since the last index sync, so what it references is unknown; run `ckguard index sync` (a running mount syncs every --sync-interval) and list again", behind.key, behind.what)}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(res.Files, func(a, b int) bool { return res.Files[a].Path < res.Files[b].Path })
+	return res, nil
+}
+
+// indexedNow reports whether the index holds o as it is now, though the view a long walk started with
+// does not: a checkpoint indexed through the mount during the walk. Its new files are young
+// (grace keeps them off the list) and the older files it reuses are referenced by the checkpoints it
+// follows, which the view holds.
+func (ix *Index) indexedNow(o store.ObjectInfo) bool {
+	ix.mu.RLock()
+	cur := ix.mu.state
+	ix.mu.RUnlock()
+	c := cur.ckpts[o.Path]
+	return c != nil && sameVersion(c, o)
+}
+
+// errIndexBehind stops an orphans walk at a _metadata the index does not hold as it is in the store.
+type errIndexBehind struct{ key, what string }
+
+func (e errIndexBehind) Error() string { return e.key + " " + e.what + " since the last index sync" }

@@ -1,0 +1,113 @@
+package refindex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"sync"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// Verify checks, for every live checkpoint, that every object it references exists in the store.
+// Unparseable _metadata count as broken.
+func (ix *Index) Verify(ctx context.Context) (*VerifyResult, error) {
+	defer ix.beginWork()()
+	v, err := ix.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer v.release()
+	res := &VerifyResult{Broken: []BrokenCheckpoint{}}
+	type job struct {
+		meta string
+		refs []ref
+	}
+	var jobs []job
+	err = v.g.db.View(func(txn *badger.Txn) error {
+		for _, k := range v.st.sorted {
+			c := v.st.ckpts[k]
+			if c.Err != "" {
+				res.Broken = append(res.Broken, BrokenCheckpoint{Metadata: k, Error: c.Err})
+				continue
+			}
+			refs, err := readRefs(txn, k)
+			if err != nil {
+				return err
+			}
+			jobs = append(jobs, job{meta: k, refs: refs})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Each distinct object is stat'ed once, with bounded concurrency (network stores).
+	var mu sync.Mutex
+	exists := map[string]error{}
+	var objs []string
+	for _, j := range jobs {
+		for _, r := range j.refs {
+			if !r.Inside {
+				res.OutsideSkipped++
+				if ix.norm.IsExternal(r.Key) {
+					res.ExternalSkipped++
+				} else {
+					res.UnmappedSkipped++
+				}
+				continue
+			}
+			if _, ok := exists[r.Key]; !ok {
+				exists[r.Key] = nil
+				objs = append(objs, r.Key)
+			}
+		}
+	}
+	res.Objects = len(objs)
+	bar := ix.newBar(len(objs), "verifying")
+	var firstErr error
+	ix.inParallel(ctx, len(objs), bar, func(i int) {
+		o := objs[i]
+		_, err := ix.st.Stat(ctx, o)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil && !errors.Is(err, fs.ErrNotExist) && firstErr == nil {
+			firstErr = fmt.Errorf("verify: stat %s: %w", o, err)
+		}
+		exists[o] = err
+	})
+	bar.Finish()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for _, j := range jobs {
+		res.Checked++
+		var b BrokenCheckpoint
+		for _, r := range j.refs {
+			if r.Inside && exists[r.Key] != nil {
+				b.MissingCount++
+				if len(b.Missing) < 1000 {
+					b.Missing = append(b.Missing, r.Key)
+				}
+			}
+		}
+		if b.MissingCount > 0 {
+			b.Metadata = j.meta
+			res.Broken = append(res.Broken, b)
+		}
+	}
+	sort.Slice(res.Broken, func(a, b int) bool { return res.Broken[a].Metadata < res.Broken[b].Metadata })
+	switch b := v.blocked(); {
+	case b != "" && len(v.st.unparseable) == 0:
+		res.Untrusted = b
+	case res.UnmappedSkipped > 0:
+		res.Untrusted = fmt.Sprintf("%d reference(s) could not be checked: %s", res.UnmappedSkipped, ix.unmappedBlock(v))
+	}
+	res.OK = len(res.Broken) == 0 && res.Untrusted == ""
+	return res, nil
+}
