@@ -11,7 +11,7 @@ import (
 
 // A file whose mtime is later than the decision's clock reading (a writer racing the decision, or
 // clock granularity) is still "in grace" under a positive --grace, but --grace 0 switches the rule off
-// entirely. Found by go-fuse's posixtest ParallelFileOpen through a --grace 0s mount.
+// entirely (go-fuse's posixtest ParallelFileOpen decides such files through a --grace 0s mount).
 func TestGraceWithFutureModTime(t *testing.T) {
 	ctx := context.Background()
 	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)

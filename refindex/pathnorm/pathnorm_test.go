@@ -62,8 +62,8 @@ func TestAbsolute(t *testing.T) {
 		{"entropy template, key removed", s3store, "s3a://other/cp/job/chk-1/_metadata", "cp/job/chk-1/_metadata", true},
 		{"relative name stays outside", local, "job/x", "job/x", false},
 		{"windows drive is not a scheme", local, "C:/x", "C:/x", false},
-		// Found by FuzzRelative: a doubled slash right after the authority or at the start of the path
-		// was split into an empty first segment, so the key began with "/" and matched no object.
+		// A doubled slash right after the authority or at the start of the path is no empty first
+		// segment: a key beginning with "/" would match no object.
 		{"double slash after the bucket", s3store, "s3://ckpt-bucket//prod/job/shared/f", "job/shared/f", true},
 		{"double slash at the start of a local path", local, "file:////srv/flink/job/x", "job/x", true},
 		{"double slash after the store root bucket", bare, "s3a://b//x/y", "x/y", true},

@@ -20,11 +20,11 @@ import (
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
-var hardenNow = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+var incidentNow = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
-// hardenIndex syncs an index over the IncidentTwo tree in dir (reopen with the same dir) and returns
+// incidentIndex opens an index over the IncidentTwo tree in dir (reopen with the same dir) and returns
 // a live checkpoint with a file only it references.
-func hardenIndex(t *testing.T, root, dir string, tr *treegen.Tree) (ix *Index, meta, only string) {
+func incidentIndex(t *testing.T, root, dir string, tr *treegen.Tree) (ix *Index, meta, only string) {
 	t.Helper()
 	st, err := localstore.New(root)
 	if err != nil {
@@ -32,7 +32,7 @@ func hardenIndex(t *testing.T, root, dir string, tr *treegen.Tree) (ix *Index, m
 	}
 	pol := DefaultPolicy()
 	pol.MaxStaleness, pol.ActiveWindow = 0, 0
-	pol.Now = func() time.Time { return hardenNow }
+	pol.Now = func() time.Time { return incidentNow }
 	ix, err = Open(dir, st, pol, WithPathMap(tr.Maps, tr.EntropyKey), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ func hardenIndex(t *testing.T, root, dir string, tr *treegen.Tree) (ix *Index, m
 
 func incidentTree(t *testing.T) *treegen.Tree {
 	t.Helper()
-	tr, err := treegen.IncidentTwo(t.TempDir(), hardenNow)
+	tr, err := treegen.IncidentTwo(t.TempDir(), incidentNow)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,13 +99,13 @@ func TestFilterFillSplitsKeysAsApply(t *testing.T) {
 	ctx := context.Background()
 	tr := incidentTree(t)
 	dir := t.TempDir()
-	ix, _, _ := hardenIndex(t, tr.Root, dir, tr)
+	ix, _, _ := incidentIndex(t, tr.Root, dir, tr)
 	if err := ix.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// Written directly (the parser now refuses such a reference): what an older index may hold.
 	const evil = "flink/evil/chk-1/_metadata"
-	e := &entry{rec: &checkpointRecord{Key: evil, Job: "flink/evil", ID: 1, Kind: "checkpoint", ModTime: hardenNow.Add(-48 * time.Hour), Refs: 2},
+	e := &entry{rec: &checkpointRecord{Key: evil, Job: "flink/evil", ID: 1, Kind: "checkpoint", ModTime: incidentNow.Add(-48 * time.Hour), Refs: 2},
 		refs: []ref{{Key: "flink/evil/shared/a\x00b", Inside: true, Kind: RefFile}, {Key: "flink/evil/shared/c\x00d\x00e", Inside: true, Kind: RefFile}}}
 	ix.writeMu.Lock()
 	err := ix.apply(change{puts: []*entry{e}})
@@ -115,7 +115,7 @@ func TestFilterFillSplitsKeysAsApply(t *testing.T) {
 	}
 	ix.Close()
 
-	ix, _, _ = hardenIndex(t, tr.Root, dir, tr)
+	ix, _, _ = incidentIndex(t, tr.Root, dir, tr)
 	defer ix.Close()
 	ix.Decide(ctx, "flink/nothing", verdict.OpUnlink) // starts the background fill
 	for t0 := time.Now(); !FilterReady(ix); time.Sleep(time.Millisecond) {
@@ -162,12 +162,12 @@ func TestFilterNotConsultedByOlderSnapshots(t *testing.T) {
 	ctx := context.Background()
 	tr := incidentTree(t)
 	dir := t.TempDir()
-	ix, meta, only := hardenIndex(t, tr.Root, dir, tr)
+	ix, meta, only := incidentIndex(t, tr.Root, dir, tr)
 	if err := ix.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
 	ix.Close()
-	ix, _, _ = hardenIndex(t, tr.Root, dir, tr)
+	ix, _, _ = incidentIndex(t, tr.Root, dir, tr)
 	defer ix.Close()
 	old, err := ix.acquire() // reads the state where meta references only
 	if err != nil {
@@ -195,21 +195,21 @@ func TestFilterNotConsultedByOlderSnapshots(t *testing.T) {
 	}
 }
 
-// L4: a commit that fails may still have written its entries; its filter increments stay (never an
+// A commit that fails may still have written its entries; its filter increments stay (never an
 // under-count) and the index fails closed until a sync succeeds.
 func TestFilterKeepsIncrementsOfFailedCommit(t *testing.T) {
 	ctx := context.Background()
 	tr := incidentTree(t)
-	ix, _, _ := hardenIndex(t, tr.Root, t.TempDir(), tr)
+	ix, _, _ := incidentIndex(t, tr.Root, t.TempDir(), tr)
 	defer ix.Close()
 	if err := ix.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	c, err := tr.Checkpoint(treegen.Spec{Dir: "flink/l4/chk-1", ID: 1, Completed: hardenNow.Add(-2 * time.Hour), Shared: []string{"flink/l4/shared/sst-1"}})
+	c, err := tr.Checkpoint(treegen.Spec{Dir: "flink/l4/chk-1", ID: 1, Completed: incidentNow.Add(-2 * time.Hour), Shared: []string{"flink/l4/shared/sst-1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Data(c, hardenNow.Add(-2*time.Hour)); err != nil {
+	if err := tr.Data(c, incidentNow.Add(-2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	orig := commitTxn
@@ -241,12 +241,12 @@ func TestFilterKeepsIncrementsOfFailedCommit(t *testing.T) {
 	}
 }
 
-// L2: a snapshot that is no longer current closes its idle iterators, and iterators given back to it
+// A snapshot that is no longer current closes its idle iterators, and iterators given back to it
 // later are closed instead of kept (one long view must not pin the iterators of every later state).
 func TestRetiredSnapshotKeepsNoIterators(t *testing.T) {
 	ctx := context.Background()
 	tr := incidentTree(t)
-	ix, meta, _ := hardenIndex(t, tr.Root, t.TempDir(), tr)
+	ix, meta, _ := incidentIndex(t, tr.Root, t.TempDir(), tr)
 	defer ix.Close()
 	if err := ix.Sync(ctx); err != nil {
 		t.Fatal(err)
@@ -299,7 +299,7 @@ func TestRetiredSnapshotKeepsNoIterators(t *testing.T) {
 func TestFillToleratesDecrementsAheadOfIt(t *testing.T) {
 	ctx := context.Background()
 	tr := incidentTree(t)
-	ix, _, only := hardenIndex(t, tr.Root, t.TempDir(), tr)
+	ix, _, only := incidentIndex(t, tr.Root, t.TempDir(), tr)
 	defer ix.Close()
 	if err := ix.Sync(ctx); err != nil {
 		t.Fatal(err)
