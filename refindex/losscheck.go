@@ -301,29 +301,19 @@ func (ix *Index) statMissing(ctx context.Context, keys []string) (map[string]boo
 	if f, ok := ix.st.(store.FreshStater); ok {
 		stat = f.StatFresh // a cached "exists" would hide a deletion beside the mount
 	}
-	sem := make(chan struct{}, max(ix.opt.workers, 1))
-	var wg sync.WaitGroup
-	for _, k := range keys {
-		if ctx.Err() != nil {
-			break
+	ix.inParallel(ctx, len(keys), noBar{}, func(i int) {
+		k := keys[i]
+		_, err := stat(ctx, k)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err == nil:
+		case errors.Is(err, fs.ErrNotExist):
+			gone[k] = true
+		case firstErr == nil:
+			firstErr = fmt.Errorf("loss check: stat %s: %w", k, err)
 		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			_, err := stat(ctx, k)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-			case errors.Is(err, fs.ErrNotExist):
-				gone[k] = true
-			case firstErr == nil:
-				firstErr = fmt.Errorf("loss check: stat %s: %w", k, err)
-			}
-		}()
-	}
-	wg.Wait()
+	})
 	if firstErr != nil {
 		return nil, firstErr
 	}
