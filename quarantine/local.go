@@ -1,0 +1,393 @@
+package quarantine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ckguard/ckguard/refindex/store"
+)
+
+// Local is the quarantine folder of a local (or NFS) store, reached through a descriptor of the store
+// root: every change acts beneath it and never follows a symlink, so neither the mount (root, serving
+// many users) nor the CLI is led outside the store by a folder swapped for a link.
+type Local struct {
+	root     int // the store root
+	dir      int // the quarantine folder, opened beneath root
+	ownsRoot bool
+	now      func() time.Time
+}
+
+// recordSuffix ends an entry record's name; the object's name is the record's without it.
+const recordSuffix = ".json"
+
+// maxRecord bounds an entry record read back (a record is a few hundred bytes; a hostile file in the
+// folder must not make the reader allocate its size).
+const maxRecord = 1 << 20
+
+// OpenLocalAt opens (creating it, mode 0700) the quarantine folder of the store whose root directory
+// rootFD is; rootFD stays the caller's. now is the clock of deletion times (nil: time.Now).
+func OpenLocalAt(rootFD int, now func() time.Time) (*Local, error) {
+	if now == nil {
+		now = time.Now
+	}
+	err := unix.Mkdirat(rootFD, store.QuarantineDir, 0o700)
+	if err != nil && err != unix.EEXIST {
+		return nil, fmt.Errorf("create the quarantine folder %s in the store: %w", store.QuarantineDir, err)
+	}
+	fd, err := unix.Openat(rootFD, store.QuarantineDir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open the quarantine folder %s in the store (it must be a folder, not a symlink): %w", store.QuarantineDir, err)
+	}
+	return &Local{root: rootFD, dir: fd, now: now}, nil
+}
+
+// OpenLocal opens the quarantine folder of the store directory dir (creating it), for the CLI.
+func OpenLocal(dir string, now func() time.Time) (*Local, error) {
+	rfd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	l, err := OpenLocalAt(rfd, now)
+	if err != nil {
+		unix.Close(rfd)
+		return nil, fmt.Errorf("store %s: %w", dir, err)
+	}
+	l.ownsRoot = true
+	return l, nil
+}
+
+// Close releases the folder's descriptor (and the root's, when OpenLocal opened it).
+func (l *Local) Close() error {
+	unix.Close(l.dir)
+	if l.ownsRoot {
+		unix.Close(l.root)
+	}
+	return nil
+}
+
+// newID names an entry: the deletion time (so names sort by it) and 64 random bits (so two deletions in
+// the same nanosecond, or by two hosts on one NFS store, never share a name).
+func newID(t time.Time) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%019d-%s", t.UnixNano(), hex.EncodeToString(b[:]))
+}
+
+// idTime is the deletion time encoded in id (zero when id is not one of ours).
+func idTime(id string) time.Time {
+	i := strings.IndexByte(id, '-')
+	if i <= 0 {
+		return time.Time{}
+	}
+	n, err := strconv.ParseInt(id[:i], 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// MoveAt stages the deletion of name in the folder dirfd (the store key key): the entry record first,
+// then renameat2(RENAME_NOREPLACE) into the quarantine folder, so a crash in between leaves the object
+// at its key (the record alone is no entry). The records are not fsync'ed (as the audit log's records
+// are not, between its periodic fsyncs): a kill -9 loses nothing; a power failure can at worst leave an
+// object in the folder without its record, which List reports as such (never purged unasked).
+func (l *Local) MoveAt(dirfd int, name, key string, d Decision) (Entry, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return Entry{}, err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return Entry{}, unix.EISDIR
+	}
+	now := l.now()
+	e := Entry{ID: newID(now), Path: key, Size: st.Size, ModTime: time.Unix(st.Mtim.Unix()), Mode: st.Mode, DeletedAt: now.UTC(), Decision: d}
+	if !utf8.ValidString(key) {
+		e.PathBytes = []byte(key)
+	}
+	if err := l.writeRecord(e); err != nil {
+		return Entry{}, err
+	}
+	err := unix.Renameat2(dirfd, name, l.dir, e.ID, unix.RENAME_NOREPLACE)
+	if err == unix.EINVAL {
+		// The filesystem lacks renameat2 flags (older NFS): the name is fresh and random, a plain rename
+		// replaces nothing.
+		err = unix.Renameat(dirfd, name, l.dir, e.ID)
+	}
+	if err != nil {
+		_ = unix.Unlinkat(l.dir, e.ID+recordSuffix, 0)
+		if err == unix.EXDEV {
+			return Entry{}, fmt.Errorf("quarantine /%s: it is on another filesystem than the store root's quarantine folder, so it cannot be moved there; nothing was deleted (mount the store without --quarantine, or with the folder on each filesystem): %w", key, err)
+		}
+		return Entry{}, err
+	}
+	return e, nil
+}
+
+func (l *Local) writeRecord(e Entry) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	fd, err := unix.Openat(l.dir, e.ID+recordSuffix, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("write quarantine record for /%s: %w", e.Path, err)
+	}
+	f := os.NewFile(uintptr(fd), e.ID+recordSuffix)
+	_, werr := f.Write(append(b, '\n'))
+	cerr := f.Close()
+	if werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		_ = unix.Unlinkat(l.dir, e.ID+recordSuffix, 0)
+		return fmt.Errorf("write quarantine record for /%s: %w", e.Path, werr)
+	}
+	return nil
+}
+
+func (l *Local) readRecord(id string) (Entry, error) {
+	fd, err := unix.Openat(l.dir, id+recordSuffix, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return Entry{}, err
+	}
+	f := os.NewFile(uintptr(fd), id+recordSuffix)
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxRecord+1))
+	if err != nil {
+		return Entry{}, err
+	}
+	if len(b) > maxRecord {
+		return Entry{}, fmt.Errorf("quarantine record %s is larger than %d bytes", id, maxRecord)
+	}
+	var e Entry
+	if err := json.Unmarshal(b, &e); err != nil {
+		return Entry{}, fmt.Errorf("quarantine record %s: %w", id, err)
+	}
+	if e.ID != id {
+		return Entry{}, fmt.Errorf("quarantine record %s names entry %q", id, e.ID)
+	}
+	return e, nil
+}
+
+// names lists the folder.
+func (l *Local) names() ([]string, error) {
+	fd, err := unix.Openat(l.dir, ".", unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), store.QuarantineDir)
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
+
+// Problem is an object in the folder that is no complete entry: a record that cannot be read, or an
+// object without a record (after a power failure). List reports them rather than hiding them; purge
+// never destroys them.
+type Problem struct {
+	ID     string `json:"id"`
+	Size   int64  `json:"size"`
+	Detail string `json:"detail"`
+}
+
+// List returns every entry, oldest first. Objects in the folder that are no entry are ignored; ListAll
+// reports them.
+func (l *Local) List(ctx context.Context) ([]Entry, error) {
+	es, _, err := l.ListAll(ctx)
+	return es, err
+}
+
+// ListAll returns every entry, oldest first, and every object in the folder that is no complete entry.
+func (l *Local) ListAll(ctx context.Context) ([]Entry, []Problem, error) {
+	names, err := l.names()
+	if err != nil {
+		return nil, nil, fmt.Errorf("list the quarantine folder: %w", err)
+	}
+	have := make(map[string]bool, len(names))
+	for _, n := range names {
+		have[n] = true
+	}
+	var es []Entry
+	var probs []Problem
+	for _, n := range names {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		var st unix.Stat_t
+		if strings.HasSuffix(n, recordSuffix) {
+			continue
+		}
+		if strings.HasSuffix(n, ".tmp") {
+			continue
+		}
+		if err := unix.Fstatat(l.dir, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			continue // restored or purged meanwhile
+		}
+		if !have[n+recordSuffix] {
+			probs = append(probs, Problem{ID: n, Size: st.Size, Detail: "object without an entry record (its original path is unknown); inspect " + store.QuarantineDir + "/" + n + " in the store"})
+			continue
+		}
+		e, err := l.readRecord(n)
+		if err != nil {
+			probs = append(probs, Problem{ID: n, Size: st.Size, Detail: err.Error()})
+			continue
+		}
+		es = append(es, e)
+	}
+	sortEntries(es)
+	return es, probs, nil
+}
+
+// Tidy removes records whose object is not in the folder (the object is at its key again, or was
+// purged: see the package comment) once they are older than minAge, so that a record written just
+// before its move is never taken away from it.
+func (l *Local) Tidy(ctx context.Context, minAge time.Duration) error {
+	names, err := l.names()
+	if err != nil {
+		return err
+	}
+	now := l.now()
+	for _, n := range names {
+		id, ok := strings.CutSuffix(n, recordSuffix)
+		if !ok {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Fstatat(l.dir, id, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			continue
+		}
+		if t := idTime(id); t.IsZero() || now.Sub(t) < minAge {
+			continue
+		}
+		_ = unix.Unlinkat(l.dir, n, 0)
+	}
+	return nil
+}
+
+// entry reads id's record, and checks that its object is in the folder.
+func (l *Local) entry(id string) (Entry, error) {
+	if id == "" || strings.ContainsAny(id, "/\x00") || id == "." || id == ".." {
+		return Entry{}, fmt.Errorf("%w: %q", ErrNoEntry, id)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(l.dir, id, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return Entry{}, fmt.Errorf("%w: %s", ErrNoEntry, id)
+	}
+	e, err := l.readRecord(id)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return Entry{}, fmt.Errorf("%w: %s (the object has no entry record)", ErrNoEntry, id)
+		}
+		return Entry{}, err
+	}
+	return e, nil
+}
+
+// Restore moves the entry's object back to its original key (creating the folders on the way, given the
+// object's owner when this process is root) with renameat2(RENAME_NOREPLACE): whatever is at the key
+// now is never replaced (ErrOccupied). The record goes after the move.
+func (l *Local) Restore(ctx context.Context, id string) (Entry, error) {
+	e, err := l.entry(id)
+	if err != nil {
+		return Entry{}, err
+	}
+	if err := l.restore(e); err != nil {
+		return Entry{}, err
+	}
+	return e, nil
+}
+
+func (l *Local) restore(e Entry) error {
+	key := e.Key()
+	k, err := store.CleanKey(key)
+	if err != nil || k == "" || k != key || store.InQuarantine(k) {
+		return fmt.Errorf("restore %s: the entry's original path %q is not a store key outside the quarantine folder", e.ID, key)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(l.dir, e.ID, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("restore /%s: %w", key, err)
+	}
+	dir, name := path.Split(k)
+	pfd, err := l.mkdirs(strings.TrimSuffix(dir, "/"), int(st.Uid), int(st.Gid))
+	if err != nil {
+		return fmt.Errorf("restore /%s: create its folder: %w", key, err)
+	}
+	defer func() {
+		if pfd != l.root {
+			unix.Close(pfd)
+		}
+	}()
+	err = unix.Renameat2(l.dir, e.ID, pfd, name, unix.RENAME_NOREPLACE)
+	if err == unix.EINVAL {
+		// No renameat2 flags on this filesystem: a hard link fails on an existing name, then the
+		// quarantine name goes.
+		if err = unix.Linkat(l.dir, e.ID, pfd, name, 0); err == nil {
+			err = unix.Unlinkat(l.dir, e.ID, 0)
+		}
+	}
+	if err == unix.EEXIST {
+		return fmt.Errorf("restore /%s: %w: something is there now, and a restore never replaces it; move it away first (entry %s stays in quarantine)", key, ErrOccupied, e.ID)
+	}
+	if err != nil {
+		return fmt.Errorf("restore /%s: %w", key, err)
+	}
+	_ = unix.Unlinkat(l.dir, e.ID+recordSuffix, 0)
+	return nil
+}
+
+// mkdirs opens folder key beneath the root, creating what is missing (mode 0755, owned by uid/gid when
+// root), never following a symlink.
+func (l *Local) mkdirs(key string, uid, gid int) (int, error) {
+	fd := l.root
+	if key == "" {
+		return fd, nil
+	}
+	for _, seg := range strings.Split(key, "/") {
+		nfd, err := unix.Openat(fd, seg, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err == unix.ENOENT {
+			if merr := unix.Mkdirat(fd, seg, 0o755); merr != nil && merr != unix.EEXIST {
+				err = merr
+			} else {
+				if merr == nil && os.Geteuid() == 0 {
+					_ = unix.Fchownat(fd, seg, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
+				}
+				nfd, err = unix.Openat(fd, seg, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			}
+		}
+		if fd != l.root {
+			unix.Close(fd)
+		}
+		if err != nil {
+			return -1, fmt.Errorf("%s: %w", seg, err)
+		}
+		fd = nfd
+	}
+	return fd, nil
+}
+
+// Purge destroys the entry's object, then its record.
+func (l *Local) Purge(ctx context.Context, id string) error {
+	e, err := l.entry(id)
+	if err != nil {
+		return err
+	}
+	if err := unix.Unlinkat(l.dir, e.ID, 0); err != nil {
+		return fmt.Errorf("purge /%s (entry %s): %w", e.Path, e.ID, err)
+	}
+	_ = unix.Unlinkat(l.dir, e.ID+recordSuffix, 0)
+	return nil
+}
+
+var _ Area = (*Local)(nil)
