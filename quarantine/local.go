@@ -12,6 +12,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -24,10 +25,25 @@ import (
 // root: every change acts beneath it and never follows a symlink, so neither the mount (root, serving
 // many users) nor the CLI is led outside the store by a folder swapped for a link.
 type Local struct {
-	root     int // the store root
-	dir      int // the quarantine folder, opened beneath root
-	ownsRoot bool
-	now      func() time.Time
+	// mu guards the descriptors against Close: an operation holds it shared, so no descriptor number is
+	// used after Close released it (and the kernel may have given the number to another file).
+	mu     sync.RWMutex
+	closed bool
+	root   int // the store root (a duplicate of the caller's descriptor, this area's own)
+	dir    int // the quarantine folder, opened beneath root
+	now    func() time.Time
+}
+
+// ErrClosed is returned by every operation after Close.
+var ErrClosed = errors.New("quarantine folder closed (the mount is shutting down)")
+
+func (l *Local) lock() error {
+	l.mu.RLock()
+	if l.closed {
+		l.mu.RUnlock()
+		return ErrClosed
+	}
+	return nil
 }
 
 // recordSuffix ends an entry record's name; the object's name is the record's without it.
@@ -38,7 +54,8 @@ const recordSuffix = ".json"
 const maxRecord = 1 << 20
 
 // OpenLocalAt opens (creating it, mode 0700) the quarantine folder of the store whose root directory
-// rootFD is; rootFD stays the caller's. now is the clock of deletion times (nil: time.Now).
+// rootFD is; rootFD stays the caller's (the area works on its own duplicate). now is the clock of
+// deletion times (nil: time.Now).
 func OpenLocalAt(rootFD int, now func() time.Time) (*Local, error) {
 	if now == nil {
 		now = time.Now
@@ -51,7 +68,12 @@ func OpenLocalAt(rootFD int, now func() time.Time) (*Local, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open the quarantine folder %s in the store (it must be a folder, not a symlink): %w", store.QuarantineDir, err)
 	}
-	return &Local{root: rootFD, dir: fd, now: now}, nil
+	rfd, err := unix.FcntlInt(uintptr(rootFD), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("quarantine: duplicate the store root descriptor: %w", err)
+	}
+	return &Local{root: rfd, dir: fd, now: now}, nil
 }
 
 // OpenLocal opens the quarantine folder of the store directory dir (creating it), for the CLI.
@@ -60,19 +82,22 @@ func OpenLocal(dir string, now func() time.Time) (*Local, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
+	defer unix.Close(rfd)
 	l, err := OpenLocalAt(rfd, now)
 	if err != nil {
-		unix.Close(rfd)
 		return nil, fmt.Errorf("store %s: %w", dir, err)
 	}
-	l.ownsRoot = true
 	return l, nil
 }
 
-// Close releases the folder's descriptor (and the root's, when OpenLocal opened it).
+// Close releases the descriptors, once every operation under way has finished; later operations return
+// ErrClosed.
 func (l *Local) Close() error {
-	unix.Close(l.dir)
-	if l.ownsRoot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		l.closed = true
+		unix.Close(l.dir)
 		unix.Close(l.root)
 	}
 	return nil
@@ -105,6 +130,10 @@ func idTime(id string) time.Time {
 // are not, between its periodic fsyncs): a kill -9 loses nothing; a power failure can at worst leave an
 // object in the folder without its record, which List reports as such (never purged unasked).
 func (l *Local) MoveAt(dirfd int, name, key string, d Decision) (Entry, error) {
+	if err := l.lock(); err != nil {
+		return Entry{}, err
+	}
+	defer l.mu.RUnlock()
 	var st unix.Stat_t
 	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return Entry{}, err
@@ -211,6 +240,10 @@ func (l *Local) List(ctx context.Context) ([]Entry, error) {
 
 // ListAll returns every entry, oldest first, and every object in the folder that is no complete entry.
 func (l *Local) ListAll(ctx context.Context) ([]Entry, []Problem, error) {
+	if err := l.lock(); err != nil {
+		return nil, nil, err
+	}
+	defer l.mu.RUnlock()
 	names, err := l.names()
 	if err != nil {
 		return nil, nil, fmt.Errorf("list the quarantine folder: %w", err)
@@ -254,6 +287,10 @@ func (l *Local) ListAll(ctx context.Context) ([]Entry, []Problem, error) {
 // purged: see the package comment) once they are older than minAge, so that a record written just
 // before its move is never taken away from it.
 func (l *Local) Tidy(ctx context.Context, minAge time.Duration) error {
+	if err := l.lock(); err != nil {
+		return err
+	}
+	defer l.mu.RUnlock()
 	names, err := l.names()
 	if err != nil {
 		return err
@@ -299,6 +336,10 @@ func (l *Local) entry(id string) (Entry, error) {
 // object's owner when this process is root) with renameat2(RENAME_NOREPLACE): whatever is at the key
 // now is never replaced (ErrOccupied). The record goes after the move.
 func (l *Local) Restore(ctx context.Context, id string) (Entry, error) {
+	if err := l.lock(); err != nil {
+		return Entry{}, err
+	}
+	defer l.mu.RUnlock()
 	e, err := l.entry(id)
 	if err != nil {
 		return Entry{}, err
@@ -379,6 +420,10 @@ func (l *Local) mkdirs(key string, uid, gid int) (int, error) {
 
 // Purge destroys the entry's object, then its record.
 func (l *Local) Purge(ctx context.Context, id string) error {
+	if err := l.lock(); err != nil {
+		return err
+	}
+	defer l.mu.RUnlock()
 	e, err := l.entry(id)
 	if err != nil {
 		return err
@@ -391,3 +436,40 @@ func (l *Local) Purge(ctx context.Context, id string) error {
 }
 
 var _ Area = (*Local)(nil)
+
+// MoveKey is MoveAt for the store key key, its folder opened beneath the root without following a
+// symlink (and never created).
+func (l *Local) MoveKey(key string, d Decision) (Entry, error) {
+	k, err := store.CleanKey(key)
+	if err != nil || k == "" || store.InQuarantine(k) {
+		return Entry{}, fmt.Errorf("quarantine %q: not a store key outside the quarantine folder", key)
+	}
+	dir, name := path.Split(k)
+	pfd, err := l.openDir(strings.TrimSuffix(dir, "/"))
+	if err != nil {
+		return Entry{}, fmt.Errorf("quarantine /%s: %w", k, err)
+	}
+	defer unix.Close(pfd)
+	return l.MoveAt(pfd, name, k, d)
+}
+
+// openDir opens folder key beneath the root (O_PATH), never following a symlink.
+func (l *Local) openDir(key string) (int, error) {
+	if err := l.lock(); err != nil {
+		return -1, err
+	}
+	defer l.mu.RUnlock()
+	fd, err := unix.FcntlInt(uintptr(l.root), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil || key == "" {
+		return fd, err
+	}
+	for _, seg := range strings.Split(key, "/") {
+		nfd, err := unix.Openat(fd, seg, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
+		if err != nil {
+			return -1, fmt.Errorf("%s: %w", seg, err)
+		}
+		fd = nfd
+	}
+	return fd, nil
+}

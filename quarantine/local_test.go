@@ -220,7 +220,7 @@ func TestPurgeExpired(t *testing.T) {
 	for _, k := range r.Kept {
 		reasons[k.Entry.Path] = k
 	}
-	if reasons["a/ref"].Reason != "referenced" || reasons["a/young"].Reason != "young" || reasons["a/young"].Left != 19*time.Hour {
+	if reasons["a/ref"].Reason != "referenced" || reasons["a/young"].Reason != "young" || time.Duration(reasons["a/young"].Left) != 19*time.Hour {
 		t.Fatalf("kept %+v", reasons)
 	}
 	failing := func(context.Context, string) (bool, error) { return false, errors.New("index closed") }

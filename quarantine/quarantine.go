@@ -22,6 +22,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/ckguard/ckguard/internal/duration"
 )
 
 // Entry is one staged deletion.
@@ -117,10 +119,10 @@ type Referenced func(ctx context.Context, key string) (bool, error)
 
 // Kept is an entry a purge left in place, and why.
 type Kept struct {
-	Entry  Entry         `json:"entry"`
-	Reason string        `json:"reason"`         // "young", "referenced", "error"
-	Left   time.Duration `json:"left,omitempty"` // time left until the TTL, for "young"
-	Detail string        `json:"detail,omitempty"`
+	Entry  Entry      `json:"entry"`
+	Reason string     `json:"reason"`         // "young", "referenced", "error"
+	Left   duration.D `json:"left,omitempty"` // time left until the TTL, for "young"
+	Detail string     `json:"detail,omitempty"`
 }
 
 // PurgeResult is what PurgeExpired did.
@@ -148,7 +150,7 @@ func PurgeExpired(ctx context.Context, a Area, es []Entry, ttl time.Duration, no
 			return r, err
 		}
 		if age := now.Sub(e.DeletedAt); age < ttl {
-			r.Kept = append(r.Kept, Kept{Entry: e, Reason: "young", Left: ttl - age})
+			r.Kept = append(r.Kept, Kept{Entry: e, Reason: "young", Left: duration.D(ttl - age)})
 			continue
 		}
 		if referenced != nil {
