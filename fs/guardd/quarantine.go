@@ -27,6 +27,8 @@ type stager struct {
 	svc *quarantine.Direct
 	met *metrics.Metrics
 	log *slog.Logger
+	// warned are the entries past the TTL already logged as kept (once each, not after every sync).
+	warned map[string]bool
 }
 
 // newStager serves the quarantine of area on its socket. A restore through it runs under the enforcer's
@@ -75,7 +77,7 @@ func newStager(c Config, area *quarantine.Local, enf *guard.Enforcer, met *metri
 			log.Info("restored from quarantine", "path", got.Key(), "entry", got.ID, "deleted_at", got.DeletedAt)
 			return got, nil
 		}}
-	return &stager{svc: svc, met: met, log: log}
+	return &stager{svc: svc, met: met, log: log, warned: map[string]bool{}}
 }
 
 // tick purges what is past the TTL and refreshes the gauges; the mount runs it after every sync (it
@@ -90,7 +92,8 @@ func (s *stager) tick(ctx context.Context) {
 			s.log.Info("purged from quarantine", "path", e.Path, "entry", e.ID, "deleted_at", e.DeletedAt)
 		}
 		for _, k := range r.Kept {
-			if k.Reason != "young" {
+			if k.Reason != "young" && !s.warned[k.Entry.ID] {
+				s.warned[k.Entry.ID] = true
 				s.log.Warn("quarantine entry past its TTL kept", "path", k.Entry.Path, "entry", k.Entry.ID, "reason", k.Reason, "detail", k.Detail)
 			}
 		}
