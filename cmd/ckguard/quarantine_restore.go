@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"path"
 	"sort"
 	"strings"
 	"time"
@@ -90,9 +91,14 @@ func runQuarantineRestore(c *cli.Context) error {
 		if store.InQuarantine(k) {
 			return usageError(c, "%s is inside the quarantine folder; name the original path", a)
 		}
+		sel := k
+		if store.IsMetadata(k) {
+			// A checkpoint named by its _metadata: its whole folder, like the checkpoint named by it.
+			sel = path.Dir(k)
+		}
 		n := 0
 		for _, e := range l.Entries {
-			if below(e.Key(), k) {
+			if below(e.Key(), sel) {
 				pick(e)
 				n++
 				if store.IsMetadata(e.Key()) {
