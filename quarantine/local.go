@@ -1,6 +1,8 @@
 package quarantine
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -31,7 +33,15 @@ type Local struct {
 	closed bool
 	root   int // the store root (a duplicate of the caller's descriptor, this area's own)
 	dir    int // the quarantine folder, opened beneath root
-	now    func() time.Time
+	// journal is the entry records file, opened O_APPEND: every record is one write(2), so concurrent
+	// moves never interleave their records and a crash leaves at most a torn last line (skipped).
+	// Tidy rewrites it holding mu exclusively.
+	journal *os.File
+	// recs are the journal's records by id, read at open and kept up to date by this process (which,
+	// while a mount runs, is the only writer: the CLI goes through the mount). recMu guards it.
+	recMu sync.Mutex
+	recs  map[string]Entry
+	now   func() time.Time
 }
 
 // ErrClosed is returned by every operation after Close.
@@ -46,11 +56,12 @@ func (l *Local) lock() error {
 	return nil
 }
 
-// recordSuffix ends an entry record's name; the object's name is the record's without it.
-const recordSuffix = ".json"
+// JournalName is the entry records file in the quarantine folder (JSON lines, one Entry each); every
+// other name in the folder is an object, named by its entry's id.
+const JournalName = "entries.jsonl"
 
-// maxRecord bounds an entry record read back (a record is a few hundred bytes; a hostile file in the
-// folder must not make the reader allocate its size).
+// maxRecord bounds one entry record read back (a record is a few hundred bytes; a hostile journal must
+// not make the reader allocate gigabytes for one line).
 const maxRecord = 1 << 20
 
 // OpenLocalAt opens (creating it, mode 0700) the quarantine folder of the store whose root directory
@@ -73,7 +84,27 @@ func OpenLocalAt(rootFD int, now func() time.Time) (*Local, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("quarantine: duplicate the store root descriptor: %w", err)
 	}
-	return &Local{root: rfd, dir: fd, now: now}, nil
+	l := &Local{root: rfd, dir: fd, now: now}
+	if l.journal, err = l.openJournal(); err == nil {
+		l.recs, _, err = l.records()
+	}
+	if err != nil {
+		if l.journal != nil {
+			l.journal.Close()
+		}
+		unix.Close(fd)
+		unix.Close(rfd)
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *Local) openJournal() (*os.File, error) {
+	jfd, err := unix.Openat(l.dir, JournalName, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open the quarantine journal %s/%s: %w", store.QuarantineDir, JournalName, err)
+	}
+	return os.NewFile(uintptr(jfd), JournalName), nil
 }
 
 // OpenLocal opens the quarantine folder of the store directory dir (creating it), for the CLI.
@@ -97,6 +128,7 @@ func (l *Local) Close() error {
 	defer l.mu.Unlock()
 	if !l.closed {
 		l.closed = true
+		l.journal.Close()
 		unix.Close(l.dir)
 		unix.Close(l.root)
 	}
@@ -156,7 +188,7 @@ func (l *Local) MoveAt(dirfd int, name, key string, d Decision) (Entry, error) {
 		err = unix.Renameat(dirfd, name, l.dir, e.ID)
 	}
 	if err != nil {
-		_ = unix.Unlinkat(l.dir, e.ID+recordSuffix, 0)
+		// The record stays in the journal; without its object it is no entry (Tidy drops it).
 		if err == unix.EXDEV {
 			return Entry{}, fmt.Errorf("quarantine /%s: it is on another filesystem than the store root's quarantine folder, so it cannot be moved there; nothing was deleted (mount the store without --quarantine, or with the folder on each filesystem): %w", key, err)
 		}
@@ -165,50 +197,81 @@ func (l *Local) MoveAt(dirfd int, name, key string, d Decision) (Entry, error) {
 	return e, nil
 }
 
+// writeRecord appends e's record to the journal with one write(2).
 func (l *Local) writeRecord(e Entry) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return err
 	}
-	fd, err := unix.Openat(l.dir, e.ID+recordSuffix, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return fmt.Errorf("write quarantine record for /%s: %w", e.Path, err)
+	l.recMu.Lock()
+	defer l.recMu.Unlock()
+	if _, err := l.journal.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("write the quarantine record for /%s: %w", e.Path, err)
 	}
-	f := os.NewFile(uintptr(fd), e.ID+recordSuffix)
-	_, werr := f.Write(append(b, '\n'))
-	cerr := f.Close()
-	if werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		_ = unix.Unlinkat(l.dir, e.ID+recordSuffix, 0)
-		return fmt.Errorf("write quarantine record for /%s: %w", e.Path, werr)
-	}
+	l.recs[e.ID] = e
 	return nil
 }
 
-func (l *Local) readRecord(id string) (Entry, error) {
-	fd, err := unix.Openat(l.dir, id+recordSuffix, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+// records reads the journal: every well-formed record by id (the last one wins), and how many lines
+// were not records (a line torn by a crash, or not ckguard's, is skipped).
+func (l *Local) records() (map[string]Entry, int, error) {
+	fd, err := unix.Openat(l.dir, JournalName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return Entry{}, err
+		return nil, 0, fmt.Errorf("read the quarantine journal: %w", err)
 	}
-	f := os.NewFile(uintptr(fd), id+recordSuffix)
+	f := os.NewFile(uintptr(fd), JournalName)
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxRecord+1))
-	if err != nil {
-		return Entry{}, err
+	return parseJournal(f)
+}
+
+// parseJournal reads JSON-lines records from r; a line longer than maxRecord or not a record is
+// skipped and counted.
+func parseJournal(r io.Reader) (map[string]Entry, int, error) {
+	recs := map[string]Entry{}
+	bad := 0
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, long, err := readLine(br)
+		if long {
+			bad++
+		} else if len(line) > 0 {
+			var e Entry
+			if json.Unmarshal(line, &e) != nil || !validID(e.ID) {
+				bad++
+			} else {
+				recs[e.ID] = e
+			}
+		}
+		if err == io.EOF {
+			return recs, bad, nil
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("read the quarantine journal: %w", err)
+		}
 	}
-	if len(b) > maxRecord {
-		return Entry{}, fmt.Errorf("quarantine record %s is larger than %d bytes", id, maxRecord)
+}
+
+// readLine returns the next line without its newline; a line longer than maxRecord is discarded as it
+// is read (never held) and reported as long.
+func readLine(br *bufio.Reader) (line []byte, long bool, err error) {
+	for {
+		frag, err := br.ReadSlice('\n')
+		if !long && len(line)+len(frag) > maxRecord {
+			long, line = true, nil
+		}
+		if !long {
+			line = append(line, frag...)
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		return bytes.TrimSuffix(line, []byte("\n")), long, err
 	}
-	var e Entry
-	if err := json.Unmarshal(b, &e); err != nil {
-		return Entry{}, fmt.Errorf("quarantine record %s: %w", id, err)
-	}
-	if e.ID != id {
-		return Entry{}, fmt.Errorf("quarantine record %s names entry %q", id, e.ID)
-	}
-	return e, nil
+}
+
+// validID reports whether id can name an object in the folder.
+func validID(id string) bool {
+	return id != "" && id != "." && id != ".." && id != JournalName && !strings.ContainsAny(id, "/\x00")
 }
 
 // names lists the folder.
@@ -239,6 +302,7 @@ func (l *Local) List(ctx context.Context) ([]Entry, error) {
 }
 
 // ListAll returns every entry, oldest first, and every object in the folder that is no complete entry.
+// An entry is an object in the folder with its record; a record without its object is none.
 func (l *Local) ListAll(ctx context.Context) ([]Entry, []Problem, error) {
 	if err := l.lock(); err != nil {
 		return nil, nil, err
@@ -248,33 +312,22 @@ func (l *Local) ListAll(ctx context.Context) ([]Entry, []Problem, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("list the quarantine folder: %w", err)
 	}
-	have := make(map[string]bool, len(names))
-	for _, n := range names {
-		have[n] = true
-	}
 	var es []Entry
 	var probs []Problem
 	for _, n := range names {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err
 		}
+		if n == JournalName || strings.HasSuffix(n, tmpSuffix) {
+			continue
+		}
 		var st unix.Stat_t
-		if strings.HasSuffix(n, recordSuffix) {
-			continue
-		}
-		if strings.HasSuffix(n, ".tmp") {
-			continue
-		}
 		if err := unix.Fstatat(l.dir, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			continue // restored or purged meanwhile
 		}
-		if !have[n+recordSuffix] {
+		e, ok := l.record(n)
+		if !ok {
 			probs = append(probs, Problem{ID: n, Size: st.Size, Detail: "object without an entry record (its original path is unknown); inspect " + store.QuarantineDir + "/" + n + " in the store"})
-			continue
-		}
-		e, err := l.readRecord(n)
-		if err != nil {
-			probs = append(probs, Problem{ID: n, Size: st.Size, Detail: err.Error()})
 			continue
 		}
 		es = append(es, e)
@@ -283,51 +336,104 @@ func (l *Local) ListAll(ctx context.Context) ([]Entry, []Problem, error) {
 	return es, probs, nil
 }
 
-// Tidy removes records whose object is not in the folder (the object is at its key again, or was
-// purged: see the package comment) once they are older than minAge, so that a record written just
-// before its move is never taken away from it.
+// tmpSuffix ends the name of the journal being rewritten by Tidy.
+const tmpSuffix = ".tmp"
+
+// record is id's record.
+func (l *Local) record(id string) (Entry, bool) {
+	l.recMu.Lock()
+	defer l.recMu.Unlock()
+	e, ok := l.recs[id]
+	return e, ok
+}
+
+// Tidy rewrites the journal without the records whose object is not in the folder (the object is at its
+// key again, or was purged: see the package comment) once they are older than minAge, so that a record
+// written just before its move is never taken away from it. The new journal is written and fsync'ed
+// beside the old one and renamed over it: a crash leaves one or the other, whole.
 func (l *Local) Tidy(ctx context.Context, minAge time.Duration) error {
-	if err := l.lock(); err != nil {
-		return err
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
 	}
-	defer l.mu.RUnlock()
 	names, err := l.names()
 	if err != nil {
 		return err
 	}
-	now := l.now()
+	have := make(map[string]bool, len(names))
 	for _, n := range names {
-		id, ok := strings.CutSuffix(n, recordSuffix)
-		if !ok {
-			continue
-		}
-		var st unix.Stat_t
-		if unix.Fstatat(l.dir, id, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
-			continue
-		}
-		if t := idTime(id); t.IsZero() || now.Sub(t) < minAge {
-			continue
-		}
-		_ = unix.Unlinkat(l.dir, n, 0)
+		have[n] = true
 	}
+	now := l.now()
+	l.recMu.Lock()
+	defer l.recMu.Unlock()
+	keep := make([]Entry, 0, len(l.recs))
+	for id, e := range l.recs {
+		if have[id] || now.Sub(idTime(id)) < minAge {
+			keep = append(keep, e)
+		}
+	}
+	if len(keep) == len(l.recs) {
+		return nil
+	}
+	sortEntries(keep)
+	var buf bytes.Buffer
+	for _, e := range keep {
+		b, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		buf.Write(b)
+		buf.WriteByte('\n')
+	}
+	tmp := JournalName + tmpSuffix
+	fd, err := unix.Openat(l.dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("rewrite the quarantine journal: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	_, werr := f.Write(buf.Bytes())
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = unix.Renameat(l.dir, tmp, l.dir, JournalName)
+	}
+	if werr != nil {
+		_ = unix.Unlinkat(l.dir, tmp, 0)
+		return fmt.Errorf("rewrite the quarantine journal: %w", werr)
+	}
+	_ = unix.Fsync(l.dir)
+	j, err := l.openJournal()
+	if err != nil {
+		return err
+	}
+	l.journal.Close()
+	l.journal = j
+	recs := make(map[string]Entry, len(keep))
+	for _, e := range keep {
+		recs[e.ID] = e
+	}
+	l.recs = recs
 	return nil
 }
 
-// entry reads id's record, and checks that its object is in the folder.
+// entry returns id's entry: its object in the folder and its record.
 func (l *Local) entry(id string) (Entry, error) {
-	if id == "" || strings.ContainsAny(id, "/\x00") || id == "." || id == ".." {
+	if !validID(id) {
 		return Entry{}, fmt.Errorf("%w: %q", ErrNoEntry, id)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(l.dir, id, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return Entry{}, fmt.Errorf("%w: %s", ErrNoEntry, id)
 	}
-	e, err := l.readRecord(id)
-	if err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return Entry{}, fmt.Errorf("%w: %s (the object has no entry record)", ErrNoEntry, id)
-		}
-		return Entry{}, err
+	e, ok := l.record(id)
+	if !ok {
+		return Entry{}, fmt.Errorf("%w: %s (the object has no entry record)", ErrNoEntry, id)
 	}
 	return e, nil
 }
@@ -384,7 +490,7 @@ func (l *Local) restore(e Entry) error {
 	if err != nil {
 		return fmt.Errorf("restore /%s: %w", key, err)
 	}
-	_ = unix.Unlinkat(l.dir, e.ID+recordSuffix, 0)
+	// The record stays until Tidy: without its object it is no entry.
 	return nil
 }
 
@@ -431,7 +537,6 @@ func (l *Local) Purge(ctx context.Context, id string) error {
 	if err := unix.Unlinkat(l.dir, e.ID, 0); err != nil {
 		return fmt.Errorf("purge /%s (entry %s): %w", e.Path, e.ID, err)
 	}
-	_ = unix.Unlinkat(l.dir, e.ID+recordSuffix, 0)
 	return nil
 }
 
