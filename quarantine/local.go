@@ -578,3 +578,28 @@ func (l *Local) openDir(key string) (int, error) {
 	}
 	return fd, nil
 }
+
+// Find returns the newest entry staged from key (an object in the folder with its record), without
+// listing the folder: the records are in memory, and only the candidates' objects are stat'ed.
+func (l *Local) Find(ctx context.Context, key string) (Entry, bool, error) {
+	if err := l.lock(); err != nil {
+		return Entry{}, false, err
+	}
+	defer l.mu.RUnlock()
+	l.recMu.Lock()
+	var cands []Entry
+	for _, e := range l.recs {
+		if e.Key() == key {
+			cands = append(cands, e)
+		}
+	}
+	l.recMu.Unlock()
+	sortEntries(cands)
+	for i := len(cands) - 1; i >= 0; i-- {
+		var st unix.Stat_t
+		if unix.Fstatat(l.dir, cands[i].ID, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			return cands[i], true, nil
+		}
+	}
+	return Entry{}, false, ctx.Err()
+}

@@ -137,12 +137,12 @@ func TestLocalRestoreNeverOverwrites(t *testing.T) {
 // the object is at its key or in the folder, and List names it once or not at all.
 func TestLocalCrashStates(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		setup     func(t *testing.T, dir string, l *Local)
-		entries   int
-		atKey     bool
-		problems  int
-			}{
+		name     string
+		setup    func(t *testing.T, dir string, l *Local)
+		entries  int
+		atKey    bool
+		problems int
+	}{
 		{"record written, object not moved", func(t *testing.T, dir string, l *Local) {
 			if err := l.writeRecord(Entry{ID: newID(l.now()), Path: "j/f"}); err != nil {
 				t.Fatal(err)

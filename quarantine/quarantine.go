@@ -81,6 +81,11 @@ var ErrNoEntry = errors.New("no such quarantine entry")
 // Find returns the newest entry staged from the original key (lossnet names it when a referenced object
 // is missing: "in quarantine, restore with ckguard quarantine restore KEY").
 func Find(ctx context.Context, a Area, key string) (Entry, bool, error) {
+	if f, ok := a.(interface {
+		Find(context.Context, string) (Entry, bool, error)
+	}); ok {
+		return f.Find(ctx, key)
+	}
 	es, err := a.List(ctx)
 	if err != nil {
 		return Entry{}, false, err

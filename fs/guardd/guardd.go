@@ -301,7 +301,13 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 		}
 	}()
 	// The loss check runs after every successful sync, in the sync loop (outside any lock of the enforcer).
-	lw := &lossWatch{lc: ix.NewLossChecker(refindex.LossCheckOptions{Budget: lossBudget(c.LossCheckBudget, b.LossCheckBudget), Quarantine: b.Quarantine}),
+	qfind := b.Quarantine
+	var staged *finder
+	if qfind == nil && c.Quarantine > 0 {
+		staged = &finder{restore: "ckguard quarantine restore --store " + c.StoreDir + " --index " + c.IndexDir}
+		qfind = staged
+	}
+	lw := &lossWatch{lc: ix.NewLossChecker(refindex.LossCheckOptions{Budget: lossBudget(c.LossCheckBudget, b.LossCheckBudget), Quarantine: qfind}),
 		met: met, audit: al, log: log}
 	enf, err := guard.NewEnforcer(guard.Config{Checker: ix, Audit: al, Metrics: met,
 		RefuseErrno: c.RefuseErrno, Logger: log})
@@ -336,6 +342,9 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	var stage *stager
 	if qm, ok := m.(quarantiner); ok && qm.Quarantine() != nil {
 		stage = newStager(c, qm.Quarantine(), enf, met, log)
+		if staged != nil {
+			staged.area.Store(qm.Quarantine())
+		}
 		qs, err := control.ServeQuarantine(QuarantineSocket(c.ControlSocket), stage.svc, log)
 		if err != nil {
 			_ = m.Unmount()

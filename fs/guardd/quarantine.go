@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/metrics"
 	"github.com/ckguard/ckguard/quarantine"
+	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
@@ -109,4 +111,23 @@ func (s *stager) refresh(ctx context.Context) {
 	}
 	st := quarantine.Summarise(es)
 	s.met.SetQuarantine(st.Objects, st.Bytes, st.Oldest)
+}
+
+// finder answers the loss check's question "is this missing object in quarantine?" from the mount's
+// area, once the mount has opened it (the loss checker is made before the mount).
+type finder struct {
+	area    atomic.Pointer[quarantine.Local]
+	restore string // the command line before the key: ckguard quarantine restore --store S --index I
+}
+
+func (f *finder) FindQuarantined(ctx context.Context, key string) (refindex.QuarantinedObject, bool, error) {
+	a := f.area.Load()
+	if a == nil {
+		return refindex.QuarantinedObject{}, false, nil
+	}
+	e, ok, err := a.Find(ctx, key)
+	if err != nil || !ok {
+		return refindex.QuarantinedObject{}, false, err
+	}
+	return refindex.QuarantinedObject{Since: e.DeletedAt, Restore: f.restore + " " + key}, true, nil
 }

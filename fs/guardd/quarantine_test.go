@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/fs/internal/fusetest"
@@ -158,6 +159,20 @@ func TestMountQuarantine(t *testing.T) {
 	}
 	if len(referenced) == 0 {
 		t.Fatalf("verify after restoring %s alone: %+v; want it live and missing its staged files", meta.Path, v)
+	}
+	// The loss check after the next sync names a missing file, and that it is in quarantine and how to
+	// restore it.
+	var lossMsg string
+	for deadline := time.Now().Add(60 * time.Second); lossMsg == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		recs, _ := audit.ReadFile(filepath.Join(dir, "index", "audit.jsonl"))
+		for _, r := range recs {
+			if r.Op == "loss-check" && referenced[r.Path] {
+				lossMsg = r.Message
+			}
+		}
+	}
+	if !strings.Contains(lossMsg, "in quarantine since") || !strings.Contains(lossMsg, "ckguard quarantine restore") {
+		t.Errorf("loss check record for a staged file: %q, want it to say it is in quarantine and how to restore it", lossMsg)
 	}
 
 	// Past the TTL the background purge takes everything else, never what the restored checkpoint
