@@ -21,6 +21,7 @@ import (
 
 	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/mountutil"
+	"github.com/ckguard/ckguard/refindex/store"
 )
 
 var (
@@ -252,6 +253,10 @@ func mntFiles(t testing.TB, root string) []string {
 				return nil
 			}
 			return err
+		}
+		if d.IsDir() && filepath.Dir(p) == filepath.Clean(root) && d.Name() == store.QuarantineDir {
+			// Deletions the mount staged (--quarantine, on by default): not the store's data any more.
+			return filepath.SkipDir
 		}
 		if !d.IsDir() {
 			rel, _ := filepath.Rel(root, p)

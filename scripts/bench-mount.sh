@@ -73,7 +73,7 @@ start() {
 	unguard1) GOMAXPROCS=1 "$PLAINLOOP" "$store" "$MNT" >"$WORK/plainloop.log" 2>&1 & PID=$! ;;
 	guard)
 		rm -rf "$WORK/index"
-		"$CKGUARD" mount --foreground --store "$store" --index "$WORK/index" --grace 0s \
+		"$CKGUARD" mount --foreground --store "$store" --index "$WORK/index" --grace 0s --quarantine 0s \
 			--audit-log "$WORK/audit.jsonl" --control-socket "$WORK/ctl.sock" "$MNT" >"$WORK/guard.log" 2>&1 & PID=$! ;;
 	esac
 	wait_mounted

@@ -97,8 +97,9 @@ run() {
 		pid=$!; PIDS+=("$pid"); MNTS+=("$mnt"); wait_mounted "$mnt" "$pid"; dir=$mnt ;;
 	guard)
 		# --grace 0s: the suite deletes what it just created; with the default grace every such deletion
-		# would be refused (files in flight). Every operation is still decided and audited.
-		"$CKGUARD" mount --foreground --allow-other --store "$store" --index "$WORK/$kind-index" --grace 0s \
+		# would be refused (files in flight). Every operation is still decided and audited. --quarantine 0s:
+		# a staged file keeps a name in the quarantine, so unlinked files would keep a link count of 1.
+		"$CKGUARD" mount --foreground --allow-other --store "$store" --index "$WORK/$kind-index" --grace 0s --quarantine 0s \
 			--audit-log "$WORK/$kind-audit.jsonl" --control-socket "$WORK/$kind.sock" "$mnt" >"$WORK/$kind.log" 2>&1 &
 		pid=$!; PIDS+=("$pid"); MNTS+=("$mnt"); wait_mounted "$mnt" "$pid"; dir=$mnt ;;
 	s3)

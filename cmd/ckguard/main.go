@@ -43,6 +43,7 @@ func newApp() *cli.App {
 			latestCommand(),
 			statsCommand(),
 			pinCommand(),
+			quarantineCommand(),
 			unpinCommand(),
 			mountCommand(),
 			umountCommand(),

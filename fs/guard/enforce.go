@@ -48,6 +48,9 @@ type Check struct {
 	// mount's stat through the folder descriptor the change then acts through, store.WithObserved) is
 	// then what the decision judges, and no rename through the mount can come between the two.
 	Observe func(context.Context) context.Context
+	// Result, when set, receives the decision taken (the act of a deletion copies it into the entry that
+	// stages the object in quarantine).
+	Result *verdict.Decision
 }
 
 // OpenOp is the decision an open of an existing file for writing asks for: OpTruncate with O_TRUNC (the
@@ -195,6 +198,9 @@ func (e *Enforcer) mutateLocked(ctx context.Context, checks []Check, do func() s
 			// A commit's young source is allowed as above (another job's commit must not fail because of
 			// this one); anything the index allows might be what the pending _metadata references.
 			ds[i] = e.pending.refusal(c.Op, c.Path)
+		}
+		if c.Result != nil {
+			*c.Result = ds[i]
 		}
 		if !ds[i].Allow {
 			refused = true
@@ -414,6 +420,9 @@ func ParseErrno(s string) (syscall.Errno, error) {
 	}
 	return syscall.Errno(n), nil
 }
+
+// Comm is the command name of process pid as the audit records name it ("" for pid 0).
+func (e *Enforcer) Comm(pid uint32) string { return e.comms.get(pid, time.Now()) }
 
 // commCache remembers /proc/<pid>/comm for a short while: one rm -rf makes thousands of decisions, and reading
 // /proc for each would cost more than the decision itself. Entries expire so a reused pid is not misnamed for

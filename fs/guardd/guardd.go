@@ -53,6 +53,11 @@ type Config struct {
 	LossCheckBudget int
 	// Ready is called once the mount is usable (daemon mode tells its parent, systemd gets READY=1).
 	Ready func(m *Mounted)
+	// Quarantine, when positive, stages every deletion the guard allows in the store's quarantine folder
+	// and purges entries older than it (package quarantine); 0: deletions are final.
+	Quarantine time.Duration
+	// QuarantineNow is the quarantine's clock (nil: time.Now).
+	QuarantineNow func() time.Time
 }
 
 // Mounted describes a running mount, for the Ready callback and tests.
@@ -106,7 +111,8 @@ func Run(ctx context.Context, c Config) error {
 		return Backend{Store: st,
 			Mount: func(_ context.Context, enf *guard.Enforcer, met *metrics.Metrics) (Mount, error) {
 				return localfs.Mount(localfs.Options{Store: c.StoreDir, Mountpoint: c.Mountpoint, Enforcer: enf,
-					Metrics: met, AllowOther: c.AllowOther, Debug: c.Debug, Logger: c.Logger})
+					Metrics: met, AllowOther: c.AllowOther, Debug: c.Debug, Logger: c.Logger,
+					Quarantine: c.Quarantine > 0, Now: c.QuarantineNow})
 			}}, nil
 	})
 }
@@ -295,7 +301,13 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 		}
 	}()
 	// The loss check runs after every successful sync, in the sync loop (outside any lock of the enforcer).
-	lw := &lossWatch{lc: ix.NewLossChecker(refindex.LossCheckOptions{Budget: lossBudget(c.LossCheckBudget, b.LossCheckBudget), Quarantine: b.Quarantine}),
+	qfind := b.Quarantine
+	var staged *finder
+	if qfind == nil && c.Quarantine > 0 {
+		staged = &finder{restore: "ckguard quarantine restore --store " + c.StoreDir + " --index " + c.IndexDir}
+		qfind = staged
+	}
+	lw := &lossWatch{lc: ix.NewLossChecker(refindex.LossCheckOptions{Budget: lossBudget(c.LossCheckBudget, b.LossCheckBudget), Quarantine: qfind}),
 		met: met, audit: al, log: log}
 	enf, err := guard.NewEnforcer(guard.Config{Checker: ix, Audit: al, Metrics: met,
 		RefuseErrno: c.RefuseErrno, Logger: log})
@@ -327,6 +339,23 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	if p, ok := m.(passthrougher); ok {
 		passthrough = p.Passthrough()
 	}
+	var stage *stager
+	if qm, ok := m.(quarantiner); ok && qm.Quarantine() != nil {
+		stage = newStager(c, qm.Quarantine(), enf, met, log)
+		if staged != nil {
+			staged.area.Store(qm.Quarantine())
+		}
+		qs, err := control.ServeQuarantine(QuarantineSocket(c.ControlSocket), stage.svc, log)
+		if err != nil {
+			_ = m.Unmount()
+			return err
+		}
+		defer qs.Close()
+		stage.tick(ctx)
+	} else if c.Quarantine > 0 {
+		_ = m.Unmount()
+		return fmt.Errorf("--quarantine: this store's mount cannot stage deletions yet; mount it with --quarantine 0")
+	}
 	gov.Serve()
 	log.Info("mounted", "store", c.StoreDir, "mountpoint", m.Mountpoint(), "passthrough", passthrough,
 		"control_socket", c.ControlSocket, "audit_log", c.AuditLog, "metrics", metricsAddr,
@@ -352,6 +381,9 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 		case <-tick.C:
 			if syncOnce() == nil {
 				lw.run(ctx)
+			}
+			if stage != nil {
+				stage.tick(ctx)
 			}
 		case <-ctx.Done():
 			log.Info("signal received; unmounting", "mountpoint", m.Mountpoint())

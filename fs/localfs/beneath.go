@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ckguard/ckguard/quarantine"
 )
 
 // storeRoot is the store directory, held open for the whole life of the mount, and the one place that
@@ -48,6 +50,8 @@ type storeRoot struct {
 	log      *slog.Logger
 	start    time.Time                 // monotonic base of rootCheck.at
 	checked  atomic.Pointer[rootCheck] // the last comparison
+	// quarantine, when set, receives every file an allowed unlink removes (see removeFile).
+	quarantine *quarantine.Local
 }
 
 // rootCheckInterval is how long one comparison of the store path with the root descriptor is trusted. A
@@ -177,13 +181,21 @@ func (r *storeRoot) compare() *storeChangedError {
 
 // close closes the root descriptor; only once no request can use it any more (the FUSE server stopped).
 func (r *storeRoot) close() {
-	r.closeOnce.Do(func() { unix.Close(r.fd) })
+	r.closeOnce.Do(func() {
+		if r.quarantine != nil {
+			r.quarantine.Close()
+		}
+		unix.Close(r.fd)
+	})
 }
 
 // openat2 opens rel (a key, never "") beneath the root without crossing any symlink, including the final
 // component. Only when the startup probe found no openat2 in the kernel, openat from the root with
 // O_NOFOLLOW (intermediate symlinks followed: the pre-5.6 behaviour).
 func (r *storeRoot) openat2(rel string, flags int, mode uint32) (int, error) {
+	if hidden(rel) {
+		return -1, unix.ENOENT
+	}
 	if r.noOpenat2 {
 		return unix.Openat(r.fd, rel, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 	}
@@ -222,6 +234,9 @@ func (r *storeRoot) release(fd int) {
 
 // parent opens the folder holding key and returns it with key's final name.
 func (r *storeRoot) parent(key string) (int, string, error) {
+	if hidden(key) {
+		return -1, "", unix.ENOENT
+	}
 	dir, name := path.Split(key)
 	if dir != "" {
 		dir = dir[:len(dir)-1]

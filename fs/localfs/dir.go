@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/fs/listorder"
+	"github.com/ckguard/ckguard/refindex/store"
 )
 
 // orderedDir is a directory handle that lists entries in cleanup order (see listorder.Order) without holding
@@ -36,6 +37,8 @@ type orderedDir struct {
 	// folders went to reading each folder twice).
 	whole bool
 	probe []byte // the first pass's second read, which finds the end: it must not overwrite buf
+	// root is set on the store root's listing, which never shows the quarantine folder.
+	root bool
 }
 
 var (
@@ -53,7 +56,7 @@ func openOrderedDir(n *node) (*orderedDir, syscall.Errno) {
 	if err != nil {
 		return nil, fs.ToErrno(err)
 	}
-	return &orderedDir{n: n, fd: fd, buf: make([]byte, 64<<10)}, 0
+	return &orderedDir{n: n, fd: fd, buf: make([]byte, 64<<10), root: n.key() == ""}, 0
 }
 
 // isFirst reports whether an entry belongs to the sorted head of the listing.
@@ -153,7 +156,7 @@ func (d *orderedDir) next() (*fuse.DirEntry, syscall.Errno) {
 			continue
 		}
 		d.todo = d.todo[used:]
-		if d.emitted[e.Name] {
+		if d.emitted[e.Name] || d.root && e.Name == store.QuarantineDir {
 			continue
 		}
 		d.pos++

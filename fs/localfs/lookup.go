@@ -59,6 +59,9 @@ func splitKey(key string) (dir, name string) {
 
 // Lookup stats name in this folder: through an open handle of it, or the folder opened beneath the root.
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if hiddenName(n.key(), name) {
+		return nil, syscall.ENOENT
+	}
 	if d := n.openDir.Load(); d != nil {
 		if ch, errno, ok := d.lookup(ctx, name, out); ok {
 			return ch, errno
@@ -187,6 +190,9 @@ func (d *orderedDir) lookup(ctx context.Context, name string, out *fuse.EntryOut
 	defer d.mu.Unlock()
 	if d.fd < 0 {
 		return nil, 0, false
+	}
+	if hiddenName(d.n.key(), name) {
+		return nil, syscall.ENOENT, true
 	}
 	ch, err := d.n.newChild(ctx, d.fd, name, out)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/metrics"
 	"github.com/ckguard/ckguard/fs/mountutil"
+	"github.com/ckguard/ckguard/quarantine"
 )
 
 // Options configure a guard mount over a local directory.
@@ -26,6 +27,10 @@ type Options struct {
 	AllowOther bool             // let other users use the mount (needs user_allow_other in /etc/fuse.conf for non-root)
 	Debug      bool             // log every FUSE request
 	Logger     *slog.Logger
+	// Quarantine stages every file an allowed unlink removes in the store's quarantine folder (package
+	// quarantine) instead of destroying it; Now is its clock (nil: time.Now).
+	Quarantine bool
+	Now        func() time.Time
 }
 
 // Mounted is a running guard mount.
@@ -33,7 +38,12 @@ type Mounted struct {
 	server      *fuse.Server
 	mountpoint  string
 	passthrough bool
+	quarantine  *quarantine.Local
 }
+
+// Quarantine is the store's quarantine folder the mount stages deletions in (nil without
+// Options.Quarantine).
+func (m *Mounted) Quarantine() *quarantine.Local { return m.quarantine }
 
 // Mount mounts the guard filesystem and returns once the kernel has it. A stale mount from a crashed daemon on
 // the mountpoint is replaced; a live one is an error. It clears the process's umask (see below): files the
@@ -68,6 +78,14 @@ func Mount(o Options) (*Mounted, error) {
 	root, err := newRoot(store, o.Enforcer, o.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w", store, err)
+	}
+	if o.Quarantine {
+		q, err := quarantine.OpenLocalAt(root.root.fd, o.Now)
+		if err != nil {
+			root.root.close()
+			return nil, fmt.Errorf("store %s: %w", store, err)
+		}
+		root.root.quarantine = q
 	}
 	// Attributes and entries are cached for a second, as go-fuse's loopback does; changes made through the
 	// mount invalidate them at once, direct changes to the store show up within that second.
@@ -107,7 +125,7 @@ func Mount(o Options) (*Mounted, error) {
 		server.Wait()
 		root.root.close()
 	}()
-	m := &Mounted{server: server, mountpoint: mnt,
+	m := &Mounted{server: server, mountpoint: mnt, quarantine: root.root.quarantine,
 		// The kernel offers passthrough, and registering backing files needs CAP_SYS_ADMIN (go-fuse
 		// silently falls back to serving reads itself without it).
 		passthrough: server.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH != 0 && os.Geteuid() == 0}

@@ -72,6 +72,9 @@ func othersMetadata(ctx context.Context, name string) bool {
 // mkentry runs make (mkdirat, mknodat, symlinkat) on name in this folder, opened beneath the root, then
 // hands the entry to the caller and returns its inode. An entry that cannot be stated is removed again.
 func (n *node) mkentry(ctx context.Context, name string, out *fuse.EntryOut, removeFlags int, make func(dirfd int) error) (*fs.Inode, syscall.Errno) {
+	if hiddenName(n.key(), name) {
+		return nil, syscall.EPERM
+	}
 	dfd, err := n.root.dir(n.key())
 	if err != nil {
 		return nil, fs.ToErrno(err)
@@ -151,6 +154,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, syscall.EACCES
 	}
 	key := n.childKey(name)
+	if hidden(key) {
+		return nil, nil, 0, syscall.EPERM
+	}
 	oflags := openFlags(flags) | unix.O_CREAT
 	fd, err := n.root.open(key, oflags|unix.O_EXCL, mode)
 	created := err == nil
@@ -195,6 +201,9 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	}
 	if othersMetadata(ctx, name) {
 		return nil, syscall.EACCES
+	}
+	if hiddenName(n.key(), name) {
+		return nil, syscall.EPERM
 	}
 	if _, parent := t.Parent(); parent == nil {
 		// An O_TMPFILE file has no name to link from (LINK carries no descriptor).

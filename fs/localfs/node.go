@@ -186,7 +186,12 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	fd, base := -1, ""
 	var perr error
 	defer func() { n.root.release(fd) }()
+	if hidden(key) {
+		return syscall.ENOENT
+	}
 	checks := n.checks(verdict.OpUnlink, key)
+	var decided verdict.Decision
+	checks[0].Result = &decided
 	checks[0].Observe = func(ctx context.Context) context.Context {
 		fd, base, perr = n.root.parent(key)
 		if perr != nil {
@@ -205,7 +210,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		err := perr
 		if err == nil {
 			// Observe ran (only a refusal is decided without it), so fd is the parent.
-			err = unix.Unlinkat(fd, base, 0)
+			err = n.removeFile(ctx, fd, base, key, decided)
 		}
 		errno := fs.ToErrno(err)
 		if errno == 0 {
@@ -235,6 +240,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		return syscall.EXDEV
 	}
 	from, to := n.childKey(name), np.childKey(newName)
+	if hidden(from) || hidden(to) {
+		return syscall.EPERM
+	}
 	if othersMetadata(ctx, newName) {
 		return syscall.EACCES
 	}

@@ -54,6 +54,9 @@ type Metrics struct {
 	unmappedRefs   prometheus.Gauge
 	inferredMaps   prometheus.Gauge
 	loss           lossMetrics
+	qObjects       prometheus.Gauge
+	qBytes         prometheus.Gauge
+	qOldest        atomic.Int64 // unix nanoseconds of the oldest quarantine entry; 0: none
 
 	// Children resolved once per label set: WithLabelValues hashes the labels and takes the vector's lock
 	// on every call, and these are counted on the path of every guarded operation.
@@ -136,6 +139,21 @@ func New() *Metrics {
 		Name: "ckguard_fuse_requests_in_flight",
 		Help: "FUSE requests the daemon is answering now.",
 	}, func() float64 { return float64(m.inflight.Load()) })
+	m.qObjects = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ckguard_quarantine_objects", Help: "Objects staged in the store's quarantine folder by deletions through the mount (--quarantine), awaiting restore or purge."})
+	m.qBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ckguard_quarantine_bytes", Help: "Bytes of the objects staged in the quarantine folder."})
+	qOldest := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ckguard_quarantine_oldest_seconds",
+		Help: "Age of the oldest quarantine entry (0 when empty); past the TTL means the purge is behind.",
+	}, func() float64 {
+		t := m.qOldest.Load()
+		if t == 0 {
+			return 0
+		}
+		return time.Since(time.Unix(0, t)).Seconds()
+	})
+	m.Registry.MustRegister(m.qObjects, m.qBytes, qOldest)
 	m.Registry.MustRegister(m.refusals, m.allowed, m.notifyErrors, m.syncDuration, m.syncFailures,
 		m.fuseLatency, m.decideLatency, m.liveCkpt, m.liveSavepoints, m.refBytes, m.orphanBytes, m.clockBehind, m.unmappedRefs, m.inferredMaps, lag, inflight,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -202,6 +220,20 @@ func (m *Metrics) Sync(d time.Duration, err error) {
 	m.syncDuration.Observe(d.Seconds())
 	if err != nil {
 		m.syncFailures.Inc()
+	}
+}
+
+// SetQuarantine updates the quarantine gauges (oldest: zero when empty).
+func (m *Metrics) SetQuarantine(objects int, bytes int64, oldest time.Time) {
+	if m == nil {
+		return
+	}
+	m.qObjects.Set(float64(objects))
+	m.qBytes.Set(float64(bytes))
+	if oldest.IsZero() {
+		m.qOldest.Store(0)
+	} else {
+		m.qOldest.Store(oldest.UnixNano())
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/ckguard/ckguard/fs/mountutil"
+	"github.com/ckguard/ckguard/refindex/store"
 )
 
 // Config configures one demo run.
@@ -730,6 +731,10 @@ func snapshot(root string) (map[string]file, error) {
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if d.IsDir() && filepath.Dir(p) == filepath.Clean(root) && d.Name() == store.QuarantineDir {
+			// Deletions the mount staged (--quarantine): gone from the store's data.
+			return filepath.SkipDir
 		}
 		if d.Type().IsRegular() {
 			fi, err := d.Info()

@@ -58,11 +58,11 @@ type Store interface {
 	// Open opens a file for reading.
 	Open(ctx context.Context, path string) (Reader, error)
 	// Walk calls fn for every file below the directory prefix ("" = everything), in no particular
-	// order. Backends may also report directories (IsDir); callers must not rely on that. A non-nil
+	// order, never below QuarantineDir. Backends may also report directories (IsDir); callers must not rely on that. A non-nil
 	// error from fn stops the walk and is returned.
 	Walk(ctx context.Context, prefix string, fn func(ObjectInfo) error) error
 	// ListMetadata calls fn for every file named exactly `_metadata` at any depth (chk-N/_metadata,
-	// savepoint-…/_metadata, …). Flink's temporary and in-progress names (`._metadata_temp`,
+	// savepoint-…/_metadata, …) outside QuarantineDir. Flink's temporary and in-progress names (`._metadata_temp`,
 	// `._metadata.inprogress.…`) are not `_metadata` and are never reported.
 	ListMetadata(ctx context.Context, fn func(ObjectInfo) error) error
 }
@@ -183,4 +183,15 @@ func Observed(ctx context.Context, key string) (ObjectInfo, bool) {
 		return *o, true
 	}
 	return ObjectInfo{}, false
+}
+
+// QuarantineDir is the folder at the store root that holds the objects deleted through a mount with
+// --quarantine (package quarantine). It is not part of the store's checkpoint data: walks and
+// `_metadata` discovery skip it, so a `_metadata` staged there is no live checkpoint and an object
+// staged there is missing from its original key.
+const QuarantineDir = ".ckguard-quarantine"
+
+// InQuarantine reports whether key is the quarantine folder or lies below it.
+func InQuarantine(key string) bool {
+	return strings.HasPrefix(key, QuarantineDir) && (len(key) == len(QuarantineDir) || key[len(QuarantineDir)] == '/')
 }

@@ -204,6 +204,10 @@ func (s *Store) walk(ctx context.Context, base string, fn func(store.ObjectInfo)
 			}
 			return nil
 		}
+		if d.IsDir() && d.Name() == store.QuarantineDir && filepath.Dir(p) == s.root {
+			// Staged deletions are not store data (store.QuarantineDir).
+			return filepath.SkipDir
+		}
 		if filter != nil && !filter(d) {
 			return nil
 		}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ckguard/ckguard/internal/duration"
+	"github.com/ckguard/ckguard/quarantine"
+	"github.com/ckguard/ckguard/refindex/store"
+)
+
+func quarantineRestoreCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "restore",
+		Usage:     "put staged deletions back at their original paths, byte-identical, never replacing anything",
+		ArgsUsage: "PATH|CHECKPOINT ... | --since T",
+		Description: "PATH restores the entries staged from that file or from below that folder (rm -rf of a job folder is\n" +
+			"undone by restoring the folder). A CHECKPOINT (its folder or _metadata) restores its _metadata and then every\n" +
+			"staged file the restored checkpoint references, wherever it was (shared/ included). --since T restores every\n" +
+			"entry deleted at or after T (RFC 3339, or a duration ago: 2h). A restore never overwrites: an entry whose\n" +
+			"path is occupied stays in quarantine and is reported (exit status 1).\n\n" +
+			"EXAMPLES:\n" +
+			"   ckguard quarantine restore --store /srv/flink/checkpoints --index /var/lib/ckguard/flink e3d8c0a9f1b24d6e8a7b5c3d1e0f9a8b\n" +
+			"   ckguard quarantine restore --store /srv/flink/checkpoints --index /var/lib/ckguard/flink af8b2e4c6d8f0a1b3c5d7e9f1a2b4c6d/chk-100274\n" +
+			"   ckguard quarantine restore --store /srv/flink/checkpoints --index /var/lib/ckguard/flink --since 2026-12-01T09:00:00Z",
+		Flags: quarantineFlags(
+			&cli.StringFlag{Name: "since", Usage: "restore every entry deleted at or after `T` (RFC 3339, or a duration ago such as 2h)"},
+		),
+		Before: requireStore,
+		Action: runQuarantineRestore,
+	}
+}
+
+// parseSince reads --since: an RFC 3339 time, or a duration before now.
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if d, err := duration.Parse(s); err == nil {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("--since %q: want an RFC 3339 time (2026-12-01T09:00:00Z) or a duration ago (2h, 1d)", s)
+}
+
+// below reports whether key is p or lies below folder p ("" = everything).
+func below(key, p string) bool {
+	return p == "" || key == p || strings.HasPrefix(key, p+"/")
+}
+
+func runQuarantineRestore(c *cli.Context) error {
+	since := c.String("since")
+	if (since == "") == (c.NArg() == 0) {
+		return usageError(c, "give PATHs (files, folders or checkpoints) or --since T, not both and not neither")
+	}
+	svc, viaMount, closeFn, err := openQuarantine(c, 0)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	l, err := svc.List(c.Context)
+	if err != nil {
+		return err
+	}
+	var ids []string
+	picked := map[string]bool{}
+	pick := func(e quarantine.Entry) {
+		if !picked[e.ID] {
+			picked[e.ID] = true
+			ids = append(ids, e.ID)
+		}
+	}
+	var checkpoints []string // _metadata keys restored by CHECKPOINT arguments
+	if since != "" {
+		t, err := parseSince(since, time.Now())
+		if err != nil {
+			return usageError(c, "%v", err)
+		}
+		for _, e := range l.Entries {
+			if !e.DeletedAt.Before(t) {
+				pick(e)
+			}
+		}
+	}
+	for _, a := range c.Args().Slice() {
+		k := storeKey(c, a)
+		if store.InQuarantine(k) {
+			return usageError(c, "%s is inside the quarantine folder; name the original path", a)
+		}
+		sel := k
+		if store.IsMetadata(k) {
+			// A checkpoint named by its _metadata: its whole folder, like the checkpoint named by it.
+			sel = path.Dir(k)
+		}
+		n := 0
+		for _, e := range l.Entries {
+			if below(e.Key(), sel) {
+				pick(e)
+				n++
+				if store.IsMetadata(e.Key()) {
+					checkpoints = append(checkpoints, e.Key())
+				}
+			}
+		}
+		if n == 0 {
+			return cli.Exit(fmt.Sprintf("ckguard quarantine restore: nothing from %s is in quarantine (`ckguard quarantine list` shows what is)", k), exitFound)
+		}
+	}
+	r, err := svc.Restore(c.Context, ids)
+	if err != nil {
+		return err
+	}
+	// A restored checkpoint's references elsewhere (its job's shared/ folder): the index, which now has
+	// the checkpoint again, names what it misses; those staged here come back too.
+	if len(checkpoints) > 0 && len(r.Restored) > 0 {
+		more, err := restoreMissing(c, svc, checkpoints, picked)
+		if err != nil {
+			return err
+		}
+		r.Restored = append(r.Restored, more.Restored...)
+		r.Failed = append(r.Failed, more.Failed...)
+	}
+	if c.Bool("json") {
+		if err := printJSON(c.App.Writer, r); err != nil {
+			return err
+		}
+	} else {
+		for _, e := range r.Restored {
+			fmt.Fprintf(c.App.Writer, "restored %s (%s, deleted %s)\n", e.Path, humanBytes(e.Size), fmtTime(e.DeletedAt))
+		}
+		for _, f := range r.Failed {
+			fmt.Fprintf(c.App.ErrWriter, "ckguard: not restored: %s\n", f.Error)
+		}
+		where := "the store directly (no mount holds the index; the next mount's sync indexes restored checkpoints)"
+		if viaMount {
+			where = "the running mount (restored checkpoints are indexed)"
+		}
+		fmt.Fprintf(c.App.Writer, "%s restored through %s, %d left in quarantine\n", plural(len(r.Restored), "entry", "entries"), where, len(r.Failed))
+	}
+	if len(r.Failed) > 0 {
+		return cli.Exit("", exitFound)
+	}
+	return nil
+}
+
+// restoreMissing restores the staged objects that the checkpoints (their _metadata keys), live again,
+// reference and miss.
+func restoreMissing(c *cli.Context, svc quarantine.Service, checkpoints []string, picked map[string]bool) (*quarantine.RestoreResult, error) {
+	q, closeFn, err := openQuerier(c)
+	if err != nil {
+		return nil, fmt.Errorf("restored the checkpoints, but cannot ask the index which of their files are missing: %w; restore those by PATH", err)
+	}
+	defer closeFn()
+	v, err := q.Verify(c.Context)
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]bool{}
+	for _, ck := range checkpoints {
+		want[ck] = true
+	}
+	missing := map[string]bool{}
+	for _, b := range v.Broken {
+		if want[b.Metadata] {
+			for _, m := range b.Missing {
+				missing[m] = true
+			}
+		}
+	}
+	l, err := svc.List(c.Context)
+	if err != nil {
+		return nil, err
+	}
+	newest := map[string]quarantine.Entry{}
+	for _, e := range l.Entries {
+		if missing[e.Key()] && !picked[e.ID] {
+			newest[e.Key()] = e // entries are oldest first: the last one wins
+		}
+	}
+	var ids []string
+	for _, e := range newest {
+		ids = append(ids, e.ID)
+	}
+	sort.Strings(ids)
+	return svc.Restore(c.Context, ids)
+}

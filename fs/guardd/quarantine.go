@@ -1,0 +1,133 @@
+package guardd
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/ckguard/ckguard/fs/control"
+	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/quarantine"
+	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/verdict"
+)
+
+// quarantiner is implemented by mounts that stage deletions in the store's quarantine folder.
+type quarantiner interface{ Quarantine() *quarantine.Local }
+
+// QuarantineSocket is the quarantine control socket beside the query socket controlSocket.
+func QuarantineSocket(controlSocket string) string {
+	return filepath.Join(filepath.Dir(controlSocket), control.QuarantineSocketName)
+}
+
+// stager runs a mount's quarantine: its socket, its background purge and its gauges.
+type stager struct {
+	svc *quarantine.Direct
+	met *metrics.Metrics
+	log *slog.Logger
+	// warned are the entries past the TTL already logged as kept (once each, not after every sync).
+	warned map[string]bool
+}
+
+// newStager serves the quarantine of area on its socket. A restore through it runs under the enforcer's
+// exclusive lock and indexes a restored `_metadata` before it returns (guard.Enforcer.Linked: every change
+// the index would allow is refused until then); if it cannot be indexed the object goes back into
+// quarantine, so nothing live is left unknown to the index. A purge asks the index whether a live
+// checkpoint references an entry again (any answer but "deletable" keeps it).
+func newStager(c Config, area *quarantine.Local, enf *guard.Enforcer, met *metrics.Metrics, log *slog.Logger) *stager {
+	svc := &quarantine.Direct{Area: area, TTL: c.Quarantine, Now: c.QuarantineNow,
+		Referenced: func(ctx context.Context, key string) (bool, error) {
+			state, refs, err := enf.Explain(ctx, key)
+			if err != nil {
+				return false, err
+			}
+			if len(refs) > 0 {
+				return true, nil
+			}
+			if state != verdict.StateDeletable {
+				return false, fmt.Errorf("the index says %s is %s", key, state)
+			}
+			return false, nil
+		},
+		RestoreOne: func(ctx context.Context, id string) (quarantine.Entry, error) {
+			var got quarantine.Entry
+			var rerr error
+			errno := enf.MutateExclusive(ctx, nil, func() syscall.Errno {
+				got, rerr = area.Restore(ctx, id)
+				if rerr != nil {
+					return syscall.EIO
+				}
+				if !guard.IsMetadata(got.Key()) {
+					return 0
+				}
+				return enf.Linked(ctx, got.Key(), func() {
+					if _, err := area.MoveKey(got.Key(), got.Decision); err != nil {
+						log.Error("quarantine: a restored _metadata the index could not record could not be moved back either; the next sync indexes it", "path", got.Key(), "err", err)
+					}
+				})
+			})
+			if rerr != nil {
+				return quarantine.Entry{}, rerr
+			}
+			if errno != 0 {
+				return quarantine.Entry{}, fmt.Errorf("restore /%s: the index could not record the restored checkpoint (%v), so it went back into quarantine; retry once `ckguard stats` shows a recent sync", got.Key(), errno)
+			}
+			log.Info("restored from quarantine", "path", got.Key(), "entry", got.ID, "deleted_at", got.DeletedAt)
+			return got, nil
+		}}
+	return &stager{svc: svc, met: met, log: log, warned: map[string]bool{}}
+}
+
+// tick purges what is past the TTL and refreshes the gauges; the mount runs it after every sync (it
+// reads every entry record: a few milliseconds per thousand entries).
+func (s *stager) tick(ctx context.Context) {
+	r, err := s.svc.Purge(ctx, nil)
+	if err != nil {
+		s.log.Error("quarantine purge failed", "err", err)
+	}
+	if r != nil {
+		for _, e := range r.Purged {
+			s.log.Info("purged from quarantine", "path", e.Path, "entry", e.ID, "deleted_at", e.DeletedAt)
+		}
+		for _, k := range r.Kept {
+			if k.Reason != "young" && !s.warned[k.Entry.ID] {
+				s.warned[k.Entry.ID] = true
+				s.log.Warn("quarantine entry past its TTL kept", "path", k.Entry.Path, "entry", k.Entry.ID, "reason", k.Reason, "detail", k.Detail)
+			}
+		}
+	}
+	s.refresh(ctx)
+}
+
+func (s *stager) refresh(ctx context.Context) {
+	es, err := s.svc.Area.List(ctx)
+	if err != nil {
+		s.log.Error("quarantine: cannot list the quarantine folder", "err", err)
+		return
+	}
+	st := quarantine.Summarise(es)
+	s.met.SetQuarantine(st.Objects, st.Bytes, st.Oldest)
+}
+
+// finder answers the loss check's question "is this missing object in quarantine?" from the mount's
+// area, once the mount has opened it (the loss checker is made before the mount).
+type finder struct {
+	area    atomic.Pointer[quarantine.Local]
+	restore string // the command line before the key: ckguard quarantine restore --store S --index I
+}
+
+func (f *finder) FindQuarantined(ctx context.Context, key string) (refindex.QuarantinedObject, bool, error) {
+	a := f.area.Load()
+	if a == nil {
+		return refindex.QuarantinedObject{}, false, nil
+	}
+	e, ok, err := a.Find(ctx, key)
+	if err != nil || !ok {
+		return refindex.QuarantinedObject{}, false, err
+	}
+	return refindex.QuarantinedObject{Since: e.DeletedAt, Restore: f.restore + " " + key}, true, nil
+}

@@ -1,0 +1,46 @@
+package localfs
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/ckguard/ckguard/quarantine"
+	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/verdict"
+)
+
+// The quarantine folder (store.QuarantineDir, at the store root) is the daemon's: no user of the mount,
+// root included, may see it, reach anything below it, or make a name there. Staged objects come back
+// only through `ckguard quarantine restore`, which the daemon carries out itself.
+
+// hidden reports whether key is the quarantine folder or below it.
+func hidden(key string) bool { return store.InQuarantine(key) }
+
+// hiddenName reports whether name, in the folder with key dir, is the quarantine folder.
+func hiddenName(dir, name string) bool { return dir == "" && name == store.QuarantineDir }
+
+// removeFile is the act of an allowed unlink of name in the folder dirfd (store key key): with a
+// quarantine, the object moves there with its entry record (the decision d copied in); without, it is
+// unlinked.
+func (n *node) removeFile(ctx context.Context, dirfd int, name, key string, d verdict.Decision) error {
+	q := n.root.quarantine
+	if q == nil {
+		return unix.Unlinkat(dirfd, name, 0)
+	}
+	rec := quarantine.Decision{Op: verdict.OpUnlink.String(), Reason: string(d.Reason), Message: d.Message}
+	if c, ok := fuse.FromContext(ctx); ok && c != nil {
+		rec.PID, rec.UID, rec.GID = c.Pid, c.Uid, c.Gid
+		rec.Comm = n.enf.Comm(c.Pid)
+	}
+	_, err := q.MoveAt(dirfd, name, key, rec)
+	if err != nil {
+		n.root.log.Error("quarantine: the allowed deletion could not be staged, so nothing was deleted", "path", key, "err", err)
+		if _, ok := err.(syscall.Errno); !ok {
+			return syscall.EIO
+		}
+	}
+	return err
+}

@@ -1,0 +1,605 @@
+package quarantine
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ckguard/ckguard/refindex/store"
+)
+
+// Local is the quarantine folder of a local (or NFS) store, reached through a descriptor of the store
+// root: every change acts beneath it and never follows a symlink, so neither the mount (root, serving
+// many users) nor the CLI is led outside the store by a folder swapped for a link.
+type Local struct {
+	// mu guards the descriptors against Close: an operation holds it shared, so no descriptor number is
+	// used after Close released it (and the kernel may have given the number to another file).
+	mu     sync.RWMutex
+	closed bool
+	root   int // the store root (a duplicate of the caller's descriptor, this area's own)
+	dir    int // the quarantine folder, opened beneath root
+	// journal is the entry records file, opened O_APPEND: every record is one write(2), so concurrent
+	// moves never interleave their records and a crash leaves at most a torn last line (skipped).
+	// Tidy rewrites it holding mu exclusively.
+	journal *os.File
+	// recs are the journal's records by id, read at open and kept up to date by this process (which,
+	// while a mount runs, is the only writer: the CLI goes through the mount). recMu guards it.
+	recMu sync.Mutex
+	recs  map[string]Entry
+	now   func() time.Time
+}
+
+// ErrClosed is returned by every operation after Close.
+var ErrClosed = errors.New("quarantine folder closed (the mount is shutting down)")
+
+func (l *Local) lock() error {
+	l.mu.RLock()
+	if l.closed {
+		l.mu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+// JournalName is the entry records file in the quarantine folder (JSON lines, one Entry each); every
+// other name in the folder is an object, named by its entry's id.
+const JournalName = "entries.jsonl"
+
+// maxRecord bounds one entry record read back (a record is a few hundred bytes; a hostile journal must
+// not make the reader allocate gigabytes for one line).
+const maxRecord = 1 << 20
+
+// OpenLocalAt opens (creating it, mode 0700) the quarantine folder of the store whose root directory
+// rootFD is; rootFD stays the caller's (the area works on its own duplicate). now is the clock of
+// deletion times (nil: time.Now).
+func OpenLocalAt(rootFD int, now func() time.Time) (*Local, error) {
+	if now == nil {
+		now = time.Now
+	}
+	err := unix.Mkdirat(rootFD, store.QuarantineDir, 0o700)
+	if err != nil && err != unix.EEXIST {
+		return nil, fmt.Errorf("create the quarantine folder %s in the store: %w", store.QuarantineDir, err)
+	}
+	fd, err := unix.Openat(rootFD, store.QuarantineDir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open the quarantine folder %s in the store (it must be a folder, not a symlink): %w", store.QuarantineDir, err)
+	}
+	rfd, err := unix.FcntlInt(uintptr(rootFD), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("quarantine: duplicate the store root descriptor: %w", err)
+	}
+	l := &Local{root: rfd, dir: fd, now: now}
+	if l.journal, err = l.openJournal(); err == nil {
+		l.recs, _, err = l.records()
+	}
+	if err != nil {
+		if l.journal != nil {
+			l.journal.Close()
+		}
+		unix.Close(fd)
+		unix.Close(rfd)
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *Local) openJournal() (*os.File, error) {
+	jfd, err := unix.Openat(l.dir, JournalName, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open the quarantine journal %s/%s: %w", store.QuarantineDir, JournalName, err)
+	}
+	return os.NewFile(uintptr(jfd), JournalName), nil
+}
+
+// OpenLocal opens the quarantine folder of the store directory dir (creating it), for the CLI.
+func OpenLocal(dir string, now func() time.Time) (*Local, error) {
+	rfd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	defer unix.Close(rfd)
+	l, err := OpenLocalAt(rfd, now)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %w", dir, err)
+	}
+	return l, nil
+}
+
+// Close releases the descriptors, once every operation under way has finished; later operations return
+// ErrClosed.
+func (l *Local) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		l.closed = true
+		l.journal.Close()
+		unix.Close(l.dir)
+		unix.Close(l.root)
+	}
+	return nil
+}
+
+// newID names an entry: the deletion time (so names sort by it) and 64 random bits (so two deletions in
+// the same nanosecond, or by two hosts on one NFS store, never share a name).
+func newID(t time.Time) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%019d-%s", t.UnixNano(), hex.EncodeToString(b[:]))
+}
+
+// idTime is the deletion time encoded in id (zero when id is not one of ours).
+func idTime(id string) time.Time {
+	i := strings.IndexByte(id, '-')
+	if i <= 0 {
+		return time.Time{}
+	}
+	n, err := strconv.ParseInt(id[:i], 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// MoveAt stages the deletion of name in the folder dirfd (the store key key): the entry record first,
+// then renameat2(RENAME_NOREPLACE) into the quarantine folder, so a crash in between leaves the object
+// at its key (the record alone is no entry). The records are not fsync'ed (as the audit log's records
+// are not, between its periodic fsyncs): a kill -9 loses nothing; a power failure can at worst leave an
+// object in the folder without its record, which List reports as such (never purged unasked).
+func (l *Local) MoveAt(dirfd int, name, key string, d Decision) (Entry, error) {
+	if err := l.lock(); err != nil {
+		return Entry{}, err
+	}
+	defer l.mu.RUnlock()
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return Entry{}, err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return Entry{}, unix.EISDIR
+	}
+	now := l.now()
+	e := Entry{ID: newID(now), Path: key, Size: st.Size, ModTime: time.Unix(st.Mtim.Unix()), Mode: st.Mode, DeletedAt: now.UTC(), Decision: d}
+	if !utf8.ValidString(key) {
+		e.PathBytes = []byte(key)
+	}
+	if err := l.writeRecord(e); err != nil {
+		return Entry{}, err
+	}
+	err := unix.Renameat2(dirfd, name, l.dir, e.ID, unix.RENAME_NOREPLACE)
+	if err == unix.EINVAL {
+		// The filesystem lacks renameat2 flags (older NFS): the name is fresh and random, a plain rename
+		// replaces nothing.
+		err = unix.Renameat(dirfd, name, l.dir, e.ID)
+	}
+	if err != nil {
+		// The record stays in the journal; without its object it is no entry (Tidy drops it).
+		if err == unix.EXDEV {
+			return Entry{}, fmt.Errorf("quarantine /%s: it is on another filesystem than the store root's quarantine folder, so it cannot be moved there; nothing was deleted (mount the store without --quarantine, or with the folder on each filesystem): %w", key, err)
+		}
+		return Entry{}, err
+	}
+	return e, nil
+}
+
+// writeRecord appends e's record to the journal with one write(2).
+func (l *Local) writeRecord(e Entry) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	l.recMu.Lock()
+	defer l.recMu.Unlock()
+	if _, err := l.journal.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("write the quarantine record for /%s: %w", e.Path, err)
+	}
+	l.recs[e.ID] = e
+	return nil
+}
+
+// records reads the journal: every well-formed record by id (the last one wins), and how many lines
+// were not records (a line torn by a crash, or not ckguard's, is skipped).
+func (l *Local) records() (map[string]Entry, int, error) {
+	fd, err := unix.Openat(l.dir, JournalName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the quarantine journal: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), JournalName)
+	defer f.Close()
+	return parseJournal(f)
+}
+
+// parseJournal reads JSON-lines records from r; a line longer than maxRecord or not a record is
+// skipped and counted.
+func parseJournal(r io.Reader) (map[string]Entry, int, error) {
+	recs := map[string]Entry{}
+	bad := 0
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, long, err := readLine(br)
+		if long {
+			bad++
+		} else if len(line) > 0 {
+			var e Entry
+			if json.Unmarshal(line, &e) != nil || !validID(e.ID) {
+				bad++
+			} else {
+				recs[e.ID] = e
+			}
+		}
+		if err == io.EOF {
+			return recs, bad, nil
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("read the quarantine journal: %w", err)
+		}
+	}
+}
+
+// readLine returns the next line without its newline; a line longer than maxRecord is discarded as it
+// is read (never held) and reported as long.
+func readLine(br *bufio.Reader) (line []byte, long bool, err error) {
+	for {
+		frag, err := br.ReadSlice('\n')
+		if !long && len(line)+len(frag) > maxRecord {
+			long, line = true, nil
+		}
+		if !long {
+			line = append(line, frag...)
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		return bytes.TrimSuffix(line, []byte("\n")), long, err
+	}
+}
+
+// validID reports whether id can name an object in the folder.
+func validID(id string) bool {
+	return id != "" && id != "." && id != ".." && id != JournalName && !strings.ContainsAny(id, "/\x00")
+}
+
+// names lists the folder.
+func (l *Local) names() ([]string, error) {
+	fd, err := unix.Openat(l.dir, ".", unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), store.QuarantineDir)
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
+
+// Problem is an object in the folder that is no complete entry: a record that cannot be read, or an
+// object without a record (after a power failure). List reports them rather than hiding them; purge
+// never destroys them.
+type Problem struct {
+	ID     string `json:"id"`
+	Size   int64  `json:"size"`
+	Detail string `json:"detail"`
+}
+
+// List returns every entry, oldest first. Objects in the folder that are no entry are ignored; ListAll
+// reports them.
+func (l *Local) List(ctx context.Context) ([]Entry, error) {
+	es, _, err := l.ListAll(ctx)
+	return es, err
+}
+
+// ListAll returns every entry, oldest first, and every object in the folder that is no complete entry.
+// An entry is an object in the folder with its record; a record without its object is none.
+func (l *Local) ListAll(ctx context.Context) ([]Entry, []Problem, error) {
+	if err := l.lock(); err != nil {
+		return nil, nil, err
+	}
+	defer l.mu.RUnlock()
+	names, err := l.names()
+	if err != nil {
+		return nil, nil, fmt.Errorf("list the quarantine folder: %w", err)
+	}
+	var es []Entry
+	var probs []Problem
+	for _, n := range names {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		if n == JournalName || strings.HasSuffix(n, tmpSuffix) {
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(l.dir, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			continue // restored or purged meanwhile
+		}
+		e, ok := l.record(n)
+		if !ok {
+			probs = append(probs, Problem{ID: n, Size: st.Size, Detail: "object without an entry record (its original path is unknown); inspect " + store.QuarantineDir + "/" + n + " in the store"})
+			continue
+		}
+		es = append(es, e)
+	}
+	sortEntries(es)
+	return es, probs, nil
+}
+
+// tmpSuffix ends the name of the journal being rewritten by Tidy.
+const tmpSuffix = ".tmp"
+
+// record is id's record.
+func (l *Local) record(id string) (Entry, bool) {
+	l.recMu.Lock()
+	defer l.recMu.Unlock()
+	e, ok := l.recs[id]
+	return e, ok
+}
+
+// Tidy rewrites the journal without the records whose object is not in the folder (the object is at its
+// key again, or was purged: see the package comment) once they are older than minAge, so that a record
+// written just before its move is never taken away from it. The new journal is written and fsync'ed
+// beside the old one and renamed over it: a crash leaves one or the other, whole.
+func (l *Local) Tidy(ctx context.Context, minAge time.Duration) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	names, err := l.names()
+	if err != nil {
+		return err
+	}
+	have := make(map[string]bool, len(names))
+	for _, n := range names {
+		have[n] = true
+	}
+	now := l.now()
+	l.recMu.Lock()
+	defer l.recMu.Unlock()
+	keep := make([]Entry, 0, len(l.recs))
+	for id, e := range l.recs {
+		if have[id] || now.Sub(idTime(id)) < minAge {
+			keep = append(keep, e)
+		}
+	}
+	if len(keep) == len(l.recs) {
+		return nil
+	}
+	sortEntries(keep)
+	var buf bytes.Buffer
+	for _, e := range keep {
+		b, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		buf.Write(b)
+		buf.WriteByte('\n')
+	}
+	tmp := JournalName + tmpSuffix
+	fd, err := unix.Openat(l.dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("rewrite the quarantine journal: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	_, werr := f.Write(buf.Bytes())
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = unix.Renameat(l.dir, tmp, l.dir, JournalName)
+	}
+	if werr != nil {
+		_ = unix.Unlinkat(l.dir, tmp, 0)
+		return fmt.Errorf("rewrite the quarantine journal: %w", werr)
+	}
+	_ = unix.Fsync(l.dir)
+	j, err := l.openJournal()
+	if err != nil {
+		return err
+	}
+	l.journal.Close()
+	l.journal = j
+	recs := make(map[string]Entry, len(keep))
+	for _, e := range keep {
+		recs[e.ID] = e
+	}
+	l.recs = recs
+	return nil
+}
+
+// entry returns id's entry: its object in the folder and its record.
+func (l *Local) entry(id string) (Entry, error) {
+	if !validID(id) {
+		return Entry{}, fmt.Errorf("%w: %q", ErrNoEntry, id)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(l.dir, id, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return Entry{}, fmt.Errorf("%w: %s", ErrNoEntry, id)
+	}
+	e, ok := l.record(id)
+	if !ok {
+		return Entry{}, fmt.Errorf("%w: %s (the object has no entry record)", ErrNoEntry, id)
+	}
+	return e, nil
+}
+
+// Restore moves the entry's object back to its original key (creating the folders on the way, given the
+// object's owner when this process is root) with renameat2(RENAME_NOREPLACE): whatever is at the key
+// now is never replaced (ErrOccupied). The record goes after the move.
+func (l *Local) Restore(ctx context.Context, id string) (Entry, error) {
+	if err := l.lock(); err != nil {
+		return Entry{}, err
+	}
+	defer l.mu.RUnlock()
+	e, err := l.entry(id)
+	if err != nil {
+		return Entry{}, err
+	}
+	if err := l.restore(e); err != nil {
+		return Entry{}, err
+	}
+	return e, nil
+}
+
+func (l *Local) restore(e Entry) error {
+	key := e.Key()
+	k, err := store.CleanKey(key)
+	if err != nil || k == "" || k != key || store.InQuarantine(k) {
+		return fmt.Errorf("restore %s: the entry's original path %q is not a store key outside the quarantine folder", e.ID, key)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(l.dir, e.ID, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("restore /%s: %w", key, err)
+	}
+	dir, name := path.Split(k)
+	pfd, err := l.mkdirs(strings.TrimSuffix(dir, "/"), int(st.Uid), int(st.Gid))
+	if err != nil {
+		return fmt.Errorf("restore /%s: create its folder: %w", key, err)
+	}
+	defer func() {
+		if pfd != l.root {
+			unix.Close(pfd)
+		}
+	}()
+	err = unix.Renameat2(l.dir, e.ID, pfd, name, unix.RENAME_NOREPLACE)
+	if err == unix.EINVAL {
+		// No renameat2 flags on this filesystem: a hard link fails on an existing name, then the
+		// quarantine name goes.
+		if err = unix.Linkat(l.dir, e.ID, pfd, name, 0); err == nil {
+			err = unix.Unlinkat(l.dir, e.ID, 0)
+		}
+	}
+	if err == unix.EEXIST {
+		return fmt.Errorf("restore /%s: %w: something is there now, and a restore never replaces it; move it away first (entry %s stays in quarantine)", key, ErrOccupied, e.ID)
+	}
+	if err != nil {
+		return fmt.Errorf("restore /%s: %w", key, err)
+	}
+	// The record stays until Tidy: without its object it is no entry.
+	return nil
+}
+
+// mkdirs opens folder key beneath the root, creating what is missing (mode 0755, owned by uid/gid when
+// root), never following a symlink.
+func (l *Local) mkdirs(key string, uid, gid int) (int, error) {
+	fd := l.root
+	if key == "" {
+		return fd, nil
+	}
+	for _, seg := range strings.Split(key, "/") {
+		nfd, err := unix.Openat(fd, seg, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err == unix.ENOENT {
+			if merr := unix.Mkdirat(fd, seg, 0o755); merr != nil && merr != unix.EEXIST {
+				err = merr
+			} else {
+				if merr == nil && os.Geteuid() == 0 {
+					_ = unix.Fchownat(fd, seg, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
+				}
+				nfd, err = unix.Openat(fd, seg, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			}
+		}
+		if fd != l.root {
+			unix.Close(fd)
+		}
+		if err != nil {
+			return -1, fmt.Errorf("%s: %w", seg, err)
+		}
+		fd = nfd
+	}
+	return fd, nil
+}
+
+// Purge destroys the entry's object, then its record.
+func (l *Local) Purge(ctx context.Context, id string) error {
+	if err := l.lock(); err != nil {
+		return err
+	}
+	defer l.mu.RUnlock()
+	e, err := l.entry(id)
+	if err != nil {
+		return err
+	}
+	if err := unix.Unlinkat(l.dir, e.ID, 0); err != nil {
+		return fmt.Errorf("purge /%s (entry %s): %w", e.Path, e.ID, err)
+	}
+	return nil
+}
+
+var _ Area = (*Local)(nil)
+
+// MoveKey is MoveAt for the store key key, its folder opened beneath the root without following a
+// symlink (and never created).
+func (l *Local) MoveKey(key string, d Decision) (Entry, error) {
+	k, err := store.CleanKey(key)
+	if err != nil || k == "" || store.InQuarantine(k) {
+		return Entry{}, fmt.Errorf("quarantine %q: not a store key outside the quarantine folder", key)
+	}
+	dir, name := path.Split(k)
+	pfd, err := l.openDir(strings.TrimSuffix(dir, "/"))
+	if err != nil {
+		return Entry{}, fmt.Errorf("quarantine /%s: %w", k, err)
+	}
+	defer unix.Close(pfd)
+	return l.MoveAt(pfd, name, k, d)
+}
+
+// openDir opens folder key beneath the root (O_PATH), never following a symlink.
+func (l *Local) openDir(key string) (int, error) {
+	if err := l.lock(); err != nil {
+		return -1, err
+	}
+	defer l.mu.RUnlock()
+	fd, err := unix.FcntlInt(uintptr(l.root), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil || key == "" {
+		return fd, err
+	}
+	for _, seg := range strings.Split(key, "/") {
+		nfd, err := unix.Openat(fd, seg, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
+		if err != nil {
+			return -1, fmt.Errorf("%s: %w", seg, err)
+		}
+		fd = nfd
+	}
+	return fd, nil
+}
+
+// Find returns the newest entry staged from key (an object in the folder with its record), without
+// listing the folder: the records are in memory, and only the candidates' objects are stat'ed.
+func (l *Local) Find(ctx context.Context, key string) (Entry, bool, error) {
+	if err := l.lock(); err != nil {
+		return Entry{}, false, err
+	}
+	defer l.mu.RUnlock()
+	l.recMu.Lock()
+	var cands []Entry
+	for _, e := range l.recs {
+		if e.Key() == key {
+			cands = append(cands, e)
+		}
+	}
+	l.recMu.Unlock()
+	sortEntries(cands)
+	for i := len(cands) - 1; i >= 0; i-- {
+		var st unix.Stat_t
+		if unix.Fstatat(l.dir, cands[i].ID, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			return cands[i], true, nil
+		}
+	}
+	return Entry{}, false, ctx.Err()
+}

@@ -1,0 +1,306 @@
+package quarantine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ckguard/ckguard/refindex/store"
+)
+
+// fakeClock is a settable clock: TTL tests never sleep.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time { return c.t }
+
+func newArea(t *testing.T) (string, *Local, *fakeClock) {
+	t.Helper()
+	dir := t.TempDir()
+	clk := &fakeClock{t: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	l, err := OpenLocal(dir, clk.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return dir, l, clk
+}
+
+func write(t *testing.T, dir, key, content string) {
+	t.Helper()
+	p := filepath.Join(dir, key)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// move stages key the way the mount does: through its parent folder's descriptor.
+func move(t *testing.T, dir string, l *Local, key string) Entry {
+	t.Helper()
+	pfd, err := unix.Open(filepath.Join(dir, filepath.Dir(key)), unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pfd)
+	e, err := l.MoveAt(pfd, filepath.Base(key), key, Decision{Op: "unlink", Reason: "unreferenced", UID: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func TestLocalMoveRestoreByteIdentical(t *testing.T) {
+	dir, l, clk := newArea(t)
+	keys := []string{"job/shared/a.sst", "job/chk-1/_metadata", "top", "job/bad\xffname"}
+	mtime := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, k := range keys {
+		write(t, dir, k, "content of "+k)
+		if err := os.Chtimes(filepath.Join(dir, k), mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var es []Entry
+	for _, k := range keys {
+		clk.t = clk.t.Add(time.Second)
+		es = append(es, move(t, dir, l, k))
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "job")); err != nil { // rm -rf removed the folders too
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if _, err := os.Lstat(filepath.Join(dir, k)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s still at its key after the move: %v", k, err)
+		}
+	}
+	got, err := l.List(context.Background())
+	if err != nil || len(got) != len(keys) {
+		t.Fatalf("List = %d entries, %v; want %d", len(got), err, len(keys))
+	}
+	for i, e := range got {
+		if e.Key() != keys[i] || e.Size != int64(len("content of "+keys[i])) || !e.ModTime.Equal(mtime) || e.Decision.UID != 7 {
+			t.Errorf("entry %d = %+v", i, e)
+		}
+	}
+	if e, ok, err := Find(context.Background(), l, "job/shared/a.sst"); err != nil || !ok || e.ID != es[0].ID {
+		t.Fatalf("Find = %v %v %v", e, ok, err)
+	}
+	for _, e := range es {
+		if _, err := l.Restore(context.Background(), e.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range keys {
+		b, err := os.ReadFile(filepath.Join(dir, k))
+		if err != nil || !bytes.Equal(b, []byte("content of "+k)) {
+			t.Fatalf("%s after restore: %q %v", k, b, err)
+		}
+		fi, _ := os.Stat(filepath.Join(dir, k))
+		if !fi.ModTime().Equal(mtime) {
+			t.Errorf("%s mtime %v, want %v", k, fi.ModTime(), mtime)
+		}
+	}
+	if got, _ := l.List(context.Background()); len(got) != 0 {
+		t.Fatalf("entries left after restoring all: %v", got)
+	}
+	names, _ := os.ReadDir(filepath.Join(dir, store.QuarantineDir))
+	if len(names) != 1 || names[0].Name() != JournalName {
+		t.Fatalf("quarantine folder holds %v, want only the journal", names)
+	}
+}
+
+func TestLocalRestoreNeverOverwrites(t *testing.T) {
+	dir, l, _ := newArea(t)
+	write(t, dir, "j/f", "old")
+	e := move(t, dir, l, "j/f")
+	write(t, dir, "j/f", "new")
+	_, err := l.Restore(context.Background(), e.ID)
+	if !errors.Is(err, ErrOccupied) {
+		t.Fatalf("restore onto an occupied path: %v, want ErrOccupied", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "j/f")); string(b) != "new" {
+		t.Fatalf("the occupant was replaced: %q", b)
+	}
+	if got, _ := l.List(context.Background()); len(got) != 1 {
+		t.Fatalf("the entry left quarantine: %v", got)
+	}
+}
+
+// TestLocalCrashStates checks every state a crash can leave between two steps of a move, restore or purge:
+// the object is at its key or in the folder, and List names it once or not at all.
+func TestLocalCrashStates(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		setup    func(t *testing.T, dir string, l *Local)
+		entries  int
+		atKey    bool
+		problems int
+	}{
+		{"record written, object not moved", func(t *testing.T, dir string, l *Local) {
+			if err := l.writeRecord(Entry{ID: newID(l.now()), Path: "j/f"}); err != nil {
+				t.Fatal(err)
+			}
+		}, 0, true, 0},
+		{"object moved back, record not removed", func(t *testing.T, dir string, l *Local) {
+			e := move(t, dir, l, "j/f")
+			if err := unix.Renameat(l.dir, e.ID, unix.AT_FDCWD, filepath.Join(dir, "j/f")); err != nil {
+				t.Fatal(err)
+			}
+		}, 0, true, 0},
+		{"object moved, record lost", func(t *testing.T, dir string, l *Local) {
+			move(t, dir, l, "j/f")
+			// A power failure took the journal's last write, not the rename: reopened, the object has no record.
+			if err := os.Truncate(filepath.Join(dir, store.QuarantineDir, JournalName), 0); err != nil {
+				t.Fatal(err)
+			}
+			fresh, err := OpenLocal(dir, l.now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.recMu.Lock()
+			l.recs = fresh.recs
+			l.recMu.Unlock()
+			fresh.Close()
+		}, 0, false, 1},
+		{"complete move", func(t *testing.T, dir string, l *Local) { move(t, dir, l, "j/f") }, 1, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, l, clk := newArea(t)
+			write(t, dir, "j/f", "x")
+			tc.setup(t, dir, l)
+			es, probs, err := l.ListAll(context.Background())
+			if err != nil || len(es) != tc.entries || len(probs) != tc.problems {
+				t.Fatalf("ListAll = %d entries, %d problems, %v; want %d, %d", len(es), len(probs), err, tc.entries, tc.problems)
+			}
+			_, err = os.Lstat(filepath.Join(dir, "j/f"))
+			if (err == nil) != tc.atKey {
+				t.Fatalf("object at its key: %v, want %v", err == nil, tc.atKey)
+			}
+			if tc.atKey && tc.entries != 0 {
+				t.Fatal("object both at its key and in quarantine")
+			}
+			// A young stale record is kept (its move may be under way); an old one goes.
+			if err := l.Tidy(context.Background(), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			clk.t = clk.t.Add(2 * time.Minute)
+			if err := l.Tidy(context.Background(), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			names, _ := os.ReadDir(filepath.Join(dir, store.QuarantineDir))
+			if want := tc.entries + tc.problems + 1; len(names) != want {
+				t.Fatalf("after Tidy the folder holds %d names, want %d (objects and the journal)", len(names), want)
+			}
+			reopened, err := OpenLocal(dir, clk.now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer reopened.Close()
+			if len(reopened.recs) != tc.entries {
+				t.Fatalf("after Tidy the journal holds %d records, want %d", len(reopened.recs), tc.entries)
+			}
+		})
+	}
+}
+
+func TestPurgeExpired(t *testing.T) {
+	dir, l, clk := newArea(t)
+	for _, k := range []string{"a/old", "a/ref", "a/young"} {
+		write(t, dir, k, k)
+	}
+	move(t, dir, l, "a/old")
+	move(t, dir, l, "a/ref")
+	clk.t = clk.t.Add(20 * time.Hour)
+	move(t, dir, l, "a/young")
+	clk.t = clk.t.Add(5 * time.Hour) // old and ref are 25 h old, young 5 h
+	referenced := func(_ context.Context, key string) (bool, error) { return key == "a/ref", nil }
+	if _, err := PurgeExpired(context.Background(), l, nil, 0, clk.t, referenced); err == nil {
+		t.Fatal("a purge with no TTL was accepted")
+	}
+	r, err := PurgeExpired(context.Background(), l, nil, 24*time.Hour, clk.t, referenced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Purged) != 1 || r.Purged[0].Path != "a/old" {
+		t.Fatalf("purged %v, want a/old only", r.Purged)
+	}
+	reasons := map[string]Kept{}
+	for _, k := range r.Kept {
+		reasons[k.Entry.Path] = k
+	}
+	if reasons["a/ref"].Reason != "referenced" || reasons["a/young"].Reason != "young" || time.Duration(reasons["a/young"].Left) != 19*time.Hour {
+		t.Fatalf("kept %+v", reasons)
+	}
+	failing := func(context.Context, string) (bool, error) { return false, errors.New("index closed") }
+	clk.t = clk.t.Add(48 * time.Hour)
+	r, _ = PurgeExpired(context.Background(), l, nil, 24*time.Hour, clk.t, failing)
+	if len(r.Purged) != 0 {
+		t.Fatalf("purged %v although the index could not be asked", r.Purged)
+	}
+	es, _ := l.List(context.Background())
+	if s := Summarise(es); s.Objects != 2 || s.Bytes != int64(len("a/ref")+len("a/young")) {
+		t.Fatalf("Summarise = %+v", s)
+	}
+}
+
+// FuzzJournal: whatever the journal holds, opening and listing the area neither panics nor holds more
+// than maxRecord of one line, every object is listed once (as an entry or a problem), and a restore of a
+// hostile record's path never leaves the store.
+func FuzzJournal(f *testing.F) {
+	f.Add([]byte(`{"id":"0000000000000000001-00","path":"a/b","size":3}` + "\n"))
+	f.Add([]byte(`{"id":"0000000000000000001-00","path":"../../etc/passwd"}` + "\n"))
+	f.Add([]byte(`{"id":"0000000000000000001-00","path":".ckguard-quarantine/x"}`))
+	f.Add([]byte(`{"id":"../x","path":"a"}` + "\n" + `{"id":"entries.jsonl","path":"a"}`))
+	f.Add(bytes.Repeat([]byte("["), 1000))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		dir := t.TempDir()
+		q := filepath.Join(dir, store.QuarantineDir)
+		if err := os.Mkdir(q, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		id := "0000000000000000001-00"
+		if err := os.WriteFile(filepath.Join(q, id), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(q, JournalName), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		l, err := OpenLocal(dir, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		es, probs, err := l.ListAll(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(es)+len(probs) != 1 {
+			t.Fatalf("%d entries + %d problems for one object", len(es), len(probs))
+		}
+		for _, e := range es {
+			if e.ID != id {
+				t.Fatalf("entry %q for object %q", e.ID, id)
+			}
+			if _, err := l.Restore(context.Background(), e.ID); err == nil {
+				if _, err := os.Lstat(filepath.Join(dir, e.Key())); err != nil || store.InQuarantine(e.Key()) {
+					t.Fatalf("restored to %q: %v", e.Key(), err)
+				}
+			}
+		}
+	})
+}
+
+func TestReadLineBoundsLongLines(t *testing.T) {
+	long := bytes.Repeat([]byte("x"), 3*maxRecord)
+	recs, bad, err := parseJournal(bytes.NewReader(append(append(long, '\n'), []byte(`{"id":"1-a","path":"p"}`+"\n")...)))
+	if err != nil || bad != 1 || len(recs) != 1 || recs["1-a"].Path != "p" {
+		t.Fatalf("parseJournal = %v, %d bad, %v; want the record after the long line", recs, bad, err)
+	}
+}

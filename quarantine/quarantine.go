@@ -1,0 +1,189 @@
+// Package quarantine stages the deletions a guard mount allows: with --quarantine, an object the guard
+// lets go is moved into the store's own quarantine folder (store.QuarantineDir) instead of being
+// destroyed, with an entry record naming its original key, size, times and the decision that let it go.
+// `ckguard quarantine restore` puts it back, `purge` (and the mount's background purge) destroys it once
+// the entry is older than the TTL.
+//
+// Storage is the truth: the folder and its records are in the store, so the index can be rebuilt from
+// the store without losing an entry, and discovery skips the folder (a `_metadata` staged there is no
+// live checkpoint; an object staged there is missing from its original key).
+//
+// Layout, local store: <store>/.ckguard-quarantine/<id> is the object, <id>.json its entry record.
+// Every change keeps one invariant across a crash at any point: an object is at its original key or in
+// the folder, never lost and never in both. The record is written before the object moves, and removed
+// after it moved back (restore) or was destroyed (purge); a record whose object is not in the folder is
+// therefore no entry (the object is at its original key, or purged) and is skipped, then cleared by the
+// next purge.
+package quarantine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/ckguard/ckguard/internal/duration"
+)
+
+// Entry is one staged deletion.
+type Entry struct {
+	ID   string `json:"id"`
+	Path string `json:"path"` // the object's original store key
+	// PathBytes holds the exact bytes of a key that is not valid UTF-8 (JSON would replace them).
+	PathBytes []byte    `json:"path_bytes,omitempty"`
+	Size      int64     `json:"size"`
+	ModTime   time.Time `json:"mtime"`
+	Mode      uint32    `json:"mode,omitempty"` // file type and permissions (local stores)
+	ETag      string    `json:"etag,omitempty"` // S3
+	DeletedAt time.Time `json:"deleted_at"`
+	// Decision is a copy of the audit record of the deletion (the audit log holds the same record at
+	// DeletedAt for Path).
+	Decision Decision `json:"decision"`
+}
+
+// Decision is what the audit log recorded for the deletion that staged the entry.
+type Decision struct {
+	Op      string `json:"op"`
+	Reason  string `json:"reason"`
+	Message string `json:"message,omitempty"`
+	PID     uint32 `json:"pid,omitempty"`
+	UID     uint32 `json:"uid"`
+	GID     uint32 `json:"gid"`
+	Comm    string `json:"comm,omitempty"`
+}
+
+// Key is the entry's original key with its exact bytes.
+func (e Entry) Key() string {
+	if len(e.PathBytes) > 0 {
+		return string(e.PathBytes)
+	}
+	return e.Path
+}
+
+// Area is a store's quarantine folder.
+type Area interface {
+	// List returns every entry, oldest first.
+	List(ctx context.Context) ([]Entry, error)
+	// Restore moves the entry's object back to its original key, never replacing anything there
+	// (ErrOccupied), and drops the entry.
+	Restore(ctx context.Context, id string) (Entry, error)
+	// Purge destroys the entry's object and drops the entry. It does not check the TTL: PurgeExpired does.
+	Purge(ctx context.Context, id string) error
+}
+
+// ErrOccupied is wrapped by Restore's error when something is at the entry's original key.
+var ErrOccupied = errors.New("the original path is occupied")
+
+// ErrNoEntry is wrapped by Restore's and Purge's errors for an id the area does not hold.
+var ErrNoEntry = errors.New("no such quarantine entry")
+
+// Find returns the newest entry staged from the original key (lossnet names it when a referenced object
+// is missing: "in quarantine, restore with ckguard quarantine restore KEY").
+func Find(ctx context.Context, a Area, key string) (Entry, bool, error) {
+	if f, ok := a.(interface {
+		Find(context.Context, string) (Entry, bool, error)
+	}); ok {
+		return f.Find(ctx, key)
+	}
+	es, err := a.List(ctx)
+	if err != nil {
+		return Entry{}, false, err
+	}
+	for i := len(es) - 1; i >= 0; i-- {
+		if es[i].Key() == key {
+			return es[i], true, nil
+		}
+	}
+	return Entry{}, false, nil
+}
+
+// Stats summarises an area for the ckguard_quarantine_* gauges.
+type Stats struct {
+	Objects int
+	Bytes   int64
+	Oldest  time.Time // zero when empty
+}
+
+// Summarise counts es.
+func Summarise(es []Entry) Stats {
+	var s Stats
+	for _, e := range es {
+		s.Objects++
+		s.Bytes += e.Size
+		if s.Oldest.IsZero() || e.DeletedAt.Before(s.Oldest) {
+			s.Oldest = e.DeletedAt
+		}
+	}
+	return s
+}
+
+// Referenced answers whether a live checkpoint references key (again): such an entry is never purged.
+// An error keeps the entry (fail closed).
+type Referenced func(ctx context.Context, key string) (bool, error)
+
+// Kept is an entry a purge left in place, and why.
+type Kept struct {
+	Entry  Entry      `json:"entry"`
+	Reason string     `json:"reason"`         // "young", "referenced", "error"
+	Left   duration.D `json:"left,omitempty"` // time left until the TTL, for "young"
+	Detail string     `json:"detail,omitempty"`
+}
+
+// PurgeResult is what PurgeExpired did.
+type PurgeResult struct {
+	Purged []Entry `json:"purged"`
+	Kept   []Kept  `json:"kept"`
+}
+
+// PurgeExpired destroys the entries of es (all of a's when es is nil) whose deletion is at least ttl
+// before now and that no live checkpoint references again. A failure to purge one entry is reported in
+// Kept and does not stop the others.
+func PurgeExpired(ctx context.Context, a Area, es []Entry, ttl time.Duration, now time.Time, referenced Referenced) (PurgeResult, error) {
+	if ttl <= 0 {
+		return PurgeResult{}, fmt.Errorf("quarantine purge: TTL %v: a purge needs a positive TTL (entries younger than it are kept)", ttl)
+	}
+	if es == nil {
+		var err error
+		if es, err = a.List(ctx); err != nil {
+			return PurgeResult{}, err
+		}
+	}
+	var r PurgeResult
+	for _, e := range es {
+		if err := ctx.Err(); err != nil {
+			return r, err
+		}
+		if age := now.Sub(e.DeletedAt); age < ttl {
+			r.Kept = append(r.Kept, Kept{Entry: e, Reason: "young", Left: duration.D(ttl - age)})
+			continue
+		}
+		if referenced != nil {
+			ref, err := referenced(ctx, e.Key())
+			if err != nil {
+				r.Kept = append(r.Kept, Kept{Entry: e, Reason: "error", Detail: "cannot ask the index whether a live checkpoint references it: " + err.Error()})
+				continue
+			}
+			if ref {
+				r.Kept = append(r.Kept, Kept{Entry: e, Reason: "referenced", Detail: "a live checkpoint references " + e.Path + " again; restore it with ckguard quarantine restore " + e.Path})
+				continue
+			}
+		}
+		if err := a.Purge(ctx, e.ID); err != nil {
+			r.Kept = append(r.Kept, Kept{Entry: e, Reason: "error", Detail: err.Error()})
+			continue
+		}
+		r.Purged = append(r.Purged, e)
+	}
+	return r, nil
+}
+
+// sortEntries orders es oldest first (ties by id, which starts with the deletion time).
+func sortEntries(es []Entry) {
+	sort.Slice(es, func(i, j int) bool {
+		if !es[i].DeletedAt.Equal(es[j].DeletedAt) {
+			return es[i].DeletedAt.Before(es[j].DeletedAt)
+		}
+		return es[i].ID < es[j].ID
+	})
+}
