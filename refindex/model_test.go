@@ -40,6 +40,12 @@ type model struct {
 	// savepoints: per job, the live savepoints Flink took (their _metadata → completion).
 	savepoints map[string]map[string]time.Time
 	pol        refindex.Policy
+	// queued: deletions the index allowed and acknowledged but not applied yet (the S3 mount's delete
+	// queue), key → when the first decision allowed it. The object is still in the store until "apply".
+	queued map[string]time.Time
+	// recheck: "apply" decides each queued deletion again before deleting (false only in the test that
+	// proves the model catches an apply without it).
+	recheck bool
 }
 
 // foreignUID is the other local user who writes `_metadata` into the store.
@@ -239,13 +245,120 @@ func (m *model) writeForeign(job string) {
 	m.notify(c.Metadata)
 }
 
+// queueDelete acknowledges the allowed deletion of k and queues it (the S3 mount's asynchronous
+// delete): the object stays in the store, visible to anything written before "apply".
+func (m *model) queueDelete(k string) { m.queued[k] = m.now }
+
+// applyQueued is the delete queue draining: every queued deletion is decided again (the version first
+// judged is still the one in the store: this model never rewrites a file), deleted when still allowed,
+// and kept when a `_metadata` indexed since references it. Index-wide refusals (stale, sync failed) leave
+// it queued.
+func (m *model) applyQueued(t *rapid.T) {
+	ctx := context.Background()
+	keys := make([]string, 0, len(m.queued))
+	for k := range m.queued {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !rapid.Bool().Draw(t, "apply-now") {
+			continue // not in this round
+		}
+		if _, ok := m.tr.Files[k]; !ok {
+			delete(m.queued, k) // deleted meanwhile by someone else: the conditional delete finds nothing
+			continue
+		}
+		if m.recheck {
+			d := m.check(k, refindex.OpUnlink)
+			if !d.Allow {
+				switch d.Reason {
+				case refindex.ReasonIndexStale, refindex.ReasonSyncFailed, refindex.ReasonStoreError:
+					continue // waits for the index
+				}
+				delete(m.queued, k) // kept: the refusal is audited, the object stays
+				continue
+			}
+		}
+		if err := os.Remove(filepath.Join(m.tr.Root, k)); err != nil {
+			t.Fatal(err)
+		}
+		delete(m.tr.Files, k)
+		delete(m.queued, k)
+		if err := m.ix.NoteDeleted(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// referenceQueued is a `_metadata` appearing between the decision on a queued deletion and its apply:
+// Flink (a job restored from a retained checkpoint, a savepoint) or a tool writes a checkpoint naming
+// objects whose deletion is queued.
+func (m *model) referenceQueued(t *rapid.T) {
+	var named []string
+	keys := make([]string, 0, len(m.queued))
+	for k := range m.queued {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if _, ok := m.tr.Files[k]; ok && rapid.Bool().Draw(t, "name-queued") {
+			named = append(named, k)
+		}
+	}
+	if len(named) == 0 {
+		t.Skip("no queued deletion to reference")
+	}
+	job := rapid.SampledFrom(m.jobs).Draw(t, "job")
+	m.now = m.now.Add(time.Second)
+	id := m.nextID[job]
+	m.nextID[job]++
+	c, err := m.tr.Checkpoint(treegen.Spec{Dir: fmt.Sprintf("%s/chk-%d", job, id), ID: id, Completed: m.now, Shared: named})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := map[string]bool{}
+	for _, r := range c.Refs {
+		set[r] = true
+	}
+	m.refs[c.Metadata] = set
+	m.live[job] = append(m.live[job], c.Metadata)
+	m.notify(c.Metadata)
+}
+
 // TestModel runs random sequences of Flink writing checkpoint n (reusing SSTs of n-1), subsuming n-1
 // (and deleting what it no longer uses), restoring a job from another job's checkpoint, and a script
 // deleting random paths or renaming random folders, the store relocated, against an in-memory model: the index never allows
 // deleting (or moving) an object a live checkpoint references, and never refuses garbage past grace.
 // -rapid.checks=N runs more sequences (default 100; rapid runs a fifth with -short).
 func TestModel(t *testing.T) {
-	rapid.Check(t, func(rt *rapid.T) { runModel(rt, true) })
+	rapid.Check(t, func(rt *rapid.T) { runModel(rt, true, true) })
+}
+
+// TestModelCatchesApplyWithoutRecheck runs the model with a delete queue that applies what the first
+// decision allowed without deciding it again: the model must catch the object a `_metadata` written
+// between the decision and the apply references being lost.
+func TestModelCatchesApplyWithoutRecheck(t *testing.T) {
+	for name, v := range map[string]string{"rapid.shrinktime": "1s", "rapid.nofailfile": "true", "rapid.checks": "1000"} {
+		if f := flag.Lookup(name); f != nil {
+			old := f.Value.String()
+			f.Value.Set(v)
+			defer f.Value.Set(old)
+		}
+	}
+	rec := &failRecorder{T: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rapid.Check(rec, func(rt *rapid.T) { runModel(rt, false, false) })
+	}()
+	<-done
+	if !rec.failed {
+		t.Fatal("the model test passed with a delete queue that applies without deciding again")
+	}
+	if !strings.Contains(rec.msg, " lost ") {
+		t.Fatalf("the model test failed for another reason than a referenced object lost: %s", rec.msg)
+	}
+	t.Logf("caught: %.300s", rec.msg)
 }
 
 // TestModelCatchesBrokenFilter runs the model test against an index whose reference filter misses
@@ -269,7 +382,7 @@ func TestModelCatchesBrokenFilter(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		rapid.Check(rec, func(rt *rapid.T) { runModel(rt, false) })
+		rapid.Check(rec, func(rt *rapid.T) { runModel(rt, false, true) })
 	}()
 	<-done
 	if !rec.failed {
@@ -299,8 +412,9 @@ func (r *failRecorder) Logf(string, ...any)               {}
 func (r *failRecorder) Log(...any)                        {}
 
 // runModel is one random sequence; checkFilter adds the invariant that the reference filter counts
-// exactly the reverse entries after every step.
-func runModel(rt *rapid.T, checkFilter bool) {
+// exactly the reverse entries after every step; recheck is whether queued deletions are decided again
+// when applied.
+func runModel(rt *rapid.T, checkFilter, recheck bool) {
 	{
 		root, err := os.MkdirTemp("", "ckguard-model-*")
 		if err != nil {
@@ -309,7 +423,7 @@ func runModel(rt *rapid.T, checkFilter bool) {
 		defer os.RemoveAll(root)
 		m := &model{t: rt, now: time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC), live: map[string][]string{},
 			refs: map[string]map[string]bool{}, nextID: map[string]int64{}, pending: map[string]map[string]time.Time{},
-			foreign: map[string]bool{}, savepoints: map[string]map[string]time.Time{}}
+			foreign: map[string]bool{}, savepoints: map[string]map[string]time.Time{}, queued: map[string]time.Time{}, recheck: recheck}
 		m.tr, err = treegen.YoungOrphan(filepath.Join(root, "store"), m.now.Add(-30*24*time.Hour))
 		if err != nil {
 			rt.Fatal(err)
@@ -417,6 +531,13 @@ func runModel(rt *rapid.T, checkFilter bool) {
 					t.Fatalf("garbage %s (age %s) refused: %s", k, m.now.Sub(m.tr.Files[k].ModTime), d.Message)
 				}
 				if !d.Allow {
+					return
+				}
+				// (Without the recheck every deletion is queued, so the model finds the loss sooner.)
+				if !m.isLiveMeta(k) && path.Base(k) != "_metadata" && (!m.recheck || rapid.Bool().Draw(t, "queued")) {
+					// The S3 mount acknowledges it and deletes later (a _metadata is always deleted at once:
+					// its deletion retires a checkpoint only once it is gone).
+					m.queueDelete(k)
 					return
 				}
 				os.Remove(filepath.Join(m.tr.Root, k))
@@ -532,6 +653,13 @@ func runModel(rt *rapid.T, checkFilter bool) {
 					t.Fatal(err)
 				}
 			},
+			"apply-queued": func(t *rapid.T) {
+				if len(m.queued) == 0 {
+					t.Skip("nothing queued")
+				}
+				m.applyQueued(t)
+			},
+			"reference-queued": func(t *rapid.T) { m.referenceQueued(t) },
 			"clock": func(t *rapid.T) {
 				m.now = m.now.Add(time.Duration(rapid.IntRange(1, 120).Draw(t, "minutes")) * time.Minute)
 			},

@@ -94,6 +94,9 @@ type discovery struct {
 	// tried again every descentRetry syncs.
 	walkCost, descentCost int64
 	walksInstead          int
+	// descendOnly keeps the descent whatever the walk costs (benchmarks of the descent on buckets
+	// generated without their SSTs, where a walk is cheap).
+	descendOnly bool
 }
 
 // descentRetry is how many syncs use the full walk, once it proved cheaper, before the descent is
@@ -166,7 +169,7 @@ func (s *Store) walkCheaper() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d := &s.disc
-	if d.walkCost == 0 || d.descentCost <= 2*d.walkCost {
+	if d.descendOnly || d.walkCost == 0 || d.descentCost <= 2*d.walkCost {
 		return false
 	}
 	d.walksInstead++

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# S3 at scale: the index and the mount on a generated bucket of 1,000,000 objects (issue 15), one run,
+# figures and ratios printed, each with the machine's load (run by `make bench`, or alone).
+#
+#   1. Index syncs at 0 ms and 20 ms per request side by side (BenchmarkS3SyncLatency in s3store, on its
+#      own generated bucket of SCALE_N objects: jobs of 5,000 SSTs, 10 checkpoints of 2,000 references):
+#      no-change sync (descent and --s3-full-walk), a sync with 50 new checkpoints x 2,000 references,
+#      full walks, rebuild, request counts and the extrapolation to 10 M and 100 M objects.
+#   2. Syncs at many checkpoints (BenchmarkS3SyncCheckpoints: CKPT_N checkpoints, _metadata only): the
+#      per-sync cost that grows with checkpoints, measured directly rather than extrapolated.
+#   3. The mount, at SMALL_N and then SCALE_N objects (the same generator, in versitygw's posix folder),
+#      behind the test proxy at LAT per request: time to the first index build, RSS and the index lag
+#      (ckguard_index_lag_seconds) sampled for SOAK_SMALL / SOAK seconds with --sync-interval SYNC, then
+#      `find -type f` over everything against the raw ListObjectsV2 walk (s3raw) of the same bucket,
+#      and the RSS after the find.
+#
+# Targets: sync at 20 ms <= 10 s; lag <= --sync-interval + sync time; burst sync of the same order as a
+# no-change sync, without a rebuild; mount RSS <= 1 GiB at 1 M objects; find / raw walk <= 1.3.
+#
+# Sizes (environment): BENCH_S3_SCALE_N (1000000), BENCH_S3_SMALL_N (100000), BENCH_S3_CKPT_N (20000),
+# BENCH_S3_LAT (20ms), BENCH_S3_SOAK (600 s), BENCH_S3_SOAK_SMALL (120 s), BENCH_S3_SYNC (30s).
+# BENCH_S3_PARTS (default "index checkpoints mount") selects the parts. Disk: about 5 GB per 1 M objects
+# (1-byte files), freed at the end; scratch under BENCH_S3_TMP (default /tmp).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+SCALE_N=${BENCH_S3_SCALE_N:-1000000}
+SMALL_N=${BENCH_S3_SMALL_N:-100000}
+CKPT_N=${BENCH_S3_CKPT_N:-20000}
+LAT=${BENCH_S3_LAT:-20ms}
+SOAK=${BENCH_S3_SOAK:-600}
+SOAK_SMALL=${BENCH_S3_SOAK_SMALL:-120}
+SYNC=${BENCH_S3_SYNC:-30s}
+PARTS=${BENCH_S3_PARTS:-index checkpoints mount}
+VGW=${CKGUARD_VERSITYGW:-$ROOT/.tools/bin/versitygw}
+for tool in "$VGW" fusermount3 python3 curl go; do
+	command -v "$tool" >/dev/null || { echo "bench-s3-scale: $tool missing (run make setup)" >&2; exit 1; }
+done
+
+WORK=$(mktemp -d "${BENCH_S3_TMP:-/tmp}/ckguard-bench-s3-scale.XXXXXX")
+PIDS=()
+MOUNTS=()
+cleanup() {
+	for m in "${MOUNTS[@]}"; do fusermount3 -uz "$m" 2>/dev/null || true; done
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+now() { date +%s.%N; }
+since() { python3 -c "import sys; print(f'{float(sys.argv[2])-float(sys.argv[1]):.2f}')" "$1" "$(now)"; }
+ratio() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print(f'{a/b:.2f}' if b else 'n/a')" "$1" "$2"; }
+REPORT=$WORK/report
+row() { printf '%-58s %14s  [load %s]\n' "$1" "$2" "$3" | tee -a "$REPORT"; }
+
+echo "bench-s3-scale: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, load $(load), in $WORK"
+
+if [[ " $PARTS " == *" index "* ]]; then
+	echo "== 1. index syncs on $SCALE_N objects at 0 ms and 20 ms (BenchmarkS3SyncLatency)"
+	CKGUARD_BENCH_S3_OBJECTS=$SCALE_N TMPDIR=$WORK go test ./s3backend/s3store/ -run '^$' -bench 'S3SyncLatency$' -benchtime 1x -timeout 3h | tee "$WORK/index.txt"
+fi
+if [[ " $PARTS " == *" checkpoints "* ]]; then
+	echo "== 2. index syncs at $CKPT_N checkpoints at 0 ms and 20 ms (BenchmarkS3SyncCheckpoints)"
+	CKGUARD_BENCH_S3_CHECKPOINTS=$CKPT_N TMPDIR=$WORK go test ./s3backend/s3store/ -run '^$' -bench 'S3SyncCheckpoints$' -benchtime 1x -timeout 3h | tee "$WORK/ckpt.txt"
+fi
+[[ " $PARTS " == *" mount "* ]] || exit 0
+
+echo "== 3. the mount behind $LAT per request"
+go build -o "$WORK/ckguard" ./cmd/ckguard
+go build -o "$WORK/s3raw" ./s3backend/internal/cmd/s3raw
+go build -o "$WORK/gentree" ./refindex/treegen/gentree
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PORT=$(free_port)
+EP=http://127.0.0.1:$PORT
+mkdir -p "$WORK/data/bench"
+# --keep-alive: S3 services keep connections open; versitygw closes each one by default.
+"$VGW" --access testkey --secret testsecret --port "127.0.0.1:$PORT" --health /health --quiet --keep-alive posix "$WORK/data" &
+PIDS+=($!)
+for _ in $(seq 1 200); do curl -fsS "$EP/health" >/dev/null 2>&1 && break; sleep 0.05; done
+export AWS_ACCESS_KEY_ID=testkey AWS_SECRET_ACCESS_KEY=testsecret AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1 \
+	AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null AWS_EC2_METADATA_DISABLED=true
+coproc PROXY { exec "$WORK/s3raw" proxy --endpoint "$EP" --latency "$LAT"; }
+PIDS+=("$PROXY_PID")
+read -r PEP <&"${PROXY[0]}"
+proxy_ops() { kill -USR1 "$PROXY_PID"; read -r line <&"${PROXY[0]}"; echo "$line"; }
+
+rss_mib() { awk '/VmRSS/{printf "%d", $2/1024}' "/proc/$1/status"; }
+metric() { # name: the first sample's value, or empty
+	{ curl -fsS "http://$MADDR/metrics" 2>/dev/null || true; } | awk -v n="$1" '$1==n{print $2; exit}'
+}
+
+phase() { # objects soak-seconds
+	local n=$1 soak=$2 jobs=$(( $1 / 5000 ))
+	local t0 mnt=$WORK/mnt-$1 idx=$WORK/index-$1
+	echo "-- $n objects ($jobs jobs x 10 checkpoints x 2,000 references)"
+	t0=$(now)
+	"$WORK/gentree" -out "$WORK/data/bench" -jobs "$jobs" -checkpoints 10 -refs 2000 -new 333 -data -seed bench >"$WORK/gen-$n.json"
+	row "$n: generated in versitygw's folder (s)" "$(since "$t0")" "$(load)"
+	local l; l=$(load)
+	read -r cnt raw < <("$WORK/s3raw" walk --endpoint "$PEP" --bucket bench)
+	row "$n: raw ListObjectsV2 walk at $LAT, $cnt objects (s)" "$raw" "$l"
+	proxy_ops >/dev/null
+	MADDR=127.0.0.1:$(free_port)
+	mkdir -p "$mnt"
+	t0=$(now)
+	"$WORK/ckguard" mount --foreground --store s3://bench --index "$idx" --map "file:$WORK/data/bench=" \
+		--sync-interval "$SYNC" --metrics-addr "$MADDR" \
+		--s3-endpoint "$PEP" --s3-path-style --s3-region us-east-1 "$mnt" >"$WORK/mount-$n.log" 2>&1 &
+	local ck=$!
+	PIDS+=("$ck"); MOUNTS+=("$mnt")
+	local lag=""
+	for _ in $(seq 1 36000); do
+		kill -0 "$ck" 2>/dev/null || { echo "bench-s3-scale: the mount exited: $(tail -5 "$WORK/mount-$n.log")" >&2; exit 1; }
+		lag=$(metric ckguard_index_lag_seconds)
+		if [ -n "$lag" ] && python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0 else 1)" "$lag" && grep -q " $mnt fuse" /proc/mounts; then break; fi
+		sleep 0.5
+	done
+	row "$n: mount ready, first index build at $LAT (s)" "$(since "$t0")" "$(load)"
+	row "$n:   requests of the first build" "$(proxy_ops)" "$(load)"
+	local maxlag=0 maxrss=0 r s0 c0 t1
+	s0=$(metric ckguard_sync_duration_seconds_sum); c0=$(metric ckguard_sync_duration_seconds_count)
+	t1=$(now)
+	while python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) else 1)" "$(since "$t1")" "$soak"; do
+		lag=$(metric ckguard_index_lag_seconds); r=$(rss_mib "$ck")
+		maxlag=$(python3 -c "import sys; print(max(float(sys.argv[1]), float(sys.argv[2] or 0)))" "$maxlag" "$lag")
+		[ "$r" -gt "$maxrss" ] && maxrss=$r
+		sleep 5
+	done
+	local s1 c1 ops
+	s1=$(metric ckguard_sync_duration_seconds_sum); c1=$(metric ckguard_sync_duration_seconds_count)
+	ops=$(proxy_ops)
+	row "$n: syncs during ${soak} s, mean sync (s)" "$(python3 -c "import sys; s0,s1,c0,c1=map(float,sys.argv[1:]); print(f'{int(c1-c0)} x {(s1-s0)/max(c1-c0,1):.2f}')" "${s0:-0}" "${s1:-0}" "${c0:-0}" "${c1:-0}")" "$(load)"
+	row "$n:   requests during the soak" "$ops" "$(load)"
+	row "$n: max index lag during the soak (s), --sync-interval $SYNC" "$maxlag" "$(load)"
+	row "$n: mount RSS after ${soak} s (max sampled) (MiB)" "$(rss_mib "$ck") ($maxrss)" "$(load)"
+	l=$(load); t0=$(now)
+	local found; found=$(find "$mnt" -type f | wc -l)
+	local tf; tf=$(since "$t0")
+	row "$n: find -type f through the mount at $LAT, $found files (s)" "$tf" "$l"
+	row "$n:   requests of the find" "$(proxy_ops)" "$(load)"
+	row "$n: find / raw walk (target <= 1.3)" "$(ratio "$tf" "$raw")" "$(load)"
+	row "$n: mount RSS after the find (MiB)" "$(rss_mib "$ck")" "$(load)"
+	sleep 30
+	row "$n: mount RSS 30 s after the find (MiB)" "$(rss_mib "$ck")" "$(load)"
+	fusermount3 -u "$mnt" 2>/dev/null || fusermount3 -uz "$mnt" || true
+	kill "$ck" 2>/dev/null || true
+	wait "$ck" 2>/dev/null || true
+}
+phase "$SMALL_N" "$SOAK_SMALL"
+phase "$SCALE_N" "$SOAK"
+echo
+echo "== bench-s3-scale: mount figures (versitygw posix on 127.0.0.1 behind $LAT per request, --sync-interval $SYNC)"
+cat "$REPORT"
