@@ -269,10 +269,10 @@ func (m *model) applyQueued(t *rapid.T) {
 			continue
 		}
 		if m.recheck {
-			d := m.check(k, refindex.OpUnlink)
+			d := m.check(k, verdict.OpUnlink)
 			if !d.Allow {
 				switch d.Reason {
-				case refindex.ReasonIndexStale, refindex.ReasonSyncFailed, refindex.ReasonStoreError:
+				case verdict.ReasonIndexStale, verdict.ReasonSyncFailed, verdict.ReasonStoreError:
 					continue // waits for the index
 				}
 				delete(m.queued, k) // kept: the refusal is audited, the object stays
