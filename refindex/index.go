@@ -40,7 +40,7 @@ type Index struct {
 	// that a sync lists and parses the store while writers through the mount go on.
 	syncMu sync.Mutex
 
-	// writeMu serialises the writers of the index: Sync's apply, Rebuild, IndexMetadata, NoteDeleted,
+	// writeMu serialises the writers of the index: Sync's apply, Rebuild, IndexMetadata, Deleted,
 	// NoteRenamed, Pin and Unpin, and the start of a filter build. A writer reads the current state,
 	// writes the generation and installs the result with no other writer in between, so no commit is
 	// lost or applied to a state it was not computed from. It guards no field of its own; the fields

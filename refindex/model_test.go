@@ -284,7 +284,7 @@ func (m *model) applyQueued(t *rapid.T) {
 		}
 		delete(m.tr.Files, k)
 		delete(m.queued, k)
-		if err := m.ix.NoteDeleted(ctx, k); err != nil {
+		if err := m.ix.Deleted(ctx, k); err != nil {
 			t.Fatal(err)
 		}
 	}
