@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -166,5 +167,63 @@ tests:
 	}
 	if out, err := exec.Command(promtool, "test", "rules", f).CombinedOutput(); err != nil {
 		t.Errorf("%s does not fire on the exported series %s: %v\n%s\n%s", alert, series, err, out, test)
+	}
+}
+
+// TestMountRestoreMetadata: a _metadata deleted directly on the store while the mount runs is listed as
+// retired by `ckguard checkpoints --history` (answered by the mount), and `ckguard restore-metadata`
+// puts it back through the mount's control socket: byte-identical, indexed at once (a file only it
+// references is refused again), and a second restore refuses to overwrite.
+func TestMountRestoreMetadata(t *testing.T) {
+	tr, err := treegen.IncidentTwo(filepath.Join(t.TempDir(), "store"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mntStart(t, tr.Root, "")
+	// A live checkpoint's _metadata and a file only it references.
+	var meta, only string
+	for _, ref := range tr.Referenced() {
+		w, _ := p.cli("why", "--json", ref)
+		var why struct {
+			Referencing []string `json:"referencing"`
+		}
+		if json.Unmarshal([]byte(w), &why) == nil && len(why.Referencing) == 1 && !strings.HasSuffix(ref, "_metadata") {
+			meta, only = why.Referencing[0], ref
+			break
+		}
+	}
+	if meta == "" {
+		t.Fatal("no file referenced by exactly one checkpoint")
+	}
+	orig, err := os.ReadFile(filepath.Join(tr.Root, meta))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(tr.Root, meta)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, code := p.cli("checkpoints", "--history")
+		if code == 0 && strings.Contains(out, meta+"  ") && strings.Contains(out[strings.Index(out, meta+"  "):], "retired 20") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not listed as retired in 60s (exit %d):\n%s", meta, code, out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	out, code := p.cli("restore-metadata", path.Dir(meta))
+	if code != 0 || !strings.Contains(out, "indexed") {
+		t.Fatalf("restore-metadata (exit %d):\n%s", code, out)
+	}
+	if got, err := os.ReadFile(filepath.Join(tr.Root, meta)); err != nil || string(got) != string(orig) {
+		t.Fatalf("restored %s differs from the original: %v", meta, err)
+	}
+	if err := os.Remove(p.m(only)); err == nil {
+		t.Fatalf("%s, referenced only by the restored %s, deleted through the mount", only, meta)
+	}
+	if out, code := p.cli("restore-metadata", meta); code == 0 || !strings.Contains(out, "never overwritten") {
+		t.Fatalf("second restore-metadata (exit %d):\n%s", code, out)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/refindex/store"
 )
 
@@ -145,11 +146,14 @@ func (h *history) save(m map[string]*HistoryEntry) error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(h.dir, "entries.json"), b)
+	return writeAtomic(filepath.Join(h.dir, "entries.json"), b, true)
 }
 
-// writeAtomic replaces path with b: a crash leaves the old or the new file, never a torn one.
-func writeAtomic(path string, b []byte) error {
+// writeAtomic replaces path with b: a crash leaves the old or the new file, never a torn one (with
+// durable; without, a power loss may leave an empty or partial file, which a copy's checksum catches:
+// copies are written without an fsync each, so that a first sync of many checkpoints is not paced
+// by the disk).
+func writeAtomic(path string, b []byte, durable bool) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
@@ -159,7 +163,7 @@ func writeAtomic(path string, b []byte) error {
 	}
 	tmp := f.Name()
 	_, err = f.Write(b)
-	if err == nil {
+	if err == nil && durable {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -212,11 +216,13 @@ func (ix *Index) updateHistory(ctx context.Context) error {
 		return err
 	}
 	seen := map[string]bool{}
+	dirty := false
 	for _, c := range live {
 		seen[c.Key] = true
 		if e := m[c.Key]; e != nil && e.Retired.IsZero() && e.Size == c.Size && e.ModTime.Equal(c.ModTime) && e.ETag == c.ETag {
 			continue
 		}
+		dirty = true
 		e := &HistoryEntry{Metadata: c.Key, Job: c.Job, Kind: c.Kind, ID: c.ID, Size: c.Size, ModTime: c.ModTime, ETag: c.ETag, UID: c.UID, Recorded: now}
 		m[c.Key] = e
 		if c.Size > h.lim.MaxFileBytes {
@@ -230,19 +236,25 @@ func (ix *Index) updateHistory(ctx context.Context) error {
 		}
 		sum := sha256.Sum256(b)
 		e.SHA256 = hex.EncodeToString(sum[:])
-		if err := writeAtomic(h.blob(e.SHA256), b); err != nil {
+		if err := writeAtomic(h.blob(e.SHA256), b, false); err != nil {
 			return err
 		}
 	}
 	for k, e := range m {
 		if !seen[k] && e.Retired.IsZero() {
-			e.Retired = now
+			e.Retired, dirty = now, true
 		}
 		if !e.Retired.IsZero() && now.Sub(e.Retired) > h.lim.KeepRetired {
 			delete(m, k)
+			dirty = true
 		}
 	}
-	h.enforceBudget(m)
+	if h.enforceBudget(m) {
+		dirty = true
+	}
+	if !dirty {
+		return nil
+	}
 	if err := h.save(m); err != nil {
 		return err
 	}
@@ -268,10 +280,10 @@ func (ix *Index) readMetadataCopy(ctx context.Context, c checkpointRecord) ([]by
 
 // enforceBudget drops copies until their total is within MaxTotalBytes: retired ones first (oldest
 // retirement first), then live ones (oldest completion first); an entry without a copy stays listed.
-func (h *history) enforceBudget(m map[string]*HistoryEntry) {
+func (h *history) enforceBudget(m map[string]*HistoryEntry) (dropped bool) {
 	total, sizes := h.copyBytes(m)
 	if total <= h.lim.MaxTotalBytes {
-		return
+		return false
 	}
 	var list []*HistoryEntry
 	for _, e := range m {
@@ -302,7 +314,9 @@ func (h *history) enforceBudget(m map[string]*HistoryEntry) {
 			total -= sizes[e.SHA256]
 		}
 		e.SHA256, e.NoCopy = "", fmt.Sprintf("dropped: the history's copies exceeded its budget (%d bytes)", h.lim.MaxTotalBytes)
+		dropped = true
 	}
+	return dropped
 }
 
 // copyBytes sums the distinct copies the entries name.
@@ -354,7 +368,7 @@ func (ix *Index) History(ctx context.Context, job string) (*HistoryResult, error
 	}
 	res := &HistoryResult{Entries: []HistoryEntry{}}
 	res.Bytes, _ = h.copyBytes(m)
-	res.Limits.MaxFileBytes, res.Limits.MaxTotalBytes, res.Limits.KeepRetired = h.lim.MaxFileBytes, h.lim.MaxTotalBytes, h.lim.KeepRetired.String()
+	res.Limits.MaxFileBytes, res.Limits.MaxTotalBytes, res.Limits.KeepRetired = h.lim.MaxFileBytes, h.lim.MaxTotalBytes, duration.Format(h.lim.KeepRetired)
 	for _, e := range m {
 		if job == "" || e.Job == job {
 			res.Entries = append(res.Entries, *e)
