@@ -82,4 +82,3 @@ func TestRestoreMetadataCLI(t *testing.T) {
 		})
 	}
 }
-
