@@ -438,7 +438,20 @@ func guardedScenarioOn(t *testing.T, g *guardMount, version, mode string, o jobO
 	}
 	t.Logf("orphans: %d listed, %d deleted through the mount; %d files left by refused Flink deletes, all referenced or listed", len(orphans), deleted, leftovers)
 	g.assertNothingReferencedMissing(version)
-	d, _ := startRestored(t, version, "D", ck, flinkCheckpointDir(cLast), "LEGACY", 1, o)
+	// D restores from what `ckguard latest --job` names (what an operator gives `flink run -s`): the newest
+	// checkpoint of C that passes the restorability drill, on a scratch index (the mount holds its own).
+	from := flinkCheckpointDir(cLast)
+	if g.has("latest") {
+		args := append([]string{"latest", "--store", g.storeArg, "--index", t.TempDir()}, g.storeFlags...)
+		out, code := e2eCkguardRun(t, append(args, "--job", c.jobID())...)
+		if code != 0 {
+			t.Fatalf("ckguard latest --job %s: exit %d\n%s", c.jobID(), code, out)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		from = flinkLocalPath(strings.TrimSpace(lines[len(lines)-1]))
+		t.Logf("ckguard latest --job %s: %s (C's last completed checkpoint: %s)", c.jobID(), from, flinkCheckpointDir(cLast))
+	}
+	d, _ := startRestored(t, version, "D", ck, from, "LEGACY", 1, o)
 	d.stop()
 	g.settle()
 	if g.has("verify") {

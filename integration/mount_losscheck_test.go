@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -166,5 +167,96 @@ tests:
 	}
 	if out, err := exec.Command(promtool, "test", "rules", f).CombinedOutput(); err != nil {
 		t.Errorf("%s does not fire on the exported series %s: %v\n%s\n%s", alert, series, err, out, test)
+	}
+}
+
+// TestMountRestoreMetadata: a _metadata deleted directly on the store while the mount runs (local:
+// os.Remove; S3: aws s3 rm) is listed as retired by `ckguard checkpoints --history` (answered by the
+// mount), and `ckguard restore-metadata` puts it back through the mount's control socket:
+// byte-identical, indexed at once (a file only it references is refused again), and a second restore
+// refuses to overwrite.
+func TestMountRestoreMetadata(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// setup returns the mounted store, the tree, extra flags (mount and CLI), and functions that
+		// delete and read a key directly on the store.
+		setup func(t *testing.T) (store string, tr *treegen.Tree, flags []string, remove func(string), read func(string) []byte)
+	}{
+		{"local", func(t *testing.T) (string, *treegen.Tree, []string, func(string), func(string) []byte) {
+			tr, err := treegen.IncidentTwo(filepath.Join(t.TempDir(), "store"), time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tr.Root, tr, nil, func(key string) {
+					if err := os.Remove(filepath.Join(tr.Root, filepath.FromSlash(key))); err != nil {
+						t.Fatal(err)
+					}
+				}, func(key string) []byte {
+					b, _ := os.ReadFile(filepath.Join(tr.Root, filepath.FromSlash(key)))
+					return b
+				}
+		}},
+		{"s3", func(t *testing.T) (string, *treegen.Tree, []string, func(string), func(string) []byte) {
+			e := s3Start(t)
+			tr := e.tree(t, incident{"IncidentTwo", treegen.IncidentTwo}, s3Root)
+			return s3Root, tr, e.mountArgs(), func(key string) {
+					mntMust(t, "/usr/bin/aws", "--endpoint-url", e.srv.Endpoint, "s3", "rm", "--only-show-errors", s3Root+"/"+key)
+				}, func(key string) []byte {
+					b, _ := os.ReadFile(filepath.Join(e.srv.DataDir, s3Bucket, s3Prefix, filepath.FromSlash(key)))
+					return b
+				}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store, tr, flags, remove, read := tc.setup(t)
+			p := mntStart(t, store, "", flags...)
+			cli := func(args ...string) (string, int) {
+				return p.cli(append(append([]string{args[0]}, flags...), args[1:]...)...)
+			}
+			// A live checkpoint's _metadata and a file only it references.
+			var meta, only string
+			for _, ref := range tr.Referenced() {
+				w, _ := cli("why", "--json", ref)
+				var why struct {
+					Referencing []string `json:"referencing"`
+				}
+				if json.Unmarshal([]byte(w), &why) == nil && len(why.Referencing) == 1 && !strings.HasSuffix(ref, "_metadata") {
+					meta, only = why.Referencing[0], ref
+					break
+				}
+			}
+			if meta == "" {
+				t.Fatal("no file referenced by exactly one checkpoint")
+			}
+			orig := read(meta)
+			if len(orig) == 0 {
+				t.Fatalf("cannot read %s from the store", meta)
+			}
+			remove(meta)
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				out, code := cli("checkpoints", "--history")
+				if i := strings.Index(out, meta+"  "); code == 0 && i >= 0 && strings.Contains(strings.SplitN(out[i:], "\n", 2)[0], "retired 20") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s not listed as retired in 60s (exit %d):\n%s", meta, code, out)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			out, code := cli("restore-metadata", path.Dir(meta))
+			if code != 0 || !strings.Contains(out, "indexed") {
+				t.Fatalf("restore-metadata (exit %d):\n%s", code, out)
+			}
+			if got := read(meta); string(got) != string(orig) {
+				t.Fatalf("restored %s differs from the original (%d bytes, want %d)", meta, len(got), len(orig))
+			}
+			if err := os.Remove(p.m(only)); err == nil {
+				t.Fatalf("%s, referenced only by the restored %s, deleted through the mount", only, meta)
+			}
+			if out, code := cli("restore-metadata", meta); code == 0 || !strings.Contains(out, "never overwritten") {
+				t.Fatalf("second restore-metadata (exit %d):\n%s", code, out)
+			}
+		})
 	}
 }

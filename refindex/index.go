@@ -36,6 +36,9 @@ type Index struct {
 	log  *slog.Logger
 	lock *os.File // holds the index directory's flock: one process per index
 
+	histOnce  sync.Once
+	histState *history // the metadata history (history.go)
+
 	// syncMu runs one Sync or Rebuild at a time. It guards no field; it is taken before writeMu, so
 	// that a sync lists and parses the store while writers through the mount go on.
 	syncMu sync.Mutex

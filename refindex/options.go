@@ -23,6 +23,7 @@ type options struct {
 	ports       map[string]int
 	work        func() (done func())
 	txnWrites   int // > 0: an apply commits after this many writes (tests of multi-transaction changes)
+	history     HistoryLimits
 }
 
 // WithPathMap sets the prefix maps (--map) and the S3 entropy key (--entropy-key) used to normalise

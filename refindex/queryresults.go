@@ -24,6 +24,11 @@ type Querier interface {
 	// Pin protects a checkpoint/savepoint (directory or _metadata) until Unpin.
 	Pin(ctx context.Context, path string) (*PinResult, error)
 	Unpin(ctx context.Context, path string) (*PinResult, error)
+	// History lists the `_metadata` the metadata history holds, live and retired ("" = all jobs).
+	History(ctx context.Context, job string) (*HistoryResult, error)
+	// RestoreMetadata puts a `_metadata` deleted outside the mount back from the history (never
+	// overwriting) and indexes it.
+	RestoreMetadata(ctx context.Context, checkpoint string) (*RestoreResult, error)
 }
 
 var _ Querier = (*Index)(nil)

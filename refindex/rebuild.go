@@ -21,9 +21,10 @@ import (
 
 // Rebuild recreates the index from the store alone: it writes a new generation and switches to it
 // atomically; until then the previous generation stays in use, and a crash leaves it in place.
-func (ix *Index) Rebuild(ctx context.Context) error {
+func (ix *Index) Rebuild(ctx context.Context) (err error) {
 	ix.syncMu.Lock()
 	defer ix.syncMu.Unlock()
+	defer ix.afterSync(ctx, &err)
 	ix.readStoreClock(ctx)
 	return ix.rebuildExclusive(ctx)
 }

@@ -37,12 +37,13 @@ func (ix *Index) failSync(err error) error {
 // Sync brings the index up to date with the store: it lists every `_metadata`, parses the new and
 // changed ones, and applies additions before removals in one transaction (or, for large changes and
 // changed path maps, builds a new generation and switches to it atomically).
-func (ix *Index) Sync(ctx context.Context) error {
+func (ix *Index) Sync(ctx context.Context) (err error) {
 	// Listing, stats and parsing run without writeMu, so that a `_metadata` closed or renamed through
 	// the mount (IndexMetadata, Renamed, Deleted) is indexed at once instead of waiting for a
 	// whole sync; syncMu keeps syncs and rebuilds one at a time.
 	ix.syncMu.Lock()
 	defer ix.syncMu.Unlock()
+	defer ix.afterSync(ctx, &err)
 	defer ix.beginWork()()
 	ix.readStoreClock(ctx)
 	ix.mu.RLock()
@@ -55,7 +56,7 @@ func (ix *Index) Sync(ctx context.Context) error {
 	start := t0
 	var changed []store.ObjectInfo
 	listed := map[string]bool{}
-	err := ix.st.ListMetadata(ctx, func(oi store.ObjectInfo) error {
+	err = ix.st.ListMetadata(ctx, func(oi store.ObjectInfo) error {
 		listed[oi.Path] = true
 		// A _metadata with unmapped references is read again at every sync: the store may prove their
 		// place now (a copy that was still running, a file restored).

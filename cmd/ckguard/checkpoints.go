@@ -23,14 +23,19 @@ func checkpointsCommand() *cli.Command {
 			"characters of their id; the heading names them in full): a restore lineage. Those folders must not be purged by name or age.\n\n" +
 			"EXAMPLES:\n" +
 			"   ckguard checkpoints --store /srv/flink/checkpoints --index /var/lib/ckguard/flink\n" +
-			"   ckguard checkpoints --store /srv/flink/checkpoints --index /var/lib/ckguard/flink --job af8b2e4c6d8f0a1b3c5d7e9f1a2b4c6d --json",
+			"   ckguard checkpoints --store /srv/flink/checkpoints --index /var/lib/ckguard/flink --job af8b2e4c6d8f0a1b3c5d7e9f1a2b4c6d --json\n" +
+			"   ckguard checkpoints --store /srv/flink/checkpoints --index /var/lib/ckguard/flink --history",
 		Flags: append(append(storeFlags(), policyFlags()...),
-			&cli.StringFlag{Name: "job", Usage: "only this job folder (or its last path segments, e.g. the job id)"}),
+			&cli.StringFlag{Name: "job", Usage: "only this job folder (or its last path segments, e.g. the job id)"},
+			&cli.BoolFlag{Name: "history", Usage: "list the metadata history instead: live and retired checkpoints, when each went, and whether restore-metadata can bring it back"}),
 		Action: runCheckpoints,
 	}
 }
 
 func runCheckpoints(c *cli.Context) error {
+	if c.Bool("history") {
+		return runHistory(c)
+	}
 	_, err := query(c, func(ctx context.Context, q refindex.Querier) (*refindex.CheckpointsResult, error) {
 		res, err := q.Checkpoints(ctx, c.String("job"))
 		if err != nil {

@@ -45,6 +45,7 @@ func newApp() *cli.App {
 			pinCommand(),
 			quarantineCommand(),
 			unpinCommand(),
+			restoreMetadataCommand(),
 			mountCommand(),
 			umountCommand(),
 			graphCommand(),

@@ -65,3 +65,13 @@ func (q *Querier) Unpin(ctx context.Context, path string) (*refindex.PinResult, 
 	var r *refindex.PinResult
 	return r, q.c.Call(ctx, "Unpin", []any{path}, &r)
 }
+
+func (q *Querier) History(ctx context.Context, job string) (*refindex.HistoryResult, error) {
+	var r *refindex.HistoryResult
+	return r, q.c.Call(ctx, "History", []any{job}, &r)
+}
+
+func (q *Querier) RestoreMetadata(ctx context.Context, checkpoint string) (*refindex.RestoreResult, error) {
+	var r *refindex.RestoreResult
+	return r, q.c.Call(ctx, "RestoreMetadata", []any{checkpoint}, &r)
+}
