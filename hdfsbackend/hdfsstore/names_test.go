@@ -87,4 +87,6 @@ func TestURIsResolveToOneKey(t *testing.T) {
 	}
 }
 
-func hadoopConf(defaultFS string) map[string]string { return map[string]string{"fs.defaultFS": defaultFS} }
+func hadoopConf(defaultFS string) map[string]string {
+	return map[string]string{"fs.defaultFS": defaultFS}
+}
