@@ -170,3 +170,76 @@ func verifyOK(t *testing.T, uri, dir string, want bool) {
 		t.Errorf("verify OK = %v, want %v (broken %d, untrusted %q)", res.OK, want, len(res.Broken), res.Untrusted)
 	}
 }
+
+// TestNameNodeFaultsDuringCleanup: safe mode and a stopped NameNode while `rm -rf` runs through the
+// mount delete nothing and say Input/output error; after the NameNode is back, a remount on the same
+// index finishes the same cleanup with exactly the expected files, verify green.
+func TestNameNodeFaultsDuringCleanup(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse")
+	}
+	c := minidfs.Start(t, minidfs.Options{Exclusive: true})
+	tr, uri := incident(t, c)
+	before := hdfsFiles(t, uri)
+	dir := t.TempDir()
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := guardd.Config{StoreDir: uri, IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt, Policy: refindex.DefaultPolicy()}
+	run := func(ctx context.Context, c guardd.Config) error { return hdfsguardd.Run(ctx, c, opts) }
+	stop := guarddtest.Start(t, cfg, run)
+	if _, err := os.ReadDir(filepath.Join(mnt, tr.Purge)); err != nil {
+		t.Fatal(err)
+	}
+	rm := func() string {
+		out, err := exec.Command("rm", "-rf", filepath.Join(mnt, tr.Purge)).CombinedOutput()
+		if err == nil {
+			t.Errorf("rm -rf succeeded")
+		}
+		return string(out)
+	}
+
+	c.SafeMode(t, true)
+	if out := rm(); !strings.Contains(out, "Input/output error") {
+		t.Errorf("rm -rf in safe mode: %s", out)
+	}
+	c.SafeMode(t, false)
+	if got := hdfsFiles(t, uri); strings.Join(got, ",") != strings.Join(before, ",") {
+		t.Errorf("safe mode: files changed")
+	}
+
+	c.StopNameNode(t)
+	if out := rm(); !strings.Contains(out, "Input/output error") && !strings.Contains(out, "Transport endpoint") {
+		t.Errorf("rm -rf with the NameNode stopped: %s", out)
+	}
+	stop()
+	c.RestartNameNode(t)
+	after := hdfsFiles(t, uri)
+	for _, k := range tr.Survivors(tr.Purge, treegen.DefaultPolicy) {
+		found := false
+		for _, a := range after {
+			found = found || a == k
+		}
+		if !found {
+			t.Errorf("referenced %s deleted while the NameNode was stopped", k)
+		}
+	}
+
+	stop = guarddtest.Start(t, cfg, run)
+	prev := ""
+	for range 4 {
+		_ = exec.Command("rm", "-rf", filepath.Join(mnt, tr.Purge)).Run()
+		now := strings.Join(hdfsFiles(t, uri), ",")
+		if now == prev {
+			break
+		}
+		prev = now
+	}
+	stop()
+	want := tr.Survivors(tr.Purge, treegen.DefaultPolicy)
+	if got := under(hdfsFiles(t, uri), tr.Purge); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("after the remount left:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	verifyOK(t, uri, dir, true)
+}
