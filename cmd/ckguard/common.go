@@ -22,6 +22,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ckguard/ckguard/fs/control"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
 	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/internal/graph"
 	"github.com/ckguard/ckguard/refindex"
@@ -44,13 +45,14 @@ func locationFlags() []cli.Flag {
 	f := []cli.Flag{
 		// Checked by requireStore (one line naming the flag) rather than urfave's Required, which prints
 		// the whole help and then misreads PATH as a command name.
-		&cli.StringFlag{Name: "store", EnvVars: []string{"CKGUARD_STORE"}, Usage: "checkpoint storage: a local/NFS directory or s3://bucket/prefix (required; or set CKGUARD_STORE)"},
+		&cli.StringFlag{Name: "store", EnvVars: []string{"CKGUARD_STORE"}, Usage: "checkpoint storage: a local/NFS directory, s3://bucket/prefix or hdfs://namenode:8020/path (required; or set CKGUARD_STORE)"},
 		&cli.StringFlag{Name: "index", EnvVars: []string{"CKGUARD_INDEX"}, Usage: "index directory (default: $XDG_CACHE_HOME/ckguard/<hash of --store>)"},
 		&cli.StringSliceFlag{Name: "map", Usage: "prefix map `PREFIX=STOREPATH` tying URIs written in _metadata to the store (repeatable), e.g. file:/flink/ckpt= or hdfs://nn:8020/flink=flink"},
 		&cli.StringSliceFlag{Name: "external", Usage: "URI `PREFIX` of other storage that checkpoints legitimately reference (another bucket, savepoints on HDFS; repeatable): reported, not refused"},
 		&cli.StringFlag{Name: "entropy-key", Usage: "Flink's s3.entropy.key (e.g. _entropy_), when checkpoints use entropy injection"},
 	}
-	return append(f, s3cli.Flags()...)
+	f = append(f, s3cli.Flags()...)
+	return append(f, hdfscli.Flags()...)
 }
 
 // jsonFlag is --json, on every command that can print JSON.
@@ -237,6 +239,9 @@ func openStore(c *cli.Context) (store.Store, error) {
 	if s3cli.IsURL(s) {
 		return s3cli.OpenStore(c.Context, s, s3cli.Config(c))
 	}
+	if hdfscli.IsURL(s) {
+		return hdfscli.OpenStore(c.Context, s, hdfscli.FromFlags(c))
+	}
 	return localstore.New(s)
 }
 
@@ -250,7 +255,7 @@ func indexDir(c *cli.Context) (string, error) {
 		return "", fmt.Errorf("no --index given and no cache directory: %w", err)
 	}
 	s := c.String("store")
-	if !s3cli.IsURL(s) {
+	if !s3cli.IsURL(s) && !hdfscli.IsURL(s) {
 		if abs, err := filepath.Abs(s); err == nil {
 			s = abs
 		}
@@ -356,7 +361,7 @@ func absStoreKey(s, p string) (string, bool) {
 			return k, true
 		}
 	}
-	if !s3cli.IsURL(s) {
+	if !s3cli.IsURL(s) && !hdfscli.IsURL(s) {
 		if root, err := filepath.Abs(s); err == nil {
 			if r, err := filepath.EvalSymlinks(root); err == nil {
 				root = r

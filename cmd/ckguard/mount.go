@@ -14,6 +14,8 @@ import (
 	"github.com/ckguard/ckguard/fs/daemon"
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guardd"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsguardd"
 	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/s3backend/s3cli"
@@ -192,6 +194,14 @@ func runMount(c *cli.Context) error {
 		}
 		run = func(ctx context.Context, cfg guardd.Config) error {
 			return s3guardd.Run(ctx, cfg, s3cli.Config(c), nil)
+		}
+	}
+	if hdfscli.IsURL(cfg.StoreDir) { // hdfs://namenode:8020/path: the HDFS backend (hdfsbackend/)
+		if !c.IsSet("serve-procs") {
+			cfg.ServeProcs = 0 // as over S3: requests wait on the network, not on the CPU
+		}
+		run = func(ctx context.Context, cfg guardd.Config) error {
+			return hdfsguardd.Run(ctx, cfg, hdfscli.FromFlags(c))
 		}
 	}
 	if err := run(c.Context, cfg); err != nil {

@@ -1,0 +1,138 @@
+// Package hdfsmount is the guard's FUSE tree over HDFS (hdfsclient.FS): listing in cleanup order
+// (fs/listorder), stat, reads, sequential writes of new files (create … close), mkdir, and
+// unlink/rmdir/rename/truncate decided one name at a time by the same fs/guard Enforcer (audit,
+// metrics, refusals) as the other mounts.
+//
+// Invariants:
+//   - A namespace change happens only inside the Enforcer's Mutate for the one name it decided; a
+//     directory is removed only empty (hdfsclient.FS.Remove never recurses), so nothing below a
+//     directory goes that was not decided file by file.
+//   - A rename never replaces an existing target: it fails with EEXIST.
+//   - NameNode trouble (safe mode, standby, RPC failure) while deciding or acting is EIO: the stat a
+//     decision needs failing is never taken for "already gone".
+//   - With fs.trash.interval > 0 on the NameNode an allowed deletion is moved to the user's .Trash, as
+//     `hdfs dfs -rm` does; otherwise it is deleted.
+package hdfsmount
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/fs/mountutil"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
+)
+
+// Options configure a mount.
+type Options struct {
+	FS hdfsclient.FS
+	// Dir is the absolute HDFS directory mounted (the store root).
+	Dir string
+	// Name is the file system's name in /proc/mounts (the hdfs:// URI).
+	Name       string
+	Mountpoint string
+	Enforcer   *guard.Enforcer
+	Metrics    *metrics.Metrics // nil: no FUSE latency metrics
+	AllowOther bool
+	Debug      bool
+	Logger     *slog.Logger
+	// UID, GID own every file (HDFS owners are names). Default: the daemon's.
+	UID, GID uint32
+	// Now stamps trash suffixes (default time.Now).
+	Now func() time.Time
+}
+
+// Mounted is a running mount.
+type Mounted struct {
+	server     *fuse.Server
+	mountpoint string
+}
+
+type filesystem struct {
+	fs    hdfsclient.FS
+	dir   string
+	g     *guard.Enforcer
+	log   *slog.Logger
+	trash bool
+	now   func() time.Time
+	uid   uint32
+	gid   uint32
+}
+
+// Mount checks the directory is reachable, reads the trash setting, and serves the tree.
+func Mount(ctx context.Context, o Options) (*Mounted, error) {
+	if o.Enforcer == nil || o.FS == nil {
+		return nil, fmt.Errorf("mount %s: no enforcer or HDFS client", o.Mountpoint)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.UID == 0 && o.GID == 0 {
+		o.UID, o.GID = uint32(os.Getuid()), uint32(os.Getgid())
+	}
+	fi, err := o.FS.Stat(ctx, o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("HDFS directory %s: %w", o.Name, err)
+	}
+	if !fi.IsDir {
+		return nil, fmt.Errorf("HDFS %s is not a directory", o.Name)
+	}
+	d, err := o.FS.Defaults(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("HDFS %s: reading the NameNode's trash setting: %w", o.Name, err)
+	}
+	if d.TrashInterval > 0 {
+		o.Logger.Info("deletions through the mount go to the HDFS trash (fs.trash.interval)", "trash", hdfsclient.TrashRoot(o.FS.User()), "interval", d.TrashInterval)
+	} else {
+		o.Logger.Info("the NameNode has no trash (fs.trash.interval = 0): deletions through the mount are final")
+	}
+	mnt, err := filepath.Abs(o.Mountpoint)
+	if err != nil {
+		return nil, err
+	}
+	if err := mountutil.PrepareLogged(mnt, o.Logger); err != nil {
+		return nil, err
+	}
+	fsys := &filesystem{fs: o.FS, dir: o.Dir, g: o.Enforcer, log: o.Logger, trash: d.TrashInterval > 0, now: o.Now, uid: o.UID, gid: o.GID}
+	sec := time.Second
+	opts := &gofs.Options{
+		EntryTimeout:    &sec,
+		AttrTimeout:     &sec,
+		NegativeTimeout: &sec,
+		UID:             o.UID,
+		GID:             o.GID,
+		Logger:          log.New(os.Stderr, "go-fuse: ", 0),
+		MountOptions: fuse.MountOptions{
+			AllowOther:    o.AllowOther,
+			FsName:        o.Name,
+			Name:          "ckguard-hdfs",
+			Options:       []string{"default_permissions"},
+			DirectMount:   true,
+			Debug:         o.Debug,
+			MaxReadAhead:  1 << 20,
+			MaxWrite:      1 << 20,
+			MaxBackground: 64,
+		},
+	}
+	server, err := mountutil.Serve(&node{fsys: fsys}, mnt, opts, o.Metrics, o.Name)
+	if err != nil {
+		return nil, err
+	}
+	return &Mounted{server: server, mountpoint: mnt}, nil
+}
+
+func (m *Mounted) Mountpoint() string { return m.mountpoint }
+func (m *Mounted) Unmount() error     { return m.server.Unmount() }
+func (m *Mounted) Wait()              { m.server.Wait() }

@@ -1,0 +1,270 @@
+package hdfsmount_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/fs/guard/guardtest"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient/hdfsfake"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsmount"
+)
+
+const dir = "/flink/checkpoints"
+
+type env struct {
+	f   *hdfsfake.FS
+	ck  *guardtest.Checker
+	mnt string
+}
+
+func setup(t *testing.T, trash time.Duration) *env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("FUSE mount not run in -short mode")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse")
+	}
+	e := &env{f: hdfsfake.New("flink"), ck: guardtest.New(), mnt: t.TempDir()}
+	e.f.Trash = trash
+	if err := e.f.MkdirAll(context.Background(), dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	enf, err := guard.NewEnforcer(guard.Config{Checker: e.ck})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := hdfsmount.Mount(context.Background(), hdfsmount.Options{FS: e.f, Dir: dir, Name: "hdfs://nn:8020" + dir, Mountpoint: e.mnt, Enforcer: enf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Unmount(); err != nil {
+			_ = exec.Command("fusermount3", "-uz", e.mnt).Run()
+		}
+	})
+	return e
+}
+
+// incident builds the HDFS incident layout: the old job's shared SSTs still referenced by the current
+// job's live checkpoint, next to unreferenced ones.
+func (e *env) incident(t *testing.T) {
+	t.Helper()
+	old := time.Now().Add(-10 * 24 * time.Hour)
+	for _, k := range []string{
+		"job_7d83f2a1/chk-40/_metadata", "job_7d83f2a1/chk-40/x", "job_7d83f2a1/shared/sst-ref", "job_7d83f2a1/shared/sst-gone",
+		"job_7d83f2a1/taskowned/t", "job_d29e1b63/chk-3/_metadata", "job_d29e1b63/shared/sst-new",
+	} {
+		if err := e.f.Put(dir+"/"+k, []byte(k), old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.ck.Protect("job_7d83f2a1/shared/sst-ref", "job_d29e1b63/chk-3")
+	e.ck.Protect("job_d29e1b63/chk-3/_metadata", "job_d29e1b63/chk-3")
+	e.ck.Protect("job_d29e1b63/shared/sst-new", "job_d29e1b63/chk-3")
+}
+
+func (e *env) files() string {
+	var out []string
+	for _, f := range e.f.Files() {
+		out = append(out, strings.TrimPrefix(f, dir+"/"))
+	}
+	return strings.Join(out, ",")
+}
+
+// rmtree is shutil.rmtree with an error handler that reports and goes on (as cleanup scripts use it),
+// so one refusal does not stop the rest of the tree from going.
+const rmtree = `import shutil, sys
+errs = []
+def h(f, p, e):
+    errs.append(p)
+    print(e[1] if isinstance(e, tuple) else e, file=sys.stderr)
+kw = {"onexc": h} if sys.version_info >= (3, 12) else {"onerror": h}
+shutil.rmtree(sys.argv[1], **kw)
+sys.exit(1 if errs else 0)
+`
+
+const survivors = "job_7d83f2a1/shared/sst-ref,job_d29e1b63/chk-3/_metadata,job_d29e1b63/shared/sst-new"
+
+// TestCleanupsLeaveReferencedFiles: rm -rf of the old job, find -mtime +7 -delete and shutil.rmtree
+// through the mount delete exactly the unreferenced files and fail loudly on the rest.
+func TestCleanupsLeaveReferencedFiles(t *testing.T) {
+	cleanups := []struct {
+		name string
+		cmd  func(mnt string) *exec.Cmd
+		want string
+	}{
+		{"rm -rf old job", func(m string) *exec.Cmd { return exec.Command("rm", "-rf", filepath.Join(m, "job_7d83f2a1")) },
+			"job_7d83f2a1/shared/sst-ref,job_d29e1b63/chk-3/_metadata,job_d29e1b63/shared/sst-new"},
+		{"find -mtime +7 -delete", func(m string) *exec.Cmd {
+			return exec.Command("find", m, "-mindepth", "1", "-mtime", "+7", "-delete")
+		}, survivors},
+		{"shutil.rmtree", func(m string) *exec.Cmd {
+			return exec.Command("/usr/bin/python3", "-c", rmtree, filepath.Join(m, "job_7d83f2a1"))
+		}, "job_7d83f2a1/shared/sst-ref,job_d29e1b63/chk-3/_metadata,job_d29e1b63/shared/sst-new"},
+	}
+	for _, tc := range cleanups {
+		t.Run(tc.name, func(t *testing.T) {
+			e := setup(t, 0)
+			e.incident(t)
+			out, err := tc.cmd(e.mnt).CombinedOutput()
+			if err == nil {
+				t.Errorf("%s succeeded although referenced files are in the way", tc.name)
+			}
+			if !strings.Contains(string(out), "ermitted") {
+				t.Errorf("%s output does not say \"Operation not permitted\": %s", tc.name, out)
+			}
+			if got := e.files(); got != tc.want {
+				t.Errorf("left %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestListingOrder: _metadata and the newest chk-N come first.
+func TestListingOrder(t *testing.T) {
+	e := setup(t, 0)
+	for _, k := range []string{"j/a", "j/chk-2/x", "j/chk-10/x", "j/_metadata", "j/shared/s"} {
+		if err := e.f.Put(dir+"/"+k, nil, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := os.Open(filepath.Join(e.mnt, "j"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(names, ","); !strings.HasPrefix(got, "_metadata,chk-10,chk-2,") {
+		t.Errorf("listing order %s", got)
+	}
+}
+
+// TestNameNodeTroubleRefusesDeletes: with the NameNode failing (safe mode, standby, RPC errors) an
+// rm -rf deletes nothing and reports I/O errors; after it recovers the same rm deletes exactly the
+// unreferenced files.
+func TestNameNodeTroubleRefusesDeletes(t *testing.T) {
+	faults := []struct {
+		name string
+		op   string
+		err  error
+	}{
+		{"safe mode on delete", "delete", hdfsclient.ErrSafeMode},
+		{"standby on stat", "stat", hdfsclient.ErrStandby},
+		{"rpc failure on list", "list", hdfsclient.ErrUnavailable},
+		{"rpc failure on delete", "delete", hdfsclient.ErrUnavailable},
+	}
+	for _, fc := range faults {
+		t.Run(fc.name, func(t *testing.T) {
+			e := setup(t, 0)
+			e.incident(t)
+			before := e.files()
+			// Warm the kernel's view first so the fault meets the deleter, not the lookup of the root.
+			if _, err := os.Stat(filepath.Join(e.mnt, "job_7d83f2a1")); err != nil {
+				t.Fatal(err)
+			}
+			e.f.Fault = func(op, name string) error {
+				if op == fc.op && strings.Contains(name, "job_7d83f2a1") {
+					return fc.err
+				}
+				return nil
+			}
+			out, err := exec.Command("rm", "-rf", filepath.Join(e.mnt, "job_7d83f2a1")).CombinedOutput()
+			if err == nil {
+				t.Errorf("rm -rf succeeded with the NameNode failing")
+			}
+			if fc.op != "stat" && !strings.Contains(string(out), "Input/output error") {
+				t.Errorf("rm output does not say Input/output error: %s", out)
+			}
+			if got := e.files(); got != before && fc.op != "list" {
+				t.Errorf("files changed although every delete failed:\n%s\nwas %s", got, before)
+			}
+			for _, k := range strings.Split(survivors, ",") {
+				if _, err := e.f.Stat(context.Background(), dir+"/"+k); err != nil && !errors.Is(err, fc.err) {
+					t.Errorf("referenced %s: %v", k, err)
+				}
+			}
+			e.f.Fault = nil
+			_ = exec.Command("rm", "-rf", filepath.Join(e.mnt, "job_7d83f2a1")).Run()
+			if got := e.files(); got != survivors {
+				t.Errorf("after recovery left %s\nwant %s", got, survivors)
+			}
+		})
+	}
+}
+
+// TestTrash: with fs.trash.interval > 0 an allowed deletion goes to the user's .Trash; a refused one
+// stays where it is.
+func TestTrash(t *testing.T) {
+	e := setup(t, time.Hour)
+	e.incident(t)
+	_ = exec.Command("rm", "-rf", filepath.Join(e.mnt, "job_7d83f2a1")).Run()
+	if _, err := e.f.Stat(context.Background(), "/user/flink/.Trash/Current"+dir+"/job_7d83f2a1/shared/sst-gone"); err != nil {
+		t.Errorf("unreferenced file not in the trash: %v", err)
+	}
+	if _, err := e.f.Stat(context.Background(), dir+"/job_7d83f2a1/shared/sst-ref"); err != nil {
+		t.Errorf("referenced file: %v", err)
+	}
+}
+
+// TestRenameNeverReplaces: a rename onto an existing name fails with EEXIST and both files stay.
+func TestRenameNeverReplaces(t *testing.T) {
+	e := setup(t, 0)
+	for _, k := range []string{"j/a", "j/b"} {
+		if err := e.f.Put(dir+"/"+k, []byte(k), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := os.Rename(filepath.Join(e.mnt, "j/a"), filepath.Join(e.mnt, "j/b"))
+	if !errors.Is(err, syscall.EEXIST) {
+		t.Errorf("rename onto an existing file: %v", err)
+	}
+	if b, _ := e.f.ReadFile(dir + "/j/b"); string(b) != "j/b" {
+		t.Errorf("target replaced: %q", b)
+	}
+	if err := os.Rename(filepath.Join(e.mnt, "j/a"), filepath.Join(e.mnt, "j/c")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := e.f.ReadFile(dir + "/j/c"); string(b) != "j/a" {
+		t.Errorf("renamed content %q", b)
+	}
+}
+
+// TestWriteReadThrough: a file created and written through the mount is on HDFS at close, the index
+// is told, and it reads back.
+func TestWriteReadThrough(t *testing.T) {
+	e := setup(t, 0)
+	if err := os.MkdirAll(filepath.Join(e.mnt, "j/chk-1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data := strings.Repeat("flink-state ", 300000)
+	p := filepath.Join(e.mnt, "j/chk-1/_metadata")
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := e.f.ReadFile(dir + "/j/chk-1/_metadata"); err != nil || string(b) != data {
+		t.Fatalf("HDFS content %d bytes, %v", len(b), err)
+	}
+	got, err := os.ReadFile(p)
+	if err != nil || string(got) != data {
+		t.Fatalf("read back %d bytes, %v", len(got), err)
+	}
+	if !strings.Contains(strings.Join(e.ck.Calls, ";"), "written j/chk-1/_metadata") {
+		t.Errorf("index not told: %v", e.ck.Calls)
+	}
+	if _, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0); !errors.Is(err, syscall.ENOTSUP) {
+		t.Errorf("append to an HDFS file: %v", err)
+	}
+}

@@ -1,0 +1,476 @@
+package hdfsmount
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"path"
+	"strings"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/fs/listorder"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
+	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/verdict"
+)
+
+type node struct {
+	gofs.Inode
+	fsys *filesystem
+}
+
+var (
+	_ gofs.NodeLookuper   = (*node)(nil)
+	_ gofs.NodeGetattrer  = (*node)(nil)
+	_ gofs.NodeSetattrer  = (*node)(nil)
+	_ gofs.NodeReaddirer  = (*node)(nil)
+	_ gofs.NodeOpener     = (*node)(nil)
+	_ gofs.NodeCreater    = (*node)(nil)
+	_ gofs.NodeMkdirer    = (*node)(nil)
+	_ gofs.NodeUnlinker   = (*node)(nil)
+	_ gofs.NodeRmdirer    = (*node)(nil)
+	_ gofs.NodeRenamer    = (*node)(nil)
+	_ gofs.NodeGetxattrer = (*node)(nil)
+	_ gofs.NodeStatfser   = (*node)(nil)
+)
+
+func (n *node) key() string { return n.Path(n.Root()) }
+
+func childKey(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+func (f *filesystem) abs(key string) string { return hdfsclient.Join(f.dir, key) }
+
+func validName(name string) bool {
+	return name != "" && name != "." && name != ".." && !strings.ContainsAny(name, "/\x00")
+}
+
+func (f *filesystem) attr(fi hdfsclient.FileInfo, out *fuse.Attr) {
+	out.Size = uint64(fi.Size)
+	out.Blocks = (out.Size + 511) / 512
+	mt := fi.ModTime
+	out.SetTimes(&mt, &mt, &mt)
+	out.Owner = fuse.Owner{Uid: f.uid, Gid: f.gid}
+	perm := uint32(fi.Mode.Perm())
+	if fi.IsDir {
+		out.Mode = syscall.S_IFDIR | perm
+		out.Nlink = 2
+	} else {
+		out.Mode = syscall.S_IFREG | perm
+		out.Nlink = 1
+	}
+}
+
+func (f *filesystem) info(key string, fi hdfsclient.FileInfo) store.ObjectInfo {
+	return store.ObjectInfo{Path: key, Size: fi.Size, ModTime: fi.ModTime, IsDir: fi.IsDir, Special: fi.Symlink}
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if !validName(name) {
+		return nil, syscall.ENOENT
+	}
+	fi, err := n.fsys.fs.Stat(ctx, n.fsys.abs(childKey(n.key(), name)))
+	if err != nil {
+		return nil, hdfsclient.Errno(err)
+	}
+	if fi.Symlink {
+		return nil, syscall.ENOENT // never followed: a link could point outside the guarded directory
+	}
+	n.fsys.attr(fi, &out.Attr)
+	mode := uint32(syscall.S_IFREG)
+	if fi.IsDir {
+		mode = syscall.S_IFDIR
+	}
+	return n.NewInode(ctx, &node{fsys: n.fsys}, gofs.StableAttr{Mode: mode}), 0
+}
+
+func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if w, ok := fh.(*writeHandle); ok {
+		if fi, ok := w.attr(); ok {
+			n.fsys.attr(fi, &out.Attr)
+			return 0
+		}
+	}
+	fi, err := n.fsys.fs.Stat(ctx, n.fsys.abs(n.key()))
+	if err != nil {
+		return hdfsclient.Errno(err)
+	}
+	n.fsys.attr(fi, &out.Attr)
+	return 0
+}
+
+// Setattr: a size change is a truncate (decided; only to 0, as HDFS cannot cut a file in place
+// through this client); a time change is applied (the mtime `find -mtime` reads); modes and owners are
+// not HDFS's to change through the mount.
+func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	key := n.key()
+	p := n.fsys.abs(key)
+	if sz, ok := in.GetSize(); ok {
+		if w, isW := fh.(*writeHandle); isW && sz == uint64(w.size()) {
+			// the kernel's truncate-at-open of a file this handle just created: nothing to cut
+		} else {
+			fi, err := n.fsys.fs.Stat(ctx, p)
+			if err != nil {
+				return hdfsclient.Errno(err)
+			}
+			if sz != 0 {
+				return syscall.ENOTSUP
+			}
+			if fi.Size != 0 {
+				errno := n.fsys.g.Mutate(store.WithObserved(ctx, n.fsys.info(key, fi)), []guard.Check{{Op: verdict.OpTruncate, Path: key}}, func() syscall.Errno {
+					if err := n.fsys.fs.Remove(ctx, p); err != nil {
+						return hdfsclient.Errno(err)
+					}
+					w, err := n.fsys.fs.Create(ctx, p, fi.Mode)
+					if err != nil {
+						return hdfsclient.Errno(err)
+					}
+					return hdfsclient.Errno(w.Close())
+				})
+				if errno != 0 {
+					return errno
+				}
+				if errno := n.fsys.g.Written(ctx, key); errno != 0 {
+					return errno
+				}
+			}
+		}
+	}
+	if mt, ok := in.GetMTime(); ok {
+		if err := n.fsys.fs.Chtimes(ctx, p, mt); err != nil {
+			return hdfsclient.Errno(err)
+		}
+	}
+	return n.Getattr(ctx, fh, out)
+}
+
+// Readdir lists the directory page by page and hands it to the kernel in cleanup order
+// (fs/listorder: _metadata, then chk-N newest first, so recursive deleters meet the protection of a
+// live checkpoint before its files).
+func (n *node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	var ents []fuse.DirEntry
+	err := n.fsys.fs.List(ctx, n.fsys.abs(n.key()), func(page []hdfsclient.FileInfo) error {
+		for _, fi := range page {
+			if !validName(fi.Name) || fi.Symlink {
+				continue
+			}
+			mode := uint32(syscall.S_IFREG)
+			if fi.IsDir {
+				mode = syscall.S_IFDIR
+			}
+			ents = append(ents, fuse.DirEntry{Name: fi.Name, Mode: mode})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, hdfsclient.Errno(err)
+	}
+	return gofs.NewListDirStream(listorder.Order(ents)), 0
+}
+
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	out.Bsize, out.Frsize, out.NameLen = 4096, 4096, 255
+	return 0
+}
+
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	var val string
+	switch attr {
+	case "user.ckguard.state", "user.ckguard.refs":
+		state, refs, err := n.fsys.g.Explain(ctx, n.key())
+		if err != nil {
+			return 0, syscall.EIO
+		}
+		val = state
+		if attr == "user.ckguard.refs" {
+			val = strings.Join(refs, "\n")
+		}
+	default:
+		return 0, syscall.ENODATA
+	}
+	if len(dest) == 0 {
+		return uint32(len(val)), 0
+	}
+	if len(dest) < len(val) {
+		return uint32(len(val)), syscall.ERANGE
+	}
+	return uint32(copy(dest, val)), 0
+}
+
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	val := "user.ckguard.state\x00user.ckguard.refs\x00"
+	if len(dest) == 0 {
+		return uint32(len(val)), 0
+	}
+	if len(dest) < len(val) {
+		return uint32(len(val)), syscall.ERANGE
+	}
+	return uint32(copy(dest, val)), 0
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if !validName(name) {
+		return nil, syscall.EINVAL
+	}
+	p := n.fsys.abs(childKey(n.key(), name))
+	if err := n.fsys.fs.Mkdir(ctx, p, fs.FileMode(mode&0o777)); err != nil {
+		return nil, hdfsclient.Errno(err)
+	}
+	fi, err := n.fsys.fs.Stat(ctx, p)
+	if err != nil {
+		return nil, hdfsclient.Errno(err)
+	}
+	n.fsys.attr(fi, &out.Attr)
+	return n.NewInode(ctx, &node{fsys: n.fsys}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
+}
+
+// remove deletes one decided name: to the trash when the cluster has one, else for good.
+func (f *filesystem) remove(ctx context.Context, p string) error {
+	if f.trash {
+		_, err := hdfsclient.MoveToTrash(ctx, f.fs, p, f.now())
+		return err
+	}
+	return f.fs.Remove(ctx, p)
+}
+
+// Unlink decides the one file, on the stat just taken (a failed stat is its errno, never "gone").
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	key := childKey(n.key(), name)
+	p := n.fsys.abs(key)
+	fi, err := n.fsys.fs.Stat(ctx, p)
+	if err != nil {
+		return hdfsclient.Errno(err)
+	}
+	if fi.IsDir {
+		return syscall.EISDIR
+	}
+	return n.fsys.g.Mutate(store.WithObserved(ctx, n.fsys.info(key, fi)), []guard.Check{{Op: verdict.OpUnlink, Path: key}}, func() syscall.Errno {
+		if err := n.fsys.remove(ctx, p); err != nil {
+			return hdfsclient.Errno(err)
+		}
+		n.fsys.g.Deleted(ctx, key)
+		return 0
+	})
+}
+
+// Rmdir removes an empty directory (the NameNode refuses a non-empty one: ENOTEMPTY).
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	key := childKey(n.key(), name)
+	p := n.fsys.abs(key)
+	fi, err := n.fsys.fs.Stat(ctx, p)
+	if err != nil {
+		return hdfsclient.Errno(err)
+	}
+	if !fi.IsDir {
+		return syscall.ENOTDIR
+	}
+	empty := true
+	if err := n.fsys.fs.List(ctx, p, func(page []hdfsclient.FileInfo) error {
+		if len(page) > 0 {
+			empty = false
+			return io.EOF
+		}
+		return nil
+	}); err != nil && !errors.Is(err, io.EOF) {
+		return hdfsclient.Errno(err)
+	}
+	if !empty {
+		return syscall.ENOTEMPTY
+	}
+	return n.fsys.g.Mutate(ctx, []guard.Check{{Op: verdict.OpRmdir, Path: key}}, func() syscall.Errno {
+		// Remove is non-recursive: a file created inside meanwhile makes it fail with ENOTEMPTY.
+		if err := n.fsys.remove(ctx, p); err != nil {
+			return hdfsclient.Errno(err)
+		}
+		n.fsys.g.Deleted(ctx, key)
+		return 0
+	})
+}
+
+// Rename moves a file or directory; an existing target is never replaced (EEXIST).
+func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if !validName(newName) {
+		return syscall.EINVAL
+	}
+	if flags&^uint32(1) != 0 { // RENAME_NOREPLACE (1) is what we do anyway; EXCHANGE/WHITEOUT are not
+		return syscall.EINVAL
+	}
+	np, ok := newParent.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	src := childKey(n.key(), name)
+	dst := childKey(np.key(), newName)
+	if _, err := n.fsys.fs.Stat(ctx, n.fsys.abs(dst)); err == nil {
+		return syscall.EEXIST
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return hdfsclient.Errno(err)
+	}
+	commit := path.Base(dst) == store.MetadataName && path.Dir(src) == path.Dir(dst)
+	checks := []guard.Check{{Op: verdict.OpRename, Path: src, To: dst, MetadataCommit: commit}}
+	return n.fsys.g.MutateExclusive(ctx, checks, func() syscall.Errno {
+		if err := n.fsys.fs.Rename(ctx, n.fsys.abs(src), n.fsys.abs(dst)); err != nil {
+			return hdfsclient.Errno(err)
+		}
+		return n.fsys.g.Renamed(ctx, src, dst)
+	})
+}
+
+// Open: reads of any file; writing an existing file is decided (OpenOp) and, being HDFS, possible only
+// as a truncate to empty followed by sequential writes.
+func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	key := n.key()
+	p := n.fsys.abs(key)
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		r, err := n.fsys.fs.Open(ctx, p)
+		if err != nil {
+			return nil, 0, hdfsclient.Errno(err)
+		}
+		return &readHandle{r: r}, 0, 0
+	}
+	if flags&syscall.O_TRUNC == 0 {
+		return nil, 0, syscall.ENOTSUP // HDFS files are written once, front to back
+	}
+	fi, err := n.fsys.fs.Stat(ctx, p)
+	if err != nil {
+		return nil, 0, hdfsclient.Errno(err)
+	}
+	var w hdfsclient.Writer
+	errno := n.fsys.g.Mutate(store.WithObserved(ctx, n.fsys.info(key, fi)), []guard.Check{{Op: guard.OpenOp(flags), Path: key}}, func() syscall.Errno {
+		if err := n.fsys.fs.Remove(ctx, p); err != nil {
+			return hdfsclient.Errno(err)
+		}
+		var err error
+		w, err = n.fsys.fs.Create(ctx, p, fi.Mode)
+		return hdfsclient.Errno(err)
+	})
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	return &writeHandle{fsys: n.fsys, key: key, w: w, mode: fi.Mode}, fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	if !validName(name) {
+		return nil, nil, 0, syscall.EINVAL
+	}
+	key := childKey(n.key(), name)
+	w, err := n.fsys.fs.Create(ctx, n.fsys.abs(key), fs.FileMode(mode&0o777))
+	if err != nil {
+		return nil, nil, 0, hdfsclient.Errno(err)
+	}
+	h := &writeHandle{fsys: n.fsys, key: key, w: w, mode: fs.FileMode(mode & 0o777)}
+	fi, _ := h.attr()
+	n.fsys.attr(fi, &out.Attr)
+	return n.NewInode(ctx, &node{fsys: n.fsys}, gofs.StableAttr{Mode: syscall.S_IFREG}), h, fuse.FOPEN_DIRECT_IO, 0
+}
+
+type readHandle struct{ r hdfsclient.Reader }
+
+var _ gofs.FileReader = (*readHandle)(nil)
+var _ gofs.FileReleaser = (*readHandle)(nil)
+
+// Read reads through the client's reader, whose block reader streams a sequential read from the
+// DataNode (the readahead); the kernel's own readahead asks up to 1 MiB per request.
+func (h *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if off >= h.r.Size() {
+		return fuse.ReadResultData(nil), 0
+	}
+	n, err := h.r.ReadAt(dest, off)
+	if err != nil && err != io.EOF {
+		return nil, hdfsclient.Errno(err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (h *readHandle) Release(ctx context.Context) syscall.Errno { return hdfsclient.Errno(h.r.Close()) }
+
+// writeHandle writes a new file front to back; the first flush (close(2)) completes it and tells
+// the index (a `_metadata` written through the mount is indexed before close returns).
+type writeHandle struct {
+	fsys *filesystem
+	key  string
+	mode fs.FileMode
+
+	mu     sync.Mutex
+	w      hdfsclient.Writer
+	n      int64
+	closed bool
+	err    syscall.Errno
+}
+
+var _ gofs.FileWriter = (*writeHandle)(nil)
+var _ gofs.FileFlusher = (*writeHandle)(nil)
+var _ gofs.FileReleaser = (*writeHandle)(nil)
+
+func (h *writeHandle) size() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n
+}
+
+func (h *writeHandle) attr() (hdfsclient.FileInfo, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return hdfsclient.FileInfo{}, false
+	}
+	return hdfsclient.FileInfo{Name: path.Base(h.key), Size: h.n, ModTime: h.fsys.now(), Mode: h.mode}, true
+}
+
+func (h *writeHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return 0, syscall.EBADF
+	}
+	if off != h.n {
+		return 0, syscall.ENOTSUP // HDFS files are written front to back
+	}
+	m, err := h.w.Write(data)
+	h.n += int64(m)
+	if err != nil {
+		return uint32(m), hdfsclient.Errno(err)
+	}
+	return uint32(m), 0
+}
+
+func (h *writeHandle) Flush(ctx context.Context) syscall.Errno {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return h.err
+	}
+	h.closed = true
+	err := h.w.Close()
+	h.err = hdfsclient.Errno(err)
+	h.mu.Unlock()
+	if err != nil {
+		return h.err
+	}
+	// Outside the handle's lock: indexing a _metadata takes the enforcer's lock exclusively.
+	if errno := h.fsys.g.Written(ctx, h.key); errno != 0 {
+		return errno
+	}
+	return 0
+}
+
+func (h *writeHandle) Release(ctx context.Context) syscall.Errno {
+	h.mu.Lock()
+	closed := h.closed
+	h.mu.Unlock()
+	if !closed {
+		return h.Flush(ctx)
+	}
+	return 0
+}
