@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckguard/ckguard/quarantine"
 	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/fs/guardd"
-	"github.com/ckguard/ckguard/quarantine"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/s3backend/s3cli"
 )
 

@@ -10,8 +10,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ckguard/ckguard/internal/duration"
-	"github.com/ckguard/ckguard/quarantine"
 	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
 func quarantineRestoreCommand() *cli.Command {

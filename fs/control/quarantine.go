@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"reflect"
 
-	"github.com/ckguard/ckguard/quarantine"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
 // QuarantineSocketName is the quarantine control socket's file name inside the index directory (same

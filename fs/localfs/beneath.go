@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ckguard/ckguard/quarantine"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
 // storeRoot is the store directory, held open for the whole life of the mount, and the one place that

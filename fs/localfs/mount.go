@@ -15,7 +15,7 @@ import (
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/metrics"
 	"github.com/ckguard/ckguard/fs/mountutil"
-	"github.com/ckguard/ckguard/quarantine"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
 // Options configure a guard mount over a local directory.
