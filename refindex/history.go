@@ -219,7 +219,7 @@ func (ix *Index) updateHistory(ctx context.Context) error {
 	dirty := false
 	for _, c := range live {
 		seen[c.Key] = true
-		if e := m[c.Key]; e != nil && e.Retired.IsZero() && e.Size == c.Size && e.ModTime.Equal(c.ModTime) && e.ETag == c.ETag {
+		if e := m[c.Key]; e != nil && e.Retired.IsZero() && sameVersion(&c, e.objectInfo()) {
 			continue
 		}
 		dirty = true
@@ -229,16 +229,16 @@ func (ix *Index) updateHistory(ctx context.Context) error {
 			e.NoCopy = fmt.Sprintf("larger than the history's per-file cap (%d bytes)", h.lim.MaxFileBytes)
 			continue
 		}
-		b, err := ix.readMetadataCopy(ctx, c)
+		sum, err := ix.copyMetadata(ctx, h, c)
 		if err != nil {
+			var local *os.PathError
+			if errors.As(err, &local) && strings.HasPrefix(local.Path, h.dir) {
+				return err
+			}
 			e.NoCopy = err.Error()
 			continue
 		}
-		sum := sha256.Sum256(b)
-		e.SHA256 = hex.EncodeToString(sum[:])
-		if err := writeAtomic(h.blob(e.SHA256), b, false); err != nil {
-			return err
-		}
+		e.SHA256 = sum
 	}
 	for k, e := range m {
 		if !seen[k] && e.Retired.IsZero() {
@@ -261,21 +261,58 @@ func (ix *Index) updateHistory(ctx context.Context) error {
 	return h.collect(m)
 }
 
-// readMetadataCopy reads the `_metadata` of c from the store and checks it is the version indexed.
-func (ix *Index) readMetadataCopy(ctx context.Context, c checkpointRecord) ([]byte, error) {
+// copyMetadata copies the `_metadata` of c from the store into the history's blobs and returns its
+// SHA-256. It streams in bounded chunks, like the sync's own read of a large `_metadata`, so a copy
+// never holds the whole file in memory, and it checks the store still holds the version indexed.
+// Errors writing the history's own files are *os.PathError naming a path below h.dir.
+func (ix *Index) copyMetadata(ctx context.Context, h *history, c checkpointRecord) (string, error) {
 	r, err := ix.st.Open(ctx, c.Key)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	defer r.Close()
 	if r.Size() != c.Size {
-		return nil, fmt.Errorf("changed since it was indexed (%d bytes now, %d indexed): copied at the next sync", r.Size(), c.Size)
+		return "", fmt.Errorf("changed since it was indexed (%d bytes now, %d indexed): copied at the next sync", r.Size(), c.Size)
 	}
-	b := make([]byte, c.Size)
-	if _, err := r.ReadAt(b, 0); err != nil && !(errors.Is(err, io.EOF) && c.Size == 0) {
-		return nil, err
+	dir := filepath.Dir(h.blob("x"))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
 	}
-	return b, nil
+	f, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return "", err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // after the rename: nothing left to remove
+	hash := sha256.New()
+	buf := make([]byte, historyCopyChunk)
+	n, err := io.CopyBuffer(io.MultiWriter(f, hash), io.NewSectionReader(r, 0, c.Size), buf)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && n != c.Size {
+		err = fmt.Errorf("read %d of its %d bytes", n, c.Size)
+	}
+	if err != nil {
+		return "", err
+	}
+	sum := hex.EncodeToString(hash.Sum(nil))
+	if err := os.Rename(tmp, h.blob(sum)); err != nil {
+		return "", err
+	}
+	return sum, nil
+}
+
+// historyCopyChunk is the read size of a history copy.
+const historyCopyChunk = 32 << 10
+
+// objectInfo is the version an entry was copied from, for sameVersion.
+func (e *HistoryEntry) objectInfo() store.ObjectInfo {
+	oi := store.ObjectInfo{Path: e.Metadata, Size: e.Size, ModTime: e.ModTime, ETag: e.ETag}
+	if e.UID != nil {
+		oi.HasUID, oi.UID = true, *e.UID
+	}
+	return oi
 }
 
 // enforceBudget drops copies until their total is within MaxTotalBytes: retired ones first (oldest
