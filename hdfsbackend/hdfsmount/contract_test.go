@@ -2,6 +2,7 @@ package hdfsmount_test
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -68,3 +69,13 @@ func hdfsHarness() mounttest.Harness {
 
 // TestContract runs the mount contract suite on the HDFS mount (over the in-process namespace).
 func TestContract(t *testing.T) { mounttest.Run(t, hdfsHarness()) }
+
+// TestContractCatchesBrokenEnforcer: with an enforcer that lets every unlink through, the suite fails
+// on the HDFS mount.
+func TestContractCatchesBrokenEnforcer(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil || testing.Short() {
+		t.Skip("FUSE mount not run (-short or no /dev/fuse): the broken run would skip and pass")
+	}
+	mounttest.CatchesBroken(t, "^TestContract$/^(RefusedWhenReferenced|CleanupToolsLeaveReferenced)$", "unlink",
+		"TestContract/RefusedWhenReferenced/unlink", "TestContract/CleanupToolsLeaveReferenced/rm_-rf")
+}
