@@ -264,7 +264,12 @@ func TestWriteReadThrough(t *testing.T) {
 	if !strings.Contains(strings.Join(e.ck.Calls, ";"), "written j/chk-1/_metadata") {
 		t.Errorf("index not told: %v", e.ck.Calls)
 	}
-	if _, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0); !errors.Is(err, syscall.ENOTSUP) {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("more")); !errors.Is(err, syscall.ENOTSUP) {
 		t.Errorf("append to an HDFS file: %v", err)
 	}
+	f.Close()
 }

@@ -23,21 +23,54 @@ import (
 type node struct {
 	gofs.Inode
 	fsys *filesystem
+
+	mu sync.Mutex
+	// waiting are descriptors opened for writing on this file while it had content: the kernel sends
+	// open(O_TRUNC) as an open without O_TRUNC followed by a truncation without a handle, and the first
+	// of them takes over the new empty file (adopt).
+	waiting []*writeHandle
+}
+
+// adoptWaiting hands w to the first descriptor waiting on n; false when none takes it.
+func (n *node) adoptWaiting(w hdfsclient.Writer) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i, h := range n.waiting {
+		if h.adopt(w) {
+			n.waiting = append(n.waiting[:i], n.waiting[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+func (n *node) forget(h *writeHandle) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i, x := range n.waiting {
+		if x == h {
+			n.waiting = append(n.waiting[:i], n.waiting[i+1:]...)
+			return
+		}
+	}
 }
 
 var (
-	_ gofs.NodeLookuper   = (*node)(nil)
-	_ gofs.NodeGetattrer  = (*node)(nil)
-	_ gofs.NodeSetattrer  = (*node)(nil)
-	_ gofs.NodeReaddirer  = (*node)(nil)
-	_ gofs.NodeOpener     = (*node)(nil)
-	_ gofs.NodeCreater    = (*node)(nil)
-	_ gofs.NodeMkdirer    = (*node)(nil)
-	_ gofs.NodeUnlinker   = (*node)(nil)
-	_ gofs.NodeRmdirer    = (*node)(nil)
-	_ gofs.NodeRenamer    = (*node)(nil)
-	_ gofs.NodeGetxattrer = (*node)(nil)
-	_ gofs.NodeStatfser   = (*node)(nil)
+	_ gofs.NodeLookuper      = (*node)(nil)
+	_ gofs.NodeGetattrer     = (*node)(nil)
+	_ gofs.NodeSetattrer     = (*node)(nil)
+	_ gofs.NodeReaddirer     = (*node)(nil)
+	_ gofs.NodeOpener        = (*node)(nil)
+	_ gofs.NodeCreater       = (*node)(nil)
+	_ gofs.NodeMkdirer       = (*node)(nil)
+	_ gofs.NodeUnlinker      = (*node)(nil)
+	_ gofs.NodeRmdirer       = (*node)(nil)
+	_ gofs.NodeRenamer       = (*node)(nil)
+	_ gofs.NodeGetxattrer    = (*node)(nil)
+	_ gofs.NodeSetxattrer    = (*node)(nil)
+	_ gofs.NodeRemovexattrer = (*node)(nil)
+	_ gofs.NodeListxattrer   = (*node)(nil)
+	_ gofs.NodeStatfser      = (*node)(nil)
 )
 
 func (n *node) key() string { return n.Path(n.Root()) }
@@ -95,7 +128,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 }
 
 func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	if w, ok := fh.(*writeHandle); ok {
+	if w, ok := fh.(*writeHandle); ok && !w.existing {
 		if fi, ok := w.attr(); ok {
 			n.fsys.attr(fi, &out.Attr)
 			return 0
@@ -110,13 +143,13 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 }
 
 // Setattr: a size change is a truncate (decided; only to 0, as HDFS cannot cut a file in place
-// through this client); a time change is applied (the mtime `find -mtime` reads); modes and owners are
-// not HDFS's to change through the mount.
+// through this client); an mtime moved into the past is decided (OpWrite), forward is applied; modes
+// and owners are not changed through the mount.
 func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	key := n.key()
 	p := n.fsys.abs(key)
 	if sz, ok := in.GetSize(); ok {
-		if w, isW := fh.(*writeHandle); isW && sz == uint64(w.size()) {
+		if w, isW := fh.(*writeHandle); isW && !w.existing && sz == uint64(w.size()) {
 			// the kernel's truncate-at-open of a file this handle just created: nothing to cut
 		} else {
 			fi, err := n.fsys.fs.Stat(ctx, p)
@@ -126,7 +159,8 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 			if sz != 0 {
 				return syscall.ENOTSUP
 			}
-			if fi.Size != 0 {
+			wh, _ := fh.(*writeHandle)
+			if fi.Size != 0 || (wh != nil && wh.existing) {
 				errno := n.fsys.g.Mutate(store.WithObserved(ctx, n.fsys.info(key, fi)), []guard.Check{{Op: verdict.OpTruncate, Path: key}}, func() syscall.Errno {
 					if err := n.fsys.fs.Remove(ctx, p); err != nil {
 						return hdfsclient.Errno(err)
@@ -134,6 +168,10 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 					w, err := n.fsys.fs.Create(ctx, p, fi.Mode)
 					if err != nil {
 						return hdfsclient.Errno(err)
+					}
+					if (wh != nil && wh.adopt(w)) || (wh == nil && n.adoptWaiting(w)) {
+						// open(O_TRUNC) arrives as open + truncate: the descriptor writes the new file.
+						return 0
 					}
 					return hdfsclient.Errno(w.Close())
 				})
@@ -147,8 +185,19 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		}
 	}
 	if mt, ok := in.GetMTime(); ok {
-		if err := n.fsys.fs.Chtimes(ctx, p, mt); err != nil {
+		fi, err := n.fsys.fs.Stat(ctx, p)
+		if err != nil {
 			return hdfsclient.Errno(err)
+		}
+		set := func() syscall.Errno { return hdfsclient.Errno(n.fsys.fs.Chtimes(ctx, p, mt)) }
+		if mt.Before(fi.ModTime) && !fi.IsDir {
+			// Backdating is decided: the grace period of young files is judged by their mtime, so an
+			// mtime moved into the past could make a file of a checkpoint in flight deletable.
+			if errno := n.fsys.g.Mutate(store.WithObserved(ctx, n.fsys.info(key, fi)), []guard.Check{{Op: verdict.OpWrite, Path: key}}, set); errno != 0 {
+				return errno
+			}
+		} else if errno := set(); errno != 0 {
+			return errno
 		}
 	}
 	return n.Getattr(ctx, fh, out)
@@ -207,16 +256,28 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	return uint32(copy(dest, val)), 0
 }
 
-func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	val := "user.ckguard.state\x00user.ckguard.refs\x00"
-	if len(dest) == 0 {
-		return uint32(len(val)), 0
+// Listxattr lists nothing: the guard's attributes are the index's answer about this name, not data of
+// the file (cp -a and rsync -X must not copy them off the mount).
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) { return 0, 0 }
+
+// Setxattr refuses the guard's own attributes and stores no others (ENOTSUP: "this filesystem has none").
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if strings.HasPrefix(attr, xattrNS) {
+		return syscall.EPERM
 	}
-	if len(dest) < len(val) {
-		return uint32(len(val)), syscall.ERANGE
-	}
-	return uint32(copy(dest, val)), 0
+	return syscall.ENOTSUP
 }
+
+// Removexattr is Setxattr's counterpart.
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if strings.HasPrefix(attr, xattrNS) {
+		return syscall.EPERM
+	}
+	return syscall.ENOTSUP
+}
+
+// xattrNS is the guard's attribute namespace (user.ckguard.state, user.ckguard.refs).
+const xattrNS = "user.ckguard."
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	if !validName(name) {
@@ -297,7 +358,8 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	})
 }
 
-// Rename moves a file or directory; an existing target is never replaced (EEXIST).
+// Rename moves a file or directory. An existing target is never replaced: the replacement is decided
+// first (so a referenced target is refused like elsewhere), then the rename fails with EEXIST.
 func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	if !validName(newName) {
 		return syscall.EINVAL
@@ -311,14 +373,26 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	}
 	src := childKey(n.key(), name)
 	dst := childKey(np.key(), newName)
-	if _, err := n.fsys.fs.Stat(ctx, n.fsys.abs(dst)); err == nil {
-		return syscall.EEXIST
-	} else if !errors.Is(err, fs.ErrNotExist) {
+	sfi, err := n.fsys.fs.Stat(ctx, n.fsys.abs(src))
+	if err != nil {
 		return hdfsclient.Errno(err)
 	}
-	commit := path.Base(dst) == store.MetadataName && path.Dir(src) == path.Dir(dst)
+	exists := true
+	if _, err := n.fsys.fs.Stat(ctx, n.fsys.abs(dst)); errors.Is(err, fs.ErrNotExist) {
+		exists = false
+	} else if err != nil {
+		return hdfsclient.Errno(err)
+	}
+	commit := guard.IsMetadataCommit(guard.RenameFacts{SameDir: np == n, OldName: name, NewName: newName,
+		Regular: !sfi.IsDir && !sfi.Symlink, Nlink: 1})
 	checks := []guard.Check{{Op: verdict.OpRename, Path: src, To: dst, MetadataCommit: commit}}
-	return n.fsys.g.MutateExclusive(ctx, checks, func() syscall.Errno {
+	if exists {
+		checks = append(checks, guard.Check{Op: verdict.OpReplace, Path: dst, To: src})
+	}
+	return n.fsys.g.MutateExclusive(store.WithObserved(ctx, n.fsys.info(src, sfi)), checks, func() syscall.Errno {
+		if exists {
+			return syscall.EEXIST
+		}
 		if err := n.fsys.fs.Rename(ctx, n.fsys.abs(src), n.fsys.abs(dst)); err != nil {
 			return hdfsclient.Errno(err)
 		}
@@ -327,7 +401,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 }
 
 // Open: reads of any file; writing an existing file is decided (OpenOp) and, being HDFS, possible only
-// as a truncate to empty followed by sequential writes.
+// into an empty file: with O_TRUNC, or after the truncation the kernel sends before an open(O_TRUNC)
+// (the empty file is recreated, losing nothing); a descriptor on a non-empty file cannot write.
 func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	key := n.key()
 	p := n.fsys.abs(key)
@@ -338,12 +413,21 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		}
 		return &readHandle{r: r}, 0, 0
 	}
-	if flags&syscall.O_TRUNC == 0 {
-		return nil, 0, syscall.ENOTSUP // HDFS files are written once, front to back
-	}
 	fi, err := n.fsys.fs.Stat(ctx, p)
 	if err != nil {
 		return nil, 0, hdfsclient.Errno(err)
+	}
+	if flags&syscall.O_TRUNC == 0 && fi.Size > 0 {
+		// Decided like on every mount (a referenced file is refused); HDFS files are written once, front
+		// to back, so the descriptor's writes then fail with ENOTSUP (its ftruncate is decided again).
+		if errno := n.fsys.g.Errno(store.WithObserved(ctx, n.fsys.info(key, fi)), guard.Check{Op: guard.OpenOp(flags), Path: key}); errno != 0 {
+			return nil, 0, errno
+		}
+		h := &writeHandle{fsys: n.fsys, node: n, key: key, mode: fi.Mode, n: fi.Size, existing: true}
+		n.mu.Lock()
+		n.waiting = append(n.waiting, h)
+		n.mu.Unlock()
+		return h, fuse.FOPEN_DIRECT_IO, 0
 	}
 	var w hdfsclient.Writer
 	errno := n.fsys.g.Mutate(store.WithObserved(ctx, n.fsys.info(key, fi)), []guard.Check{{Op: guard.OpenOp(flags), Path: key}}, func() syscall.Errno {
@@ -399,8 +483,13 @@ func (h *readHandle) Release(ctx context.Context) syscall.Errno { return hdfscli
 // the index (a `_metadata` written through the mount is indexed before close returns).
 type writeHandle struct {
 	fsys *filesystem
+	node *node // set for existing-file descriptors (node.waiting)
 	key  string
 	mode fs.FileMode
+
+	// existing: a descriptor on a file that was there before the open (no O_TRUNC): it has no writer, its
+	// writes fail with ENOTSUP, and a truncation through it is decided like one by path.
+	existing bool
 
 	mu     sync.Mutex
 	w      hdfsclient.Writer
@@ -412,6 +501,18 @@ type writeHandle struct {
 var _ gofs.FileWriter = (*writeHandle)(nil)
 var _ gofs.FileFlusher = (*writeHandle)(nil)
 var _ gofs.FileReleaser = (*writeHandle)(nil)
+
+// adopt gives an existing-file descriptor the writer of the file recreated empty by its truncation,
+// so its writes go to the new file front to back.
+func (h *writeHandle) adopt(w hdfsclient.Writer) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.existing || h.closed || h.w != nil {
+		return false
+	}
+	h.w, h.existing, h.n = w, false, 0
+	return true
+}
 
 func (h *writeHandle) size() int64 {
 	h.mu.Lock()
@@ -434,7 +535,7 @@ func (h *writeHandle) Write(ctx context.Context, data []byte, off int64) (uint32
 	if h.closed {
 		return 0, syscall.EBADF
 	}
-	if off != h.n {
+	if h.existing || off != h.n {
 		return 0, syscall.ENOTSUP // HDFS files are written front to back
 	}
 	m, err := h.w.Write(data)
@@ -452,6 +553,13 @@ func (h *writeHandle) Flush(ctx context.Context) syscall.Errno {
 		return h.err
 	}
 	h.closed = true
+	if h.existing {
+		h.mu.Unlock()
+		if h.node != nil {
+			h.node.forget(h)
+		}
+		return 0
+	}
 	err := h.w.Close()
 	h.err = hdfsclient.Errno(err)
 	h.mu.Unlock()
