@@ -136,11 +136,29 @@ func (ix *Index) listForRebuild(ctx context.Context) ([]store.ObjectInfo, error)
 	cur := ix.mu.state
 	ix.mu.RUnlock()
 	unlisted := cur.unlisted(listed)
-	_, restat, kept, err := ix.confirmGone(ctx, cur, unlisted)
+	gone, restat, kept, err := ix.confirmGone(ctx, cur, unlisted)
 	if err != nil {
 		return nil, err
 	}
 	infos = append(append(infos, restat...), kept...)
+	if len(gone) > 0 {
+		// A checkpoint that completed where the listing had already been, while the one it subsumed
+		// (indexed, now gone) was deleted where it had not been yet, is in neither: list again, from
+		// after the old one was found gone (see relistAfterRetire).
+		for _, oi := range infos {
+			listed[oi.Path] = true
+		}
+		err := ix.listAll(ctx, func(oi store.ObjectInfo) error {
+			if !listed[oi.Path] {
+				listed[oi.Path] = true
+				infos = append(infos, oi)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list _metadata in %s again before dropping %d checkpoint(s) it no longer holds: %w", ix.st.Root(), len(gone), err)
+		}
+	}
 	sort.Slice(infos, func(i, j int) bool { return infos[i].Path < infos[j].Path })
 	keys := make([]string, len(infos))
 	for i, oi := range infos {
