@@ -280,7 +280,33 @@ func (r *storeRoot) open(key string, flags int, mode uint32) (int, error) {
 // device) and opens it in the caller's own context, never in the daemon's. A blocked open would hold the
 // enforcer's lock for good (opens for writing run under it) and stop every decided operation of the
 // mount. O_NONBLOCK stays on the descriptor, where it changes nothing for a regular file.
+//
+// Where /proc/self/fd works, the file is first taken by an O_PATH descriptor (which opens nothing) and its
+// type checked; only a regular file is then opened, through that descriptor, so it is the same inode: a
+// device swapped into the store is never opened by the daemon (a device's open can act: rewind a tape,
+// take a terminal, wake a driver).
 func (r *storeRoot) openRegular(key string, flags int) (int, error) {
+	if r.procFd {
+		pfd, err := r.open(key, unix.O_PATH|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return -1, err
+		}
+		var st unix.Stat_t
+		err = unix.Fstat(pfd, &st)
+		if err == nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
+			err = unix.ESTALE
+		}
+		if err != nil {
+			unix.Close(pfd)
+			return -1, err
+		}
+		fd, err := unix.Open(procFdPath(pfd), flags&^(unix.O_CREAT|unix.O_EXCL)|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+		unix.Close(pfd)
+		if err != nil {
+			return -1, err
+		}
+		return r.checkRegular(fd)
+	}
 	fd, err := r.open(key, flags|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err == unix.ENXIO {
 		// A FIFO without a reader opened for writing (or a device without its driver): not a regular
@@ -292,6 +318,11 @@ func (r *storeRoot) openRegular(key string, flags int) (int, error) {
 		// /proc/sys/fs/lease-break-time) to break.
 		return -1, err
 	}
+	return r.checkRegular(fd)
+}
+
+// checkRegular returns fd if it is a regular file, else closes it: ESTALE (see openRegular).
+func (r *storeRoot) checkRegular(fd int) (int, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)

@@ -209,3 +209,53 @@ func BenchmarkStoreRootCurrent(b *testing.B) {
 		}
 	})
 }
+
+// TestOpenRegularNeverOpensADevice: a device swapped into the store where the kernel still knows a
+// regular file is refused (ESTALE) without the daemon opening it: a device's open can act (rewind a
+// tape, take a terminal), and the daemon would do it with its rights. inotify's IN_OPEN shows an open.
+func TestOpenRegularNeverOpensADevice(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mknod of a device needs root")
+	}
+	dir := t.TempDir()
+	dev := filepath.Join(dir, "f")
+	if err := unix.Mknod(dev, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil { // /dev/null's numbers
+		t.Skipf("mknod: %v", err)
+	}
+	r, err := openStoreRoot(dir, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.procFd {
+		t.Skip("no /proc/self/fd: openRegular falls back to opening and checking after")
+	}
+	in, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(in)
+	if _, err := unix.InotifyAddWatch(in, dev, unix.IN_OPEN); err != nil {
+		t.Fatal(err)
+	}
+	for _, flags := range []int{unix.O_RDONLY, unix.O_WRONLY, unix.O_RDWR | unix.O_TRUNC} {
+		if fd, err := r.openRegular("f", flags); err != unix.ESTALE {
+			if err == nil {
+				unix.Close(fd)
+			}
+			t.Errorf("openRegular(device, %#x) = %v, want ESTALE", flags, err)
+		}
+	}
+	buf := make([]byte, 4096)
+	if n, err := unix.Read(in, buf); err != unix.EAGAIN {
+		t.Errorf("the device was opened by openRegular (inotify read %d bytes, %v)", n, err)
+	}
+	// The watch itself works: an open of the device is seen.
+	fd, err := unix.Open(dev, unix.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	if n, err := unix.Read(in, buf); err != nil || n == 0 {
+		t.Errorf("inotify did not see a real open of the device (%d, %v): the check above proves nothing", n, err)
+	}
+}

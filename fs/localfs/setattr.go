@@ -17,7 +17,8 @@ import (
 // (often root), to whatever it points at. On the descriptor the change reaches the file that was
 // checked, or nothing: a symlink on the way or at the name is ELOOP, an escape EXDEV.
 //
-// It returns nil for other file types (devices must not be opened; a symlink cannot be) and when the daemon
+// It returns nil for other file types (devices must not be opened, also one swapped in for the file; a
+// symlink cannot be) and when the daemon
 // may not open the file; node.setattr then acts on an O_PATH descriptor of the file instead.
 func (n *node) noFollowHandle(in *fuse.SetAttrIn) (fs.FileHandle, func(), syscall.Errno) {
 	var flags int
@@ -32,10 +33,18 @@ func (n *node) noFollowHandle(in *fuse.SetAttrIn) (fs.FileHandle, func(), syscal
 	default:
 		return nil, nil, 0
 	}
-	fd, err := n.root.open(n.key(), flags|unix.O_NONBLOCK, 0)
+	var fd int
+	var err error
+	if flags&unix.O_DIRECTORY != 0 {
+		fd, err = n.root.open(n.key(), flags|unix.O_NONBLOCK, 0) // O_DIRECTORY: a device is refused before its open
+	} else {
+		fd, err = n.root.openRegular(n.key(), flags)
+	}
 	switch err {
 	case nil:
-	case unix.EACCES, unix.EPERM:
+	case unix.EACCES, unix.EPERM, unix.ESTALE:
+		// ESTALE: no longer a regular file (a device or FIFO swapped in): never opened; setattr acts on
+		// an O_PATH descriptor instead.
 		return nil, nil, 0
 	default:
 		return nil, nil, fs.ToErrno(err)
