@@ -127,7 +127,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 				return syscall.ENOTSUP
 			}
 			if fi.Size != 0 {
-				errno := n.fsys.g.Mutate(store.WithObserved(ctx, n.fsys.info(key, fi)), []guard.Check{{Op: verdict.OpTruncate, Path: key}}, func() syscall.Errno {
+				errno := n.fsys.g.Mutate(ctx, []guard.Check{{Op: verdict.OpTruncate, Path: key, Observed: new(n.fsys.info(key, fi))}}, func() syscall.Errno {
 					if err := n.fsys.fs.Remove(ctx, p); err != nil {
 						return hdfsclient.Errno(err)
 					}
@@ -254,7 +254,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if fi.IsDir {
 		return syscall.EISDIR
 	}
-	return n.fsys.g.Mutate(store.WithObserved(ctx, n.fsys.info(key, fi)), []guard.Check{{Op: verdict.OpUnlink, Path: key}}, func() syscall.Errno {
+	return n.fsys.g.Mutate(ctx, []guard.Check{{Op: verdict.OpUnlink, Path: key, Observed: new(n.fsys.info(key, fi))}}, func() syscall.Errno {
 		if err := n.fsys.remove(ctx, p); err != nil {
 			return hdfsclient.Errno(err)
 		}
@@ -346,7 +346,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		return nil, 0, hdfsclient.Errno(err)
 	}
 	var w hdfsclient.Writer
-	errno := n.fsys.g.Mutate(store.WithObserved(ctx, n.fsys.info(key, fi)), []guard.Check{{Op: guard.OpenOp(flags), Path: key}}, func() syscall.Errno {
+	errno := n.fsys.g.Mutate(ctx, []guard.Check{{Op: guard.OpenOp(flags), Path: key, Observed: new(n.fsys.info(key, fi))}}, func() syscall.Errno {
 		if err := n.fsys.fs.Remove(ctx, p); err != nil {
 			return hdfsclient.Errno(err)
 		}
