@@ -34,7 +34,12 @@ const maxRefScan = 200_000
 // globs are refused; unreferenced objects younger than --grace are refused (except OpLink and
 // OpChmod); everything else is allowed. For a directory (OpRmdir, OpRename/OpReplace/OpChmod of a
 // directory) the answer covers everything below it. Errors refuse.
-func (ix *Index) Decide(ctx context.Context, p string, op verdict.Op) verdict.Decision {
+//
+// seen is what the caller (a mount) has just observed of p, if anything: a stat through the folder
+// descriptor the change then acts through, or the S3 version its conditional request names. The
+// decision then judges that object (store.StatObserved), not another look by path that could find
+// another file. Only an observation whose Path is p's key counts.
+func (ix *Index) Decide(ctx context.Context, p string, op verdict.Op, seen ...store.ObjectInfo) verdict.Decision {
 	key, err := store.CleanKey(p)
 	if err != nil {
 		return refuse(verdict.ReasonStoreError, fmt.Sprintf("refusing to %s %q: %v", op, p, err))
@@ -47,7 +52,26 @@ func (ix *Index) Decide(ctx context.Context, p string, op verdict.Op) verdict.De
 	if v.filt == nil {
 		v.g.filtOnce.Do(func() { ix.startFilter(v.g) })
 	}
-	return ix.decide(ctx, v, key, op, maxNamed)
+	return ix.decide(ctx, v, key, op, maxNamed, observation(key, seen))
+}
+
+// observation returns the observation of key among seen, nil when there is none.
+func observation(key string, seen []store.ObjectInfo) *store.ObjectInfo {
+	for i := range seen {
+		if seen[i].Path == key {
+			return &seen[i]
+		}
+	}
+	return nil
+}
+
+// stat describes key for a decision: what the caller observed of it (seen, judged through
+// store.StatObserved) or else the store's own look.
+func (ix *Index) stat(ctx context.Context, key string, seen *store.ObjectInfo) (store.ObjectInfo, error) {
+	if seen != nil {
+		return store.StatObserved(ctx, ix.st, *seen)
+	}
+	return ix.st.Stat(ctx, key)
 }
 
 func refuse(r verdict.Reason, msg string) verdict.Decision {
@@ -69,7 +93,7 @@ func parentKey(key string) string {
 	return ""
 }
 
-func (ix *Index) decide(ctx context.Context, v *view, key string, op verdict.Op, limit int) verdict.Decision {
+func (ix *Index) decide(ctx context.Context, v *view, key string, op verdict.Op, limit int, seen *store.ObjectInfo) verdict.Decision {
 	now := v.now()
 	what := key
 	if what == "" {
@@ -125,7 +149,7 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op verdict.Op,
 	// 2b. A live _metadata references an object by a URI that neither a mapping nor the store places
 	// (resolveOutside): any store file that could be that object is refused.
 	if len(st.unmapped) > 0 {
-		if d, refused := ix.decideUnmapped(ctx, v, key, op, what, maybeDir); refused {
+		if d, refused := ix.decideUnmapped(ctx, v, key, op, what, maybeDir, seen); refused {
 			return d
 		}
 	}
@@ -207,7 +231,7 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op verdict.Op,
 	}
 
 	// 6. In-flight files: unreferenced but young.
-	oi, err := ix.st.Stat(ctx, key)
+	oi, err := ix.stat(ctx, key, seen)
 	if errors.Is(err, fs.ErrNotExist) {
 		return verdict.Decision{Allow: true, Reason: verdict.ReasonAllowed, Message: op.String() + " " + what + ": no such object in the store"}
 	}
@@ -251,7 +275,7 @@ var errStop = errors.New("stop")
 
 // decideUnmapped refuses op on key when key, or (for a directory) a file below it, could be an object
 // a live checkpoint references by a URI no mapping ties to the store (memState.unprovenFor).
-func (ix *Index) decideUnmapped(ctx context.Context, v *view, key string, op verdict.Op, what string, maybeDir bool) (verdict.Decision, bool) {
+func (ix *Index) decideUnmapped(ctx context.Context, v *view, key string, op verdict.Op, what string, maybeDir bool, seen *store.ObjectInfo) (verdict.Decision, bool) {
 	st := v.st
 	refusal := func(obj, meta, uri string) (verdict.Decision, bool) {
 		which := "a file named " + path.Base(obj)
@@ -270,7 +294,7 @@ func (ix *Index) decideUnmapped(ctx context.Context, v *view, key string, op ver
 	if !maybeDir {
 		return verdict.Decision{}, false
 	}
-	oi, err := ix.st.Stat(ctx, key)
+	oi, err := ix.stat(ctx, key, seen)
 	if errors.Is(err, fs.ErrNotExist) || err == nil && !oi.IsDir {
 		return verdict.Decision{}, false
 	}
@@ -463,7 +487,7 @@ func (ix *Index) Explain(ctx context.Context, p string) (state string, referenci
 	if oi, err := ix.st.Stat(ctx, key); err == nil && oi.IsDir {
 		op = verdict.OpRmdir
 	}
-	d := ix.decide(ctx, v, key, op, 100)
+	d := ix.decide(ctx, v, key, op, 100, nil)
 	return stateOf(d.Reason), d.Referencing, nil
 }
 

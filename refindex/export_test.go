@@ -90,7 +90,7 @@ func DecideExact(ix *Index, ctx context.Context, p string, op verdict.Op) verdic
 	}
 	defer v.release()
 	v.filt = nil
-	return ix.decide(ctx, v, key, op, maxNamed)
+	return ix.decide(ctx, v, key, op, maxNamed, nil)
 }
 
 // ClockState exposes clockState to tests.

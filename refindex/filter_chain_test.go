@@ -72,7 +72,7 @@ func TestSnapshotChainOrdersDecrements(t *testing.T) {
 	if d := ix.Decide(ctx, x, verdict.OpUnlink); d.Allow {
 		t.Fatalf("newest state allows %s: %+v", x, d)
 	}
-	d := ix.decide(ctx, v, x, verdict.OpUnlink, maxNamed)
+	d := ix.decide(ctx, v, x, verdict.OpUnlink, maxNamed, nil)
 	v.release()
 	t.Logf("decision on the old view: allow=%v reason=%s", d.Allow, d.Reason)
 	if d.Allow {

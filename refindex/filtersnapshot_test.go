@@ -174,7 +174,7 @@ func TestFilterNotConsultedByOlderSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer old.release()
-	if d := ix.decide(ctx, old, only, verdict.OpUnlink, maxNamed); d.Allow {
+	if d := ix.decide(ctx, old, only, verdict.OpUnlink, maxNamed, nil); d.Allow {
 		t.Fatalf("%s is referenced by %s: %+v", only, meta, d)
 	}
 	if err := os.Remove(filepath.Join(tr.Root, meta)); err != nil {
@@ -190,7 +190,7 @@ func TestFilterNotConsultedByOlderSnapshots(t *testing.T) {
 		}
 	}
 	old.filt = ix.mu.cur.filt.Load()
-	if d := ix.decide(ctx, old, only, verdict.OpUnlink, maxNamed); d.Allow || d.Reason != verdict.ReasonReferenced {
+	if d := ix.decide(ctx, old, only, verdict.OpUnlink, maxNamed, nil); d.Allow || d.Reason != verdict.ReasonReferenced {
 		t.Fatalf("a view of the state before the fill's snapshot consulted the filter: unlink %s %+v, want refused as referenced by %s", only, d, meta)
 	}
 }

@@ -76,7 +76,7 @@ func (ix *Index) Why(ctx context.Context, p string) (*WhyResult, error) {
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, err
 	}
-	d := ix.decide(ctx, v, key, op, 100)
+	d := ix.decide(ctx, v, key, op, 100, nil)
 	res.Allow, res.Reason, res.Message, res.Referencing, res.RefCount = d.Allow, d.Reason, d.Message, d.Referencing, d.RefCount
 	res.State = stateOf(d.Reason)
 	// Say how references were tied to the store when the store, not a --map, proved it.

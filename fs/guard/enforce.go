@@ -18,6 +18,7 @@ import (
 
 	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
@@ -27,12 +28,8 @@ const MetadataName = "_metadata"
 // IsMetadata reports whether the store key names a checkpoint's _metadata file.
 func IsMetadata(key string) bool { return path.Base(key) == MetadataName }
 
-// ReasonHardLinked is a refusal the filesystem makes itself: the file has more than one name, so the index
-// cannot tell whether another name is referenced; writing or truncating through this name could destroy it.
-const ReasonHardLinked verdict.Reason = "hard-linked"
-
 // Check is one question to the index: may Op happen to Path? Decided, when set, is a decision the filesystem
-// took itself (for example ReasonHardLinked); it is recorded exactly like one from the index.
+// took itself (StoreChanged, HardLinked: see rules.go); it is recorded exactly like one from the index.
 type Check struct {
 	Op      verdict.Op
 	Path    string
@@ -40,14 +37,14 @@ type Check struct {
 	Decided *verdict.Decision
 	// MetadataCommit marks the source of a rename onto a _metadata in the same folder: a writer (Flink's
 	// recoverable writer) committing a checkpoint written under a temporary name. Such a source is
-	// necessarily young and unreferenced, so the grace rule alone would refuse the commit; here a refusal
-	// for grace (and only for grace) is turned into an allow, recorded with ReasonMetadataCommit.
+	// necessarily young and unreferenced, so the grace rule alone would refuse the commit; a refusal for
+	// grace (and only for grace) is turned into an allow, recorded with ReasonMetadataCommit (overrule).
 	MetadataCommit bool
-	// Observe, when set, runs under the enforcer's lock right before Path is decided (not when Decided is
-	// set) and returns the context the decision is asked with: what it reads of the store (the local
-	// mount's stat through the folder descriptor the change then acts through, store.WithObserved) is
-	// then what the decision judges, and no rename through the mount can come between the two.
-	Observe func(context.Context) context.Context
+	// Observed is what the mount saw of Path just before asking, through what the change then acts
+	// through (the local mount's stat through its folder descriptor, the S3 version its conditional
+	// request names). The index judges it (store.StatObserved) instead of looking by path again, so
+	// the decision is about the very object the change acts on. nil: the index looks itself.
+	Observed *store.ObjectInfo
 	// Result, when set, receives the decision taken (the act of a deletion copies it into the entry that
 	// stages the object in quarantine).
 	Result *verdict.Decision
@@ -61,9 +58,6 @@ func OpenOp(flags uint32) verdict.Op {
 	}
 	return verdict.OpWrite
 }
-
-// ReasonMetadataCommit records a rename onto _metadata allowed although its source was in grace.
-const ReasonMetadataCommit verdict.Reason = "metadata-commit"
 
 // Config configures an Enforcer.
 type Config struct {
@@ -186,19 +180,10 @@ func (e *Enforcer) mutateLocked(ctx context.Context, checks []Check, do func() s
 	for i, c := range checks {
 		if c.Decided != nil {
 			ds[i] = *c.Decided
-		} else if c.Observe != nil {
-			ds[i] = e.ask(c.Observe(ctx), c.Op, c.Path)
 		} else {
-			ds[i] = e.ask(ctx, c.Op, c.Path)
+			ds[i] = e.ask(ctx, c)
 		}
-		if !ds[i].Allow && c.MetadataCommit && ds[i].Reason == verdict.ReasonGrace {
-			ds[i] = verdict.Decision{Allow: true, Reason: ReasonMetadataCommit,
-				Message: "committing " + c.To + " (renamed from a young, unreferenced temporary file): " + ds[i].Message}
-		} else if pending && ds[i].Allow {
-			// A commit's young source is allowed as above (another job's commit must not fail because of
-			// this one); anything the index allows might be what the pending _metadata references.
-			ds[i] = e.pending.refusal(c.Op, c.Path)
-		}
+		ds[i] = e.overrule(c, ds[i], pending)
 		if c.Result != nil {
 			*c.Result = ds[i]
 		}
@@ -237,12 +222,9 @@ func (e *Enforcer) decide(ctx context.Context, c Check) syscall.Errno {
 	if c.Decided != nil {
 		d = *c.Decided
 	} else {
-		d = e.ask(ctx, c.Op, c.Path)
+		d = e.ask(ctx, c)
 	}
-	if pending && d.Allow {
-		d = e.pending.refusal(c.Op, c.Path)
-	}
-	return e.record1(ctx, c, d)
+	return e.record1(ctx, c, e.overrule(c, d, pending))
 }
 
 // record1 counts and logs one decision and maps it to an errno. The audit record is written (handed to the
@@ -250,13 +232,7 @@ func (e *Enforcer) decide(ctx context.Context, c Check) syscall.Errno {
 func (e *Enforcer) record1(ctx context.Context, c Check, d verdict.Decision) syscall.Errno {
 	var errno syscall.Errno
 	if !d.Allow {
-		errno = e.refuse
-		// The caller was interrupted (the kernel sent FUSE_INTERRUPT and go-fuse cancelled ctx) while the
-		// index was deciding, so the decision may be a fail-closed "cannot stat: context canceled". Nothing
-		// is done either way; EINTR tells the caller to retry instead of reporting a refusal.
-		if ctx.Err() != nil {
-			errno = syscall.EINTR
-		}
+		errno = refusalErrno(ctx, e.refuse)
 	}
 	e.metrics.Decision(c.Op.String(), d.Allow, string(d.Reason))
 	rec := e.record(ctx, c.Op.String(), c.Path, c.To)
@@ -287,17 +263,21 @@ func (e *Enforcer) record1(ctx context.Context, c Check, d verdict.Decision) sys
 	return errno
 }
 
-// ask calls the Checker, turning a panic into a refusal: the guard fails closed.
-func (e *Enforcer) ask(ctx context.Context, op verdict.Op, p string) (d verdict.Decision) {
+// ask calls the Checker about c (with what the mount observed, if anything), turning a panic into a
+// refusal: the guard fails closed.
+func (e *Enforcer) ask(ctx context.Context, c Check) (d verdict.Decision) {
+	op, p := c.Op, c.Path
 	t0 := time.Now()
 	defer func() {
 		e.metrics.DecisionLatency(op.String(), time.Since(t0))
 		if r := recover(); r != nil {
 			e.log.Error("index panicked while deciding", "op", op, "path", p, "panic", r)
-			d = verdict.Decision{Reason: verdict.ReasonStoreError,
-				Message: fmt.Sprintf("the index failed while deciding %s of %s (%v); refusing to be safe", op, p, r)}
+			d = panicRefusal(op, p, r)
 		}
 	}()
+	if c.Observed != nil {
+		return e.checker.Decide(ctx, p, op, *c.Observed)
+	}
 	return e.checker.Decide(ctx, p, op)
 }
 
@@ -360,7 +340,7 @@ func (e *Enforcer) notifyFailed(ctx context.Context, kind, p, to string, err err
 	}
 }
 
-// Explain returns the state and referencing checkpoints of p, for the user.ckguard.* attributes.
+// Explain returns the state and referencing checkpoints of p (the user.ckguard.* attributes, Getxattr).
 func (e *Enforcer) Explain(ctx context.Context, p string) (string, []string, error) {
 	return e.checker.Explain(ctx, p)
 }

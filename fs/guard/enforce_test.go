@@ -12,6 +12,7 @@ import (
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guard/guardtest"
 	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
@@ -27,11 +28,13 @@ func (s *sink) Record(r *audit.Record) error {
 
 type panicky struct{ guard.Checker }
 
-func (panicky) Decide(context.Context, string, verdict.Op) verdict.Decision { panic("boom") }
+func (panicky) Decide(context.Context, string, verdict.Op, ...store.ObjectInfo) verdict.Decision {
+	panic("boom")
+}
 
 type graceChecker struct{ *guardtest.Checker }
 
-func (graceChecker) Decide(context.Context, string, verdict.Op) verdict.Decision {
+func (graceChecker) Decide(context.Context, string, verdict.Op, ...store.ObjectInfo) verdict.Decision {
 	return verdict.Decision{Reason: verdict.ReasonGrace, Message: "young"}
 }
 
@@ -136,11 +139,11 @@ type ctxChecker struct {
 	notifiedWithLiveCtx int
 }
 
-func (c *ctxChecker) Decide(ctx context.Context, p string, op verdict.Op) verdict.Decision {
+func (c *ctxChecker) Decide(ctx context.Context, p string, op verdict.Op, seen ...store.ObjectInfo) verdict.Decision {
 	if err := ctx.Err(); err != nil {
 		return verdict.Decision{Reason: verdict.ReasonStoreError, Message: "cannot stat it in the store: " + err.Error()}
 	}
-	return c.Checker.Decide(ctx, p, op)
+	return c.Checker.Decide(ctx, p, op, seen...)
 }
 
 func (c *ctxChecker) Written(ctx context.Context, p string) error {
@@ -229,11 +232,11 @@ func newBlockingIndex() *blockingIndex {
 }
 
 // Decide answers grace for the young file, like the index for a file younger than --grace.
-func (b *blockingIndex) Decide(ctx context.Context, p string, op verdict.Op) verdict.Decision {
+func (b *blockingIndex) Decide(ctx context.Context, p string, op verdict.Op, seen ...store.ObjectInfo) verdict.Decision {
 	if p == b.young {
 		return verdict.Decision{Reason: verdict.ReasonGrace, Message: "young"}
 	}
-	return b.Checker.Decide(ctx, p, op)
+	return b.Checker.Decide(ctx, p, op, seen...)
 }
 
 func (b *blockingIndex) wait(p string) error {

@@ -1,11 +1,9 @@
-// Package guard is the contract between a guarded FUSE filesystem (local loopback in fs/, S3 in s3backend/)
-// and the reference index: the filesystem asks before every destructive namespace change and reports every
-// change it made, and never parses checkpoint metadata itself.
 package guard
 
 import (
 	"context"
 
+	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
@@ -14,7 +12,9 @@ import (
 type Checker interface {
 	// Decide answers whether op may happen to path. For a directory (OpRmdir, OpRename of a directory) the
 	// answer covers everything below it. Any internal error must come back as a refusal (fail closed).
-	Decide(ctx context.Context, path string, op verdict.Op) verdict.Decision
+	// seen, when given, is what the mount observed of path (Check.Observed): the decision judges that
+	// object, not another look by path.
+	Decide(ctx context.Context, path string, op verdict.Op, seen ...store.ObjectInfo) verdict.Decision
 	// Deleted records that path was removed through the mount; deleting a _metadata retires its checkpoint.
 	Deleted(ctx context.Context, path string) error
 	// Written records that path was written and closed through the mount; a _metadata is parsed and

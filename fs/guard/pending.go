@@ -3,8 +3,6 @@ package guard
 import (
 	"context"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -12,12 +10,6 @@ import (
 
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
-
-// ReasonIndexPending refuses a change while an index update made through the mount is still being read
-// and applied: a _metadata closed, renamed or hard-linked into place (or a folder renamed, which may hold
-// some). Until the update is in the index, what that _metadata references is unknown, so every change the
-// index would otherwise allow is refused; the caller retries in a moment.
-const ReasonIndexPending verdict.Reason = "index-pending"
 
 // pendingUpdates is the set of index updates that run outside the enforcer's lock (reading, parsing and
 // applying a _metadata can take seconds for a large one). Invariant: an update is added while the
@@ -99,14 +91,7 @@ func (p *pendingUpdates) refusal(op verdict.Op, path string) verdict.Decision {
 	}
 	p.mu.Unlock()
 	sort.Strings(keys)
-	more := ""
-	if len(keys) > 3 {
-		more = " and " + strconv.Itoa(len(keys)-3) + " more"
-		keys = keys[:3]
-	}
-	return verdict.Decision{Reason: ReasonIndexPending,
-		Message: "refusing to " + op.String() + " /" + path + " for now: the index is still reading " + strings.Join(keys, ", ") + more +
-			", just written or moved through the mount; until it is indexed, what it references is unknown; retry in a moment"}
+	return indexPendingRefusal(op, path, keys)
 }
 
 // indexUpdate is an index notification that may read and parse _metadata (Written of a _metadata, Linked,

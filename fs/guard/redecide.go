@@ -16,13 +16,10 @@ func (e *Enforcer) Redecide(ctx context.Context, checks []Check, apply func([]ve
 	defer e.mu.RUnlock()
 	ds := make([]verdict.Decision, len(checks))
 	for i, c := range checks {
-		switch {
-		case c.Decided != nil:
+		if c.Decided != nil {
 			ds[i] = *c.Decided
-		case c.Observe != nil:
-			ds[i] = e.ask(c.Observe(ctx), c.Op, c.Path)
-		default:
-			ds[i] = e.ask(ctx, c.Op, c.Path)
+		} else {
+			ds[i] = e.ask(ctx, c)
 		}
 	}
 	apply(ds)

@@ -7,6 +7,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"golang.org/x/sys/unix"
 
+	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
@@ -28,7 +29,7 @@ func (n *node) Allocate(ctx context.Context, f fs.FileHandle, off, size uint64, 
 	if mode&^preallocModes == 0 {
 		return fa.Allocate(ctx, off, size, mode)
 	}
-	return n.enf.Mutate(ctx, n.contentCheck(verdict.OpTruncate, n.key()), func() syscall.Errno {
+	return n.enf.Change(ctx, []guard.Check{n.contentCheck(verdict.OpTruncate, n.key())}, func() syscall.Errno {
 		return fa.Allocate(ctx, off, size, mode)
 	})
 }

@@ -133,7 +133,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	op := guard.OpenOp(flags)
 	var fd int
-	errno := n.enf.Mutate(ctx, n.contentCheck(op, key), func() syscall.Errno {
+	errno := n.enf.Open(ctx, n.contentCheck(op, key), func() syscall.Errno {
 		var err error
 		fd, err = n.root.openRegular(key, openFlags(flags))
 		return fs.ToErrno(err)
@@ -163,7 +163,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	errno := fs.ToErrno(err)
 	if errno == syscall.EEXIST && flags&syscall.O_EXCL == 0 {
 		op := guard.OpenOp(flags)
-		errno = n.enf.Mutate(ctx, n.contentCheck(op, key), func() syscall.Errno {
+		errno = n.enf.Open(ctx, n.contentCheck(op, key), func() syscall.Errno {
 			// Without O_CREAT: if the file vanished since, creating it now would make a file that is not
 			// the caller's; the kernel's next attempt starts over. Under the lock: openRegular, which
 			// cannot block on a FIFO found at the name.

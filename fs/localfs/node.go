@@ -18,7 +18,6 @@ import (
 	"context"
 	"log/slog"
 	"path"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -28,17 +27,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/fs/guard"
-	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/verdict"
-)
-
-// Extended attributes the guard answers itself (never stored, never listed: so cp -a, rsync -X and a
-// cross-device mv do not copy the guard's opinion into other filesystems).
-const (
-	XattrRefs  = "user.ckguard.refs"  // newline-separated _metadata keys of the checkpoints referencing the file
-	XattrState = "user.ckguard.state" // referenced | protected-by-policy | in-grace | deletable
-	xattrNS    = "user.ckguard."
 )
 
 // node is a loopback node whose destructive operations ask the enforcer first. It wraps the children the
@@ -148,86 +138,72 @@ func (n *node) childKey(name string) string {
 	return name
 }
 
-// ReasonStoreReplaced is a refusal the filesystem makes itself: the store path names another directory than
-// the one the mount started on (see storeRoot.current), so a decision (by path) and the change (beneath the
-// root descriptor) would be about different trees.
-const ReasonStoreReplaced verdict.Reason = "store-replaced"
-
 // storeDecision is the refusal of op on key while the store path does not name the mount's directory (or
-// cannot be checked), nil otherwise. It goes to the enforcer as the check's decision, so the refusal is
-// audited and logged with its reason like any other, and the index, which reads the store by path (the new
-// directory), is not asked. Operations the enforcer does not decide (creations, reads) get EIO from the
-// same check in storeRoot.
+// cannot be checked), nil otherwise (guard.StoreChanged). It goes to the enforcer as the check's decision,
+// so the refusal is audited and logged with its reason like any other. Operations the enforcer does not
+// decide (creations, reads) get EIO from the same check in storeRoot.
 func (n *node) storeDecision(op verdict.Op, key string) *verdict.Decision {
 	err := n.root.current()
 	if err == nil {
 		return nil
 	}
-	reason := verdict.ReasonStoreError
-	if sc, ok := err.(*storeChangedError); ok && sc.replaced {
-		reason = ReasonStoreReplaced
-	}
-	return &verdict.Decision{Reason: reason, Message: "refusing to " + op.String() + " /" + key + ": " + err.Error()}
+	sc, ok := err.(*storeChangedError)
+	return guard.StoreChanged(op, key, err, ok && sc.replaced)
 }
 
-// checks is the one check of op on key (refused at once when the store directory was replaced).
-func (n *node) checks(op verdict.Op, key string) []guard.Check {
-	return []guard.Check{{Op: op, Path: key, Decided: n.storeDecision(op, key)}}
+// check is the check of op on key (refused at once when the store directory was replaced).
+func (n *node) check(op verdict.Op, key string) guard.Check {
+	return guard.Check{Op: op, Path: key, Decided: n.storeDecision(op, key)}
 }
 
-// Unlink opens the parent folder beneath the store root once, stats the file through it for the decision
-// (store.WithObserved: the grace rule judges the very file that is then unlinked, and the store path is not
-// walked a second time) and unlinks it through the same descriptor. The folder is opened and the file
-// stat'ed under the enforcer's lock (Check.Observe), like the decision and the unlink: a rename through the
-// mount (which holds the lock exclusively) cannot move the folder in between, so the descriptor cannot
-// reach a file under a key nobody decided about.
+// Unlink removes the file through its parent folder, opened beneath the store root under the
+// enforcer's lock (unlinkTarget), so the decision judges the very file that is then unlinked.
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	key := n.childKey(name)
-	fd, base := -1, ""
-	var perr error
-	defer func() { n.root.release(fd) }()
 	if hidden(key) {
 		return syscall.ENOENT
 	}
-	checks := n.checks(verdict.OpUnlink, key)
+	c := n.check(verdict.OpUnlink, key)
 	var decided verdict.Decision
-	checks[0].Result = &decided
-	checks[0].Observe = func(ctx context.Context) context.Context {
-		fd, base, perr = n.root.parent(key)
-		if perr != nil {
-			// The parent cannot be opened (the store was replaced, a folder became a symlink, ...): the
-			// decision stats by path as usual, and the unlink reports the error.
-			fd = -1
-			return ctx
-		}
-		var st unix.Stat_t
-		if unix.Fstatat(fd, base, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
-			return ctx
-		}
-		return store.WithObserved(ctx, localstore.InfoFromStat(key, &st))
+	c.Result = &decided
+	return n.enf.RemoveResolved(ctx, c, func() guard.Target { return n.unlinkTarget(ctx, key, &decided) })
+}
+
+// unlinkTarget opens key's parent folder beneath the root once and stats the file through it: the
+// decision judges that stat (Target.Observed) and removeEntry removes through the same descriptor, so
+// the store path is walked once and no other file can be reached under key. decided is the decision
+// taken (Check.Result), set before the act runs.
+func (n *node) unlinkTarget(ctx context.Context, key string, decided *verdict.Decision) guard.Target {
+	fd, base, err := n.root.parent(key)
+	if err != nil {
+		// The parent cannot be opened (the store was replaced, a folder became a symlink, ...): the
+		// decision stats by path as usual, and the unlink reports the error.
+		return guard.Target{Act: func() (bool, syscall.Errno) { return false, fs.ToErrno(err) }}
 	}
-	return n.enf.Mutate(ctx, checks, func() syscall.Errno {
-		err := perr
-		if err == nil {
-			// Observe ran (only a refusal is decided without it), so fd is the parent.
-			err = n.removeFile(ctx, fd, base, key, decided)
-		}
-		errno := fs.ToErrno(err)
-		if errno == 0 {
-			n.enf.Deleted(ctx, key)
-		}
-		return errno
-	})
+	t := guard.Target{
+		Act:     func() (bool, syscall.Errno) { return n.removeEntry(ctx, fd, base, key, *decided) },
+		Release: func() { n.root.release(fd) },
+	}
+	var st unix.Stat_t
+	if unix.Fstatat(fd, base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+		oi := localstore.InfoFromStat(key, &st)
+		t.Observed = &oi
+	}
+	return t
+}
+
+// removeEntry removes the entry base of the folder fd (key in the store), allowed by d (removeFile:
+// into quarantine, or unlinked); removed reports whether it is gone from its place.
+func (n *node) removeEntry(ctx context.Context, fd int, base, key string, d verdict.Decision) (removed bool, errno syscall.Errno) {
+	errno = fs.ToErrno(n.removeFile(ctx, fd, base, key, d))
+	return errno == 0, errno
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	key := n.childKey(name)
-	return n.enf.Mutate(ctx, n.checks(verdict.OpRmdir, key), func() syscall.Errno {
+	return n.enf.Remove(ctx, n.check(verdict.OpRmdir, key), func() (bool, syscall.Errno) {
 		errno := fs.ToErrno(n.root.remove(key, unix.AT_REMOVEDIR))
-		if errno == 0 {
-			n.enf.Deleted(ctx, key)
-		}
-		return errno
+		return errno == 0, errno
 	})
 }
 
@@ -273,18 +249,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		if !replacing {
 			doFlags |= unix.RENAME_NOREPLACE
 		}
-		errno := n.enf.MutateExclusive(ctx, cs, func() syscall.Errno {
-			errno := fs.ToErrno(n.root.rename(from, to, doFlags))
-			if (errno == syscall.EINVAL || errno == syscall.ENOSYS) && doFlags != flags {
-				// The backing filesystem lacks renameat2 flags (older NFS, fuse-dfs), or the kernel lacks
-				// renameat2 (before 3.15): plain rename.
-				errno = fs.ToErrno(n.root.rename(from, to, flags))
-			}
-			if errno != 0 {
-				return errno
-			}
-			return n.enf.Renamed(ctx, from, to)
-		})
+		errno := n.enf.Rename(ctx, cs, func() (bool, syscall.Errno) { return n.renameEntry(from, to, flags, doFlags) })
 		if errno == syscall.EEXIST && doFlags != flags && attempt == 0 {
 			continue
 		}
@@ -292,33 +257,38 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 }
 
-// hardLinked returns a refusal when the file at key has more than one name: the index knows files by name,
-// so writing or truncating through an unreferenced name could destroy data a checkpoint reads through
-// another name.
+// renameEntry renames from to to beneath the root with doFlags, or with flags where the backing
+// filesystem lacks renameat2 flags (older NFS, fuse-dfs) or the kernel renameat2 (before 3.15).
+func (n *node) renameEntry(from, to string, flags, doFlags uint32) (moved bool, errno syscall.Errno) {
+	errno = fs.ToErrno(n.root.rename(from, to, doFlags))
+	if (errno == syscall.EINVAL || errno == syscall.ENOSYS) && doFlags != flags {
+		errno = fs.ToErrno(n.root.rename(from, to, flags))
+	}
+	return errno == 0, errno
+}
+
+// hardLinked returns a refusal when the regular file at key has more than one name (guard.HardLinked).
 func (n *node) hardLinked(op verdict.Op, key string) *verdict.Decision {
 	var st syscall.Stat_t
 	if err := n.root.lstat(key, &st); err != nil {
 		if err == unix.ENOENT {
 			return nil // nothing there to protect; the operation itself will say so
 		}
-		// Fail closed: without the link count the guard cannot know whether another name is referenced.
-		return &verdict.Decision{Reason: verdict.ReasonStoreError,
-			Message: "refusing to " + op.String() + " /" + key + ": cannot stat it in the store (" + err.Error() + ") to count its names (hard links)"}
+		return guard.HardLinked(op, key, 0, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink <= 1 {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil
 	}
-	return &verdict.Decision{Reason: guard.ReasonHardLinked,
-		Message: "/" + key + " has " + itoa(uint64(st.Nlink)) + " names (hard links); the guard cannot tell whether another name is referenced by a checkpoint, so " + op.String() + " through this name is refused; remove the extra links in the store first"}
+	return guard.HardLinked(op, key, uint64(st.Nlink), nil)
 }
 
 // contentCheck is the check for an operation that changes an existing file's content.
-func (n *node) contentCheck(op verdict.Op, key string) []guard.Check {
+func (n *node) contentCheck(op verdict.Op, key string) guard.Check {
 	d := n.storeDecision(op, key)
 	if d == nil {
 		d = n.hardLinked(op, key)
 	}
-	return []guard.Check{{Op: op, Path: key, Decided: d}}
+	return guard.Check{Op: op, Path: key, Decided: d}
 }
 
 // Setattr guards a size change (truncate(2), ftruncate(2), and the setattr the kernel sends for O_TRUNC when
@@ -344,25 +314,25 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	key := n.key()
 	var checks []guard.Check
 	if n.narrowsAccess(in) {
-		checks = append(checks, n.contentCheck(verdict.OpChmod, key)...)
+		checks = append(checks, n.contentCheck(verdict.OpChmod, key))
 	}
 	if sz, ok := in.GetSize(); ok {
 		var st syscall.Stat_t
 		// Setting the size it already has changes nothing (this is what O_TRUNC of an empty file sends).
 		if err := n.root.lstat(key, &st); err != nil || uint64(st.Size) != sz {
-			checks = append(checks, n.contentCheck(verdict.OpTruncate, key)...)
+			checks = append(checks, n.contentCheck(verdict.OpTruncate, key))
 		}
 	} else if n.backdates(in) && !n.ownNewFile(ctx) {
 		// Grace is judged by mtime: setting an in-flight file's mtime into the past (touch -d, cp -p,
 		// rsync -t onto an existing file) would take it out of grace and make it deletable, so it is
 		// decided like a write of the file. Moving mtime forward or to now is free, and so is
 		// backdating a file the caller itself has just created through the mount (ownNewFile).
-		checks = append(checks, n.contentCheck(verdict.OpWrite, key)...)
+		checks = append(checks, n.contentCheck(verdict.OpWrite, key))
 	}
 	if len(checks) == 0 {
 		return n.setattr(ctx, f, in, out)
 	}
-	return n.enf.Mutate(ctx, checks, func() syscall.Errno { return n.setattr(ctx, f, in, out) })
+	return n.enf.Change(ctx, checks, func() syscall.Errno { return n.setattr(ctx, f, in, out) })
 }
 
 // narrowsAccess reports whether in takes a read permission (for a folder: read or search) away from a
@@ -404,43 +374,24 @@ func (n *node) backdates(in *fuse.SetAttrIn) bool {
 }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	if !strings.HasPrefix(attr, xattrNS) {
-		// Beneath the root like every read (see lookup.go). The kernel asks for security.capability
-		// before every write(2) that does not go through passthrough; with passthrough none does.
-		var sz int
-		err := n.root.onFile(n.key(), func(p string) error {
-			var err error
-			sz, err = unix.Getxattr(p, attr, dest)
-			return err
-		})
-		return uint32(sz), fs.ToErrno(err)
+	if guard.IsXattr(attr) {
+		return n.enf.Getxattr(ctx, n.key(), attr, dest)
 	}
-	state, refs, err := n.enf.Explain(ctx, n.key())
-	if err != nil {
-		return 0, syscall.EIO
-	}
-	var val string
-	switch attr {
-	case XattrState:
-		val = state
-	case XattrRefs:
-		val = strings.Join(refs, "\n")
-	default:
-		return 0, unix.ENODATA
-	}
-	if len(dest) == 0 {
-		return uint32(len(val)), 0
-	}
-	if len(dest) < len(val) {
-		return uint32(len(val)), syscall.ERANGE
-	}
-	return uint32(copy(dest, val)), 0
+	// Beneath the root like every read (see lookup.go). The kernel asks for security.capability
+	// before every write(2) that does not go through passthrough; with passthrough none does.
+	var sz int
+	err := n.root.onFile(n.key(), func(p string) error {
+		var err error
+		sz, err = unix.Getxattr(p, attr, dest)
+		return err
+	})
+	return uint32(sz), fs.ToErrno(err)
 }
 
 // Setxattr passes extended attributes through, except the guard's own (refused) and an ACL change that
 // takes read access away (see aclNarrows), which is decided like such a chmod (OpChmod).
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	if strings.HasPrefix(attr, xattrNS) {
+	if guard.IsXattr(attr) {
 		return syscall.EPERM
 	}
 	return n.xattrChange(ctx, attr, data, false, func(p string) error { return unix.Setxattr(p, attr, data, int(flags)) })
@@ -448,7 +399,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 
 // Removexattr is Setxattr's counterpart: removing a POSIX ACL takes away what its named entries granted.
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	if strings.HasPrefix(attr, xattrNS) {
+	if guard.IsXattr(attr) {
 		return syscall.EPERM
 	}
 	return n.xattrChange(ctx, attr, nil, true, func(p string) error { return unix.Removexattr(p, attr) })
@@ -460,7 +411,7 @@ func (n *node) xattrChange(ctx context.Context, attr string, data []byte, remove
 	if !n.aclNarrows(attr, data, remove) {
 		return do()
 	}
-	return n.enf.Mutate(ctx, n.contentCheck(verdict.OpChmod, key), do)
+	return n.enf.Change(ctx, []guard.Check{n.contentCheck(verdict.OpChmod, key)}, do)
 }
 
 // OpendirHandle lists the directory in cleanup order (see listorder.Order).

@@ -422,7 +422,7 @@ func TestUnlinkDoesNotFollowSwappedFolder(t *testing.T) {
 }
 
 // TestUnlinkGraceJudgesTheFileOnDisk: the grace rule of an unlink judges the file's mtime as stat'ed through
-// the folder descriptor the unlink then uses (store.WithObserved): a young unreferenced file is refused, an
+// the folder descriptor the unlink then uses (guard.Target.Observed): a young unreferenced file is refused, an
 // old one removed, and the same young file is removed once it was backdated in the store directly (the
 // decision reads the file's current mtime, not what the kernel or an earlier decision saw).
 func TestUnlinkGraceJudgesTheFileOnDisk(t *testing.T) {
@@ -462,7 +462,8 @@ func TestUnlinkGraceJudgesTheFileOnDisk(t *testing.T) {
 	}
 }
 
-// statSpy records, for every Stat, whether the caller attached an observation of that key.
+// statSpy records, for every key the index describes, whether it judged the mount's observation of it
+// (StatObserved) or looked by path (Stat).
 type statSpy struct {
 	store.Store
 	mu       sync.Mutex
@@ -472,17 +473,20 @@ type statSpy struct {
 
 func (s *statSpy) Stat(ctx context.Context, key string) (store.ObjectInfo, error) {
 	s.mu.Lock()
-	if o, ok := store.Observed(ctx, key); ok {
-		s.observed[key] = o
-	} else {
-		s.plain[key] = true
-	}
+	s.plain[key] = true
 	s.mu.Unlock()
 	return s.Store.Stat(ctx, key)
 }
 
+func (s *statSpy) StatObserved(ctx context.Context, seen store.ObjectInfo) (store.ObjectInfo, error) {
+	s.mu.Lock()
+	s.observed[seen.Path] = seen
+	s.mu.Unlock()
+	return store.StatObserved(ctx, s.Store, seen)
+}
+
 // TestUnlinkDecidesOnItsOwnStat: the decision of an unlink through the mount judges the stat the mount took
-// through the folder descriptor it unlinks with (store.WithObserved), not a second lookup by path, and that
+// through the folder descriptor it unlinks with (guard.Target.Observed), not a second lookup by path, and that
 // stat is the file's.
 func TestUnlinkDecidesOnItsOwnStat(t *testing.T) {
 	spy := &statSpy{observed: map[string]store.ObjectInfo{}, plain: map[string]bool{}}

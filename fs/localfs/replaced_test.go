@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/fs/audit"
+	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
@@ -255,7 +256,7 @@ func TestSwapStoreReplacedUnderMount(t *testing.T) {
 				if r.Decision != "refuse" {
 					continue
 				}
-				if r.Reason != string(ReasonStoreReplaced) || !strings.Contains(r.Message, "restart the mount") {
+				if r.Reason != string(guard.ReasonStoreReplaced) || !strings.Contains(r.Message, "restart the mount") {
 					t.Errorf("refusal record: %+v", r)
 				}
 				switch r.Errno {

@@ -161,7 +161,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 			}
 			wh, _ := fh.(*writeHandle)
 			if fi.Size != 0 || (wh != nil && wh.existing) {
-				errno := n.fsys.g.Mutate(store.WithObserved(ctx, n.fsys.info(key, fi)), []guard.Check{{Op: verdict.OpTruncate, Path: key}}, func() syscall.Errno {
+				errno := n.fsys.g.Mutate(ctx, []guard.Check{{Op: verdict.OpTruncate, Path: key, Observed: new(n.fsys.info(key, fi))}}, func() syscall.Errno {
 					if err := n.fsys.fs.Remove(ctx, p); err != nil {
 						return hdfsclient.Errno(err)
 					}
@@ -193,7 +193,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		if mt.Before(fi.ModTime) && !fi.IsDir {
 			// Backdating is decided: the grace period of young files is judged by their mtime, so an
 			// mtime moved into the past could make a file of a checkpoint in flight deletable.
-			if errno := n.fsys.g.Mutate(store.WithObserved(ctx, n.fsys.info(key, fi)), []guard.Check{{Op: verdict.OpWrite, Path: key}}, set); errno != 0 {
+			if errno := n.fsys.g.Mutate(ctx, []guard.Check{{Op: verdict.OpWrite, Path: key, Observed: new(n.fsys.info(key, fi))}}, set); errno != 0 {
 				return errno
 			}
 		} else if errno := set(); errno != 0 {
@@ -315,7 +315,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if fi.IsDir {
 		return syscall.EISDIR
 	}
-	return n.fsys.g.Mutate(store.WithObserved(ctx, n.fsys.info(key, fi)), []guard.Check{{Op: verdict.OpUnlink, Path: key}}, func() syscall.Errno {
+	return n.fsys.g.Mutate(ctx, []guard.Check{{Op: verdict.OpUnlink, Path: key, Observed: new(n.fsys.info(key, fi))}}, func() syscall.Errno {
 		if err := n.fsys.remove(ctx, p); err != nil {
 			return hdfsclient.Errno(err)
 		}
@@ -385,11 +385,11 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	}
 	commit := guard.IsMetadataCommit(guard.RenameFacts{SameDir: np == n, OldName: name, NewName: newName,
 		Regular: !sfi.IsDir && !sfi.Symlink, Nlink: 1})
-	checks := []guard.Check{{Op: verdict.OpRename, Path: src, To: dst, MetadataCommit: commit}}
+	checks := []guard.Check{{Op: verdict.OpRename, Path: src, To: dst, MetadataCommit: commit, Observed: new(n.fsys.info(src, sfi))}}
 	if exists {
 		checks = append(checks, guard.Check{Op: verdict.OpReplace, Path: dst, To: src})
 	}
-	return n.fsys.g.MutateExclusive(store.WithObserved(ctx, n.fsys.info(src, sfi)), checks, func() syscall.Errno {
+	return n.fsys.g.MutateExclusive(ctx, checks, func() syscall.Errno {
 		if exists {
 			return syscall.EEXIST
 		}
@@ -420,7 +420,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if flags&syscall.O_TRUNC == 0 && fi.Size > 0 {
 		// Decided like on every mount (a referenced file is refused); HDFS files are written once, front
 		// to back, so the descriptor's writes then fail with ENOTSUP (its ftruncate is decided again).
-		if errno := n.fsys.g.Errno(store.WithObserved(ctx, n.fsys.info(key, fi)), guard.Check{Op: guard.OpenOp(flags), Path: key}); errno != 0 {
+		if errno := n.fsys.g.Errno(ctx, guard.Check{Op: guard.OpenOp(flags), Path: key, Observed: new(n.fsys.info(key, fi))}); errno != 0 {
 			return nil, 0, errno
 		}
 		h := &writeHandle{fsys: n.fsys, node: n, key: key, mode: fi.Mode, n: fi.Size, existing: true}
@@ -430,7 +430,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		return h, fuse.FOPEN_DIRECT_IO, 0
 	}
 	var w hdfsclient.Writer
-	errno := n.fsys.g.Mutate(store.WithObserved(ctx, n.fsys.info(key, fi)), []guard.Check{{Op: guard.OpenOp(flags), Path: key}}, func() syscall.Errno {
+	errno := n.fsys.g.Mutate(ctx, []guard.Check{{Op: guard.OpenOp(flags), Path: key, Observed: new(n.fsys.info(key, fi))}}, func() syscall.Errno {
 		if err := n.fsys.fs.Remove(ctx, p); err != nil {
 			return hdfsclient.Errno(err)
 		}

@@ -151,8 +151,9 @@ func TestStoreNames(t *testing.T) {
 	}
 }
 
-// TestStatObserved: a Stat under store.WithObserved answers with the mount's own look (no second
-// NameNode call); without it, an unavailable NameNode is an error, never "does not exist".
+// TestStatObserved: a decision's description of a key the mount observed (store.StatObserved) is the
+// mount's own look (no second NameNode call); without it, an unavailable NameNode is an error, never
+// "does not exist".
 func TestStatObserved(t *testing.T) {
 	s, f := fakeStore(t, 10)
 	if err := f.Put("/flink/checkpoints/j/chk-1/_metadata", []byte("abc"), time.Now()); err != nil {
@@ -160,7 +161,7 @@ func TestStatObserved(t *testing.T) {
 	}
 	seen := store.ObjectInfo{Path: "j/chk-1/_metadata", Size: 99}
 	f.Fault = func(op, name string) error { return hdfsclient.ErrUnavailable }
-	got, err := s.Stat(store.WithObserved(context.Background(), seen), "j/chk-1/_metadata")
+	got, err := store.StatObserved(context.Background(), s, seen)
 	if err != nil || got.Size != 99 {
 		t.Errorf("observed stat = %+v, %v", got, err)
 	}

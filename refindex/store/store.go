@@ -165,24 +165,26 @@ func NotExist(op, key string) error {
 	return &fs.PathError{Op: op, Path: key, Err: fs.ErrNotExist}
 }
 
-// observed is the context key of WithObserved.
-type observed struct{}
-
-// WithObserved returns a context carrying o, what the caller has just read of o.Path in the store (the
-// local mount stats a file through the same folder descriptor it is about to unlink it with). A store's
-// Stat of o.Path under that context answers with o instead of looking again, so the decision judges exactly
-// the file the change acts on, and the store is not walked twice for one operation. Only the key o.Path is
-// answered; every other key is looked up as usual.
-func WithObserved(ctx context.Context, o ObjectInfo) context.Context {
-	return context.WithValue(ctx, observed{}, &o)
+// ObservedStatter is a Store that judges an observation itself (see StatObserved).
+type ObservedStatter interface {
+	// StatObserved describes seen.Path for a decision, given that the caller has just observed seen.
+	StatObserved(ctx context.Context, seen ObjectInfo) (ObjectInfo, error)
 }
 
-// Observed returns what WithObserved attached to ctx for key.
-func Observed(ctx context.Context, key string) (ObjectInfo, bool) {
-	if o, ok := ctx.Value(observed{}).(*ObjectInfo); ok && o.Path == key {
-		return *o, true
+// StatObserved describes seen.Path for a decision about a change the caller is about to make, when the
+// caller has just observed seen through what the change then acts through (the local mount's stat through
+// its folder descriptor; the S3 version its conditional request names). The decision then judges exactly
+// that object, not another look by path, which could find another file. A store that knows better
+// (ObservedStatter: S3 where the server ignores If-Match, so the request is not pinned to seen) answers
+// itself; any other store answers seen.
+func StatObserved(ctx context.Context, st Store, seen ObjectInfo) (ObjectInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return ObjectInfo{}, err
 	}
-	return ObjectInfo{}, false
+	if o, ok := st.(ObservedStatter); ok {
+		return o.StatObserved(ctx, seen)
+	}
+	return seen, nil
 }
 
 // QuarantineDir is the folder at the store root that holds the objects deleted through a mount with

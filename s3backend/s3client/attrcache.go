@@ -1,7 +1,6 @@
 package s3client
 
 import (
-	"context"
 	"strings"
 	"sync"
 	"time"
@@ -158,31 +157,4 @@ func (c *AttrCache) DropTree(key string) {
 	}
 	c.mu.Unlock()
 	c.Drop(key)
-}
-
-// decided is the context key of WithDecided.
-type decided struct{}
-
-// WithDecided returns a context that carries o, the version of o.Key a guarded operation is about to change
-// with a request conditional on o.ETag (If-Match). A store that shares the mount's attribute cache answers
-// Stat of o.Key from it (s3store.Store.Stat), so the index's decision judges exactly the version the
-// conditional request can change, whatever other requests put into the cache in between: were it to judge
-// the mtime of another version, an old one, and the request be conditional on the ETag of a young one, the
-// young (in-flight) object would be deleted.
-func WithDecided(ctx context.Context, o Object) context.Context {
-	prev, _ := ctx.Value(decided{}).([]Object)
-	objs := make([]Object, 0, len(prev)+1)
-	objs = append(append(objs, prev...), o)
-	return context.WithValue(ctx, decided{}, objs)
-}
-
-// Decided returns the object WithDecided attached to ctx for key.
-func Decided(ctx context.Context, key string) (Object, bool) {
-	objs, _ := ctx.Value(decided{}).([]Object)
-	for _, o := range objs {
-		if o.Key == key {
-			return o, true
-		}
-	}
-	return Object{}, false
 }

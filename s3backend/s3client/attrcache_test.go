@@ -1,7 +1,6 @@
 package s3client_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -51,23 +50,6 @@ func TestAttrCacheKeepsLaterStamp(t *testing.T) {
 	c.DropTree("k")
 	if _, ok := c.Get("k/a", time.Hour); ok {
 		t.Fatal("DropTree kept an entry below the key")
-	}
-}
-
-// TestDecided: the object a guarded operation is conditioned on travels in its context, by key.
-func TestDecided(t *testing.T) {
-	ctx := WithDecided(WithDecided(context.Background(), Object{Key: "a", ETag: "1"}), Object{Key: "b", ETag: "2"})
-	if o, ok := Decided(ctx, "a"); !ok || o.ETag != "1" {
-		t.Fatalf("a: %+v %v", o, ok)
-	}
-	if o, ok := Decided(ctx, "b"); !ok || o.ETag != "2" {
-		t.Fatalf("b: %+v %v", o, ok)
-	}
-	if _, ok := Decided(ctx, "c"); ok {
-		t.Fatal("c has no decided object")
-	}
-	if _, ok := Decided(context.Background(), "a"); ok {
-		t.Fatal("plain context has no decided object")
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/verdict"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3store"
@@ -80,7 +81,7 @@ type graceChecker struct {
 	before func()
 }
 
-func (c *graceChecker) Decide(ctx context.Context, p string, op verdict.Op) verdict.Decision {
+func (c *graceChecker) Decide(ctx context.Context, p string, op verdict.Op, seen ...store.ObjectInfo) verdict.Decision {
 	c.mu.Lock()
 	before := c.before
 	c.before = nil
@@ -88,7 +89,13 @@ func (c *graceChecker) Decide(ctx context.Context, p string, op verdict.Op) verd
 	if before != nil {
 		before()
 	}
-	oi, err := c.st.Stat(ctx, p)
+	var oi store.ObjectInfo
+	var err error
+	if len(seen) == 1 && seen[0].Path == p { // as the index does: what the mount observed is judged
+		oi, err = store.StatObserved(ctx, c.st, seen[0])
+	} else {
+		oi, err = c.st.Stat(ctx, p)
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return verdict.Decision{Allow: true, Reason: verdict.ReasonAllowed}

@@ -86,8 +86,7 @@ func (f *filesystem) Recheck(ctx context.Context, es []deleteq.Entry, apply func
 	checks := make([]guard.Check, len(es))
 	for i, e := range es {
 		o := s3client.Object{Key: e.Key, Size: e.Size, ModTime: e.ModTime, ETag: e.ETag}
-		checks[i] = guard.Check{Op: verdict.OpUnlink, Path: e.Key,
-			Observe: func(ctx context.Context) context.Context { return f.decideOn(ctx, o.Key, o) }}
+		checks[i] = guard.Check{Op: verdict.OpUnlink, Path: e.Key, Observed: f.observed(o.Key, o)}
 	}
 	f.g.Redecide(ctx, checks, func(ds []verdict.Decision) {
 		vs := make([]deleteq.Verdict, len(ds))

@@ -14,6 +14,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/verdict"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
@@ -55,7 +56,7 @@ func (n *node) openObject(ctx context.Context, key string, o s3client.Object, fl
 		return newReadHandle(n.fsys, key, o), 0, 0
 	}
 	op := guard.OpenOp(flags)
-	if errno := n.fsys.g.Errno(n.fsys.decideOn(ctx, key, o), guard.Check{Op: op, Path: key}); errno != 0 {
+	if errno := n.fsys.g.Errno(ctx, guard.Check{Op: op, Path: key, Observed: n.fsys.observed(key, o)}); errno != 0 {
 		return nil, 0, errno
 	}
 	w, err := n.newWriteHandle(key, s3client.PutOptions{IfMatch: o.ETag})
@@ -119,7 +120,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 			cn.attr(&out.Attr)
 			return ch, fh, fflags, 0
 		}
-		if errno := n.fsys.g.Errno(n.fsys.decideOn(ctx, key, o), guard.Check{Op: verdict.OpTruncate, Path: key}); errno != 0 {
+		if errno := n.fsys.g.Errno(ctx, guard.Check{Op: verdict.OpTruncate, Path: key, Observed: n.fsys.observed(key, o)}); errno != 0 {
 			return nil, nil, 0, errno
 		}
 		ch := n.newChild(ctx, o)
@@ -177,7 +178,7 @@ type writeHandle struct {
 	// handle's own content, pinned by If-Match) and for objects the handle created.
 	redecide verdict.Op
 	// base is the version cond.IfMatch names until the first upload (the object the open found), so that
-	// decisions about replacing it judge that version (decideOn), not whatever the cache holds by then.
+	// decisions about replacing it judge that version (observed), not whatever the cache holds by then.
 	base s3client.Object
 
 	mu    sync.Mutex
@@ -249,7 +250,7 @@ func (w *writeHandle) upload(ctx context.Context) syscall.Errno {
 	}
 	fsys := w.n.fsys
 	if w.redecide != 0 {
-		if errno := fsys.g.Errno(w.decideCtxLocked(ctx), guard.Check{Op: w.redecide, Path: w.key}); errno != 0 {
+		if errno := fsys.g.Errno(ctx, guard.Check{Op: w.redecide, Path: w.key, Observed: w.observedLocked()}); errno != 0 {
 			return errno
 		}
 	}
@@ -279,15 +280,15 @@ func (w *writeHandle) upload(ctx context.Context) syscall.Errno {
 	return fsys.g.Written(ctx, w.key)
 }
 
-// decideCtxLocked pins decisions about replacing the object to the version the next upload replaces
-// (decideOn), while that is still the one the open found. w.mu held.
-func (w *writeHandle) decideCtxLocked(ctx context.Context) context.Context {
+// observedLocked pins decisions about replacing the object to the version the next upload replaces
+// (Check.Observed), while that is still the one the open found. w.mu held.
+func (w *writeHandle) observedLocked() *store.ObjectInfo {
 	// Where the server ignores If-Match the upload does not replace exactly base, so the decision keeps
 	// its own, later HEAD: base may be minutes old.
 	if w.base.ETag == "" || w.base.ETag != w.cond.IfMatch || w.n.fsys.opts.FreshETags {
-		return ctx
+		return nil
 	}
-	return w.n.fsys.decideOn(ctx, w.key, w.base)
+	return w.n.fsys.observed(w.key, w.base)
 }
 
 func (w *writeHandle) Release(ctx context.Context) syscall.Errno {

@@ -15,6 +15,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/verdict"
 	"github.com/ckguard/ckguard/s3backend/deleteq"
 	"github.com/ckguard/ckguard/s3backend/s3client"
@@ -354,9 +355,9 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		// upload fail (its If-Match names the version it opened) and leave the file empty.
 		if len(ws) > 0 {
 			ws[0].mu.Lock()
-			dctx := ws[0].decideCtxLocked(ctx)
+			seen := ws[0].observedLocked()
 			ws[0].mu.Unlock()
-			if errno := n.fsys.g.Errno(dctx, guard.Check{Op: verdict.OpTruncate, Path: key}); errno != 0 {
+			if errno := n.fsys.g.Errno(ctx, guard.Check{Op: verdict.OpTruncate, Path: key, Observed: seen}); errno != 0 {
 				return errno
 			}
 			for _, w := range ws {
@@ -373,26 +374,26 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 				return s3client.Errno(err)
 			}
 			if o.Size != 0 {
-				errno := n.fsys.g.Mutate(n.fsys.decideOn(ctx, key, o), []guard.Check{{Op: verdict.OpTruncate, Path: key}}, func() syscall.Errno {
-					etag, err := n.fsys.c.Put(ctx, key, strings.NewReader(""), 0, s3client.PutOptions{IfMatch: o.ETag})
-					n.fsys.cache.Drop(key)
-					if err != nil {
-						return s3client.Errno(err)
-					}
-					n.setObj(s3client.Object{Key: key, ETag: etag, ModTime: time.Now()})
-					return 0
-				})
-				if errno != 0 {
-					return errno
-				}
-				// Outside Mutate: indexing a _metadata takes the enforcer's lock exclusively.
-				if errno := n.fsys.g.Written(ctx, key); errno != 0 {
+				c := guard.Check{Op: verdict.OpTruncate, Path: key, Observed: n.fsys.observed(key, o)}
+				if errno := n.fsys.g.Change(ctx, []guard.Check{c}, func() syscall.Errno { return n.emptyObject(ctx, key, o) }); errno != 0 {
 					return errno
 				}
 			}
 		}
 	}
 	n.attr(&out.Attr)
+	return 0
+}
+
+// emptyObject replaces the version o of key with an empty object (If-Match: another version that replaced
+// it meanwhile was not decided about and is kept).
+func (n *node) emptyObject(ctx context.Context, key string, o s3client.Object) syscall.Errno {
+	etag, err := n.fsys.c.Put(ctx, key, strings.NewReader(""), 0, s3client.PutOptions{IfMatch: o.ETag})
+	n.fsys.cache.Drop(key)
+	if err != nil {
+		return s3client.Errno(err)
+	}
+	n.setObj(s3client.Object{Key: key, ETag: etag, ModTime: time.Now()})
 	return 0
 }
 
@@ -406,29 +407,13 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	return 0
 }
 
-// Getxattr serves user.ckguard.state and user.ckguard.refs from the index, as the local mount does.
+// Getxattr serves the guard's attributes (user.ckguard.*) from the index, as the local mount does; S3
+// objects have no others.
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	var val string
-	switch attr {
-	case "user.ckguard.state", "user.ckguard.refs":
-		state, refs, err := n.fsys.g.Explain(ctx, n.key())
-		if err != nil {
-			return 0, syscall.EIO
-		}
-		val = state
-		if attr == "user.ckguard.refs" {
-			val = strings.Join(refs, "\n")
-		}
-	default:
+	if !guard.IsXattr(attr) {
 		return 0, syscall.ENODATA
 	}
-	if len(dest) == 0 {
-		return uint32(len(val)), 0
-	}
-	if len(dest) < len(val) {
-		return uint32(len(val)), syscall.ERANGE
-	}
-	return uint32(copy(dest, val)), 0
+	return n.fsys.g.Getxattr(ctx, n.key(), attr, dest)
 }
 
 // Listxattr lists nothing: S3 objects carry no extended attributes, and the guard's own are computed, not
@@ -478,7 +463,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 }
 
 // Unlink is guarded (OpUnlink) and deletes with If-Match on the ETag seen before the decision, so an object
-// replaced in the meantime is not removed; the decision judges that same version (decideOn). If the ETag
+// replaced in the meantime is not removed; the decision judges that same version (observed). If the ETag
 // was stale (412), it looks again and decides again, once.
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	key := childKey(n.key(), name)
@@ -495,17 +480,13 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 			return syscall.EISDIR
 		}
 		var delErr error
-		errno := n.fsys.g.Mutate(n.fsys.decideOn(ctx, key, o), []guard.Check{{Op: verdict.OpUnlink, Path: key}}, func() syscall.Errno {
+		c := guard.Check{Op: verdict.OpUnlink, Path: key, Observed: n.fsys.observed(key, o)}
+		errno := n.fsys.g.Remove(ctx, c, func() (bool, syscall.Errno) {
 			if n.fsys.enqueue(key, o) {
-				return 0 // acknowledged: in the durable queue, applied (and decided again) shortly
+				return false, 0 // acknowledged: in the durable queue, applied (and decided again) shortly
 			}
-			delErr = n.fsys.c.Delete(ctx, key, n.fsys.deleteIf(o.ETag))
-			if delErr != nil {
-				return s3client.Errno(delErr)
-			}
-			n.fsys.cache.Put(key, s3client.Object{Key: key}, false)
-			n.fsys.g.Deleted(ctx, key)
-			return 0
+			delErr = n.fsys.removeObject(ctx, key, o)
+			return delErr == nil, s3client.Errno(delErr)
 		})
 		if errors.Is(delErr, s3client.ErrPrecondition) && attempt == 0 {
 			n.fsys.cache.Drop(key)
@@ -537,17 +518,33 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 			return syscall.ENOTDIR
 		}
 	}
-	return n.fsys.g.Mutate(ctx, []guard.Check{{Op: verdict.OpRmdir, Path: key}}, func() syscall.Errno {
-		if marker != nil {
-			if err := n.fsys.c.Delete(ctx, key+"/", n.fsys.deleteIf(marker.ETag)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return s3client.Errno(err)
-			}
-		}
-		n.fsys.cache.DropTree(key)
-		n.fsys.cache.Put(key, s3client.Object{Key: key}, false)
-		n.fsys.g.Deleted(ctx, key)
-		return 0
+	return n.fsys.g.Remove(ctx, guard.Check{Op: verdict.OpRmdir, Path: key}, func() (bool, syscall.Errno) {
+		errno := n.fsys.removeDir(ctx, key, marker)
+		return errno == 0, errno
 	})
+}
+
+// removeObject deletes the version o of key (If-Match, where the server honours it: a version that
+// replaced it meanwhile was not decided about and is kept) and shows key as gone.
+func (f *filesystem) removeObject(ctx context.Context, key string, o s3client.Object) error {
+	if err := f.c.Delete(ctx, key, f.deleteIf(o.ETag)); err != nil {
+		return err
+	}
+	f.cache.Put(key, s3client.Object{Key: key}, false)
+	return nil
+}
+
+// removeDir deletes the empty directory key: its "key/" marker if it has one (an implicit directory has
+// nothing to delete), and shows it as gone.
+func (f *filesystem) removeDir(ctx context.Context, key string, marker *s3client.Object) syscall.Errno {
+	if marker != nil {
+		if err := f.c.Delete(ctx, key+"/", f.deleteIf(marker.ETag)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return s3client.Errno(err)
+		}
+	}
+	f.cache.DropTree(key)
+	f.cache.Put(key, s3client.Object{Key: key}, false)
+	return 0
 }
 
 // Rename of a file is CopyObject (conditional on the source ETag) then DeleteObject (conditional on the same
@@ -585,7 +582,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	// that source, and only that, is allowed by the enforcer. S3 objects have a single name.
 	commit := guard.IsMetadataCommit(guard.RenameFacts{SameDir: np == n, OldName: name, NewName: newName,
 		Regular: true, Nlink: 1})
-	checks := []guard.Check{{Op: verdict.OpRename, Path: src, To: dst, MetadataCommit: commit}}
+	checks := []guard.Check{{Op: verdict.OpRename, Path: src, To: dst, MetadataCommit: commit, Observed: n.fsys.observed(src, so)}}
 	do, err := n.fsys.stat(ctx, dst, 0)
 	dstExists := err == nil
 	switch {
@@ -596,42 +593,50 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	case dstExists && flags&renameNoReplace != 0:
 		return syscall.EEXIST
 	case dstExists:
-		checks = append(checks, guard.Check{Op: verdict.OpReplace, Path: dst, To: src})
+		checks = append(checks, guard.Check{Op: verdict.OpReplace, Path: dst, To: src, Observed: n.fsys.observed(dst, do)})
 	}
-	dctx := n.fsys.decideOn(ctx, src, so)
+	var replaced *s3client.Object
 	if dstExists {
-		dctx = n.fsys.decideOn(dctx, dst, do)
+		replaced = &do
 	}
-	return n.fsys.g.MutateExclusive(dctx, checks, func() syscall.Errno {
-		po := s3client.PutOptions{IfNoneMatch: !dstExists}
-		if dstExists {
-			po.IfMatch = do.ETag
-		}
-		etag, err := n.fsys.c.Copy(ctx, src, dst, so.ETag, po)
-		n.fsys.cache.Drop(dst)
-		if err != nil {
-			// The copy may have happened all the same (an applied request whose answer was lost): the
-			// index looks at both names, so a _metadata that did appear is never unknown to it.
-			// It retires only what the store confirms gone.
-			n.fsys.g.Renamed(ctx, src, dst)
-			return s3client.Errno(err)
-		}
-		if err := n.fsys.c.Delete(ctx, src, n.fsys.deleteIf(so.ETag)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			// The copy exists, the source too: nothing is lost, the rename did not happen as one step.
-			n.fsys.log.Error("rename: copied but could not delete the source; both exist now", "from", src, "to", dst, "err", err)
-			n.fsys.cache.Drop(src)
-			n.fsys.g.Renamed(ctx, src, dst) // indexes the copy; the source stays indexed (it exists)
-			return s3client.Errno(err)
-		}
-		n.fsys.cache.Put(src, s3client.Object{Key: src}, false)
-		n.fsys.cache.Put(dst, s3client.Object{Key: dst, Size: so.Size, ETag: etag, ModTime: time.Now()}, true)
-		if ch := n.GetChild(name); ch != nil {
-			if cn, ok := ch.Operations().(*node); ok {
-				cn.setObj(s3client.Object{Key: dst, Size: so.Size, ETag: etag, ModTime: time.Now()})
+	return n.fsys.g.Rename(ctx, checks, func() (bool, syscall.Errno) {
+		moved, err := n.fsys.moveObject(ctx, src, dst, so, replaced)
+		if err == nil {
+			if ch := n.GetChild(name); ch != nil {
+				if cn, ok := ch.Operations().(*node); ok {
+					cn.setObj(moved)
+				}
 			}
 		}
-		return n.fsys.g.Renamed(ctx, src, dst)
+		// Even a failed move may have copied (an applied request whose answer was lost): the index
+		// looks at both names, so a _metadata that did appear is never unknown to it, and it retires
+		// only what the store confirms gone.
+		return true, s3client.Errno(err)
 	})
+}
+
+// moveObject copies the version so of src to dst (If-Match on the version replaced, the decided target;
+// create-only where none was) and deletes that version of src. It returns the object now at dst.
+func (f *filesystem) moveObject(ctx context.Context, src, dst string, so s3client.Object, replaced *s3client.Object) (s3client.Object, error) {
+	po := s3client.PutOptions{IfNoneMatch: replaced == nil}
+	if replaced != nil {
+		po.IfMatch = replaced.ETag
+	}
+	etag, err := f.c.Copy(ctx, src, dst, so.ETag, po)
+	f.cache.Drop(dst)
+	if err != nil {
+		return s3client.Object{}, err
+	}
+	if err := f.c.Delete(ctx, src, f.deleteIf(so.ETag)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		// The copy exists, the source too: nothing is lost, the rename did not happen as one step.
+		f.log.Error("rename: copied but could not delete the source; both exist now", "from", src, "to", dst, "err", err)
+		f.cache.Drop(src)
+		return s3client.Object{}, err
+	}
+	o := s3client.Object{Key: dst, Size: so.Size, ETag: etag, ModTime: time.Now()}
+	f.cache.Put(src, s3client.Object{Key: src}, false)
+	f.cache.Put(dst, o, true)
+	return o, nil
 }
 
 // deleteIf is the If-Match a DeleteObject carries: the ETag decided on, or none where the start-up probe
@@ -644,19 +649,18 @@ func (f *filesystem) deleteIf(etag string) string {
 	return etag
 }
 
-// decideOn returns ctx carrying o (s3client.WithDecided): the index's decision about key, through the
-// store's Stat on the shared cache, then judges exactly the version o whose ETag the conditional request
-// after it carries (If-Match), never another entry the cache got in between (a listing, a HEAD). Where the
-// server ignores If-Match (FreshETags) every caller hands o fresh from a HEAD of its own, just taken: the
-// decision judges that too, rather than a second HEAD that a flapping server may answer with 404, which
-// would make the object count as gone and its deletion allowed. An object without an ETag
-// has no condition.
-func (f *filesystem) decideOn(ctx context.Context, key string, o s3client.Object) context.Context {
+// observed is the observation of key a check carries (Check.Observed) when the change after the decision
+// is a request conditional on o's ETag (If-Match): the index's decision (s3store's StatObserved) then
+// judges exactly the version o, never another entry the shared cache got in between (a listing, a HEAD).
+// Where the server ignores If-Match (FreshETags) every caller hands o fresh from a HEAD of its own, just
+// taken: the decision judges that too, rather than a second HEAD that a flapping server may answer with
+// 404, which would make the object count as gone and its deletion allowed. An object without an ETag has
+// no condition, and nil is returned.
+func (f *filesystem) observed(key string, o s3client.Object) *store.ObjectInfo {
 	if o.ETag == "" || o.IsDir {
-		return ctx
+		return nil
 	}
-	o.Key = key
-	return s3client.WithDecided(ctx, o)
+	return &store.ObjectInfo{Path: key, Size: o.Size, ModTime: o.ModTime, ETag: o.ETag}
 }
 
 // renameNoReplace is renameat2's RENAME_NOREPLACE (go-fuse only names RENAME_EXCHANGE).

@@ -45,7 +45,7 @@ type Options struct {
 	// without a request: the S3 mount shares its cache here, so deciding an unlink the mount just listed
 	// costs no HEAD. Safe because the mount's DeleteObject carries If-Match with the ETag of that same
 	// entry: if the object changed since, the delete fails and is decided again on fresh data. The mount
-	// names that entry in the decision's context (s3client.WithDecided) and Stat answers with it, so a
+	// hands that entry to the decision (guard.Check.Observed, StatObserved), which judges it, so a
 	// newer or older entry put into the cache between the mount's look and the decision is not judged
 	// instead.
 	Attrs    *s3client.AttrCache
@@ -141,35 +141,19 @@ func (s *Store) stat(ctx context.Context, p string, cached bool) (store.ObjectIn
 		}
 		return store.ObjectInfo{Path: "", IsDir: true}, nil
 	}
-	// The version the caller's request is pinned to (s3client.WithDecided).
-	decided, pinned := s3client.Decided(ctx, key)
-	pinned = pinned && !decided.IsDir && decided.ETag != ""
 	if s.opts.Attrs != nil && cached {
-		// With the shared cache (a server that honours If-Match) the decision judges exactly that version,
-		// whose ETag the conditional request names, not whatever the cache holds by now.
-		if pinned {
-			return info(decided), nil
-		}
 		if e, ok := s.opts.Attrs.Get(key, s.opts.AttrsTTL); ok && e.Exists && !e.Obj.IsDir && e.Obj.ETag != "" {
 			o := e.Obj
 			o.Key = key
 			return info(o), nil
 		}
 	}
-	// Without it (FreshETags: the request's condition protects nothing) a HEAD of our own, later than the
-	// mount's look, is judged: it sees a version that replaced the pinned one meanwhile.
 	o, err := s.c.Head(ctx, key)
 	if err == nil {
 		return info(o), nil
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
 		return store.ObjectInfo{}, err
-	}
-	if pinned {
-		// The mount saw this object a moment ago; a 404 now (a node of a flapping server that has not seen
-		// it, a delete beside the mount) must not make it count as gone and its deletion allowed: the
-		// version the mount saw is judged.
-		return info(decided), nil
 	}
 	pg, lerr := s.c.ListPage(ctx, key+"/", false, "", "", 1)
 	if lerr != nil {
@@ -183,6 +167,36 @@ func (s *Store) stat(ctx context.Context, p string, cached bool) (store.ObjectIn
 		return d, nil
 	}
 	return store.ObjectInfo{}, store.NotExist("stat", key)
+}
+
+// StatObserved judges seen, the version of seen.Path the mount's conditional request (If-Match on
+// seen.ETag) is about to change. With the shared cache (a server that honours If-Match) that is exactly
+// seen, whatever the cache holds by now: were the decision to judge the mtime of another, old version
+// while the request is conditional on a young one, the young (in-flight) object would be deleted.
+// Without it (FreshETags: the condition protects nothing) a HEAD of its own, later than the mount's
+// look, is judged: it sees a version that replaced seen meanwhile; but a 404 then (a node of a flapping
+// server that has not seen it, a delete beside the mount) must not make the object count as gone and
+// its deletion allowed, so seen is judged. A directory, or an object without an ETag, is stat'ed as usual.
+func (s *Store) StatObserved(ctx context.Context, seen store.ObjectInfo) (store.ObjectInfo, error) {
+	key, err := store.CleanKey(seen.Path)
+	if err != nil {
+		return store.ObjectInfo{}, err
+	}
+	if key == "" || seen.IsDir || seen.ETag == "" {
+		return s.Stat(ctx, key)
+	}
+	seen.Path = key
+	if s.opts.Attrs != nil {
+		return seen, nil
+	}
+	o, err := s.c.Head(ctx, key)
+	switch {
+	case err == nil:
+		return info(o), nil
+	case errors.Is(err, fs.ErrNotExist):
+		return seen, nil
+	}
+	return store.ObjectInfo{}, err
 }
 
 // Open HEADs the object and returns a reader whose ranged GETs are pinned to the ETag seen, so a reader

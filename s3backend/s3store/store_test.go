@@ -198,8 +198,8 @@ func TestStatFromSharedAttrs(t *testing.T) {
 	}
 }
 
-// TestStatJudgesDecidedObject: the object the mount's conditional request is pinned to
-// (s3client.WithDecided) answers Stat of its key, whatever the shared cache holds by then, so the decision
+// TestStatJudgesDecidedObject: the object the mount's conditional request is pinned to (its observation,
+// StatObserved) is what the decision judges, whatever the shared cache holds by then, so the decision
 // judges the version the DeleteObject's If-Match names. Without a shared cache (a server that ignores
 // If-Match) the store keeps asking the server, and judges the decided object only when the server says 404.
 func TestStatJudgesDecidedObject(t *testing.T) {
@@ -210,26 +210,25 @@ func TestStatJudgesDecidedObject(t *testing.T) {
 	}
 	attrs := s3client.NewAttrCache(100)
 	s := s3store.New(c, s3store.Options{Attrs: attrs})
-	young := s3client.Object{Key: "j/f", Size: 3, ModTime: time.Now(), ETag: "young"}
+	young := store.ObjectInfo{Path: "j/f", Size: 3, ModTime: time.Now(), ETag: "young"}
 	old := s3client.Object{Key: "j/f", Size: 3, ModTime: time.Now().Add(-time.Hour), ETag: "old"}
 	attrs.Put("j/f", old, true) // put after the mount's look
-	dctx := s3client.WithDecided(ctx, young)
 	heads := cnt.head.Load()
-	oi, err := s.Stat(dctx, "j/f")
+	oi, err := store.StatObserved(ctx, s, young)
 	if err != nil || oi.ETag != "young" || !oi.ModTime.Equal(young.ModTime) || cnt.head.Load() != heads {
 		t.Fatalf("Stat with a decided object = %+v, %v (%d HEADs), want the decided version", oi, err, cnt.head.Load()-heads)
 	}
-	if oi, err := s.Stat(dctx, "j/g"); err == nil || oi.ETag == "young" {
+	if oi, err := s.Stat(ctx, "j/g"); err == nil || oi.ETag == "young" {
 		t.Fatalf("decided object of j/f answered j/g: %+v %v", oi, err)
 	}
 	plain := s3store.New(c, s3store.Options{})
-	if oi, err := plain.Stat(dctx, "j/f"); err != nil || oi.ETag == "young" || cnt.head.Load() == heads {
+	if oi, err := store.StatObserved(ctx, plain, young); err != nil || oi.ETag == "young" || cnt.head.Load() == heads {
 		t.Fatalf("store without a shared cache used the decided object: %+v %v", oi, err)
 	}
 	// ... but when the server answers that HEAD with 404 (a flapping server, or a delete beside the
 	// mount) the version the mount saw is judged, not "no such object" (which rule 6 allows).
-	gone := s3client.Object{Key: "j/gone", Size: 3, ModTime: time.Now(), ETag: "seen"}
-	if oi, err := plain.Stat(s3client.WithDecided(ctx, gone), "j/gone"); err != nil || oi.ETag != "seen" {
+	gone := store.ObjectInfo{Path: "j/gone", Size: 3, ModTime: time.Now(), ETag: "seen"}
+	if oi, err := store.StatObserved(ctx, plain, gone); err != nil || oi.ETag != "seen" {
 		t.Fatalf("store without a shared cache, HEAD 404, decided object: %+v %v; want the decided version", oi, err)
 	}
 	if _, err := plain.Stat(ctx, "j/gone"); !errors.Is(err, fs.ErrNotExist) {

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
@@ -93,7 +94,7 @@ func (c *Checker) refs(key string) []string {
 }
 
 // Decide implements guard.Checker.
-func (c *Checker) Decide(ctx context.Context, key string, op verdict.Op) verdict.Decision {
+func (c *Checker) Decide(ctx context.Context, key string, op verdict.Op, seen ...store.ObjectInfo) verdict.Decision {
 	c.mu.Lock()
 	c.decisions = append(c.decisions, op.String()+" "+key)
 	hook := c.DecideHook

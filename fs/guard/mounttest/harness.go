@@ -47,6 +47,7 @@ import (
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guard/guardtest"
 	"github.com/ckguard/ckguard/fs/internal/fusetest"
+	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
@@ -167,8 +168,8 @@ type brokenChecker struct {
 	op string
 }
 
-func (b brokenChecker) Decide(ctx context.Context, key string, op verdict.Op) verdict.Decision {
-	d := b.Checker.Decide(ctx, key, op)
+func (b brokenChecker) Decide(ctx context.Context, key string, op verdict.Op, seen ...store.ObjectInfo) verdict.Decision {
+	d := b.Checker.Decide(ctx, key, op, seen...)
 	if op.String() == b.op {
 		return verdict.Decision{Allow: true, Reason: verdict.ReasonAllowed}
 	}

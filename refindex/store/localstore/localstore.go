@@ -101,9 +101,6 @@ func (s *Store) Stat(ctx context.Context, key string) (store.ObjectInfo, error) 
 	if err != nil {
 		return store.ObjectInfo{}, err
 	}
-	if oi, ok := store.Observed(ctx, k); ok {
-		return oi, nil
-	}
 	// lstat(2) straight into a stack buffer: Stat is on the path of every guarded unlink, and
 	// os.Lstat allocates a FileInfo.
 	p := s.osPath(k)

@@ -58,8 +58,9 @@ func TestSymlinkNotFollowed(t *testing.T) {
 	}
 }
 
-// TestStatAnswersObserved: Stat of the key a caller attached with store.WithObserved answers with what the
-// caller saw (the local mount's stat through its folder descriptor); every other key is stat'ed on disk.
+// TestStatAnswersObserved: a decision's description of the key a caller observed (store.StatObserved)
+// is what the caller saw (the local mount's stat through its folder descriptor); every other key is
+// stat'ed on disk.
 func TestStatAnswersObserved(t *testing.T) {
 	dir := t.TempDir()
 	for _, k := range []string{"a", "b"} {
@@ -72,8 +73,8 @@ func TestStatAnswersObserved(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := store.ObjectInfo{Path: "a", Size: 1234, ModTime: time.Unix(1_000_000, 0)}
-	ctx := store.WithObserved(context.Background(), seen)
-	got, err := st.Stat(ctx, "a")
+	ctx := context.Background()
+	got, err := store.StatObserved(ctx, st, seen)
 	if err != nil || got != seen {
 		t.Errorf("Stat(a) with a's observation = %+v, %v; want %+v", got, err, seen)
 	}

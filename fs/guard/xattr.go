@@ -1,0 +1,42 @@
+package guard
+
+import (
+	"context"
+	"strings"
+	"syscall"
+)
+
+// Extended attributes a guarded mount answers from the index itself: never stored, and never listed,
+// so cp -a, rsync -X and a cross-device mv do not copy the guard's opinion into other filesystems.
+const (
+	XattrRefs   = "user.ckguard.refs"  // newline-separated _metadata keys of the checkpoints referencing the file
+	XattrState  = "user.ckguard.state" // referenced | protected-by-policy | in-grace | deletable | blocked
+	XattrPrefix = "user.ckguard."      // the guard's namespace: setting or removing anything in it is refused
+)
+
+// IsXattr reports whether attr is in the guard's namespace (XattrPrefix).
+func IsXattr(attr string) bool { return strings.HasPrefix(attr, XattrPrefix) }
+
+// Getxattr answers getxattr(2) of one of the guard's attributes of p (IsXattr(attr) holds) into dest, as
+// the kernel asks: the size with an empty dest, ERANGE when dest is too small, ENODATA for a name in the
+// namespace that is not one of them, EIO when the index cannot explain p.
+func (e *Enforcer) Getxattr(ctx context.Context, p, attr string, dest []byte) (uint32, syscall.Errno) {
+	if attr != XattrState && attr != XattrRefs {
+		return 0, syscall.ENODATA
+	}
+	state, refs, err := e.checker.Explain(ctx, p)
+	if err != nil {
+		return 0, syscall.EIO
+	}
+	val := state
+	if attr == XattrRefs {
+		val = strings.Join(refs, "\n")
+	}
+	if len(dest) == 0 {
+		return uint32(len(val)), 0
+	}
+	if len(dest) < len(val) {
+		return uint32(len(val)), syscall.ERANGE
+	}
+	return uint32(copy(dest, val)), 0
+}
