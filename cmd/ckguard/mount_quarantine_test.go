@@ -1,0 +1,22 @@
+package main
+
+import "testing"
+
+// TestStoreStagesDeletions: the --quarantine default is for the stores whose mount can stage a
+// deletion; on the others it would make the mount refuse to start.
+func TestStoreStagesDeletions(t *testing.T) {
+	for _, tc := range []struct {
+		store string
+		want  bool
+	}{
+		{"/srv/flink/checkpoints", true},
+		{"relative/dir", true},
+		{"s3://bucket/flink", false},
+		{"hdfs://namenode:8020/flink/checkpoints", false},
+		{"hdfs:///flink/checkpoints", false},
+	} {
+		if got := storeStagesDeletions(tc.store); got != tc.want {
+			t.Errorf("storeStagesDeletions(%q) = %v, want %v", tc.store, got, tc.want)
+		}
+	}
+}
