@@ -161,7 +161,10 @@ type VerifyResult struct {
 	// Untrusted says why the answer cannot be trusted even if nothing is broken: references it could
 	// not check (unmapped), or an index that has not seen the store recently. OK is then false.
 	Untrusted string `json:"untrusted,omitempty"`
-	OK        bool   `json:"ok"`
+	// RetiredDuringCheck are checkpoints the index still held whose `_metadata` was deleted from the
+	// store while verify ran (Flink subsuming them): no longer live, so not broken.
+	RetiredDuringCheck []string `json:"retired_during_check,omitempty"`
+	OK                 bool     `json:"ok"`
 }
 
 // StatsResult is the answer of Stats.

@@ -101,6 +101,9 @@ func (ix *Index) Verify(ctx context.Context) (*VerifyResult, error) {
 			res.Broken = append(res.Broken, b)
 		}
 	}
+	if res.Broken, err = ix.dropRetired(ctx, res.Broken, res); err != nil {
+		return nil, err
+	}
 	sort.Slice(res.Broken, func(a, b int) bool { return res.Broken[a].Metadata < res.Broken[b].Metadata })
 	switch b := v.blocked(); {
 	case b != "" && len(v.st.unparseable) == 0:
@@ -110,4 +113,29 @@ func (ix *Index) Verify(ctx context.Context) (*VerifyResult, error) {
 	}
 	res.OK = len(res.Broken) == 0 && res.Untrusted == ""
 	return res, nil
+}
+
+// dropRetired takes out of broken the checkpoints whose `_metadata` is gone from the store by now: Flink
+// deletes a subsumed checkpoint's `_metadata` first and its files after, so a verify that runs between
+// two syncs (the index still listing the checkpoint) finds files missing of a checkpoint that is no longer
+// live. Each is stat'ed again after its files were; those gone are counted and named in
+// RetiredDuringCheck, never silently dropped. An unparseable `_metadata` (no files checked) stays.
+func (ix *Index) dropRetired(ctx context.Context, broken []BrokenCheckpoint, res *VerifyResult) ([]BrokenCheckpoint, error) {
+	kept := broken[:0]
+	for _, b := range broken {
+		if b.Error != "" {
+			kept = append(kept, b)
+			continue
+		}
+		_, err := ix.st.Stat(ctx, b.Metadata)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			res.RetiredDuringCheck = append(res.RetiredDuringCheck, b.Metadata)
+		case err != nil:
+			return nil, fmt.Errorf("verify: stat %s again: %w", b.Metadata, err)
+		default:
+			kept = append(kept, b)
+		}
+	}
+	return kept, nil
 }

@@ -82,6 +82,9 @@ func printVerify(w io.Writer, res *refindex.VerifyResult) {
 			fmt.Fprintf(w, "  … and %d more\n", b.MissingCount-len(b.Missing))
 		}
 	}
+	for _, m := range res.RetiredDuringCheck {
+		fmt.Fprintf(w, "retired while verifying (its _metadata is gone from the store, so it is no longer live): %s\n", m)
+	}
 	status := "OK"
 	switch {
 	case len(res.Broken) > 0:
