@@ -208,7 +208,24 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	still := func(c *checkpointRecord) bool { return v.st.ckpts[c.Key] == c }
+	// Flink deletes a subsumed checkpoint's `_metadata` first and its files after: a checkpoint whose
+	// `_metadata` is gone from the store by now is being retired (the next sync does it), not broken.
+	metaGone := map[string]bool{}
+	for k := range lc.missing {
+		for _, ti := range byKey[k] {
+			c := targets[ti].rec
+			if _, done := metaGone[c.Key]; done || v.st.ckpts[c.Key] != c {
+				continue
+			}
+			_, err := ix.st.Stat(ctx, c.Key)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				v.release()
+				return nil, fmt.Errorf("loss check: stat %s: %w", c.Key, err)
+			}
+			metaGone[c.Key] = err != nil
+		}
+	}
+	still := func(c *checkpointRecord) bool { return v.st.ckpts[c.Key] == c && !metaGone[c.Key] }
 	broken := map[string]bool{}
 	seen := map[string]bool{}
 	lost := []string{}

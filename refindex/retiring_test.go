@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
 
@@ -63,5 +64,53 @@ func TestVerifyCheckpointRetiredDuringCheck(t *testing.T) {
 	}
 	if vr.OK || len(vr.Broken) == 0 || vr.Broken[0].Metadata != gone.Metadata {
 		t.Errorf("a live checkpoint missing a file: ok=%v broken=%+v", vr.OK, vr.Broken)
+	}
+}
+
+// TestLossCheckCheckpointRetiringBetweenSyncs: the loss check does not raise an alarm for a checkpoint
+// Flink is subsuming (its `_metadata` already gone from the store, its files going), but does for a live
+// one missing a file.
+func TestLossCheckCheckpointRetiringBetweenSyncs(t *testing.T) {
+	ctx := context.Background()
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix := openTree(t, tr)
+	var gone *treegen.Checkpoint
+	for _, c := range tr.Live {
+		if len(c.Refs) > 0 && (gone == nil || c.Metadata < gone.Metadata) {
+			gone = c
+		}
+	}
+	if gone == nil {
+		t.Fatal("tree has no live checkpoint with references")
+	}
+	lc := ix.NewLossChecker(refindex.LossCheckOptions{})
+	for _, p := range []string{gone.Metadata, gone.Refs[0]} {
+		if err := os.Remove(filepath.Join(tr.Root, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reported := func() bool {
+		rep, err := lc.Check(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range rep.Missing {
+			if m.Checkpoint == gone.Metadata {
+				return true
+			}
+		}
+		return false
+	}
+	if reported() {
+		t.Errorf("loss reported for %s, whose _metadata is gone (being retired)", gone.Metadata)
+	}
+	if err := os.WriteFile(filepath.Join(tr.Root, gone.Metadata), []byte("still here"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !reported() {
+		t.Errorf("no loss reported for %s, live and missing %s", gone.Metadata, gone.Refs[0])
 	}
 }
