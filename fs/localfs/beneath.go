@@ -300,7 +300,8 @@ func (r *storeRoot) openRegular(key string, flags int) (int, error) {
 			unix.Close(pfd)
 			return -1, err
 		}
-		fd, err := unix.Open(procFdPath(pfd), flags&^(unix.O_CREAT|unix.O_EXCL)|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+		// O_NOFOLLOW would refuse the /proc magic link itself; the O_PATH open above followed no symlink.
+		fd, err := unix.Open(procFdPath(pfd), flags&^(unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW)|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 		unix.Close(pfd)
 		if err != nil {
 			return -1, err
