@@ -370,26 +370,23 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	if firstSync == nil {
 		lw.run(ctx) // after Ready: on a large store it takes a while, and the mount serves meanwhile
 	}
-	tick := time.NewTicker(c.SyncInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-gone:
-			// The kernel dropped the mount: `ckguard umount`, umount(8) or fusermount -u (all normal).
-			log.Info("unmounted; shutting down", "mountpoint", m.Mountpoint())
-			return nil
-		case <-tick.C:
-			if syncOnce() == nil {
-				lw.run(ctx)
-			}
-			if stage != nil {
-				stage.tick(ctx)
-			}
-		case <-ctx.Done():
-			log.Info("signal received; unmounting", "mountpoint", m.Mountpoint())
-			return unmount(m, gone, log)
+	// The next sync is due an interval after the initial one STARTED (syncLoop says why): a long first
+	// build is followed by a sync at once, not a full interval after it ended.
+	loop := &syncLoop{interval: c.SyncInterval, clk: realClock{}, last: t0, sync: func(ctx context.Context) {
+		if syncOnce() == nil {
+			lw.run(ctx)
 		}
+		if stage != nil {
+			stage.tick(ctx)
+		}
+	}}
+	if loop.run(ctx, gone) == nil {
+		// The kernel dropped the mount: `ckguard umount`, umount(8) or fusermount -u (all normal).
+		log.Info("unmounted; shutting down", "mountpoint", m.Mountpoint())
+		return nil
 	}
+	log.Info("signal received; unmounting", "mountpoint", m.Mountpoint())
+	return unmount(m, gone, log)
 }
 
 // unmount unmounts cleanly, or — when files are still open on the mount — detaches it lazily: the mount
