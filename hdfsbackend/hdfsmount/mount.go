@@ -66,6 +66,7 @@ type filesystem struct {
 	now   func() time.Time
 	uid   uint32
 	gid   uint32
+	attrs *attrCache
 }
 
 // Mount checks the directory is reachable, reads the trash setting, and serves the tree.
@@ -105,7 +106,7 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 	if err := mountutil.PrepareLogged(mnt, o.Logger); err != nil {
 		return nil, err
 	}
-	fsys := &filesystem{fs: o.FS, dir: o.Dir, g: o.Enforcer, log: o.Logger, trash: d.TrashInterval > 0, now: o.Now, uid: o.UID, gid: o.GID}
+	fsys := &filesystem{fs: o.FS, dir: o.Dir, g: o.Enforcer, log: o.Logger, trash: d.TrashInterval > 0, now: o.Now, uid: o.UID, gid: o.GID, attrs: newAttrCache(maxCached)}
 	sec := time.Second
 	opts := &gofs.Options{
 		EntryTimeout:    &sec,

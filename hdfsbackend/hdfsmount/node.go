@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -112,7 +113,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	if !validName(name) {
 		return nil, syscall.ENOENT
 	}
-	fi, err := n.fsys.fs.Stat(ctx, n.fsys.abs(childKey(n.key(), name)))
+	fi, err := n.fsys.stat(ctx, childKey(n.key(), name), statTTL)
 	if err != nil {
 		return nil, hdfsclient.Errno(err)
 	}
@@ -134,7 +135,7 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 			return 0
 		}
 	}
-	fi, err := n.fsys.fs.Stat(ctx, n.fsys.abs(n.key()))
+	fi, err := n.fsys.stat(ctx, n.key(), statTTL)
 	if err != nil {
 		return hdfsclient.Errno(err)
 	}
@@ -148,6 +149,7 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	key := n.key()
 	p := n.fsys.abs(key)
+	defer n.fsys.attrs.drop(key)
 	if sz, ok := in.GetSize(); ok {
 		if w, isW := fh.(*writeHandle); isW && !w.existing && sz == uint64(w.size()) {
 			// the kernel's truncate-at-open of a file this handle just created: nothing to cut
@@ -208,11 +210,14 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 // live checkpoint before its files).
 func (n *node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	var ents []fuse.DirEntry
-	err := n.fsys.fs.List(ctx, n.fsys.abs(n.key()), func(page []hdfsclient.FileInfo) error {
+	key := n.key()
+	started := time.Now() // the listing's attributes are stamped with its start (attrCache)
+	err := n.fsys.fs.List(ctx, n.fsys.abs(key), func(page []hdfsclient.FileInfo) error {
 		for _, fi := range page {
 			if !validName(fi.Name) || fi.Symlink {
 				continue
 			}
+			n.fsys.attrs.put(childKey(key, fi.Name), fi, started)
 			mode := uint32(syscall.S_IFREG)
 			if fi.IsDir {
 				mode = syscall.S_IFDIR
@@ -284,6 +289,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, syscall.EINVAL
 	}
 	p := n.fsys.abs(childKey(n.key(), name))
+	n.fsys.attrs.drop(childKey(n.key(), name))
 	if err := n.fsys.fs.Mkdir(ctx, p, fs.FileMode(mode&0o777)); err != nil {
 		return nil, hdfsclient.Errno(err)
 	}
@@ -304,11 +310,13 @@ func (f *filesystem) remove(ctx context.Context, p string) error {
 	return f.fs.Remove(ctx, p)
 }
 
-// Unlink decides the one file, on the stat just taken (a failed stat is its errno, never "gone").
+// Unlink decides the one file, on a listing's attributes at most unlinkTTL old or the stat just taken
+// (a failed stat is its errno, never "gone").
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	key := childKey(n.key(), name)
 	p := n.fsys.abs(key)
-	fi, err := n.fsys.fs.Stat(ctx, p)
+	fi, err := n.fsys.stat(ctx, key, unlinkTTL)
+	defer n.fsys.attrs.drop(key)
 	if err != nil {
 		return hdfsclient.Errno(err)
 	}
@@ -328,6 +336,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	key := childKey(n.key(), name)
 	p := n.fsys.abs(key)
+	defer n.fsys.attrs.dropTree(key)
 	fi, err := n.fsys.fs.Stat(ctx, p)
 	if err != nil {
 		return hdfsclient.Errno(err)
@@ -373,6 +382,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	}
 	src := childKey(n.key(), name)
 	dst := childKey(np.key(), newName)
+	defer n.fsys.attrs.dropTree(dst)
+	defer n.fsys.attrs.dropTree(src)
 	sfi, err := n.fsys.fs.Stat(ctx, n.fsys.abs(src))
 	if err != nil {
 		return hdfsclient.Errno(err)
@@ -413,6 +424,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		}
 		return &readHandle{r: r}, 0, 0
 	}
+	defer n.fsys.attrs.drop(key)
 	fi, err := n.fsys.fs.Stat(ctx, p)
 	if err != nil {
 		return nil, 0, hdfsclient.Errno(err)
@@ -449,6 +461,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, syscall.EINVAL
 	}
 	key := childKey(n.key(), name)
+	n.fsys.attrs.drop(key)
 	w, err := n.fsys.fs.Create(ctx, n.fsys.abs(key), fs.FileMode(mode&0o777))
 	if err != nil {
 		return nil, nil, 0, hdfsclient.Errno(err)
@@ -563,6 +576,7 @@ func (h *writeHandle) Flush(ctx context.Context) syscall.Errno {
 	err := h.w.Close()
 	h.err = hdfsclient.Errno(err)
 	h.mu.Unlock()
+	h.fsys.attrs.drop(h.key) // the file's size and mtime are final now
 	if err != nil {
 		return h.err
 	}

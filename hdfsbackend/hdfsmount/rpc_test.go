@@ -1,0 +1,81 @@
+package hdfsmount_test
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// rpcCounter counts the NameNode calls the mount makes, by op, through the fake's fault hook.
+type rpcCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (e *env) countRPCs() *rpcCounter {
+	c := &rpcCounter{n: map[string]int{}}
+	e.f.Fault = func(op, name string) error {
+		c.mu.Lock()
+		c.n[op]++
+		c.mu.Unlock()
+		return nil
+	}
+	return c
+}
+
+func (c *rpcCounter) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.n
+	c.n = map[string]int{}
+	return n
+}
+
+// TestWalkCostsNoStatPerEntry: find and rm -rf over listed directories cost the NameNode one listing
+// per directory and one delete per name, not a stat per entry: the kernel's lookups after a readdir
+// (READDIRPLUS) and the unlink's decision are answered from the listing's attributes.
+func TestWalkCostsNoStatPerEntry(t *testing.T) {
+	const dirs, perDir = 3, 40
+	e := setup(t, 0)
+	old := time.Now().Add(-10 * 24 * time.Hour)
+	for d := range dirs {
+		for f := range perDir {
+			if err := e.f.Put(fmt.Sprintf("%s/job/d%d/f%03d", dir, d, f), []byte("x"), old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	c := e.countRPCs()
+	cases := []struct {
+		name      string
+		args      []string
+		maxStat   int
+		wantRm    int
+		wantFiles int
+	}{
+		// A stat or two for the walk's root and directories the kernel looks up before listing them.
+		{"find -type f", []string{"find", filepath.Join(e.mnt, "job"), "-type", "f"}, dirs + 2, 0, dirs * perDir},
+		// rmdir stats its directory afresh.
+		{"rm -rf", []string{"rm", "-rf", filepath.Join(e.mnt, "job")}, 2*dirs + 2, dirs*perDir + dirs + 1, 0},
+	}
+	for _, tc := range cases {
+		out, err := exec.Command(tc.args[0], tc.args[1:]...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v %s", tc.name, err, out)
+		}
+		n := c.take()
+		if n["stat"] > tc.maxStat {
+			t.Errorf("%s over %d files made %d stat calls (want <= %d): %v", tc.name, dirs*perDir, n["stat"], tc.maxStat, n)
+		}
+		if n["delete"] != tc.wantRm {
+			t.Errorf("%s made %d delete calls, want %d: %v", tc.name, n["delete"], tc.wantRm, n)
+		}
+		if got := strings.Count(e.files(), "job/"); got != tc.wantFiles {
+			t.Errorf("after %s %d files left, want %d", tc.name, got, tc.wantFiles)
+		}
+	}
+}
