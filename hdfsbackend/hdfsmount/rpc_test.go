@@ -79,3 +79,37 @@ func TestWalkCostsNoStatPerEntry(t *testing.T) {
 		}
 	}
 }
+
+// TestListedAttrsFollowOwnChanges: after a listing filled the attribute cache, the mount's own
+// writes, removals and renames show at once (they drop the names they change).
+func TestListedAttrsFollowOwnChanges(t *testing.T) {
+	e := setup(t, 0)
+	old := time.Now().Add(-10 * 24 * time.Hour)
+	for _, k := range []string{"j/a", "j/b"} {
+		if err := e.f.Put(dir+"/"+k, []byte("x"), old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j := filepath.Join(e.mnt, "j")
+	steps := []struct {
+		name string
+		sh   string
+		want string
+	}{
+		{"write a new file", `ls -l "$0" >/dev/null; w "$0/c" hello; stat -c %s "$0/c"`, "5"},
+		{"rename over a listed name", `ls -l "$0" >/dev/null; rm "$0/a"; mv "$0/b" "$0/a"; ls "$0"; stat -c %s "$0/a"`, "a\nc\n1"},
+		{"recreate a removed name", `ls -l "$0" >/dev/null; rm "$0/a"; w "$0/a" abc; stat -c %s "$0/a"`, "3"},
+	}
+	for _, s := range steps {
+		// w writes a file with one open, write, close (a shell redirect's dup'd descriptor would flush
+		// the new file early).
+		w := `w() { /usr/bin/python3 -c 'import sys; open(sys.argv[1], "w").write(sys.argv[2])' "$1" "$2"; }; `
+		out, err := exec.Command("sh", "-c", w+s.sh, j).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v %s", s.name, err, out)
+		}
+		if got := strings.TrimSpace(string(out)); got != s.want {
+			t.Errorf("%s: got %q, want %q", s.name, got, s.want)
+		}
+	}
+}
