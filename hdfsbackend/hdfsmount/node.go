@@ -163,7 +163,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 			}
 			wh, _ := fh.(*writeHandle)
 			if fi.Size != 0 || (wh != nil && wh.existing) {
-				errno := n.fsys.g.Mutate(ctx, []guard.Check{{Op: verdict.OpTruncate, Path: key, Observed: new(n.fsys.info(key, fi))}}, func() syscall.Errno {
+				errno := n.fsys.g.Change(ctx, []guard.Check{{Op: verdict.OpTruncate, Path: key, Observed: new(n.fsys.info(key, fi))}}, func() syscall.Errno {
 					if err := n.fsys.fs.Remove(ctx, p); err != nil {
 						return hdfsclient.Errno(err)
 					}
@@ -195,7 +195,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		if mt.Before(fi.ModTime) && !fi.IsDir {
 			// Backdating is decided: the grace period of young files is judged by their mtime, so an
 			// mtime moved into the past could make a file of a checkpoint in flight deletable.
-			if errno := n.fsys.g.Mutate(ctx, []guard.Check{{Op: verdict.OpWrite, Path: key, Observed: new(n.fsys.info(key, fi))}}, set); errno != 0 {
+			if errno := n.fsys.g.Change(ctx, []guard.Check{{Op: verdict.OpWrite, Path: key, Observed: new(n.fsys.info(key, fi))}}, set); errno != 0 {
 				return errno
 			}
 		} else if errno := set(); errno != 0 {
@@ -323,13 +323,18 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if fi.IsDir {
 		return syscall.EISDIR
 	}
-	return n.fsys.g.Mutate(ctx, []guard.Check{{Op: verdict.OpUnlink, Path: key, Observed: new(n.fsys.info(key, fi))}}, func() syscall.Errno {
+	return n.fsys.g.Remove(ctx, guard.Check{Op: verdict.OpUnlink, Path: key, Observed: new(n.fsys.info(key, fi))}, n.removeEntry(ctx, p))
+}
+
+// removeEntry is the mechanics of an allowed unlink or rmdir: a non-recursive delete (to the user's
+// trash when the cluster keeps one).
+func (n *node) removeEntry(ctx context.Context, p string) func() (bool, syscall.Errno) {
+	return func() (bool, syscall.Errno) {
 		if err := n.fsys.remove(ctx, p); err != nil {
-			return hdfsclient.Errno(err)
+			return false, hdfsclient.Errno(err)
 		}
-		n.fsys.g.Deleted(ctx, key)
-		return 0
-	})
+		return true, 0
+	}
 }
 
 // Rmdir removes an empty directory (the NameNode refuses a non-empty one: ENOTEMPTY).
@@ -357,14 +362,8 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if !empty {
 		return syscall.ENOTEMPTY
 	}
-	return n.fsys.g.Mutate(ctx, []guard.Check{{Op: verdict.OpRmdir, Path: key}}, func() syscall.Errno {
-		// Remove is non-recursive: a file created inside meanwhile makes it fail with ENOTEMPTY.
-		if err := n.fsys.remove(ctx, p); err != nil {
-			return hdfsclient.Errno(err)
-		}
-		n.fsys.g.Deleted(ctx, key)
-		return 0
-	})
+	// removeEntry is non-recursive: a file created inside meanwhile makes it fail with ENOTEMPTY.
+	return n.fsys.g.Remove(ctx, guard.Check{Op: verdict.OpRmdir, Path: key}, n.removeEntry(ctx, p))
 }
 
 // Rename moves a file or directory. An existing target is never replaced: the replacement is decided
@@ -400,14 +399,14 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	if exists {
 		checks = append(checks, guard.Check{Op: verdict.OpReplace, Path: dst, To: src})
 	}
-	return n.fsys.g.MutateExclusive(ctx, checks, func() syscall.Errno {
+	return n.fsys.g.Rename(ctx, checks, func() (bool, syscall.Errno) {
 		if exists {
-			return syscall.EEXIST
+			return false, syscall.EEXIST
 		}
 		if err := n.fsys.fs.Rename(ctx, n.fsys.abs(src), n.fsys.abs(dst)); err != nil {
-			return hdfsclient.Errno(err)
+			return false, hdfsclient.Errno(err)
 		}
-		return n.fsys.g.Renamed(ctx, src, dst)
+		return true, 0
 	})
 }
 
@@ -442,7 +441,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		return h, fuse.FOPEN_DIRECT_IO, 0
 	}
 	var w hdfsclient.Writer
-	errno := n.fsys.g.Mutate(ctx, []guard.Check{{Op: guard.OpenOp(flags), Path: key, Observed: new(n.fsys.info(key, fi))}}, func() syscall.Errno {
+	errno := n.fsys.g.Open(ctx, guard.Check{Op: guard.OpenOp(flags), Path: key, Observed: new(n.fsys.info(key, fi))}, func() syscall.Errno {
 		if err := n.fsys.fs.Remove(ctx, p); err != nil {
 			return hdfsclient.Errno(err)
 		}
