@@ -332,7 +332,7 @@ func (l *Local) ListAll(ctx context.Context) ([]Entry, []Problem, error) {
 		}
 		es = append(es, e)
 	}
-	sortEntries(es)
+	SortEntries(es)
 	return es, probs, nil
 }
 
@@ -377,7 +377,7 @@ func (l *Local) Tidy(ctx context.Context, minAge time.Duration) error {
 	if len(keep) == len(l.recs) {
 		return nil
 	}
-	sortEntries(keep)
+	SortEntries(keep)
 	var buf bytes.Buffer
 	for _, e := range keep {
 		b, err := json.Marshal(e)
@@ -594,7 +594,7 @@ func (l *Local) Find(ctx context.Context, key string) (Entry, bool, error) {
 		}
 	}
 	l.recMu.Unlock()
-	sortEntries(cands)
+	SortEntries(cands)
 	for i := len(cands) - 1; i >= 0; i-- {
 		var st unix.Stat_t
 		if unix.Fstatat(l.dir, cands[i].ID, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
