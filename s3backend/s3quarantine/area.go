@@ -59,7 +59,12 @@ type Area struct {
 	IfNoneMatch bool
 }
 
-var _ quarantine.Area = (*Area)(nil)
+var _ quarantine.Staging = (*Area)(nil)
+
+// Restage stages the current version of key again (a restored `_metadata` the index could not record).
+func (a *Area) Restage(ctx context.Context, key string, d quarantine.Decision) (quarantine.Entry, error) {
+	return a.Stage(ctx, key, "", d)
+}
 
 // New returns the area of the store c reaches. now is the clock of deletion times (nil: time.Now).
 func New(c Client, now func() time.Time, ifNoneMatch bool) *Area {
