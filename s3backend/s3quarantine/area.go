@@ -3,8 +3,8 @@
 // and <id>.json (its entry record; S3 has no append, so one small object per entry).
 //
 // Invariant, across a crash at any point of a staging (Stage): the object is at its original key or
-// staged, never lost. Stage copies first (conditional on the decided ETag), writes the record, and only
-// then deletes the original (conditional on the same ETag). An entry's id is derived from the original
+// staged, never lost. Stage writes the record, copies (conditional on the decided ETag), and only then
+// deletes the original (conditional on the same ETag); a record without its object is no entry. An entry's id is derived from the original
 // key and the ETag decided on, so a journal replay of the same deletion repeats the same steps on the
 // same names (a copy again is idempotent), and a deletion decided again as refused finds and removes
 // the copy (Unstage): at steady state the object is at its key or staged, never both.
@@ -103,11 +103,13 @@ func (a *Area) Stage(ctx context.Context, key, etag string, d quarantine.Decisio
 	if !utf8.ValidString(key) {
 		e.PathBytes = []byte(key)
 	}
-	if _, err := a.c.Copy(ctx, key, objectKey(id), o.ETag, s3client.PutOptions{}); err != nil {
-		return quarantine.Entry{}, fmt.Errorf("quarantine %s: copy to %s: %w (nothing was deleted)", key, objectKey(id), err)
-	}
+	// The record first: a crash after it leaves a record without its object (no entry), never an
+	// object in the area whose original key nobody knows.
 	if err := a.putRecord(ctx, e); err != nil {
 		return quarantine.Entry{}, fmt.Errorf("quarantine %s: %w (nothing was deleted)", key, err)
+	}
+	if _, err := a.c.Copy(ctx, key, objectKey(id), o.ETag, s3client.PutOptions{}); err != nil {
+		return quarantine.Entry{}, fmt.Errorf("quarantine %s: copy to %s: %w (nothing was deleted)", key, objectKey(id), err)
 	}
 	if err := a.c.Delete(ctx, key, o.ETag); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		if errors.Is(err, s3client.ErrPrecondition) {
