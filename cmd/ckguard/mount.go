@@ -40,7 +40,7 @@ func mountCommand() *cli.Command {
 		&cli.StringFlag{Name: "log-file", Usage: "daemon mode: log here (default INDEX/ckguard.log)"},
 		&cli.BoolFlag{Name: "debug", Usage: "log every FUSE request"},
 		&cli.IntFlag{Name: "loss-check-budget", Usage: "after every sync the mount checks that the objects live checkpoints reference are still in the store (one stat each): at most this many per sync, in a rotation, besides those already found missing. Default: all of them on a local store, 1000 on S3 (a HEAD each). -1: all of them"},
-		durationFlag("quarantine", defaultQuarantine, "stage every deletion the guard allows in the store's quarantine folder (invisible in the mount) for this long before it is purged; `ckguard quarantine list|restore|purge`. 0s: deletions are final. Local stores only for now (default 0s on S3 and HDFS)"),
+		durationFlag("quarantine", defaultQuarantine, "stage every deletion the guard allows in the store's quarantine folder (invisible in the mount) for this long before it is purged; `ckguard quarantine list|restore|purge`. 0s: deletions are final. Default 0s on S3 (opt-in: staging there is a server-side copy per deletion) and on HDFS (no quarantine yet)"),
 		&cli.IntFlag{Name: "serve-procs", Value: 1, Usage: "GOMAXPROCS while the mount only answers requests (index syncs and queries raise it back); fewer idle Go threads make each request cheaper, rm -rf about 30% faster on 2 cores. 0: leave GOMAXPROCS alone. Local stores only, unless given explicitly"},
 	}
 	// --store, --index, --map, --entropy-key and the S3 flags are shared with every index command
@@ -182,8 +182,8 @@ func runMount(c *cli.Context) error {
 	}
 	cfg.Quarantine = c.Duration("quarantine")
 	if !c.IsSet("quarantine") && !storeStagesDeletions(cfg.StoreDir) {
-		// The S3 and HDFS mounts have no quarantine yet (guardd refuses one it cannot stage): the
-		// default must not make them fail to mount.
+		// On S3 staging is opt-in (a server-side copy per deletion, billed and taking time with the
+		// object's size); the HDFS mount has no quarantine yet (guardd refuses one it cannot stage).
 		cfg.Quarantine = 0
 	}
 	run := guardd.Run
@@ -213,8 +213,8 @@ func runMount(c *cli.Context) error {
 	return nil
 }
 
-// storeStagesDeletions reports whether the mount of store can stage deletions in a quarantine
-// folder (only the local store's mount can for now), so the --quarantine default applies to it.
+// storeStagesDeletions reports whether the --quarantine default applies to the mount of store: the
+// local store's (a rename costs nothing); on S3 staging is opt-in, and the HDFS mount cannot stage.
 func storeStagesDeletions(store string) bool {
 	return !s3cli.IsURL(store) && !hdfscli.IsURL(store)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/s3backend/s3cli"
+	"github.com/ckguard/ckguard/s3backend/s3quarantine"
 )
 
 // quarantineCommand groups list, restore and purge of the deletions a mount with --quarantine staged.
@@ -63,7 +64,15 @@ func openQuarantine(c *cli.Context, ttl time.Duration) (quarantine.Service, bool
 	}
 	s := c.String("store")
 	if s3cli.IsURL(s) {
-		return nil, false, nil, fmt.Errorf("store %s: the quarantine is available on local and NFS stores only for now", s)
+		st, err := s3cli.OpenStore(c.Context, s, s3cli.Config(c))
+		if err != nil {
+			return nil, false, nil, err
+		}
+		inm, err := s3quarantine.ProbeCopyIfNoneMatch(c.Context, st.Client())
+		if err != nil {
+			return nil, false, nil, fmt.Errorf("store %s: the quarantine area: %w", s, err)
+		}
+		return &quarantine.Direct{Area: s3quarantine.New(st.Client(), nil, inm), TTL: ttl}, false, func() error { return nil }, nil
 	}
 	abs, err := filepath.Abs(s)
 	if err != nil {

@@ -340,10 +340,10 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 		passthrough = p.Passthrough()
 	}
 	var stage *stager
-	if qm, ok := m.(quarantiner); ok && qm.Quarantine() != nil {
-		stage = newStager(c, qm.Quarantine(), enf, met, log)
+	if area := stagingOf(m); area != nil {
+		stage = newStager(c, area, enf, met, log)
 		if staged != nil {
-			staged.area.Store(qm.Quarantine())
+			staged.area.Store(&stagingBox{area})
 		}
 		qs, err := control.ServeQuarantine(QuarantineSocket(c.ControlSocket), stage.svc, log)
 		if err != nil {

@@ -16,8 +16,24 @@ import (
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
-// quarantiner is implemented by mounts that stage deletions in the store's quarantine folder.
+// quarantiner is implemented by mounts that stage deletions in the store's quarantine folder (local).
 type quarantiner interface{ Quarantine() *quarantine.Local }
+
+// stagingMount is implemented by the other mounts that stage deletions (S3): nil when they do not.
+type stagingMount interface{ StagingArea() quarantine.Staging }
+
+// stagingOf is m's quarantine area, nil when m stages no deletions.
+func stagingOf(m any) quarantine.Staging {
+	if qm, ok := m.(quarantiner); ok {
+		if l := qm.Quarantine(); l != nil {
+			return l
+		}
+	}
+	if sm, ok := m.(stagingMount); ok {
+		return sm.StagingArea()
+	}
+	return nil
+}
 
 // QuarantineSocket is the quarantine control socket beside the query socket controlSocket.
 func QuarantineSocket(controlSocket string) string {
@@ -38,7 +54,7 @@ type stager struct {
 // the index would allow is refused until then); if it cannot be indexed the object goes back into
 // quarantine, so nothing live is left unknown to the index. A purge asks the index whether a live
 // checkpoint references an entry again (any answer but "deletable" keeps it).
-func newStager(c Config, area *quarantine.Local, enf *guard.Enforcer, met *metrics.Metrics, log *slog.Logger) *stager {
+func newStager(c Config, area quarantine.Staging, enf *guard.Enforcer, met *metrics.Metrics, log *slog.Logger) *stager {
 	svc := &quarantine.Direct{Area: area, TTL: c.Quarantine, Now: c.QuarantineNow,
 		Referenced: func(ctx context.Context, key string) (bool, error) {
 			state, refs, err := enf.Explain(ctx, key)
@@ -65,7 +81,7 @@ func newStager(c Config, area *quarantine.Local, enf *guard.Enforcer, met *metri
 					return 0
 				}
 				return enf.Linked(ctx, got.Key(), func() {
-					if _, err := area.MoveKey(got.Key(), got.Decision); err != nil {
+					if _, err := area.Restage(ctx, got.Key(), got.Decision); err != nil {
 						log.Error("quarantine: a restored _metadata the index could not record could not be moved back either; the next sync indexes it", "path", got.Key(), "err", err)
 					}
 				})
@@ -116,18 +132,21 @@ func (s *stager) refresh(ctx context.Context) {
 // finder answers the loss check's question "is this missing object in quarantine?" from the mount's
 // area, once the mount has opened it (the loss checker is made before the mount).
 type finder struct {
-	area    atomic.Pointer[quarantine.Local]
+	area    atomic.Pointer[stagingBox]
 	restore string // the command line before the key: ckguard quarantine restore --store S --index I
 }
 
 func (f *finder) FindQuarantined(ctx context.Context, key string) (refindex.QuarantinedObject, bool, error) {
-	a := f.area.Load()
-	if a == nil {
+	b := f.area.Load()
+	if b == nil {
 		return refindex.QuarantinedObject{}, false, nil
 	}
-	e, ok, err := a.Find(ctx, key)
+	e, ok, err := b.a.Find(ctx, key)
 	if err != nil || !ok {
 		return refindex.QuarantinedObject{}, false, err
 	}
 	return refindex.QuarantinedObject{Since: e.DeletedAt, Restore: f.restore + " " + key}, true, nil
 }
+
+// stagingBox holds an area for an atomic.Pointer.
+type stagingBox struct{ a quarantine.Staging }

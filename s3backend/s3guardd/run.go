@@ -6,6 +6,7 @@ package s3guardd
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guardd"
@@ -13,6 +14,7 @@ import (
 	"github.com/ckguard/ckguard/s3backend/s3cli"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3mount"
+	"github.com/ckguard/ckguard/s3backend/s3quarantine"
 	"github.com/ckguard/ckguard/s3backend/s3store"
 )
 
@@ -56,12 +58,25 @@ func open(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func
 		sopts.Attrs = attrs
 	}
 	st = s3store.New(st.Client(), sopts)
+	var area *s3quarantine.Area
+	if c.Quarantine > 0 {
+		// Restore must never replace an object created at the original key: If-None-Match on the copy
+		// where the server refuses to replace with it, else a HEAD right before the copy.
+		inm, qerr := s3quarantine.ProbeCopyIfNoneMatch(ctx, st.Client())
+		if qerr != nil {
+			return guardd.Backend{}, fmt.Errorf("--quarantine: cannot write in the quarantine area %s of %s: %w", s3quarantine.Prefix, c.StoreDir, qerr)
+		}
+		if !inm {
+			log.Info("the S3 server ignores If-None-Match on CopyObject; a quarantine restore checks with a HEAD right before its copy that nothing is at the original key")
+		}
+		area = s3quarantine.New(st.Client(), c.QuarantineNow, inm)
+	}
 	return guardd.Backend{
 		Store: st,
 		Mount: func(ctx context.Context, enf *guard.Enforcer, met *metrics.Metrics) (guardd.Mount, error) {
 			mo := s3mount.Options{Client: st.Client(), Mountpoint: c.Mountpoint, Enforcer: enf, Metrics: met, Attrs: attrs,
 				AllowOther: c.AllowOther, Debug: c.Debug, Logger: log, FreshETags: !ifMatch,
-				DeleteQueueDir: c.IndexDir, DeleteBatch: batch}
+				DeleteQueueDir: c.IndexDir, DeleteBatch: batch, Quarantine: area}
 			if tune != nil {
 				tune(&mo)
 			}

@@ -24,7 +24,7 @@ func (f *filesystem) openQueue() error {
 	if o.DeleteQueueDir == "" || o.FreshETags {
 		return nil
 	}
-	qo := deleteq.Options{Dir: o.DeleteQueueDir, Deleter: f.c, Recheck: f, Batch: o.DeleteBatch,
+	qo := deleteq.Options{Dir: o.DeleteQueueDir, Deleter: f.deleter(), Recheck: f, Batch: o.DeleteBatch && o.Quarantine == nil,
 		Limit: o.DeleteQueueLimit, VerifyAfter: o.ETagTTL, Done: f.queueDone, Logger: f.log}
 	if o.Metrics != nil {
 		qo.Registry = o.Metrics.Registry
@@ -123,6 +123,9 @@ func (f *filesystem) queueDone(e deleteq.Entry, out deleteq.Outcome) {
 	case deleteq.Applied:
 		f.cache.Put(e.Key, s3client.Object{Key: e.Key}, false)
 		f.g.Deleted(context.Background(), e.Key)
+	case deleteq.Kept:
+		f.unstage(e)
+		f.cache.Drop(e.Key) // the object is shown again
 	default:
 		f.cache.Drop(e.Key) // the object (or its replacement) is shown again
 	}

@@ -87,7 +87,7 @@ func (d *dirHandle) entries(pg s3client.Page) []fuse.DirEntry {
 	seen := make(map[string]bool, len(pg.Prefixes))
 	for _, pre := range pg.Prefixes {
 		name := strings.TrimPrefix(pre, p)
-		if !validName(name) || seen[name] {
+		if !validName(name) || seen[name] || hiddenKey(p+name) {
 			continue
 		}
 		seen[name] = true
@@ -100,8 +100,8 @@ func (d *dirHandle) entries(pg s3client.Page) []fuse.DirEntry {
 		if trimmed, ok := strings.CutSuffix(name, "/"); ok { // a "dir/" marker some servers list as an object
 			name, isDir = trimmed, true
 		}
-		if !validName(name) || seen[name] {
-			continue // the folder's own marker, or odd keys ("a//b") POSIX cannot name
+		if !validName(name) || seen[name] || hiddenKey(p+name) {
+			continue // the folder's own marker, the quarantine area, or odd keys ("a//b") POSIX cannot name
 		}
 		seen[name] = true
 		if isDir {

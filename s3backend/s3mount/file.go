@@ -98,6 +98,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, syscall.EINVAL
 	}
 	key := childKey(n.key(), name)
+	if hiddenKey(key) {
+		return nil, nil, 0, deniedKey
+	}
 	if errno := n.fsys.settle(ctx, key); errno != 0 { // the upload is create-only: the old object must be gone
 		return nil, nil, 0, errno
 	}

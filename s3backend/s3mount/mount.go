@@ -7,6 +7,8 @@ package s3mount
 import (
 	"context"
 	"fmt"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
+	"github.com/ckguard/ckguard/s3backend/s3quarantine"
 	"log"
 	"log/slog"
 	"os"
@@ -77,6 +79,9 @@ type Options struct {
 	DeleteQueueDir   string
 	DeleteBatch      bool
 	DeleteQueueLimit int
+	// Quarantine, when set, stages every allowed deletion in the store's quarantine area
+	// (s3backend/s3quarantine) instead of destroying it.
+	Quarantine *s3quarantine.Area
 
 	tuneQueue func(*deleteq.Options) // tests
 }
@@ -129,6 +134,14 @@ type Mounted struct {
 
 // Mount checks the bucket, mounts, and returns once the kernel has the mount. A stale mount left by a
 // crashed daemon on the mountpoint is replaced; a live one is an error.
+// StagingArea is the quarantine area the mount stages deletions in (nil without --quarantine).
+func (m *Mounted) StagingArea() quarantine.Staging {
+	if m.fsys.opts.Quarantine == nil {
+		return nil
+	}
+	return m.fsys.opts.Quarantine
+}
+
 func Mount(ctx context.Context, o Options) (*Mounted, error) {
 	o.defaults()
 	if o.Enforcer == nil {

@@ -253,6 +253,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 		return nil, syscall.ENOENT
 	}
 	key := childKey(n.key(), name)
+	if hiddenKey(key) {
+		return nil, syscall.ENOENT
+	}
 	// A file being written through the mount exists for its writers before its upload.
 	if ch := n.GetChild(name); ch != nil {
 		if cn, ok := ch.Operations().(*node); ok && cn.writing() {
@@ -446,6 +449,9 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, syscall.EINVAL
 	}
 	key := childKey(n.key(), name)
+	if hiddenKey(key) {
+		return nil, deniedKey
+	}
 	if _, err := n.fsys.stat(ctx, key, 0); err == nil {
 		return nil, syscall.EEXIST
 	} else if !errors.Is(err, fs.ErrNotExist) {
@@ -524,10 +530,11 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	})
 }
 
-// removeObject deletes the version o of key (If-Match, where the server honours it: a version that
-// replaced it meanwhile was not decided about and is kept) and shows key as gone.
+// removeObject deletes (with --quarantine: stages) the version o of key (If-Match, where the server
+// honours it: a version that replaced it meanwhile was not decided about and is kept) and shows key as
+// gone.
 func (f *filesystem) removeObject(ctx context.Context, key string, o s3client.Object) error {
-	if err := f.c.Delete(ctx, key, f.deleteIf(o.ETag)); err != nil {
+	if err := f.deleter().Delete(ctx, key, f.deleteIf(o.ETag)); err != nil {
 		return err
 	}
 	f.cache.Put(key, s3client.Object{Key: key}, false)
@@ -564,6 +571,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	}
 	src := childKey(n.key(), name)
 	dst := childKey(np.key(), newName)
+	if hiddenKey(src) || hiddenKey(dst) {
+		return deniedKey
+	}
 	if src == dst {
 		return 0
 	}

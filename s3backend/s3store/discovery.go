@@ -319,7 +319,7 @@ func (s *Store) fullWalk(ctx context.Context, fn func(store.ObjectInfo) error) (
 	var objects atomic.Int64
 	pages, err := s.parallelWalk(ctx, "", func(o s3client.Object) error {
 		objects.Add(1)
-		if !store.IsMetadata(o.Key) {
+		if !store.IsMetadata(o.Key) || store.InQuarantine(o.Key) { // a staged _metadata is no live checkpoint
 			return nil
 		}
 		mu.Lock()
@@ -346,6 +346,9 @@ func (s *Store) descend(ctx context.Context, fn func(store.ObjectInfo) error) er
 		heads    int
 	)
 	report := func(o s3client.Object) {
+		if store.InQuarantine(o.Key) {
+			return // a staged _metadata is no live checkpoint
+		}
 		mu.Lock()
 		found[o.Key] = o
 		mu.Unlock()

@@ -378,3 +378,41 @@ func TestDescentHeadsInParallel(t *testing.T) {
 		})
 	}
 }
+
+// TestQuarantineAreaSkipped: a `_metadata` staged in the quarantine area is no live checkpoint for any
+// discovery mode, and walks of the store root do not report the area's objects.
+func TestQuarantineAreaSkipped(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts s3store.Options
+	}{
+		{"descent", s3store.Options{ReconcileEvery: -1}},
+		{"full walk", s3store.Options{FullWalk: true, ReconcileEvery: -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := faultyClient(t)
+			putKeys(t, c, "ckpt/jobA/chk-1/_metadata", store.QuarantineDir+"/_metadata",
+				store.QuarantineDir+"/ckpt/jobA/chk-0/_metadata", store.QuarantineDir+"/0123abcd")
+			s := s3store.New(c, tc.opts)
+			if got, want := list(t, s), "ckpt/jobA/chk-1/_metadata"; got != want {
+				t.Fatalf("ListMetadata = %s, want %s", got, want)
+			}
+			var all []string
+			if err := s.ListAllMetadata(context.Background(), func(oi store.ObjectInfo) error { all = append(all, oi.Path); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(all, ",") != "ckpt/jobA/chk-1/_metadata" {
+				t.Fatalf("ListAllMetadata = %v", all)
+			}
+			var walked []string
+			if err := s.Walk(context.Background(), "", func(oi store.ObjectInfo) error { walked = append(walked, oi.Path); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range walked {
+				if store.InQuarantine(k) {
+					t.Fatalf("Walk reported %s in the quarantine area (all: %v)", k, walked)
+				}
+			}
+		})
+	}
+}

@@ -234,6 +234,9 @@ func (s *Store) Walk(ctx context.Context, prefix string, fn func(store.ObjectInf
 				return nil
 			}
 		}
+		if store.InQuarantine(o.Key) {
+			return nil // staged deletions are not store data (store.QuarantineDir)
+		}
 		return fn(info(o))
 	})
 }

@@ -332,7 +332,7 @@ func (l *Local) ListAll(ctx context.Context) ([]Entry, []Problem, error) {
 		}
 		es = append(es, e)
 	}
-	sortEntries(es)
+	SortEntries(es)
 	return es, probs, nil
 }
 
@@ -377,7 +377,7 @@ func (l *Local) Tidy(ctx context.Context, minAge time.Duration) error {
 	if len(keep) == len(l.recs) {
 		return nil
 	}
-	sortEntries(keep)
+	SortEntries(keep)
 	var buf bytes.Buffer
 	for _, e := range keep {
 		b, err := json.Marshal(e)
@@ -540,7 +540,10 @@ func (l *Local) Purge(ctx context.Context, id string) error {
 	return nil
 }
 
-var _ Area = (*Local)(nil)
+var _ Staging = (*Local)(nil)
+
+// Restage is MoveKey (Staging).
+func (l *Local) Restage(_ context.Context, key string, d Decision) (Entry, error) { return l.MoveKey(key, d) }
 
 // MoveKey is MoveAt for the store key key, its folder opened beneath the root without following a
 // symlink (and never created).
@@ -594,7 +597,7 @@ func (l *Local) Find(ctx context.Context, key string) (Entry, bool, error) {
 		}
 	}
 	l.recMu.Unlock()
-	sortEntries(cands)
+	SortEntries(cands)
 	for i := len(cands) - 1; i >= 0; i-- {
 		var st unix.Stat_t
 		if unix.Fstatat(l.dir, cands[i].ID, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {

@@ -178,8 +178,8 @@ func PurgeExpired(ctx context.Context, a Area, es []Entry, ttl time.Duration, no
 	return r, nil
 }
 
-// sortEntries orders es oldest first (ties by id, which starts with the deletion time).
-func sortEntries(es []Entry) {
+// SortEntries orders es oldest first (ties by id).
+func SortEntries(es []Entry) {
 	sort.Slice(es, func(i, j int) bool {
 		if !es[i].DeletedAt.Equal(es[j].DeletedAt) {
 			return es[i].DeletedAt.Before(es[j].DeletedAt)

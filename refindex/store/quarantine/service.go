@@ -65,7 +65,7 @@ func isMetadata(key string) bool {
 // Direct is the Service of an area opened by this process: the CLI's on a store no mount holds, and the
 // mount's own behind its socket (with RestoreOne indexing a restored `_metadata`).
 type Direct struct {
-	Area       *Local
+	Area       FullArea
 	TTL        time.Duration    // purge age; a purge with none is refused
 	Now        func() time.Time // nil: time.Now
 	Referenced Referenced       // nil: nothing is asked (no index)
@@ -74,6 +74,23 @@ type Direct struct {
 }
 
 var _ Service = (*Direct)(nil)
+
+// FullArea is an Area that also reports what is no complete entry and clears leftover records: the
+// local folder (Local) and the S3 area (s3backend/s3quarantine).
+type FullArea interface {
+	Area
+	ListAll(ctx context.Context) ([]Entry, []Problem, error)
+	Tidy(ctx context.Context, age time.Duration) error
+}
+
+// Staging is the area of a running mount: besides serving list, restore and purge it answers the loss
+// check (Find) and takes back a restored `_metadata` the index could not record (Restage).
+type Staging interface {
+	FullArea
+	Find(ctx context.Context, key string) (Entry, bool, error)
+	// Restage stages the object at key again (its current version).
+	Restage(ctx context.Context, key string, d Decision) (Entry, error)
+}
 
 func (d *Direct) now() time.Time {
 	if d.Now != nil {

@@ -1,0 +1,75 @@
+package s3mount
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
+	"github.com/ckguard/ckguard/s3backend/deleteq"
+	"github.com/ckguard/ckguard/s3backend/s3client"
+)
+
+// The quarantine area (store.QuarantineDir at the store root) is the daemon's: no user of the mount
+// lists, opens, creates or renames anything in it, whether or not this mount stages deletions there, so
+// no user can plant an entry that a restore would put back, nor read or purge what others deleted.
+
+// hiddenKey reports whether key is the quarantine area or below it.
+func hiddenKey(key string) bool { return store.InQuarantine(key) }
+
+// deniedKey is the errno of a create or rename into the area.
+const deniedKey = syscall.EPERM
+
+// stagingDeleter is the deleter of the mount with --quarantine: every allowed deletion (queued or
+// synchronous) is staged in the area (copy, record, conditional delete) instead of being destroyed.
+type stagingDeleter struct {
+	c    *s3client.Client
+	area Stager
+}
+
+// Stager is the S3 quarantine area as the mount uses it (s3quarantine.Area).
+type Stager interface {
+	Stage(ctx context.Context, key, etag string, d quarantine.Decision) (quarantine.Entry, error)
+	// Unstage removes the staged copy of key at etag while the original is still there.
+	Unstage(ctx context.Context, key, etag string) error
+}
+
+var _ deleteq.Deleter = stagingDeleter{}
+
+func (s stagingDeleter) Head(ctx context.Context, key string) (s3client.Object, error) {
+	return s.c.Head(ctx, key)
+}
+
+func (s stagingDeleter) Delete(ctx context.Context, key, ifMatch string) error {
+	_, err := s.area.Stage(ctx, key, ifMatch, quarantine.Decision{Op: "unlink", Reason: "allowed"})
+	return err
+}
+
+// DeleteBatch stages each item in turn (the queue sends single deletes, in parallel, when the mount
+// stages: see openQueue).
+func (s stagingDeleter) DeleteBatch(ctx context.Context, items []s3client.DeleteItem) ([]error, error) {
+	errs := make([]error, len(items))
+	for i, it := range items {
+		errs[i] = s.Delete(ctx, it.Key, it.IfMatch)
+	}
+	return errs, nil
+}
+
+// deleter is what applies an allowed deletion: the area's staging with --quarantine, else the client.
+func (f *filesystem) deleter() deleteq.Deleter {
+	if f.opts.Quarantine != nil {
+		return stagingDeleter{c: f.c, area: f.opts.Quarantine}
+	}
+	return f.c
+}
+
+// unstage removes the copy a staging interrupted between copy and delete left, once the deletion was
+// decided again as refused: the object stays at its key only.
+func (f *filesystem) unstage(e deleteq.Entry) {
+	if f.opts.Quarantine == nil {
+		return
+	}
+	if err := f.opts.Quarantine.Unstage(context.Background(), e.Key, e.ETag); err != nil {
+		f.log.Warn("quarantine: cannot remove the staged copy of an object whose deletion was refused on a second decision; it is kept at its key and in quarantine (purge it with ckguard quarantine purge)", "key", e.Key, "err", err)
+	}
+}

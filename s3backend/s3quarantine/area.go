@@ -1,0 +1,345 @@
+// Package s3quarantine is the quarantine area of an S3 store: the key prefix store.QuarantineDir+"/"
+// under the store prefix. Each entry is two objects: <id> (a server-side copy of the deleted object)
+// and <id>.json (its entry record; S3 has no append, so one small object per entry).
+//
+// Invariant, across a crash at any point of a staging (Stage): the object is at its original key or
+// staged, never lost. Stage writes the record, copies (conditional on the decided ETag), and only then
+// deletes the original (conditional on the same ETag); a record without its object is no entry. An entry's id is derived from the original
+// key and the ETag decided on, so a journal replay of the same deletion repeats the same steps on the
+// same names (a copy again is idempotent), and a deletion decided again as refused finds and removes
+// the copy (Unstage): at steady state the object is at its key or staged, never both.
+package s3quarantine
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
+	"github.com/ckguard/ckguard/s3backend/s3client"
+)
+
+// Client is what the area needs of the S3 client (s3client.Client).
+type Client interface {
+	Head(ctx context.Context, key string) (s3client.Object, error)
+	ReadAt(ctx context.Context, key string, p []byte, off int64, ifMatch string) (int, error)
+	Put(ctx context.Context, key string, body io.ReadSeeker, size int64, o s3client.PutOptions) (string, error)
+	Copy(ctx context.Context, src, dst, srcETag string, o s3client.PutOptions) (string, error)
+	Delete(ctx context.Context, key, ifMatch string) error
+	Walk(ctx context.Context, prefix string, fn func(s3client.Object) error) error
+}
+
+// Prefix is the area's key prefix, relative to the store prefix.
+const Prefix = store.QuarantineDir + "/"
+
+// recordSuffix names an entry record object.
+const recordSuffix = ".json"
+
+// maxRecord bounds one entry record read back: a record is a few hundred bytes, and a hostile object in
+// the area must not make the reader allocate gigabytes.
+const maxRecord = 1 << 20
+
+// Area is the quarantine area of one S3 store.
+type Area struct {
+	c   Client
+	now func() time.Time
+	// IfNoneMatch: the server honours If-None-Match on CopyObject, so Restore never replaces an object
+	// created at the original key. Without it Restore HEADs the key right before the copy: an object
+	// created between that HEAD and the copy would be replaced (the race is documented in README).
+	IfNoneMatch bool
+}
+
+var _ quarantine.Staging = (*Area)(nil)
+
+// Restage stages the current version of key again (a restored `_metadata` the index could not record).
+func (a *Area) Restage(ctx context.Context, key string, d quarantine.Decision) (quarantine.Entry, error) {
+	return a.Stage(ctx, key, "", d)
+}
+
+// New returns the area of the store c reaches. now is the clock of deletion times (nil: time.Now).
+func New(c Client, now func() time.Time, ifNoneMatch bool) *Area {
+	if now == nil {
+		now = time.Now
+	}
+	return &Area{c: c, now: now, IfNoneMatch: ifNoneMatch}
+}
+
+// ID is the entry id of the deletion of key at version etag.
+func ID(key, etag string) string {
+	h := sha256.Sum256([]byte(key + "\x00" + etag))
+	return hex.EncodeToString(h[:16])
+}
+
+func objectKey(id string) string { return Prefix + id }
+func recordKey(id string) string { return Prefix + id + recordSuffix }
+
+// Stage moves the object at key (version etag, as decided) into the area: copy, record, then the
+// conditional delete of the original. ErrPrecondition (s3client) when the object changed since the
+// decision: nothing is deleted, and the copy made is removed again.
+func (a *Area) Stage(ctx context.Context, key, etag string, d quarantine.Decision) (quarantine.Entry, error) {
+	if store.InQuarantine(key) {
+		return quarantine.Entry{}, fmt.Errorf("quarantine s3 %s: the key is in the quarantine area itself", key)
+	}
+	o, err := a.c.Head(ctx, key)
+	if err != nil {
+		return quarantine.Entry{}, err
+	}
+	if etag != "" && o.ETag != etag {
+		return quarantine.Entry{}, &s3client.Error{Op: "Stage", Key: key, Class: s3client.ErrPrecondition, Err: fmt.Errorf("ETag %s, decided on %s", o.ETag, etag)}
+	}
+	id := ID(key, o.ETag)
+	now := a.now().UTC()
+	e := quarantine.Entry{ID: id, Path: key, Size: o.Size, ModTime: o.ModTime, ETag: o.ETag, DeletedAt: now, Decision: d}
+	if !utf8.ValidString(key) {
+		e.PathBytes = []byte(key)
+	}
+	// The record first: a crash after it leaves a record without its object (no entry), never an
+	// object in the area whose original key nobody knows.
+	if err := a.putRecord(ctx, e); err != nil {
+		return quarantine.Entry{}, fmt.Errorf("quarantine %s: %w (nothing was deleted)", key, err)
+	}
+	if _, err := a.c.Copy(ctx, key, objectKey(id), o.ETag, s3client.PutOptions{}); err != nil {
+		return quarantine.Entry{}, fmt.Errorf("quarantine %s: copy to %s: %w (nothing was deleted)", key, objectKey(id), err)
+	}
+	if err := a.c.Delete(ctx, key, o.ETag); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, s3client.ErrPrecondition) {
+			// Replaced since the copy: the staged copy is of a version no longer at the key and nobody
+			// deleted it; drop the entry so it is not restored over the new object's history.
+			_ = a.drop(ctx, id)
+		}
+		return quarantine.Entry{}, err
+	}
+	return e, nil
+}
+
+// Unstage removes a staged copy of key at version etag while the original is still at key (a
+// deletion decided again as refused after a crash between copy and delete). It never removes a copy
+// whose original is gone.
+func (a *Area) Unstage(ctx context.Context, key, etag string) error {
+	o, err := a.c.Head(ctx, key)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // the staged copy is the only one: keep it
+		}
+		return err
+	}
+	if o.ETag != etag {
+		return nil
+	}
+	return a.drop(ctx, ID(key, etag))
+}
+
+func (a *Area) drop(ctx context.Context, id string) error {
+	if err := a.c.Delete(ctx, objectKey(id), ""); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := a.c.Delete(ctx, recordKey(id), ""); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+func (a *Area) putRecord(ctx context.Context, e quarantine.Entry) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	if _, err := a.c.Put(ctx, recordKey(e.ID), bytes.NewReader(b), int64(len(b)), s3client.PutOptions{}); err != nil {
+		return fmt.Errorf("write entry record %s: %w", recordKey(e.ID), err)
+	}
+	return nil
+}
+
+func (a *Area) readRecord(ctx context.Context, o s3client.Object) (quarantine.Entry, error) {
+	if o.Size > maxRecord {
+		return quarantine.Entry{}, fmt.Errorf("entry record %s is %d bytes, more than %d: not a record of ours", o.Key, o.Size, maxRecord)
+	}
+	b := make([]byte, o.Size)
+	n, err := a.c.ReadAt(ctx, o.Key, b, 0, o.ETag)
+	if err != nil && !(errors.Is(err, io.EOF) && n == len(b)) {
+		return quarantine.Entry{}, err
+	}
+	var e quarantine.Entry
+	if err := json.Unmarshal(b[:n], &e); err != nil {
+		return quarantine.Entry{}, fmt.Errorf("entry record %s: %w", o.Key, err)
+	}
+	if want := strings.TrimSuffix(strings.TrimPrefix(o.Key, Prefix), recordSuffix); e.ID != want {
+		return quarantine.Entry{}, fmt.Errorf("entry record %s names id %q", o.Key, e.ID)
+	}
+	return e, nil
+}
+
+// ListAll returns every complete entry (record and object), oldest first, and a problem for each
+// object without a record and each unreadable record. A record without its object is no entry (the
+// staging stopped before its delete and the object is at its key, or the entry was purged).
+func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Problem, error) {
+	objs := map[string]s3client.Object{}
+	var recs []s3client.Object
+	err := a.c.Walk(ctx, Prefix, func(o s3client.Object) error {
+		if o.IsDir {
+			return nil
+		}
+		name := strings.TrimPrefix(o.Key, Prefix)
+		if strings.HasSuffix(name, recordSuffix) {
+			recs = append(recs, o)
+		} else {
+			objs[name] = o
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list the quarantine area %s: %w", Prefix, err)
+	}
+	var es []quarantine.Entry
+	var probs []quarantine.Problem
+	seen := map[string]bool{}
+	for _, r := range recs {
+		e, err := a.readRecord(ctx, r)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, nil, ctx.Err()
+			}
+			probs = append(probs, quarantine.Problem{ID: strings.TrimPrefix(r.Key, Prefix), Size: r.Size, Detail: err.Error()})
+			continue
+		}
+		if _, ok := objs[e.ID]; !ok {
+			continue
+		}
+		seen[e.ID] = true
+		es = append(es, e)
+	}
+	for name, o := range objs {
+		if !seen[name] {
+			probs = append(probs, quarantine.Problem{ID: name, Size: o.Size, Detail: "object without an entry record (its original key is unknown); inspect " + Prefix + name + " in the bucket"})
+		}
+	}
+	quarantine.SortEntries(es)
+	return es, probs, nil
+}
+
+// List returns every complete entry, oldest first.
+func (a *Area) List(ctx context.Context) ([]quarantine.Entry, error) {
+	es, _, err := a.ListAll(ctx)
+	return es, err
+}
+
+func (a *Area) entry(ctx context.Context, id string) (quarantine.Entry, error) {
+	if id == "" || strings.ContainsAny(id, "/") || strings.HasSuffix(id, recordSuffix) {
+		return quarantine.Entry{}, fmt.Errorf("%w: %q", quarantine.ErrNoEntry, id)
+	}
+	r, err := a.c.Head(ctx, recordKey(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return quarantine.Entry{}, fmt.Errorf("%w: %s", quarantine.ErrNoEntry, id)
+	}
+	if err != nil {
+		return quarantine.Entry{}, err
+	}
+	r.Key = recordKey(id)
+	e, err := a.readRecord(ctx, r)
+	if err != nil {
+		return quarantine.Entry{}, err
+	}
+	if _, err := a.c.Head(ctx, objectKey(id)); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return quarantine.Entry{}, fmt.Errorf("%w: %s (its object is not in %s)", quarantine.ErrNoEntry, id, Prefix)
+		}
+		return quarantine.Entry{}, err
+	}
+	return e, nil
+}
+
+// Restore copies the entry's object back to its original key, only if nothing is there (If-None-Match
+// where the server honours it, else a HEAD right before the copy), then drops the entry.
+func (a *Area) Restore(ctx context.Context, id string) (quarantine.Entry, error) {
+	e, err := a.entry(ctx, id)
+	if err != nil {
+		return quarantine.Entry{}, err
+	}
+	key := e.Key()
+	if !a.IfNoneMatch {
+		_, err := a.c.Head(ctx, key)
+		if err == nil {
+			return quarantine.Entry{}, fmt.Errorf("restore %s: %w; move that object away first, the entry stays in quarantine", key, quarantine.ErrOccupied)
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return quarantine.Entry{}, err
+		}
+	}
+	if _, err := a.c.Copy(ctx, objectKey(id), key, "", s3client.PutOptions{IfNoneMatch: a.IfNoneMatch}); err != nil {
+		if errors.Is(err, s3client.ErrPrecondition) {
+			return quarantine.Entry{}, fmt.Errorf("restore %s: %w; move that object away first, the entry stays in quarantine", key, quarantine.ErrOccupied)
+		}
+		return quarantine.Entry{}, fmt.Errorf("restore %s: %w", key, err)
+	}
+	// The record goes first: a crash after it leaves an object without record (reported by List), never
+	// an entry whose object is also back at its key.
+	if err := a.c.Delete(ctx, recordKey(id), ""); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return e, fmt.Errorf("restored %s, but its entry record stays: %w", key, err)
+	}
+	if err := a.c.Delete(ctx, objectKey(id), ""); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return e, fmt.Errorf("restored %s, but its staged copy %s stays: %w", key, objectKey(id), err)
+	}
+	return e, nil
+}
+
+// Purge destroys the entry's object, then its record.
+func (a *Area) Purge(ctx context.Context, id string) error {
+	if _, err := a.entry(ctx, id); err != nil {
+		return err
+	}
+	return a.drop(ctx, id)
+}
+
+// Find returns the newest entry staged from key.
+func (a *Area) Find(ctx context.Context, key string) (quarantine.Entry, bool, error) {
+	es, err := a.List(ctx)
+	if err != nil {
+		return quarantine.Entry{}, false, err
+	}
+	for i := len(es) - 1; i >= 0; i-- {
+		if es[i].Key() == key {
+			return es[i], true, nil
+		}
+	}
+	return quarantine.Entry{}, false, nil
+}
+
+// Tidy is a no-op on S3: a record without its object is skipped by List and removed by the next
+// Unstage or restore of the same deletion.
+func (a *Area) Tidy(ctx context.Context, _ time.Duration) error { return nil }
+
+// ProbeCopyIfNoneMatch reports whether the server refuses a CopyObject with If-None-Match: * onto an
+// existing key (some servers, versitygw among them, ignore the header and replace the object). It
+// writes and removes two probe objects in the area.
+func ProbeCopyIfNoneMatch(ctx context.Context, c Client) (bool, error) {
+	src, dst := Prefix+"probe-src", Prefix+"probe-dst"
+	defer func() {
+		cctx := context.WithoutCancel(ctx)
+		_ = c.Delete(cctx, src, "")
+		_ = c.Delete(cctx, dst, "")
+	}()
+	if _, err := c.Put(ctx, src, strings.NewReader("src"), 3, s3client.PutOptions{}); err != nil {
+		return false, err
+	}
+	if _, err := c.Put(ctx, dst, strings.NewReader("dst"), 3, s3client.PutOptions{}); err != nil {
+		return false, err
+	}
+	_, err := c.Copy(ctx, src, dst, "", s3client.PutOptions{IfNoneMatch: true})
+	switch {
+	case errors.Is(err, s3client.ErrPrecondition):
+		return true, nil
+	case err == nil, errors.Is(err, s3client.ErrNotImplemented):
+		return false, nil
+	}
+	return false, err
+}
