@@ -34,8 +34,8 @@ func TestS3DeleteBench(t *testing.T) {
 	timeout := time.Duration(envInt("BENCH_S3_TIMEOUT", 900)) * time.Second
 	e := s3Start(t)
 	lats := []time.Duration{0, 20 * time.Millisecond}
-	tools := []string{"ckguard", "aws", "s3fs", "rclone"}
-	have := map[string]bool{"ckguard": true, "aws": true}
+	tools := []string{"ckguard", "ckguard-q", "aws", "s3fs", "rclone"}
+	have := map[string]bool{"ckguard": true, "ckguard-q": os.Getenv("BENCH_S3_QUARANTINE") != "", "aws": true}
 	for _, tool := range []string{"s3fs", "rclone"} {
 		_, err := exec.LookPath(tool)
 		have[tool] = err == nil
@@ -115,29 +115,18 @@ func TestS3DeleteBench(t *testing.T) {
 	}
 	for _, lat := range lats {
 		lk := fmt.Sprintf("%dms", lat.Milliseconds())
-		e.proxy.SetLatency(0)
-		// ckguard: the mount comes up without latency (its initial sync lists the bucket), then the delay is set.
-		mnt, idx := t.TempDir(), t.TempDir()
-		args := append([]string{"mount", "--foreground", "--store", "s3://" + s3Bucket, "--index", idx, "--grace", "0s",
-			"--sync-interval", "1h"}, e.mountArgs(mnt)...)
-		g := exec.Command(e2eCkguard(t), args...)
-		logf, _ := os.Create(filepath.Join(idx, "..", "ckguard-"+lk+".log"))
-		g.Stdout, g.Stderr = logf, logf
-		if err := g.Start(); err != nil {
-			t.Fatal(err)
+		// ckguard (and, with BENCH_S3_QUARANTINE, ckguard-q: --quarantine 24h, every deletion staged): the
+		// mount comes up without latency (its initial sync lists the bucket), then the delay is set. rm -rf
+		// returns once its folders' rmdir applied their queued deletions, so the time includes them.
+		for _, tool := range []string{"ckguard", "ckguard-q"} {
+			if !have[tool] {
+				continue
+			}
+			ckguardRm(t, e, tool, lk, lat, n, prefix(tool, lat), run)
 		}
-		waitMounted(t, mnt, g)
-		e.proxy.SetLatency(lat)
-		p := prefix("ckguard", lat)
-		run("ckguard "+lk, n, p, exec.Command("rm", "-rf", filepath.Join(mnt, p)))
-		e.proxy.SetLatency(0)
-		_ = g.Process.Signal(syscall.SIGTERM)
-		_ = g.Wait()
-		logf.Close()
-		_ = exec.Command("fusermount3", "-uz", mnt).Run()
 
 		e.proxy.SetLatency(lat)
-		p = prefix("aws", lat)
+		p := prefix("aws", lat)
 		run("aws "+lk, n, p, exec.Command(s3server.AWSCLI, "--endpoint-url", e.endpoint, "s3", "rm", "--recursive",
 			"--only-show-errors", "s3://"+s3Bucket+"/"+p+"/"))
 
@@ -206,7 +195,39 @@ func TestS3DeleteBench(t *testing.T) {
 			}
 		}
 	}
+	for _, lat := range lats {
+		lk := fmt.Sprintf("%dms", lat.Milliseconds())
+		if q, ck := per["ckguard-q "+lk], per["ckguard "+lk]; q > 0 && ck > 0 {
+			fmt.Fprintf(&b, "  %s: quarantine on / off = %.3f\n", lk, q/ck)
+		}
+	}
 	fmt.Print(b.String())
+}
+
+// ckguardRm times rm -rf of prefix p through a ckguard S3 mount (tool "ckguard-q": with --quarantine 24h).
+func ckguardRm(t *testing.T, e *s3env, tool, lk string, lat time.Duration, n int, p string, run func(string, int, string, *exec.Cmd)) {
+	e.proxy.SetLatency(0)
+	mnt, idx := t.TempDir(), t.TempDir()
+	args := []string{"mount", "--foreground", "--store", "s3://" + s3Bucket, "--index", idx, "--grace", "0s",
+		"--sync-interval", "1h"}
+	if tool == "ckguard-q" {
+		args = append(args, "--quarantine", "24h")
+	}
+	args = append(args, e.mountArgs(mnt)...)
+	g := exec.Command(e2eCkguard(t), args...)
+	logf, _ := os.Create(filepath.Join(idx, "..", tool+"-"+lk+".log"))
+	g.Stdout, g.Stderr = logf, logf
+	if err := g.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitMounted(t, mnt, g)
+	e.proxy.SetLatency(lat)
+	run(tool+" "+lk, n, p, exec.Command("rm", "-rf", filepath.Join(mnt, p)))
+	e.proxy.SetLatency(0)
+	_ = g.Process.Signal(syscall.SIGTERM)
+	_ = g.Wait()
+	logf.Close()
+	_ = exec.Command("fusermount3", "-uz", mnt).Run()
 }
 
 func envInt(k string, def int) int {
