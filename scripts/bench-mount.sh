@@ -28,31 +28,11 @@ go build -o "$PLAINLOOP" ./fs/internal/cmd/plainloop
 MNT="$WORK/mnt"
 mkdir -p "$MNT"
 PID=""
-cleanup() {
-	if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
-	mountpoint -q "$MNT" && umount -l "$MNT" 2>/dev/null || true
-	if [ -z "${BENCH_DIR:-}" ]; then rm -rf "$WORK"; fi
-}
+# shellcheck source=scripts/bench-lib.sh
+. scripts/bench-lib.sh
 trap cleanup EXIT
 
 now() { date +%s.%N; }
-
-# make_files DIR N: N empty files spread over folders of 1000, mtimes 10 days old (past any grace).
-make_files() {
-	python3 - "$1" "$2" <<'PY'
-import os, sys, time
-root, n = sys.argv[1], int(sys.argv[2])
-old = time.time() - 10 * 86400
-for i in range(n):
-    d = os.path.join(root, "job_old", "shared", "d%03d" % (i // 1000))
-    if i % 1000 == 0:
-        os.makedirs(d, exist_ok=True)
-    p = os.path.join(d, "sst-%06d" % i)
-    with open(p, "wb"):
-        pass
-    os.utime(p, (old, old))
-PY
-}
 
 wait_mounted() {
 	for _ in $(seq 1 600); do
@@ -85,9 +65,6 @@ stop() {
 	kill -TERM "$PID"; wait "$PID" 2>/dev/null || true; PID=""
 	mountpoint -q "$MNT" && umount "$MNT" || true
 }
-
-best() { python3 -c 'import sys; print(min(float(x) for x in sys.argv[1:]))' "$@"; }
-median() { python3 -c 'import sys, statistics; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
 
 # Runs are interleaved (plain, unguarded, guard, plain, ...) so drifting machine load hits every contender
 # alike; the best run of each counts.

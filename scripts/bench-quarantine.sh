@@ -16,28 +16,9 @@ mkdir -p "$WORK"
 MNT="$WORK/mnt"
 mkdir -p "$MNT"
 PID=""
-cleanup() {
-	if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
-	mountpoint -q "$MNT" && umount -l "$MNT" 2>/dev/null || true
-	if [ -z "${BENCH_DIR:-}" ]; then rm -rf "$WORK"; fi
-}
+# shellcheck source=scripts/bench-lib.sh
+. scripts/bench-lib.sh
 trap cleanup EXIT
-
-make_files() {
-	python3 - "$1" "$2" <<'PY'
-import os, sys, time
-root, n = sys.argv[1], int(sys.argv[2])
-old = time.time() - 10 * 86400
-for i in range(n):
-    d = os.path.join(root, "job_old", "shared", "d%03d" % (i // 1000))
-    if i % 1000 == 0:
-        os.makedirs(d, exist_ok=True)
-    p = os.path.join(d, "sst-%06d" % i)
-    with open(p, "wb"):
-        pass
-    os.utime(p, (old, old))
-PY
-}
 
 start() {
 	local q=$1 store=$2
@@ -58,9 +39,6 @@ stop() {
 	kill -TERM "$PID"; wait "$PID" 2>/dev/null || true; PID=""
 	mountpoint -q "$MNT" && umount "$MNT" || true
 }
-
-best() { python3 -c 'import sys; print(min(float(x) for x in sys.argv[1:]))' "$@"; }
-median() { python3 -c 'import sys, statistics; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
 
 declare -A T
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"

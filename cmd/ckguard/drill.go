@@ -118,17 +118,26 @@ func readProgress(f *os.File, now func() time.Time) func(done, total int64) {
 	}
 }
 
-func runDrill(c *cli.Context) error {
+// drill runs the restore drill the command's flags describe over the checkpoints only accepts (nil: every
+// live checkpoint), on an index opened for this run and closed before it returns; root is the store's
+// root, which checkpoint directories are relative to.
+func drill(c *cli.Context, only func(refindex.CheckpointInfo) bool) (res *refindex.DrillResult, root string, err error) {
 	o, err := drillOptions(c)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
+	o.Only = only
 	ix, err := drillIndex(c)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	defer ix.Close()
-	res, err := ix.Drill(c.Context, o)
+	res, err = ix.Drill(c.Context, o)
+	return res, ix.Store().Root(), err
+}
+
+func runDrill(c *cli.Context) error {
+	res, _, err := drill(c, nil)
 	if err != nil {
 		return err
 	}
@@ -201,17 +210,7 @@ func runLatest(c *cli.Context) error {
 	if c.Args().Len() > 0 {
 		return usageError(c, "takes no arguments (give the job with --job)")
 	}
-	o, err := drillOptions(c)
-	if err != nil {
-		return err
-	}
-	o.Only = jobMatcher(c, job)
-	ix, err := drillIndex(c)
-	if err != nil {
-		return err
-	}
-	defer ix.Close()
-	res, err := ix.Drill(c.Context, o)
+	res, root, err := drill(c, jobMatcher(c, job))
 	if err != nil {
 		return err
 	}
@@ -235,7 +234,7 @@ func runLatest(c *cli.Context) error {
 		ck := &cks[i]
 		if ck.OK && ck.Unchecked == 0 {
 			out.Checkpoint = ck
-			out.Path = strings.TrimSuffix(ix.Store().Root(), "/") + "/" + ck.Dir
+			out.Path = strings.TrimSuffix(root, "/") + "/" + ck.Dir
 			break
 		}
 		b, ok := broken[ck.Metadata]

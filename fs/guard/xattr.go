@@ -40,3 +40,13 @@ func (e *Enforcer) Getxattr(ctx context.Context, p, attr string, dest []byte) (u
 	}
 	return uint32(copy(dest, val)), 0
 }
+
+// XattrWriteErrno is what setxattr(2) and removexattr(2) of attr answer on a mount that stores no
+// extended attributes: EPERM for the guard's namespace (the index's answer is not settable), ENOTSUP for
+// any other name ("this filesystem has none", which cp -a and rsync -X accept).
+func XattrWriteErrno(attr string) syscall.Errno {
+	if IsXattr(attr) {
+		return syscall.EPERM
+	}
+	return syscall.ENOTSUP
+}

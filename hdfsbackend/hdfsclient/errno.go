@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"syscall"
+
+	"github.com/ckguard/ckguard/internal/errno"
 )
 
 // Sentinel classes of HDFS failures (besides fs.ErrNotExist, fs.ErrPermission, fs.ErrExist and the
@@ -116,8 +118,8 @@ func Errno(err error) syscall.Errno {
 	var herr *Error
 	if errors.As(err, &herr) {
 		err = herr.Class // the class decides, not an errno buried in the cause (ECONNREFUSED → EIO)
-		if errno, ok := err.(syscall.Errno); ok {
-			return errno // ENOTEMPTY, ENOTDIR, EDQUOT (ENOTEMPTY also "is" fs.ErrExist)
+		if e, ok := err.(syscall.Errno); ok {
+			return e // ENOTEMPTY, ENOTDIR, EDQUOT (ENOTEMPTY also "is" fs.ErrExist)
 		}
 	}
 	switch {
@@ -125,22 +127,12 @@ func Errno(err error) syscall.Errno {
 		return 0
 	case errors.Is(err, ErrSafeMode), errors.Is(err, ErrStandby), errors.Is(err, ErrLease), errors.Is(err, ErrUnavailable):
 		return syscall.EIO
-	case errors.Is(err, fs.ErrNotExist):
-		return syscall.ENOENT
-	case errors.Is(err, fs.ErrPermission):
-		return syscall.EACCES
 	case errors.Is(err, fs.ErrExist):
 		return syscall.EEXIST
 	case errors.Is(err, fs.ErrInvalid):
 		return syscall.EINVAL
-	case errors.Is(err, context.Canceled):
-		return syscall.EINTR
 	}
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
-		return errno
-	}
-	return syscall.EIO
+	return errno.Common(err)
 }
 
 // Unavailable reports whether err says the cluster could not answer (safe mode, standby, RPC trouble):

@@ -89,7 +89,7 @@ func startS3(ctx context.Context, exe, dir string) (*s3Server, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	s.cmd = exec.Command(bin, "--access", s3Access, "--secret", s3Secret, "--port", addr, "--health", "/health", "--quiet", "posix", s.data)
+	s.cmd = exec.Command(bin, versitygw.Args(s3Access, s3Secret, addr, s.data)...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := s.cmd.Start(); err != nil {

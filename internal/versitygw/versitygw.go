@@ -39,6 +39,15 @@ var ErrExited = errors.New("versitygw exited at start")
 // ErrNotHealthy: the health check did not answer 200 within the timeout.
 var ErrNotHealthy = errors.New("versitygw not healthy")
 
+// Args is the command line (after the binary) of a versitygw serving dataDir with its posix backend on
+// addr (host:port) with one access key pair, quiet, with the /health endpoint WaitHealthy polls; flags are
+// further server options (e.g. --keep-alive), placed before the backend name as versitygw requires.
+func Args(access, secret, addr, dataDir string, flags ...string) []string {
+	a := []string{"--access", access, "--secret", secret, "--port", addr, "--health", "/health", "--quiet"}
+	a = append(a, flags...)
+	return append(a, "posix", dataDir)
+}
+
 // WaitHealthy polls endpoint's /health (versitygw started with --health /health) every 20 ms until it
 // answers 200 OK (nil), exited is closed (ErrExited), ctx is done (its error) or timeout has passed
 // (ErrNotHealthy). A server that answers is ready: it then serves requests.

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -67,6 +68,23 @@ func TestWaitHealthy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := WaitHealthy(tc.ctx, tc.endpoint, tc.exited, tc.timeout); !errors.Is(err, tc.want) {
 				t.Fatalf("WaitHealthy = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		want  string
+	}{
+		{"plain", nil, "--access a --secret s --port 127.0.0.1:1 --health /health --quiet posix /d"},
+		{"flags before the backend", []string{"--keep-alive"}, "--access a --secret s --port 127.0.0.1:1 --health /health --quiet --keep-alive posix /d"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := strings.Join(Args("a", "s", "127.0.0.1:1", "/d", tc.flags...), " "); got != tc.want {
+				t.Errorf("Args = %q, want %q", got, tc.want)
 			}
 		})
 	}

@@ -11,6 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
+
+	"github.com/ckguard/ckguard/internal/errno"
 )
 
 // Sentinel errors every S3 failure is classified into (besides fs.ErrNotExist and fs.ErrPermission, which
@@ -107,20 +109,10 @@ func Errno(err error) syscall.Errno {
 		return 0
 	case errors.Is(err, ErrUnavailable):
 		return syscall.EIO
-	case errors.Is(err, fs.ErrNotExist):
-		return syscall.ENOENT
-	case errors.Is(err, fs.ErrPermission):
-		return syscall.EACCES
 	case errors.Is(err, ErrPrecondition):
 		return syscall.ESTALE
 	case errors.Is(err, ErrNotImplemented):
 		return syscall.ENOTSUP
-	case errors.Is(err, context.Canceled):
-		return syscall.EINTR
 	}
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
-		return errno
-	}
-	return syscall.EIO
+	return errno.Common(err)
 }

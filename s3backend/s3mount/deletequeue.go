@@ -2,11 +2,8 @@ package s3mount
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 	"syscall"
 	"time"
 
@@ -170,20 +167,11 @@ func (m *Mounted) QueueStats() deleteq.Stats {
 // PreconditionFailed, then deleted with its own. Only then are queued deletions sent in batches; otherwise
 // they go as parallel conditional DeleteObject requests. An error means "not shown": the safe side.
 func ProbeBatchIfMatch(ctx context.Context, c *s3client.Client) (bool, error) {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	key, etag, wrong, err := putProbe(ctx, c, "batch", "batch if-match probe")
+	if err != nil {
 		return false, err
 	}
-	key := ".ckguard-batch-probe-" + hex.EncodeToString(b[:])
-	etag, err := c.Put(ctx, key, strings.NewReader("probe"), 5, s3client.PutOptions{IfNoneMatch: true})
-	if err != nil {
-		return false, fmt.Errorf("batch if-match probe: write %s: %w", key, err)
-	}
 	defer func() { _ = c.Delete(context.WithoutCancel(ctx), key, "") }()
-	wrong := "0123456789abcdef0123456789abcdef"
-	if etag == wrong {
-		wrong = "fedcba9876543210fedcba9876543210"
-	}
 	errs, err := c.DeleteBatch(ctx, []s3client.DeleteItem{{Key: key, IfMatch: wrong}})
 	if err != nil {
 		return false, fmt.Errorf("batch if-match probe: %w", err)

@@ -426,22 +426,13 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 // Setxattr refuses the guard's own attributes (they are the index's answer, not settable) and stores no
 // others (ENOTSUP, which cp -a and rsync -X take as "this filesystem has none").
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	if strings.HasPrefix(attr, xattrNS) {
-		return syscall.EPERM
-	}
-	return syscall.ENOTSUP
+	return guard.XattrWriteErrno(attr)
 }
 
 // Removexattr is Setxattr's counterpart.
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	if strings.HasPrefix(attr, xattrNS) {
-		return syscall.EPERM
-	}
-	return syscall.ENOTSUP
+	return guard.XattrWriteErrno(attr)
 }
-
-// xattrNS is the guard's attribute namespace (user.ckguard.state, user.ckguard.refs).
-const xattrNS = "user.ckguard."
 
 // Mkdir writes a "name/" marker, so the empty directory exists for other clients too.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {

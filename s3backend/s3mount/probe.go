@@ -18,18 +18,9 @@ import (
 // afresh before every decision instead (Options.FreshETags). An error means the probe could not run
 // (read-only credentials, network); callers treat that as "not honoured" — the safe side.
 func ProbeIfMatch(ctx context.Context, c *s3client.Client) (bool, error) {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return false, err
-	}
-	key := ".ckguard-ifmatch-probe-" + hex.EncodeToString(b[:])
-	etag, err := c.Put(ctx, key, strings.NewReader("probe"), 5, s3client.PutOptions{IfNoneMatch: true})
+	key, etag, wrong, err := putProbe(ctx, c, "ifmatch", "if-match probe")
 	if err != nil {
-		return false, fmt.Errorf("if-match probe: write %s: %w", key, err)
-	}
-	wrong := "0123456789abcdef0123456789abcdef"
-	if etag == wrong {
-		wrong = "fedcba9876543210fedcba9876543210"
+		return false, err
 	}
 	err = c.Delete(ctx, key, wrong)
 	if errors.Is(err, s3client.ErrPrecondition) {
@@ -47,4 +38,24 @@ func ProbeIfMatch(ctx context.Context, c *s3client.Client) (bool, error) {
 		return false, fmt.Errorf("if-match probe: conditional delete of %s: %w", key, err)
 	}
 	return false, nil // deleted despite the wrong ETag
+}
+
+// putProbe writes a fresh probe object (.ckguard-<kind>-probe-<random>, create-only, so it never meets a
+// real object) and returns its key, its ETag and an ETag guaranteed to differ from it, for a probe that
+// must see a delete with the wrong ETag refused. label prefixes the error.
+func putProbe(ctx context.Context, c *s3client.Client, kind, label string) (key, etag, wrong string, err error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", "", "", err
+	}
+	key = ".ckguard-" + kind + "-probe-" + hex.EncodeToString(b[:])
+	etag, err = c.Put(ctx, key, strings.NewReader("probe"), 5, s3client.PutOptions{IfNoneMatch: true})
+	if err != nil {
+		return "", "", "", fmt.Errorf("%s: write %s: %w", label, key, err)
+	}
+	wrong = "0123456789abcdef0123456789abcdef"
+	if etag == wrong {
+		wrong = "fedcba9876543210fedcba9876543210"
+	}
+	return key, etag, wrong, nil
 }

@@ -118,8 +118,7 @@ func (s *Server) start() error {
 	s.logs.Reset()
 	// --keep-alive: by default versitygw answers every request with "Connection: close", which no real S3
 	// service does and which made each request a new TCP connection.
-	cmd := exec.Command(s.bin, "--access", AccessKey, "--secret", SecretKey, "--port", s.Addr,
-		"--health", "/health", "--quiet", "--keep-alive", "posix", s.DataDir)
+	cmd := exec.Command(s.bin, versitygw.Args(AccessKey, SecretKey, s.Addr, s.DataDir, "--keep-alive")...)
 	cmd.Stdout, cmd.Stderr = &s.logs, &s.logs
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start versitygw: %w", err)
