@@ -62,11 +62,8 @@ func Mount(o Options) (*Mounted, error) {
 	if st, err := os.Stat(store); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("store %s is not a directory: %v", store, err)
 	}
-	mnt, err := filepath.Abs(o.Mountpoint)
+	mnt, err := mountutil.PrepareAbs(o.Mountpoint, o.Logger)
 	if err != nil {
-		return nil, err
-	}
-	if err := mountutil.PrepareLogged(mnt, o.Logger); err != nil {
 		return nil, err
 	}
 	// The modes the kernel sends with a create, mkdir or mknod already have the caller's umask applied;

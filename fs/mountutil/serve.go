@@ -2,7 +2,11 @@ package mountutil
 
 import (
 	"fmt"
+	"log"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -20,6 +24,33 @@ func PrepareLogged(mnt string, log *slog.Logger) error {
 		log.Warn("replaced a stale mount left by a crashed ckguard (transport endpoint was not connected)", "mountpoint", mnt)
 	}
 	return nil
+}
+
+// PrepareAbs makes mountpoint absolute and prepares it like PrepareLogged, returning the absolute path.
+func PrepareAbs(mountpoint string, log *slog.Logger) (string, error) {
+	mnt, err := filepath.Abs(mountpoint)
+	if err != nil {
+		return "", err
+	}
+	if err := PrepareLogged(mnt, log); err != nil {
+		return "", err
+	}
+	return mnt, nil
+}
+
+// RemoteOptions are the go-fuse options of a mount over a remote store (S3, HDFS): the kernel keeps
+// entries, attributes and negative lookups for 1 s, every file is owned by uid/gid, go-fuse logs to
+// stderr. The caller fills in MountOptions.
+func RemoteOptions(uid, gid uint32) *fs.Options {
+	sec := time.Second
+	return &fs.Options{
+		EntryTimeout:    &sec,
+		AttrTimeout:     &sec,
+		NegativeTimeout: &sec,
+		UID:             uid,
+		GID:             gid,
+		Logger:          log.New(os.Stderr, "go-fuse: ", 0),
+	}
 }
 
 // Serve mounts the node tree root at mnt and serves it in the background, counting every FUSE request in

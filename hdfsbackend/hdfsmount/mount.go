@@ -17,13 +17,10 @@ package hdfsmount
 import (
 	"context"
 	"fmt"
-	"log"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
-	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ckguard/ckguard/fs/guard"
@@ -99,37 +96,26 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 	} else {
 		o.Logger.Info("the NameNode has no trash (fs.trash.interval = 0): deletions through the mount are final")
 	}
-	mnt, err := filepath.Abs(o.Mountpoint)
+	mnt, err := mountutil.PrepareAbs(o.Mountpoint, o.Logger)
 	if err != nil {
 		return nil, err
 	}
-	if err := mountutil.PrepareLogged(mnt, o.Logger); err != nil {
-		return nil, err
-	}
 	fsys := &filesystem{fs: o.FS, dir: o.Dir, g: o.Enforcer, log: o.Logger, trash: d.TrashInterval > 0, now: o.Now, uid: o.UID, gid: o.GID, attrs: newAttrCache(maxCached)}
-	sec := time.Second
-	opts := &gofs.Options{
-		EntryTimeout:    &sec,
-		AttrTimeout:     &sec,
-		NegativeTimeout: &sec,
-		UID:             o.UID,
-		GID:             o.GID,
-		Logger:          log.New(os.Stderr, "go-fuse: ", 0),
-		MountOptions: fuse.MountOptions{
-			AllowOther:  o.AllowOther,
-			FsName:      o.Name,
-			Name:        "ckguard-hdfs",
-			Options:     []string{"default_permissions"},
-			DirectMount: true,
-			// Plain readdir: find and rm -rf read the type from the entry, so no per-entry lookup rides on
-			// the listing (READDIRPLUS makes go-fuse look up every entry, halving find's speed); the
-			// lookups that do come (rm, ls -l) are answered from the listing's attributes (attrCache).
-			DisableReadDirPlus: true,
-			Debug:              o.Debug,
-			MaxReadAhead:       1 << 20,
-			MaxWrite:           1 << 20,
-			MaxBackground:      64,
-		},
+	opts := mountutil.RemoteOptions(o.UID, o.GID)
+	opts.MountOptions = fuse.MountOptions{
+		AllowOther:  o.AllowOther,
+		FsName:      o.Name,
+		Name:        "ckguard-hdfs",
+		Options:     []string{"default_permissions"},
+		DirectMount: true,
+		// Plain readdir: find and rm -rf read the type from the entry, so no per-entry lookup rides on
+		// the listing (READDIRPLUS makes go-fuse look up every entry, halving find's speed); the
+		// lookups that do come (rm, ls -l) are answered from the listing's attributes (attrCache).
+		DisableReadDirPlus: true,
+		Debug:              o.Debug,
+		MaxReadAhead:       1 << 20,
+		MaxWrite:           1 << 20,
+		MaxBackground:      64,
 	}
 	server, err := mountutil.Serve(&node{fsys: fsys}, mnt, opts, o.Metrics, o.Name)
 	if err != nil {

@@ -9,15 +9,12 @@ import (
 	"fmt"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/s3backend/s3quarantine"
-	"log"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
@@ -154,11 +151,8 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 	if err := o.Client.Check(ctx); err != nil {
 		return nil, fmt.Errorf("bucket %s is not reachable (check --s3-endpoint, credentials, --s3-path-style): %w", loc, err)
 	}
-	mnt, err := filepath.Abs(o.Mountpoint)
+	mnt, err := mountutil.PrepareAbs(o.Mountpoint, o.Logger)
 	if err != nil {
-		return nil, err
-	}
-	if err := mountutil.PrepareLogged(mnt, o.Logger); err != nil {
 		return nil, err
 	}
 	ownSpool := o.SpoolDir == ""
@@ -175,25 +169,17 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 		return nil, err
 	}
 	root := &node{fsys: fsys}
-	sec := time.Second
-	opts := &fs.Options{
-		EntryTimeout:    &sec,
-		AttrTimeout:     &sec,
-		NegativeTimeout: &sec,
-		UID:             o.UID,
-		GID:             o.GID,
-		Logger:          log.New(os.Stderr, "go-fuse: ", 0),
-		MountOptions: fuse.MountOptions{
-			AllowOther:    o.AllowOther,
-			FsName:        loc.String(),
-			Name:          "ckguard-s3",
-			Options:       []string{"default_permissions"},
-			DirectMount:   true,
-			Debug:         o.Debug,
-			MaxReadAhead:  1 << 20, // the most one READ request can carry (max_pages); see KernelReadAhead
-			MaxWrite:      1 << 20,
-			MaxBackground: 64,
-		},
+	opts := mountutil.RemoteOptions(o.UID, o.GID)
+	opts.MountOptions = fuse.MountOptions{
+		AllowOther:    o.AllowOther,
+		FsName:        loc.String(),
+		Name:          "ckguard-s3",
+		Options:       []string{"default_permissions"},
+		DirectMount:   true,
+		Debug:         o.Debug,
+		MaxReadAhead:  1 << 20, // the most one READ request can carry (max_pages); see KernelReadAhead
+		MaxWrite:      1 << 20,
+		MaxBackground: 64,
 	}
 	server, err := mountutil.Serve(root, mnt, opts, o.Metrics, loc.String())
 	if err != nil {
