@@ -50,3 +50,24 @@ func XattrWriteErrno(attr string) syscall.Errno {
 	}
 	return syscall.ENOTSUP
 }
+
+// NoStoredXattrs gives the node of a mount whose store keeps no extended attributes (S3, HDFS) its
+// listxattr, setxattr and removexattr, embedded in the node: nothing is listed (the guard's own
+// attributes are the index's answer about the name, not data of the file: cp -a, rsync -X and mv must
+// not copy them), and writes answer XattrWriteErrno. Getxattr stays the mount's (Enforcer.Getxattr).
+type NoStoredXattrs struct{}
+
+// Listxattr lists nothing.
+func (NoStoredXattrs) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	return 0, 0
+}
+
+// Setxattr answers XattrWriteErrno.
+func (NoStoredXattrs) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return XattrWriteErrno(attr)
+}
+
+// Removexattr answers XattrWriteErrno.
+func (NoStoredXattrs) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return XattrWriteErrno(attr)
+}

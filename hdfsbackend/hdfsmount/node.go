@@ -23,6 +23,7 @@ import (
 
 type node struct {
 	gofs.Inode
+	guard.NoStoredXattrs
 	fsys *filesystem
 
 	mu sync.Mutex
@@ -259,20 +260,6 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 		return uint32(len(val)), syscall.ERANGE
 	}
 	return uint32(copy(dest, val)), 0
-}
-
-// Listxattr lists nothing: the guard's attributes are the index's answer about this name, not data of
-// the file (cp -a and rsync -X must not copy them off the mount).
-func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) { return 0, 0 }
-
-// Setxattr refuses the guard's own attributes and stores no others (ENOTSUP: "this filesystem has none").
-func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return guard.XattrWriteErrno(attr)
-}
-
-// Removexattr is Setxattr's counterpart.
-func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	return guard.XattrWriteErrno(attr)
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {

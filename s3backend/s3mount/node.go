@@ -39,6 +39,7 @@ type filesystem struct {
 // a rename moves it without bookkeeping).
 type node struct {
 	gofs.Inode
+	guard.NoStoredXattrs
 	fsys *filesystem
 
 	mu sync.Mutex
@@ -417,21 +418,6 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 		return 0, syscall.ENODATA
 	}
 	return n.fsys.g.Getxattr(ctx, n.key(), attr, dest)
-}
-
-// Listxattr lists nothing: S3 objects carry no extended attributes, and the guard's own are computed, not
-// stored. Listing them would make cp -a, rsync -X and mv copy a state that is not the copy's.
-func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) { return 0, 0 }
-
-// Setxattr refuses the guard's own attributes (they are the index's answer, not settable) and stores no
-// others (ENOTSUP, which cp -a and rsync -X take as "this filesystem has none").
-func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return guard.XattrWriteErrno(attr)
-}
-
-// Removexattr is Setxattr's counterpart.
-func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	return guard.XattrWriteErrno(attr)
 }
 
 // Mkdir writes a "name/" marker, so the empty directory exists for other clients too.
