@@ -58,7 +58,7 @@ func TestDiscoveryFailsClosed(t *testing.T) {
 		{"standby", hdfsclient.ErrStandby},
 		{"rpc", hdfsclient.ErrUnavailable},
 		{"permission", fs.ErrPermission},
-		{"vanished", fs.ErrNotExist}, // a directory deleted between its parent's listing and its own
+		{"vanished", fs.ErrNotExist}, // a directory deleted between its parent's listing and its own: an error only for the root
 	}
 	for _, fc := range faults {
 		for _, failing := range []string{"/flink/checkpoints", "/flink/checkpoints/j2", "/flink/checkpoints/j2/chk-1"} {
@@ -79,6 +79,15 @@ func TestDiscoveryFailsClosed(t *testing.T) {
 					return nil
 				}
 				got, err := listMeta(s)
+				if fc.name == "vanished" && failing != "/flink/checkpoints" {
+					// A folder below the store root that is gone by the time it is listed (Flink removing
+					// a subsumed chk-N) is simply gone, as on a local store: the walk goes on without it.
+					// (A retirement this causes is listed again before it is applied: refindex.)
+					if err != nil || strings.Contains(got, strings.TrimPrefix(failing, "/flink/checkpoints/")+"/") {
+						t.Fatalf("discovery with %s gone = %q, %v; want the rest, without it", failing, got, err)
+					}
+					return
+				}
 				if err == nil {
 					t.Fatalf("discovery with a failing listing of %s succeeded: %q", failing, got)
 				}

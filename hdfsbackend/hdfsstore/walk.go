@@ -57,9 +57,13 @@ func (s *Store) walk(ctx context.Context, key string, fn func(store.ObjectInfo) 
 						return context.Cause(ctx)
 					}
 				})
-				// A missing (or non-directory) starting prefix is an empty walk; anything else stops
-				// it, a missing store root too (an empty answer would retire every checkpoint).
-				if err != nil && !(dir == key && key != "" && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrInvalid))) {
+				// A missing (or non-directory) starting prefix is an empty walk, and a folder below it
+				// that is gone by the time it is listed (Flink removing a subsumed chk-N meanwhile) is
+				// simply gone, as on a local store; anything else stops the walk, a missing store root
+				// too (an empty answer would retire every checkpoint).
+				startGone := dir == key && key != "" && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrInvalid))
+				belowGone := dir != key && errors.Is(err, fs.ErrNotExist)
+				if err != nil && !startGone && !belowGone {
 					cancel(err)
 				}
 				q.done()
