@@ -2,6 +2,8 @@ package guard
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -135,3 +137,30 @@ func (e *Enforcer) update(u *indexUpdate, fromDo bool) syscall.Errno {
 	e.mu.Unlock()
 	return e.finish(u)
 }
+
+// RestoreMetadata puts the _metadata p back into the store with put (a quarantine restore: a rename
+// on a local store, a copy on S3) without holding the enforcer's lock while put runs, so a slow put
+// blocks no decision: the index update is pending from before put starts (taken under the lock, so
+// every decision after it sees it: what the index would allow is refused meanwhile, index-pending), and
+// once put succeeded p is indexed before RestoreMetadata returns. If it cannot be, undo (when set) takes
+// p away again while the update is still pending, and the error wraps ErrNotRecorded. put's error is
+// returned as is, with nothing recorded. A file other than a _metadata needs none of this: its reappearance changes no
+// decision.
+func (e *Enforcer) RestoreMetadata(ctx context.Context, p string, put func() error, undo func()) error {
+	u := &indexUpdate{kind: "restored", path: p, key: p, ctx: ctx, undo: undo,
+		run: func(ctx context.Context) error { return e.checker.Written(ctx, p) }}
+	e.mu.Lock()
+	e.start(u)
+	e.mu.Unlock()
+	if err := put(); err != nil {
+		e.pending.done(u.key)
+		return err
+	}
+	if errno := e.finish(u); errno != 0 {
+		return fmt.Errorf("%s: %w (%v)", p, ErrNotRecorded, errno)
+	}
+	return nil
+}
+
+// ErrNotRecorded: the index could not record a change made through the mount (see the log).
+var ErrNotRecorded = errors.New("the index could not record the change")

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/fs/guard"
@@ -70,27 +69,35 @@ func newStager(c Config, area quarantine.Staging, enf *guard.Enforcer, met *metr
 			return false, nil
 		},
 		RestoreOne: func(ctx context.Context, id string) (quarantine.Entry, error) {
+			// Only a _metadata's return changes decisions; its put runs with the index update pending
+			// (RestoreMetadata), never under the enforcer's lock (an S3 copy can take seconds).
+			key, err := entryKey(ctx, area, id)
+			if err != nil {
+				return quarantine.Entry{}, err
+			}
 			var got quarantine.Entry
 			var rerr error
-			errno := enf.MutateExclusive(ctx, nil, func() syscall.Errno {
+			if !guard.IsMetadata(key) {
 				got, rerr = area.Restore(ctx, id)
 				if rerr != nil {
-					return syscall.EIO
+					return quarantine.Entry{}, rerr
 				}
-				if !guard.IsMetadata(got.Key()) {
-					return 0
+				log.Info("restored from quarantine", "path", got.Key(), "entry", got.ID, "deleted_at", got.DeletedAt)
+				return got, nil
+			}
+			err = enf.RestoreMetadata(ctx, key, func() error {
+				got, rerr = area.Restore(ctx, id)
+				return rerr
+			}, func() {
+				if _, err := area.Restage(ctx, got.Key(), got.Decision); err != nil {
+					log.Error("quarantine: a restored _metadata the index could not record could not be moved back either; the next sync indexes it", "path", got.Key(), "err", err)
 				}
-				return enf.Linked(ctx, got.Key(), func() {
-					if _, err := area.Restage(ctx, got.Key(), got.Decision); err != nil {
-						log.Error("quarantine: a restored _metadata the index could not record could not be moved back either; the next sync indexes it", "path", got.Key(), "err", err)
-					}
-				})
 			})
 			if rerr != nil {
 				return quarantine.Entry{}, rerr
 			}
-			if errno != 0 {
-				return quarantine.Entry{}, fmt.Errorf("restore /%s: the index could not record the restored checkpoint (%v), so it went back into quarantine; retry once `ckguard stats` shows a recent sync", got.Key(), errno)
+			if err != nil {
+				return quarantine.Entry{}, fmt.Errorf("restore /%s: the index could not record the restored checkpoint (%v), so it went back into quarantine; retry once `ckguard stats` shows a recent sync", got.Key(), err)
 			}
 			log.Info("restored from quarantine", "path", got.Key(), "entry", got.ID, "deleted_at", got.DeletedAt)
 			return got, nil
@@ -150,3 +157,17 @@ func (f *finder) FindQuarantined(ctx context.Context, key string) (refindex.Quar
 
 // stagingBox holds an area for an atomic.Pointer.
 type stagingBox struct{ a quarantine.Staging }
+
+// entryKey is the original key of quarantine entry id (ErrNoEntry when the area holds none).
+func entryKey(ctx context.Context, area quarantine.Area, id string) (string, error) {
+	es, err := area.List(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range es {
+		if e.ID == id {
+			return e.Key(), nil
+		}
+	}
+	return "", fmt.Errorf("quarantine entry %s: %w", id, quarantine.ErrNoEntry)
+}
