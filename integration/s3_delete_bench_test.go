@@ -209,7 +209,7 @@ func ckguardRm(t *testing.T, e *s3env, tool, lk string, lat time.Duration, n int
 	e.proxy.SetLatency(0)
 	mnt, idx := t.TempDir(), t.TempDir()
 	args := []string{"mount", "--foreground", "--store", "s3://" + s3Bucket, "--index", idx, "--grace", "0s",
-		"--sync-interval", "1h"}
+		"--sync-interval", "1h", "--max-staleness", "0s"}
 	if tool == "ckguard-q" {
 		args = append(args, "--quarantine", "24h")
 	}
