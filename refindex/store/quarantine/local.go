@@ -543,7 +543,9 @@ func (l *Local) Purge(ctx context.Context, id string) error {
 var _ Staging = (*Local)(nil)
 
 // Restage is MoveKey (Staging).
-func (l *Local) Restage(_ context.Context, key string, d Decision) (Entry, error) { return l.MoveKey(key, d) }
+func (l *Local) Restage(_ context.Context, key string, d Decision) (Entry, error) {
+	return l.MoveKey(key, d)
+}
 
 // MoveKey is MoveAt for the store key key, its folder opened beneath the root without following a
 // symlink (and never created).
