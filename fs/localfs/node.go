@@ -17,7 +17,10 @@ package localfs
 import (
 	"context"
 	"log/slog"
+	"os"
 	"path"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -37,8 +40,9 @@ type node struct {
 	*fs.LoopbackNode
 	enf  *guard.Enforcer
 	root *storeRoot // shared by every node of the mount
-	// creatorPID and createdAt (unix nanoseconds) name the process that created this file through the
-	// mount, and when: it may set its own new file's mtime into the past (see ownNewFile).
+	// creatorPID (a process id, see processOf) and createdAt (unix nanoseconds) name the process that
+	// created this file through the mount, and when: it may set its own new file's mtime into the past
+	// (see ownNewFile).
 	creatorPID atomic.Uint32
 	createdAt  atomic.Int64
 	// openDir is a folder handle open on this folder (the last one opened, until it is released): its
@@ -56,7 +60,7 @@ const ownNewFileWindow = 10 * time.Minute
 func (n *node) markCreated(ctx context.Context) {
 	if c, ok := fuse.FromContext(ctx); ok && c != nil && c.Pid != 0 {
 		n.createdAt.Store(time.Now().UnixNano())
-		n.creatorPID.Store(c.Pid)
+		n.creatorPID.Store(processOf(c.Pid))
 	}
 }
 
@@ -70,7 +74,38 @@ func (n *node) ownNewFile(ctx context.Context) bool {
 		return false
 	}
 	c, ok := fuse.FromContext(ctx)
-	return ok && c != nil && c.Pid == pid && time.Since(time.Unix(0, n.createdAt.Load())) < ownNewFileWindow
+	if !ok || c == nil || time.Since(time.Unix(0, n.createdAt.Load())) >= ownNewFileWindow {
+		return false
+	}
+	return processOf(c.Pid) == pid
+}
+
+// processOf is the process (thread group) that thread tid belongs to: FUSE names the calling thread,
+// and a multithreaded program (a Go or Java restore tool) may create a file on one thread and set its
+// times on another. Unknown (the thread is gone): tid itself.
+func processOf(tid uint32) uint32 {
+	if g := tgid(tid); g != 0 {
+		return g
+	}
+	return tid
+}
+
+// tgid is the process (thread group) id of thread tid, from /proc/<tid>/status; 0 if unknown.
+func tgid(tid uint32) uint32 {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(tid), 10) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Tgid:"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+			if err != nil {
+				return 0
+			}
+			return uint32(n)
+		}
+	}
+	return 0
 }
 
 var (

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -546,5 +547,34 @@ func TestBackdatingOwnNewFile(t *testing.T) {
 	}
 	if st, err := os.Stat(x.store(x.job + "/shared/restored-by-cp-p")); err != nil || st.ModTime().Sub(past).Abs() > time.Second {
 		t.Errorf("cp -p result: %v, want mtime %v", err, past)
+	}
+}
+
+// TestBackdatingOwnNewFileFromAnotherThread: FUSE names the calling thread, not its process; a
+// multithreaded restore tool that creates a file on one thread and sets its times on another is still
+// the file's creator.
+func TestBackdatingOwnNewFileFromAnotherThread(t *testing.T) {
+	x := mountIndexed(t)
+	own := x.job + "/shared/restored-by-a-threaded-tool"
+	other := x.job + "/shared/in-flight"
+	if err := os.WriteFile(x.m(other), []byte("young"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if x.ix.Decide(context.Background(), other, verdict.OpWrite).Allow {
+		t.Skip("the index allows OpWrite of in-grace files: backdating is not refused for anyone")
+	}
+	created := make(chan error)
+	go func() {
+		runtime.LockOSThread() // never unlocked: this thread ends with the goroutine
+		created <- os.WriteFile(x.m(own), []byte("restored"), 0o644)
+	}()
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+	runtime.LockOSThread() // another thread than the creating one, which is gone or still locked
+	defer runtime.UnlockOSThread()
+	past := time.Now().Add(-30 * 24 * time.Hour)
+	if err := os.Chtimes(x.m(own), past, past); err != nil {
+		t.Errorf("backdating, from another thread of the creating process: %v", err)
 	}
 }

@@ -57,8 +57,8 @@ func (l *lossMetrics) register(r *prometheus.Registry) {
 		Name: "ckguard_loss_check_failures_total",
 		Help: "Loss check passes that failed (a stat error other than not-found, the index unavailable): they proved nothing.",
 	})
-	age := sinceGauge("ckguard_loss_check_age_seconds",
-		"Seconds since the last complete loss check ended (every referenced object stat'ed since it began); -1 before the first.",
+	age := sinceGauge(prometheus.GaugeOpts{Name: "ckguard_loss_check_age_seconds",
+		Help: "Seconds since the last complete loss check ended (every referenced object stat'ed since it began); -1 before the first."},
 		&l.mu, &l.lastComplete)
 	r.MustRegister(l.broken, l.missing, l.objects, l.failures, age)
 }

@@ -124,8 +124,8 @@ func New() *Metrics {
 		Name: "ckguard_inferred_maps", Help: "Prefix maps the store proved for references no --map covers (applied; add them as --map to make them explicit)."})
 	m.clockBehind = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "ckguard_store_clock_behind_seconds", Help: "How far ages of store files are corrected because the store's clock is (or was, within --grace) behind this host's; 0 when the clocks agree."})
-	lag := sinceGauge("ckguard_index_lag_seconds", "Seconds since the last successful index sync (-1 before the first).",
-		&m.mu, &m.lastSync)
+	lag := sinceGauge(prometheus.GaugeOpts{Name: "ckguard_index_lag_seconds",
+		Help: "Seconds since the last successful index sync (-1 before the first)."}, &m.mu, &m.lastSync)
 	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ckguard_fuse_requests_in_flight",
 		Help: "FUSE requests the daemon is answering now.",
@@ -303,8 +303,8 @@ func (m *Metrics) ServeWithin(ctx context.Context, addr string, lim connlimit.Li
 
 // sinceGauge exports the seconds since *t, read under mu at each scrape; -1 while *t is zero (never
 // happened), so a dashboard cannot mistake "not yet" for "just now".
-func sinceGauge(name, help string, mu *sync.Mutex, t *time.Time) prometheus.GaugeFunc {
-	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+func sinceGauge(opts prometheus.GaugeOpts, mu *sync.Mutex, t *time.Time) prometheus.GaugeFunc {
+	return prometheus.NewGaugeFunc(opts, func() float64 {
 		mu.Lock()
 		defer mu.Unlock()
 		if t.IsZero() {
