@@ -448,7 +448,13 @@ func guardedScenarioOn(t *testing.T, g *guardMount, version, mode string, o jobO
 			t.Fatalf("ckguard latest --job %s: exit %d\n%s", c.jobID(), code, out)
 		}
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		from = flinkLocalPath(strings.TrimSpace(lines[len(lines)-1]))
+		p := strings.TrimSpace(lines[len(lines)-1])
+		if rest, ok := strings.CutPrefix(p, g.storeArg+"/"); ok && strings.Contains(g.storeArg, "://") {
+			// An s3:// store: latest names the URI; this Flink has no S3 file system and reaches the
+			// same object at the same key below its local root (the mount, or the bucket's folder).
+			p = filepath.Join(g.flinkRoot, rest)
+		}
+		from = flinkLocalPath(p)
 		t.Logf("ckguard latest --job %s: %s (C's last completed checkpoint: %s)", c.jobID(), from, flinkCheckpointDir(cLast))
 	}
 	d, _ := startRestored(t, version, "D", ck, from, "LEGACY", 1, o)
