@@ -115,31 +115,16 @@ func (c *cursor) u8() uint8 {
 	return v
 }
 
-func (c *cursor) u16() uint16 {
-	if len(c.buf)-c.i < 2 && !c.fill(2) {
-		return 0
-	}
-	v := binary.BigEndian.Uint16(c.buf[c.i:])
-	c.i += 2
-	return v
-}
+// The fixed-width integers are big-endian (Java's DataOutput); a short read yields 0 with c.err set.
+func (c *cursor) u16() uint16 { return decodeOr0(c.bytesN(2), binary.BigEndian.Uint16) }
+func (c *cursor) i32() int32  { return int32(decodeOr0(c.bytesN(4), binary.BigEndian.Uint32)) }
+func (c *cursor) i64() int64  { return int64(decodeOr0(c.bytesN(8), binary.BigEndian.Uint64)) }
 
-func (c *cursor) i32() int32 {
-	if len(c.buf)-c.i < 4 && !c.fill(4) {
+func decodeOr0[T uint16 | uint32 | uint64](b []byte, decode func([]byte) T) T {
+	if b == nil {
 		return 0
 	}
-	v := binary.BigEndian.Uint32(c.buf[c.i:])
-	c.i += 4
-	return int32(v)
-}
-
-func (c *cursor) i64() int64 {
-	if len(c.buf)-c.i < 8 && !c.fill(8) {
-		return 0
-	}
-	v := binary.BigEndian.Uint64(c.buf[c.i:])
-	c.i += 8
-	return int64(v)
+	return decode(b)
 }
 
 // bytesN returns the next n bytes; valid only until the next read.

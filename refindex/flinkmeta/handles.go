@@ -184,11 +184,7 @@ func (p *parser) keyed(depth int) KeyedHandle {
 			h.HandleID = c.str()
 		}
 	case KeyedChangelog, KeyedChangelogV2:
-		c.what = "ChangelogStateBackendHandle"
-		if h.Code == KeyedChangelog {
-			p.sawChangelogV1 = true
-		}
-		h.Start, h.Num = p.keyGroupRange()
+		p.changelogStart(&h, "ChangelogStateBackendHandle", h.Code == KeyedChangelog)
 		long := h.Code == KeyedChangelogV2 || !short
 		if long {
 			h.CheckpointedSize = c.i64()
@@ -204,9 +200,7 @@ func (p *parser) keyed(depth int) KeyedHandle {
 			h.HandleID = c.str()
 		}
 	case KeyedInMemoryChangelog:
-		c.what = "InMemoryChangelogStateHandle"
-		p.sawChangelogV1 = true // its id field is absent in the 1.14 layout
-		h.Start, h.Num = p.keyGroupRange()
+		p.changelogStart(&h, "InMemoryChangelogStateHandle", true) // its id field is absent in the 1.14 layout
 		h.FromSeq = c.i64()
 		h.ToSeq = c.i64()
 		n := c.count(8, "changelog changes")
@@ -228,11 +222,7 @@ func (p *parser) keyed(depth int) KeyedHandle {
 			h.HandleID = c.str()
 		}
 	case KeyedChangelogFile, KeyedChangelogFileV2:
-		c.what = "ChangelogStateHandleStreamImpl"
-		if h.Code == KeyedChangelogFile {
-			p.sawChangelogV1 = true
-		}
-		h.Start, h.Num = p.keyGroupRange()
+		p.changelogStart(&h, "ChangelogStateHandleStreamImpl", h.Code == KeyedChangelogFile)
 		n := c.count(8+1, "changelog file increments")
 		if n > 0 {
 			h.Files = make([]OffsetHandle, 0, capFor(n))
@@ -255,6 +245,16 @@ func (p *parser) keyed(depth int) KeyedHandle {
 		c.seekFail(at, fmt.Sprintf("keyed state handle type code 0, 3, 5, 7, 8, 9, 10, 11, 12, 13 or 14, got %d", h.Code))
 	}
 	return h
+}
+
+// changelogStart reads the key-group range every changelog handle starts with. A code that exists
+// only in the Flink 1.14 layout (v1) marks the file as such, which decides how later handles are read.
+func (p *parser) changelogStart(h *KeyedHandle, what string, v1 bool) {
+	p.c.what = what
+	if v1 {
+		p.sawChangelogV1 = true
+	}
+	h.Start, h.Num = p.keyGroupRange()
 }
 
 // keyGroupRange reads "i32 start, i32 num" with num >= 0.
