@@ -245,7 +245,7 @@ func (e *Enforcer) record1(ctx context.Context, c Check, d verdict.Decision) sys
 		rec.Decision = "allow"
 	} else {
 		rec.Decision = "refuse"
-		rec.Errno = errnoName(errno)
+		rec.Errno = ErrnoName(errno)
 	}
 	if e.audit != nil {
 		if err := e.audit.Record(rec); err != nil {
@@ -364,7 +364,9 @@ func (e *Enforcer) putRecord(r *audit.Record) {
 	e.records.Put(r)
 }
 
-func errnoName(e syscall.Errno) string {
+// ErrnoName is how the audit log names an errno (Record.Errno): its symbolic name for the errnos the
+// enforcer answers with, the number otherwise.
+func ErrnoName(e syscall.Errno) string {
 	switch e {
 	case syscall.EPERM:
 		return "EPERM"

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/fs/audit"
+	"github.com/ckguard/ckguard/fs/guard"
 )
 
 // Keys of the guarded-operations cases: ref is what a live checkpoint references.
@@ -43,9 +44,9 @@ func (a audited) check(t *testing.T, e *env, recs []audit.Record, before int) {
 		return
 	}
 	r := added[i]
-	if a.kind == "refuse" && (r.Errno != errnoName(e.refuse) || r.Reason != "referenced" || r.PID == 0 || r.Comm == "" ||
+	if a.kind == "refuse" && (r.Errno != guard.ErrnoName(e.refuse) || r.Reason != "referenced" || r.PID == 0 || r.Comm == "" ||
 		len(r.Referencing) == 0) {
-		t.Errorf("incomplete refusal record (want errno %s, reason referenced, pid, comm, referencing): %+v", errnoName(e.refuse), r)
+		t.Errorf("incomplete refusal record (want errno %s, reason referenced, pid, comm, referencing): %+v", guard.ErrnoName(e.refuse), r)
 	}
 }
 

@@ -225,17 +225,6 @@ func (e *env) records(t *testing.T) []audit.Record {
 	return slices.DeleteFunc(recs, func(r audit.Record) bool { return r.Errno == "EINTR" })
 }
 
-// errnoName is the audit log's name of the refusal errnos the suite configures.
-func errnoName(e syscall.Errno) string {
-	switch e {
-	case syscall.EPERM:
-		return "EPERM"
-	case syscall.EBUSY:
-		return "EBUSY"
-	}
-	return e.Error()
-}
-
 // wantErrText fails t unless a tool's output says the refusal in words (strerror of the errno).
 func wantErrText(t *testing.T, tool string, out []byte, err error, errno syscall.Errno) {
 	t.Helper()
