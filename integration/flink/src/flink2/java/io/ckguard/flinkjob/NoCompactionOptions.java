@@ -1,24 +1,8 @@
 package io.ckguard.flinkjob;
 
-import java.util.Collection;
 import org.apache.flink.state.rocksdb.RocksDBOptionsFactory;
-import org.rocksdb.ColumnFamilyOptions;
-import org.rocksdb.DBOptions;
 
-/**
- * Flink 2.x flavour of the RocksDB tuning (org.apache.flink.state.rocksdb since 2.0). See {@link RocksTuning}.
- */
-public class NoCompactionOptions implements RocksDBOptionsFactory {
+/** The RocksDB tuning as Flink 2.x (the interface's package since 2.0) names its options factory. See {@link NoCompaction}. */
+public class NoCompactionOptions extends NoCompaction implements RocksDBOptionsFactory {
   private static final long serialVersionUID = 1L;
-
-  @Override
-  public DBOptions createDBOptions(DBOptions current, Collection<AutoCloseable> handles) {
-    return current;
-  }
-
-  @Override
-  public ColumnFamilyOptions createColumnOptions(
-      ColumnFamilyOptions current, Collection<AutoCloseable> handles) {
-    return RocksTuning.apply(current);
-  }
 }
