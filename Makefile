@@ -40,7 +40,7 @@ setup-hdfs:
 
 # The subset the demo needs (fuse3, attr, graphviz, Go modules): fast on a fresh machine.
 setup-demo:
-	./scripts/setup-demo.sh
+	./scripts/setup.sh demo
 
 build:
 	$(GO) build -ldflags '$(STAMP)' -o bin/ckguard ./cmd/ckguard

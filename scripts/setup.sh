@@ -2,6 +2,7 @@
 # Installs what ckguard's build, tests, benchmarks and demo need on a fresh Debian 12 machine, by
 # purpose, so that each make target installs only what it uses:
 #
+#   setup.sh demo    what make demo needs, fast: FUSE, getfattr, Graphviz (ckguard graph), the Go modules
 #   setup.sh test    the test suite (make test): FUSE, getfattr and setfacl, mkfs.ext4 (the ioctl tests' own
 #                    loop-mounted store), Graphviz, the AWS CLI and versitygw for the S3 tests, python3 and
 #                    curl as test clients, systemd-analyze for the unit check, promtool (Debian ships
@@ -25,10 +26,12 @@ if [ "${1:-}" = --list ]; then list=1; shift; fi
 profile=${1:-all}
 
 # Debian packages and steps per purpose; a profile is a union of purposes.
+demo_pkgs=(fuse3 attr graphviz)
 test_pkgs=(fuse3 attr acl e2fsprogs graphviz awscli curl python3 systemd prometheus)
 e2e_pkgs=(openjdk-17-jdk-headless maven)
 bench_pkgs=(s3fs rclone)
 case $profile in
+demo) purposes=(demo) ;;
 test) purposes=(test) ;;
 lint) purposes=(lint) ;;
 e2e) purposes=(test e2e) ;;
@@ -36,11 +39,12 @@ bench) purposes=(test bench) ;;
 posix) purposes=(test posix) ;;
 hdfs) purposes=(test e2e hdfs) ;;
 all) purposes=(test lint e2e bench posix hdfs) ;;
-*) echo "setup: unknown profile $profile (want test, lint, e2e, bench, posix, hdfs or all)" >&2; exit 2 ;;
+*) echo "setup: unknown profile $profile (want demo, test, lint, e2e, bench, posix, hdfs or all)" >&2; exit 2 ;;
 esac
 has() { local p; for p in "${purposes[@]}"; do [ "$p" = "$1" ] && return 0; done; return 1; }
 
 pkgs=() steps=(go-modules)
+if has demo; then pkgs+=("${demo_pkgs[@]}"); steps+=(fuse-conf); fi
 if has test; then pkgs+=("${test_pkgs[@]}"); steps+=(fuse-conf versitygw); fi
 if has lint; then steps+=(staticcheck); fi
 if has e2e; then pkgs+=("${e2e_pkgs[@]}"); steps+=(flink-artifacts); fi
@@ -68,6 +72,10 @@ fi
 if step fuse-conf; then
 	# fusermount must exist for go-fuse to unmount as non-root and for `ckguard umount`.
 	command -v fusermount3 >/dev/null || { echo "setup: fusermount3 missing after installing fuse3" >&2; exit 1; }
+	if [ ! -e /dev/fuse ]; then
+		echo "setup: /dev/fuse is missing; in a container run with --device /dev/fuse --cap-add SYS_ADMIN" >&2
+		exit 1
+	fi
 	# go-fuse's --allow-other needs user_allow_other in /etc/fuse.conf.
 	if [ -w /etc/fuse.conf ] && ! grep -q '^user_allow_other' /etc/fuse.conf; then
 		echo user_allow_other >>/etc/fuse.conf

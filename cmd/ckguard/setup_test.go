@@ -43,7 +43,7 @@ func TestTestTargetNeedsNoJava(t *testing.T) {
 		}
 	}
 	// The targets that need the rest still install it.
-	for target, want := range map[string]string{"e2e": "step flink-artifacts", "bench": "package rclone", "all": "package maven"} {
+	for target, want := range map[string]string{"demo": "package graphviz", "e2e": "step flink-artifacts", "bench": "package rclone", "all": "package maven"} {
 		out, err := exec.Command(filepath.Join(root, "scripts", "setup.sh"), "--list", target).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), want) {
 			t.Errorf("setup.sh --list %s: %v, lacks %q:\n%s", target, err, want, out)
