@@ -7,3 +7,11 @@ func DescendOnly(s *Store) {
 	defer s.mu.Unlock()
 	s.disc.descendOnly = true
 }
+
+// HeadOnly reports whether the descent HEADs the checkpoints of job (a listing prefix ending in '/')
+// for now rather than listing them flat.
+func HeadOnly(s *Store, job string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.disc.headJobs[job] > 0
+}
