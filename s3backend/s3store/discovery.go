@@ -105,6 +105,9 @@ type discovery struct {
 	// descendOnly keeps the descent whatever the walk costs (benchmarks of the descent on buckets
 	// generated without their SSTs, where a walk is cheap).
 	descendOnly bool
+	// headsOnly HEADs every checkpoint, never lists checkpoint folders flat (benchmarks: the
+	// descent before flatlist.go, side by side).
+	headsOnly bool
 }
 
 // descentRetry is how many syncs use the full walk, once it proved cheaper, before the descent is
@@ -350,7 +353,7 @@ func (s *Store) fullWalk(ctx context.Context, fn func(store.ObjectInfo) error) (
 func (s *Store) descend(ctx context.Context, known func(string) bool, fn func(store.ObjectInfo) error) error {
 	s.mu.Lock()
 	d := &descent{s: s, g: newGroup(ctx, s.opts.DescentParallel), known: known, found: map[string]s3client.Object{},
-		headJobs: s.disc.headJobs, nextHeadJobs: map[string]int{}}
+		headJobs: s.disc.headJobs, nextHeadJobs: map[string]int{}, headsOnly: s.disc.headsOnly}
 	s.mu.Unlock()
 	d.visit("")
 	s.mu.Lock()
@@ -395,7 +398,8 @@ type descent struct {
 
 	// headJobs is the store's per-job choice of HEADs over the flat listing (read-only here);
 	// nextHeadJobs the one for the next descent, for the job folders this one visited.
-	headJobs map[string]int
+	headJobs  map[string]int
+	headsOnly bool
 
 	mu                                        sync.Mutex
 	found                                     map[string]s3client.Object

@@ -15,3 +15,11 @@ func HeadOnly(s *Store, job string) bool {
 	defer s.mu.Unlock()
 	return s.disc.headJobs[job] > 0
 }
+
+// HeadsOnly makes the descent of s HEAD every checkpoint, never list checkpoint folders flat (the
+// descent as it was before, for benchmarks side by side).
+func HeadsOnly(s *Store) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.disc.headsOnly = true
+}

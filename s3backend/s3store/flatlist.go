@@ -53,7 +53,7 @@ func (d *descent) checkpoints(job string, ckpts []string) {
 	if len(ckpts) == 0 {
 		return
 	}
-	if left := d.headJobs[job]; left > 0 || len(ckpts) < flatMin {
+	if left := d.headJobs[job]; left > 0 || len(ckpts) < flatMin || d.headsOnly {
 		if left > 1 {
 			d.mu.Lock()
 			d.nextHeadJobs[job] = left - 1
