@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -29,7 +30,12 @@ type walkFaults struct {
 	mu       chan struct{}
 	listings map[string]int
 	heads    atomic.Int64
+	// swap serves flat listings of checkpoint folders ("…/chk-") with their first two keys swapped
+	// (a server or proxy that does not sort).
+	swap atomic.Bool
 }
+
+var contentsRE = regexp.MustCompile(`(?s)<Contents>.*?</Contents>`)
 
 func (w *walkFaults) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -40,6 +46,22 @@ func (w *walkFaults) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		if w.fail.Load() && q.Get("delimiter") == "" {
 			rw.WriteHeader(http.StatusForbidden)
 			_, _ = rw.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>injected</Message></Error>`))
+			return
+		}
+		if w.swap.Load() && q.Get("delimiter") == "" && strings.HasSuffix(q.Get("prefix"), "/chk-") {
+			rec := httptest.NewRecorder()
+			w.h.ServeHTTP(rec, r)
+			body := rec.Body.String()
+			if m := contentsRE.FindAllStringIndex(body, 2); len(m) == 2 {
+				a, b := body[m[0][0]:m[0][1]], body[m[1][0]:m[1][1]]
+				body = body[:m[0][0]] + b + body[m[0][1]:m[1][0]] + a + body[m[1][1]:]
+			}
+			for k, v := range rec.Header() {
+				rw.Header()[k] = v
+			}
+			rw.Header().Del("Content-Length")
+			rw.WriteHeader(rec.Code)
+			_, _ = rw.Write([]byte(body))
 			return
 		}
 	}

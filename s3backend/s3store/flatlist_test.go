@@ -195,3 +195,20 @@ func TestListNewMetadata(t *testing.T) {
 		t.Errorf("ListMetadata after = %s", got)
 	}
 }
+
+// TestFlatListingOutOfOrder: a flat listing of checkpoint folders that is not in key order proves
+// nothing about the keys it did not report: the job's checkpoints are HEADed instead (same result),
+// and HEADed at the next descents too.
+func TestFlatListingOutOfOrder(t *testing.T) {
+	c, wf := faultyClient(t)
+	putKeys(t, c, "j/chk-1/_metadata", "j/chk-2/_metadata", "j/chk-3/_metadata", "j/chk-3/x")
+	s := s3store.New(c, s3store.Options{ReconcileEvery: -1})
+	wf.swap.Store(true)
+	heads := wf.heads.Load()
+	if got, want := list(t, s), "j/chk-1/_metadata,j/chk-2/_metadata,j/chk-3/_metadata"; got != want {
+		t.Fatalf("descent over an unsorted listing = %s, want %s", got, want)
+	}
+	if h := wf.heads.Load() - heads; h != 3 || !s3store.HeadOnly(s, "j/") || s.Stats().LastFlatFallbacks != 1 {
+		t.Fatalf("%d HEADs, stats %+v, want the three checkpoints HEADed and the job HEADed from now on", h, s.Stats())
+	}
+}
