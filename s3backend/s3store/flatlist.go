@@ -130,7 +130,7 @@ func (d *descent) fallBack(job string, ckpts []string) {
 // learnListed records a `_metadata` the flat listing of checkpoint folders found where HEADs do not
 // look (see Learn), and logs it the first time, like the reconciliation walk.
 func (s *Store) learnListed(key string) {
-	if s.descentSees(key) {
+	if s.descentSees(key) || store.InQuarantine(key) {
 		return
 	}
 	s.mu.Lock()

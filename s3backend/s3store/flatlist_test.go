@@ -6,10 +6,12 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3store"
+	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
 // listInfo is ListMetadata with the objects' fields.
@@ -210,5 +212,47 @@ func TestFlatListingOutOfOrder(t *testing.T) {
 	}
 	if h := wf.heads.Load() - heads; h != 3 || !s3store.HeadOnly(s, "j/") || s.Stats().LastFlatFallbacks != 1 {
 		t.Fatalf("%d HEADs, stats %+v, want the three checkpoints HEADed and the job HEADed from now on", h, s.Stats())
+	}
+}
+
+// TestFlatListingVersity: on versitygw (below a location prefix), the flat listing of checkpoint
+// folders reports what a HEAD per checkpoint and a full walk report, with the HEAD's ETags and sizes, so
+// an index sees no change when the discovery switches between them.
+func TestFlatListingVersity(t *testing.T) {
+	srv := s3server.Start(t)
+	srv.Bucket(t, "bkt")
+	c, err := s3client.New(context.Background(), srv.Config(), s3client.Location{Bucket: "bkt", Prefix: "flink/ckpt/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for j := range 3 {
+		for k := 1; k <= 4; k++ {
+			body := strings.Repeat("m", j*10+k)
+			if k == 3 && j == 1 {
+				continue // a checkpoint folder without _metadata (in progress)
+			}
+			if _, err := c.Put(ctx, fmt.Sprintf("job%d/chk-%d/_metadata", j, k), strings.NewReader(body), int64(len(body)), s3client.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		putKeys(t, c, fmt.Sprintf("job%d/chk-1/exclusive", j), fmt.Sprintf("job%d/chk-3/op", j), fmt.Sprintf("job%d/shared/sst", j))
+	}
+	flat := s3store.New(c, s3store.Options{ReconcileEvery: -1})
+	heads := s3store.New(c, s3store.Options{ReconcileEvery: -1})
+	s3store.HeadsOnly(heads)
+	full := s3store.New(c, s3store.Options{FullWalk: true})
+	got, byHead, walked := listInfo(t, flat), listInfo(t, heads), listInfo(t, full)
+	if keysOf(got) != keysOf(byHead) || keysOf(got) != keysOf(walked) || len(got) != 11 {
+		t.Fatalf("flat listing = %s\nHEADs = %s\nfull walk = %s", keysOf(got), keysOf(byHead), keysOf(walked))
+	}
+	if st := flat.Stats(); st.LastFlatListings != 3 || st.LastHeads != 0 {
+		t.Errorf("stats %+v, want one flat listing per job and no HEAD", st)
+	}
+	for k, oi := range got {
+		h := byHead[k]
+		if oi.ETag == "" || oi.ETag != h.ETag || oi.Size != h.Size || oi.ModTime.Truncate(time.Second) != h.ModTime.Truncate(time.Second) {
+			t.Errorf("%s: listed %q %d %v, HEAD %q %d %v", k, oi.ETag, oi.Size, oi.ModTime, h.ETag, h.Size, h.ModTime)
+		}
 	}
 }
