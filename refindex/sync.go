@@ -221,6 +221,10 @@ func (ix *Index) listAll(ctx context.Context, fn func(store.ObjectInfo) error) e
 // a live checkpoint referenced it all along. This listing starts after the old one was found gone, so
 // it reports the new one, and the additions are applied before the retirements, in one change.
 // Left open: a second hand-over of the same files completing within this listing.
+//
+// Only what the first listing did not report (or what is to be retired) matters here, so a store that
+// can leave out known keys (store.NewLister) is asked for the others only: on S3 that spares the
+// requests that would only report checkpoints the first listing saw, not the listings that find new ones.
 func (ix *Index) relistAfterRetire(ctx context.Context, cur *memState, listed map[string]bool, queued []store.ObjectInfo, removed *[]string) ([]store.ObjectInfo, error) {
 	inQueue := make(map[string]bool, len(queued))
 	for _, oi := range queued {
@@ -231,7 +235,23 @@ func (ix *Index) relistAfterRetire(ctx context.Context, cur *memState, listed ma
 		gone[k] = true
 	}
 	var more []store.ObjectInfo
-	err := ix.st.ListMetadata(ctx, func(oi store.ObjectInfo) error {
+	list := ix.st.ListMetadata
+	if nl, ok := ix.st.(store.NewLister); ok {
+		// What the first listing reported (or the sync queued) and is not to be retired is ignored
+		// below: the store need not look for it again (at scale this is most of the first listing's
+		// requests). A key to retire is always looked for. A copy: listed changes below.
+		skip := make(map[string]bool, len(listed)+len(inQueue))
+		for k := range listed {
+			skip[k] = !gone[k]
+		}
+		for k := range inQueue {
+			skip[k] = !gone[k]
+		}
+		list = func(ctx context.Context, fn func(store.ObjectInfo) error) error {
+			return nl.ListNewMetadata(ctx, func(k string) bool { return skip[k] }, fn)
+		}
+	}
+	err := list(ctx, func(oi store.ObjectInfo) error {
 		if gone[oi.Path] {
 			// There again (renamed back, rewritten): read it like any changed one.
 			delete(gone, oi.Path)

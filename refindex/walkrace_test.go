@@ -30,6 +30,24 @@ func (h *hookAtListing) ListMetadata(ctx context.Context, fn func(store.ObjectIn
 	})
 }
 
+// newLister is hookAtListing with store.NewLister: its second listing leaves out what the caller
+// knows, as the S3 store's does, and counts what it left out.
+type newLister struct {
+	*hookAtListing
+	calls, skipped int
+}
+
+func (n *newLister) ListNewMetadata(ctx context.Context, known func(string) bool, fn func(store.ObjectInfo) error) error {
+	n.calls++
+	return n.ListMetadata(ctx, func(oi store.ObjectInfo) error {
+		if known(oi.Path) {
+			n.skipped++
+			return nil
+		}
+		return fn(oi)
+	})
+}
+
 // TestCheckpointHandOverDuringSyncListing: a checkpoint completes and the one it subsumes is deleted
 // while the listing of a sync (or a rebuild) runs, the new one where the listing has already been, the old one where it
 // has not yet: the listing sees neither. A file both reference (an old shared SST; a job restored in
@@ -37,17 +55,20 @@ func (h *hookAtListing) ListMetadata(ctx context.Context, fn func(store.ObjectIn
 // checkpoint all along.
 func TestCheckpointHandOverDuringSyncListing(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		update func(*refindex.Index, context.Context) error
+		name      string
+		update    func(*refindex.Index, context.Context) error
+		newLister bool
 	}{
-		{"sync", (*refindex.Index).Sync},
-		{"rebuild", (*refindex.Index).Rebuild},
+		{"sync", (*refindex.Index).Sync, false},
+		{"rebuild", (*refindex.Index).Rebuild, false},
+		// The second listing of a sync that retires leaves out what the first one reported.
+		{"sync, second listing of new keys only", (*refindex.Index).Sync, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testHandOverDuringListing(t, tc.update) })
+		t.Run(tc.name, func(t *testing.T) { testHandOverDuringListing(t, tc.update, tc.newLister) })
 	}
 }
 
-func testHandOverDuringListing(t *testing.T, update func(*refindex.Index, context.Context) error) {
+func testHandOverDuringListing(t *testing.T, update func(*refindex.Index, context.Context) error, withNewLister bool) {
 	ctx := context.Background()
 	tr, ls := youngOrphanStore(t)
 	// The hook point: the young-orphan scenario's live checkpoint, in a job folder listed after the
@@ -75,7 +96,14 @@ func testHandOverDuringListing(t *testing.T, update func(*refindex.Index, contex
 		t.Fatal(err)
 	}
 	st := &hookAtListing{Store: ls, key: hookKey}
-	ix := openSynced(t, st)
+	var ix *refindex.Index
+	var nl *newLister
+	if withNewLister {
+		nl = &newLister{hookAtListing: st}
+		ix = openSynced(t, nl)
+	} else {
+		ix = openSynced(t, st)
+	}
 	if d := ix.Decide(ctx, sst, verdict.OpUnlink); d.Allow {
 		t.Fatalf("%s allowed before the hand-over: %+v", sst, d)
 	}
@@ -92,6 +120,9 @@ func testHandOverDuringListing(t *testing.T, update func(*refindex.Index, contex
 	}
 	if st.hook != nil {
 		t.Fatal("the listing never reached the hook point")
+	}
+	if nl != nil && (nl.calls != 1 || nl.skipped == 0) {
+		t.Fatalf("ListNewMetadata called %d times, left out %d keys; want one second listing that left out the known ones", nl.calls, nl.skipped)
 	}
 	if d := ix.Decide(ctx, sst, verdict.OpUnlink); d.Allow {
 		t.Errorf("%s, referenced by %s/chk-5/_metadata all along, is deletable after an update whose listing missed the hand-over: %+v", sst, newJob, d)

@@ -6,8 +6,10 @@
 #      own generated bucket of SCALE_N objects: jobs of 5,000 SSTs, 10 checkpoints of 2,000 references):
 #      no-change sync (descent and --s3-full-walk), a sync with 50 new checkpoints x 2,000 references,
 #      full walks, rebuild, request counts and the extrapolation to 10 M and 100 M objects.
-#   2. Syncs at many checkpoints (BenchmarkS3SyncCheckpoints: CKPT_N checkpoints, _metadata only): the
-#      per-sync cost that grows with checkpoints, measured directly rather than extrapolated.
+#   2. Syncs at many checkpoints (BenchmarkS3SyncCheckpoints: CKPT_N checkpoints, _metadata only, plus
+#      EXCLUSIVE files in each checkpoint folder): the per-sync cost that grows with checkpoints, measured
+#      directly rather than extrapolated; a HEAD per checkpoint against the flat listing of checkpoint
+#      folders, and a sync that retires with a whole second listing against one of new keys only.
 #   3. The mount, at SMALL_N and then SCALE_N objects (the same generator, in versitygw's posix folder),
 #      behind the test proxy at LAT per request: time to the first index build, RSS and the index lag
 #      (ckguard_index_lag_seconds) sampled for SOAK_SMALL / SOAK seconds with --sync-interval SYNC, then
@@ -18,6 +20,7 @@
 # no-change sync, without a rebuild; mount RSS <= 1 GiB at 1 M objects; find / raw walk <= 1.3.
 #
 # Sizes (environment): BENCH_S3_SCALE_N (1000000), BENCH_S3_SMALL_N (100000), BENCH_S3_CKPT_N (20000),
+# BENCH_S3_EXCLUSIVE (0),
 # BENCH_S3_LAT (20ms), BENCH_S3_SOAK (600 s), BENCH_S3_SOAK_SMALL (120 s), BENCH_S3_SYNC (30s).
 # BENCH_S3_PARTS (default "index checkpoints mount") selects the parts. Disk: about 5 GB per 1 M objects
 # (1-byte files), freed at the end; scratch under BENCH_S3_TMP (default /tmp).
@@ -27,6 +30,7 @@ ROOT=$PWD
 SCALE_N=${BENCH_S3_SCALE_N:-1000000}
 SMALL_N=${BENCH_S3_SMALL_N:-100000}
 CKPT_N=${BENCH_S3_CKPT_N:-20000}
+EXCLUSIVE=${BENCH_S3_EXCLUSIVE:-0}
 LAT=${BENCH_S3_LAT:-20ms}
 SOAK=${BENCH_S3_SOAK:-600}
 SOAK_SMALL=${BENCH_S3_SOAK_SMALL:-120}
@@ -62,7 +66,7 @@ if [[ " $PARTS " == *" index "* ]]; then
 fi
 if [[ " $PARTS " == *" checkpoints "* ]]; then
 	echo "== 2. index syncs at $CKPT_N checkpoints at 0 ms and 20 ms (BenchmarkS3SyncCheckpoints)"
-	CKGUARD_BENCH_S3_CHECKPOINTS=$CKPT_N TMPDIR=$WORK go test ./s3backend/s3store/ -run '^$' -bench 'S3SyncCheckpoints$' -benchtime 1x -timeout 3h | tee "$WORK/ckpt.txt"
+	CKGUARD_BENCH_S3_CHECKPOINTS=$CKPT_N CKGUARD_BENCH_S3_EXCLUSIVE=$EXCLUSIVE TMPDIR=$WORK go test ./s3backend/s3store/ -run '^$' -bench 'S3SyncCheckpoints$' -benchtime 1x -timeout 3h | tee "$WORK/ckpt.txt"
 fi
 [[ " $PARTS " == *" mount "* ]] || exit 0
 

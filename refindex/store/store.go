@@ -80,6 +80,15 @@ type FullLister interface {
 	ListAllMetadata(ctx context.Context, fn func(ObjectInfo) error) error
 }
 
+// NewLister is implemented by stores that list `_metadata` more cheaply for a caller that holds some of
+// them already. ListNewMetadata reports what ListMetadata would, except that it may leave out any key
+// for which known returns true; every other `_metadata` ListMetadata would report, it reports. The
+// index's second listing before it retires checkpoints (it looks only for `_metadata` the first
+// listing did not report) uses it. known is called from several goroutines.
+type NewLister interface {
+	ListNewMetadata(ctx context.Context, known func(path string) bool, fn func(ObjectInfo) error) error
+}
+
 // FreshStater is implemented by stores whose Stat may answer from a cache of what was seen recently
 // (the S3 store shares the mount's attribute cache). StatFresh asks the storage itself: an object
 // deleted beside the mount is reported gone at once.

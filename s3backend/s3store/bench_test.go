@@ -221,30 +221,45 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // BenchmarkS3SyncCheckpoints measures the per-sync cost that grows with checkpoints rather than objects:
 // CKGUARD_BENCH_S3_CHECKPOINTS (default 2,000) live checkpoints in jobs of 10, _metadata only (the
 // descent never lists shared/, so the SSTs of a real store add nothing to a sync; 20,000 checkpoints is
-// the 10 M-object store). The descent is measured even though a walk of this SST-less bucket
-// would be cheaper (the store then walks instead; with the SSTs of 10 M objects it would not). A no-change sync at 0 ms and 20 ms per request, with 16 requests in
-// flight (the old bound) and with the default DescentParallel, side by side with request counts:
+// the 10 M-object store), plus CKGUARD_BENCH_S3_EXCLUSIVE (default 0) files in every checkpoint
+// folder (exclusive state: with many, the flat listing of checkpoint folders gives way to HEADs). The
+// descent is measured even though a walk of this SST-less bucket would be cheaper (the store then walks
+// instead; with the SSTs of 10 M objects it would not). Side by side, at 0 ms and 20 ms per request,
+// with request counts and client CPU:
 //
-//	CKGUARD_BENCH_S3_CHECKPOINTS=20000 go test ./s3backend/s3store/ -run '^$' -bench S3SyncCheckpoints -benchtime 1x
+//   - a no-change sync with a HEAD per checkpoint (the descent before the flat listing) and with the
+//     default (one flat listing of each job's checkpoint folders);
+//
+//   - a sync that retires one checkpoint in each of 10 jobs (Flink deleted their _metadata): it lists
+//     the store twice (the second time before it retires), with the second listing as the first and
+//     with the default second listing of new keys only (store.NewLister).
+//
+//     CKGUARD_BENCH_S3_CHECKPOINTS=20000 go test ./s3backend/s3store/ -run '^$' -bench S3SyncCheckpoints -benchtime 1x
 func BenchmarkS3SyncCheckpoints(b *testing.B) {
-	n := 2000
-	if v := os.Getenv("CKGUARD_BENCH_S3_CHECKPOINTS"); v != "" {
-		k, err := strconv.Atoi(v)
-		if err != nil {
-			b.Fatal(err)
-		}
-		n = k
-	}
+	n := envInt(b, "CKGUARD_BENCH_S3_CHECKPOINTS", 2000)
+	exclusive := envInt(b, "CKGUARD_BENCH_S3_EXCLUSIVE", 0)
 	ctx := context.Background()
 	srv := s3server.Start(b)
 	bucket := srv.Bucket(b, "bench")
 	root := filepath.Join(srv.DataDir, bucket)
 	t0 := time.Now()
-	lr, err := treegen.Large(root, treegen.LargeSpec{Jobs: max(1, n/10), CheckpointsPerJob: 10, RefsPerCheckpoint: 10, NewPerCheckpoint: 1, Seed: "ckpt"}, time.Now().Add(-48*time.Hour))
+	spec := treegen.LargeSpec{Jobs: max(1, n/10), CheckpointsPerJob: 10, RefsPerCheckpoint: 10, NewPerCheckpoint: 1, Seed: "ckpt"}
+	lr, err := treegen.Large(root, spec, time.Now().Add(-48*time.Hour))
 	if err != nil {
 		b.Fatal(err)
 	}
-	fmt.Printf("store: %d checkpoints, %d references, generated in %s, load %s\n", lr.Checkpoints, lr.References, time.Since(t0).Round(time.Second), loadavg())
+	for j := range spec.Jobs {
+		for c := range spec.CheckpointsPerJob {
+			dir := filepath.Join(root, filepath.FromSlash(fmt.Sprintf("%s/chk-%d", treegen.LargeJob(spec.Seed, j), 1000+c)))
+			for f := range exclusive {
+				if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%08x-exclusive", f)), []byte("x"), 0o644); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	fmt.Printf("store: %d checkpoints, %d references, %d exclusive files per checkpoint folder, generated in %s, load %s\n",
+		lr.Checkpoints, lr.References, exclusive, time.Since(t0).Round(time.Second), loadavg())
 	proxy := s3server.NewProxy(b, srv.Endpoint)
 	cfg := srv.Config()
 	cfg.Endpoint = proxy.URL
@@ -255,42 +270,108 @@ func BenchmarkS3SyncCheckpoints(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var out strings.Builder
-	fmt.Fprintf(&out, "\n%-34s %8s %9s %9s %8s  %s\n", "no-change sync", "latency", "seconds", "cpu", "load", "requests")
-	for _, par := range []int{16, 0} {
-		st := s3store.New(c, s3store.Options{ReconcileEvery: -1, DescentParallel: par})
-		s3store.DescendOnly(st) // without the SSTs a walk is cheaper here; a 10 M-object bucket's is not
-		ix, err := refindex.Open(filepath.Join(b.TempDir(), "index"), st, pol, refindex.WithPathMap(maps, ""), refindex.WithLogger(quiet))
+	dir := filepath.Join(b.TempDir(), "index")
+	{
+		st := s3store.New(c, s3store.Options{ReconcileEvery: -1})
+		ix, err := refindex.Open(dir, st, pol, refindex.WithPathMap(maps, ""), refindex.WithLogger(quiet))
 		if err != nil {
 			b.Fatal(err)
 		}
-		proxy.SetLatency(0)
 		if err := ix.Rebuild(ctx); err != nil {
 			b.Fatal(err)
 		}
-		name := fmt.Sprintf("%d in flight", par)
-		if par == 0 {
-			name = fmt.Sprintf("default (%d in flight)", max(16, c.MaxConns()*3/4))
-		}
-		for _, lat := range []time.Duration{0, 20 * time.Millisecond} {
-			proxy.SetLatency(lat)
-			load := loadavg()
-			proxy.Ops()
-			c0 := cpuTime()
-			t := time.Now()
-			if err := ix.Sync(ctx); err != nil {
+		ix.Close()
+	}
+	retired := 0 // checkpoints of the first 10 jobs retired so far (one per job per retiring sync)
+	retire := func() {
+		for j := range min(10, spec.Jobs) {
+			k := fmt.Sprintf("%s/chk-%d/_metadata", treegen.LargeJob(spec.Seed, j), 1000+retired)
+			if err := os.Remove(filepath.Join(root, filepath.FromSlash(k))); err != nil {
 				b.Fatal(err)
 			}
-			took := time.Since(t)
-			cpu := cpuTime() - c0
-			var ops []string
-			for op, k := range proxy.Ops() {
-				ops = append(ops, fmt.Sprintf("%s=%d", op, k))
+		}
+		retired++
+	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "\n%-46s %8s %9s %9s %8s  %s\n", "sync", "latency", "seconds", "cpu", "load", "requests")
+	for _, mode := range []struct {
+		name         string
+		heads, plain bool // plain: the second listing of a retiring sync is a whole one
+		noChange     bool // measure the no-change sync too
+	}{
+		{"HEAD per checkpoint", true, true, true},
+		{"flat listing, second listing whole", false, true, false},
+		{"default (flat listing, new keys only)", false, false, true},
+	} {
+		st := s3store.New(c, s3store.Options{ReconcileEvery: -1})
+		s3store.DescendOnly(st) // without the SSTs a walk is cheaper here; a 10 M-object bucket's is not
+		if mode.heads {
+			s3store.HeadsOnly(st)
+		}
+		var ist store.Store = st
+		if mode.plain {
+			ist = listOnly{st, st, st}
+		}
+		ix, err := refindex.Open(dir, ist, pol, refindex.WithPathMap(maps, ""), refindex.WithLogger(quiet))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, retiring := range []bool{false, true} {
+			if !retiring && !mode.noChange {
+				continue // the same no-change sync as the default's
 			}
-			sort.Strings(ops)
-			fmt.Fprintf(&out, "%-34s %8v %8.2fs %8.2fs %8s  %s\n", name, lat, took.Seconds(), cpu.Seconds(), load, strings.Join(ops, " "))
+			for _, lat := range []time.Duration{0, 20 * time.Millisecond} {
+				proxy.SetLatency(0)
+				if retiring {
+					retire()
+				}
+				s0, _ := ix.Stats(ctx)
+				proxy.SetLatency(lat)
+				load := loadavg()
+				proxy.Ops()
+				c0 := cpuTime()
+				t := time.Now()
+				if err := ix.Sync(ctx); err != nil {
+					b.Fatal(err)
+				}
+				took := time.Since(t)
+				cpu := cpuTime() - c0
+				var ops []string
+				for op, k := range proxy.Ops() {
+					ops = append(ops, fmt.Sprintf("%s=%d", op, k))
+				}
+				sort.Strings(ops)
+				s1, _ := ix.Stats(ctx)
+				what := "no change"
+				if retiring {
+					what = fmt.Sprintf("retiring %d", s0.Checkpoints-s1.Checkpoints)
+					if s0.Checkpoints-s1.Checkpoints != min(10, spec.Jobs) {
+						b.Errorf("%s: the retiring sync went from %d to %d checkpoints", mode.name, s0.Checkpoints, s1.Checkpoints)
+					}
+				}
+				fmt.Fprintf(&out, "%-46s %8v %8.2fs %8.2fs %8s  %s\n", what+", "+mode.name, lat, took.Seconds(), cpu.Seconds(), load, strings.Join(ops, " "))
+			}
 		}
 		ix.Close()
 	}
 	fmt.Println(out.String())
+}
+
+// listOnly is an S3 store without store.NewLister (a sync that retires lists the store twice in full).
+type listOnly struct {
+	store.Store
+	store.FullLister
+	store.Clock
+}
+
+func envInt(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		b.Fatalf("%s: %v", name, err)
+	}
+	return n
 }

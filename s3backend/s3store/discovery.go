@@ -29,7 +29,9 @@ import (
 // ListMetadata (the default discovery, every sync) is a descent of delimiter listings from the store
 // root: every folder is listed one level deep (ListObjectsV2 with "/"), except
 //
-//   - a chk-<n> folder: one HEAD of chk-<n>/_metadata, never a listing (its files are the checkpoint's);
+//   - the chk-<n> folders of a folder: one flat listing of "<folder>/chk-" for all of them, which
+//     reports each chk-<n>/_metadata with its ETag (flatlist.go), or, where the checkpoint folders hold
+//     many files or there is only one, a HEAD of each chk-<n>/_metadata; never a listing per folder;
 //   - a savepoint-* folder: one HEAD of its _metadata; only a savepoint folder without one (in progress,
 //     or a folder of that name holding other folders) is listed further;
 //   - shared/ and taskowned/ beside a chk-<n> folder (the parent is a job folder): never listed, they hold
@@ -40,11 +42,12 @@ import (
 // clean key ("//", "." or ".." segments, a leading "/") is walked flat and its `_metadata` reported under
 // their raw keys, which the index keeps as unparseable (fail closed): a HEAD through the SDK would name
 // another object. A new job, a new root at any depth, a new savepoint directory is therefore seen by the
-// next sync. Cost: one listing per folder above the checkpoint folders (per 1,000 children) and one HEAD
-// per checkpoint or savepoint folder, independent of the number of SSTs.
+// next sync. Cost: one listing per folder above the checkpoint folders (per 1,000 children), one flat
+// listing per job folder (per 1,000 files in its checkpoint folders) or one HEAD per checkpoint, and one
+// HEAD per savepoint folder, independent of the number of SSTs.
 //
 // What the descent cannot see: a `_metadata` below a folder it does not list, i.e. inside chk-<n>/ (deeper
-// than chk-<n>/_metadata), inside a savepoint folder that has a `_metadata`, or inside shared/ or
+// than chk-<n>/_metadata; the flat listing sees those of the jobs it lists), inside a savepoint folder that has a `_metadata`, or inside shared/ or
 // taskowned/ of a job folder. Flink never writes there; a copy or a tool might. A reconciliation walk
 // (the full flat listing) finds those: it runs in the background, never inside a sync, first when the
 // store is opened and then every max(ReconcileEvery, 10 × its last duration), so it costs at most a tenth
@@ -71,8 +74,10 @@ type Stats struct {
 	// Reconciliations counts completed background reconciliation walks; ReconcileFound the `_metadata`
 	// they found where the descent does not look.
 	Reconciliations, ReconcileFound int
-	// Requests of the last descent: delimiter listings and HEADs.
-	LastListings, LastHeads int
+	// Requests of the last descent: delimiter listings, HEADs, and the pages of flat listings of
+	// checkpoint folders (flatlist.go); LastFlatFallbacks counts the job folders whose flat listing
+	// was given up for HEADs (checkpoint folders of many files).
+	LastListings, LastHeads, LastFlatListings, LastFlatFallbacks int
 }
 
 // discovery is the state of the default discovery, under Store.mu.
@@ -94,9 +99,15 @@ type discovery struct {
 	// tried again every descentRetry syncs.
 	walkCost, descentCost int64
 	walksInstead          int
+	// headJobs names the job folders whose checkpoints are HEADed rather than listed flat, with the
+	// number of descents that remain before the flat listing is tried again (flatlist.go).
+	headJobs map[string]int
 	// descendOnly keeps the descent whatever the walk costs (benchmarks of the descent on buckets
 	// generated without their SSTs, where a walk is cheap).
 	descendOnly bool
+	// headsOnly HEADs every checkpoint, never lists checkpoint folders flat (benchmarks: the
+	// descent before flatlist.go, side by side).
+	headsOnly bool
 }
 
 // descentRetry is how many syncs use the full walk, once it proved cheaper, before the descent is
@@ -161,7 +172,7 @@ func (s *Store) ListMetadata(ctx context.Context, fn func(store.ObjectInfo) erro
 		_, err := s.fullWalk(ctx, fn)
 		return err
 	}
-	return s.descend(ctx, fn)
+	return s.descend(ctx, nil, fn)
 }
 
 // walkCheaper reports whether this sync lists the bucket instead of descending (see discovery.walkCost).
@@ -336,147 +347,180 @@ func (s *Store) fullWalk(ctx context.Context, fn func(store.ObjectInfo) error) (
 	return time.Since(start), nil
 }
 
-// descend runs the per-sync discovery. Results are reported in key order, deduplicated.
-func (s *Store) descend(ctx context.Context, fn func(store.ObjectInfo) error) error {
-	g := newGroup(ctx, s.opts.DescentParallel)
-	var (
-		mu       sync.Mutex
-		found    = map[string]s3client.Object{}
-		listings int
-		heads    int
-	)
-	report := func(o s3client.Object) {
-		if store.InQuarantine(o.Key) {
-			return // a staged _metadata is no live checkpoint
-		}
-		mu.Lock()
-		found[o.Key] = o
-		mu.Unlock()
-	}
-	head := func(key string) {
-		g.Go(func(ctx context.Context) error {
-			mu.Lock()
-			heads++
-			mu.Unlock()
-			o, err := s.c.Head(ctx, key)
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			report(o)
-			return nil
-		})
-	}
-	var visit func(prefix string)
-	visit = func(prefix string) {
-		g.Go(func(ctx context.Context) error {
-			if !cleanPrefix(prefix) {
-				// HEAD and the SDK would name another object: walk it flat and report raw keys.
-				return s.c.Walk(ctx, prefix, func(o s3client.Object) error {
-					if store.IsMetadata(o.Key) {
-						report(o)
-					}
-					return nil
-				})
-			}
-			var children []string
-			hasCheckpoint := false
-			token := ""
-			for {
-				pg, err := s.c.ListPage(ctx, prefix, true, token, "", 1000)
-				if err != nil {
-					return err
-				}
-				mu.Lock()
-				listings++
-				mu.Unlock()
-				for _, p := range pg.Prefixes {
-					// Prefixes come without the trailing '/', relative; the child's own listing prefix
-					// is p+"/" (an empty name, from "a//b", stays distinct from its parent).
-					if len(p)+1 > len(prefix) {
-						children = append(children, p+"/")
-					}
-				}
-				for _, o := range pg.Objects {
-					if strings.HasSuffix(o.Key, "/") {
-						// A "dir/" marker some servers report as an object; a marker of prefix itself is no child.
-						if len(o.Key) > len(prefix) && !strings.Contains(o.Key[len(prefix):len(o.Key)-1], "/") {
-							children = append(children, o.Key)
-						}
-						continue
-					}
-					if store.IsMetadata(o.Key) {
-						report(o) // a _metadata directly in a listed folder, wherever that is
-					}
-				}
-				if pg.Next == "" {
-					break
-				}
-				token = pg.Next
-			}
-			children = dedupe(children)
-			for _, c := range children {
-				if pathnorm.IsCheckpointDir(childName(prefix, c)) {
-					hasCheckpoint = true
-				}
-			}
-			for _, c := range children {
-				name := childName(prefix, c)
-				switch {
-				case pathnorm.IsCheckpointDir(name):
-					head(c + store.MetadataName)
-				case strings.HasPrefix(name, "savepoint-"):
-					s.savepoint(g, c, report, visit, &mu, &heads)
-				case (name == "shared" || name == "taskowned") && hasCheckpoint:
-					// The job's SSTs: never listed per sync.
-				default:
-					visit(c)
-				}
-			}
-			return nil
-		})
-	}
-	visit("")
+// descend runs the per-sync discovery. Results are reported in key order, deduplicated. known, when
+// not nil, names `_metadata` keys the caller holds already (ListNewMetadata): the requests that could
+// only report those are left out.
+func (s *Store) descend(ctx context.Context, known func(string) bool, fn func(store.ObjectInfo) error) error {
+	s.mu.Lock()
+	d := &descent{s: s, g: newGroup(ctx, s.opts.DescentParallel), known: known, found: map[string]s3client.Object{},
+		headJobs: s.disc.headJobs, nextHeadJobs: map[string]int{}, headsOnly: s.disc.headsOnly}
+	s.mu.Unlock()
+	d.visit("")
 	s.mu.Lock()
 	for k := range s.disc.exact {
-		head(k)
+		if known == nil || !known(k) {
+			d.head(k)
+		}
 	}
 	s.mu.Unlock()
-	if err := g.Wait(); err != nil {
+	if err := d.g.Wait(); err != nil {
 		return err
 	}
-	keys := make([]string, 0, len(found))
-	for k := range found {
+	keys := make([]string, 0, len(d.found))
+	for k := range d.found {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	s.mu.Lock()
-	s.stats.TargetedListings++
-	s.stats.LastListings, s.stats.LastHeads = listings, heads
-	s.disc.descentCost = int64(listings + heads)
+	if known == nil {
+		// A second listing of the same sync (ListNewMetadata) neither measures the descent nor ages
+		// the per-job choices: it leaves out what the first one paid for.
+		s.stats.TargetedListings++
+		s.stats.LastListings, s.stats.LastHeads = d.listings, d.heads
+		s.stats.LastFlatListings, s.stats.LastFlatFallbacks = d.flatPages, d.flatFallbacks
+		s.disc.descentCost = int64(d.listings+d.heads+d.flatPages) + d.flatKeys/100
+		s.disc.headJobs = d.nextHeadJobs
+	}
 	s.mu.Unlock()
 	for _, k := range keys {
-		if err := fn(info(found[k])); err != nil {
+		if err := fn(info(d.found[k])); err != nil {
 			return err
 		}
 	}
 	return ctx.Err()
 }
 
+// descent is the state of one descend.
+type descent struct {
+	s     *Store
+	g     *group
+	known func(string) bool
+
+	// headJobs is the store's per-job choice of HEADs over the flat listing (read-only here);
+	// nextHeadJobs the one for the next descent, for the job folders this one visited.
+	headJobs  map[string]int
+	headsOnly bool
+
+	mu                                        sync.Mutex
+	found                                     map[string]s3client.Object
+	nextHeadJobs                              map[string]int
+	listings, heads, flatPages, flatFallbacks int
+	flatKeys                                  int64
+}
+
+func (d *descent) report(o s3client.Object) {
+	if store.InQuarantine(o.Key) {
+		return // a staged _metadata is no live checkpoint
+	}
+	d.mu.Lock()
+	d.found[o.Key] = o
+	d.mu.Unlock()
+}
+
+func (d *descent) count(n *int, k int) {
+	d.mu.Lock()
+	*n += k
+	d.mu.Unlock()
+}
+
+// head reports the object at key if it exists.
+func (d *descent) head(key string) {
+	d.g.Go(func(ctx context.Context) error {
+		d.count(&d.heads, 1)
+		o, err := d.s.c.Head(ctx, key)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		d.report(o)
+		return nil
+	})
+}
+
+// visit lists the folder prefix one level deep and goes on below it (see the notes at the top).
+func (d *descent) visit(prefix string) {
+	d.g.Go(func(ctx context.Context) error {
+		if !cleanPrefix(prefix) {
+			// HEAD and the SDK would name another object: walk it flat and report raw keys.
+			return d.s.c.Walk(ctx, prefix, func(o s3client.Object) error {
+				if store.IsMetadata(o.Key) {
+					d.report(o)
+				}
+				return nil
+			})
+		}
+		var children []string
+		token := ""
+		for {
+			pg, err := d.s.c.ListPage(ctx, prefix, true, token, "", 1000)
+			if err != nil {
+				return err
+			}
+			d.count(&d.listings, 1)
+			for _, p := range pg.Prefixes {
+				// Prefixes come without the trailing '/', relative; the child's own listing prefix
+				// is p+"/" (an empty name, from "a//b", stays distinct from its parent).
+				if len(p)+1 > len(prefix) {
+					children = append(children, p+"/")
+				}
+			}
+			for _, o := range pg.Objects {
+				if strings.HasSuffix(o.Key, "/") {
+					// A "dir/" marker some servers report as an object; a marker of prefix itself is no child.
+					if len(o.Key) > len(prefix) && !strings.Contains(o.Key[len(prefix):len(o.Key)-1], "/") {
+						children = append(children, o.Key)
+					}
+					continue
+				}
+				if store.IsMetadata(o.Key) {
+					d.report(o) // a _metadata directly in a listed folder, wherever that is
+				}
+			}
+			if pg.Next == "" {
+				break
+			}
+			token = pg.Next
+		}
+		children = dedupe(children)
+		var checkpoints []string
+		for _, c := range children {
+			if pathnorm.IsCheckpointDir(childName(prefix, c)) {
+				checkpoints = append(checkpoints, c)
+			}
+		}
+		for _, c := range children {
+			name := childName(prefix, c)
+			switch {
+			case pathnorm.IsCheckpointDir(name):
+				// Below, with the folder's other checkpoints.
+			case strings.HasPrefix(name, "savepoint-"):
+				d.savepoint(c)
+			case (name == "shared" || name == "taskowned") && len(checkpoints) > 0:
+				// The job's SSTs: never listed per sync.
+			default:
+				d.visit(c)
+			}
+		}
+		d.checkpoints(prefix, checkpoints)
+		return nil
+	})
+}
+
 // savepoint HEADs a savepoint folder's `_metadata`; a folder without one is listed like any other.
-func (s *Store) savepoint(g *group, folder string, report func(s3client.Object), visit func(string), mu *sync.Mutex, heads *int) {
-	g.Go(func(ctx context.Context) error {
-		mu.Lock()
-		*heads++
-		mu.Unlock()
-		o, err := s.c.Head(ctx, folder+store.MetadataName)
+func (d *descent) savepoint(folder string) {
+	if d.known != nil && d.known(folder+store.MetadataName) {
+		return // it has one: nothing below it is listed
+	}
+	d.g.Go(func(ctx context.Context) error {
+		d.count(&d.heads, 1)
+		o, err := d.s.c.Head(ctx, folder+store.MetadataName)
 		switch {
 		case err == nil:
-			report(o)
+			d.report(o)
 		case errors.Is(err, fs.ErrNotExist):
-			visit(folder)
+			d.visit(folder)
 		default:
 			return err
 		}

@@ -7,3 +7,19 @@ func DescendOnly(s *Store) {
 	defer s.mu.Unlock()
 	s.disc.descendOnly = true
 }
+
+// HeadOnly reports whether the descent HEADs the checkpoints of job (a listing prefix ending in '/')
+// for now rather than listing them flat.
+func HeadOnly(s *Store, job string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.disc.headJobs[job] > 0
+}
+
+// HeadsOnly makes the descent of s HEAD every checkpoint, never list checkpoint folders flat (the
+// descent as it was before, for benchmarks side by side).
+func HeadsOnly(s *Store) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.disc.headsOnly = true
+}
