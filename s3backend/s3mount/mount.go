@@ -119,8 +119,10 @@ func (o *Options) defaults() {
 	}
 }
 
-// DefaultCacheEntries bounds the attribute cache (about 200 bytes an entry).
-const DefaultCacheEntries = 2_000_000
+// DefaultCacheEntries bounds the attribute cache (about 220 bytes an entry, so about 45 MB whatever the
+// bucket holds): a walk needs the entries of the pages it is consuming, a decision those of the objects
+// just listed; what is evicted is asked for again (s3client.AttrCache).
+const DefaultCacheEntries = 200_000
 
 // Mounted is a running S3 guard mount.
 type Mounted struct {
