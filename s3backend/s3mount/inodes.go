@@ -32,9 +32,10 @@ type inodes struct {
 	mu    sync.Mutex
 	live  map[uint64]*inoSlot
 	files int // slots of files (the live file inodes)
-	// recent holds the file nodes in the order they were last handed to the kernel (each at most once:
-	// node.queued); the pruner takes the oldest first.
-	recent []*node
+	// recent names the file nodes in the order they were last handed to the kernel (each at most once:
+	// node.queued); the pruner takes the oldest first. It names them by number and generation, not by
+	// pointer, so that a node the kernel forgot is garbage at once, not when the queue reaches it.
+	recent []nodeRef
 	sent   []*node // named in the last prune round
 	max    int     // live file inodes kept (<= 0: no pruning)
 	kick   chan struct{}
@@ -116,7 +117,7 @@ func (t *inodes) assign(key string, dir bool, n *node) (ino, gen uint64) {
 		}
 		h = nextIno(h)
 	}
-	n.ino = h
+	n.ino, n.gen = h, t.gen
 	if !dir {
 		t.touchLocked(n)
 	}
@@ -134,30 +135,45 @@ func (t *inodes) touch(n *node) {
 }
 
 func (t *inodes) touchLocked(n *node) {
+	if t.max <= 0 {
+		return // no bound: nothing is pruned, nothing queued
+	}
 	if !n.queued {
 		n.queued = true
-		t.recent = append(t.recent, n)
+		t.recent = append(t.recent, nodeRef{n.ino, n.gen})
 	}
-	if t.max > 0 && t.files > t.max {
+	if t.files > t.max {
 		select {
 		case t.kick <- struct{}{}:
 		default:
 		}
 	}
-	if len(t.recent) > 2*t.max+pruneBatch {
+	if len(t.recent) > 2*max(t.files, t.max)+pruneBatch {
 		// Nodes the kernel forgot on its own (unlinked, pruned by memory pressure) leave the queue here,
-		// so it stays within about twice the live files.
+		// so it stays within about twice the live files (and a compaction comes once per as many touches).
 		keep := t.recent[:0]
-		for _, q := range t.recent {
-			if q.forgotten {
-				q.queued = false
-				continue
+		for _, r := range t.recent {
+			if t.findLocked(r) != nil {
+				keep = append(keep, r)
 			}
-			keep = append(keep, q)
 		}
-		clear(t.recent[len(keep):])
 		t.recent = keep
 	}
+}
+
+// nodeRef names a node by its number and generation.
+type nodeRef struct{ ino, gen uint64 }
+
+// findLocked returns the live node r names, or nil. t.mu held.
+func (t *inodes) findLocked(r nodeRef) *node {
+	if s := t.live[r.ino]; s != nil {
+		for _, n := range s.nodes {
+			if n.gen == r.gen {
+				return n
+			}
+		}
+	}
+	return nil
 }
 
 // forgot releases n's share of its number (go-fuse's OnForget).
@@ -241,7 +257,7 @@ func (t *inodes) pruneOnce() bool {
 	for _, n := range t.sent {
 		if !n.forgotten && !n.queued {
 			n.queued = true
-			t.recent = append(t.recent, n)
+			t.recent = append(t.recent, nodeRef{n.ino, n.gen})
 		}
 	}
 	clear(t.sent)
@@ -249,11 +265,13 @@ func (t *inodes) pruneOnce() bool {
 	over := t.files - t.max*9/10 // prune a tenth below the bound, so that pruning comes in batches
 	var batch []*gofs.Inode
 	for over > 0 && len(batch) < pruneBatch && len(t.recent) > 0 {
-		n := t.recent[0]
-		t.recent[0] = nil
+		n := t.findLocked(t.recent[0])
 		t.recent = t.recent[1:]
+		if n == nil {
+			continue // forgotten since
+		}
 		n.queued = false
-		if n.forgotten || n.writing() {
+		if n.writing() {
 			continue
 		}
 		batch = append(batch, n.EmbeddedInode())

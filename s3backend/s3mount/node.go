@@ -49,7 +49,7 @@ type node struct {
 	writers map[*writeHandle]bool
 
 	// ino is the node's inode number (0: the root); the rest is inodes' bookkeeping, under inodes.mu.
-	ino       uint64
+	ino, gen  uint64
 	queued    bool // in inodes.recent
 	forgotten bool // go-fuse's OnForget ran (or the node was never handed out)
 }
