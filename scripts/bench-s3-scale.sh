@@ -22,7 +22,7 @@
 # Sizes (environment): BENCH_S3_SCALE_N (1000000), BENCH_S3_SMALL_N (100000), BENCH_S3_CKPT_N (20000),
 # BENCH_S3_EXCLUSIVE (0),
 # BENCH_S3_LAT (20ms), BENCH_S3_SOAK (600 s), BENCH_S3_SOAK_SMALL (120 s), BENCH_S3_SYNC (30s).
-# BENCH_S3_PARTS (default "index checkpoints mount") selects the parts. Disk: about 5 GB per 1 M objects
+# BENCH_S3_PARTS (default "index checkpoints mount") selects the parts; a size of 0 skips that mount phase. Disk: about 5 GB per 1 M objects
 # (1-byte files), freed at the end; scratch under BENCH_S3_TMP (default /tmp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -151,8 +151,8 @@ phase() { # objects soak-seconds
 	kill "$ck" 2>/dev/null || true
 	wait "$ck" 2>/dev/null || true
 }
-phase "$SMALL_N" "$SOAK_SMALL"
-phase "$SCALE_N" "$SOAK"
+[ "$SMALL_N" -gt 0 ] && phase "$SMALL_N" "$SOAK_SMALL"
+[ "$SCALE_N" -gt 0 ] && phase "$SCALE_N" "$SOAK"
 echo
 echo "== bench-s3-scale: mount figures (versitygw posix on 127.0.0.1 behind $LAT per request, --sync-interval $SYNC)"
 cat "$REPORT"

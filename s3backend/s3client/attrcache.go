@@ -24,11 +24,27 @@ import (
 // Entries older than maxEntryAge are swept (a timer while the cache holds any): no caller reads an older
 // one, and a find or rm -rf over millions of objects must not leave an entry per visited object behind for
 // good (the kernel's FORGET releases the mount's inodes; this releases the cache's share).
+//
+// The cache is bounded without losing what its entries protect. It holds two generations: entries are
+// recorded in the current one, and when that holds half the bound the older generation is evicted and the
+// current one becomes the older (a Get or a newer answer moves an entry back into the current one). What
+// an entry protects survives its eviction:
+//   - its stamp: the cache keeps the latest stamp it ever evicted (floor), and records no answer stamped
+//     before it for a key it does not hold, so no late reply replaces an evicted, newer entry;
+//   - the mount's own changes (Put, Drop: an object it uploaded, deleted, a name it just changed) are
+//     carried into the new generation, not evicted, while a reply sent before them may still arrive
+//     (pinFor): until then they answer stat without a request.
+//
+// Everything evicted is what a listing or a HEAD says again when asked. The deletion state proper (an
+// acknowledged deletion not applied yet) is never held here: it is the delete queue's (s3mount's hidden),
+// consulted before the cache.
 type AttrCache struct {
-	mu      sync.Mutex
-	entries map[string]CacheEntry
-	max     int
-	sweep   *time.Timer // scheduled while entries exist
+	mu       sync.Mutex
+	cur, old map[string]CacheEntry
+	floor    time.Time // the latest stamp of an evicted entry
+	max      int
+	added    int         // entries recorded in cur since it became current (not counting those carried over)
+	sweep    *time.Timer // scheduled while entries exist
 }
 
 // maxEntryAge bounds the age of a cache entry: above the longest maxAge any caller passes to Get (the
@@ -37,6 +53,10 @@ type AttrCache struct {
 // changes no answer.
 const maxEntryAge = 15 * time.Minute
 
+// pinFor is how long the mount's own changes are kept through evictions: above s3client's default
+// operation timeout (60 s), the longest a reply sent before the change can arrive late.
+const pinFor = 2 * time.Minute
+
 // CacheEntry is one remembered answer.
 type CacheEntry struct {
 	Obj    Object // IsDir for directories
@@ -44,17 +64,23 @@ type CacheEntry struct {
 	At     time.Time // when the request that produced it started (Put: when it was recorded)
 	// dropped: forgotten (Get misses), kept only so that answers stamped before At cannot replace it.
 	dropped bool
+	// own: the mount's own change (Put, Drop), carried through evictions for pinFor.
+	own bool
 }
 
-// NewAttrCache returns a cache bounded to max entries.
+// NewAttrCache returns a cache bounded to about max entries (the mount's own changes of the last pinFor
+// are kept beyond it).
 func NewAttrCache(max int) *AttrCache {
-	return &AttrCache{entries: make(map[string]CacheEntry), max: max}
+	if max < 2 {
+		max = 2
+	}
+	return &AttrCache{cur: make(map[string]CacheEntry), old: make(map[string]CacheEntry), max: max}
 }
 
 // Put records the result of an operation the mount has just completed itself (an upload, a delete, a
 // mkdir): stamped now, it wins over every request that started before.
 func (c *AttrCache) Put(key string, obj Object, exists bool) {
-	c.PutAt(key, obj, exists, time.Now())
+	c.store(key, CacheEntry{Obj: obj, Exists: exists, At: time.Now(), own: true})
 }
 
 // PutAt records what a listing or HEAD that started at `at` said about key (exists=false: it does not
@@ -65,28 +91,48 @@ func (c *AttrCache) PutAt(key string, obj Object, exists bool, at time.Time) {
 }
 
 func (c *AttrCache) store(key string, e CacheEntry) {
-	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old, ok := c.entries[key]; ok {
+	if old, ok := c.cur[key]; ok {
 		if e.At.Before(old.At) {
 			return
 		}
-	} else if len(c.entries) >= c.max {
-		// Bounded memory: drop everything older than a minute, and if that is not enough, everything.
-		for k, e := range c.entries {
-			if now.Sub(e.At) > time.Minute {
-				delete(c.entries, k)
-			}
+	} else if old, ok := c.old[key]; ok {
+		if e.At.Before(old.At) {
+			return
 		}
-		if len(c.entries) >= c.max {
-			clear(c.entries)
-		}
+		delete(c.old, key)
+	} else if e.At.Before(c.floor) {
+		// An evicted entry for key may have been stamped later: this reply may describe an older version.
+		return
 	}
-	c.entries[key] = e
+	if _, ok := c.cur[key]; !ok {
+		c.added++
+	}
+	c.cur[key] = e
+	if c.added >= c.max/2 {
+		c.rotate(time.Now())
+	}
 	if c.sweep == nil {
 		c.sweep = time.AfterFunc(maxEntryAge/3, c.sweepOld)
 	}
+}
+
+// rotate evicts the older generation, except the mount's own changes younger than pinFor, and makes the
+// current generation the older one. c.mu held.
+func (c *AttrCache) rotate(now time.Time) {
+	next := make(map[string]CacheEntry)
+	for k, e := range c.old {
+		if e.own && now.Sub(e.At) < pinFor {
+			next[k] = e
+			continue
+		}
+		if e.At.After(c.floor) {
+			c.floor = e.At
+		}
+	}
+	c.old, c.cur = c.cur, next
+	c.added = 0
 }
 
 // sweepOld drops the entries older than maxEntryAge and runs again while entries remain.
@@ -99,41 +145,60 @@ func (c *AttrCache) sweepOld() {
 func (c *AttrCache) Sweep(now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	before := len(c.entries)
-	for k, e := range c.entries {
-		if now.Sub(e.At) > maxEntryAge {
-			delete(c.entries, k)
-		}
-	}
-	if len(c.entries) < before/2 {
-		// Go maps do not shrink: a copy gives the memory of a big walk back.
-		m := make(map[string]CacheEntry, len(c.entries))
-		for k, e := range c.entries {
-			m[k] = e
-		}
-		c.entries = m
-	}
+	c.cur = c.sweepGen(c.cur, now)
+	c.old = c.sweepGen(c.old, now)
 	if c.sweep != nil {
 		c.sweep.Stop()
 		c.sweep = nil
 	}
-	if len(c.entries) == 0 {
+	if len(c.cur)+len(c.old) == 0 {
 		return
 	}
 	c.sweep = time.AfterFunc(maxEntryAge/3, c.sweepOld)
+}
+
+// sweepGen drops the entries of one generation older than maxEntryAge. c.mu held.
+func (c *AttrCache) sweepGen(m map[string]CacheEntry, now time.Time) map[string]CacheEntry {
+	before := len(m)
+	for k, e := range m {
+		if now.Sub(e.At) > maxEntryAge {
+			if e.At.After(c.floor) {
+				c.floor = e.At
+			}
+			delete(m, k)
+		}
+	}
+	if len(m) < before/2 {
+		// Go maps do not shrink: a copy gives the memory of a big walk back.
+		n := make(map[string]CacheEntry, len(m))
+		for k, e := range m {
+			n[k] = e
+		}
+		return n
+	}
+	return m
 }
 
 // Len returns the number of entries held (tests, measurements).
 func (c *AttrCache) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.entries)
+	return len(c.cur) + len(c.old)
 }
 
 // Get returns the entry for key if it is younger than maxAge.
 func (c *AttrCache) Get(key string, maxAge time.Duration) (CacheEntry, bool) {
 	c.mu.Lock()
-	e, ok := c.entries[key]
+	e, ok := c.cur[key]
+	if !ok {
+		if e, ok = c.old[key]; ok && !e.dropped {
+			c.cur[key] = e // in use: kept through the next eviction
+			delete(c.old, key)
+			if c.added++; c.added >= c.max/2 {
+				c.rotate(time.Now())
+			}
+		}
+	}
 	c.mu.Unlock()
 	if !ok || e.dropped || time.Since(e.At) > maxAge {
 		return CacheEntry{}, false
@@ -143,16 +208,18 @@ func (c *AttrCache) Get(key string, maxAge time.Duration) (CacheEntry, bool) {
 
 // Drop forgets key (after the mount changed it): Get misses until a request sent from now on answers.
 func (c *AttrCache) Drop(key string) {
-	c.store(key, CacheEntry{At: time.Now(), dropped: true})
+	c.store(key, CacheEntry{At: time.Now(), dropped: true, own: true})
 }
 
 // DropTree forgets key and everything below it (after a directory operation).
 func (c *AttrCache) DropTree(key string) {
 	c.mu.Lock()
 	p := key + "/"
-	for k := range c.entries {
-		if strings.HasPrefix(k, p) {
-			delete(c.entries, k)
+	for _, m := range []map[string]CacheEntry{c.cur, c.old} {
+		for k := range m {
+			if strings.HasPrefix(k, p) {
+				delete(m, k)
+			}
 		}
 	}
 	c.mu.Unlock()

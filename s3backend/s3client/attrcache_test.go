@@ -73,3 +73,68 @@ func TestAttrCacheSweepsOldEntries(t *testing.T) {
 		t.Errorf("an hour later %d entries remain", n)
 	}
 }
+
+// TestAttrCacheBoundedKeepsWhatEntriesProtect: a cache filled far past its bound holds about the bound;
+// the mount's own changes survive the evictions while a reply sent before them can still arrive; and no
+// late reply replaces an evicted entry stamped after it (the stamp outlives the entry).
+func TestAttrCacheBoundedKeepsWhatEntriesProtect(t *testing.T) {
+	const max = 100
+	c := NewAttrCache(max)
+	t0 := time.Now().Add(-time.Second)
+	c.Put("deleted", Object{Key: "deleted"}, false) // an unlink through the mount
+	c.Drop("rewritten")                             // an upload through the mount
+	c.PutAt("listed", Object{Key: "listed", ETag: "v2"}, true, time.Now())
+	for i := range 10 * max {
+		k := fmt.Sprintf("walk/%04d", i)
+		c.PutAt(k, Object{Key: k}, true, time.Now())
+	}
+	if n := c.Len(); n > max+2 {
+		t.Errorf("after 10x the bound the cache holds %d entries, want about %d", n, max)
+	}
+	if e, ok := c.Get("deleted", time.Minute); !ok || e.Exists {
+		t.Errorf("the mount's own deletion was evicted: %+v %v", e, ok)
+	}
+	// Replies sent before the mount's changes, arriving late, change nothing.
+	c.PutAt("deleted", Object{Key: "deleted", ETag: "old"}, true, t0)
+	c.PutAt("rewritten", Object{Key: "rewritten", ETag: "old"}, true, t0)
+	if e, ok := c.Get("deleted", time.Minute); !ok || e.Exists {
+		t.Errorf("a late listing brought the deleted key back: %+v", e)
+	}
+	if e, ok := c.Get("rewritten", time.Minute); ok {
+		t.Errorf("a late listing replaced the drop of an own upload: %+v", e)
+	}
+	// "listed" was evicted; a reply older than it must not come back in its place.
+	if _, ok := c.Get("listed", time.Minute); ok {
+		t.Fatal("the listed entry was not evicted; the test does not test the floor")
+	}
+	c.PutAt("listed", Object{Key: "listed", ETag: "v1"}, true, t0)
+	if e, ok := c.Get("listed", time.Minute); ok {
+		t.Errorf("a late reply replaced an evicted, newer entry: %+v", e)
+	}
+	c.PutAt("listed", Object{Key: "listed", ETag: "v3"}, true, time.Now())
+	if e, ok := c.Get("listed", time.Minute); !ok || e.Obj.ETag != "v3" {
+		t.Errorf("a reply sent after the eviction is not recorded: %+v %v", e, ok)
+	}
+	// Own changes are carried only while a reply sent before them can arrive.
+	c.RotateAt(time.Now().Add(PinFor + time.Second))
+	c.RotateAt(time.Now().Add(PinFor + time.Second))
+	if _, ok := c.Get("deleted", time.Hour); ok {
+		t.Error("an own change older than pinFor survived two evictions")
+	}
+}
+
+// TestAttrCacheKeepsEntriesInUse: an entry read between evictions moves to the current generation and
+// survives the next one.
+func TestAttrCacheKeepsEntriesInUse(t *testing.T) {
+	c := NewAttrCache(100)
+	c.PutAt("hot", Object{Key: "hot"}, true, time.Now())
+	for i := range 1000 {
+		k := fmt.Sprintf("k%04d", i)
+		c.PutAt(k, Object{Key: k}, true, time.Now())
+		if i%20 == 0 {
+			if _, ok := c.Get("hot", time.Minute); !ok {
+				t.Fatalf("the entry in use was evicted after %d others", i)
+			}
+		}
+	}
+}

@@ -23,7 +23,7 @@ var (
 
 // OpendirHandle returns a streaming directory handle.
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	return &dirHandle{fsys: n.fsys, dir: n.key()}, 0, 0
+	return &dirHandle{fsys: n.fsys, dir: n.key(), n: n}, 0, 0
 }
 
 // dirHandle lists a directory page by page (ListObjectsV2 with delimiter), so the first entries of a
@@ -38,6 +38,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 type dirHandle struct {
 	fsys *filesystem
 	dir  string
+	n    *node // the directory (entries carry the inode numbers stat shows)
 
 	started bool
 	pos     uint64          // entries returned so far (the seekdir offset)
@@ -206,6 +207,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	e := d.queue[0]
 	d.queue = d.queue[1:]
 	d.pos++
+	e.Ino = d.ino(e)
 	return &e, 0
 }
 
@@ -213,7 +215,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 // a seek into a folder that changed meanwhile may repeat or miss entries, as on NFS.
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	d.release()
-	*d = dirHandle{fsys: d.fsys, dir: d.dir}
+	*d = dirHandle{fsys: d.fsys, dir: d.dir, n: d.n}
 	for d.pos < off {
 		e, errno := d.Readdirent(ctx)
 		if errno != 0 {
@@ -224,6 +226,17 @@ func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 		}
 	}
 	return 0
+}
+
+// ino is the inode number stat shows for the entry: the known node's, or the one its key gets.
+func (d *dirHandle) ino(e fuse.DirEntry) uint64 {
+	isDir := e.Mode&syscall.S_IFMT == syscall.S_IFDIR
+	if ch := d.n.GetChild(e.Name); ch != nil && ch.IsDir() == isDir {
+		if cn, ok := ch.Operations().(*node); ok && cn.ino != 0 {
+			return cn.ino
+		}
+	}
+	return d.fsys.inos.peek(childKey(d.dir, e.Name), isDir)
 }
 
 func (d *dirHandle) Releasedir(ctx context.Context, releaseFlags uint32) { d.release() }

@@ -114,10 +114,11 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		// The kernel thought it was missing (the object appeared beside the mount): open it as the caller
 		// asked. Without O_TRUNC that is a read-modify-write (an append must not truncate the object).
 		if flags&syscall.O_TRUNC == 0 {
-			ch := n.newChild(ctx, o)
+			ch := n.newChild(ctx, key, o)
 			cn := ch.Operations().(*node)
 			fh, fflags, errno := cn.openObject(ctx, key, o, flags)
 			if errno != 0 {
+				n.fsys.inos.forgot(cn) // never handed to the kernel
 				return nil, nil, 0, errno
 			}
 			cn.attr(&out.Attr)
@@ -126,10 +127,11 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		if errno := n.fsys.g.Errno(ctx, guard.Check{Op: verdict.OpTruncate, Path: key, Observed: n.fsys.observed(key, o)}); errno != 0 {
 			return nil, nil, 0, errno
 		}
-		ch := n.newChild(ctx, o)
+		ch := n.newChild(ctx, key, o)
 		cn := ch.Operations().(*node)
 		w, err := cn.newWriteHandle(key, s3client.PutOptions{IfMatch: o.ETag})
 		if err != nil {
+			n.fsys.inos.forgot(cn)
 			return nil, nil, 0, syscall.EIO
 		}
 		w.base = o
@@ -141,10 +143,11 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, 0, s3client.Errno(err)
 	}
-	ch := n.newChild(ctx, s3client.Object{Key: key, ModTime: time.Now()})
+	ch := n.newChild(ctx, key, s3client.Object{Key: key, ModTime: time.Now()})
 	cn := ch.Operations().(*node)
 	w, err := cn.newWriteHandle(key, s3client.PutOptions{IfNoneMatch: true})
 	if err != nil {
+		n.fsys.inos.forgot(cn)
 		return nil, nil, 0, syscall.EIO
 	}
 	w.dirty = true

@@ -17,10 +17,12 @@ import (
 )
 
 // TestFindHeapReleased measures the mount's live heap after `find -type f` over many objects, again once
-// the FORGETs the kernel sends on its own have arrived (it keeps the inodes readdirplus made until memory
-// pressure, whatever their entry timeout), then after the kernel is made to forget the inodes (drop_caches: FORGET for every inode) and the attribute cache's sweep: the
-// mount must not keep state per visited object. It changes a system-wide setting (drop_caches), so it
-// runs only with CKGUARD_MEASURE_FIND_HEAP=<objects> (e.g. 100000).
+// the FORGETs of the inodes the mount pruned have arrived (the kernel keeps the inodes readdirplus made
+// until memory pressure, whatever their entry timeout, unless told to forget them), then after the kernel
+// is made to forget every inode (drop_caches) and the attribute cache's sweep. Without drop_caches the
+// heap must stay within the bounds (MaxInodes file inodes, DefaultCacheEntries cache entries), whatever
+// the number of objects; after it, no state per visited object may remain. It changes a system-wide
+// setting (drop_caches), so it runs only with CKGUARD_MEASURE_FIND_HEAP=<objects> (e.g. 100000).
 func TestFindHeapReleased(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("CKGUARD_MEASURE_FIND_HEAP"))
 	if n <= 0 {
@@ -60,7 +62,12 @@ func TestFindHeapReleased(t *testing.T) {
 	h1 := heap()
 	time.Sleep(2 * time.Second) // FORGETs arrive asynchronously
 	h1s := heap()
-	t.Logf("after find and 2 s without drop_caches: %d MiB (%.0f B/object)", h1s>>20, float64(int64(h1s)-int64(h0))/float64(n))
+	t.Logf("after find and 2 s without drop_caches: %d MiB (%.0f B/object), %d file inodes held, %d cache entries",
+		h1s>>20, float64(int64(h1s)-int64(h0))/float64(n), e.m.LiveFileInodes(), cache.Len())
+	// About 1 KiB per held inode (go-fuse's node and the mount's) and 300 B per cache entry.
+	if budget := uint64(s3mount.DefaultMaxInodes)<<10 + uint64(s3mount.DefaultCacheEntries)*300; h1s > h0+budget {
+		t.Errorf("after find over %d objects the live heap grew by %d MiB, above the bounds' %d MiB", n, (h1s-h0)>>20, budget>>20)
+	}
 	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0); err != nil {
 		t.Skipf("cannot make the kernel forget inodes: %v", err)
 	}

@@ -63,6 +63,10 @@ type Options struct {
 	UploadParallel int
 	// PageSize is the number of keys per ListObjectsV2 page in readdir (default 1000, the S3 maximum).
 	PageSize int32
+	// MaxInodes bounds the file inodes the kernel (and go-fuse, and so the mount) holds: beyond it the
+	// oldest not touched since are pruned (default 50,000, about 35 MB of the mount's memory; < 0: no
+	// bound, the kernel keeps what it looked up until memory pressure). See inodes.
+	MaxInodes int
 	// UID/GID own every file (default: the mount process's).
 	UID, GID uint32
 	// Attrs is the attribute cache; share it with the index's store (s3store.Options.Attrs) so a decision
@@ -81,6 +85,7 @@ type Options struct {
 	Quarantine *s3quarantine.Area
 
 	tuneQueue func(*deleteq.Options) // tests
+	inoHash   func(string) uint64    // tests
 }
 
 func (o *Options) defaults() {
@@ -111,6 +116,9 @@ func (o *Options) defaults() {
 	if o.PageSize <= 0 {
 		o.PageSize = 1000
 	}
+	if o.MaxInodes == 0 {
+		o.MaxInodes = DefaultMaxInodes
+	}
 	if o.Attrs == nil {
 		o.Attrs = s3client.NewAttrCache(DefaultCacheEntries)
 	}
@@ -119,14 +127,20 @@ func (o *Options) defaults() {
 	}
 }
 
-// DefaultCacheEntries bounds the attribute cache (about 200 bytes an entry).
-const DefaultCacheEntries = 2_000_000
+// DefaultCacheEntries bounds the attribute cache (about 220 bytes an entry, so about 45 MB whatever the
+// bucket holds): a walk needs the entries of the pages it is consuming, a decision those of the objects
+// just listed; what is evicted is asked for again (s3client.AttrCache).
+const DefaultCacheEntries = 200_000
+
+// DefaultMaxInodes is the default of Options.MaxInodes.
+const DefaultMaxInodes = 50_000
 
 // Mounted is a running S3 guard mount.
 type Mounted struct {
 	server     *fuse.Server
 	mountpoint string
 	fsys       *filesystem
+	stopPrune  context.CancelFunc
 }
 
 // Mount checks the bucket, mounts, and returns once the kernel has the mount. A stale mount left by a
@@ -164,7 +178,10 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 		return nil, fmt.Errorf("spool directory: %w", err)
 	}
 	fsys := &filesystem{opts: o, c: o.Client, g: o.Enforcer, cache: o.Attrs, log: o.Logger,
-		started: time.Now(), ownSpool: ownSpool}
+		started: time.Now(), ownSpool: ownSpool, inos: newInodes(o.MaxInodes, o.Logger)}
+	if o.inoHash != nil {
+		fsys.inos.hash = o.inoHash
+	}
 	if err := fsys.openQueue(); err != nil {
 		return nil, err
 	}
@@ -189,7 +206,12 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 	if err := setKernelReadAhead(mnt, o.KernelReadAhead); err != nil {
 		o.Logger.Debug("could not raise the kernel's readahead of the mount (sequential reads stay in 128 KiB requests)", "err", err)
 	}
-	return &Mounted{server: server, mountpoint: mnt, fsys: fsys}, nil
+	pctx, stop := context.WithCancel(context.Background())
+	fsys.inos.mu.Lock()
+	fsys.inos.root = root.EmbeddedInode()
+	fsys.inos.mu.Unlock()
+	go fsys.inos.run(pctx)
+	return &Mounted{server: server, mountpoint: mnt, fsys: fsys, stopPrune: stop}, nil
 }
 
 // Mountpoint is the absolute mountpoint.
@@ -211,6 +233,7 @@ func (m *Mounted) Wait() {
 }
 
 func (m *Mounted) cleanup() {
+	m.stopPrune()
 	m.fsys.closeQueue()
 	if m.fsys.ownSpool {
 		_ = os.RemoveAll(m.fsys.opts.SpoolDir)

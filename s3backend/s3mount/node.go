@@ -33,6 +33,7 @@ type filesystem struct {
 	bufPool  sync.Pool      // readahead chunk buffers (*[]byte), see read.go
 	q        *deleteq.Queue // acknowledged deletions not applied yet (nil: unlink deletes synchronously)
 	qClose   sync.Once
+	inos     *inodes // inode numbers and the bound on the file inodes the kernel holds
 }
 
 // node is a file or directory, named by its position in the tree (its key is its path from the root, so
@@ -46,6 +47,11 @@ type node struct {
 	// last known object attributes of a file (size, mtime, ETag); a file open for writing reports its spool.
 	obj     s3client.Object
 	writers map[*writeHandle]bool
+
+	// ino is the node's inode number (0: the root); the rest is inodes' bookkeeping, under inodes.mu.
+	ino, gen  uint64
+	queued    bool // in inodes.recent
+	forgotten bool // go-fuse's OnForget ran (or the node was never handed out)
 }
 
 var (
@@ -64,7 +70,11 @@ var (
 	_ = (gofs.NodeSetxattrer)((*node)(nil))
 	_ = (gofs.NodeRemovexattrer)((*node)(nil))
 	_ = (gofs.NodeStatfser)((*node)(nil))
+	_ = (gofs.NodeOnForgetter)((*node)(nil))
 )
+
+// OnForget releases the node's inode number once neither the kernel nor go-fuse's tree holds it.
+func (n *node) OnForget() { n.fsys.inos.forgot(n) }
 
 // key is the node's store-relative key ("" for the root).
 func (n *node) key() string { return n.Path(n.Root()) }
@@ -240,13 +250,15 @@ func justBefore(key string) string {
 	return key[:len(key)-size]
 }
 
-func (n *node) newChild(ctx context.Context, o s3client.Object) *gofs.Inode {
+// newChild makes the node of key (o: what is known of it), numbered after its key (see inodes).
+func (n *node) newChild(ctx context.Context, key string, o s3client.Object) *gofs.Inode {
 	mode := uint32(syscall.S_IFREG)
 	if o.IsDir {
 		mode = syscall.S_IFDIR
 	}
 	child := &node{fsys: n.fsys, obj: o}
-	return n.NewInode(ctx, child, gofs.StableAttr{Mode: mode})
+	ino, gen := n.fsys.inos.assign(key, o.IsDir, child)
+	return n.NewInode(ctx, child, gofs.StableAttr{Mode: mode, Ino: ino, Gen: gen})
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -261,6 +273,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	if ch := n.GetChild(name); ch != nil {
 		if cn, ok := ch.Operations().(*node); ok && cn.writing() {
 			cn.attr(&out.Attr)
+			n.fsys.inos.touch(cn)
 			return ch, 0
 		}
 	}
@@ -272,10 +285,11 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 		if cn, ok := ch.Operations().(*node); ok && cn.IsDir() == o.IsDir {
 			cn.setObj(o)
 			cn.attr(&out.Attr)
+			n.fsys.inos.touch(cn)
 			return ch, 0
 		}
 	}
-	ch := n.newChild(ctx, o)
+	ch := n.newChild(ctx, key, o)
 	ch.Operations().(*node).attr(&out.Attr)
 	return ch, 0
 }
@@ -440,7 +454,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	}
 	o := s3client.Object{Key: key, IsDir: true, ModTime: time.Now(), ETag: etag}
 	n.fsys.cache.Put(key, o, true)
-	ch := n.newChild(ctx, o)
+	ch := n.newChild(ctx, key, o)
 	ch.Operations().(*node).attr(&out.Attr)
 	return ch, 0
 }
@@ -479,6 +493,9 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		if errors.Is(delErr, fs.ErrNotExist) { // deleted beside us between stat and delete
 			n.fsys.cache.Put(key, s3client.Object{Key: key}, false)
 		}
+		if errno == 0 {
+			n.retireChild(name)
+		}
 		return errno
 	}
 }
@@ -501,10 +518,24 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 			return syscall.ENOTDIR
 		}
 	}
-	return n.fsys.g.Remove(ctx, guard.Check{Op: verdict.OpRmdir, Path: key}, func() (bool, syscall.Errno) {
+	errno = n.fsys.g.Remove(ctx, guard.Check{Op: verdict.OpRmdir, Path: key}, func() (bool, syscall.Errno) {
 		errno := n.fsys.removeDir(ctx, key, marker)
 		return errno == 0, errno
 	})
+	if errno == 0 {
+		n.retireChild(name)
+	}
+	return errno
+}
+
+// retireChild retires the inode number of the child name removed (see inodes.retire): the kernel may
+// hold it a while (an open file), and a new object of the same name must not share it.
+func (n *node) retireChild(name string) {
+	if ch := n.GetChild(name); ch != nil {
+		if cn, ok := ch.Operations().(*node); ok {
+			n.fsys.inos.retire(cn)
+		}
+	}
 }
 
 // removeObject deletes (with --quarantine: stages) the version o of key (If-Match, where the server
@@ -586,7 +617,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	if dstExists {
 		replaced = &do
 	}
-	return n.fsys.g.Rename(ctx, checks, func() (bool, syscall.Errno) {
+	errno := n.fsys.g.Rename(ctx, checks, func() (bool, syscall.Errno) {
 		moved, err := n.fsys.moveObject(ctx, src, dst, so, replaced)
 		if err == nil {
 			if ch := n.GetChild(name); ch != nil {
@@ -600,6 +631,19 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		// only what the store confirms gone.
 		return true, s3client.Errno(err)
 	})
+	if errno == 0 {
+		// go-fuse moves the node to the new name once this returns: its number names dst now, and the
+		// replaced node's (the kernel may still hold it) names nothing.
+		if dstExists {
+			np.retireChild(newName)
+		}
+		if ch := n.GetChild(name); ch != nil {
+			if cn, ok := ch.Operations().(*node); ok {
+				n.fsys.inos.rekey(cn, dst)
+			}
+		}
+	}
+	return errno
 }
 
 // moveObject copies the version so of src to dst (If-Match on the version replaced, the decided target;

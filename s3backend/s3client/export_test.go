@@ -1,0 +1,13 @@
+package s3client
+
+import "time"
+
+// PinFor is pinFor, for tests.
+const PinFor = pinFor
+
+// RotateAt evicts a generation as a full cache does at now.
+func (c *AttrCache) RotateAt(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rotate(now)
+}
