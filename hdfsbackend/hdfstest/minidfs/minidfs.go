@@ -200,8 +200,9 @@ func (c *Cluster) DFS(t testing.TB, args ...string) (string, error) {
 	return c.dfs(append([]string{"dfs"}, args...), args)
 }
 
-// DFSAs is DFS run as another HDFS user (simple authentication trusts the name), for permission tests:
-// the launcher's user is the cluster's superuser, whom no permission stops.
+// DFSAs is DFS run as another HDFS user (simple authentication trusts the name; on a Kerberos cluster
+// the user, User or Other, logs in from its keytab), for permission tests: the launcher's user is the
+// cluster's superuser, whom no permission stops.
 func (c *Cluster) DFSAs(t testing.TB, user string, args ...string) (string, error) {
 	t.Helper()
 	return c.dfs(append([]string{"dfsas", user}, args...), args)
