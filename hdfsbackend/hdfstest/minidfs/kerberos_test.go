@@ -107,6 +107,30 @@ func testKerberos(t *testing.T, prot string) {
 		login func(t *testing.T) hdfsclient.Kerberos
 	}{
 		{"keytab", func(t *testing.T) hdfsclient.Kerberos { return withKeytab(User) }},
+		{"keytab, NameNode principal with _HOST", func(t *testing.T) hdfsclient.Kerberos {
+			// As production hdfs-site.xml files say it: the client puts the NameNode's host in.
+			dir := t.TempDir()
+			b, err := os.ReadFile(filepath.Join(k.ConfDir(), "hdfs-site.xml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			site := strings.Replace(string(b), "hdfs/127.0.0.1@", "hdfs/_HOST@", 1)
+			if site == string(b) {
+				t.Fatalf("no hdfs/127.0.0.1@ in the client's hdfs-site.xml:\n%s", b)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "hdfs-site.xml"), []byte(site), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			core, err := os.ReadFile(filepath.Join(k.ConfDir(), "core-site.xml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "core-site.xml"), core, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("HADOOP_CONF_DIR", dir)
+			return withKeytab(User)
+		}},
 		{"ticket cache", func(t *testing.T) hdfsclient.Kerberos {
 			cc := filepath.Join(t.TempDir(), "krb5cc_test")
 			k.Kinit(t, User, cc)
@@ -133,7 +157,7 @@ func testKerberos(t *testing.T, prot string) {
 			if err != nil || string(b) != "uploaded by the Java client" {
 				t.Fatalf("read through the DataNode: %q, %v", b, err)
 			}
-			name := c.Root() + "/from-go-" + strings.ReplaceAll(tc.name, " ", "-")
+			name := c.Root() + "/from-go-" + sanitize(tc.name)
 			w, err := cl.Create(ctx, name, 0o644)
 			if err != nil {
 				t.Fatal(err)

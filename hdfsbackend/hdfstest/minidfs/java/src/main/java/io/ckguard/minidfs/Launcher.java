@@ -134,6 +134,8 @@ public final class Launcher {
       cluster.shutdown(true);
       if (kdc != null) {
         kdc.stop();
+        // The Go side may be gone (a test binary exits without waiting): the KDC's files go with it.
+        deleteTree(Paths.get(krbDir));
       }
       proto.flush();
     }
@@ -263,6 +265,17 @@ public final class Launcher {
       }
     }
     return ok(rc, out.toString(StandardCharsets.UTF_8), err.toString(StandardCharsets.UTF_8));
+  }
+
+  private static void deleteTree(Path p) throws IOException {
+    if (!Files.exists(p)) {
+      return;
+    }
+    try (Stream<Path> s = Files.walk(p)) {
+      for (Path c : (Iterable<Path>) s.sorted(java.util.Comparator.reverseOrder())::iterator) {
+        Files.deleteIfExists(c);
+      }
+    }
   }
 
   private static String ok(int rc, String out, String err) {
