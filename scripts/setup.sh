@@ -10,7 +10,7 @@
 #   setup.sh lint    staticcheck (make lint)
 #   setup.sh e2e     test + Java 17, Maven and the Flink artifacts (make e2e; ~500 MB from Maven Central)
 #   setup.sh bench   test + s3fs and rclone, the S3 benchmarks' comparison clients (make bench)
-#   setup.sh hdfs    e2e + the Hadoop 3.5.0 artifacts (~140 MB): the MiniDFSCluster launcher of the HDFS
+#   setup.sh hdfs    e2e + the Hadoop 3.5.0 artifacts (~145 MB): the MiniDFSCluster launcher (and its MiniKdc) of the HDFS
 #                    tests (make test-hdfs) and Flink's hdfs:// file system (the HDFS e2e tests)
 #   setup.sh posix   test + pjdfstest, the POSIX suite scripts/posix-suite.sh runs (needs cargo, Rust >= 1.85)
 #   setup.sh all     everything (make setup; the default)

@@ -21,7 +21,7 @@ func IsURL(store string) bool { return len(store) >= 5 && strings.EqualFold(stor
 // from HADOOP_CONF_DIR (core-site.xml, hdfs-site.xml); the user from HADOOP_USER_NAME or the login.
 func Flags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "hdfs-keytab", EnvVars: []string{"CKGUARD_HDFS_KEYTAB"}, Usage: "Kerberos keytab to log in to HDFS with (with --hdfs-principal); default: the ticket cache ($KRB5CCNAME) when hadoop.security.authentication is kerberos"},
+		&cli.StringFlag{Name: "hdfs-keytab", EnvVars: []string{"CKGUARD_HDFS_KEYTAB"}, Usage: "Kerberos keytab to log in to HDFS with (with --hdfs-principal); default: the ticket cache ($KRB5CCNAME, a FILE: cache, read once at start and not renewed) when hadoop.security.authentication is kerberos"},
 		&cli.StringFlag{Name: "hdfs-principal", EnvVars: []string{"CKGUARD_HDFS_PRINCIPAL"}, Usage: "Kerberos principal (name@REALM) of --hdfs-keytab"},
 		duration.Flag("hdfs-timeout", 30*time.Second, "bound on every read and write of one NameNode or DataNode connection; then the file operation fails with EIO"),
 	}

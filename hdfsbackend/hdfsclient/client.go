@@ -105,11 +105,13 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	dial := timeoutDialer(cfg.RPCTimeout)
 	opts.NamenodeDialFunc, opts.DatanodeDialFunc = dial, dial
 	opts.KerberosClient = nil
+	var login krbLogin
 	if cfg.Kerberos.Enabled {
-		kc, err := kerberosClient(cfg.Kerberos)
+		kc, l, err := kerberosClient(cfg.Kerberos)
 		if err != nil {
 			return nil, err
 		}
+		login = l
 		opts.KerberosClient = kc
 		if cfg.Kerberos.ServicePrincipal != "" {
 			opts.KerberosServicePrincipleName = cfg.Kerberos.ServicePrincipal
@@ -120,17 +122,43 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	c, err := hdfs.NewClient(opts)
 	if err != nil {
-		return nil, wrap("connect", cfg.Resolved.String(), err)
+		return nil, authHint(cfg, login, wrap("connect", cfg.Resolved.String(), err))
 	}
 	cl := &Client{c: c, user: c.User(), timeout: cfg.RPCTimeout}
 	if _, err := cl.Stat(ctx, "/"); err != nil {
 		_ = c.Close()
-		return nil, fmt.Errorf("HDFS %s (NameNodes %s): %w", cfg.Resolved, strings.Join(cfg.Resolved.Addresses, ","), err)
+		return nil, authHint(cfg, login, fmt.Errorf("HDFS %s (NameNodes %s): %w", cfg.Resolved, strings.Join(cfg.Resolved.Addresses, ","), err))
 	}
 	return cl, nil
 }
 
-func kerberosClient(k Kerberos) (*krb.Client, error) {
+// krbLogin is how a Kerberos client logs in, for error messages.
+type krbLogin struct {
+	keytab, principal, ccache, krb5Conf string
+}
+
+// authHint names the fix when the first calls of a connection fail on authentication, so that a wrong
+// or missing credential stops the mount with the flag or file to correct (it never connects without
+// one: the library is given no other way to authenticate).
+func authHint(cfg Config, l krbLogin, err error) error {
+	msg := err.Error()
+	switch {
+	case cfg.Kerberos.Enabled && l.keytab != "" && strings.Contains(msg, "SASL handshake"):
+		return fmt.Errorf("HDFS Kerberos: logging in as %s with the keytab %s failed: check --hdfs-keytab and --hdfs-principal (the keytab must hold that principal: klist -kt %s) and the realm's KDC in %s (KRB5_CONFIG): %w",
+			l.principal, l.keytab, l.keytab, l.krb5Conf, err)
+	case cfg.Kerberos.Enabled && strings.Contains(msg, "SASL handshake"):
+		return fmt.Errorf("HDFS Kerberos: the ticket cache %s got no ticket for the NameNode: renew it with kinit (or give --hdfs-keytab and --hdfs-principal); KDC from %s (KRB5_CONFIG): %w",
+			l.ccache, l.krb5Conf, err)
+	case !cfg.Kerberos.Enabled && strings.Contains(msg, "unexpected sequence number"):
+		// The NameNode answers a connection whose authentication it does not accept with a
+		// connection-level error the library reports only as a protocol error.
+		return fmt.Errorf("HDFS: the NameNode dropped the connection of user %s with simple authentication before answering, as a cluster that requires Kerberos does: set hadoop.security.authentication=kerberos in core-site.xml (HADOOP_CONF_DIR) and give --hdfs-keytab and --hdfs-principal or a ticket cache (KRB5CCNAME): %w",
+			cfg.User, err)
+	}
+	return err
+}
+
+func kerberosClient(k Kerberos) (*krb.Client, krbLogin, error) {
 	confPath := k.Krb5Conf
 	if confPath == "" {
 		confPath = os.Getenv("KRB5_CONFIG")
@@ -138,20 +166,21 @@ func kerberosClient(k Kerberos) (*krb.Client, error) {
 	if confPath == "" {
 		confPath = "/etc/krb5.conf"
 	}
+	l := krbLogin{keytab: k.Keytab, principal: k.Principal, krb5Conf: confPath}
 	kcfg, err := krbconfig.Load(confPath)
 	if err != nil {
-		return nil, fmt.Errorf("HDFS Kerberos: reading %s (set KRB5_CONFIG): %w", confPath, err)
+		return nil, l, fmt.Errorf("HDFS Kerberos: reading %s (set KRB5_CONFIG): %w", confPath, err)
 	}
 	if k.Keytab != "" {
 		kt, err := keytab.Load(k.Keytab)
 		if err != nil {
-			return nil, fmt.Errorf("HDFS Kerberos: keytab %s: %w", k.Keytab, err)
+			return nil, l, fmt.Errorf("HDFS Kerberos: keytab %s: %w", k.Keytab, err)
 		}
 		name, realm, ok := strings.Cut(k.Principal, "@")
 		if !ok || name == "" || realm == "" {
-			return nil, fmt.Errorf("HDFS Kerberos: principal %q: want name@REALM (with the keytab %s)", k.Principal, k.Keytab)
+			return nil, l, fmt.Errorf("HDFS Kerberos: principal %q: want name@REALM (with the keytab %s)", k.Principal, k.Keytab)
 		}
-		return krb.NewWithKeytab(name, realm, kt, kcfg, krb.DisablePAFXFAST(true)), nil
+		return krb.NewWithKeytab(name, realm, kt, kcfg, krb.DisablePAFXFAST(true)), l, nil
 	}
 	cc := k.CCache
 	if cc == "" {
@@ -161,15 +190,19 @@ func kerberosClient(k Kerberos) (*krb.Client, error) {
 		cc = fmt.Sprintf("/tmp/krb5cc_%d", os.Getuid())
 	}
 	cc = strings.TrimPrefix(cc, "FILE:")
+	l.ccache = cc
+	if i := strings.IndexByte(cc, ':'); i > 0 && !strings.Contains(cc[:i], "/") {
+		return nil, l, fmt.Errorf("HDFS Kerberos: ticket cache %s: only file caches are read (kinit -c FILE:/path, then KRB5CCNAME=FILE:/path), or give --hdfs-keytab and --hdfs-principal", cc)
+	}
 	ccache, err := credentials.LoadCCache(cc)
 	if err != nil {
-		return nil, fmt.Errorf("HDFS Kerberos: ticket cache %s (run kinit, or give a keytab): %w", cc, err)
+		return nil, l, fmt.Errorf("HDFS Kerberos: ticket cache %s (run kinit, or give --hdfs-keytab and --hdfs-principal): %w", cc, err)
 	}
 	kc, err := krb.NewFromCCache(ccache, kcfg, krb.DisablePAFXFAST(true))
 	if err != nil {
-		return nil, fmt.Errorf("HDFS Kerberos: ticket cache %s: %w", cc, err)
+		return nil, l, fmt.Errorf("HDFS Kerberos: ticket cache %s (run kinit, or give --hdfs-keytab and --hdfs-principal): %w", cc, err)
 	}
-	return kc, nil
+	return kc, l, nil
 }
 
 // timeoutDialer dials with a timeout and returns connections whose every Read and Write must complete

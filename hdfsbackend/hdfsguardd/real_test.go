@@ -41,7 +41,13 @@ func incident(t *testing.T, c *minidfs.Cluster) (*treegen.Tree, string) {
 
 func hdfsFiles(t *testing.T, uri string) []string {
 	t.Helper()
-	st, err := hdfscli.OpenStore(context.Background(), uri, opts)
+	return hdfsFilesWith(t, uri, opts)
+}
+
+// hdfsFilesWith lists the files of the store at uri, connecting with o.
+func hdfsFilesWith(t *testing.T, uri string, o hdfscli.Options) []string {
+	t.Helper()
+	st, err := hdfscli.OpenStore(context.Background(), uri, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,13 @@
 // started the NameNode and is its superuser (DFSAs, or a Go client with HADOOP_USER_NAME set to someone
 // else, exercises the checks).
 //
+// Kerberos (Options.Kerberos): the JVM also runs a KDC (Hadoop's MiniKdc, realm CKGUARD.TEST on
+// 127.0.0.1) and the cluster is secured as a production one is: Kerberos RPC, block access tokens, SASL
+// on data transfer (Options.Protection), service-level authorization. Its superuser is the service
+// principal's short name, hdfs; the tests' user is User (and Other, for permission checks), each with a
+// keytab; every test's directory and every uploaded tree belongs to User. Cluster.Kerberos names the
+// files a client needs (krb5.conf, HADOOP_CONF_DIR, keytabs) and writes ticket caches.
+//
 // Prerequisites: Java 17 on PATH and the Maven artifacts (`make setup-hdfs`). The launcher is built
 // offline (`mvn -o`) once when its sources are newer than its jar. A missing prerequisite fails the
 // test loudly naming `make setup-hdfs`: the tests that use this package are behind the `hdfs` build
@@ -20,9 +27,9 @@
 //
 // The launcher's protocol (stdin/stdout, one line each way, TAB-separated; Launcher.java):
 //
-//	launcher → READY port=PORT
+//	launcher → READY port=PORT [realm=REALM kdc=PORT]
 //	go       → safemode enter|leave | stopnn | restartnn | upload LOCAL HDFS | settimes PATH MILLIS |
-//	           dfs ARG... | dfsas USER ARG... | shutdown
+//	           dfs ARG... | dfsas USER ARG... | kinit USER CCACHE | shutdown
 //	launcher → OK EXIT BASE64(stdout) BASE64(stderr) | ERR BASE64(stack trace)
 package minidfs
 
@@ -37,6 +44,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,7 +61,18 @@ type Options struct {
 	// Exclusive starts a cluster of this test's own (stopped at its end), for tests that stop the
 	// NameNode or enter safe mode.
 	Exclusive bool
+	// Kerberos secures the cluster with a KDC of its own (see the package doc).
+	Kerberos bool
+	// Protection is hadoop.rpc.protection and dfs.data.transfer.protection of a Kerberos cluster:
+	// "authentication" (the default), "integrity" or "privacy".
+	Protection string
 }
+
+// The principals (short names) of a Kerberos cluster's test users: User owns the tests' directories.
+const (
+	User  = "ckguard"
+	Other = "mallory"
+)
 
 func (o Options) trashMinutes() int64 {
 	if o.TrashInterval <= 0 {
@@ -68,6 +87,7 @@ const startTimeout = 4 * time.Minute
 // Cluster is one test's handle on a running MiniDFSCluster.
 type Cluster struct {
 	p         *proc
+	krb       *Kerberos
 	root      string
 	exclusive bool
 	stopOnce  sync.Once
@@ -84,6 +104,8 @@ type proc struct {
 	done    chan struct{}
 	started time.Duration
 	nextDir int
+	realm   string // a Kerberos cluster's realm; "" without Kerberos
+	krbDir  string // its KDC's files (see Kerberos)
 }
 
 // shared holds the warm clusters of this test binary, one per Options. It is the one piece of
@@ -132,6 +154,9 @@ func Start(t testing.TB, opt Options) *Cluster {
 		}
 	}
 	c := &Cluster{p: p, exclusive: opt.Exclusive}
+	if p.realm != "" {
+		c.krb = &Kerberos{Realm: p.realm, dir: p.krbDir, c: c}
+	}
 	p.mu.Lock()
 	p.nextDir++
 	n := p.nextDir
@@ -140,6 +165,12 @@ func Start(t testing.TB, opt Options) *Cluster {
 	if _, err := c.DFS(t, "-mkdir", "-p", c.root); err != nil {
 		c.Stop()
 		t.Fatalf("minidfs: create the test's directory: %v", err)
+	}
+	if c.krb != nil {
+		if _, err := c.DFS(t, "-chown", User, c.root); err != nil {
+			c.Stop()
+			t.Fatalf("minidfs: give the test's directory to %s: %v", User, err)
+		}
 	}
 	t.Logf("minidfs: %s (cluster up in %s; this test's directory %s)", c.URI(""), p.started.Round(100*time.Millisecond), c.root)
 	t.Cleanup(c.Stop)
@@ -169,8 +200,9 @@ func (c *Cluster) DFS(t testing.TB, args ...string) (string, error) {
 	return c.dfs(append([]string{"dfs"}, args...), args)
 }
 
-// DFSAs is DFS run as another HDFS user (simple authentication trusts the name), for permission tests:
-// the launcher's user is the cluster's superuser, whom no permission stops.
+// DFSAs is DFS run as another HDFS user (simple authentication trusts the name; on a Kerberos cluster
+// the user, User or Other, logs in from its keytab), for permission tests: the launcher's user is the
+// cluster's superuser, whom no permission stops.
 func (c *Cluster) DFSAs(t testing.TB, user string, args ...string) (string, error) {
 	t.Helper()
 	return c.dfs(append([]string{"dfsas", user}, args...), args)
@@ -345,10 +377,25 @@ func launch(opt Options) (*proc, error) {
 	}
 	args := append(jvmFlags(), "-cp", cp, "io.ckguard.minidfs.Launcher",
 		"--base-dir", base, "--trash-minutes", strconv.FormatInt(opt.trashMinutes(), 10))
+	krbDir := ""
+	if opt.Kerberos {
+		prot := opt.Protection
+		if prot == "" {
+			prot = "authentication"
+		}
+		if !slices.Contains([]string{"authentication", "integrity", "privacy"}, prot) {
+			return nil, fmt.Errorf("minidfs: Protection %q: want authentication, integrity or privacy", prot)
+		}
+		// Outside base: MiniDFSCluster removes base at shutdown, the KDC's files must last as long.
+		if krbDir, err = os.MkdirTemp("", "minikdc-"); err != nil {
+			return nil, err
+		}
+		args = append(args, "--kerberos-dir", krbDir, "--protection", prot, "--users", User+","+Other)
+	}
 	cmd := exec.Command(java, args...)
 	// Its own process group: a hung JVM is killed with everything it started, and nothing else.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	p := &proc{cmd: cmd, logs: newTailBuffer(64 << 10), done: make(chan struct{})}
+	p := &proc{cmd: cmd, logs: newTailBuffer(64 << 10), done: make(chan struct{}), krbDir: krbDir}
 	cmd.Stderr = p.logs
 	if p.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err
@@ -366,6 +413,9 @@ func launch(opt Options) (*proc, error) {
 		_ = cmd.Wait()
 		// MiniDFSCluster.shutdown(true) removes base; this catches a JVM that died first.
 		_ = os.RemoveAll(base)
+		if krbDir != "" {
+			_ = os.RemoveAll(krbDir)
+		}
 		close(p.done)
 	}()
 	ready := make(chan error, 1)
@@ -375,12 +425,20 @@ func launch(opt Options) (*proc, error) {
 			ready <- fmt.Errorf("the JVM exited before the cluster was up (%v)", err)
 			return
 		}
-		v, ok := strings.CutPrefix(strings.TrimSpace(line), "READY port=")
-		if !ok {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "READY" || !strings.HasPrefix(f[1], "port=") {
 			ready <- fmt.Errorf("unexpected first line %q", line)
 			return
 		}
-		p.port, err = strconv.Atoi(v)
+		p.port, err = strconv.Atoi(strings.TrimPrefix(f[1], "port="))
+		for _, kv := range f[2:] {
+			if v, ok := strings.CutPrefix(kv, "realm="); ok {
+				p.realm = v
+			}
+		}
+		if err == nil && opt.Kerberos && p.realm == "" {
+			err = fmt.Errorf("a Kerberos cluster came up without a realm: %q", line)
+		}
 		ready <- err
 	}()
 	select {

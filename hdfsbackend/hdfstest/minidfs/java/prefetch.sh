@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Downloads the Maven artifacts of the MiniDFSCluster launcher (Hadoop 3.5.0 client, runtime and
-# minicluster, ~140 MB, plus the build plugins) by building it once online, then proves the offline
+# Downloads the Maven artifacts of the MiniDFSCluster launcher (Hadoop 3.5.0 client, runtime,
+# minicluster and MiniKdc, ~145 MB, plus the build plugins) by building it once online, then proves the offline
 # build works as the tests run it (`mvn -o`). For `make setup-hdfs` (Java 17, Maven 3.8).
 set -euo pipefail
 cd "$(dirname "$0")"

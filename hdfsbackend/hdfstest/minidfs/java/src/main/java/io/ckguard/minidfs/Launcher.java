@@ -15,6 +15,7 @@ import java.nio.file.Paths;
 import java.security.PrivilegedExceptionAction;
 import java.util.Arrays;
 import java.util.Base64;
+import java.util.List;
 import java.util.stream.Stream;
 
 import org.apache.hadoop.conf.Configuration;
@@ -39,24 +40,36 @@ import org.apache.hadoop.util.ToolRunner;
  * Commands: {@code safemode enter|leave}, {@code stopnn}, {@code restartnn} (same port, same name
  * directory), {@code upload LOCAL HDFS} (a local tree, keeping file and directory mtimes),
  * {@code settimes PATH MILLIS}, {@code dfs ARG...} (Hadoop's FsShell, as `hdfs dfs ARG...`),
- * {@code dfsas USER ARG...} (the same as USER),
+ * {@code dfsas USER ARG...} (the same as USER), {@code kinit USER CCACHE} (Kerberos clusters: USER's
+ * ticket-granting ticket, from its keytab, stored in the ticket cache file CCACHE),
  * {@code shutdown}. End of stdin is a shutdown too, so the cluster never outlives its Go process.
  *
  * <p>Arguments: {@code --base-dir DIR} (name and data directories), {@code --trash-minutes M}
  * (fs.trash.interval, whole minutes as Hadoop reads it; 0 is off). Permissions are checked (dfs.permissions.enabled), as on a real cluster;
  * the user running the launcher is the cluster's superuser.
+ *
+ * <p>{@code --kerberos-dir DIR --protection P --users U1,U2...} secures the cluster instead (see {@link Kdc}):
+ * a MiniKdc, Kerberos RPC, block access tokens and SASL data transfer, both with protection P
+ * (authentication, integrity or privacy). The superuser is then the service principal's short name,
+ * hdfs; {@code dfsas} logs in as USER from its keytab; {@code upload} gives what it creates to the first
+ * user (the tree is that user's, as a job running as that user would have written it). The READY line
+ * then also says {@code realm=REALM kdc=PORT}.
  */
 public final class Launcher {
   private final PrintStream proto;
   private final Configuration conf;
   private final MiniDFSCluster cluster;
   private final int port; // the NameNode's RPC port, kept across restarts
+  private final Kdc kdc; // null without Kerberos
+  private final String owner; // the owner of uploaded trees; null: the superuser
 
-  private Launcher(PrintStream proto, Configuration conf, MiniDFSCluster cluster) {
+  private Launcher(PrintStream proto, Configuration conf, MiniDFSCluster cluster, Kdc kdc, String owner) {
     this.proto = proto;
     this.conf = conf;
     this.cluster = cluster;
     this.port = cluster.getNameNodePort();
+    this.kdc = kdc;
+    this.owner = owner;
   }
 
   public static void main(String[] args) throws Exception {
@@ -65,10 +78,16 @@ public final class Launcher {
     System.setOut(System.err);
     String baseDir = null;
     long trashMinutes = 0;
+    String krbDir = null;
+    String protection = "authentication";
+    List<String> users = List.of();
     for (int i = 0; i < args.length; i++) {
       switch (args[i]) {
         case "--base-dir" -> baseDir = args[++i];
         case "--trash-minutes" -> trashMinutes = Long.parseLong(args[++i]);
+        case "--kerberos-dir" -> krbDir = args[++i];
+        case "--protection" -> protection = args[++i];
+        case "--users" -> users = Arrays.asList(args[++i].split(","));
         default -> throw new IllegalArgumentException("unknown argument " + args[i]);
       }
     }
@@ -88,18 +107,36 @@ public final class Launcher {
     conf.setInt("dfs.replication", 1);
     conf.setInt("dfs.namenode.safemode.extension", 0);
     conf.setLong("dfs.heartbeat.interval", 1);
+    Kdc kdc = null;
+    if (krbDir != null) {
+      if (users.isEmpty()) {
+        throw new IllegalArgumentException("--kerberos-dir needs --users");
+      }
+      kdc = Kdc.start(new File(krbDir), users);
+      kdc.secure(conf, protection, protection);
+      conf.set("dfs.namenode.https-address", "127.0.0.1:0");
+      conf.set("dfs.datanode.https.address", "127.0.0.1:0");
+      kdc.writeClientConf(conf);
+      // Before any login: UserGroupInformation reads the authentication method once per JVM.
+      UserGroupInformation.setConfiguration(conf);
+    }
     MiniDFSCluster cluster = new MiniDFSCluster.Builder(conf, new File(baseDir))
         .numDataNodes(1)
         .nameNodePort(0)
         .format(true)
         .build();
     cluster.waitActive();
-    Launcher l = new Launcher(proto, conf, cluster);
-    proto.println("READY port=" + l.port);
+    Launcher l = new Launcher(proto, conf, cluster, kdc, kdc == null ? null : users.get(0));
+    proto.println("READY port=" + l.port + (kdc == null ? "" : " realm=" + kdc.realm() + " kdc=" + kdc.port()));
     try {
       l.serve(new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8)));
     } finally {
       cluster.shutdown(true);
+      if (kdc != null) {
+        kdc.stop();
+        // The Go side may be gone (a test binary exits without waiting): the KDC's files go with it.
+        deleteTree(Paths.get(krbDir));
+      }
       proto.flush();
     }
     System.exit(0);
@@ -159,9 +196,19 @@ public final class Launcher {
       }
       case "dfsas" -> {
         // The shell as another user (simple authentication: the name is trusted), for permission tests.
-        UserGroupInformation ugi = UserGroupInformation.createRemoteUser(a[0]);
+        // On a Kerberos cluster the user logs in from its keytab (a name alone authenticates nobody).
+        UserGroupInformation ugi = kdc == null
+            ? UserGroupInformation.createRemoteUser(a[0])
+            : UserGroupInformation.loginUserFromKeytabAndReturnUGI(kdc.principal(a[0]), kdc.keytab(a[0]).getAbsolutePath());
         String[] rest = Arrays.copyOfRange(a, 1, a.length);
         return ugi.doAs((PrivilegedExceptionAction<String>) () -> shell(rest));
+      }
+      case "kinit" -> {
+        if (kdc == null) {
+          throw new IllegalStateException("kinit: this cluster has no Kerberos");
+        }
+        kdc.kinit(a[0], new File(a[1]));
+        return ok(0, "", "");
       }
       default -> throw new IllegalArgumentException("unknown command " + f[0]);
     }
@@ -184,6 +231,9 @@ public final class Launcher {
       }
     } else {
       throw new IOException("upload: " + local + " is neither a regular file nor a directory");
+    }
+    if (owner != null) {
+      fs.setOwner(dst, owner, null);
     }
     fs.setTimes(dst, Files.getLastModifiedTime(local).toMillis(), -1);
   }
@@ -215,6 +265,17 @@ public final class Launcher {
       }
     }
     return ok(rc, out.toString(StandardCharsets.UTF_8), err.toString(StandardCharsets.UTF_8));
+  }
+
+  private static void deleteTree(Path p) throws IOException {
+    if (!Files.exists(p)) {
+      return;
+    }
+    try (Stream<Path> s = Files.walk(p)) {
+      for (Path c : (Iterable<Path>) s.sorted(java.util.Comparator.reverseOrder())::iterator) {
+        Files.deleteIfExists(c);
+      }
+    }
   }
 
   private static String ok(int rc, String out, String err) {
