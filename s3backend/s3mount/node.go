@@ -16,6 +16,7 @@ import (
 
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/verdict"
 	"github.com/ckguard/ckguard/s3backend/deleteq"
 	"github.com/ckguard/ckguard/s3backend/s3client"
@@ -378,8 +379,15 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 				return s3client.Errno(err)
 			}
 			if o.Size != 0 {
+				kept, errno := n.fsys.keep(ctx, quarantine.OpTruncate, key, o)
+				if errno != 0 {
+					return errno
+				}
 				c := guard.Check{Op: verdict.OpTruncate, Path: key, Observed: n.fsys.observed(key, o)}
 				if errno := n.fsys.g.Change(ctx, []guard.Check{c}, func() syscall.Errno { return n.emptyObject(ctx, key, o) }); errno != 0 {
+					if kept {
+						n.fsys.unkeep(key, o)
+					}
 					return errno
 				}
 			}
@@ -583,10 +591,16 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		checks = append(checks, guard.Check{Op: verdict.OpReplace, Path: dst, To: src, Observed: n.fsys.observed(dst, do)})
 	}
 	var replaced *s3client.Object
+	kept := false
 	if dstExists {
 		replaced = &do
+		// With a quarantine the version replaced is staged first (a copy: before the lock).
+		var errno syscall.Errno
+		if kept, errno = n.fsys.keep(ctx, quarantine.OpReplace, dst, do); errno != 0 {
+			return errno
+		}
 	}
-	return n.fsys.g.Rename(ctx, checks, func() (bool, syscall.Errno) {
+	errno := n.fsys.g.Rename(ctx, checks, func() (bool, syscall.Errno) {
 		moved, err := n.fsys.moveObject(ctx, src, dst, so, replaced)
 		if err == nil {
 			if ch := n.GetChild(name); ch != nil {
@@ -600,6 +614,10 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		// only what the store confirms gone.
 		return true, s3client.Errno(err)
 	})
+	if kept && errno != 0 {
+		n.fsys.unkeep(dst, do)
+	}
+	return errno
 }
 
 // moveObject copies the version so of src to dst (If-Match on the version replaced, the decided target;
