@@ -164,6 +164,8 @@ func (t *truncStage) done(committed, cut bool) {
 		t.prep.Abort()
 	case !cut:
 		t.prep.Undo()
+	default:
+		t.prep.Done()
 	}
 	unix.Close(t.src)
 }

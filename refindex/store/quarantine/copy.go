@@ -65,13 +65,16 @@ var ErrChanged = errors.New("the file changed while its content was being staged
 // stageSuffix ends the name of a copy that is not committed yet.
 const stageSuffix = ".stage"
 
-// Prepared is a copy of a file's content in the folder, not yet an entry.
+// Prepared is a copy of a file's content in the folder, not yet an entry. It holds its own duplicate of
+// the folder's descriptor, so the copy runs without the area's lock: a Tidy or Close waiting for that
+// lock never waits for a copy, and neither does an unlink's staging queued behind them.
 type Prepared struct {
 	l   *Local
 	key string
 	src int // the caller's descriptor of the file (readable)
 	st  unix.Stat_t
 	id  string
+	dir int // the quarantine folder (this copy's own duplicate), open until Commit, Abort or Undo
 	fd  int // the copy, open until Commit or Abort
 }
 
@@ -84,25 +87,21 @@ func (l *Local) Prepare(src int, key string) (*Prepared, error) {
 	if err != nil || k == "" || store.InQuarantine(k) {
 		return nil, fmt.Errorf("quarantine %q: not a store key outside the quarantine folder", key)
 	}
-	if err := l.lock(); err != nil {
-		return nil, err
-	}
-	defer l.mu.RUnlock()
-	p := &Prepared{l: l, key: k, src: src, fd: -1}
+	p := &Prepared{l: l, key: k, src: src, dir: -1, fd: -1}
 	if err := unix.Fstat(src, &p.st); err != nil {
 		return nil, fmt.Errorf("quarantine /%s: %w", k, err)
 	}
 	if p.st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil, fmt.Errorf("quarantine /%s: %w", k, unix.EINVAL)
 	}
-	p.id = newID(l.now())
-	fd, err := unix.Openat(l.dir, p.id+stageSuffix, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
+	if err := p.open(); err != nil {
 		return nil, fmt.Errorf("quarantine /%s: create the copy of its content: %w", k, err)
 	}
-	p.fd = fd
 	if err := p.copy(); err != nil {
 		p.abort()
+		if err == ErrChanged {
+			return nil, err
+		}
 		return nil, fmt.Errorf("quarantine /%s: copy its content before the truncation (nothing was truncated): %w", k, err)
 	}
 	var now unix.Stat_t
@@ -111,6 +110,27 @@ func (l *Local) Prepare(src int, key string) (*Prepared, error) {
 		return nil, ErrChanged
 	}
 	return p, nil
+}
+
+// open duplicates the folder's descriptor and creates the uncommitted copy in it (holding the area's
+// lock only for this).
+func (p *Prepared) open() error {
+	if err := p.l.lock(); err != nil {
+		return err
+	}
+	defer p.l.mu.RUnlock()
+	dir, err := unix.FcntlInt(uintptr(p.l.dir), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	p.id = newID(p.l.now())
+	fd, err := unix.Openat(dir, p.id+stageSuffix, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		unix.Close(dir)
+		return err
+	}
+	p.dir, p.fd = dir, fd
+	return nil
 }
 
 // copy fills the copy with src's content and gives it src's mode, owner and times.
@@ -126,7 +146,7 @@ func (p *Prepared) copy() error {
 	if os.Geteuid() == 0 {
 		_ = unix.Fchown(p.fd, int(p.st.Uid), int(p.st.Gid))
 	}
-	return unix.UtimesNanoAt(p.l.dir, p.id+stageSuffix, []unix.Timespec{p.st.Atim, p.st.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
+	return unix.UtimesNanoAt(p.dir, p.id+stageSuffix, []unix.Timespec{p.st.Atim, p.st.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
 }
 
 // copyRange copies size bytes of src to dst with copy_file_range (in-kernel, server-side on NFS 4.2),
@@ -181,32 +201,39 @@ func copyRW(dst, src int, off, size int64) error {
 	return nil
 }
 
+// abort removes the uncommitted copy and releases the descriptors.
 func (p *Prepared) abort() {
 	if p.fd >= 0 {
 		unix.Close(p.fd)
 		p.fd = -1
 	}
-	_ = unix.Unlinkat(p.l.dir, p.id+stageSuffix, 0)
+	if p.dir >= 0 {
+		_ = unix.Unlinkat(p.dir, p.id+stageSuffix, 0)
+		p.release()
+	}
+}
+
+func (p *Prepared) release() {
+	if p.dir >= 0 {
+		unix.Close(p.dir)
+		p.dir = -1
+	}
 }
 
 // Abort removes an uncommitted copy (the change was refused or failed before the commit).
 func (p *Prepared) Abort() {
-	if p == nil {
-		return
+	if p != nil {
+		p.abort()
 	}
-	if p.l.lock() != nil {
-		return // closed: Tidy of the next mount removes the copy
-	}
-	defer p.l.mu.RUnlock()
-	p.abort()
 }
 
 // Commit makes the copy an entry staged by the change d (OpTruncate), if the file is still the one
 // copied (else ErrChanged, and the copy is removed): the record, then the rename to the entry's name.
 // It is quick (no copy): it runs under the enforcer's lock right before the truncation. If the
-// truncation then fails, Undo drops the entry.
+// truncation then fails, Undo drops the entry; else Done releases the descriptor.
 func (p *Prepared) Commit(d Decision) (Entry, error) {
 	if err := p.l.lock(); err != nil {
+		p.abort()
 		return Entry{}, err
 	}
 	defer p.l.mu.RUnlock()
@@ -227,21 +254,23 @@ func (p *Prepared) Commit(d Decision) (Entry, error) {
 		p.abort()
 		return Entry{}, err
 	}
-	if err := unix.Renameat(p.l.dir, p.id+stageSuffix, p.l.dir, p.id); err != nil {
+	if err := unix.Renameat(p.dir, p.id+stageSuffix, p.dir, p.id); err != nil {
 		p.abort()
 		return Entry{}, fmt.Errorf("quarantine /%s: %w", p.key, err)
 	}
 	return e, nil
 }
 
-// Undo drops a committed entry whose truncation failed: the content is still at its key.
+// Undo drops a committed entry whose truncation failed (the content is still at its key).
 func (p *Prepared) Undo() {
-	if p.l.lock() != nil {
-		return // closed: the entry's Source still matches, so it is no entry and Tidy removes it
+	if p.dir >= 0 {
+		_ = unix.Unlinkat(p.dir, p.id, 0)
 	}
-	defer p.l.mu.RUnlock()
-	_ = unix.Unlinkat(p.l.dir, p.id, 0)
+	p.release()
 }
+
+// Done releases a committed entry's descriptor (its truncation happened).
+func (p *Prepared) Done() { p.release() }
 
 // unchanged reports whether the file at e's key is still the content e's truncation copied (the
 // truncation never happened: a crash between the commit and the truncation).

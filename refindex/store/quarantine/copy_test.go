@@ -63,6 +63,7 @@ func TestLocalTruncationStaged(t *testing.T) {
 	if err := os.Truncate(p, 0); err != nil {
 		t.Fatal(err)
 	}
+	prep.Done()
 	es, err := l.List(context.Background())
 	if err != nil || len(es) != 1 || es[0].ID != e.ID || es[0].Change() != OpTruncate || es[0].Size != int64(len(old)) {
 		t.Fatalf("list after the truncation: %v %v, want the one truncate entry of %d bytes", es, err, len(old))
