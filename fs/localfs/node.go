@@ -367,7 +367,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		// Setting the size it already has changes nothing (this is what O_TRUNC of an empty file sends).
 		if err := n.root.lstat(key, &st); err != nil || uint64(st.Size) != sz {
 			c := n.contentCheck(verdict.OpTruncate, key)
-			if n.root.quarantine != nil && (err != nil || uint64(st.Size) > sz) {
+			if n.root.quarantine != nil && (err != nil || uint64(st.Size) > sz && st.Mode&syscall.S_IFMT == syscall.S_IFREG) {
 				cut = checkResult(&c)
 			}
 			checks = append(checks, c)
