@@ -269,7 +269,7 @@ func (w *writeHandle) upload(ctx context.Context) syscall.Errno {
 		return syscall.EIO
 	}
 	// The first upload replaces base (If-Match): with cut content, base's is staged first.
-	kept := false
+	var kept *quarantine.Entry
 	if (w.cut || w.redecide == verdict.OpTruncate) && w.base.ETag != "" && w.cond.IfMatch == w.base.ETag {
 		var errno syscall.Errno
 		if kept, errno = fsys.keep(ctx, quarantine.OpTruncate, w.key, w.base); errno != 0 {
@@ -278,10 +278,8 @@ func (w *writeHandle) upload(ctx context.Context) syscall.Errno {
 	}
 	etag, err := fsys.c.Upload(ctx, w.key, w.spool, sz, fsys.opts.PartSize, fsys.opts.UploadParallel, w.cond)
 	fsys.cache.Drop(w.key)
+	fsys.kept(kept, s3client.Errno(err))
 	if err != nil {
-		if kept {
-			fsys.unkeep(w.key, w.base)
-		}
 		fsys.log.Error("upload failed", "key", w.key, "err", err)
 		if guard.IsMetadata(w.key) {
 			// The server may have stored it all the same (a retried request whose first attempt was

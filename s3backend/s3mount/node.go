@@ -384,10 +384,9 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 					return errno
 				}
 				c := guard.Check{Op: verdict.OpTruncate, Path: key, Observed: n.fsys.observed(key, o)}
-				if errno := n.fsys.g.Change(ctx, []guard.Check{c}, func() syscall.Errno { return n.emptyObject(ctx, key, o) }); errno != 0 {
-					if kept {
-						n.fsys.unkeep(key, o)
-					}
+				errno = n.fsys.g.Change(ctx, []guard.Check{c}, func() syscall.Errno { return n.emptyObject(ctx, key, o) })
+				n.fsys.kept(kept, errno)
+				if errno != 0 {
 					return errno
 				}
 			}
@@ -591,7 +590,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		checks = append(checks, guard.Check{Op: verdict.OpReplace, Path: dst, To: src, Observed: n.fsys.observed(dst, do)})
 	}
 	var replaced *s3client.Object
-	kept := false
+	var kept *quarantine.Entry
 	if dstExists {
 		replaced = &do
 		// With a quarantine the version replaced is staged first (a copy: before the lock).
@@ -614,9 +613,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		// only what the store confirms gone.
 		return true, s3client.Errno(err)
 	})
-	if kept && errno != 0 {
-		n.fsys.unkeep(dst, do)
-	}
+	n.fsys.kept(kept, errno)
 	return errno
 }
 

@@ -81,30 +81,45 @@ func (f *filesystem) unstage(e deleteq.Entry) {
 // before the enforcer's lock (and before the decision, so a refused change drops it again with unkeep).
 // The change is conditional on o's ETag, so it replaces exactly the version kept. Without a quarantine
 // it does nothing (kept false). A copy that fails refuses the change (nothing is replaced unstaged).
-func (f *filesystem) keep(ctx context.Context, op, key string, o s3client.Object) (kept bool, errno syscall.Errno) {
+func (f *filesystem) keep(ctx context.Context, op, key string, o s3client.Object) (kept *quarantine.Entry, errno syscall.Errno) {
 	area := f.opts.Quarantine
 	if area == nil || o.Size == 0 {
-		return false, 0 // an empty object holds nothing to lose
+		return nil, 0 // an empty object holds nothing to lose
 	}
 	d := quarantine.Decision{Op: op, Reason: "allowed"}
 	if c, ok := fuse.FromContext(ctx); ok && c != nil {
 		d.PID, d.UID, d.GID = c.Pid, c.Uid, c.Gid
 		d.Comm = f.g.Comm(c.Pid)
 	}
-	if _, err := area.Keep(ctx, key, o, d); err != nil {
+	e, err := area.Keep(ctx, key, o, d)
+	if err != nil {
 		f.log.Error("quarantine: the object a change would replace could not be staged, so nothing was changed", "key", key, "change", op, "err", err)
 		if errno := s3client.Errno(err); errno != 0 {
-			return false, errno
+			return nil, errno
 		}
-		return false, syscall.EIO
+		return nil, syscall.EIO
 	}
-	return true, 0
+	return &e, 0
+}
+
+// kept finishes what keep staged once the change is known: dropped again (unkeep) when it failed, marked
+// applied when it happened (so listing the area need not look at the key again).
+func (f *filesystem) kept(e *quarantine.Entry, errno syscall.Errno) {
+	switch {
+	case e == nil:
+	case errno != 0:
+		f.unkeep(e.Key(), e.ETag)
+	default:
+		if err := f.opts.Quarantine.Applied(context.Background(), *e); err != nil {
+			f.log.Warn("quarantine: cannot mark a staged entry as applied; listing the area looks at its key each time", "key", e.Key(), "err", err)
+		}
+	}
 }
 
 // unkeep drops what keep staged for a change that did not happen: only while key still holds the version
 // kept (a change whose answer was lost may have happened: then the copy is the only one and stays).
-func (f *filesystem) unkeep(key string, o s3client.Object) {
-	if err := f.opts.Quarantine.Unstage(context.Background(), key, o.ETag); err != nil {
+func (f *filesystem) unkeep(key, etag string) {
+	if err := f.opts.Quarantine.Unstage(context.Background(), key, etag); err != nil {
 		f.log.Warn("quarantine: cannot drop the staged copy of an object a refused or failed change left in place; it is at its key and in quarantine (purge it with ckguard quarantine purge)", "key", key, "err", err)
 	}
 }

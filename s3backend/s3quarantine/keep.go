@@ -41,11 +41,18 @@ func (a *Area) Keep(ctx context.Context, key string, o s3client.Object, d quaran
 	return e, nil
 }
 
+// Applied marks e, staged by Keep, as an entry whose change happened (a record rewrite), so that ListAll
+// need not look at its key again. A crash before it leaves the entry unmarked: ListAll then looks.
+func (a *Area) Applied(ctx context.Context, e quarantine.Entry) error {
+	e.Applied = true
+	return a.putRecord(ctx, e)
+}
+
 // inPlace reports whether e was kept for a change in place (Keep) whose key still holds the version
 // kept: the change never happened, and the object is not staged but still at its key. A HEAD that fails
 // otherwise than not-found leaves the entry counted (it is listed rather than hidden).
 func (a *Area) inPlace(ctx context.Context, e quarantine.Entry) bool {
-	if c := e.Change(); (c != quarantine.OpReplace && c != quarantine.OpTruncate) || e.ETag == "" {
+	if c := e.Change(); (c != quarantine.OpReplace && c != quarantine.OpTruncate) || e.ETag == "" || e.Applied {
 		return false
 	}
 	o, err := a.c.Head(ctx, e.Key())

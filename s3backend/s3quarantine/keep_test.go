@@ -40,6 +40,12 @@ func TestAreaKeep(t *testing.T) {
 	if got, _ := get(t, c, s3quarantine.Prefix+e.ID); got != "old state bytes" {
 		t.Fatalf("staged copy: %q", got)
 	}
+	if err := a.Applied(ctx, es[0]); err != nil {
+		t.Fatal(err)
+	}
+	if es, err := a.List(ctx); err != nil || len(es) != 1 || !es[0].Applied {
+		t.Fatalf("after Applied: %+v %v, want the entry marked applied", es, err)
+	}
 	if err := a.Unstage(ctx, key, etag); err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,9 @@ type Entry struct {
 	Decision Decision `json:"decision"`
 	// Source identifies the file a staged truncation copied (local stores; see Local.Prepare).
 	Source *Source `json:"source,omitempty"`
+	// Applied: the change in place that staged the entry is known to have happened (S3; see
+	// s3quarantine.Area.Keep).
+	Applied bool `json:"applied,omitempty"`
 }
 
 // Decision is what the audit log recorded for the deletion that staged the entry.
