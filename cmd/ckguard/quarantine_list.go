@@ -36,11 +36,11 @@ func runQuarantineList(c *cli.Context) error {
 		return printJSON(c.App.Writer, r)
 	}
 	w := newTable(c.App.Writer)
-	fmt.Fprintln(w, "DELETED\tSIZE\tPATH\tBY\tENTRY")
+	fmt.Fprintln(w, "DELETED\tCHANGE\tSIZE\tPATH\tBY\tENTRY")
 	var total int64
 	for _, e := range r.Entries {
 		total += e.Size
-		fmt.Fprintf(w, "%s\t%s\t%s\tuid %d (%s)\t%s\n", fmtTime(e.DeletedAt), humanBytes(e.Size), e.Path, e.Decision.UID, e.Decision.Comm, e.ID)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\tuid %d (%s)\t%s\n", fmtTime(e.DeletedAt), e.Change(), humanBytes(e.Size), e.Path, e.Decision.UID, e.Decision.Comm, e.ID)
 	}
 	w.Flush()
 	ttl := ""

@@ -131,9 +131,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		}
 		return fs.NewLoopbackFile(fd), 0, 0
 	}
-	op := guard.OpenOp(flags)
 	var fd int
-	errno := n.enf.Open(ctx, n.contentCheck(op, key), func() syscall.Errno {
+	errno := n.decideOpen(ctx, key, flags, func() syscall.Errno {
 		var err error
 		fd, err = n.root.openRegular(key, openFlags(flags))
 		return fs.ToErrno(err)
@@ -142,6 +141,19 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		return nil, 0, errno
 	}
 	return wrapFile(fs.NewLoopbackFile(fd), n), 0, 0
+}
+
+// decideOpen decides opening the existing file key for writing with flags (OpenOp) and, when allowed,
+// opens it with open under the enforcer's lock. With a quarantine an O_TRUNC open stages the content it
+// cuts (stagedChange).
+func (n *node) decideOpen(ctx context.Context, key string, flags uint32, open func() syscall.Errno) syscall.Errno {
+	c := n.contentCheck(guard.OpenOp(flags), key)
+	if c.Op != verdict.OpTruncate || n.root.quarantine == nil {
+		return n.enf.Open(ctx, c, open)
+	}
+	d := checkResult(&c)
+	decide := func(act func() syscall.Errno) syscall.Errno { return n.enf.Open(ctx, c, act) }
+	return n.stagedChange(ctx, key, nil, 0, decide, d, open)
 }
 
 // Create makes a new file. The kernel sends CREATE only for a name it believes absent; if the file appeared
@@ -162,8 +174,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	created := err == nil
 	errno := fs.ToErrno(err)
 	if errno == syscall.EEXIST && flags&syscall.O_EXCL == 0 {
-		op := guard.OpenOp(flags)
-		errno = n.enf.Open(ctx, n.contentCheck(op, key), func() syscall.Errno {
+		errno = n.decideOpen(ctx, key, flags, func() syscall.Errno {
 			// Without O_CREAT: if the file vanished since, creating it now would make a file that is not
 			// the caller's; the kernel's next attempt starts over. Under the lock: openRegular, which
 			// cannot block on a FIFO found at the name.

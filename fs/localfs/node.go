@@ -271,11 +271,14 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		cs := []guard.Check{{Op: verdict.OpRename, Path: from, To: to, MetadataCommit: commit,
 			Decided: n.storeDecision(verdict.OpRename, from)}}
 		replacing := false
+		var replaced *verdict.Decision
 		if flags&unix.RENAME_NOREPLACE == 0 {
 			var st syscall.Stat_t
 			if err := n.root.lstat(to, &st); err == nil {
 				replacing = true
-				cs = append(cs, guard.Check{Op: verdict.OpReplace, Path: to, To: from})
+				c := guard.Check{Op: verdict.OpReplace, Path: to, To: from}
+				replaced = checkResult(&c)
+				cs = append(cs, c)
 			}
 		}
 		// No target was seen, so none was decided: rename with RENAME_NOREPLACE so a target that appears
@@ -284,7 +287,12 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		if !replacing {
 			doFlags |= unix.RENAME_NOREPLACE
 		}
-		errno := n.enf.Rename(ctx, cs, func() (bool, syscall.Errno) { return n.renameEntry(from, to, flags, doFlags) })
+		errno := n.enf.Rename(ctx, cs, func() (bool, syscall.Errno) {
+			if replacing && n.root.quarantine != nil {
+				return n.replaceStaged(ctx, from, to, flags, *replaced)
+			}
+			return n.renameEntry(from, to, flags, doFlags)
+		})
 		if errno == syscall.EEXIST && doFlags != flags && attempt == 0 {
 			continue
 		}
@@ -351,11 +359,18 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if n.narrowsAccess(in) {
 		checks = append(checks, n.contentCheck(verdict.OpChmod, key))
 	}
-	if sz, ok := in.GetSize(); ok {
+	// cut is the decision of a truncation that cuts content with a quarantine: staged (stagedChange).
+	var cut *verdict.Decision
+	sz, sized := in.GetSize()
+	if sized {
 		var st syscall.Stat_t
 		// Setting the size it already has changes nothing (this is what O_TRUNC of an empty file sends).
 		if err := n.root.lstat(key, &st); err != nil || uint64(st.Size) != sz {
-			checks = append(checks, n.contentCheck(verdict.OpTruncate, key))
+			c := n.contentCheck(verdict.OpTruncate, key)
+			if n.root.quarantine != nil && (err != nil || uint64(st.Size) > sz && st.Mode&syscall.S_IFMT == syscall.S_IFREG) {
+				cut = checkResult(&c)
+			}
+			checks = append(checks, c)
 		}
 	} else if n.backdates(in) && !n.ownNewFile(ctx) {
 		// Grace is judged by mtime: setting an in-flight file's mtime into the past (touch -d, cp -p,
@@ -367,7 +382,12 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if len(checks) == 0 {
 		return n.setattr(ctx, f, in, out)
 	}
-	return n.enf.Change(ctx, checks, func() syscall.Errno { return n.setattr(ctx, f, in, out) })
+	act := func() syscall.Errno { return n.setattr(ctx, f, in, out) }
+	if cut != nil {
+		decide := func(act func() syscall.Errno) syscall.Errno { return n.enf.Change(ctx, checks, act) }
+		return n.stagedChange(ctx, key, f, int64(sz), decide, cut, act)
+	}
+	return n.enf.Change(ctx, checks, act)
 }
 
 // narrowsAccess reports whether in takes a read permission (for a folder: read or search) away from a

@@ -4,11 +4,9 @@ import (
 	"context"
 	"syscall"
 
-	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/refindex/store"
-	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
@@ -30,12 +28,7 @@ func (n *node) removeFile(ctx context.Context, dirfd int, name, key string, d ve
 	if q == nil {
 		return unix.Unlinkat(dirfd, name, 0)
 	}
-	rec := quarantine.Decision{Op: verdict.OpUnlink.String(), Reason: string(d.Reason), Message: d.Message}
-	if c, ok := fuse.FromContext(ctx); ok && c != nil {
-		rec.PID, rec.UID, rec.GID = c.Pid, c.Uid, c.Gid
-		rec.Comm = n.enf.Comm(c.Pid)
-	}
-	_, err := q.MoveAt(dirfd, name, key, rec)
+	_, err := q.MoveAt(dirfd, name, key, n.stagedRecord(ctx, verdict.OpUnlink, d))
 	if err != nil {
 		n.root.log.Error("quarantine: the allowed deletion could not be staged, so nothing was deleted", "path", key, "err", err)
 		if _, ok := err.(syscall.Errno); !ok {

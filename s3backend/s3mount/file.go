@@ -15,6 +15,7 @@ import (
 
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/verdict"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
@@ -189,6 +190,9 @@ type writeHandle struct {
 
 	mu    sync.Mutex
 	dirty bool
+	// cut: the content to upload is base cut short (an O_TRUNC open, a truncation of the spool), so the
+	// upload destroys base's content; with a quarantine it is staged first (keep).
+	cut bool
 }
 
 func (n *node) newWriteHandle(key string, cond s3client.PutOptions) (*writeHandle, error) {
@@ -213,6 +217,9 @@ func (w *writeHandle) truncate(sz int64) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.dirty = true
+	if sz < w.base.Size {
+		w.cut = true
+	}
 	return w.spool.Truncate(sz)
 }
 
@@ -264,8 +271,17 @@ func (w *writeHandle) upload(ctx context.Context) syscall.Errno {
 	if err != nil {
 		return syscall.EIO
 	}
+	// The first upload replaces base (If-Match): with cut content, base's is staged first.
+	var kept *quarantine.Entry
+	if (w.cut || w.redecide == verdict.OpTruncate) && w.base.ETag != "" && w.cond.IfMatch == w.base.ETag {
+		var errno syscall.Errno
+		if kept, errno = fsys.keep(ctx, quarantine.OpTruncate, w.key, w.base); errno != 0 {
+			return errno
+		}
+	}
 	etag, err := fsys.c.Upload(ctx, w.key, w.spool, sz, fsys.opts.PartSize, fsys.opts.UploadParallel, w.cond)
 	fsys.cache.Drop(w.key)
+	fsys.kept(kept, s3client.Errno(err))
 	if err != nil {
 		fsys.log.Error("upload failed", "key", w.key, "err", err)
 		if guard.IsMetadata(w.key) {
@@ -278,6 +294,7 @@ func (w *writeHandle) upload(ctx context.Context) syscall.Errno {
 	}
 	w.dirty = false
 	w.redecide = 0
+	w.cut = false
 	// Later uploads through this handle replace exactly what it wrote.
 	w.cond = s3client.PutOptions{IfMatch: etag}
 	o := s3client.Object{Key: w.key, Size: sz, ETag: etag, ModTime: time.Now()}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/verdict"
 	"github.com/ckguard/ckguard/s3backend/deleteq"
 	"github.com/ckguard/ckguard/s3backend/s3client"
@@ -392,8 +393,14 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 				return s3client.Errno(err)
 			}
 			if o.Size != 0 {
+				kept, errno := n.fsys.keep(ctx, quarantine.OpTruncate, key, o)
+				if errno != 0 {
+					return errno
+				}
 				c := guard.Check{Op: verdict.OpTruncate, Path: key, Observed: n.fsys.observed(key, o)}
-				if errno := n.fsys.g.Change(ctx, []guard.Check{c}, func() syscall.Errno { return n.emptyObject(ctx, key, o) }); errno != 0 {
+				errno = n.fsys.g.Change(ctx, []guard.Check{c}, func() syscall.Errno { return n.emptyObject(ctx, key, o) })
+				n.fsys.kept(kept, errno)
+				if errno != 0 {
 					return errno
 				}
 			}
@@ -614,8 +621,14 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		checks = append(checks, guard.Check{Op: verdict.OpReplace, Path: dst, To: src, Observed: n.fsys.observed(dst, do)})
 	}
 	var replaced *s3client.Object
+	var kept *quarantine.Entry
 	if dstExists {
 		replaced = &do
+		// With a quarantine the version replaced is staged first (a copy: before the lock).
+		var errno syscall.Errno
+		if kept, errno = n.fsys.keep(ctx, quarantine.OpReplace, dst, do); errno != 0 {
+			return errno
+		}
 	}
 	errno := n.fsys.g.Rename(ctx, checks, func() (bool, syscall.Errno) {
 		moved, err := n.fsys.moveObject(ctx, src, dst, so, replaced)
@@ -631,6 +644,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		// only what the store confirms gone.
 		return true, s3client.Errno(err)
 	})
+	n.fsys.kept(kept, errno)
 	if errno == 0 {
 		// go-fuse moves the node to the new name once this returns: its number names dst now, and the
 		// replaced node's (the kernel may still hold it) names nothing.

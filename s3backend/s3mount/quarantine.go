@@ -4,6 +4,8 @@ import (
 	"context"
 	"syscall"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
+
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/s3backend/deleteq"
@@ -71,5 +73,53 @@ func (f *filesystem) unstage(e deleteq.Entry) {
 	}
 	if err := f.opts.Quarantine.Unstage(context.Background(), e.Key, e.ETag); err != nil {
 		f.log.Warn("quarantine: cannot remove the staged copy of an object whose deletion was refused on a second decision; it is kept at its key and in quarantine (purge it with ckguard quarantine purge)", "key", e.Key, "err", err)
+	}
+}
+
+// keep stages the version o of key before a change in place replaces it (op: quarantine.OpReplace for a
+// rename onto key, quarantine.OpTruncate for truncated content put over it): a server-side copy, made
+// before the enforcer's lock (and before the decision, so a refused change drops it again with unkeep).
+// The change is conditional on o's ETag, so it replaces exactly the version kept. Without a quarantine
+// it does nothing (kept false). A copy that fails refuses the change (nothing is replaced unstaged).
+func (f *filesystem) keep(ctx context.Context, op, key string, o s3client.Object) (kept *quarantine.Entry, errno syscall.Errno) {
+	area := f.opts.Quarantine
+	if area == nil || o.Size == 0 {
+		return nil, 0 // an empty object holds nothing to lose
+	}
+	d := quarantine.Decision{Op: op, Reason: "allowed"}
+	if c, ok := fuse.FromContext(ctx); ok && c != nil {
+		d.PID, d.UID, d.GID = c.Pid, c.Uid, c.Gid
+		d.Comm = f.g.Comm(c.Pid)
+	}
+	e, err := area.Keep(ctx, key, o, d)
+	if err != nil {
+		f.log.Error("quarantine: the object a change would replace could not be staged, so nothing was changed", "key", key, "change", op, "err", err)
+		if errno := s3client.Errno(err); errno != 0 {
+			return nil, errno
+		}
+		return nil, syscall.EIO
+	}
+	return &e, 0
+}
+
+// kept finishes what keep staged once the change is known: dropped again (unkeep) when it failed, marked
+// applied when it happened (so listing the area need not look at the key again).
+func (f *filesystem) kept(e *quarantine.Entry, errno syscall.Errno) {
+	switch {
+	case e == nil:
+	case errno != 0:
+		f.unkeep(e.Key(), e.ETag)
+	default:
+		if err := f.opts.Quarantine.Applied(context.Background(), *e); err != nil {
+			f.log.Warn("quarantine: cannot mark a staged entry as applied; listing the area looks at its key each time", "key", e.Key(), "err", err)
+		}
+	}
+}
+
+// unkeep drops what keep staged for a change that did not happen: only while key still holds the version
+// kept (a change whose answer was lost may have happened: then the copy is the only one and stays).
+func (f *filesystem) unkeep(key, etag string) {
+	if err := f.opts.Quarantine.Unstage(context.Background(), key, etag); err != nil {
+		f.log.Warn("quarantine: cannot drop the staged copy of an object a refused or failed change left in place; it is at its key and in quarantine (purge it with ckguard quarantine purge)", "key", key, "err", err)
 	}
 }

@@ -216,6 +216,9 @@ func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Pr
 			continue
 		}
 		seen[e.ID] = true
+		if a.inPlace(ctx, e) {
+			continue // kept for a change that never happened: the object is at its key (see Keep)
+		}
 		es = append(es, e)
 	}
 	for name, o := range objs {

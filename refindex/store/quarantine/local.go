@@ -318,8 +318,8 @@ func (l *Local) ListAll(ctx context.Context) ([]Entry, []Problem, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err
 		}
-		if n == JournalName || strings.HasSuffix(n, tmpSuffix) {
-			continue
+		if n == JournalName || strings.HasSuffix(n, tmpSuffix) || strings.HasSuffix(n, stageSuffix) {
+			continue // the journal being rewritten, a copy not committed yet
 		}
 		var st unix.Stat_t
 		if err := unix.Fstatat(l.dir, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -329,6 +329,9 @@ func (l *Local) ListAll(ctx context.Context) ([]Entry, []Problem, error) {
 		if !ok {
 			probs = append(probs, Problem{ID: n, Size: st.Size, Detail: "object without an entry record (its original path is unknown); inspect " + store.QuarantineDir + "/" + n + " in the store"})
 			continue
+		}
+		if l.unchanged(e) {
+			continue // a truncation that never happened: its content is at its key (Tidy removes the copy)
 		}
 		es = append(es, e)
 	}
@@ -361,12 +364,27 @@ func (l *Local) Tidy(ctx context.Context, minAge time.Duration) error {
 	if err != nil {
 		return err
 	}
+	now := l.now()
 	have := make(map[string]bool, len(names))
 	for _, n := range names {
+		if id, ok := strings.CutSuffix(n, stageSuffix); ok {
+			// A copy whose truncation was refused, failed or interrupted by a crash before its commit.
+			if now.Sub(idTime(id)) >= minAge {
+				_ = unix.Unlinkat(l.dir, n, 0)
+			}
+			continue
+		}
 		have[n] = true
 	}
-	now := l.now()
 	l.recMu.Lock()
+	for id, e := range l.recs {
+		if have[id] && now.Sub(idTime(id)) >= minAge && l.unchanged(e) {
+			// A crash between a truncation's commit and the truncation: the content is still at its key.
+			if unix.Unlinkat(l.dir, id, 0) == nil {
+				delete(have, id)
+			}
+		}
+	}
 	defer l.recMu.Unlock()
 	keep := make([]Entry, 0, len(l.recs))
 	for id, e := range l.recs {
@@ -569,6 +587,11 @@ func (l *Local) openDir(key string) (int, error) {
 		return -1, err
 	}
 	defer l.mu.RUnlock()
+	return l.openDirLocked(key)
+}
+
+// openDirLocked is openDir for a caller holding mu.
+func (l *Local) openDirLocked(key string) (int, error) {
 	fd, err := unix.FcntlInt(uintptr(l.root), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil || key == "" {
 		return fd, err

@@ -38,8 +38,13 @@ type Entry struct {
 	ETag      string    `json:"etag,omitempty"` // S3
 	DeletedAt time.Time `json:"deleted_at"`
 	// Decision is a copy of the audit record of the deletion (the audit log holds the same record at
-	// DeletedAt for Path).
+	// DeletedAt for Path). Its Op is the kind of change that staged the entry (Change).
 	Decision Decision `json:"decision"`
+	// Source identifies the file a staged truncation copied (local stores; see Local.Prepare).
+	Source *Source `json:"source,omitempty"`
+	// Applied: the change in place that staged the entry is known to have happened (S3; see
+	// s3quarantine.Area.Keep).
+	Applied bool `json:"applied,omitempty"`
 }
 
 // Decision is what the audit log recorded for the deletion that staged the entry.

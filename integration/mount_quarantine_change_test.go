@@ -1,0 +1,258 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
+)
+
+// qWrite writes content at key in the store with an mtime well in the past.
+func qWrite(t *testing.T, root, key, content string) {
+	t.Helper()
+	p := filepath.Join(root, filepath.FromSlash(key))
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-40 * 24 * time.Hour)
+	if err := os.Chtimes(p, old, old); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// qObject reads an entry's staged object straight from the store's quarantine folder.
+func qObject(t *testing.T, root string, e quarantine.Entry) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, store.QuarantineDir, e.ID))
+	if err != nil {
+		t.Fatalf("staged object of %s (%s): %v", e.Path, e.ID, err)
+	}
+	return string(b)
+}
+
+func qRead(t *testing.T, root, key string) (string, bool) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(key)))
+	if os.IsNotExist(err) {
+		return "", false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b), true
+}
+
+// TestMountQuarantineReplaceAndTruncate: with the quarantine on (the local default), `mv new old` over an
+// unreferenced file, `: > file`, `truncate -s 0` and `truncate -s N` through the mount stage the old
+// content like an unlink: each shows in `quarantine list` as the kind of change that staged it, with its
+// size and decision; a restore onto the path (which now holds the new content) is refused, never
+// overwriting; once the new file is moved away the restore brings back the old content byte for byte,
+// mtime included. A rename onto a free name and a truncation that cuts nothing stage nothing.
+func TestMountQuarantineReplaceAndTruncate(t *testing.T) {
+	mntRequire(t)
+	root := filepath.Join(t.TempDir(), "store")
+	oldA := strings.Repeat("A", 70000) + "end of the replaced file"
+	files := map[string]string{
+		"scratch/old": oldA, "scratch/new": "the replacement",
+		"scratch/colon": "cut by an O_TRUNC open " + strings.Repeat("c", 5000),
+		"scratch/zero":  "cut by truncate -s 0 " + strings.Repeat("z", 3000),
+		"scratch/part":  "kept|cut by truncate -s 4",
+		"scratch/grow":  "extended, nothing cut",
+		"scratch/free":  "renamed onto a free name",
+	}
+	for k, v := range files {
+		qWrite(t, root, k, v)
+	}
+	mtimeA := func() time.Time {
+		fi, err := os.Stat(filepath.Join(root, "scratch/old"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.ModTime()
+	}()
+	p := mntStart(t, root, "", "--grace", "0s", "--active-window", "0s")
+	for _, c := range [][]string{
+		{"mv", p.m("scratch/new"), p.m("scratch/old")},
+		{"sh", "-c", ": > " + p.m("scratch/colon")},
+		{"truncate", "-s", "0", p.m("scratch/zero")},
+		{"truncate", "-s", "4", p.m("scratch/part")},
+		{"truncate", "-s", "100", p.m("scratch/grow")},
+		{"mv", p.m("scratch/free"), p.m("scratch/freed")},
+	} {
+		if out, code := mntRun(t, "", c[0], c[1:]...); code != 0 {
+			t.Fatalf("%v through the mount: exit %d\n%s", c, code, out)
+		}
+	}
+	for k, want := range map[string]string{"scratch/old": "the replacement", "scratch/colon": "", "scratch/zero": "", "scratch/part": "kept"} {
+		if got, _ := qRead(t, root, k); got != want {
+			t.Fatalf("%s in the store: %q, want %q", k, got, want)
+		}
+	}
+	es := qList(t, p)
+	byPath := map[string]quarantine.Entry{}
+	for _, e := range es {
+		byPath[e.Path] = e
+	}
+	want := map[string]string{"scratch/old": quarantine.OpReplace, "scratch/colon": quarantine.OpTruncate,
+		"scratch/zero": quarantine.OpTruncate, "scratch/part": quarantine.OpTruncate}
+	if len(es) != len(want) {
+		t.Fatalf("%d entries, want %d (one per destroyed content): %+v", len(es), len(want), es)
+	}
+	for k, op := range want {
+		e, ok := byPath[k]
+		if !ok {
+			t.Fatalf("%s not staged: %+v", k, es)
+		}
+		if e.Change() != op || e.Size != int64(len(files[k])) || e.Decision.Reason == "" || e.Decision.UID != 0 {
+			t.Errorf("%s: change %q size %d decision %+v, want %q, %d bytes and the allowing decision", k, e.Change(), e.Size, e.Decision, op, len(files[k]))
+		}
+		if got := qObject(t, root, e); got != files[k] {
+			t.Errorf("%s: staged content differs from the old content (%d bytes, want %d)", k, len(got), len(files[k]))
+		}
+	}
+	out, code := qcli(p, "list")
+	if code != 0 || !strings.Contains(out, "CHANGE") || !strings.Contains(out, "replace") || !strings.Contains(out, "truncate") {
+		t.Fatalf("quarantine list does not show the kind of change: exit %d\n%s", code, out)
+	}
+	// The path holds the new content: a restore never overwrites it.
+	out, code = qcli(p, "restore", "scratch/old")
+	if code != 1 || !strings.Contains(out, "never replaces") {
+		t.Fatalf("restore onto the replacement: exit %d, want 1 and a refusal\n%s", code, out)
+	}
+	if got, _ := qRead(t, root, "scratch/old"); got != "the replacement" {
+		t.Fatalf("the refused restore changed the replacement: %q", got)
+	}
+	for _, k := range []string{"scratch/old", "scratch/colon", "scratch/zero", "scratch/part"} {
+		if out, code := mntRun(t, "", "mv", p.m(k), p.m(k+".new")); code != 0 {
+			t.Fatalf("mv %s away: exit %d\n%s", k, code, out)
+		}
+	}
+	if out, code := qcli(p, "restore", "scratch"); code != 0 {
+		t.Fatalf("restore scratch: exit %d\n%s", code, out)
+	}
+	for k := range want {
+		if got, _ := qRead(t, root, k); got != files[k] {
+			t.Errorf("%s restored: %d bytes, not the old content (%d bytes)", k, len(got), len(files[k]))
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(root, "scratch/old")); err != nil || !fi.ModTime().Equal(mtimeA) {
+		t.Errorf("restored scratch/old: mtime %v (%v), want %v", fi.ModTime(), err, mtimeA)
+	}
+	if es := qList(t, p); len(es) != 0 {
+		t.Fatalf("entries left after the restore: %+v", es)
+	}
+}
+
+// TestMountQuarantineKill9DuringReplaceAndTruncate kills the daemon with SIGKILL while a program renames
+// files over others and truncates files (O_TRUNC opens and truncate(2) alternately) through a mount with
+// the quarantine on, then mounts again: every old content is exactly once at its path or in quarantine
+// (never lost, never both), every replacement exactly once at its old or its new name, and no object in
+// the folder lacks its record.
+func TestMountQuarantineKill9DuringReplaceAndTruncate(t *testing.T) {
+	mntRequire(t)
+	dir := t.TempDir()
+	root := filepath.Join(dir, "store")
+	const n = 1500
+	content := func(kind string, i int) string { return fmt.Sprintf("%s-%05d-%s", kind, i, strings.Repeat(kind, 200)) }
+	for i := range n {
+		qWrite(t, root, fmt.Sprintf("r/old-%05d", i), content("A", i))
+		qWrite(t, root, fmt.Sprintf("r/new-%05d", i), content("B", i))
+		qWrite(t, root, fmt.Sprintf("t/f-%05d", i), content("C", i))
+	}
+	p := mntStart(t, root, filepath.Join(dir, "index"), "--grace", "0s", "--active-window", "0s")
+	py := `import os, sys
+m, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    os.rename(f"{m}/r/new-{i:05d}", f"{m}/r/old-{i:05d}")
+    if i % 2:
+        open(f"{m}/t/f-{i:05d}", "w").close()
+    else:
+        os.truncate(f"{m}/t/f-{i:05d}", 0)
+`
+	cmd := exec.Command("/usr/bin/python3", "-c", py, p.mnt, fmt.Sprint(n))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		recs, _ := os.ReadFile(p.audit)
+		if strings.Count(string(recs), `"decision":"allow"`) > n/2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	p.kill9()
+	_ = cmd.Wait()
+
+	check := func(when string) {
+		t.Helper()
+		lr := qListAll(t, p)
+		staged := map[string][]string{}
+		for _, e := range lr.Entries {
+			staged[e.Path] = append(staged[e.Path], qObject(t, root, e))
+		}
+		bad, done := 0, 0
+		count := func(s string, at ...string) int {
+			c := 0
+			for _, k := range at {
+				if got, ok := qRead(t, root, k); ok && got == s {
+					c++
+				}
+				for _, o := range staged[k] {
+					if o == s {
+						c++
+					}
+				}
+			}
+			return c
+		}
+		for i := range n {
+			oldK, newK, tK := fmt.Sprintf("r/old-%05d", i), fmt.Sprintf("r/new-%05d", i), fmt.Sprintf("t/f-%05d", i)
+			for _, c := range []struct {
+				s  string
+				at []string
+			}{{content("A", i), []string{oldK}}, {content("B", i), []string{oldK, newK}}, {content("C", i), []string{tK}}} {
+				if got := count(c.s, c.at...); got != 1 {
+					bad++
+					if bad < 5 {
+						t.Errorf("%s: %.8s found %d times at %v and in quarantine, want once", when, c.s, got, c.at)
+					}
+				}
+			}
+			if got, _ := qRead(t, root, tK); got == "" {
+				done++
+			}
+		}
+		if bad != 0 || len(lr.Problems) != 0 {
+			t.Fatalf("%s: %d contents lost or duplicated, %d problems %+v", when, bad, len(lr.Problems), lr.Problems)
+		}
+		t.Logf("%s: %d truncations done, %d entries", when, done, len(lr.Entries))
+	}
+	check("after kill -9")
+	p.start()
+	check("after the remount")
+}
+
+// qListAll is `quarantine list --json`, problems included.
+func qListAll(t *testing.T, p *mntProc) quarantine.ListResult {
+	t.Helper()
+	out, code := qcli(p, "list", "--json")
+	var r quarantine.ListResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil || (code != 0 && len(r.Problems) == 0) {
+		t.Fatalf("quarantine list --json: exit %d (%v)\n%s", code, err, out)
+	}
+	return r
+}

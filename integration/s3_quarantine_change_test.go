@@ -1,0 +1,218 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
+	"github.com/ckguard/ckguard/refindex/treegen"
+	"github.com/ckguard/ckguard/s3backend/s3client"
+	"github.com/ckguard/ckguard/s3backend/s3quarantine"
+)
+
+// s3Read reads key (relative to the store prefix) straight from the server; ok false when absent.
+func s3Read(t *testing.T, c *s3client.Client, key string) (string, bool) {
+	t.Helper()
+	ctx := context.Background()
+	o, err := c.Head(ctx, key)
+	if err != nil {
+		return "", false
+	}
+	b := make([]byte, o.Size)
+	n, err := c.ReadAt(ctx, key, b, 0, "")
+	if err != nil && !errors.Is(err, io.EOF) {
+		t.Fatalf("read %s: %v", key, err)
+	}
+	return string(b[:n]), true
+}
+
+// TestS3QuarantineReplaceAndTruncate: on the S3 mount with --quarantine, `mv new old` over an
+// unreferenced object, `: > file` and `truncate -s 0` stage the version they replace (a server-side
+// copy in the area) like a deletion: `quarantine list` shows each with the kind of change, its size and
+// the staged bytes equal the old object; a restore onto the key (which holds the new content) is refused;
+// once the new object is moved away the restore brings back the old content byte for byte. A rename
+// onto a free key stages nothing.
+func TestS3QuarantineReplaceAndTruncate(t *testing.T) {
+	e := s3Start(t)
+	e.tree(t, incident{"IncidentOne", treegen.IncidentOne}, s3Root)
+	c := e.client(t, e.srv.Endpoint)
+	ctx := context.Background()
+	files := map[string]string{
+		"scratch/old": strings.Repeat("A", 70000) + "end of the replaced object", "scratch/new": "the replacement",
+		"scratch/colon": "cut by an O_TRUNC open " + strings.Repeat("c", 5000),
+		"scratch/zero":  "cut by truncate -s 0 " + strings.Repeat("z", 3000),
+		"scratch/free":  "renamed onto a free key",
+	}
+	for k, v := range files {
+		if _, err := c.Put(ctx, k, strings.NewReader(v), int64(len(v)), s3client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := mntStart(t, s3Root, filepath.Join(t.TempDir(), "index"),
+		e.mountArgs("--grace", "0s", "--active-window", "0s", "--savepoint-keep-newest=false", "--quarantine", "24h")...)
+	for _, cmd := range [][]string{
+		{"mv", p.m("scratch/new"), p.m("scratch/old")},
+		{"sh", "-c", ": > " + p.m("scratch/colon")},
+		{"truncate", "-s", "0", p.m("scratch/zero")},
+		{"mv", p.m("scratch/free"), p.m("scratch/freed")},
+	} {
+		if out, code := mntRun(t, "", cmd[0], cmd[1:]...); code != 0 {
+			t.Fatalf("%v through the S3 mount: exit %d\n%s", cmd, code, out)
+		}
+	}
+	for k, want := range map[string]string{"scratch/old": "the replacement", "scratch/colon": "", "scratch/zero": ""} {
+		if got, _ := s3Read(t, c, k); got != want {
+			t.Fatalf("%s on the server: %q, want %q", k, got, want)
+		}
+	}
+	want := map[string]string{"scratch/old": quarantine.OpReplace, "scratch/colon": quarantine.OpTruncate, "scratch/zero": quarantine.OpTruncate}
+	es := qList(t, p)
+	if len(es) != len(want) {
+		t.Fatalf("%d entries, want %d (one per replaced version): %+v", len(es), len(want), es)
+	}
+	for _, en := range es {
+		op, ok := want[en.Path]
+		if !ok || en.Change() != op || en.Size != int64(len(files[en.Path])) {
+			t.Errorf("entry %s: change %q size %d, want %q and %d bytes", en.Path, en.Change(), en.Size, op, len(files[en.Path]))
+			continue
+		}
+		if got, _ := s3Read(t, c, s3quarantine.Prefix+en.ID); got != files[en.Path] {
+			t.Errorf("%s: the staged copy differs from the old object (%d bytes, want %d)", en.Path, len(got), len(files[en.Path]))
+		}
+	}
+	if out, code := qcli(p, "list"); code != 0 || !strings.Contains(out, "replace") || !strings.Contains(out, "truncate") {
+		t.Fatalf("quarantine list does not show the kind of change: exit %d\n%s", code, out)
+	}
+	if out, code := qcli(p, "restore", "scratch/old"); code != 1 {
+		t.Fatalf("restore onto the replacement: exit %d, want 1 (never overwritten)\n%s", code, out)
+	}
+	if got, _ := s3Read(t, c, "scratch/old"); got != "the replacement" {
+		t.Fatalf("the refused restore changed the replacement: %q", got)
+	}
+	for k := range want {
+		if out, code := mntRun(t, "", "mv", p.m(k), p.m(k+".new")); code != 0 {
+			t.Fatalf("mv %s away: exit %d\n%s", k, code, out)
+		}
+	}
+	if out, code := qcli(p, "restore", "scratch"); code != 0 {
+		t.Fatalf("restore scratch: exit %d\n%s", code, out)
+	}
+	for k := range want {
+		if got, _ := s3Read(t, c, k); got != files[k] {
+			t.Errorf("%s restored: %d bytes, not the old content (%d bytes)", k, len(got), len(files[k]))
+		}
+	}
+	if es := qList(t, p); len(es) != 0 {
+		t.Fatalf("entries left after the restore: %+v", es)
+	}
+}
+
+// TestS3QuarantineKill9DuringReplaceAndTruncate kills the S3 mount with SIGKILL while a program renames
+// objects over others and truncates objects (truncate(2) by path, O_TRUNC opens written and closed)
+// through it with --quarantine, then mounts again: every old content is exactly once at its key or in
+// quarantine (never lost, never counted twice: a copy made just before the kill whose change never
+// happened is no entry), every replacement exactly once at its old or new key, and no problem is listed.
+func TestS3QuarantineKill9DuringReplaceAndTruncate(t *testing.T) {
+	e := s3Start(t)
+	e.tree(t, incident{"IncidentOne", treegen.IncidentOne}, s3Root)
+	c := e.client(t, e.srv.Endpoint)
+	ctx := context.Background()
+	const n = 300
+	content := func(kind string, i int) string { return fmt.Sprintf("%s-%05d-%s", kind, i, strings.Repeat(kind, 200)) }
+	for i := range n {
+		for k, v := range map[string]string{fmt.Sprintf("r/old-%05d", i): content("A", i), fmt.Sprintf("r/new-%05d", i): content("B", i), fmt.Sprintf("t/f-%05d", i): content("C", i)} {
+			if _, err := c.Put(ctx, k, strings.NewReader(v), int64(len(v)), s3client.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	args := e.mountArgs("--grace", "0s", "--active-window", "0s", "--savepoint-keep-newest=false", "--quarantine", "24h")
+	p := mntStart(t, s3Root, filepath.Join(t.TempDir(), "index"), args...)
+	py := `import os, sys
+m, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    os.rename(f"{m}/r/new-{i:05d}", f"{m}/r/old-{i:05d}")
+    if i % 2:
+        with open(f"{m}/t/f-{i:05d}", "w") as f:
+            f.write("x")
+    else:
+        os.truncate(f"{m}/t/f-{i:05d}", 0)
+`
+	cmd := exec.Command("/usr/bin/python3", "-c", py, p.mnt, fmt.Sprint(n))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		recs, _ := os.ReadFile(p.audit)
+		if strings.Count(string(recs), `"decision":"allow"`) > n/2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	p.kill9()
+	_ = cmd.Wait()
+
+	check := func(when string) {
+		t.Helper()
+		full := append([]string{"quarantine", "list", "--json", "--store", p.store, "--index", p.index}, e.mountArgs()...)
+		res, code := mntRun(t, "", mntBinary(t), full...)
+		var lr quarantine.ListResult
+		if err := json.Unmarshal([]byte(res), &lr); err != nil || (code != 0 && len(lr.Problems) == 0) {
+			t.Fatalf("%s: quarantine list: exit %d (%v)\n%s", when, code, err, res)
+		}
+		staged := map[string][]string{}
+		for _, en := range lr.Entries {
+			b, _ := s3Read(t, c, s3quarantine.Prefix+en.ID)
+			staged[en.Path] = append(staged[en.Path], b)
+		}
+		count := func(s string, at ...string) int {
+			got := 0
+			for _, k := range at {
+				if v, ok := s3Read(t, c, k); ok && v == s {
+					got++
+				}
+				for _, o := range staged[k] {
+					if o == s {
+						got++
+					}
+				}
+			}
+			return got
+		}
+		bad := 0
+		for i := range n {
+			oldK, newK, tK := fmt.Sprintf("r/old-%05d", i), fmt.Sprintf("r/new-%05d", i), fmt.Sprintf("t/f-%05d", i)
+			for _, w := range []struct {
+				s  string
+				at []string
+			}{{content("A", i), []string{oldK}}, {content("B", i), []string{oldK, newK}}, {content("C", i), []string{tK}}} {
+				if got := count(w.s, w.at...); got != 1 {
+					bad++
+					if bad < 5 {
+						t.Errorf("%s: %.8s found %d times at %v and in quarantine, want once", when, w.s, got, w.at)
+					}
+				}
+			}
+		}
+		if bad != 0 || len(lr.Problems) != 0 {
+			t.Fatalf("%s: %d contents lost or duplicated, %d problems %+v", when, bad, len(lr.Problems), lr.Problems)
+		}
+		t.Logf("%s: %d entries", when, len(lr.Entries))
+	}
+	check("after kill -9")
+	p.start(args...)
+	check("after the remount")
+}

@@ -1,0 +1,297 @@
+package quarantine
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ckguard/ckguard/refindex/store"
+)
+
+// A truncation destroys content without removing a name, so it cannot be staged by a rename: the old
+// content is copied into the folder first (Prepare, a copy that may take long and therefore runs
+// before the enforcer's lock), and the copy becomes an entry right before the truncation, under the
+// lock (Prepared.Commit, a stat, one record write and one rename). The copy is taken only if the file
+// did not change while it was copied and until the commit (Source: inode, size, mtime and ctime; any
+// write moves the ctime), so the staged bytes are exactly those the truncation then destroys.
+//
+// Crash safety, the same invariant as MoveAt (never lost, never in both places):
+//   - before the commit the copy is named <id>.stage: no entry (List skips it, Tidy removes it);
+//   - between the commit and the truncation the content is at its key and in the folder: the entry's
+//     Source still matches the file at the key, which List takes as "the truncation never happened"
+//     (no entry; Tidy removes the copy);
+//   - after the truncation the file's ctime has moved: the entry is an entry.
+
+// Source identifies the content a staged truncation copied: the file at the entry's key is still that
+// content (the truncation did not happen) exactly when all of these still hold for it.
+type Source struct {
+	Dev       uint64 `json:"dev"`
+	Ino       uint64 `json:"ino"`
+	Size      int64  `json:"size"`
+	MtimeNsec int64  `json:"mtime_ns"`
+	CtimeNsec int64  `json:"ctime_ns"`
+}
+
+func sourceOf(st *unix.Stat_t) Source {
+	return Source{Dev: uint64(st.Dev), Ino: st.Ino, Size: st.Size,
+		MtimeNsec: st.Mtim.Nano(), CtimeNsec: st.Ctim.Nano()}
+}
+
+// Op values of Decision.Op for the changes that stage an entry: an unlink (and a deletion on S3), a
+// rename that replaced the entry's object at its key, a truncation that cut it.
+const (
+	OpUnlink   = "unlink"
+	OpReplace  = "replace"
+	OpTruncate = "truncate"
+)
+
+// Change is the kind of change that staged e (Decision.Op; an entry from before the field: "unlink").
+func (e Entry) Change() string {
+	if e.Decision.Op == "" {
+		return OpUnlink
+	}
+	return e.Decision.Op
+}
+
+// ErrChanged is returned by Prepare and Commit when the file changed while (or since) its content was
+// copied: the copy is not what a truncation would destroy. The caller copies again.
+var ErrChanged = errors.New("the file changed while its content was being staged")
+
+// stageSuffix ends the name of a copy that is not committed yet.
+const stageSuffix = ".stage"
+
+// Prepared is a copy of a file's content in the folder, not yet an entry. It holds its own duplicate of
+// the folder's descriptor, so the copy runs without the area's lock: a Tidy or Close waiting for that
+// lock never waits for a copy, and neither does an unlink's staging queued behind them.
+type Prepared struct {
+	l   *Local
+	key string
+	src int // the caller's descriptor of the file (readable)
+	st  unix.Stat_t
+	id  string
+	dir int // the quarantine folder (this copy's own duplicate), open until Commit, Abort or Undo
+	fd  int // the copy, open until Commit or Abort
+}
+
+// Prepare copies the regular file src (a readable descriptor, the caller's: it stays open) whose store
+// key is key into the folder, with the file's mode, owner (when root) and times. It must not run under
+// the enforcer's lock: the copy takes as long as the file is large (a reflink where the filesystem has
+// them, copy_file_range otherwise, server-side on NFS 4.2).
+func (l *Local) Prepare(src int, key string) (*Prepared, error) {
+	k, err := store.CleanKey(key)
+	if err != nil || k == "" || store.InQuarantine(k) {
+		return nil, fmt.Errorf("quarantine %q: not a store key outside the quarantine folder", key)
+	}
+	p := &Prepared{l: l, key: k, src: src, dir: -1, fd: -1}
+	if err := unix.Fstat(src, &p.st); err != nil {
+		return nil, fmt.Errorf("quarantine /%s: %w", k, err)
+	}
+	if p.st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("quarantine /%s: %w", k, unix.EINVAL)
+	}
+	if err := p.open(); err != nil {
+		return nil, fmt.Errorf("quarantine /%s: create the copy of its content: %w", k, err)
+	}
+	if err := p.copy(); err != nil {
+		p.abort()
+		if err == ErrChanged {
+			return nil, err
+		}
+		return nil, fmt.Errorf("quarantine /%s: copy its content before the truncation (nothing was truncated): %w", k, err)
+	}
+	var now unix.Stat_t
+	if err := unix.Fstat(src, &now); err != nil || sourceOf(&now) != sourceOf(&p.st) {
+		p.abort()
+		return nil, ErrChanged
+	}
+	return p, nil
+}
+
+// open duplicates the folder's descriptor and creates the uncommitted copy in it (holding the area's
+// lock only for this).
+func (p *Prepared) open() error {
+	if err := p.l.lock(); err != nil {
+		return err
+	}
+	defer p.l.mu.RUnlock()
+	dir, err := unix.FcntlInt(uintptr(p.l.dir), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	p.id = newID(p.l.now())
+	fd, err := unix.Openat(dir, p.id+stageSuffix, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		unix.Close(dir)
+		return err
+	}
+	p.dir, p.fd = dir, fd
+	return nil
+}
+
+// copy fills the copy with src's content and gives it src's mode, owner and times.
+func (p *Prepared) copy() error {
+	if p.st.Size > 0 && unix.IoctlFileClone(p.fd, p.src) != nil {
+		if err := copyRange(p.fd, p.src, p.st.Size); err != nil {
+			return err
+		}
+	}
+	if err := unix.Fchmod(p.fd, p.st.Mode&0o7777); err != nil {
+		return err
+	}
+	if os.Geteuid() == 0 {
+		_ = unix.Fchown(p.fd, int(p.st.Uid), int(p.st.Gid))
+	}
+	return unix.UtimesNanoAt(p.dir, p.id+stageSuffix, []unix.Timespec{p.st.Atim, p.st.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// copyRange copies size bytes of src to dst with copy_file_range (in-kernel, server-side on NFS 4.2),
+// or read and write where the filesystems cannot. A file shorter than size is ErrChanged.
+func copyRange(dst, src int, size int64) error {
+	var off int64
+	for off < size {
+		in, out := off, off
+		n, err := unix.CopyFileRange(src, &in, dst, &out, int(min(size-off, 1<<30)), 0)
+		if err == unix.EXDEV || err == unix.EINVAL || err == unix.ENOSYS || err == unix.EOPNOTSUPP {
+			return copyRW(dst, src, off, size)
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return ErrChanged
+		}
+		off += int64(n)
+	}
+	return nil
+}
+
+func copyRW(dst, src int, off, size int64) error {
+	buf := make([]byte, 1<<20)
+	for off < size {
+		n, err := unix.Pread(src, buf[:min(int64(len(buf)), size-off)], off)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return ErrChanged
+		}
+		for w := 0; w < n; {
+			m, err := unix.Pwrite(dst, buf[w:n], off+int64(w))
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			w += m
+		}
+		off += int64(n)
+	}
+	return nil
+}
+
+// abort removes the uncommitted copy and releases the descriptors.
+func (p *Prepared) abort() {
+	if p.fd >= 0 {
+		unix.Close(p.fd)
+		p.fd = -1
+	}
+	if p.dir >= 0 {
+		_ = unix.Unlinkat(p.dir, p.id+stageSuffix, 0)
+		p.release()
+	}
+}
+
+func (p *Prepared) release() {
+	if p.dir >= 0 {
+		unix.Close(p.dir)
+		p.dir = -1
+	}
+}
+
+// Abort removes an uncommitted copy (the change was refused or failed before the commit).
+func (p *Prepared) Abort() {
+	if p != nil {
+		p.abort()
+	}
+}
+
+// Commit makes the copy an entry staged by the change d (OpTruncate), if the file is still the one
+// copied (else ErrChanged, and the copy is removed): the record, then the rename to the entry's name.
+// It is quick (no copy): it runs under the enforcer's lock right before the truncation. If the
+// truncation then fails, Undo drops the entry; else Done releases the descriptor.
+func (p *Prepared) Commit(d Decision) (Entry, error) {
+	if err := p.l.lock(); err != nil {
+		p.abort()
+		return Entry{}, err
+	}
+	defer p.l.mu.RUnlock()
+	var st unix.Stat_t
+	if err := unix.Fstat(p.src, &st); err != nil || sourceOf(&st) != sourceOf(&p.st) {
+		p.abort()
+		return Entry{}, ErrChanged
+	}
+	unix.Close(p.fd)
+	p.fd = -1
+	src := sourceOf(&p.st)
+	e := Entry{ID: p.id, Path: p.key, Size: p.st.Size, ModTime: time.Unix(p.st.Mtim.Unix()), Mode: p.st.Mode,
+		DeletedAt: p.l.now().UTC(), Decision: d, Source: &src}
+	if !utf8.ValidString(p.key) {
+		e.PathBytes = []byte(p.key)
+	}
+	if err := p.l.writeRecord(e); err != nil {
+		p.abort()
+		return Entry{}, err
+	}
+	if err := unix.Renameat(p.dir, p.id+stageSuffix, p.dir, p.id); err != nil {
+		p.abort()
+		return Entry{}, fmt.Errorf("quarantine /%s: %w", p.key, err)
+	}
+	return e, nil
+}
+
+// Undo drops a committed entry whose truncation failed (the content is still at its key).
+func (p *Prepared) Undo() {
+	if p.dir >= 0 {
+		_ = unix.Unlinkat(p.dir, p.id, 0)
+	}
+	p.release()
+}
+
+// Done releases a committed entry's descriptor (its truncation happened).
+func (p *Prepared) Done() { p.release() }
+
+// unchanged reports whether the file at e's key is still the content e's truncation copied (the
+// truncation never happened: a crash between the commit and the truncation).
+func (l *Local) unchanged(e Entry) bool {
+	if e.Source == nil {
+		return false
+	}
+	k := e.Key()
+	i := strings.LastIndexByte(k, '/')
+	dir, name := "", k
+	if i >= 0 {
+		dir, name = k[:i], k[i+1:]
+	}
+	fd, err := l.openDirLocked(dir)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		return false
+	}
+	return sourceOf(&st) == *e.Source
+}

@@ -1,0 +1,165 @@
+package quarantine
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// openSrc opens the store file key for reading, as the mount does before a truncation.
+func openSrc(t *testing.T, dir, key string) int {
+	t.Helper()
+	fd, err := unix.Open(filepath.Join(dir, key), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// stageNames lists the uncommitted copies in the folder.
+func stageNames(t *testing.T, dir string) []string {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(dir, ".ckguard-quarantine", "*"+stageSuffix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// TestLocalTruncationStaged: Prepare copies, Commit makes the copy an entry, the truncation then cuts
+// the file; the entry is the old content byte for byte with its mtime and mode, its change is
+// "truncate", and a restore onto the truncated file is refused (never overwrites) until it is moved away.
+func TestLocalTruncationStaged(t *testing.T) {
+	dir, l, _ := newArea(t)
+	old := strings.Repeat("state bytes ", 10000)
+	write(t, dir, "job/chk-1/sst", old)
+	p := filepath.Join(dir, "job/chk-1/sst")
+	mt := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	if err := os.Chtimes(p, mt, mt); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	src := openSrc(t, dir, "job/chk-1/sst")
+	prep, err := l.Prepare(src, "job/chk-1/sst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if es, _ := l.List(context.Background()); len(es) != 0 {
+		t.Fatalf("an uncommitted copy is listed: %v", es)
+	}
+	e, err := prep.Commit(Decision{Op: OpTruncate, Reason: "unreferenced"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	prep.Done()
+	es, err := l.List(context.Background())
+	if err != nil || len(es) != 1 || es[0].ID != e.ID || es[0].Change() != OpTruncate || es[0].Size != int64(len(old)) {
+		t.Fatalf("list after the truncation: %v %v, want the one truncate entry of %d bytes", es, err, len(old))
+	}
+	if _, err := l.Restore(context.Background(), e.ID); !errors.Is(err, ErrOccupied) {
+		t.Fatalf("restore onto the truncated file: %v, want ErrOccupied", err)
+	}
+	if err := os.Rename(p, p+".new"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Restore(context.Background(), e.ID); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil || string(b) != old {
+		t.Fatalf("restored content differs (%d bytes, %v)", len(b), err)
+	}
+	fi, _ := os.Stat(p)
+	if !fi.ModTime().Equal(mt) || fi.Mode().Perm() != 0o640 {
+		t.Fatalf("restored mtime %v mode %v, want %v 0640", fi.ModTime(), fi.Mode().Perm(), mt)
+	}
+}
+
+// TestLocalTruncationChangedMeanwhile: a write between the copy and the commit makes the copy stale:
+// Commit refuses (ErrChanged) and leaves nothing in the folder.
+func TestLocalTruncationChangedMeanwhile(t *testing.T) {
+	dir, l, _ := newArea(t)
+	write(t, dir, "f", "old content")
+	src := openSrc(t, dir, "f")
+	prep, err := l.Prepare(src, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond) // a ctime tick on coarse-clock filesystems
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("newer content"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := prep.Commit(Decision{Op: OpTruncate}); !errors.Is(err, ErrChanged) {
+		t.Fatalf("commit after a write: %v, want ErrChanged", err)
+	}
+	prep.Abort()
+	if es, _ := l.List(context.Background()); len(es) != 0 {
+		t.Fatalf("entries after a refused commit: %v", es)
+	}
+	if n := stageNames(t, dir); len(n) != 0 {
+		t.Fatalf("copies left: %v", n)
+	}
+}
+
+// TestLocalTruncationCrashStates: a crash after the copy (before the commit) leaves an uncommitted copy,
+// a crash after the commit (before the truncation) a committed one whose file is unchanged. Neither is
+// an entry (the content is at its key: never in both places), and Tidy removes both copies once old.
+func TestLocalTruncationCrashStates(t *testing.T) {
+	dir, l, clk := newArea(t)
+	write(t, dir, "a", "content a")
+	write(t, dir, "b", "content b")
+	if _, err := l.Prepare(openSrc(t, dir, "a"), "a"); err != nil { // never committed
+		t.Fatal(err)
+	}
+	pb, err := l.Prepare(openSrc(t, dir, "b"), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eb, err := pb.Commit(Decision{Op: OpTruncate}) // never truncated
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l2, err := OpenLocal(dir, clk.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	es, probs, err := l2.ListAll(context.Background())
+	if err != nil || len(es) != 0 || len(probs) != 0 {
+		t.Fatalf("after the crash: entries %v problems %v (%v), want none", es, probs, err)
+	}
+	if err := l2.Tidy(context.Background(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if len(stageNames(t, dir)) != 1 {
+		t.Fatal("Tidy removed a young uncommitted copy")
+	}
+	clk.t = clk.t.Add(time.Hour)
+	if err := l2.Tidy(context.Background(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if n := stageNames(t, dir); len(n) != 0 {
+		t.Fatalf("Tidy left uncommitted copies: %v", n)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, ".ckguard-quarantine", eb.ID)); !os.IsNotExist(err) {
+		t.Fatalf("Tidy left the copy of a truncation that never happened: %v", err)
+	}
+	for _, k := range []string{"a", "b"} {
+		if b, _ := os.ReadFile(filepath.Join(dir, k)); string(b) != "content "+k {
+			t.Fatalf("%s: %q", k, b)
+		}
+	}
+}
