@@ -58,18 +58,26 @@ func open(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func
 		sopts.Attrs = attrs
 	}
 	st = s3store.New(st.Client(), sopts)
-	var area *s3quarantine.Area
+	var area s3mount.Area
 	if c.Quarantine > 0 {
-		// Restore must never replace an object created at the original key: If-None-Match on the copy
-		// where the server refuses to replace with it, else a HEAD right before the copy.
-		inm, qerr := s3quarantine.ProbeCopyIfNoneMatch(ctx, st.Client())
+		// On a versioned bucket the delete marker is the quarantine (nothing is copied); elsewhere a
+		// server-side copy. Restore must never replace an object created at the original key:
+		// If-None-Match on the copy where the server refuses to replace with it, else a HEAD right
+		// before the copy; on a versioned bucket a restore only removes delete markers.
+		a, info, qerr := s3quarantine.Open(ctx, st.Client(), c.QuarantineNow)
 		if qerr != nil {
-			return guardd.Backend{}, fmt.Errorf("--quarantine: cannot write in the quarantine area %s of %s: %w", s3quarantine.Prefix, c.StoreDir, qerr)
+			return guardd.Backend{}, fmt.Errorf("--quarantine: the quarantine area %s of %s: %w", s3quarantine.Prefix, c.StoreDir, qerr)
 		}
-		if !inm {
+		switch {
+		case info.Versioned:
+			log.Info("the bucket has versioning enabled: a quarantined deletion is its delete marker (restore removes the marker, purge deletes the hidden version)")
+		case info.VersioningErr != nil:
+			log.Warn("could not read the bucket's versioning (s3:GetBucketVersioning); quarantine copies objects aside, which on a versioned bucket also leaves a hidden version per deletion", "err", info.VersioningErr)
+		}
+		if !info.Versioned && !info.IfNoneMatch {
 			log.Info("the S3 server ignores If-None-Match on CopyObject; a quarantine restore checks with a HEAD right before its copy that nothing is at the original key")
 		}
-		area = s3quarantine.New(st.Client(), c.QuarantineNow, inm)
+		area = a
 	}
 	return guardd.Backend{
 		Store: st,

@@ -34,6 +34,13 @@ type Stager interface {
 	Unstage(ctx context.Context, key, etag string) error
 }
 
+// Area is a quarantine area the mount stages in and serves (s3quarantine.Area, or
+// s3quarantine.VersionedArea on a versioned bucket).
+type Area interface {
+	quarantine.Staging
+	Stager
+}
+
 var _ deleteq.Deleter = stagingDeleter{}
 
 func (s stagingDeleter) Head(ctx context.Context, key string) (s3client.Object, error) {
