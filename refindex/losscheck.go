@@ -36,6 +36,9 @@ type QuarantinedObject struct {
 	Since time.Time `json:"since"`
 	// Restore is the command that puts the object back at its path.
 	Restore string `json:"restore"`
+	// DeleteMarker is set when a delete marker of a versioned bucket hides the object (not ckguard's
+	// quarantine: a deletion outside the mount); Since is then the marker's time.
+	DeleteMarker string `json:"delete_marker,omitempty"`
 }
 
 // QuarantineFinder looks a store key up in the mount's quarantine (staged deletion). ok is false when

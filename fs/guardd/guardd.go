@@ -301,11 +301,17 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 		}
 	}()
 	// The loss check runs after every successful sync, in the sync loop (outside any lock of the enforcer).
+	// The mount's own quarantine is asked first, then the backend (a delete marker on a versioned
+	// bucket hides the object of a deletion made outside the mount).
 	qfind := b.Quarantine
 	var staged *finder
-	if qfind == nil && c.Quarantine > 0 {
+	if c.Quarantine > 0 {
 		staged = &finder{restore: "ckguard quarantine restore --store " + c.StoreDir + " --index " + c.IndexDir}
-		qfind = staged
+		if qfind != nil {
+			qfind = chainFinder{staged, qfind}
+		} else {
+			qfind = staged
+		}
 	}
 	lw := &lossWatch{lc: ix.NewLossChecker(refindex.LossCheckOptions{Budget: lossBudget(c.LossCheckBudget, b.LossCheckBudget), Quarantine: qfind}),
 		met: met, audit: al, log: log}

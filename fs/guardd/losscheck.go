@@ -55,6 +55,9 @@ func (w *lossWatch) run(ctx context.Context) {
 		attrs := []any{"file", m.Path, "checkpoint", m.Checkpoint, "job", m.Job}
 		if m.Quarantine != nil {
 			attrs = append(attrs, "quarantined_since", m.Quarantine.Since.Format(time.RFC3339), "restore", m.Quarantine.Restore)
+			if m.Quarantine.DeleteMarker != "" {
+				attrs = append(attrs, "delete_marker", m.Quarantine.DeleteMarker)
+			}
 		}
 		w.log.Warn(msg, attrs...)
 		rec := audit.Record{Time: rep.Time, Op: lossOp, Decision: lossDecision, Reason: lossReason, Message: msg,
@@ -69,6 +72,9 @@ func (w *lossWatch) run(ctx context.Context) {
 // lossMessage names the file, the checkpoint and what to do.
 func lossMessage(m refindex.LostReference) string {
 	head := fmt.Sprintf("referenced object %s of live checkpoint %s (job %s) is missing from the store: it was removed outside the mount, and a restore from that checkpoint would fail", m.Path, m.Checkpoint, m.Job)
+	if q := m.Quarantine; q != nil && q.DeleteMarker != "" {
+		return fmt.Sprintf("%s; a delete marker (version %s, %s) hides it on this versioned bucket: remove the marker with `%s`", head, q.DeleteMarker, q.Since.Format(time.RFC3339), q.Restore)
+	}
 	if q := m.Quarantine; q != nil {
 		return fmt.Sprintf("%s; it is in quarantine since %s: restore it with `%s`", head, q.Since.Format(time.RFC3339), q.Restore)
 	}

@@ -6,11 +6,13 @@ package s3guardd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/s3backend/s3cli"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3mount"
@@ -58,6 +60,14 @@ func open(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func
 		sopts.Attrs = attrs
 	}
 	st = s3store.New(st.Client(), sopts)
+	// On a versioned bucket a referenced object deleted outside the mount is usually only hidden by a
+	// delete marker: the loss check names the marker and the command that removes it.
+	var markers refindex.QuarantineFinder
+	if v, verr := s3quarantine.Versioned(ctx, st.Client()); verr == nil && v {
+		markers = s3quarantine.NewMarkerFinder(st.Client())
+	} else if verr != nil && !errors.Is(verr, s3client.ErrNotImplemented) {
+		log.Warn("could not read the bucket's versioning (s3:GetBucketVersioning); the loss check will not look for delete markers hiding a missing object", "err", verr)
+	}
 	var area s3mount.Area
 	if c.Quarantine > 0 {
 		// On a versioned bucket the delete marker is the quarantine (nothing is copied); elsewhere a
@@ -97,5 +107,6 @@ func open(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func
 		},
 		NoIndexGauges:   true,
 		LossCheckBudget: guardd.DefaultS3LossCheckBudget,
+		Quarantine:      markers,
 	}, nil
 }
