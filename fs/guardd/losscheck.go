@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ckguard/ckguard/fs/audit"
@@ -12,10 +14,13 @@ import (
 	"github.com/ckguard/ckguard/refindex"
 )
 
-// DefaultS3LossCheckBudget is the S3 mount's default --loss-check-budget: 1,000 HEAD requests per
-// pass (about 1.3 s at 20 ms each with 16 in flight, ~2.9 M requests a day at a 30 s sync interval).
-// A store whose live checkpoints reference more objects is checked in a rotation of
-// ceil(objects/1000) passes; ckguard_loss_check_age_seconds says how old the last complete one is.
+// DefaultS3LossCheckBudget is the S3 mount's default --loss-check-budget: 1,000 requests per pass
+// (about 1.3 s at 20 ms each with 16 in flight). A folder holding several referenced objects costs one
+// listing request per 1,000 keys, a lone referenced object one HEAD, so in Flink's layout (a job's
+// incremental state in one shared/ folder) one pass covers up to about 1,000,000 referenced objects in
+// shared folders, or 1,000 scattered ones. A store that needs more is checked in a rotation of
+// ckguard_loss_check_round_passes passes (WARN when it goes above 1); ckguard_loss_check_age_seconds
+// says how old the last complete one is.
 const DefaultS3LossCheckBudget = 1000
 
 // Audit vocabulary of a loss: not a decision of the guard, a finding of the mount's loss check.
@@ -33,7 +38,30 @@ type lossWatch struct {
 	met   *metrics.Metrics
 	audit audit.Sink
 	log   *slog.Logger
+
+	busy   atomic.Bool    // a pass is running
+	wg     sync.WaitGroup // the running pass
+	passes int            // RoundPasses last logged (a WARN when it changes above 1)
 }
+
+// kick starts a pass beside the sync loop, unless one is still running (that pass covers the same
+// store; the next sync kicks again). A pass never runs in the sync, so a long one (a big bucket at
+// 20 ms per request) delays neither the next sync nor the decisions that wait for the index.
+func (w *lossWatch) kick(ctx context.Context) {
+	if !w.busy.CompareAndSwap(false, true) {
+		w.log.Debug("loss check: the previous pass is still running; this sync starts none")
+		return
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		defer w.busy.Store(false)
+		w.run(ctx)
+	}()
+}
+
+// wait waits for the running pass (cancel its context first to make it end soon).
+func (w *lossWatch) wait() { w.wg.Wait() }
 
 func (w *lossWatch) run(ctx context.Context) {
 	rep, err := w.lc.Check(ctx)
@@ -45,7 +73,18 @@ func (w *lossWatch) run(ctx context.Context) {
 		w.log.Warn("loss check failed: referenced objects were not checked by this pass", "err", err)
 		return
 	}
-	st := metrics.LossStats{Jobs: make(map[string]metrics.JobLoss, len(rep.Jobs)), Objects: rep.Objects, LastComplete: rep.LastComplete}
+	st := metrics.LossStats{Jobs: make(map[string]metrics.JobLoss, len(rep.Jobs)), Objects: rep.Objects, LastComplete: rep.LastComplete,
+		RoundPasses: rep.RoundPasses}
+	if rep.RoundPasses != w.passes {
+		if rep.RoundPasses > 1 {
+			w.log.Warn(fmt.Sprintf("loss check: a complete check of the %d referenced objects takes %d passes (one per sync, %d requests against a budget per pass): a loss may show only %d sync intervals after it happened; raise --loss-check-budget to check everything at every sync",
+				rep.Objects, rep.RoundPasses, rep.RoundRequests, rep.RoundPasses),
+				"objects", rep.Objects, "round_requests", rep.RoundRequests, "round_passes", rep.RoundPasses)
+		} else if w.passes > 1 {
+			w.log.Info("loss check: a complete check fits in one pass again", "objects", rep.Objects, "round_requests", rep.RoundRequests)
+		}
+		w.passes = rep.RoundPasses
+	}
 	for j, l := range rep.Jobs {
 		st.Jobs[j] = metrics.JobLoss{BrokenCheckpoints: l.BrokenCheckpoints, MissingObjects: l.MissingObjects}
 	}
