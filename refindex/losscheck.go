@@ -56,6 +56,8 @@ type LossCheckOptions struct {
 	// that list: DirLister) besides one stat per known-missing object (0: every referenced object at
 	// every pass). A pass checks whole folders: at least one, however dear.
 	Budget int
+	// Parallel bounds the requests in flight (0: DefaultLossParallel).
+	Parallel int
 	// Quarantine, when set, is asked about every object found missing.
 	Quarantine QuarantineFinder
 }
@@ -203,7 +205,11 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 		}
 	}
 	sort.Strings(single)
-	gone, requests, err := ix.checkUnits(ctx, batch, single)
+	par := lc.o.Parallel
+	if par <= 0 {
+		par = DefaultLossParallel
+	}
+	gone, requests, err := ix.checkUnits(ctx, batch, single, par)
 	if err != nil {
 		return nil, err
 	}
