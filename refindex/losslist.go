@@ -16,8 +16,8 @@ import (
 // (S3: up to 1,000 keys per ListObjectsV2 page, against one HEAD request per object). The loss check
 // then lists the folders that hold several referenced objects instead of stating each.
 type DirLister interface {
-	// ListDirRange calls fn, in key order, with the key of files directly in folder dir ("" = the
-	// root), from at most `from` on, until the listing has passed `to` or the folder ends. It stops
+	// ListDirRange calls fn, in key order, with the key of files and subfolders directly in folder
+	// dir ("" = the root), from at most `from` on, until the listing has passed `to` or the folder ends. It stops
 	// after maxRequests requests with more set (the rest of the range is not listed). It returns the
 	// requests it made.
 	ListDirRange(ctx context.Context, dir, from, to string, maxRequests int, fn func(key string)) (requests int, more bool, err error)

@@ -37,9 +37,7 @@ func (s *listingStore) ListDirRange(_ context.Context, dir, from, to string, max
 	}
 	var keys []string
 	for _, e := range es {
-		if !e.IsDir() {
-			keys = append(keys, path.Join(dir, e.Name()))
-		}
+		keys = append(keys, path.Join(dir, e.Name()))
 	}
 	sort.Strings(keys)
 	i := sort.SearchStrings(keys, from)

@@ -9,7 +9,8 @@ import (
 
 var _ refindex.DirLister = (*Store)(nil)
 
-// ListDirRange lists the folder dir with the delimiter (files directly in it, 1,000 keys per request)
+// ListDirRange lists the folder dir with the delimiter (files and subfolders directly in it, 1,000 keys
+// per request)
 // from just before `from` until a page reaches `to`: the loss check's cheap look at a folder that holds
 // many referenced objects. At most maxRequests requests; more is set when it stopped there.
 func (s *Store) ListDirRange(ctx context.Context, dir, from, to string, maxRequests int, fn func(key string)) (requests int, more bool, err error) {
@@ -39,6 +40,7 @@ func (s *Store) ListDirRange(ctx context.Context, dir, from, to string, maxReque
 			last = max(last, o.Key)
 		}
 		for _, p := range pg.Prefixes {
+			fn(p) // a subfolder (a file-merging handle references its directory)
 			last = max(last, p+"/")
 		}
 		if pg.Next == "" || last >= to {
