@@ -61,9 +61,8 @@ func NewVersioned(c VersionedClient, now func() time.Time) *VersionedArea {
 // versionedRecord is the entry record on a versioned bucket: the entry, the hidden version, and the
 // delete marker over it ("" while the staging is pending).
 type versionedRecord struct {
-	quarantine.Entry
-	Version string `json:"version_id"`
-	Marker  string `json:"delete_marker,omitempty"`
+	quarantine.Entry        // VersionID: the hidden version
+	Marker           string `json:"delete_marker,omitempty"`
 }
 
 // VersionedID is the entry id of the deletion of key at version versionID (ETag etag).
@@ -88,11 +87,11 @@ func (a *VersionedArea) Stage(ctx context.Context, key, etag string, d quarantin
 		return quarantine.Entry{}, fmt.Errorf("quarantine s3 %s: the object has no version id (written before the bucket's versioning was enabled, or versioning is off): nothing was deleted; mount with --quarantine 0 or copy the object onto itself once so it gets a version", key)
 	}
 	id := VersionedID(key, o.ETag, o.VersionID)
-	e := quarantine.Entry{ID: id, Path: key, Size: o.Size, ModTime: o.ModTime, ETag: o.ETag, DeletedAt: a.now().UTC(), Decision: d}
+	e := quarantine.Entry{ID: id, Path: key, Size: o.Size, ModTime: o.ModTime, ETag: o.ETag, VersionID: o.VersionID, DeletedAt: a.now().UTC(), Decision: d}
 	if !utf8.ValidString(key) {
 		e.PathBytes = []byte(key)
 	}
-	r := versionedRecord{Entry: e, Version: o.VersionID}
+	r := versionedRecord{Entry: e}
 	if err := a.putRecord(ctx, r); err != nil {
 		return quarantine.Entry{}, fmt.Errorf("quarantine %s: %w (nothing was deleted)", key, err)
 	}
@@ -177,7 +176,7 @@ func (a *VersionedArea) readRecord(ctx context.Context, o s3client.Object) (vers
 	if want := strings.TrimSuffix(strings.TrimPrefix(o.Key, Prefix), recordSuffix); r.ID != want {
 		return versionedRecord{}, fmt.Errorf("entry record %s names id %q", o.Key, r.ID)
 	}
-	if r.Version == "" {
+	if r.VersionID == "" {
 		return versionedRecord{}, fmt.Errorf("entry record %s names no version (a record of an unversioned bucket's quarantine? its object would be %s)", o.Key, Prefix+r.ID)
 	}
 	return r, nil
@@ -188,7 +187,7 @@ func (a *VersionedArea) readRecord(ctx context.Context, o s3client.Object) (vers
 // delete markers above it (returned, newest first).
 func hidden(r versionedRecord, vs []s3client.Version) (gone, current bool, above []s3client.Version) {
 	for _, v := range vs {
-		if v.VersionID == r.Version {
+		if v.VersionID == r.VersionID {
 			return false, v.Latest, above
 		}
 		above = append(above, v)
@@ -293,7 +292,7 @@ func (a *VersionedArea) Restore(ctx context.Context, id string) (quarantine.Entr
 	gone, current, above := hidden(r, vs)
 	switch {
 	case gone:
-		return quarantine.Entry{}, fmt.Errorf("restore %s: %w: %s (its version %s is no longer in the bucket)", key, quarantine.ErrNoEntry, id, r.Version)
+		return quarantine.Entry{}, fmt.Errorf("restore %s: %w: %s (its version %s is no longer in the bucket)", key, quarantine.ErrNoEntry, id, r.VersionID)
 	case current:
 		// Back already (a restore interrupted after its marker removal, or done by hand).
 		return r.Entry, a.dropRecord(ctx, id)
@@ -314,8 +313,8 @@ func (a *VersionedArea) Restore(ctx context.Context, id string) (quarantine.Entr
 	if err != nil {
 		return quarantine.Entry{}, fmt.Errorf("restore %s: check the restored version: %w (the entry stays in quarantine)", key, err)
 	}
-	if o.VersionID != r.Version {
-		return quarantine.Entry{}, fmt.Errorf("restore %s: %w (version %s was written meanwhile; the entry's version %s stays below it and the entry stays in quarantine)", key, quarantine.ErrOccupied, o.VersionID, r.Version)
+	if o.VersionID != r.VersionID {
+		return quarantine.Entry{}, fmt.Errorf("restore %s: %w (version %s was written meanwhile; the entry's version %s stays below it and the entry stays in quarantine)", key, quarantine.ErrOccupied, o.VersionID, r.VersionID)
 	}
 	if err := a.dropRecord(ctx, id); err != nil {
 		return r.Entry, fmt.Errorf("restored %s, but its entry record stays: %w", key, err)
@@ -342,11 +341,11 @@ func (a *VersionedArea) Purge(ctx context.Context, id string) error {
 		if err := a.dropRecord(ctx, id); err != nil {
 			return err
 		}
-		return fmt.Errorf("purge %s: its version %s is current at its key again (restored outside ckguard): nothing was deleted, the entry is dropped", key, r.Version)
+		return fmt.Errorf("purge %s: its version %s is current at its key again (restored outside ckguard): nothing was deleted, the entry is dropped", key, r.VersionID)
 	}
 	if !gone {
-		if err := a.c.DeleteVersion(ctx, key, r.Version); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("purge %s: delete version %s: %w", key, r.Version, err)
+		if err := a.c.DeleteVersion(ctx, key, r.VersionID); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("purge %s: delete version %s: %w", key, r.VersionID, err)
 		}
 	}
 	// The staging's own marker goes too, unless it is the key's latest version and an older object
@@ -359,7 +358,7 @@ func (a *VersionedArea) Purge(ctx context.Context, id string) error {
 	for _, v := range vs {
 		if v.VersionID == marker && v.Latest {
 			for _, o := range vs {
-				keep = keep || !o.DeleteMarker && o.VersionID != r.Version
+				keep = keep || !o.DeleteMarker && o.VersionID != r.VersionID
 			}
 		}
 	}
