@@ -118,6 +118,11 @@ func TestS3VersionedQuarantineRestore(t *testing.T) {
 	}
 }
 
+// TestS3VersionedQuarantineKill9DuringRm: kill -9 of the S3 mount while rm -rf runs with --quarantine on a
+// versioned bucket (entries are delete markers), then a remount: no object lost, none both current and
+// staged once the replayed queue has applied, none staged twice (TestS3QuarantineKill9DuringRm's checks).
+func TestS3VersionedQuarantineKill9DuringRm(t *testing.T) { s3QuarantineKill9(t, true) }
+
 // TestS3VersionedLossNamesDeleteMarker: on a versioned bucket without --quarantine, a referenced object
 // deleted with `aws s3 rm` beside the mount is only hidden by a delete marker: the loss check's audit
 // record and WARN line name the marker and the command that removes it; running that command brings the
