@@ -315,7 +315,7 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 		}
 	}
 	lw := &lossWatch{lc: ix.NewLossChecker(refindex.LossCheckOptions{Budget: lossBudget(c.LossCheckBudget, b.LossCheckBudget), Quarantine: qfind}),
-		met: met, audit: al, log: log}
+		met: met, audit: al, log: log, interval: c.SyncInterval}
 	// Passes run beside the sync loop; the running one ends before the index and the audit log close.
 	lossCtx, stopLoss := context.WithCancel(ctx)
 	defer func() { stopLoss(); lw.wait() }()

@@ -39,7 +39,10 @@ type lossWatch struct {
 	audit audit.Sink
 	log   *slog.Logger
 
-	busy   atomic.Bool    // a pass is running
+	busy     atomic.Bool   // a pass is running
+	interval time.Duration // the sync interval: a pass longer than it is WARNed (once until one fits again)
+	behind   bool
+
 	wg     sync.WaitGroup // the running pass
 	passes int            // RoundPasses last logged (a WARN when it changes above 1)
 }
@@ -64,6 +67,7 @@ func (w *lossWatch) kick(ctx context.Context) {
 func (w *lossWatch) wait() { w.wg.Wait() }
 
 func (w *lossWatch) run(ctx context.Context) {
+	t0 := time.Now()
 	rep, err := w.lc.Check(ctx)
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, context.Canceled) {
@@ -74,7 +78,16 @@ func (w *lossWatch) run(ctx context.Context) {
 		return
 	}
 	st := metrics.LossStats{Jobs: make(map[string]metrics.JobLoss, len(rep.Jobs)), Objects: rep.Objects, LastComplete: rep.LastComplete,
-		RoundPasses: rep.RoundPasses}
+		RoundPasses: rep.RoundPasses, Duration: time.Since(t0)}
+	switch {
+	case w.interval > 0 && st.Duration > w.interval && !w.behind:
+		w.behind = true
+		w.log.Warn(fmt.Sprintf("loss check: a pass took %s, longer than the sync interval %s: the syncs meanwhile start no pass, so a loss may show only after this long; raise --sync-interval or look at the store's latency",
+			st.Duration.Round(time.Millisecond), w.interval), "took", st.Duration.Round(time.Millisecond), "objects", rep.Objects, "requests", rep.Requests)
+	case w.behind && st.Duration <= w.interval:
+		w.behind = false
+		w.log.Info("loss check: a pass fits in the sync interval again", "took", st.Duration.Round(time.Millisecond))
+	}
 	if rep.RoundPasses != w.passes {
 		if rep.RoundPasses > 1 {
 			w.log.Warn(fmt.Sprintf("loss check: a complete check of the %d referenced objects takes %d passes (one per sync, %d requests against a budget per pass): a loss may show only %d sync intervals after it happened; raise --loss-check-budget to check everything at every sync",
