@@ -280,3 +280,40 @@ func TestVersionedStageCrash(t *testing.T) {
 		})
 	}
 }
+
+// TestMarkerFinder: a delete marker made outside ckguard over an object version is found with the
+// command that removes it; a key never deleted, or whose versions are all gone, is not.
+func TestMarkerFinder(t *testing.T) {
+	ctx := context.Background()
+	c := newVersionedClient(t)
+	f := s3quarantine.NewMarkerFinder(c)
+	put(t, c, "job/shared/a", "a")
+	put(t, c, "job/shared/b", "b")
+	marker, err := c.DeleteMarking(ctx, "job/shared/a", "")
+	if err != nil || marker == "" {
+		t.Fatalf("delete: marker %q, %v", marker, err)
+	}
+	for _, tc := range []struct {
+		key   string
+		found bool
+	}{{"job/shared/a", true}, {"job/shared/b", false}, {"job/shared/never", false}} {
+		q, ok, err := f.FindQuarantined(ctx, tc.key)
+		if err != nil || ok != tc.found {
+			t.Fatalf("%s: found %v (%+v), %v; want %v", tc.key, ok, q, err, tc.found)
+		}
+		if ok && (q.DeleteMarker != marker || q.Restore != "aws s3api delete-object --bucket vbkt --key flink/job/shared/a --version-id "+marker) {
+			t.Fatalf("%s: %+v", tc.key, q)
+		}
+	}
+	vs := versions(t, c, "job/shared/a")
+	for _, v := range vs {
+		if !v.DeleteMarker {
+			if err := c.DeleteVersion(ctx, "job/shared/a", v.VersionID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, ok, err := f.FindQuarantined(ctx, "job/shared/a"); err != nil || ok {
+		t.Fatalf("a marker over nothing reported as restorable: %v %v", ok, err)
+	}
+}
