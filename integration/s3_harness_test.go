@@ -35,14 +35,23 @@ type s3env struct {
 
 // s3Start starts versitygw and a (fault-free) proxy in front of it, creates the bucket, and puts the test
 // credentials in the environment (the standard credential chain of the mount and of aws-cli reads them).
-func s3Start(t *testing.T) *s3env {
+func s3Start(t *testing.T) *s3env { return s3StartWith(t, false) }
+
+// s3StartWith is s3Start, with versioning enabled on the bucket when versioned is set.
+func s3StartWith(t *testing.T, versioned bool) *s3env {
 	t.Helper()
 	mntRequire(t)
 	if _, err := os.Stat(s3server.AWSCLI); err != nil {
 		s3server.Require(t, err)
 	}
-	srv := s3server.Start(t)
-	srv.Bucket(t, s3Bucket)
+	var srv *s3server.Server
+	if versioned {
+		srv = s3server.StartVersioned(t)
+		srv.VersionedBucket(t, s3Bucket)
+	} else {
+		srv = s3server.Start(t)
+		srv.Bucket(t, s3Bucket)
+	}
 	p := s3server.NewProxy(t, srv.Endpoint)
 	for _, kv := range []string{"AWS_ACCESS_KEY_ID=" + s3server.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3server.SecretKey,
 		"AWS_DEFAULT_REGION=" + s3server.Region, "AWS_REGION=" + s3server.Region, "AWS_CONFIG_FILE=/dev/null",

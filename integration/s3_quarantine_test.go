@@ -129,8 +129,11 @@ func TestS3QuarantineRestoreAfterWrongPolicy(t *testing.T) {
 // then mounts again: no object is ever lost (at its key or staged), and once the replayed queue has
 // applied what was acknowledged none is both at its key and staged (a copy made just before the kill
 // is completed or removed), nor staged twice; rm -rf after the remount stages the rest.
-func TestS3QuarantineKill9DuringRm(t *testing.T) {
-	e := s3Start(t)
+func TestS3QuarantineKill9DuringRm(t *testing.T) { s3QuarantineKill9(t, false) }
+
+// s3QuarantineKill9 is TestS3QuarantineKill9DuringRm on a bucket with versioning enabled or not.
+func s3QuarantineKill9(t *testing.T, versioned bool) {
+	e := s3StartWith(t, versioned)
 	tr := e.tree(t, incident{"IncidentOne", treegen.IncidentOne}, s3Root)
 	c := e.client(t, e.srv.Endpoint)
 	ctx := context.Background()

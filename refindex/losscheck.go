@@ -5,27 +5,30 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-
-	"github.com/ckguard/ckguard/refindex/store"
 )
 
 // The loss check notices a referenced object that vanished outside the mount (a lifecycle rule, a
 // script on another host, a JobManager disposing a savepoint directly on the store) while the mount
-// runs, instead of when someone next runs verify. It stats the store keys live checkpoints reference.
+// runs, instead of when someone next runs verify. It checks the store keys live checkpoints reference.
 //
-// Cost: one stat per distinct referenced object inside the store. On a local store that is cheap
-// enough for every sync. On S3 a stat is a HEAD request (about 20 ms, paid per request), so a check
-// may be given a budget: each pass stats at most Budget objects of a rotation over the sorted keys,
-// plus every object an earlier pass found missing (so a loss, once seen, stays reported until the
-// object is back or no live checkpoint references it). A full rotation then takes
-// ceil(objects/Budget) passes; LossReport.LastComplete says when the last one ended, and nothing is
-// called intact that no pass of the current rotation has stat'ed.
+// Cost: on a local store one stat per distinct referenced object, cheap enough for every sync. On S3
+// a stat is a HEAD request (about 20 ms, paid per request), but one listing request answers for up to
+// 1,000 keys of a folder, and Flink keeps a job's incremental state in one folder (shared/): a folder
+// holding several referenced objects is listed (DirLister, the range from its first to its last
+// referenced key, cut off at one request per object so it is never dearer than the stats), a folder
+// holding one is stat'ed, and an object a listing did not show is stat'ed before it counts as gone.
+// A pass may be given a budget of requests: it then checks whole folders of a rotation over the sorted
+// folders, plus every object an earlier pass found missing (so a loss, once seen, stays reported until
+// the object is back or no live checkpoint references it). LossReport.RoundPasses says how many passes
+// a full rotation takes, LastComplete when the last one ended, and nothing is called intact that no
+// pass of the current rotation has checked.
 //
 // A missing object is reported only for a checkpoint that is still the same live record after the
 // stats: the mount retires a `_metadata` before it allows the deletion of the files only it
@@ -36,6 +39,9 @@ type QuarantinedObject struct {
 	Since time.Time `json:"since"`
 	// Restore is the command that puts the object back at its path.
 	Restore string `json:"restore"`
+	// DeleteMarker is set when a delete marker of a versioned bucket hides the object (not ckguard's
+	// quarantine: a deletion outside the mount); Since is then the marker's time.
+	DeleteMarker string `json:"delete_marker,omitempty"`
 }
 
 // QuarantineFinder looks a store key up in the mount's quarantine (staged deletion). ok is false when
@@ -46,9 +52,12 @@ type QuarantineFinder interface {
 
 // LossCheckOptions tune a LossChecker.
 type LossCheckOptions struct {
-	// Budget caps the objects a pass stats besides the known-missing ones (0: every referenced object
-	// at every pass).
+	// Budget caps the requests a pass sends to the store (stats, and listings of folders on stores
+	// that list: DirLister) besides one stat per known-missing object (0: every referenced object at
+	// every pass). A pass checks whole folders: at least one, however dear.
 	Budget int
+	// Parallel bounds the requests in flight (0: DefaultLossParallel).
+	Parallel int
 	// Quarantine, when set, is asked about every object found missing.
 	Quarantine QuarantineFinder
 }
@@ -68,7 +77,12 @@ type LostReference struct {
 type LossReport struct {
 	Time    time.Time `json:"time"`
 	Objects int       `json:"objects"` // distinct referenced objects inside the store
-	Checked int       `json:"checked"` // of them stat'ed by this pass
+	Checked int       `json:"checked"` // of them checked by this pass
+	// Requests is what this pass sent to the store (listings and stats); RoundRequests what a full
+	// rotation takes, and RoundPasses the passes it needs under the budget (1: every pass is complete).
+	Requests      int `json:"requests"`
+	RoundRequests int `json:"round_requests"`
+	RoundPasses   int `json:"round_passes"`
 	// Complete is set when this pass ended a rotation: every referenced object was stat'ed since the
 	// rotation began. LastComplete is when the last rotation ended (zero: none yet).
 	Complete     bool      `json:"complete"`
@@ -96,7 +110,7 @@ type LossChecker struct {
 	o  LossCheckOptions
 
 	mu           sync.Mutex
-	cursor       string          // last key the rotation stat'ed ("" = start of a rotation)
+	cursor       string          // id of the last unit the rotation checked (meaningful while rotating)
 	rotating     bool            // a rotation is under way (cursor is meaningful)
 	lastComplete time.Time       // end of the last complete rotation
 	missing      map[string]bool // keys found missing and not seen back since
@@ -175,18 +189,39 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 			delete(lc.since, k)
 		}
 	}
-	batch, next, complete := lc.slice(keys)
-	for k := range lc.missing {
-		if !slices.Contains(batch, k) {
-			batch = append(batch, k)
+	_, canList := ix.st.(DirLister)
+	units := planUnits(keys, canList)
+	batch, next, complete := lc.slice(units)
+	var single []string
+	inBatch := map[string]bool{}
+	for _, u := range batch {
+		for _, k := range u.keys {
+			inBatch[k] = true
 		}
 	}
-	gone, err := ix.statMissing(ctx, batch)
+	for k := range lc.missing {
+		if !inBatch[k] {
+			single = append(single, k)
+		}
+	}
+	sort.Strings(single)
+	par := lc.o.Parallel
+	if par <= 0 {
+		par = DefaultLossParallel
+	}
+	gone, requests, err := ix.checkUnits(ctx, batch, single, par)
 	if err != nil {
 		return nil, err
 	}
-	rep.Checked = len(batch)
-	for _, k := range batch {
+	rep.Requests = requests
+	rep.RoundRequests = roundCost(units)
+	rep.RoundPasses = 1
+	if lc.o.Budget > 0 && rep.RoundRequests > lc.o.Budget {
+		rep.RoundPasses = (rep.RoundRequests + lc.o.Budget - 1) / lc.o.Budget
+	}
+	checked := append(slices.Collect(maps.Keys(inBatch)), single...)
+	rep.Checked = len(checked)
+	for _, k := range checked {
 		if gone[k] {
 			if !lc.missing[k] {
 				lc.missing[k] = true
@@ -286,56 +321,25 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 	return rep, nil
 }
 
-// slice picks the keys this pass stats: all of them without a budget, else the next Budget keys of
-// the rotation after the cursor. next is the cursor for the following pass; complete is set when the
-// rotation ends with this pass.
-func (lc *LossChecker) slice(keys []string) (batch []string, next string, complete bool) {
-	if lc.o.Budget <= 0 || lc.o.Budget >= len(keys) && !lc.rotating {
-		return slices.Clone(keys), "", true
+// slice picks the units this pass checks: all of them without a budget, else those after the
+// cursor up to Budget expected requests, at least one. next is the cursor for the
+// following pass; complete is set when the rotation ends with this pass.
+func (lc *LossChecker) slice(units []lossUnit) (batch []lossUnit, next string, complete bool) {
+	if lc.o.Budget <= 0 || roundCost(units) <= lc.o.Budget && !lc.rotating {
+		return units, "", true
 	}
 	start := 0
 	if lc.rotating {
-		start = sort.SearchStrings(keys, lc.cursor)
-		if start < len(keys) && keys[start] == lc.cursor {
-			start++
-		}
+		start = sort.Search(len(units), func(i int) bool { return units[i].id() > lc.cursor })
 	}
-	end := min(start+lc.o.Budget, len(keys))
-	batch = slices.Clone(keys[start:end])
-	if end == len(keys) {
+	end, spent := start, 0
+	for end < len(units) && (end == start || spent+units[end].cost() <= lc.o.Budget) {
+		spent += units[end].cost()
+		end++
+	}
+	batch = units[start:end]
+	if end == len(units) {
 		return batch, "", true
 	}
-	return batch, keys[end-1], false
-}
-
-// statMissing stats keys with bounded concurrency and returns those the store says do not exist. Any
-// other stat error fails the pass: an object that could not be stat'ed is not known to be there.
-func (ix *Index) statMissing(ctx context.Context, keys []string) (map[string]bool, error) {
-	var mu sync.Mutex
-	gone := map[string]bool{}
-	var firstErr error
-	stat := ix.st.Stat
-	if f, ok := ix.st.(store.FreshStater); ok {
-		stat = f.StatFresh // a cached "exists" would hide a deletion beside the mount
-	}
-	ix.inParallel(ctx, len(keys), noBar{}, func(i int) {
-		k := keys[i]
-		_, err := stat(ctx, k)
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case err == nil:
-		case errors.Is(err, fs.ErrNotExist):
-			gone[k] = true
-		case firstErr == nil:
-			firstErr = fmt.Errorf("loss check: stat %s: %w", k, err)
-		}
-	})
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	return gone, nil
+	return batch, units[end-1].id(), false
 }

@@ -22,7 +22,9 @@
 # Sizes (environment): BENCH_S3_SCALE_N (1000000), BENCH_S3_SMALL_N (100000), BENCH_S3_CKPT_N (20000),
 # BENCH_S3_EXCLUSIVE (0),
 # BENCH_S3_LAT (20ms), BENCH_S3_SOAK (600 s), BENCH_S3_SOAK_SMALL (120 s), BENCH_S3_SYNC (30s).
-# BENCH_S3_PARTS (default "index checkpoints mount") selects the parts; a size of 0 skips that mount phase. Disk: about 5 GB per 1 M objects
+# BENCH_S3_PARTS (default "index checkpoints mount"; also "losscheck": one complete loss check pass,
+# listings against a HEAD per object, BenchmarkS3LossCheck) selects the parts; a size of 0 skips that mount
+# phase. Disk: about 5 GB per 1 M objects
 # (1-byte files), freed at the end; scratch under BENCH_S3_TMP (default /tmp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,6 +69,10 @@ fi
 if [[ " $PARTS " == *" checkpoints "* ]]; then
 	echo "== 2. index syncs at $CKPT_N checkpoints at 0 ms and 20 ms (BenchmarkS3SyncCheckpoints)"
 	CKGUARD_BENCH_S3_CHECKPOINTS=$CKPT_N CKGUARD_BENCH_S3_EXCLUSIVE=$EXCLUSIVE TMPDIR=$WORK go test ./s3backend/s3store/ -run '^$' -bench 'S3SyncCheckpoints$' -benchtime 1x -timeout 3h | tee "$WORK/ckpt.txt"
+fi
+if [[ " $PARTS " == *" losscheck "* ]]; then
+	echo "== 2b. one complete loss check on $SCALE_N objects at 20 ms: folder listings against a HEAD each (BenchmarkS3LossCheck)"
+	CKGUARD_BENCH_S3_OBJECTS=$SCALE_N TMPDIR=$WORK go test ./s3backend/s3store/ -run '^$' -bench 'S3LossCheck$' -benchtime 1x -timeout 3h | tee "$WORK/loss.txt"
 fi
 [[ " $PARTS " == *" mount "* ]] || exit 0
 

@@ -68,11 +68,11 @@ func openQuarantine(c *cli.Context, ttl time.Duration) (quarantine.Service, bool
 		if err != nil {
 			return nil, false, nil, err
 		}
-		inm, err := s3quarantine.ProbeCopyIfNoneMatch(c.Context, st.Client())
+		area, _, err := s3quarantine.Open(c.Context, st.Client(), nil)
 		if err != nil {
-			return nil, false, nil, fmt.Errorf("store %s: the quarantine area: %w", s, err)
+			return nil, false, nil, fmt.Errorf("store %s: %w", s, err)
 		}
-		return &quarantine.Direct{Area: s3quarantine.New(st.Client(), nil, inm), TTL: ttl}, false, func() error { return nil }, nil
+		return &quarantine.Direct{Area: area, TTL: ttl}, false, func() error { return nil }, nil
 	}
 	abs, err := filepath.Abs(s)
 	if err != nil {

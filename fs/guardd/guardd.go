@@ -300,15 +300,25 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 			err = cerr
 		}
 	}()
-	// The loss check runs after every successful sync, in the sync loop (outside any lock of the enforcer).
+	// The loss check starts after every successful sync, beside the sync loop (outside any lock of the
+	// enforcer).
+	// The mount's own quarantine is asked first, then the backend (a delete marker on a versioned
+	// bucket hides the object of a deletion made outside the mount).
 	qfind := b.Quarantine
 	var staged *finder
-	if qfind == nil && c.Quarantine > 0 {
+	if c.Quarantine > 0 {
 		staged = &finder{restore: "ckguard quarantine restore --store " + c.StoreDir + " --index " + c.IndexDir}
-		qfind = staged
+		if qfind != nil {
+			qfind = chainFinder{staged, qfind}
+		} else {
+			qfind = staged
+		}
 	}
 	lw := &lossWatch{lc: ix.NewLossChecker(refindex.LossCheckOptions{Budget: lossBudget(c.LossCheckBudget, b.LossCheckBudget), Quarantine: qfind}),
-		met: met, audit: al, log: log}
+		met: met, audit: al, log: log, interval: c.SyncInterval}
+	// Passes run beside the sync loop; the running one ends before the index and the audit log close.
+	lossCtx, stopLoss := context.WithCancel(ctx)
+	defer func() { stopLoss(); lw.wait() }()
 	enf, err := guard.NewEnforcer(guard.Config{Checker: ix, Audit: al, Metrics: met,
 		RefuseErrno: c.RefuseErrno, Logger: log})
 	if err != nil {
@@ -368,13 +378,13 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	gone := make(chan struct{})
 	go func() { m.Wait(); close(gone) }()
 	if firstSync == nil {
-		lw.run(ctx) // after Ready: on a large store it takes a while, and the mount serves meanwhile
+		lw.kick(lossCtx) // after Ready: on a large store it takes a while, and the mount serves meanwhile
 	}
 	// The next sync is due an interval after the initial one STARTED (syncLoop says why): a long first
 	// build is followed by a sync at once, not a full interval after it ended.
 	loop := &syncLoop{interval: c.SyncInterval, clk: realClock{}, last: t0, sync: func(ctx context.Context) {
 		if syncOnce() == nil {
-			lw.run(ctx)
+			lw.kick(lossCtx)
 		}
 		if stage != nil {
 			stage.tick(ctx)

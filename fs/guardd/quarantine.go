@@ -155,6 +155,19 @@ func (f *finder) FindQuarantined(ctx context.Context, key string) (refindex.Quar
 	return refindex.QuarantinedObject{Since: e.DeletedAt, Restore: f.restore + " " + key}, true, nil
 }
 
+// chainFinder asks each finder in turn; the first that holds the key answers.
+type chainFinder []refindex.QuarantineFinder
+
+func (c chainFinder) FindQuarantined(ctx context.Context, key string) (refindex.QuarantinedObject, bool, error) {
+	for _, f := range c {
+		q, ok, err := f.FindQuarantined(ctx, key)
+		if err != nil || ok {
+			return q, ok, err
+		}
+	}
+	return refindex.QuarantinedObject{}, false, nil
+}
+
 // stagingBox holds an area for an atomic.Pointer.
 type stagingBox struct{ a quarantine.Staging }
 

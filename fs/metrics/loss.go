@@ -18,6 +18,12 @@ type LossStats struct {
 	// LastComplete is when the last complete check ended (every referenced object stat'ed since it
 	// began); zero if none yet.
 	LastComplete time.Time
+	// RoundPasses is how many passes (one per sync) a complete check takes under the request budget;
+	// above 1 a loss may show only that many sync intervals after it happened.
+	RoundPasses int
+	// Duration is how long the pass took (it runs beside the sync loop; longer than --sync-interval,
+	// the next sync starts none and a loss shows later).
+	Duration time.Duration
 }
 
 // JobLoss is one job's losses.
@@ -33,6 +39,8 @@ type lossMetrics struct {
 	broken   *prometheus.GaugeVec
 	missing  *prometheus.GaugeVec
 	objects  prometheus.Gauge
+	passes   prometheus.Gauge
+	duration prometheus.Gauge
 	failures prometheus.Counter
 
 	mu           sync.Mutex
@@ -53,6 +61,14 @@ func (l *lossMetrics) register(r *prometheus.Registry) {
 		Name: "ckguard_loss_check_objects",
 		Help: "Distinct store objects live checkpoints reference, which the loss check stats.",
 	})
+	l.passes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ckguard_loss_check_round_passes",
+		Help: "Loss check passes (one per sync) a complete check of every referenced object takes under --loss-check-budget; above 1 a loss shows only after that many sync intervals.",
+	})
+	l.duration = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ckguard_loss_check_duration_seconds",
+		Help: "Duration of the last loss check pass; above --sync-interval the next sync starts no pass and a loss shows later.",
+	})
 	l.failures = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ckguard_loss_check_failures_total",
 		Help: "Loss check passes that failed (a stat error other than not-found, the index unavailable): they proved nothing.",
@@ -60,7 +76,7 @@ func (l *lossMetrics) register(r *prometheus.Registry) {
 	age := sinceGauge(prometheus.GaugeOpts{Name: "ckguard_loss_check_age_seconds",
 		Help: "Seconds since the last complete loss check ended (every referenced object stat'ed since it began); -1 before the first."},
 		&l.mu, &l.lastComplete)
-	r.MustRegister(l.broken, l.missing, l.objects, l.failures, age)
+	r.MustRegister(l.broken, l.missing, l.objects, l.passes, l.duration, l.failures, age)
 }
 
 // SetLoss exports one loss check pass; a job no longer listed loses its series.
@@ -84,6 +100,8 @@ func (m *Metrics) SetLoss(s LossStats) {
 		l.missing.WithLabelValues(j).Set(float64(n.MissingObjects))
 	}
 	l.objects.Set(float64(s.Objects))
+	l.passes.Set(float64(s.RoundPasses))
+	l.duration.Set(s.Duration.Seconds())
 	if !s.LastComplete.IsZero() {
 		l.lastComplete = s.LastComplete
 	}

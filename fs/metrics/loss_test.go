@@ -15,19 +15,23 @@ func TestSetLoss(t *testing.T) {
 		passes []LossStats
 		want   string
 	}{
-		{"no complete check yet", []LossStats{{Jobs: map[string]JobLoss{"orders": {}}, Objects: 7}}, `
+		{"no complete check yet", []LossStats{{Jobs: map[string]JobLoss{"orders": {}}, Objects: 7, RoundPasses: 3}}, `
 ckguard_broken_checkpoints{job="orders"} 0
 ckguard_loss_check_age_seconds -1
+ckguard_loss_check_duration_seconds 0
 ckguard_loss_check_objects 7
+ckguard_loss_check_round_passes 3
 ckguard_missing_referenced_objects{job="orders"} 0
 `},
 		{"a loss, then the job is gone", []LossStats{
 			{Jobs: map[string]JobLoss{"orders": {BrokenCheckpoints: 2, MissingObjects: 1}, "payments": {}}, Objects: 9, LastComplete: time.Now()},
-			{Jobs: map[string]JobLoss{"orders": {BrokenCheckpoints: 1, MissingObjects: 3}}, Objects: 5},
+			{Jobs: map[string]JobLoss{"orders": {BrokenCheckpoints: 1, MissingObjects: 3}}, Objects: 5, RoundPasses: 1, Duration: 2500 * time.Millisecond},
 		}, `
 ckguard_broken_checkpoints{job="orders"} 1
 ckguard_loss_check_age_seconds 0
+ckguard_loss_check_duration_seconds 2.5
 ckguard_loss_check_objects 5
+ckguard_loss_check_round_passes 1
 ckguard_missing_referenced_objects{job="orders"} 3
 `},
 	} {

@@ -33,6 +33,8 @@ type Object struct {
 	ModTime time.Time
 	ETag    string // without quotes
 	IsDir   bool
+	// VersionID is the version HeadObject answered on a versioned bucket ("" elsewhere, and in listings).
+	VersionID string
 }
 
 // Location returns the bucket and prefix.
@@ -76,7 +78,8 @@ func (c *Client) Head(ctx context.Context, rel string) (Object, error) {
 	if err != nil {
 		return Object{}, wrap("HeadObject", c.url(rel), err)
 	}
-	return Object{Key: rel, Size: aws.ToInt64(out.ContentLength), ModTime: aws.ToTime(out.LastModified), ETag: unquote(out.ETag)}, nil
+	return Object{Key: rel, Size: aws.ToInt64(out.ContentLength), ModTime: aws.ToTime(out.LastModified), ETag: unquote(out.ETag),
+		VersionID: aws.ToString(out.VersionId)}, nil
 }
 
 // ReadAt fills p from the object at off with one ranged GET. Like io.ReaderAt it returns io.EOF when fewer

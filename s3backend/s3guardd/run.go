@@ -6,11 +6,13 @@ package s3guardd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/s3backend/s3cli"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3mount"
@@ -58,18 +60,34 @@ func open(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func
 		sopts.Attrs = attrs
 	}
 	st = s3store.New(st.Client(), sopts)
-	var area *s3quarantine.Area
+	// On a versioned bucket a referenced object deleted outside the mount is usually only hidden by a
+	// delete marker: the loss check names the marker and the command that removes it.
+	var markers refindex.QuarantineFinder
+	if v, verr := s3quarantine.Versioned(ctx, st.Client()); verr == nil && v {
+		markers = s3quarantine.NewMarkerFinder(st.Client())
+	} else if verr != nil && !errors.Is(verr, s3client.ErrNotImplemented) {
+		log.Warn("could not read the bucket's versioning (s3:GetBucketVersioning); the loss check will not look for delete markers hiding a missing object", "err", verr)
+	}
+	var area s3mount.Area
 	if c.Quarantine > 0 {
-		// Restore must never replace an object created at the original key: If-None-Match on the copy
-		// where the server refuses to replace with it, else a HEAD right before the copy.
-		inm, qerr := s3quarantine.ProbeCopyIfNoneMatch(ctx, st.Client())
+		// On a versioned bucket the delete marker is the quarantine (nothing is copied); elsewhere a
+		// server-side copy. Restore must never replace an object created at the original key:
+		// If-None-Match on the copy where the server refuses to replace with it, else a HEAD right
+		// before the copy; on a versioned bucket a restore only removes delete markers.
+		a, info, qerr := s3quarantine.Open(ctx, st.Client(), c.QuarantineNow)
 		if qerr != nil {
-			return guardd.Backend{}, fmt.Errorf("--quarantine: cannot write in the quarantine area %s of %s: %w", s3quarantine.Prefix, c.StoreDir, qerr)
+			return guardd.Backend{}, fmt.Errorf("--quarantine: the quarantine area %s of %s: %w", s3quarantine.Prefix, c.StoreDir, qerr)
 		}
-		if !inm {
+		switch {
+		case info.Versioned:
+			log.Info("the bucket has versioning enabled: a quarantined deletion is its delete marker (restore removes the marker, purge deletes the hidden version)")
+		case info.VersioningErr != nil:
+			log.Warn("could not read the bucket's versioning (s3:GetBucketVersioning); quarantine copies objects aside, which on a versioned bucket also leaves a hidden version per deletion", "err", info.VersioningErr)
+		}
+		if !info.Versioned && !info.IfNoneMatch {
 			log.Info("the S3 server ignores If-None-Match on CopyObject; a quarantine restore checks with a HEAD right before its copy that nothing is at the original key")
 		}
-		area = s3quarantine.New(st.Client(), c.QuarantineNow, inm)
+		area = a
 	}
 	return guardd.Backend{
 		Store: st,
@@ -89,5 +107,6 @@ func open(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func
 		},
 		NoIndexGauges:   true,
 		LossCheckBudget: guardd.DefaultS3LossCheckBudget,
+		Quarantine:      markers,
 	}, nil
 }

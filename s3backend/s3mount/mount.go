@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
-	"github.com/ckguard/ckguard/s3backend/s3quarantine"
 	"log/slog"
 	"os"
 	"strconv"
@@ -81,8 +80,9 @@ type Options struct {
 	DeleteBatch      bool
 	DeleteQueueLimit int
 	// Quarantine, when set, stages every allowed deletion in the store's quarantine area
-	// (s3backend/s3quarantine) instead of destroying it.
-	Quarantine *s3quarantine.Area
+	// (s3backend/s3quarantine: a server-side copy, or the delete marker on a versioned bucket) instead
+	// of destroying it.
+	Quarantine Area
 
 	tuneQueue func(*deleteq.Options) // tests
 	inoHash   func(string) uint64    // tests

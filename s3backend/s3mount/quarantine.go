@@ -36,6 +36,17 @@ type Stager interface {
 	Unstage(ctx context.Context, key, etag string) error
 }
 
+// Area is a quarantine area the mount stages in and serves (s3quarantine.Area, or
+// s3quarantine.VersionedArea on a versioned bucket).
+type Area interface {
+	quarantine.Staging
+	Stager
+	// Keep stages the version o of key before a change in place replaces it (a zero Entry: the store
+	// keeps that version by itself); Applied marks a kept entry once the change happened.
+	Keep(ctx context.Context, key string, o s3client.Object, d quarantine.Decision) (quarantine.Entry, error)
+	Applied(ctx context.Context, e quarantine.Entry) error
+}
+
 var _ deleteq.Deleter = stagingDeleter{}
 
 func (s stagingDeleter) Head(ctx context.Context, key string) (s3client.Object, error) {
@@ -98,6 +109,9 @@ func (f *filesystem) keep(ctx context.Context, op, key string, o s3client.Object
 			return nil, errno
 		}
 		return nil, syscall.EIO
+	}
+	if e.ID == "" {
+		return nil, 0 // the store keeps the version replaced by itself (a versioned bucket)
 	}
 	return &e, 0
 }

@@ -36,6 +36,9 @@ type Entry struct {
 	ModTime   time.Time `json:"mtime"`
 	Mode      uint32    `json:"mode,omitempty"` // file type and permissions (local stores)
 	ETag      string    `json:"etag,omitempty"` // S3
+	// VersionID is the object's version on a versioned S3 bucket, where the entry is that version
+	// hidden by a delete marker (nothing was copied).
+	VersionID string    `json:"version_id,omitempty"`
 	DeletedAt time.Time `json:"deleted_at"`
 	// Decision is a copy of the audit record of the deletion (the audit log holds the same record at
 	// DeletedAt for Path). Its Op is the kind of change that staged the entry (Change).

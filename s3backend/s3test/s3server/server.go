@@ -40,6 +40,7 @@ type Server struct {
 	done     chan struct{}
 	logs     bytes.Buffer
 	t        testing.TB
+	backend  []string // posix backend options (after "posix", before the data directory)
 }
 
 // Binary finds versitygw: $CKGUARD_VERSITYGW, the repo's .tools/bin, then $PATH.
@@ -118,7 +119,12 @@ func (s *Server) start() error {
 	s.logs.Reset()
 	// --keep-alive: by default versitygw answers every request with "Connection: close", which no real S3
 	// service does and which made each request a new TCP connection.
-	cmd := exec.Command(s.bin, versitygw.Args(AccessKey, SecretKey, s.Addr, s.DataDir, "--keep-alive")...)
+	args := versitygw.Args(AccessKey, SecretKey, s.Addr, s.DataDir, "--keep-alive")
+	if len(s.backend) > 0 {
+		// versitygw takes backend options between the backend name and its data directory.
+		args = append(append(args[:len(args)-1:len(args)-1], s.backend...), s.DataDir)
+	}
+	cmd := exec.Command(s.bin, args...)
 	cmd.Stdout, cmd.Stderr = &s.logs, &s.logs
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start versitygw: %w", err)

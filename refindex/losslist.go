@@ -1,0 +1,178 @@
+package refindex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"sync"
+
+	"github.com/ckguard/ckguard/refindex/store"
+)
+
+// DirLister is implemented by stores where one listing request answers for many objects of a folder
+// (S3: up to 1,000 keys per ListObjectsV2 page, against one HEAD request per object). The loss check
+// then lists the folders that hold several referenced objects instead of stating each.
+type DirLister interface {
+	// ListDirRange calls fn, in key order, with the key of files and subfolders directly in folder
+	// dir ("" = the root), from at most `from` on, until the listing has passed `to` or the folder ends. It stops
+	// after maxRequests requests with more set (the rest of the range is not listed). It returns the
+	// requests it made.
+	ListDirRange(ctx context.Context, dir, from, to string, maxRequests int, fn func(key string)) (requests int, more bool, err error)
+}
+
+// listPage is the keys one listing request answers for (S3's ListObjectsV2 page), for cost estimates.
+const listPage = 1000
+
+// DefaultLossParallel is the loss check's default bound on requests in flight: at 20 ms per request
+// (S3) 16 give about 800 requests a second, a small share of what one S3 prefix serves (5,500 GET/HEAD
+// a second).
+const DefaultLossParallel = 16
+
+// minListKeys is the fewest referenced objects in one folder for which the check lists the folder:
+// one request for up to listPage keys against one request per object.
+const minListKeys = 2
+
+// lossUnit is what one worker checks: a folder's referenced objects by a listing (list), or one
+// object by a stat.
+type lossUnit struct {
+	dir  string
+	keys []string // sorted
+	list bool
+}
+
+// cost is the requests the unit is expected to take (a listing may take more when the folder holds
+// many unreferenced files between the referenced ones; it is cut off at one stat per object).
+func (u lossUnit) cost() int {
+	if u.list {
+		return (len(u.keys) + listPage - 1) / listPage
+	}
+	return len(u.keys)
+}
+
+// planUnits groups keys by folder into listings (canList, and enough keys in the folder) or stats.
+func planUnits(keys []string, canList bool) []lossUnit {
+	byDir := map[string][]string{}
+	for _, k := range keys {
+		d := path.Dir(k)
+		if d == "." {
+			d = ""
+		}
+		byDir[d] = append(byDir[d], k)
+	}
+	units := make([]lossUnit, 0, len(byDir))
+	for d, ks := range byDir {
+		if canList && len(ks) >= minListKeys {
+			units = append(units, lossUnit{dir: d, keys: ks, list: true})
+			continue
+		}
+		for _, k := range ks {
+			units = append(units, lossUnit{dir: d, keys: []string{k}})
+		}
+	}
+	sort.Slice(units, func(i, j int) bool { return units[i].id() < units[j].id() })
+	return units
+}
+
+// id orders units and names the rotation's cursor: the folder, then its first key.
+func (u lossUnit) id() string { return u.dir + "\x00" + u.keys[0] }
+
+// roundCost is the requests a full pass over units takes.
+func roundCost(units []lossUnit) int {
+	n := 0
+	for _, u := range units {
+		n += u.cost()
+	}
+	return n
+}
+
+// checkUnits checks every unit, and every key of single as a stat of its own, at most parallel
+// requests in flight. It returns the keys the store does not have and the requests made. A key a listing did
+// not show is stat'ed before it counts as gone (a listing is the cheap look, a stat the proof). Any
+// error other than not-found fails the pass: an object that could not be checked is not known there.
+func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []string, parallel int) (map[string]bool, int, error) {
+	lister, _ := ix.st.(DirLister)
+	stat := ix.st.Stat
+	if f, ok := ix.st.(store.FreshStater); ok {
+		stat = f.StatFresh // a cached "exists" would hide a deletion beside the mount
+	}
+	for _, k := range single {
+		units = append(units, lossUnit{keys: []string{k}})
+	}
+	var mu sync.Mutex
+	gone := map[string]bool{}
+	requests := 0
+	var firstErr error
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	sem := make(chan struct{}, max(1, parallel))
+	var wg sync.WaitGroup
+	check := func(u lossUnit) {
+		toStat := u.keys
+		n := 0
+		if u.list && lister != nil {
+			seen := make(map[string]bool, len(u.keys))
+			// Cut off at one request per object: never dearer than stating each.
+			r, _, err := lister.ListDirRange(ctx, u.dir, u.keys[0], u.keys[len(u.keys)-1], len(u.keys), func(k string) { seen[k] = true })
+			n += r
+			if err != nil {
+				fail(fmt.Errorf("loss check: list %s/: %w", u.dir, err))
+				return
+			}
+			toStat = toStat[:0:0]
+			for _, k := range u.keys {
+				if !seen[k] {
+					toStat = append(toStat, k) // missing, or past a listing that was cut off
+				}
+			}
+		}
+		var lost []string
+		for _, k := range toStat {
+			if ctx.Err() != nil {
+				return
+			}
+			_, err := stat(ctx, k)
+			n++
+			switch {
+			case err == nil:
+			case errors.Is(err, fs.ErrNotExist):
+				lost = append(lost, k)
+			default:
+				fail(fmt.Errorf("loss check: stat %s: %w", k, err))
+				return
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		requests += n
+		for _, k := range lost {
+			gone[k] = true
+		}
+	}
+	for _, u := range units {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			check(u)
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, requests, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, requests, err
+	}
+	return gone, requests, nil
+}

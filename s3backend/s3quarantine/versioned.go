@@ -1,0 +1,413 @@
+package s3quarantine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
+	"github.com/ckguard/ckguard/s3backend/s3client"
+)
+
+// On a bucket with versioning enabled a DeleteObject only adds a delete marker: the deleted version
+// stays in the bucket, hidden. VersionedArea makes that marker the quarantine itself instead of
+// copying the object aside: staging is the conditional delete (the marker), restore removes the
+// marker (the same version becomes current again: same bytes, ETag, version id and, on AWS, the same
+// Last-Modified), purge deletes the hidden version by its version id.
+//
+// Only the entry records live in the area (<id>.json, as on an unversioned bucket). Invariant across a
+// crash at any point of a staging: the object is current at its key or hidden by a marker with a
+// record naming its version, never hidden without a record. Stage writes a pending record (no
+// marker yet) first, deletes, then rewrites the record with the marker's version id. A pending record
+// is resolved by its key's versions when listed: current version still ours, no entry (the delete did
+// not happen); hidden by a marker, an entry.
+
+// VersionedClient is what a VersionedArea needs of the S3 client (s3client.Client).
+type VersionedClient interface {
+	Head(ctx context.Context, key string) (s3client.Object, error)
+	ReadAt(ctx context.Context, key string, p []byte, off int64, ifMatch string) (int, error)
+	Put(ctx context.Context, key string, body io.ReadSeeker, size int64, o s3client.PutOptions) (string, error)
+	Walk(ctx context.Context, prefix string, fn func(s3client.Object) error) error
+	Versions(ctx context.Context, key string) ([]s3client.Version, error)
+	DeleteMarking(ctx context.Context, key, ifMatch string) (string, error)
+	DeleteVersion(ctx context.Context, key, versionID string) error
+}
+
+// VersionedArea is the quarantine of a versioned bucket.
+type VersionedArea struct {
+	c   VersionedClient
+	now func() time.Time
+}
+
+var _ quarantine.Staging = (*VersionedArea)(nil)
+
+// NewVersioned returns the quarantine of the versioned bucket c reaches. now is the clock of deletion
+// times (nil: time.Now).
+func NewVersioned(c VersionedClient, now func() time.Time) *VersionedArea {
+	if now == nil {
+		now = time.Now
+	}
+	return &VersionedArea{c: c, now: now}
+}
+
+// Keep stages nothing on a versioned bucket: a change in place (a rename onto key, truncated content put
+// over it) leaves the version it replaces in the bucket as a noncurrent version, which S3 itself keeps
+// until a lifecycle rule or a DeleteObject by version id removes it. The zero Entry says so to the mount.
+// Such a version is not a quarantine entry (not listed, restored or purged by ckguard); it is brought back
+// with ListObjectVersions and a CopyObject of that version id (docs/OPERATIONS.md).
+func (a *VersionedArea) Keep(context.Context, string, s3client.Object, quarantine.Decision) (quarantine.Entry, error) {
+	return quarantine.Entry{}, nil
+}
+
+// Applied has nothing to mark: Keep stages nothing on a versioned bucket.
+func (a *VersionedArea) Applied(context.Context, quarantine.Entry) error { return nil }
+
+// versionedRecord is the entry record on a versioned bucket: the entry, the hidden version, and the
+// delete marker over it ("" while the staging is pending).
+type versionedRecord struct {
+	quarantine.Entry        // VersionID: the hidden version
+	Marker           string `json:"delete_marker,omitempty"`
+}
+
+// VersionedID is the entry id of the deletion of key at version versionID (ETag etag).
+func VersionedID(key, etag, versionID string) string { return ID(key, etag+"\x00"+versionID) }
+
+// Stage hides the current version of key (ETag etag as decided; "" any) under a delete marker.
+// ErrPrecondition (s3client) when the object changed since the decision: nothing is deleted.
+func (a *VersionedArea) Stage(ctx context.Context, key, etag string, d quarantine.Decision) (quarantine.Entry, error) {
+	if store.InQuarantine(key) {
+		return quarantine.Entry{}, fmt.Errorf("quarantine s3 %s: the key is in the quarantine area itself", key)
+	}
+	o, err := a.c.Head(ctx, key)
+	if err != nil {
+		return quarantine.Entry{}, err
+	}
+	if etag != "" && o.ETag != etag {
+		return quarantine.Entry{}, &s3client.Error{Op: "Stage", Key: key, Class: s3client.ErrPrecondition, Err: fmt.Errorf("ETag %s, decided on %s", o.ETag, etag)}
+	}
+	if o.VersionID == "" || o.VersionID == "null" {
+		// An object written before versioning was enabled has the null version; a marker would hide it,
+		// but a later write to the key would replace it for good. Refuse rather than stage it so.
+		return quarantine.Entry{}, fmt.Errorf("quarantine s3 %s: the object has no version id (written before the bucket's versioning was enabled, or versioning is off): nothing was deleted; mount with --quarantine 0 or copy the object onto itself once so it gets a version", key)
+	}
+	id := VersionedID(key, o.ETag, o.VersionID)
+	e := quarantine.Entry{ID: id, Path: key, Size: o.Size, ModTime: o.ModTime, ETag: o.ETag, VersionID: o.VersionID, DeletedAt: a.now().UTC(), Decision: d}
+	if !utf8.ValidString(key) {
+		e.PathBytes = []byte(key)
+	}
+	r := versionedRecord{Entry: e}
+	if err := a.putRecord(ctx, r); err != nil {
+		return quarantine.Entry{}, fmt.Errorf("quarantine %s: %w (nothing was deleted)", key, err)
+	}
+	marker, err := a.c.DeleteMarking(ctx, key, o.ETag)
+	if err != nil {
+		if errors.Is(err, s3client.ErrPrecondition) {
+			_ = a.dropRecord(ctx, id) // replaced since the HEAD: nothing was deleted, no entry
+		}
+		return quarantine.Entry{}, err
+	}
+	if marker == "" {
+		return quarantine.Entry{}, fmt.Errorf("quarantine %s: the delete added no delete marker (is versioning still enabled on the bucket?); the version %s may be gone, check `aws s3api list-object-versions --prefix %s`", key, o.VersionID, key)
+	}
+	r.Marker = marker
+	if err := a.putRecord(ctx, r); err != nil {
+		// The pending record stays and names the version: List resolves it from the key's versions.
+		return e, nil
+	}
+	return e, nil
+}
+
+// Restage hides the current version of key again (a restored `_metadata` the index could not record).
+func (a *VersionedArea) Restage(ctx context.Context, key string, d quarantine.Decision) (quarantine.Entry, error) {
+	return a.Stage(ctx, key, "", d)
+}
+
+// Unstage drops the pending record of a staging of key at etag whose delete did not happen (the
+// object is still current at key): a deletion decided again as refused after a crash.
+func (a *VersionedArea) Unstage(ctx context.Context, key, etag string) error {
+	o, err := a.c.Head(ctx, key)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // hidden: the record is the only way back to it, keep it
+		}
+		return err
+	}
+	if o.ETag != etag {
+		return nil
+	}
+	return a.dropRecord(ctx, VersionedID(key, o.ETag, o.VersionID))
+}
+
+func (a *VersionedArea) putRecord(ctx context.Context, r versionedRecord) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if _, err := a.c.Put(ctx, recordKey(r.ID), bytes.NewReader(b), int64(len(b)), s3client.PutOptions{}); err != nil {
+		return fmt.Errorf("write entry record %s: %w", recordKey(r.ID), err)
+	}
+	return nil
+}
+
+// dropRecord removes every version of an entry record (a plain delete would only hide it under a
+// marker of its own).
+func (a *VersionedArea) dropRecord(ctx context.Context, id string) error {
+	vs, err := a.c.Versions(ctx, recordKey(id))
+	if err != nil {
+		return err
+	}
+	for _, v := range vs {
+		if err := a.c.DeleteVersion(ctx, recordKey(id), v.VersionID); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove entry record %s: %w", recordKey(id), err)
+		}
+	}
+	return nil
+}
+
+func (a *VersionedArea) readRecord(ctx context.Context, o s3client.Object) (versionedRecord, error) {
+	if o.Size > maxRecord {
+		return versionedRecord{}, fmt.Errorf("entry record %s is %d bytes, more than %d: not a record of ours", o.Key, o.Size, maxRecord)
+	}
+	b := make([]byte, o.Size)
+	n, err := a.c.ReadAt(ctx, o.Key, b, 0, o.ETag)
+	if err != nil && !(errors.Is(err, io.EOF) && n == len(b)) {
+		return versionedRecord{}, err
+	}
+	var r versionedRecord
+	if err := json.Unmarshal(b[:n], &r); err != nil {
+		return versionedRecord{}, fmt.Errorf("entry record %s: %w", o.Key, err)
+	}
+	if want := strings.TrimSuffix(strings.TrimPrefix(o.Key, Prefix), recordSuffix); r.ID != want {
+		return versionedRecord{}, fmt.Errorf("entry record %s names id %q", o.Key, r.ID)
+	}
+	if r.VersionID == "" {
+		return versionedRecord{}, fmt.Errorf("entry record %s names no version (a record of an unversioned bucket's quarantine? its object would be %s)", o.Key, Prefix+r.ID)
+	}
+	return r, nil
+}
+
+// hidden reports how the record's version stands among vs (the key's versions, newest first): gone
+// (purged or deleted by version id outside ckguard), current (not deleted), or hidden under the
+// delete markers above it (returned, newest first).
+func hidden(r versionedRecord, vs []s3client.Version) (gone, current bool, above []s3client.Version) {
+	for _, v := range vs {
+		if v.VersionID == r.VersionID {
+			return false, v.Latest, above
+		}
+		above = append(above, v)
+	}
+	return true, false, nil
+}
+
+// resolve settles a pending record from its key's versions: ok when the version is hidden (the delete
+// happened), false when it is still current or gone (no entry).
+func (a *VersionedArea) resolve(ctx context.Context, r versionedRecord) (bool, error) {
+	vs, err := a.c.Versions(ctx, r.Key())
+	if err != nil {
+		return false, err
+	}
+	gone, current, _ := hidden(r, vs)
+	return !gone && !current, nil
+}
+
+// ListAll returns every entry, oldest first, and a problem for each unreadable record and each
+// object in the area that is not a record.
+func (a *VersionedArea) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Problem, error) {
+	es, _, probs, err := a.listRecords(ctx)
+	return es, probs, err
+}
+
+func (a *VersionedArea) listRecords(ctx context.Context) ([]quarantine.Entry, map[string]versionedRecord, []quarantine.Problem, error) {
+	var recs []s3client.Object
+	var probs []quarantine.Problem
+	err := a.c.Walk(ctx, Prefix, func(o s3client.Object) error {
+		if o.IsDir {
+			return nil
+		}
+		name := strings.TrimPrefix(o.Key, Prefix)
+		if strings.HasSuffix(name, recordSuffix) {
+			recs = append(recs, o)
+		} else if !strings.HasPrefix(name, "probe-") {
+			probs = append(probs, quarantine.Problem{ID: name, Size: o.Size, Detail: "object in the quarantine area of a versioned bucket, where entries are delete markers and records only; inspect " + Prefix + name + " in the bucket"})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("list the quarantine area %s: %w", Prefix, err)
+	}
+	var es []quarantine.Entry
+	byID := map[string]versionedRecord{}
+	for _, o := range recs {
+		r, err := a.readRecord(ctx, o)
+		if err == nil && r.Marker == "" {
+			var ok bool
+			if ok, err = a.resolve(ctx, r); err == nil && !ok {
+				continue // the delete did not happen (or the version is gone): no entry
+			}
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, nil, nil, ctx.Err()
+			}
+			probs = append(probs, quarantine.Problem{ID: strings.TrimPrefix(o.Key, Prefix), Size: o.Size, Detail: err.Error()})
+			continue
+		}
+		byID[r.ID] = r
+		es = append(es, r.Entry)
+	}
+	quarantine.SortEntries(es)
+	return es, byID, probs, nil
+}
+
+// List returns every entry, oldest first.
+func (a *VersionedArea) List(ctx context.Context) ([]quarantine.Entry, error) {
+	es, _, err := a.ListAll(ctx)
+	return es, err
+}
+
+func (a *VersionedArea) record(ctx context.Context, id string) (versionedRecord, error) {
+	if id == "" || strings.ContainsAny(id, "/") || strings.HasSuffix(id, recordSuffix) {
+		return versionedRecord{}, fmt.Errorf("%w: %q", quarantine.ErrNoEntry, id)
+	}
+	o, err := a.c.Head(ctx, recordKey(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return versionedRecord{}, fmt.Errorf("%w: %s", quarantine.ErrNoEntry, id)
+	}
+	if err != nil {
+		return versionedRecord{}, err
+	}
+	o.Key = recordKey(id)
+	return a.readRecord(ctx, o)
+}
+
+// Restore removes the delete markers above the entry's version, so that version is current at its key
+// again, unchanged; then it drops the record. An object written at the key since (a version newer than
+// the entry's that is not a delete marker) is never hidden or removed: ErrOccupied, the entry stays.
+func (a *VersionedArea) Restore(ctx context.Context, id string) (quarantine.Entry, error) {
+	r, err := a.record(ctx, id)
+	if err != nil {
+		return quarantine.Entry{}, err
+	}
+	key := r.Key()
+	vs, err := a.c.Versions(ctx, key)
+	if err != nil {
+		return quarantine.Entry{}, fmt.Errorf("restore %s: %w", key, err)
+	}
+	gone, current, above := hidden(r, vs)
+	switch {
+	case gone:
+		return quarantine.Entry{}, fmt.Errorf("restore %s: %w: %s (its version %s is no longer in the bucket)", key, quarantine.ErrNoEntry, id, r.VersionID)
+	case current:
+		// Back already (a restore interrupted after its marker removal, or done by hand).
+		return r.Entry, a.dropRecord(ctx, id)
+	}
+	for _, v := range above {
+		if !v.DeleteMarker {
+			return quarantine.Entry{}, fmt.Errorf("restore %s: %w (version %s of %s was written after the deletion); move that object away first, the entry stays in quarantine", key, quarantine.ErrOccupied, v.VersionID, v.ModTime.Format(time.RFC3339))
+		}
+	}
+	for _, v := range above {
+		if err := a.c.DeleteVersion(ctx, key, v.VersionID); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return quarantine.Entry{}, fmt.Errorf("restore %s: remove delete marker %s: %w (the entry stays in quarantine)", key, v.VersionID, err)
+		}
+	}
+	// A write racing the marker removal is not replaced (a marker's removal never touches another
+	// version), but then the entry's version is not the current one: say so and keep the entry.
+	o, err := a.c.Head(ctx, key)
+	if err != nil {
+		return quarantine.Entry{}, fmt.Errorf("restore %s: check the restored version: %w (the entry stays in quarantine)", key, err)
+	}
+	if o.VersionID != r.VersionID {
+		return quarantine.Entry{}, fmt.Errorf("restore %s: %w (version %s was written meanwhile; the entry's version %s stays below it and the entry stays in quarantine)", key, quarantine.ErrOccupied, o.VersionID, r.VersionID)
+	}
+	if err := a.dropRecord(ctx, id); err != nil {
+		return r.Entry, fmt.Errorf("restored %s, but its entry record stays: %w", key, err)
+	}
+	return r.Entry, nil
+}
+
+// Purge deletes the entry's hidden version for good, then the delete markers left with nothing below
+// them, then the record. The record goes last: a crash before leaves an entry whose version is gone,
+// which List still shows until a purge or restore names it (and which restore reports as gone).
+func (a *VersionedArea) Purge(ctx context.Context, id string) error {
+	r, err := a.record(ctx, id)
+	if err != nil {
+		return err
+	}
+	key := r.Key()
+	vs, err := a.c.Versions(ctx, key)
+	if err != nil {
+		return fmt.Errorf("purge %s: %w", key, err)
+	}
+	gone, current, above := hidden(r, vs)
+	if current {
+		// Back at its key (a marker removed outside ckguard): the object is no deletion any more.
+		if err := a.dropRecord(ctx, id); err != nil {
+			return err
+		}
+		return fmt.Errorf("purge %s: its version %s is current at its key again (restored outside ckguard): nothing was deleted, the entry is dropped", key, r.VersionID)
+	}
+	if !gone {
+		if err := a.c.DeleteVersion(ctx, key, r.VersionID); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("purge %s: delete version %s: %w", key, r.VersionID, err)
+		}
+	}
+	// The staging's own marker goes too, unless it is the key's latest version and an older object
+	// version is below it: then it is what keeps that version hidden, and stays.
+	marker := r.Marker
+	if marker == "" && len(above) > 0 && above[len(above)-1].DeleteMarker {
+		marker = above[len(above)-1].VersionID // a pending record's: the marker right above its version
+	}
+	keep := false
+	for _, v := range vs {
+		if v.VersionID == marker && v.Latest {
+			for _, o := range vs {
+				keep = keep || !o.DeleteMarker && o.VersionID != r.VersionID
+			}
+		}
+	}
+	if marker != "" && !keep {
+		if err := a.c.DeleteVersion(ctx, key, marker); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("purge %s: remove delete marker %s: %w", key, marker, err)
+		}
+	}
+	return a.dropRecord(ctx, id)
+}
+
+// Find returns the newest entry staged from key.
+func (a *VersionedArea) Find(ctx context.Context, key string) (quarantine.Entry, bool, error) {
+	es, err := a.List(ctx)
+	if err != nil {
+		return quarantine.Entry{}, false, err
+	}
+	for i := len(es) - 1; i >= 0; i-- {
+		if es[i].Key() == key {
+			return es[i], true, nil
+		}
+	}
+	return quarantine.Entry{}, false, nil
+}
+
+// Tidy is a no-op: a pending record whose delete did not happen is skipped by List and removed by the
+// next Unstage of the same deletion.
+func (a *VersionedArea) Tidy(ctx context.Context, _ time.Duration) error { return nil }
+
+// Versioned reports whether the bucket c reaches has versioning enabled (a suspended bucket keeps no
+// new versions: its quarantine copies as an unversioned one does).
+func Versioned(ctx context.Context, c interface {
+	BucketVersioning(ctx context.Context) (string, error)
+}) (bool, error) {
+	s, err := c.BucketVersioning(ctx)
+	if err != nil {
+		return false, err
+	}
+	return s == s3client.VersioningEnabled, nil
+}
