@@ -178,10 +178,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 					}
 					return hdfsclient.Errno(w.Close())
 				})
-				if errno != 0 {
-					return errno
-				}
-				if errno := n.fsys.g.Written(ctx, key); errno != 0 {
+				if errno != 0 { // a truncated _metadata is indexed again by Change
 					return errno
 				}
 			}
