@@ -16,7 +16,7 @@ import (
 )
 
 // s3Heads HEADs every key of want straight from the server.
-func s3Heads(t *testing.T, c *s3client.Client, keys map[string]string) map[string]s3client.Object {
+func s3Heads(t *testing.T, c *s3client.Client, keys map[string]qFile) map[string]s3client.Object {
 	t.Helper()
 	out := map[string]s3client.Object{}
 	for k := range keys {
@@ -117,11 +117,6 @@ func TestS3VersionedQuarantineRestore(t *testing.T) {
 		t.Errorf("live checkpoints broken after the restore: %s", broken)
 	}
 }
-
-// TestS3VersionedQuarantineKill9DuringRm: kill -9 of the S3 mount while rm -rf runs with --quarantine on a
-// versioned bucket (entries are delete markers), then a remount: no object lost, none both current and
-// staged once the replayed queue has applied, none staged twice (TestS3QuarantineKill9DuringRm's checks).
-func TestS3VersionedQuarantineKill9DuringRm(t *testing.T) { s3QuarantineKill9(t, true) }
 
 // TestS3VersionedLossNamesDeleteMarker: on a versioned bucket without --quarantine, a referenced object
 // deleted with `aws s3 rm` beside the mount is only hidden by a delete marker: the loss check's audit

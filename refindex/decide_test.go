@@ -14,7 +14,6 @@ import (
 
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
@@ -38,16 +37,12 @@ func TestFailClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ls, _ := localstore.New(tr.Root)
-	fs := &flakyStore{Store: ls}
+	fs := &flakyStore{Store: localStore(t, tr.Root)}
 	now := testNow
 	pol := testPolicy()
 	pol.MaxStaleness = 5 * time.Minute
 	pol.Now = func() time.Time { return now }
-	ix, err := refindex.Open(t.TempDir(), fs, pol, refindex.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ix := openIndexWith(t, t.TempDir(), fs, pol)
 	defer ix.Close()
 	garbage := tr.Orphans(treegen.DefaultPolicy, 0)[0]
 	if d := ix.Decide(ctx, garbage, verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonIndexStale {
@@ -81,10 +76,7 @@ func TestFailClosed(t *testing.T) {
 	}
 	// The failure survives a restart (persisted), and a good sync clears it.
 	ix.Close()
-	ix, err = refindex.Open(ix.Dir(), fs, pol, refindex.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ix = openIndexWith(t, ix.Dir(), fs, pol)
 	defer ix.Close()
 	if d := ix.Decide(ctx, garbage, verdict.OpUnlink); d.Reason != verdict.ReasonSyncFailed {
 		t.Fatalf("failed sync forgotten on reopen: %+v", d)
@@ -120,17 +112,11 @@ func TestDirectoriesAndPolicy(t *testing.T) {
 	if err := tr.Write("ha/completedCheckpoint00001", 10, testNow.Add(-30*24*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	ls, _ := localstore.New(tr.Root)
 	pol := testPolicy()
 	pol.Protect = []string{"ha"}
-	ix, err := refindex.Open(t.TempDir(), ls, pol, refindex.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ix := openIndexWith(t, t.TempDir(), localStore(t, tr.Root), pol)
 	defer ix.Close()
-	if err := ix.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	syncIndex(t, ix)
 	old := "flink-checkpoints/" + treegen.IncidentOneOldJob
 	cur := "flink-checkpoints/" + treegen.IncidentOneNewJob
 	tests := []struct {
@@ -229,16 +215,9 @@ func TestThroughTheMount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ls, _ := localstore.New(tr.Root)
-	pol := refindex.DefaultPolicy()
-	ix, err := refindex.Open(t.TempDir(), ls, pol, refindex.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ix := openIndexWith(t, t.TempDir(), localStore(t, tr.Root), refindex.DefaultPolicy())
 	defer ix.Close()
-	if err := ix.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	syncIndex(t, ix)
 	chk := ix
 	job := "flink/fedcba9876543210fedcba9876543210"
 	prev := tr.Live[job+"/chk-77/_metadata"]

@@ -14,7 +14,6 @@ import (
 
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/pathnorm"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
@@ -25,30 +24,19 @@ func TestSchemaAndMapChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ls, _ := localstore.New(tr.Root)
-	dir := t.TempDir()
+	ls, dir := localStore(t, tr.Root), t.TempDir()
 	// Without the map the store proves it (every file lies at the same relative place); the other
 	// bucket's file stays unmapped.
-	ix, err := refindex.Open(dir, ls, testPolicy(), refindex.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ix.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ix := openIndex(t, dir, ls)
+	syncIndex(t, ix)
 	s, _ := ix.Stats(ctx)
 	if s.References != 13 || s.OutsideReferences != 1 || s.UnmappedReferences != 1 || !slices.Equal(s.InferredMaps, []string{"s3://bucket/flink="}) {
 		t.Fatalf("inferred stats %+v", s)
 	}
 	ix.Close()
 	// With the map, the next sync rebuilds (the fingerprint changed) and the aliases meet.
-	ix, err = refindex.Open(dir, ls, testPolicy(), refindex.WithLogger(quiet), refindex.WithPathMap(tr.Maps, ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ix.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ix = openIndex(t, dir, ls, refindex.WithPathMap(tr.Maps, ""))
+	syncIndex(t, ix)
 	s, _ = ix.Stats(ctx)
 	if s.OutsideReferences != 1 {
 		t.Fatalf("mapped stats %+v", s)
@@ -66,10 +54,7 @@ func TestSchemaAndMapChanges(t *testing.T) {
 	if !errors.Is(err, refindex.ErrSchema) || !strings.Contains(err.Error(), "ckguard index rebuild") {
 		t.Fatalf("schema mismatch: %v", err)
 	}
-	ix, err = refindex.Open(dir, ls, testPolicy(), refindex.WithLogger(quiet), refindex.WithFreshIndex(), refindex.WithPathMap(tr.Maps, ""))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ix = openIndex(t, dir, ls, refindex.WithFreshIndex(), refindex.WithPathMap(tr.Maps, ""))
 	defer ix.Close()
 	if err := ix.Rebuild(ctx); err != nil {
 		t.Fatal(err)
@@ -108,16 +93,9 @@ func TestSyncPaths(t *testing.T) {
 	if _, err := treegen.Large(root, treegen.LargeSpec{Jobs: 2, CheckpointsPerJob: 10, RefsPerCheckpoint: 50, NewPerCheckpoint: 5, Seed: "a"}, now.Add(-48*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	ls, _ := localstore.New(root)
-	pol := refindex.DefaultPolicy()
-	ix, err := refindex.Open(t.TempDir(), ls, pol, refindex.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ix := openIndexWith(t, t.TempDir(), localStore(t, root), refindex.DefaultPolicy())
 	defer ix.Close()
-	if err := ix.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	syncIndex(t, ix)
 	s1, _ := ix.Stats(ctx)
 	big, err := treegen.Large(root, treegen.LargeSpec{Jobs: 3, CheckpointsPerJob: 100, RefsPerCheckpoint: 20, NewPerCheckpoint: 2, Seed: "b"}, now.Add(-24*time.Hour))
 	if err != nil {
@@ -160,21 +138,7 @@ func TestFreshIndexKeepsUsableGeneration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ls, _ := localstore.New(tr.Root)
-	dir := t.TempDir()
-	ix, err := refindex.Open(dir, ls, testPolicy(), refindex.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ix.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ix.Close()
-	ix, err = refindex.Open(dir, ls, testPolicy(), refindex.WithLogger(quiet), refindex.WithFreshIndex())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ix.Close()
+	ix := reopened(t, localStore(t, tr.Root), refindex.WithFreshIndex())
 	if d := ix.Decide(ctx, tr.Referenced()[0], verdict.OpUnlink); d.Reason != verdict.ReasonReferenced {
 		t.Fatalf("before the rebuild completes: %+v", d)
 	}

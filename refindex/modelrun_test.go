@@ -34,27 +34,8 @@ func TestModel(t *testing.T) {
 // decision allowed without deciding it again: the model must catch the object a `_metadata` written
 // between the decision and the apply references being lost.
 func TestModelCatchesApplyWithoutRecheck(t *testing.T) {
-	for name, v := range map[string]string{"rapid.shrinktime": "1s", "rapid.nofailfile": "true", "rapid.checks": "1000"} {
-		if f := flag.Lookup(name); f != nil {
-			old := f.Value.String()
-			f.Value.Set(v)
-			defer f.Value.Set(old)
-		}
-	}
-	rec := &failRecorder{T: t}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		rapid.Check(rec, func(rt *rapid.T) { runModel(rt, false, false) })
-	}()
-	<-done
-	if !rec.failed {
-		t.Fatal("the model test passed with a delete queue that applies without deciding again")
-	}
-	if !strings.Contains(rec.msg, " lost ") {
-		t.Fatalf("the model test failed for another reason than a referenced object lost: %s", rec.msg)
-	}
-	t.Logf("caught: %.300s", rec.msg)
+	modelCatches(t, "a delete queue that applies without deciding again", " lost ", "a referenced object lost",
+		func(rt *rapid.T) { runModel(rt, false, false) })
 }
 
 // TestModelCatchesBrokenFilter runs the model test against an index whose reference filter misses
@@ -63,10 +44,18 @@ func TestModelCatchesApplyWithoutRecheck(t *testing.T) {
 func TestModelCatchesBrokenFilter(t *testing.T) {
 	restore := refindex.BreakFilter()
 	defer restore()
-	// Shrink briefly and write no fail file (the failure is expected). About one random sequence in
-	// nine deletes a file only an incrementally indexed checkpoint references; rapid stops at the
-	// first failure, so allow many sequences (a fifth of them with -short) to make missing it
-	// practically impossible.
+	modelCatches(t, "a reference filter that misses increments", "Decide allowed", "an allowed referenced file",
+		func(rt *rapid.T) { runModel(rt, false, true) })
+}
+
+// modelCatches runs the model (run) against something broken and fails t unless the model fails, for
+// the reason it must: a failure message containing want. The model shrinks briefly and writes no fail
+// file (the failure is expected). Only some random sequences meet the breakage (about one in nine
+// deletes a file only an incrementally indexed checkpoint references); rapid stops at the first
+// failure, so it runs many sequences (a fifth of them with -short) to make missing it practically
+// impossible.
+func modelCatches(t *testing.T, broken, want, reason string, run func(*rapid.T)) {
+	t.Helper()
 	for name, v := range map[string]string{"rapid.shrinktime": "1s", "rapid.nofailfile": "true", "rapid.checks": "1000"} {
 		if f := flag.Lookup(name); f != nil {
 			old := f.Value.String()
@@ -78,14 +67,14 @@ func TestModelCatchesBrokenFilter(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		rapid.Check(rec, func(rt *rapid.T) { runModel(rt, false, true) })
+		rapid.Check(rec, run)
 	}()
 	<-done
 	if !rec.failed {
-		t.Fatal("the model test passed with a reference filter that misses increments")
+		t.Fatalf("the model test passed with %s", broken)
 	}
-	if !strings.Contains(rec.msg, "Decide allowed") {
-		t.Fatalf("the model test failed for another reason than an allowed referenced file: %s", rec.msg)
+	if !strings.Contains(rec.msg, want) {
+		t.Fatalf("the model test failed for another reason than %s: %s", reason, rec.msg)
 	}
 	t.Logf("caught: %.300s", rec.msg)
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/pathnorm"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
@@ -82,18 +81,7 @@ func TestSymlinkedStoreRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := localstore.New(given)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix, err := refindex.Open(t.TempDir(), st, testPolicy(), refindex.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ix.Close()
-	if err := ix.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ix := openSynced(t, localStore(t, given))
 	refs := tr.Referenced()
 	if len(refs) == 0 {
 		t.Fatal("scenario references nothing")
@@ -211,21 +199,7 @@ func TestMappingChangedNotSynced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ls, _ := localstore.New(tr.Root)
-	dir := t.TempDir()
-	ix, err := refindex.Open(dir, ls, testPolicy(), refindex.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ix.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ix.Close()
-	ix, err = refindex.Open(dir, ls, testPolicy(), refindex.WithLogger(quiet), refindex.WithPathMap(tr.Maps, ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ix.Close()
+	ix := reopened(t, localStore(t, tr.Root), refindex.WithPathMap(tr.Maps, ""))
 	k := tr.Referenced()[0]
 	if d := ix.Decide(ctx, k, verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonIndexStale || !strings.Contains(d.Message, "mapping") {
 		t.Fatalf("mapping changed, not synced: %+v", d)

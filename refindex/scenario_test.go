@@ -14,7 +14,6 @@ import (
 
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
@@ -30,44 +29,83 @@ func testPolicy() refindex.Policy {
 	return p
 }
 
+// openTree opens an index over tr's store with tr's path maps (in a temporary directory, closed at the
+// end of the test) and syncs it.
 func openTree(t *testing.T, tr *treegen.Tree) *refindex.Index {
 	t.Helper()
 	ix := openTreeIn(t, tr, t.TempDir())
 	t.Cleanup(func() { ix.Close() })
-	if err := ix.Sync(context.Background()); err != nil {
+	syncIndex(t, ix)
+	return ix
+}
+
+// openSynced opens an index over st (in a temporary directory, closed at the end of the test) with the
+// test policy and opts, and syncs it.
+func openSynced(t *testing.T, st store.Store, opts ...refindex.Option) *refindex.Index {
+	t.Helper()
+	ix := openIndex(t, t.TempDir(), st, opts...)
+	t.Cleanup(func() { ix.Close() })
+	syncIndex(t, ix)
+	return ix
+}
+
+// openIndex opens the index in dir over st with the test policy, a silent logger and opts, without
+// syncing it; the caller closes it (tests that reopen an index, or close it early, use it).
+func openIndex(t *testing.T, dir string, st store.Store, opts ...refindex.Option) *refindex.Index {
+	t.Helper()
+	return openIndexWith(t, dir, st, testPolicy(), opts...)
+}
+
+// openIndexWith is openIndex with the policy pol.
+func openIndexWith(t *testing.T, dir string, st store.Store, pol refindex.Policy, opts ...refindex.Option) *refindex.Index {
+	t.Helper()
+	ix, err := refindex.Open(dir, st, pol, append([]refindex.Option{refindex.WithLogger(quiet)}, opts...)...)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return ix
 }
 
-// openSynced opens an index over st (in a temporary directory, closed at the end of the test) with the
-// test policy and syncs it.
-func openSynced(t *testing.T, st store.Store) *refindex.Index {
+// reopened syncs a new index over st, closes it and opens it again with opts, not synced (a restart
+// with other flags); it is closed at the end of the test.
+func reopened(t *testing.T, st store.Store, opts ...refindex.Option) *refindex.Index {
 	t.Helper()
-	ix, err := refindex.Open(t.TempDir(), st, testPolicy(), refindex.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := t.TempDir()
+	ix := openIndex(t, dir, st)
+	syncIndex(t, ix)
+	ix.Close()
+	ix = openIndex(t, dir, st, opts...)
 	t.Cleanup(func() { ix.Close() })
+	return ix
+}
+
+// syncIndex syncs ix and fails t if the sync fails.
+func syncIndex(t *testing.T, ix *refindex.Index) {
+	t.Helper()
 	if err := ix.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return ix
+}
+
+// youngOrphan is the YoungOrphan tree (one live checkpoint, a young and an old orphan) in a temporary
+// folder, with its live checkpoint's _metadata and the first file that references.
+func youngOrphan(t *testing.T) (tr *treegen.Tree, meta, ref string) {
+	t.Helper()
+	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range tr.Live {
+		meta, ref = c.Metadata, c.Refs[0]
+	}
+	return tr, meta, ref
 }
 
 // openTreeIn opens the index in dir over tr's store with tr's path maps, without syncing it; the
 // caller closes it (tests that reopen an index use it).
 func openTreeIn(t *testing.T, tr *treegen.Tree, dir string) *refindex.Index {
 	t.Helper()
-	st, err := localstore.New(tr.Root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix, err := refindex.Open(dir, st, testPolicy(), refindex.WithPathMap(tr.Maps, tr.EntropyKey), refindex.WithExternal(tr.External), refindex.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ix
+	return openIndex(t, dir, localStore(t, tr.Root), refindex.WithPathMap(tr.Maps, tr.EntropyKey), refindex.WithExternal(tr.External))
 }
 
 type scenario struct {

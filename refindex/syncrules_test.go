@@ -16,7 +16,6 @@ import (
 
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
@@ -65,24 +64,9 @@ func (f fullPartialStore) ListAllMetadata(ctx context.Context, fn func(store.Obj
 // sync whose listing does not report it.
 func TestPartialListingKeepsIndexedCheckpoint(t *testing.T) {
 	ctx := context.Background()
-	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var meta, ref string
-	for _, c := range tr.Live {
-		meta, ref = c.Metadata, c.Refs[0]
-	}
-	ls, _ := localstore.New(tr.Root)
-	ps := &partialStore{Store: ls}
-	ix, err := refindex.Open(t.TempDir(), ps, testPolicy(), refindex.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ix.Close()
-	if err := ix.Sync(ctx); err != nil { // "empty bucket": the listing finds nothing
-		t.Fatal(err)
-	}
+	tr, meta, ref := youngOrphan(t)
+	ps := &partialStore{Store: localStore(t, tr.Root)}
+	ix := openSynced(t, ps) // "empty bucket": the listing finds nothing
 	if err := ix.IndexMetadata(ctx, meta); err != nil {
 		t.Fatal(err)
 	}
@@ -127,36 +111,20 @@ func TestPartialListingKeepsIndexedCheckpoint(t *testing.T) {
 func TestRebuildUsesCompleteListing(t *testing.T) {
 	ctx := context.Background()
 	for _, withFull := range []bool{true, false} {
-		tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var meta, ref string
-		for _, c := range tr.Live {
-			meta, ref = c.Metadata, c.Refs[0]
-		}
-		ls, _ := localstore.New(tr.Root)
-		ps := &partialStore{Store: ls}
+		tr, meta, ref := youngOrphan(t)
+		ps := &partialStore{Store: localStore(t, tr.Root)}
 		var st store.Store = ps
 		if withFull {
 			st = fullPartialStore{ps}
 		}
-		ix, err := refindex.Open(t.TempDir(), st, testPolicy(), refindex.WithLogger(quiet))
-		if err != nil {
-			t.Fatal(err)
-		}
+		ix := openIndex(t, t.TempDir(), st)
+		// The first sync of an empty index is a rebuild: with the complete listing it sees the checkpoint.
+		syncIndex(t, ix)
 		if withFull {
-			// The first sync of an empty index is a rebuild: it must see the checkpoint.
-			if err := ix.Sync(ctx); err != nil {
-				t.Fatal(err)
-			}
 			if ps.fulls == 0 {
 				t.Fatal("rebuild did not use ListAllMetadata")
 			}
 		} else {
-			if err := ix.Sync(ctx); err != nil {
-				t.Fatal(err)
-			}
 			if err := ix.IndexMetadata(ctx, meta); err != nil {
 				t.Fatal(err)
 			}
@@ -191,21 +159,10 @@ func (b *blockingStore) ListMetadata(ctx context.Context, fn func(store.ObjectIn
 // sync is listing, and the sync does not undo it.
 func TestIndexMetadataDuringSlowSync(t *testing.T) {
 	ctx := context.Background()
-	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls, _ := localstore.New(tr.Root)
-	bs := &blockingStore{Store: ls, entered: make(chan struct{}, 1), release: make(chan struct{})}
-	ix, err := refindex.Open(t.TempDir(), bs, testPolicy(), refindex.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ix.Close()
+	tr, _, _ := youngOrphan(t)
+	bs := &blockingStore{Store: localStore(t, tr.Root), entered: make(chan struct{}, 1), release: make(chan struct{})}
 	close(bs.release)
-	if err := ix.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ix := openSynced(t, bs)
 	<-bs.entered // the first sync's
 	bs.release = make(chan struct{})
 	// A new checkpoint appears; the periodic sync starts listing (slowly).
@@ -315,12 +272,8 @@ func TestLargeMetadataStreamed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ls, _ := localstore.New(tr.Root)
-	cs := &countingStore{Store: ls, failAt: fi.Size() / 2}
-	ix, err := refindex.Open(t.TempDir(), cs, testPolicy(), refindex.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := &countingStore{Store: localStore(t, tr.Root), failAt: fi.Size() / 2}
+	ix := openIndex(t, t.TempDir(), cs)
 	defer ix.Close()
 	if err := ix.Sync(ctx); err == nil || !strings.Contains(err.Error(), "503") {
 		t.Fatalf("sync with a failing read: %v", err)
@@ -374,24 +327,9 @@ func (e *etagStore) Open(ctx context.Context, key string) (store.Reader, error) 
 // listing (milliseconds, quoted ETag): no re-read on every sync.
 func TestNoSpuriousChange(t *testing.T) {
 	ctx := context.Background()
-	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var meta string
-	for _, c := range tr.Live {
-		meta = c.Metadata
-	}
-	ls, _ := localstore.New(tr.Root)
-	es := &etagStore{Store: ls}
-	ix, err := refindex.Open(t.TempDir(), es, testPolicy(), refindex.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ix.Close()
-	if err := ix.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	tr, meta, _ := youngOrphan(t)
+	es := &etagStore{Store: localStore(t, tr.Root)}
+	ix := openSynced(t, es)
 	if err := ix.IndexMetadata(ctx, meta); err != nil {
 		t.Fatal(err)
 	}
@@ -410,16 +348,9 @@ func TestNoSpuriousChange(t *testing.T) {
 // behind the closed index.
 func TestSyncAfterClose(t *testing.T) {
 	ctx := context.Background()
-	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls, _ := localstore.New(tr.Root)
-	dir := t.TempDir()
-	ix, err := refindex.Open(dir, ls, testPolicy(), refindex.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr, _, _ := youngOrphan(t)
+	ls, dir := localStore(t, tr.Root), t.TempDir()
+	ix := openIndex(t, dir, ls)
 	ix.Close()
 	if err := ix.Sync(ctx); err == nil {
 		t.Error("sync of a closed index succeeded")
@@ -428,9 +359,5 @@ func TestSyncAfterClose(t *testing.T) {
 		t.Error("rebuild of a closed index succeeded")
 	}
 	// The directory is free again.
-	ix2, err := refindex.Open(dir, ls, testPolicy(), refindex.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix2.Close()
+	openIndex(t, dir, ls).Close()
 }

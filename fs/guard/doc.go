@@ -1,18 +1,19 @@
 // Package guard is the contract between a guarded FUSE filesystem (the local loopback in fs/localfs, S3
-// in s3backend/s3mount) and the reference index: the filesystem asks before every destructive change and
-// tells the index every change it made, and never parses checkpoint metadata itself.
+// in s3backend/s3mount, HDFS in hdfsbackend/hdfsmount) and the reference index: the filesystem asks
+// before every destructive change and tells the index every change it made, and never parses checkpoint
+// metadata itself.
 //
 // # Verbs
 //
 // The Enforcer's verbs are the guarded operations: Remove (unlink, rmdir; RemoveResolved when the mount
 // resolves what it acts on under the enforcer's lock), Rename, Change (truncate, hole punch, backdated
-// mtime, a chmod or ACL that takes read access away), Open (an existing file opened for writing) and
-// Errno (a decision with no change to run with it). Each decides its checks (one Check per path
-// involved), runs the mount's act function under the enforcer's lock only when every check is allowed,
-// writes the audit record before the caller learns the answer, and tells the index what changed
-// (Deleted, Renamed, Written). Mutate and MutateExclusive are what the verbs are built on; a hard link,
-// which only the local mount has, uses them with Linked. A mount keeps only its mechanics: how it looks,
-// how it acts. For example:
+// mtime, a chmod or ACL that takes read access away), Open (an existing file opened for writing), Link
+// (a hard link; a new name _metadata is indexed before it returns) and Errno (a decision whose change
+// cannot run under the lock: an S3 upload at close, bound by If-Match to the version decided). Each
+// decides its checks (one Check per path involved), runs the mount's act function under the enforcer's
+// lock only when every check is allowed, writes the audit record before the caller learns the answer,
+// and tells the index what changed (Deleted, Renamed, Written). Mutate and MutateExclusive are what the
+// verbs are built on. A mount keeps only its mechanics: how it looks, how it acts. For example:
 //
 //	func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 //		key := n.childKey(name)

@@ -143,7 +143,7 @@ func (e *Enforcer) Mutate(ctx context.Context, checks []Check, do func() syscall
 
 // MutateExclusive is Mutate holding the lock exclusively, for changes that also change the index (renames,
 // which may move or create a _metadata): no other decision interleaves with it.
-// The index updates its do function records (Renamed, Linked) are finished after the lock is released:
+// The index updates its do function records (Renamed, a hard link's) are finished after the lock is released:
 // the returned errno is do's, or EIO when do succeeded and an update could not be recorded.
 func (e *Enforcer) MutateExclusive(ctx context.Context, checks []Check, do func() syscall.Errno) (errno syscall.Errno) {
 	e.pending.wait(ctx, e.pendingWait)
@@ -207,8 +207,11 @@ func (e *Enforcer) mutateLocked(ctx context.Context, checks []Check, do func() s
 	return do()
 }
 
-// Errno decides one check without a change to run (an open for writing: the open is the change) and
-// returns the errno the caller answers with: 0 to go ahead, the refusal errno (or EINTR, EIO) otherwise.
+// Errno decides one check without a change to run under the lock, for a change that must not run there
+// (an S3 upload at close, which can take minutes; it replaces only the version decided, If-Match) or
+// that reaches the store only later (an S3 truncation of open writers' spools, uploaded at close and
+// decided again then). It returns the errno the caller answers with: 0 to go ahead, the refusal errno
+// (or EINTR, EIO) otherwise. A change that can run under the lock uses a verb (verbs.go).
 func (e *Enforcer) Errno(ctx context.Context, c Check) syscall.Errno {
 	e.pending.wait(ctx, e.pendingWait)
 	e.mu.RLock()
@@ -307,18 +310,17 @@ func (e *Enforcer) Written(ctx context.Context, p string) syscall.Errno {
 	return e.update(&indexUpdate{kind: "written", path: p, key: p, ctx: ctx, run: run}, false)
 }
 
-// Linked tells the index that p, a _metadata, got its name from a hard link made through the mount. Call
-// it from the do function of MutateExclusive: the update is pending from then on (see Written) and is
-// indexed by the time MutateExclusive returns. If it cannot be, undo (when set) runs while the update is
-// still pending, to take the name away again so nothing live is left unknown to the index, and
-// MutateExclusive returns EIO.
-func (e *Enforcer) Linked(ctx context.Context, p string, undo func()) syscall.Errno {
+// linked tells the index that p, a _metadata, got its name from a hard link made through the mount
+// (Link). Called from the do function of MutateExclusive: the update is pending from then on (see
+// Written) and is indexed by the time MutateExclusive returns. If it cannot be, undo (when set) runs
+// while the update is still pending, and MutateExclusive returns EIO.
+func (e *Enforcer) linked(ctx context.Context, p string, undo func()) syscall.Errno {
 	return e.update(&indexUpdate{kind: "linked", path: p, key: p, ctx: ctx, undo: undo,
 		run: func(ctx context.Context) error { return e.checker.Written(ctx, p) }}, true)
 }
 
 // Renamed tells the index about a rename done through the mount (which may move a _metadata, or a folder
-// holding some). Call it from the do function of MutateExclusive: as for Linked, the index reads the
+// holding some). Call it from the do function of MutateExclusive: as for a hard link (Link), the index reads the
 // target after the lock is released, pending until then, and MutateExclusive returns EIO if it failed.
 func (e *Enforcer) Renamed(ctx context.Context, from, to string) syscall.Errno {
 	return e.update(&indexUpdate{kind: "renamed", path: from, to: to, key: to, ctx: ctx,

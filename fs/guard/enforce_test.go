@@ -272,8 +272,8 @@ func TestPendingUpdate(t *testing.T) {
 				})
 		}},
 		{"linked", func(e *guard.Enforcer) syscall.Errno {
-			return e.MutateExclusive(context.Background(), []guard.Check{{Op: verdict.OpLink, Path: "job/chk-2/copy", To: meta}},
-				func() syscall.Errno { return e.Linked(context.Background(), meta, nil) })
+			return e.Link(context.Background(), guard.Check{Op: verdict.OpLink, Path: "job/chk-2/copy", To: meta},
+				func() syscall.Errno { return 0 }, nil)
 		}},
 	}
 	for _, u := range updates {

@@ -96,7 +96,7 @@ func (p *pendingUpdates) refusal(op verdict.Op, path string) verdict.Decision {
 	return indexPendingRefusal(op, path, keys)
 }
 
-// indexUpdate is an index notification that may read and parse _metadata (Written of a _metadata, Linked,
+// indexUpdate is an index notification that may read and parse _metadata (Written of a _metadata, a hard link's,
 // Renamed): it runs outside the enforcer's lock while key is registered as pending.
 type indexUpdate struct {
 	kind, path, to string
@@ -123,7 +123,7 @@ func (e *Enforcer) finish(u *indexUpdate) syscall.Errno {
 	return 0
 }
 
-// update records u. Renamed and Linked are called from the do function of MutateExclusive, which holds
+// update records u. Renamed and linked are called from the do function of MutateExclusive, which holds
 // the lock (inExclusive): u is started at once and finished by MutateExclusive after it releases the lock.
 // Written is called with no lock held: it takes the lock to start u and finishes it before returning.
 func (e *Enforcer) update(u *indexUpdate, fromDo bool) syscall.Errno {

@@ -107,3 +107,22 @@ func (e *Enforcer) Change(ctx context.Context, checks []Check, act func() syscal
 func (e *Enforcer) Open(ctx context.Context, c Check, open func() syscall.Errno) syscall.Errno {
 	return e.Mutate(ctx, []Check{c}, open)
 }
+
+// Link decides giving the file c.Path a second name c.To (c.Op OpLink; the local mount's hard link)
+// and, when allowed, makes it with act under the lock. A new name _metadata makes a live checkpoint (cp
+// -al of a checkpoint folder): the link is then decided under the exclusive lock, like a rename onto a
+// _metadata, and the new name is indexed before Link returns, every change the index would allow being
+// refused while it is read. If it cannot be indexed, undo takes the name away again while the update is
+// still pending, so nothing live is left unknown to the index, and Link returns EIO. It returns the
+// refusal errno, act's, or that EIO.
+func (e *Enforcer) Link(ctx context.Context, c Check, act func() syscall.Errno, undo func()) syscall.Errno {
+	if !IsMetadata(c.To) {
+		return e.Mutate(ctx, []Check{c}, act)
+	}
+	return e.MutateExclusive(ctx, []Check{c}, func() syscall.Errno {
+		if errno := act(); errno != 0 {
+			return errno
+		}
+		return e.linked(ctx, c.To, undo)
+	})
+}

@@ -15,7 +15,8 @@ import (
 
 // TestVerbsTellTheIndex: every verb runs the mount's act only when allowed, and tells the index exactly
 // what the act reports it changed: a removal that is gone now (not one queued), a rename that may have
-// moved names (even a failed one), a truncated _metadata; an open or a chmod tells nothing.
+// moved names (even a failed one), a truncated _metadata, a new name _metadata; an open, a chmod or
+// any other new name tells nothing.
 func TestVerbsTellTheIndex(t *testing.T) {
 	const meta, free, prot = "job/chk-1/_metadata", "job/shared/free", "job/shared/ref"
 	removed := func(errno syscall.Errno) func() (bool, syscall.Errno) {
@@ -81,6 +82,18 @@ func TestVerbsTellTheIndex(t *testing.T) {
 		}, 0, true, nil},
 		{"open refused", func(e *guard.Enforcer, ran *bool) syscall.Errno {
 			return e.Open(context.Background(), guard.Check{Op: verdict.OpWrite, Path: prot}, ran0(ran, 0))
+		}, syscall.EPERM, false, nil},
+		{"link", func(e *guard.Enforcer, ran *bool) syscall.Errno {
+			return e.Link(context.Background(), guard.Check{Op: verdict.OpLink, Path: free, To: "job/free.bak"}, ran0(ran, 0), nil)
+		}, 0, true, nil},
+		{"link named _metadata", func(e *guard.Enforcer, ran *bool) syscall.Errno {
+			return e.Link(context.Background(), guard.Check{Op: verdict.OpLink, Path: free, To: meta}, ran0(ran, 0), nil)
+		}, 0, true, []string{"written " + meta}},
+		{"link failing", func(e *guard.Enforcer, ran *bool) syscall.Errno {
+			return e.Link(context.Background(), guard.Check{Op: verdict.OpLink, Path: free, To: meta}, ran0(ran, syscall.EEXIST), nil)
+		}, syscall.EEXIST, true, nil},
+		{"link refused", func(e *guard.Enforcer, ran *bool) syscall.Errno {
+			return e.Link(context.Background(), guard.Check{Op: verdict.OpLink, Path: prot, To: meta}, ran0(ran, 0), nil)
 		}, syscall.EPERM, false, nil},
 	}
 	for _, tc := range cases {

@@ -1,7 +1,9 @@
-// Package guardd runs one guard mount over a local directory from start to clean stop: it opens and syncs
+// Package guardd runs one guard mount, over any backend, from start to clean stop: it opens and syncs
 // the index (with progress), opens the audit log, mounts, serves the control socket and metrics, re-syncs
 // periodically for changes made to the store directly, and on cancellation (SIGINT/SIGTERM) or an external
-// unmount tears everything down in order. cmd/ckguard's `mount` is a thin flag parser over Run.
+// unmount tears everything down in order. Serve takes the backend (its store and its FUSE tree: see
+// Backend); Run is Serve over a local directory, and s3backend/s3guardd and hdfsbackend/hdfsguardd are
+// the S3 and HDFS ones. cmd/ckguard's `mount` is a thin flag parser over them.
 package guardd
 
 import (

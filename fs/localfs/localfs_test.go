@@ -4,9 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -203,50 +201,5 @@ func TestTmpfile(t *testing.T) {
 	}
 	if len(ents) != 1 || ents[0].Name() != "x" {
 		t.Errorf("the folder in the store holds %v, want only x (a tmpfile has no name)", ents)
-	}
-}
-
-// TestLinkedMetadataIndexed: a hard link named _metadata (cp -al of a checkpoint folder) makes a live
-// checkpoint, so it is indexed before link returns; when indexing fails the new name is removed again
-// and the caller gets EIO (were it left to the next sync, deleting the
-// original _metadata in the meantime would make the checkpoint's files deletable).
-func TestLinkedMetadataIndexed(t *testing.T) {
-	e := mountFake(t)
-	m := func(k string) string { return filepath.Join(e.mnt, k) }
-	e.write(t, "job/chk-5/_metadata", "meta")
-	e.write(t, "job/chk-5/state", "s")
-	for _, d := range []string{"archive", "broken"} {
-		if err := os.Mkdir(m(d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	e.checker.SetWrittenHook(func(key string) error {
-		if key == "broken/_metadata" {
-			return errors.New("index unavailable")
-		}
-		e.checker.Protect("job/chk-5/state", key)
-		return nil
-	})
-	if err := os.Link(m("job/chk-5/_metadata"), m("archive/_metadata")); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(e.checker.CallLog(), "written archive/_metadata") {
-		t.Fatalf("link onto _metadata not indexed: %v", e.checker.CallLog())
-	}
-	if err := os.Remove(m("job/chk-5/state")); !errors.Is(err, syscall.EPERM) {
-		t.Errorf("delete of a file the linked _metadata references, right after link: %v, want EPERM", err)
-	}
-	if err := os.Link(m("job/chk-5/_metadata"), m("broken/_metadata")); !errors.Is(err, syscall.EIO) {
-		t.Errorf("link whose indexing failed: %v, want EIO", err)
-	}
-	if e.exists("broken/_metadata") {
-		t.Error("the link whose indexing failed was left in the store")
-	}
-	// Any other new name is no checkpoint: not indexed.
-	if err := os.Link(m("job/chk-5/_metadata"), m("archive/meta.bak")); err != nil {
-		t.Fatal(err)
-	}
-	if slices.Contains(e.checker.CallLog(), "written archive/meta.bak") {
-		t.Error("a link not named _metadata was indexed")
 	}
 }

@@ -222,15 +222,16 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	}
 	from, to := t.key(), n.childKey(name)
 	var ch *fs.Inode
-	// A new name _metadata makes a live checkpoint (cp -al of a checkpoint folder links it): it is indexed
-	// before the link returns (decided under the exclusive lock like a rename onto _metadata, every change
-	// the index would allow refused while it is read), or the checkpoint would be unknown to every decision
-	// until the next sync.
-	mutate, newMetadata := n.enf.Mutate, guard.IsMetadata(to)
-	if newMetadata {
-		mutate = n.enf.MutateExclusive
+	// A new name _metadata makes a live checkpoint (cp -al of a checkpoint folder): Link indexes it before
+	// it returns, and if it cannot, undo takes the name away again.
+	undo := func() {
+		if fd, err := n.root.dir(n.key()); err == nil {
+			_ = unix.Unlinkat(fd, name, 0)
+			n.root.release(fd)
+		}
 	}
-	errno := mutate(ctx, []guard.Check{{Op: verdict.OpLink, Path: from, To: to, Decided: n.storeDecision(verdict.OpLink, from)}}, func() syscall.Errno {
+	c := guard.Check{Op: verdict.OpLink, Path: from, To: to, Decided: n.storeDecision(verdict.OpLink, from)}
+	errno := n.enf.Link(ctx, c, func() syscall.Errno {
 		sfd, sname, err := n.root.parent(from)
 		if err != nil {
 			return fs.ToErrno(err)
@@ -244,28 +245,17 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		if err := unix.Linkat(sfd, sname, dfd, name, 0); err != nil {
 			return fs.ToErrno(err)
 		}
-		if newMetadata {
-			// Indexed once the lock is released; if it cannot be, the name goes again, so nothing live is
-			// left unknown to the index.
-			undo := func() {
-				if fd, err := n.root.dir(n.key()); err == nil {
-					_ = unix.Unlinkat(fd, name, 0)
-					n.root.release(fd)
-				}
-			}
-			if errno := n.enf.Linked(ctx, to, undo); errno != 0 {
-				_ = unix.Unlinkat(dfd, name, 0)
-				return errno
-			}
-		}
 		ch, err = n.newChild(ctx, dfd, name, out)
 		if err != nil {
 			_ = unix.Unlinkat(dfd, name, 0)
 			return fs.ToErrno(err)
 		}
 		return 0
-	})
-	return ch, errno
+	}, undo)
+	if errno != 0 {
+		return nil, errno
+	}
+	return ch, 0
 }
 
 var _ fs.NodeTmpfiler = (*node)(nil)

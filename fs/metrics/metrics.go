@@ -110,30 +110,30 @@ func New() *Metrics {
 		Help:    "Time the index took to decide a guarded operation, by operation (part of the FUSE latency).",
 		Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10),
 	}, []string{"op"})
-	m.liveCkpt = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "ckguard_live_checkpoints", Help: "Live checkpoints in the index."})
-	m.liveSavepoints = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "ckguard_live_savepoints", Help: "Live savepoints in the index."})
-	m.refBytes = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "ckguard_referenced_bytes", Help: "Bytes of store objects that are not garbage: referenced by live checkpoints/savepoints or protected by policy (store bytes minus orphaned bytes)."})
-	m.orphanBytes = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "ckguard_orphaned_bytes", Help: "Bytes of unreferenced store objects past the grace period."})
-	m.unmappedRefs = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "ckguard_unmapped_references", Help: "References of live checkpoints that no --map ties to the store, the store does not place and no --external declares: every store file that could be one of them is refused, and verify cannot be green."})
-	m.inferredMaps = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "ckguard_inferred_maps", Help: "Prefix maps the store proved for references no --map covers (applied; add them as --map to make them explicit)."})
-	m.clockBehind = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "ckguard_store_clock_behind_seconds", Help: "How far ages of store files are corrected because the store's clock is (or was, within --grace) behind this host's; 0 when the clocks agree."})
+	// The plain gauges, set from what the index and the quarantine report: made and registered here.
+	for _, g := range []struct {
+		gauge *prometheus.Gauge
+		opts  prometheus.GaugeOpts
+	}{
+		{&m.liveCkpt, prometheus.GaugeOpts{Name: "ckguard_live_checkpoints", Help: "Live checkpoints in the index."}},
+		{&m.liveSavepoints, prometheus.GaugeOpts{Name: "ckguard_live_savepoints", Help: "Live savepoints in the index."}},
+		{&m.refBytes, prometheus.GaugeOpts{Name: "ckguard_referenced_bytes", Help: "Bytes of store objects that are not garbage: referenced by live checkpoints/savepoints or protected by policy (store bytes minus orphaned bytes)."}},
+		{&m.orphanBytes, prometheus.GaugeOpts{Name: "ckguard_orphaned_bytes", Help: "Bytes of unreferenced store objects past the grace period."}},
+		{&m.unmappedRefs, prometheus.GaugeOpts{Name: "ckguard_unmapped_references", Help: "References of live checkpoints that no --map ties to the store, the store does not place and no --external declares: every store file that could be one of them is refused, and verify cannot be green."}},
+		{&m.inferredMaps, prometheus.GaugeOpts{Name: "ckguard_inferred_maps", Help: "Prefix maps the store proved for references no --map covers (applied; add them as --map to make them explicit)."}},
+		{&m.clockBehind, prometheus.GaugeOpts{Name: "ckguard_store_clock_behind_seconds", Help: "How far ages of store files are corrected because the store's clock is (or was, within --grace) behind this host's; 0 when the clocks agree."}},
+		{&m.qObjects, prometheus.GaugeOpts{Name: "ckguard_quarantine_objects", Help: "Objects staged in the store's quarantine folder by deletions through the mount (--quarantine), awaiting restore or purge."}},
+		{&m.qBytes, prometheus.GaugeOpts{Name: "ckguard_quarantine_bytes", Help: "Bytes of the objects staged in the quarantine folder."}},
+	} {
+		*g.gauge = prometheus.NewGauge(g.opts)
+		m.Registry.MustRegister(*g.gauge)
+	}
 	lag := sinceGauge(prometheus.GaugeOpts{Name: "ckguard_index_lag_seconds",
 		Help: "Seconds since the last successful index sync (-1 before the first)."}, &m.mu, &m.lastSync)
 	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ckguard_fuse_requests_in_flight",
 		Help: "FUSE requests the daemon is answering now.",
 	}, func() float64 { return float64(m.inflight.Load()) })
-	m.qObjects = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "ckguard_quarantine_objects", Help: "Objects staged in the store's quarantine folder by deletions through the mount (--quarantine), awaiting restore or purge."})
-	m.qBytes = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "ckguard_quarantine_bytes", Help: "Bytes of the objects staged in the quarantine folder."})
 	qOldest := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ckguard_quarantine_oldest_seconds",
 		Help: "Age of the oldest quarantine entry (0 when empty); past the TTL means the purge is behind.",
@@ -144,9 +144,8 @@ func New() *Metrics {
 		}
 		return time.Since(time.Unix(0, t)).Seconds()
 	})
-	m.Registry.MustRegister(m.qObjects, m.qBytes, qOldest)
 	m.Registry.MustRegister(m.refusals, m.allowed, m.notifyErrors, m.syncDuration, m.syncFailures,
-		m.fuseLatency, m.decideLatency, m.liveCkpt, m.liveSavepoints, m.refBytes, m.orphanBytes, m.clockBehind, m.unmappedRefs, m.inferredMaps, lag, inflight,
+		m.fuseLatency, m.decideLatency, lag, inflight, qOldest,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.loss.register(m.Registry)
 	return m

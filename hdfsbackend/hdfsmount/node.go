@@ -178,10 +178,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 					}
 					return hdfsclient.Errno(w.Close())
 				})
-				if errno != 0 {
-					return errno
-				}
-				if errno := n.fsys.g.Written(ctx, key); errno != 0 {
+				if errno != 0 { // a truncated _metadata is indexed again by Change
 					return errno
 				}
 			}
@@ -409,13 +406,16 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if flags&syscall.O_TRUNC == 0 && fi.Size > 0 {
 		// Decided like on every mount (a referenced file is refused); HDFS files are written once, front
 		// to back, so the descriptor's writes then fail with ENOTSUP (its ftruncate is decided again).
-		if errno := n.fsys.g.Errno(ctx, guard.Check{Op: guard.OpenOp(flags), Path: key, Observed: new(n.fsys.info(key, fi))}); errno != 0 {
+		h := &writeHandle{fsys: n.fsys, node: n, key: key, mode: fi.Mode, n: fi.Size, existing: true}
+		errno := n.fsys.g.Open(ctx, guard.Check{Op: guard.OpenOp(flags), Path: key, Observed: new(n.fsys.info(key, fi))}, func() syscall.Errno {
+			n.mu.Lock()
+			n.waiting = append(n.waiting, h)
+			n.mu.Unlock()
+			return 0
+		})
+		if errno != 0 {
 			return nil, 0, errno
 		}
-		h := &writeHandle{fsys: n.fsys, node: n, key: key, mode: fi.Mode, n: fi.Size, existing: true}
-		n.mu.Lock()
-		n.waiting = append(n.waiting, h)
-		n.mu.Unlock()
 		return h, fuse.FOPEN_DIRECT_IO, 0
 	}
 	var w hdfsclient.Writer

@@ -57,14 +57,10 @@ func (n *node) openObject(ctx context.Context, key string, o s3client.Object, fl
 		return newReadHandle(n.fsys, key, o), 0, 0
 	}
 	op := guard.OpenOp(flags)
-	if errno := n.fsys.g.Errno(ctx, guard.Check{Op: op, Path: key, Observed: n.fsys.observed(key, o)}); errno != 0 {
+	w, errno := n.openWriter(ctx, key, o, op)
+	if errno != 0 {
 		return nil, 0, errno
 	}
-	w, err := n.newWriteHandle(key, s3client.PutOptions{IfMatch: o.ETag})
-	if err != nil {
-		return nil, 0, syscall.EIO
-	}
-	w.redecide, w.base = op, o
 	if op == verdict.OpWrite && o.Size > 0 {
 		// Read-modify-write: start from the current object (pinned to its ETag).
 		buf := make([]byte, 8<<20)
@@ -125,18 +121,13 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 			cn.attr(&out.Attr)
 			return ch, fh, fflags, 0
 		}
-		if errno := n.fsys.g.Errno(ctx, guard.Check{Op: verdict.OpTruncate, Path: key, Observed: n.fsys.observed(key, o)}); errno != 0 {
-			return nil, nil, 0, errno
-		}
 		ch := n.newChild(ctx, key, o)
 		cn := ch.Operations().(*node)
-		w, err := cn.newWriteHandle(key, s3client.PutOptions{IfMatch: o.ETag})
-		if err != nil {
-			n.fsys.inos.forgot(cn)
-			return nil, nil, 0, syscall.EIO
+		w, errno := cn.openWriter(ctx, key, o, verdict.OpTruncate)
+		if errno != 0 {
+			n.fsys.inos.forgot(cn) // never handed to the kernel
+			return nil, nil, 0, errno
 		}
-		w.base = o
-		w.redecide = verdict.OpTruncate
 		w.dirty = true
 		cn.addWriter(w)
 		cn.attr(&out.Attr)
@@ -156,6 +147,26 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	n.fsys.cache.Drop(key)
 	cn.attr(&out.Attr)
 	return ch, w, fuse.FOPEN_DIRECT_IO, 0
+}
+
+// openWriter opens the object o at key for writing as op (OpTruncate or OpWrite; decided through the
+// enforcer's Open verb): the handle replaces exactly o (If-Match) when it uploads, and decides op
+// again then. Only the handle is made under the enforcer's lock; the copy of o into its spool, a read
+// that can take long, is the caller's, after the lock.
+func (n *node) openWriter(ctx context.Context, key string, o s3client.Object, op verdict.Op) (*writeHandle, syscall.Errno) {
+	var w *writeHandle
+	errno := n.fsys.g.Open(ctx, guard.Check{Op: op, Path: key, Observed: n.fsys.observed(key, o)}, func() syscall.Errno {
+		var err error
+		if w, err = n.newWriteHandle(key, s3client.PutOptions{IfMatch: o.ETag}); err != nil {
+			return syscall.EIO
+		}
+		return 0
+	})
+	if errno != 0 {
+		return nil, errno
+	}
+	w.redecide, w.base = op, o
+	return w, 0
 }
 
 func (n *node) addWriter(w *writeHandle) {

@@ -1,6 +1,7 @@
 package mounttest
 
 import (
+	"errors"
 	"os"
 	"slices"
 	"strings"
@@ -274,7 +275,8 @@ func times(t *testing.T, h Harness) {
 
 // hardLinks: where the store has hard links, a second name of an unreferenced file can be made, and
 // once a checkpoint references the file by its first name, the second cannot write or truncate it (the
-// index knows files by name); removing the second name leaves the data. Elsewhere link fails ENOTSUP.
+// index knows files by name); removing the second name leaves the data; a second name _metadata is
+// indexed before link returns (linkedMetadata). Elsewhere link fails ENOTSUP.
 func hardLinks(t *testing.T, h Harness) {
 	e := start(t, h, syscall.EPERM)
 	e.st.Put(t, "a/free", "data")
@@ -291,4 +293,39 @@ func hardLinks(t *testing.T, h Harness) {
 	want(t, "open for writing through the second name", openClose(e.path("a/alias"), os.O_WRONLY), e.refuse)
 	want(t, "unlink of the unreferenced second name", os.Remove(e.path("a/alias")), 0)
 	e.intact(t, "after the second name", "a/free", "data")
+	linkedMetadata(t, e)
+}
+
+// linkedMetadata: a hard link named _metadata (cp -al of a checkpoint folder) makes a live checkpoint,
+// so it is indexed before link returns; when indexing fails the new name is removed again and the
+// caller gets EIO (were it left to the next sync, deleting the original _metadata in the meantime would
+// make the checkpoint's files deletable). Any other new name is no checkpoint and is not indexed.
+func linkedMetadata(t *testing.T, e *env) {
+	e.st.Put(t, "job/chk-5/_metadata", "meta")
+	e.st.Put(t, "job/chk-5/state", "s")
+	for _, d := range []string{"archive", "broken"} {
+		if err := os.Mkdir(e.path(d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.ck.SetWrittenHook(func(key string) error {
+		if key == "broken/_metadata" {
+			return errors.New("index unavailable")
+		}
+		e.ck.Protect("job/chk-5/state", key)
+		return nil
+	})
+	if err := os.Link(e.path("job/chk-5/_metadata"), e.path("archive/_metadata")); err != nil {
+		t.Fatalf("link onto _metadata: %v", err)
+	}
+	e.told(t, "written archive/_metadata")
+	want(t, "unlink of what the linked _metadata references, right after link", os.Remove(e.path("job/chk-5/state")), e.refuse)
+	want(t, "link whose indexing failed", os.Link(e.path("job/chk-5/_metadata"), e.path("broken/_metadata")), syscall.EIO)
+	e.gone(t, "the link whose indexing failed", "broken/_metadata")
+	if err := os.Link(e.path("job/chk-5/_metadata"), e.path("archive/meta.bak")); err != nil {
+		t.Fatalf("link to another name: %v", err)
+	}
+	if slices.Contains(e.ck.CallLog(), "written archive/meta.bak") {
+		t.Error("a link not named _metadata was indexed")
+	}
 }

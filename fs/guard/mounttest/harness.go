@@ -30,7 +30,7 @@
 // operation wherever the fake would refuse it, a broken enforcer; the suite then fails on every backend
 // (CatchesBroken runs that from a mount's tests):
 //
-//	CKGUARD_CONTRACT_BREAK=unlink go test -count=1 -run TestContract ./fs/localfs/ ./s3backend/s3mount/
+//	CKGUARD_CONTRACT_BREAK=unlink go test -count=1 -run TestContract ./fs/localfs/ ./s3backend/s3mount/ ./hdfsbackend/hdfsmount/
 package mounttest
 
 import (

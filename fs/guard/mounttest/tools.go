@@ -15,7 +15,8 @@ import (
 
 // metadataIndexedAtClose: a _metadata written through the mount is indexed before its close returns,
 // from its complete content, so what it references is protected the moment the writer learns it is
-// stored; a temporary file renamed into place is reported as a rename.
+// stored; one truncated by path is indexed again before truncate returns; a temporary file renamed
+// into place is reported as a rename.
 func metadataIndexedAtClose(t *testing.T, h Harness) {
 	e := start(t, h, syscall.EPERM)
 	if err := os.MkdirAll(e.path("job/chk-5"), 0o755); err != nil {
@@ -26,7 +27,7 @@ func metadataIndexedAtClose(t *testing.T, h Harness) {
 	var saw atomic.Value
 	saw.Store("")
 	e.ck.SetWrittenHook(func(key string) error {
-		if key != "job/chk-5/_metadata" {
+		if key != "job/chk-5/_metadata" && key != "job/chk-6/_metadata" {
 			return nil
 		}
 		b, _ := e.st.Get(t, key)
@@ -50,6 +51,13 @@ func metadataIndexedAtClose(t *testing.T, h Harness) {
 	}
 	if got := saw.Load().(string); got != "meta-bytes-2" {
 		t.Errorf("the index read %q at the close of the rewritten _metadata, want its new content", got)
+	}
+	// Truncated by path (one no writer of the mount has open): indexed again before truncate returns,
+	// from what is left.
+	e.st.Put(t, "job/chk-6/_metadata", "meta-bytes-6")
+	want(t, "truncate of the _metadata", os.Truncate(e.path("job/chk-6/_metadata"), 0), 0)
+	if got := saw.Load().(string); got != "" {
+		t.Errorf("the index read %q after truncate(2) of the _metadata returned, want it empty", got)
 	}
 	// Flink's recoverable writer: a temporary file renamed into place.
 	if err := os.WriteFile(e.path("job/chk-5/.tmp"), []byte("m2"), 0o644); err != nil {
