@@ -23,18 +23,15 @@ import (
 // (result: OK or the errno) and returns the results by name.
 func unprivAttempts(t *testing.T, script string, args ...string) map[string]string {
 	t.Helper()
-	prelude := `import os, sys, fcntl, struct, socket
-def attempt(name, f):
-    try:
-        f()
-        print(name, "OK")
-    except OSError as e:
-        print(name, e.errno)
-`
-	out, code := asNobody(t, "/usr/bin/python3", append([]string{"-c", prelude + script}, args...)...)
+	out, code := asNobody(t, "/usr/bin/python3", append([]string{"-c", unprivPrelude + script}, args...)...)
 	if code != 0 {
 		t.Fatalf("python as uid %s: exit %d\n%s", nobodyUID, code, out)
 	}
+	return parseAttempts(out)
+}
+
+// parseAttempts reads the "name result" lines of an attempt script.
+func parseAttempts(out string) map[string]string {
 	got := map[string]string{}
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
