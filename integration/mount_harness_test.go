@@ -96,6 +96,7 @@ type mntProc struct {
 	args                   []string
 	cred                   *syscall.Credential // run the daemon as this user (nil: as the test, root)
 	caps                   []uintptr           // with cred: ambient capabilities the daemon keeps
+	wrap                   []string            // run the daemon under this command (e.g. setpriv dropping a capability)
 	cmd                    *exec.Cmd
 	exited                 chan struct{}
 }
@@ -128,6 +129,9 @@ func (p *mntProc) start(extra ...string) {
 		t.Fatal(err)
 	}
 	p.cmd = exec.Command(mntBinary(t), p.args...)
+	if len(p.wrap) > 0 {
+		p.cmd = exec.Command(p.wrap[0], append(append(p.wrap[1:], mntBinary(t)), p.args...)...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if p.cred != nil {
 		p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred, AmbientCaps: p.caps}

@@ -2,6 +2,7 @@ package localfs
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"syscall"
 
@@ -38,15 +39,35 @@ func (n *node) newChild(ctx context.Context, dirfd int, name string, out *fuse.E
 }
 
 // callerOwns gives a new entry to the caller, as a file created on the store directly would be. Only a
-// root daemon can (and must: otherwise everything created through the mount belongs to root); as in
-// go-fuse's loopback a failure is not fatal to the creation.
-func callerOwns(ctx context.Context, chown func(uid, gid int) error) {
+// root daemon can (and must: otherwise everything created through the mount belongs to root). A chown
+// that fails (a root-squashing NFS export, a daemon without CAP_CHOWN) fails the creation, and the
+// caller removes the entry: it would stay the daemon's with the mode the caller chose, set-id bits
+// included, while the caller holds it open for writing (a set-uid program of the daemon's user, written
+// by anyone).
+func callerOwns(ctx context.Context, chown func(uid, gid int) error) error {
 	if os.Geteuid() != 0 {
-		return
+		return nil
 	}
-	if c, ok := fuse.FromContext(ctx); ok {
-		_ = chown(int(c.Uid), int(c.Gid))
+	c, ok := fuse.FromContext(ctx)
+	if !ok {
+		return nil
 	}
+	if err := chown(int(c.Uid), int(c.Gid)); err != nil {
+		return fmt.Errorf("give the new entry to uid %d (the creator): %w; nothing was created (a root-squashing NFS store cannot be guarded by a root mount: run the mount as the store's owner)", c.Uid, err)
+	}
+	return nil
+}
+
+// removeCreated removes the entry name in dirfd that this mount just created as fd (or, fd < 0, just
+// made), unless the name holds another file by now.
+func removeCreated(dirfd int, name string, fd, flags int) {
+	if fd >= 0 {
+		var a, b unix.Stat_t
+		if unix.Fstat(fd, &a) != nil || unix.Fstatat(dirfd, name, &b, unix.AT_SYMLINK_NOFOLLOW) != nil || a.Dev != b.Dev || a.Ino != b.Ino {
+			return
+		}
+	}
+	_ = unix.Unlinkat(dirfd, name, flags)
 }
 
 // othersMetadata reports whether a new entry name in this mount would be a `_metadata` that another user
@@ -83,7 +104,11 @@ func (n *node) mkentry(ctx context.Context, name string, out *fuse.EntryOut, rem
 	if err := make(dfd); err != nil {
 		return nil, fs.ToErrno(err)
 	}
-	callerOwns(ctx, func(uid, gid int) error { return unix.Fchownat(dfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW) })
+	if err := callerOwns(ctx, func(uid, gid int) error { return unix.Fchownat(dfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+		removeCreated(dfd, name, -1, removeFlags)
+		n.root.log.Warn("create through the mount refused", "path", n.childKey(name), "err", err)
+		return nil, syscall.EPERM
+	}
 	ch, err := n.newChild(ctx, dfd, name, out)
 	if err != nil {
 		_ = unix.Unlinkat(dfd, name, removeFlags)
@@ -187,7 +212,15 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errno
 	}
 	if created {
-		callerOwns(ctx, func(uid, gid int) error { return unix.Fchown(fd, uid, gid) })
+		if err := callerOwns(ctx, func(uid, gid int) error { return unix.Fchown(fd, uid, gid) }); err != nil {
+			if dfd, derr := n.root.dir(n.key()); derr == nil {
+				removeCreated(dfd, name, fd, 0)
+				n.root.release(dfd)
+			}
+			unix.Close(fd)
+			n.root.log.Warn("create through the mount refused", "path", key, "err", err)
+			return nil, nil, 0, syscall.EPERM
+		}
 	}
 	ch, err := n.newChild(ctx, fd, "", out)
 	if err != nil {
@@ -266,7 +299,11 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	if err != nil {
 		return nil, nil, 0, fs.ToErrno(err)
 	}
-	callerOwns(ctx, func(uid, gid int) error { return unix.Fchown(fd, uid, gid) })
+	if err := callerOwns(ctx, func(uid, gid int) error { return unix.Fchown(fd, uid, gid) }); err != nil {
+		unix.Close(fd) // unnamed: closing it removes it
+		n.root.log.Warn("create through the mount refused", "path", n.key(), "err", err)
+		return nil, nil, 0, syscall.EPERM
+	}
 	ch, err := n.newChild(ctx, fd, "", out)
 	if err != nil {
 		unix.Close(fd)

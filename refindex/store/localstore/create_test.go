@@ -34,6 +34,35 @@ func TestCreateExclusive(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "job/chk-3/_metadata", errAny},
+		// A symlink pointing inside the store is refused too: following it would put one job's
+		// _metadata into another job's folder (a fake newest checkpoint there).
+		{"symlinked folder inside the store", func(t *testing.T, root, _ string) {
+			if err := os.MkdirAll(filepath.Join(root, "other", "chk-9"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(filepath.Join(root, "job"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("../other/chk-9", filepath.Join(root, "job", "chk-3")); err != nil {
+				t.Fatal(err)
+			}
+		}, "job/chk-3/_metadata", errAny},
+		{"symlinked job folder inside the store", func(t *testing.T, root, _ string) {
+			if err := os.MkdirAll(filepath.Join(root, "other", "chk-3"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("other", filepath.Join(root, "job")); err != nil {
+				t.Fatal(err)
+			}
+		}, "job/chk-3/_metadata", errAny},
+		{"symlink at the name", func(t *testing.T, root, outside string) {
+			if err := os.MkdirAll(filepath.Join(root, "job", "chk-3"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Join(outside, "x"), filepath.Join(root, "job", "chk-3", "_metadata")); err != nil {
+				t.Fatal(err)
+			}
+		}, "job/chk-3/_metadata", fs.ErrExist},
 		{"climbing key", func(*testing.T, string, string) {}, "../x/_metadata", errAny},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -47,6 +76,12 @@ func TestCreateExclusive(t *testing.T) {
 			if ents, _ := os.ReadDir(outside); len(ents) != 0 {
 				t.Fatalf("wrote outside the store: %v", ents)
 			}
+			if _, err := os.Lstat(filepath.Join(root, "other", "chk-9", "_metadata")); err == nil {
+				t.Fatal("followed a symlink inside the store: other/chk-9/_metadata written")
+			}
+			if _, err := os.Lstat(filepath.Join(root, "other", "chk-3", "_metadata")); err == nil {
+				t.Fatal("followed a symlink inside the store: other/chk-3/_metadata written")
+			}
 			switch {
 			case tc.wantErr == nil:
 				if err != nil {
@@ -55,7 +90,7 @@ func TestCreateExclusive(t *testing.T) {
 				p := filepath.Join(root, filepath.FromSlash(tc.key))
 				b, _ := os.ReadFile(p)
 				fi, _ := os.Stat(p)
-				if string(b) != "ours" || !fi.ModTime().Equal(mtime) {
+				if string(b) != "ours" || fi == nil || !fi.ModTime().Equal(mtime) {
 					t.Fatalf("created %q at %v", b, fi.ModTime())
 				}
 			case tc.wantErr == errAny:
@@ -65,6 +100,9 @@ func TestCreateExclusive(t *testing.T) {
 			default:
 				if !errors.Is(err, tc.wantErr) {
 					t.Fatalf("err %v, want %v", err, tc.wantErr)
+				}
+				if fi, _ := os.Lstat(filepath.Join(root, filepath.FromSlash(tc.key))); fi != nil && fi.Mode()&fs.ModeSymlink != 0 {
+					break
 				}
 				if b, _ := os.ReadFile(filepath.Join(root, filepath.FromSlash(tc.key))); string(b) != "theirs" {
 					t.Fatalf("replaced: %q", b)

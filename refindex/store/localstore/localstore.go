@@ -147,10 +147,12 @@ func (s *Store) Open(ctx context.Context, key string) (store.Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, _ := s.OSPath(k)
-	// Non-blocking and not through a final symlink: a FIFO swapped in after a stat must not hang the
-	// reader (the index reads under its write lock, a mount under its exclusive lock).
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	// Non-blocking: a FIFO swapped in after a stat must not hang the reader (the index reads under its
+	// write lock, a mount under its exclusive lock). Through no symlink at all: the readers run as root
+	// (the mount's sync, verify --read, the metadata history, which keeps a copy that restore-metadata
+	// writes back world-readable), and a user who can write a job folder could otherwise swap a folder
+	// on the way for a link to a directory only root may read.
+	f, err := s.openNoSymlinks(k, os.O_RDONLY|syscall.O_NONBLOCK)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, store.NotExist("open", k)
@@ -167,6 +169,34 @@ func (s *Store) Open(ctx context.Context, key string) (store.Reader, error) {
 		return nil, fmt.Errorf("open %s: not a regular file (%s)", k, fi.Mode().Type())
 	}
 	return reader{File: f, size: fi.Size()}, nil
+}
+
+// openNoSymlinks opens key k (clean) beneath the root without following a symlink on the way or at
+// the name (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS). A kernel without openat2 (before 5.6) gets
+// the path, with only the name itself not followed.
+func (s *Store) openNoSymlinks(k string, flags int) (*os.File, error) {
+	p := s.osPath(k)
+	rfd, err := unix.Open(s.root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: s.root, Err: err}
+	}
+	defer unix.Close(rfd)
+	name := k
+	if name == "" {
+		name = "."
+	}
+	fd, err := unix.Openat2(rfd, name, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC | unix.O_NOFOLLOW),
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS})
+	if err == unix.ENOSYS {
+		return os.OpenFile(p, flags|syscall.O_NOFOLLOW, 0)
+	}
+	if err == unix.ELOOP || err == unix.EXDEV {
+		return nil, &fs.PathError{Op: "open", Path: p, Err: fmt.Errorf("a symlink on the way (the store's files are read through real folders only): %w", err)}
+	}
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
+	}
+	return os.NewFile(uintptr(fd), p), nil
 }
 
 // Walk reports every file and directory strictly below prefix. A missing prefix is not an error

@@ -131,3 +131,52 @@ func TestStoreTimeNamedProbe(t *testing.T) {
 		t.Errorf("the clock probe left %v in the store", ents)
 	}
 }
+
+// TestOpenFollowsNoSymlink: the store's readers run as root for users who may write job folders, so
+// a read never goes through a symlink, on the way or at the name, to a file outside the store or
+// elsewhere in it; a real file is read as before.
+func TestOpenFollowsNoSymlink(t *testing.T) {
+	root, outside := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("root only"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"job/chk-1", "other"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "job/chk-1/_metadata"), []byte("real"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "other/f"), []byte("other"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{
+		"job/out":         outside,
+		"job/in":          "../other",
+		"job/chk-1/alias": filepath.Join(outside, "secret"),
+	} {
+		if err := os.Symlink(target, filepath.Join(root, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := localstore.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r, err := st.Open(ctx, "job/chk-1/_metadata")
+	if err != nil {
+		t.Fatalf("open a real file: %v", err)
+	}
+	r.Close()
+	for _, k := range []string{"job/out/secret", "job/in/f", "job/chk-1/alias"} {
+		if r, err := st.Open(ctx, k); err == nil {
+			r.Close()
+			t.Errorf("open %s through a symlink: succeeded", k)
+		}
+	}
+	if _, err := st.Open(ctx, "job/chk-1/missing"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("open a missing file: %v, want not-exist", err)
+	}
+}

@@ -525,10 +525,10 @@ func (l *Local) mkdirs(key string, uid, gid int) (int, error) {
 			if merr := unix.Mkdirat(fd, seg, 0o755); merr != nil && merr != unix.EEXIST {
 				err = merr
 			} else {
-				if merr == nil && os.Geteuid() == 0 {
-					_ = unix.Fchownat(fd, seg, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
-				}
 				nfd, err = unix.Openat(fd, seg, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+				if err == nil && merr == nil && os.Geteuid() == 0 {
+					giveFolder(nfd, uid, gid)
+				}
 			}
 		}
 		if fd != l.root {
@@ -540,6 +540,18 @@ func (l *Local) mkdirs(key string, uid, gid int) (int, error) {
 		fd = nfd
 	}
 	return fd, nil
+}
+
+// giveFolder gives the folder a restore just created (open as fd) to the restored object's owner. It
+// acts on the descriptor, never by name: a user writing in the parent could swap the new name for a
+// hard link or another folder between the mkdir and the chown, and root must not chown that. A folder
+// that is not root's (another one renamed in meanwhile) is left as it is.
+func giveFolder(fd, uid, gid int) {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Uid != 0 {
+		return
+	}
+	_ = unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH)
 }
 
 // Purge destroys the entry's object, then its record.

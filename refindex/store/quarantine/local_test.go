@@ -304,3 +304,72 @@ func TestReadLineBoundsLongLines(t *testing.T) {
 		t.Fatalf("parseJournal = %v, %d bad, %v; want the record after the long line", recs, bad, err)
 	}
 }
+
+// TestLocalRestoreGivesNewFoldersToTheOwner: as root, the folders a restore creates belong to the
+// restored object's owner (so its user can clean them up), a folder someone else put at the name
+// keeps its owner, and a symlink on the way is never followed.
+func TestLocalRestoreGivesNewFoldersToTheOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (chown)")
+	}
+	const uid = 65534
+	for _, tc := range []struct {
+		name     string
+		prepare  func(t *testing.T, dir string) // after the staging, before the restore
+		wantErr  bool
+		wantUIDs map[string]uint32 // folder → owner after the restore
+	}{
+		{"created folders", func(t *testing.T, dir string) {
+			if err := os.RemoveAll(filepath.Join(dir, "job")); err != nil {
+				t.Fatal(err)
+			}
+		}, false, map[string]uint32{"job": uid, "job/chk-1": uid}},
+		{"existing folder of another user", func(t *testing.T, dir string) {
+			if err := os.Chown(filepath.Join(dir, "job"), 4242, 4242); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.RemoveAll(filepath.Join(dir, "job", "chk-1")); err != nil {
+				t.Fatal(err)
+			}
+		}, false, map[string]uint32{"job": 4242, "job/chk-1": uid}},
+		{"symlink on the way", func(t *testing.T, dir string) {
+			if err := os.RemoveAll(filepath.Join(dir, "job")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(filepath.Join(dir, "elsewhere"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("elsewhere", filepath.Join(dir, "job")); err != nil {
+				t.Fatal(err)
+			}
+		}, true, map[string]uint32{"elsewhere": 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, l, _ := newArea(t)
+			write(t, dir, "job/chk-1/f", "data")
+			if err := os.Chown(filepath.Join(dir, "job/chk-1/f"), uid, uid); err != nil {
+				t.Fatal(err)
+			}
+			e := move(t, dir, l, "job/chk-1/f")
+			tc.prepare(t, dir)
+			_, err := l.Restore(context.Background(), e.ID)
+			if tc.wantErr != (err != nil) {
+				t.Fatalf("restore: %v, want error %v", err, tc.wantErr)
+			}
+			if tc.wantErr {
+				if _, err := os.Lstat(filepath.Join(dir, "elsewhere", "chk-1")); err == nil {
+					t.Fatal("the restore followed the symlink")
+				}
+			}
+			for d, want := range tc.wantUIDs {
+				var st unix.Stat_t
+				if err := unix.Lstat(filepath.Join(dir, d), &st); err != nil {
+					t.Fatal(err)
+				}
+				if st.Uid != want {
+					t.Errorf("%s: owner %d, want %d", d, st.Uid, want)
+				}
+			}
+		})
+	}
+}
