@@ -95,7 +95,7 @@ func TestS3VersionedQuarantineRestore(t *testing.T) {
 	lmKept := 0
 	for k, v := range before {
 		g, ok := after[k]
-		if !ok || g != v {
+		if !ok || g.data != v.data {
 			t.Errorf("%s not restored byte-identical (present %v)", k, ok)
 			continue
 		}
