@@ -10,6 +10,9 @@
 #   setup.sh lint    staticcheck (make lint)
 #   setup.sh e2e     test + Java 17, Maven and the Flink artifacts (make e2e; ~500 MB from Maven Central)
 #   setup.sh bench   test + s3fs and rclone, the S3 benchmarks' comparison clients (make bench)
+#   setup.sh minio   test + MinIO (a second S3 server: the versioned-bucket quarantine checks there that a
+#                    restore keeps Last-Modified, which versitygw's posix backend resets; ~2 min, ~2 GB of
+#                    module and build cache on a cold machine)
 #   setup.sh hdfs    e2e + the Hadoop 3.5.0 artifacts (~145 MB): the MiniDFSCluster launcher (and its MiniKdc) of the HDFS
 #                    tests (make test-hdfs) and Flink's hdfs:// file system (the HDFS e2e tests)
 #   setup.sh posix   test + pjdfstest, the POSIX suite scripts/posix-suite.sh runs (needs cargo, Rust >= 1.85)
@@ -38,8 +41,9 @@ e2e) purposes=(test e2e) ;;
 bench) purposes=(test bench) ;;
 posix) purposes=(test posix) ;;
 hdfs) purposes=(test e2e hdfs) ;;
-all) purposes=(test lint e2e bench posix hdfs) ;;
-*) echo "setup: unknown profile $profile (want demo, test, lint, e2e, bench, posix, hdfs or all)" >&2; exit 2 ;;
+minio) purposes=(test minio) ;;
+all) purposes=(test lint e2e bench posix hdfs minio) ;;
+*) echo "setup: unknown profile $profile (want demo, test, lint, e2e, bench, posix, hdfs, minio or all)" >&2; exit 2 ;;
 esac
 has() { local p; for p in "${purposes[@]}"; do [ "$p" = "$1" ] && return 0; done; return 1; }
 
@@ -51,6 +55,7 @@ if has e2e; then pkgs+=("${e2e_pkgs[@]}"); steps+=(flink-artifacts); fi
 if has bench; then pkgs+=("${bench_pkgs[@]}"); fi
 if has posix; then steps+=(pjdfstest); fi
 if has hdfs; then steps+=(hadoop-artifacts); fi
+if has minio; then steps+=(minio); fi
 if [ -n "$list" ]; then
 	((${#pkgs[@]} == 0)) || printf 'package %s\n' "${pkgs[@]}"
 	printf 'step %s\n' "${steps[@]}"
@@ -92,6 +97,10 @@ fi
 if step versitygw && [ ! -x "$TOOLS/versitygw" ]; then
 	echo "setup: versitygw (test S3 server; about a minute on a cold cache)"
 	GOBIN="$TOOLS" go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
+fi
+if step minio && [ ! -x "$TOOLS/minio" ]; then
+	echo "setup: minio (second S3 test server, for the versioned-bucket tests; a few minutes on a cold cache)"
+	GOBIN="$TOOLS" go install github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c
 fi
 if step pjdfstest && [ ! -x "$TOOLS/pjdfstest" ]; then
 	# The POSIX conformance suite scripts/posix-suite.sh runs against the mounts (the Rust rewrite; it needs

@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3quarantine"
@@ -315,5 +319,65 @@ func TestMarkerFinder(t *testing.T) {
 	}
 	if _, ok, err := f.FindQuarantined(ctx, "job/shared/a"); err != nil || ok {
 		t.Fatalf("a marker over nothing reported as restorable: %v %v", ok, err)
+	}
+}
+
+// TestVersionedRestoreKeepsLastModified (MinIO, which keeps a version's time as AWS does): an object
+// restored from the delete-marker quarantine is the same version with the same Last-Modified.
+func TestVersionedRestoreKeepsLastModified(t *testing.T) {
+	ctx := context.Background()
+	srv := s3server.StartMinIO(t)
+	admin, err := s3client.New(ctx, srv.Config(), s3client.Location{Bucket: "vbkt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.API().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("vbkt")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.API().PutBucketVersioning(ctx, &s3.PutBucketVersioningInput{Bucket: aws.String("vbkt"),
+		VersioningConfiguration: &types.VersioningConfiguration{Status: types.BucketVersioningStatusEnabled}}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s3client.New(ctx, srv.Config(), s3client.Location{Bucket: "vbkt", Prefix: "flink/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, info, err := s3quarantine.Open(ctx, c, nil)
+	if err != nil || !info.Versioned {
+		t.Fatalf("Open on a versioned MinIO bucket: %+v %v", info, err)
+	}
+	key := "job/shared/sst"
+	etag := put(t, c, key, "state")
+	before, err := c.Head(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // Last-Modified has whole seconds: a reset would show
+	e, err := a.Stage(ctx, key, etag, quarantine.Decision{Op: "unlink", Reason: "allowed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := get(t, c, key); ok {
+		t.Fatalf("%s readable after staging", key)
+	}
+	if _, err := a.Restore(ctx, e.ID); err != nil {
+		t.Fatal(err)
+	}
+	after, err := c.Head(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body, _ := get(t, c, key); body != "state" || after.VersionID != before.VersionID || after.ETag != before.ETag || !after.ModTime.Equal(before.ModTime) {
+		t.Fatalf("restored %q %+v, want the version %+v with its Last-Modified", body, after, before)
+	}
+	e2, err := a.Stage(ctx, key, "", quarantine.Decision{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Purge(ctx, e2.ID); err != nil {
+		t.Fatal(err)
+	}
+	if vs := versions(t, c, key); len(vs) != 0 {
+		t.Fatalf("versions after purge: %+v", vs)
 	}
 }
