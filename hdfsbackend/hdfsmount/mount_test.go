@@ -273,3 +273,45 @@ func TestWriteReadThrough(t *testing.T) {
 	}
 	f.Close()
 }
+
+// TestShellRedirection: a shell's `> f` opens the file, dup2s it to stdout and closes the original
+// descriptor (a FLUSH) before anything is written; the file must stay writable until the descriptor
+// that writes is closed, for a new file, an existing one (truncated at open) and an empty result.
+func TestShellRedirection(t *testing.T) {
+	e := setup(t, 0)
+	old := time.Now().Add(-time.Hour)
+	if err := e.f.Put(dir+"/j/old", []byte("previous content"), old); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ name, script, file, want string }{
+		{"builtin into a new file", `printf x > new`, "j/new", "x"},
+		{"builtin over an existing file", `printf y > old`, "j/old", "y"},
+		{"builtins in a group", `{ printf a; printf b; } > group`, "j/group", "ab"},
+		{"external command", `/usr/bin/printf z > ext`, "j/ext", "z"},
+		{"empty", `: > empty`, "j/empty", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command("bash", "-c", tc.script)
+			cmd.Dir = filepath.Join(e.mnt, "j")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%s through the mount: %v %s", tc.script, err, out)
+			}
+			// The release that completes an empty file comes after close returns.
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				b, err := e.f.ReadFile(dir + "/" + tc.file)
+				if err == nil && string(b) == tc.want {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("HDFS %s = %q, %v; want %q", tc.file, b, err, tc.want)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if got, err := os.ReadFile(filepath.Join(e.mnt, tc.file)); err != nil || string(got) != tc.want {
+				t.Errorf("read back through the mount %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}

@@ -469,8 +469,12 @@ func (h *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 
 func (h *readHandle) Release(ctx context.Context) syscall.Errno { return hdfsclient.Errno(h.r.Close()) }
 
-// writeHandle writes a new file front to back; the first flush (close(2)) completes it and tells
-// the index (a `_metadata` written through the mount is indexed before close returns).
+// writeHandle writes a new file front to back; the first flush (close(2)) after data was written
+// completes it and tells the index (a `_metadata` written through the mount is indexed before close
+// returns). A flush before any data is not the end of the file: a shell's `printf x > f` opens f, dup2s
+// the descriptor to stdout and closes the original (a FLUSH) before printf writes; completing the file
+// there made every write after it fail. Such a file is completed by the next flush after data or, if
+// none comes (an empty file), at release.
 type writeHandle struct {
 	fsys *filesystem
 	node *node // set for existing-file descriptors (node.waiting)
@@ -487,6 +491,11 @@ type writeHandle struct {
 	closed bool
 	err    syscall.Errno
 }
+
+// errWriteAfterClose: HDFS cannot reopen a completed file for writing through this client, so a write
+// that follows the completing flush (a descriptor still open in another process, such as an inherited
+// stdout, after one closed it) fails rather than being lost silently.
+const errWriteAfterClose = syscall.EIO
 
 var _ gofs.FileWriter = (*writeHandle)(nil)
 var _ gofs.FileFlusher = (*writeHandle)(nil)
@@ -523,7 +532,8 @@ func (h *writeHandle) Write(ctx context.Context, data []byte, off int64) (uint32
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return 0, syscall.EBADF
+		h.fsys.log.Warn("write to an HDFS file after a close completed it: HDFS files are written once, front to back", "file", h.key, "offset", off)
+		return 0, errWriteAfterClose
 	}
 	if h.existing || off != h.n {
 		return 0, syscall.ENOTSUP // HDFS files are written front to back
@@ -536,11 +546,20 @@ func (h *writeHandle) Write(ctx context.Context, data []byte, off int64) (uint32
 	return uint32(m), 0
 }
 
-func (h *writeHandle) Flush(ctx context.Context) syscall.Errno {
+func (h *writeHandle) Flush(ctx context.Context) syscall.Errno { return h.complete(ctx, false) }
+
+// complete finishes the file at a flush that follows data, or at release (final) whatever was written.
+func (h *writeHandle) complete(ctx context.Context, final bool) syscall.Errno {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
 		return h.err
+	}
+	if !final && (h.existing || h.n == 0) {
+		// Nothing written yet: a descriptor closed beside the one that will write (see writeHandle);
+		// an existing-file descriptor stays able to adopt its truncation until release.
+		h.mu.Unlock()
+		return 0
 	}
 	h.closed = true
 	if h.existing {
@@ -564,12 +583,4 @@ func (h *writeHandle) Flush(ctx context.Context) syscall.Errno {
 	return 0
 }
 
-func (h *writeHandle) Release(ctx context.Context) syscall.Errno {
-	h.mu.Lock()
-	closed := h.closed
-	h.mu.Unlock()
-	if !closed {
-		return h.Flush(ctx)
-	}
-	return 0
-}
+func (h *writeHandle) Release(ctx context.Context) syscall.Errno { return h.complete(ctx, true) }
