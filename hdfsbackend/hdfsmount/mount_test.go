@@ -3,6 +3,8 @@ package hdfsmount_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -313,5 +315,58 @@ func TestShellRedirection(t *testing.T) {
 				t.Errorf("read back through the mount %q, %v; want %q", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestStreamedListing: a directory of many listing pages is served whole, exactly once per name, in
+// cleanup order (_metadata, chk-* newest first, then the rest in listing order), again after a
+// rewind; a NameNode failure in the middle of it fails the reader instead of ending the listing short.
+func TestStreamedListing(t *testing.T) {
+	e := setup(t, 0)
+	e.f.PageSize = 3
+	names := []string{"A1", "_metadata", "a", "chk-1", "chk-10", "chk-2", "chk-x"}
+	for i := range 20 {
+		names = append(names, fmt.Sprintf("d%02d", i))
+	}
+	for _, n := range names {
+		if err := e.f.Put(dir+"/j/"+n, []byte(n), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := "_metadata,chk-10,chk-2,chk-1,chk-x,A1,a"
+	for i := range 20 {
+		want += fmt.Sprintf(",d%02d", i)
+	}
+	d, err := os.Open(filepath.Join(e.mnt, "j"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, pass := range []string{"first", "after rewind"} {
+		got, err := d.Readdirnames(-1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := strings.Join(got, ","); g != want {
+			t.Errorf("%s listing:\n got %s\nwant %s", pass, g, want)
+		}
+		if _, err := d.Seek(0, io.SeekStart); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	lists := 0
+	e.f.Fault = func(op, name string) error {
+		if op == "list" && strings.HasSuffix(name, "/j") {
+			if lists++; lists == 4 {
+				return hdfsclient.ErrUnavailable
+			}
+		}
+		return nil
+	}
+	if out, err := exec.Command("ls", filepath.Join(e.mnt, "j")).CombinedOutput(); err == nil {
+		t.Errorf("a listing whose 4th page failed succeeded: %s", out)
+	} else if !strings.Contains(string(out), "Input/output error") {
+		t.Errorf("a failed listing reports %v %s, want an I/O error", err, out)
 	}
 }

@@ -9,13 +9,11 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ckguard/ckguard/fs/guard"
-	"github.com/ckguard/ckguard/fs/listorder"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/verdict"
@@ -61,7 +59,6 @@ var (
 	_ gofs.NodeLookuper      = (*node)(nil)
 	_ gofs.NodeGetattrer     = (*node)(nil)
 	_ gofs.NodeSetattrer     = (*node)(nil)
-	_ gofs.NodeReaddirer     = (*node)(nil)
 	_ gofs.NodeOpener        = (*node)(nil)
 	_ gofs.NodeCreater       = (*node)(nil)
 	_ gofs.NodeMkdirer       = (*node)(nil)
@@ -204,33 +201,6 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		}
 	}
 	return n.Getattr(ctx, fh, out)
-}
-
-// Readdir lists the directory page by page and hands it to the kernel in cleanup order
-// (fs/listorder: _metadata, then chk-N newest first, so recursive deleters meet the protection of a
-// live checkpoint before its files).
-func (n *node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	var ents []fuse.DirEntry
-	key := n.key()
-	started := time.Now() // the listing's attributes are stamped with its start (attrCache)
-	err := n.fsys.fs.List(ctx, n.fsys.abs(key), func(page []hdfsclient.FileInfo) error {
-		for _, fi := range page {
-			if !validName(fi.Name) || fi.Symlink {
-				continue
-			}
-			n.fsys.attrs.put(childKey(key, fi.Name), fi, started)
-			mode := uint32(syscall.S_IFREG)
-			if fi.IsDir {
-				mode = syscall.S_IFDIR
-			}
-			ents = append(ents, fuse.DirEntry{Name: fi.Name, Mode: mode})
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, hdfsclient.Errno(err)
-	}
-	return gofs.NewListDirStream(listorder.Order(ents)), 0
 }
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
