@@ -123,3 +123,24 @@ func (f *filesystem) stat(ctx context.Context, key string, maxAge time.Duration)
 	}
 	return f.fs.Stat(ctx, f.abs(key))
 }
+
+// changed records that the mount changed key: its attributes and its directory's prefetched listing
+// are forgotten.
+func (f *filesystem) changed(key string) {
+	f.attrs.drop(key)
+	f.pre.forget(parentKey(key))
+}
+
+// changedTree is changed for a directory removed or renamed, with everything below it.
+func (f *filesystem) changedTree(key string) {
+	f.attrs.dropTree(key)
+	f.pre.forget(parentKey(key))
+	f.pre.forgetTree(key)
+}
+
+func parentKey(key string) string {
+	if i := strings.LastIndexByte(key, '/'); i >= 0 {
+		return key[:i]
+	}
+	return ""
+}

@@ -60,16 +60,31 @@ type dirPage struct {
 	end  bool  // the last message
 }
 
-// start runs the listing in the background, one page ahead of the reader.
+// start takes the directory's prefetched listing when there is a fresh one, else starts listing it.
 func (d *dirHandle) start() {
+	st := d.fsys.pre.take(d.key)
+	if st == nil {
+		st = d.fsys.stream(d.key)
+	}
+	d.pages, d.cancel = st.pages, st.cancel
+}
+
+// stream is one directory listing running in the background, a page ahead of its reader.
+type stream struct {
+	pages   chan dirPage
+	cancel  context.CancelFunc
+	started time.Time // no later than its first getListing RPC
+}
+
+// stream starts listing key.
+func (f *filesystem) stream(key string) *stream {
 	ctx, cancel := context.WithCancel(context.Background())
-	d.cancel = cancel
 	ch := make(chan dirPage, 1)
-	d.pages = ch
+	st := &stream{pages: ch, cancel: cancel, started: time.Now()}
 	go func() {
-		stamp := time.Now() // no later than the first getListing RPC
-		err := d.fsys.fs.List(ctx, d.fsys.abs(d.key), func(page []hdfsclient.FileInfo) error {
-			ents := d.entries(page, stamp)
+		stamp := st.started
+		err := f.fs.List(ctx, f.abs(key), func(page []hdfsclient.FileInfo) error {
+			ents := f.entries(key, page, stamp)
 			select {
 			case ch <- dirPage{ents: ents}:
 			case <-ctx.Done():
@@ -83,16 +98,17 @@ func (d *dirHandle) start() {
 		case <-ctx.Done():
 		}
 	}()
+	return st
 }
 
 // entries converts a page, filling the attribute cache with what it listed at `at`.
-func (d *dirHandle) entries(page []hdfsclient.FileInfo, at time.Time) []fuse.DirEntry {
+func (f *filesystem) entries(key string, page []hdfsclient.FileInfo, at time.Time) []fuse.DirEntry {
 	out := make([]fuse.DirEntry, 0, len(page))
 	for _, fi := range page {
 		if !validName(fi.Name) || fi.Symlink {
 			continue
 		}
-		d.fsys.attrs.put(childKey(d.key, fi.Name), fi, at)
+		f.attrs.put(childKey(key, fi.Name), fi, at)
 		mode := uint32(syscall.S_IFREG)
 		if fi.IsDir {
 			mode = syscall.S_IFDIR
@@ -154,6 +170,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		}
 		d.ordered = true
 		d.queue, d.held = listorder.Order(d.held), nil
+		d.prefetchDirs()
 	}
 	for len(d.queue) == 0 {
 		ents, ok := d.next(ctx)
@@ -164,11 +181,24 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 			return nil, d.errno
 		}
 		d.queue = ents
+		d.prefetchDirs()
 	}
 	e := d.queue[0]
 	d.queue = d.queue[1:]
 	d.pos++
 	return &e, 0
+}
+
+// prefetchDirs asks for the listings of the subdirectories just queued, in the order they are served
+// (the order a recursive walk descends in).
+func (d *dirHandle) prefetchDirs() {
+	var dirs []string
+	for _, e := range d.queue {
+		if e.Mode == syscall.S_IFDIR {
+			dirs = append(dirs, childKey(d.key, e.Name))
+		}
+	}
+	d.fsys.pre.want(dirs)
 }
 
 // Seekdir restarts the listing and skips off entries (rewinddir is off 0). Listings are not snapshots:

@@ -52,6 +52,7 @@ type Options struct {
 type Mounted struct {
 	server     *fuse.Server
 	mountpoint string
+	fsys       *filesystem
 }
 
 type filesystem struct {
@@ -64,6 +65,7 @@ type filesystem struct {
 	uid   uint32
 	gid   uint32
 	attrs *attrCache
+	pre   *prefetcher
 }
 
 // Mount checks the directory is reachable, reads the trash setting, and serves the tree.
@@ -101,6 +103,7 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 		return nil, err
 	}
 	fsys := &filesystem{fs: o.FS, dir: o.Dir, g: o.Enforcer, log: o.Logger, trash: d.TrashInterval > 0, now: o.Now, uid: o.UID, gid: o.GID, attrs: newAttrCache(maxCached)}
+	fsys.pre = newPrefetcher(fsys)
 	opts := mountutil.RemoteOptions(o.UID, o.GID)
 	opts.MountOptions = fuse.MountOptions{
 		AllowOther:  o.AllowOther,
@@ -121,9 +124,16 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Mounted{server: server, mountpoint: mnt}, nil
+	return &Mounted{server: server, mountpoint: mnt, fsys: fsys}, nil
 }
 
 func (m *Mounted) Mountpoint() string { return m.mountpoint }
-func (m *Mounted) Unmount() error     { return m.server.Unmount() }
-func (m *Mounted) Wait()              { m.server.Wait() }
+func (m *Mounted) Unmount() error {
+	err := m.server.Unmount()
+	if err == nil {
+		m.fsys.pre.forgetTree("") // stop the listings nobody will read
+	}
+	return err
+}
+
+func (m *Mounted) Wait() { m.server.Wait() }

@@ -147,7 +147,7 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	key := n.key()
 	p := n.fsys.abs(key)
-	defer n.fsys.attrs.drop(key)
+	defer n.fsys.changed(key)
 	if sz, ok := in.GetSize(); ok {
 		if w, isW := fh.(*writeHandle); isW && !w.existing && sz == uint64(w.size()) {
 			// the kernel's truncate-at-open of a file this handle just created: nothing to cut
@@ -237,7 +237,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, syscall.EINVAL
 	}
 	p := n.fsys.abs(childKey(n.key(), name))
-	n.fsys.attrs.drop(childKey(n.key(), name))
+	defer n.fsys.changed(childKey(n.key(), name))
 	if err := n.fsys.fs.Mkdir(ctx, p, fs.FileMode(mode&0o777)); err != nil {
 		return nil, hdfsclient.Errno(err)
 	}
@@ -264,7 +264,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	key := childKey(n.key(), name)
 	p := n.fsys.abs(key)
 	fi, err := n.fsys.stat(ctx, key, unlinkTTL)
-	defer n.fsys.attrs.drop(key)
+	defer n.fsys.changed(key)
 	if err != nil {
 		return hdfsclient.Errno(err)
 	}
@@ -289,7 +289,7 @@ func (n *node) removeEntry(ctx context.Context, p string) func() (bool, syscall.
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	key := childKey(n.key(), name)
 	p := n.fsys.abs(key)
-	defer n.fsys.attrs.dropTree(key)
+	defer n.fsys.changedTree(key)
 	fi, err := n.fsys.fs.Stat(ctx, p)
 	if err != nil {
 		return hdfsclient.Errno(err)
@@ -329,8 +329,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	}
 	src := childKey(n.key(), name)
 	dst := childKey(np.key(), newName)
-	defer n.fsys.attrs.dropTree(dst)
-	defer n.fsys.attrs.dropTree(src)
+	defer n.fsys.changedTree(dst)
+	defer n.fsys.changedTree(src)
 	sfi, err := n.fsys.fs.Stat(ctx, n.fsys.abs(src))
 	if err != nil {
 		return hdfsclient.Errno(err)
@@ -371,7 +371,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		}
 		return &readHandle{r: r}, 0, 0
 	}
-	defer n.fsys.attrs.drop(key)
+	defer n.fsys.changed(key)
 	fi, err := n.fsys.fs.Stat(ctx, p)
 	if err != nil {
 		return nil, 0, hdfsclient.Errno(err)
@@ -408,7 +408,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, syscall.EINVAL
 	}
 	key := childKey(n.key(), name)
-	n.fsys.attrs.drop(key)
+	defer n.fsys.changed(key)
 	w, err := n.fsys.fs.Create(ctx, n.fsys.abs(key), fs.FileMode(mode&0o777))
 	if err != nil {
 		return nil, nil, 0, hdfsclient.Errno(err)
@@ -542,7 +542,7 @@ func (h *writeHandle) complete(ctx context.Context, final bool) syscall.Errno {
 	err := h.w.Close()
 	h.err = hdfsclient.Errno(err)
 	h.mu.Unlock()
-	h.fsys.attrs.drop(h.key) // the file's size and mtime are final now
+	h.fsys.changed(h.key) // the file's size and mtime are final now
 	if err != nil {
 		return h.err
 	}
