@@ -80,7 +80,7 @@ func TestMappedStoreOnHDFS(t *testing.T) {
 	}
 }
 
-// verifyMapped is ckguard verify --map …: every live checkpoint's files are there.
+// verifyMapped is ckguard verify --map …: every live checkpoint's files are there, placed by the map.
 func verifyMapped(t *testing.T, uri, dir string, o []refindex.Option) {
 	t.Helper()
 	st, err := hdfscli.OpenStore(context.Background(), uri, opts)
@@ -94,6 +94,14 @@ func verifyMapped(t *testing.T, uri, dir string, o []refindex.Option) {
 	defer ix.Close()
 	if err := ix.Sync(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	// The references are placed by the map, not by the index's inference from the store's layout.
+	s, err := ix.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.InferredMaps) != 0 {
+		t.Errorf("the index inferred %v: the --map did not place the references", s.InferredMaps)
 	}
 	res, err := ix.Verify(context.Background())
 	if err != nil {
