@@ -46,6 +46,9 @@ type Options struct {
 	UID, GID uint32
 	// Now stamps trash suffixes (default time.Now).
 	Now func() time.Time
+	// ListAhead is how many subdirectories a readdir lists ahead of their opendir (0: 8; negative:
+	// none, each directory is listed when opened).
+	ListAhead int
 }
 
 // Mounted is a running mount.
@@ -103,7 +106,7 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 		return nil, err
 	}
 	fsys := &filesystem{fs: o.FS, dir: o.Dir, g: o.Enforcer, log: o.Logger, trash: d.TrashInterval > 0, now: o.Now, uid: o.UID, gid: o.GID, attrs: newAttrCache(maxCached)}
-	fsys.pre = newPrefetcher(fsys)
+	fsys.pre = newPrefetcher(fsys, o.ListAhead)
 	opts := mountutil.RemoteOptions(o.UID, o.GID)
 	opts.MountOptions = fuse.MountOptions{
 		AllowOther:  o.AllowOther,

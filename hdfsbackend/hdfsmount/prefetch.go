@@ -12,7 +12,7 @@ import (
 // of adding up directory after directory.
 //
 // Invariants:
-//   - Bounded: at most maxHeld listings are running or held (each a stream: about two pages), and at
+//   - Bounded: at most maxHeld (Options.ListAhead) listings are running or held (each a stream: about two pages), and at
 //     most maxPending names wait; beyond that, asks are dropped (the directory is then listed when
 //     opened, as without prefetching).
 //   - Fresh: a listing is served only to the first opendir within ttl of its start, else discarded;
@@ -23,7 +23,8 @@ import (
 //     directory below a removed or renamed one): a name created, removed or renamed through the mount
 //     shows in the next readdir, as without prefetching.
 type prefetcher struct {
-	fsys *filesystem
+	fsys    *filesystem
+	maxHeld int // listings running or held at once (concurrent getListing RPCs)
 
 	mu      sync.Mutex
 	held    map[string]*stream // started, not yet taken by an opendir
@@ -36,21 +37,24 @@ type pendingDir struct {
 }
 
 const (
-	// prefetchMaxHeld bounds the listings running or held at once (concurrent getListing RPCs).
-	prefetchMaxHeld = 8
+	// defaultListAhead is Options.ListAhead's default.
+	defaultListAhead = 8
 	// prefetchMaxPending bounds the names waiting to be prefetched.
 	prefetchMaxPending = 4096
 	// prefetchTTL is the age past which a prefetched listing is discarded rather than served.
 	prefetchTTL = time.Second
 )
 
-func newPrefetcher(f *filesystem) *prefetcher {
-	return &prefetcher{fsys: f, held: make(map[string]*stream)}
+func newPrefetcher(f *filesystem, ahead int) *prefetcher {
+	if ahead == 0 {
+		ahead = defaultListAhead
+	}
+	return &prefetcher{fsys: f, maxHeld: max(ahead, 0), held: make(map[string]*stream)}
 }
 
 // want asks for the listings of dirs (keys), in order.
 func (p *prefetcher) want(dirs []string) {
-	if len(dirs) == 0 {
+	if len(dirs) == 0 || p.maxHeld == 0 {
 		return
 	}
 	now := time.Now()
@@ -73,7 +77,7 @@ func (p *prefetcher) fillLocked(now time.Time) {
 			delete(p.held, k)
 		}
 	}
-	for len(p.held) < prefetchMaxHeld && len(p.pending) > 0 {
+	for len(p.held) < p.maxHeld && len(p.pending) > 0 {
 		d := p.pending[0]
 		p.pending = p.pending[1:]
 		if _, ok := p.held[d.key]; ok || now.Sub(d.at) > prefetchTTL {
