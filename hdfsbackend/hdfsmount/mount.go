@@ -59,16 +59,17 @@ type Mounted struct {
 }
 
 type filesystem struct {
-	fs    hdfsclient.FS
-	dir   string
-	g     *guard.Enforcer
-	log   *slog.Logger
-	trash bool
-	now   func() time.Time
-	uid   uint32
-	gid   uint32
-	attrs *attrCache
-	pre   *prefetcher
+	fs     hdfsclient.FS
+	dir    string
+	g      *guard.Enforcer
+	log    *slog.Logger
+	trash  bool
+	now    func() time.Time
+	uid    uint32
+	gid    uint32
+	attrs  *attrCache
+	pre    *prefetcher
+	relist *relister
 }
 
 // Mount checks the directory is reachable, reads the trash setting, and serves the tree.
@@ -107,6 +108,7 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 	}
 	fsys := &filesystem{fs: o.FS, dir: o.Dir, g: o.Enforcer, log: o.Logger, trash: d.TrashInterval > 0, now: o.Now, uid: o.UID, gid: o.GID, attrs: newAttrCache(maxCached)}
 	fsys.pre = newPrefetcher(fsys, o.ListAhead)
+	fsys.relist = newRelister(fsys)
 	opts := mountutil.RemoteOptions(o.UID, o.GID)
 	opts.MountOptions = fuse.MountOptions{
 		AllowOther:  o.AllowOther,
