@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -28,7 +29,11 @@ type env struct {
 	mnt string
 }
 
-func setup(t *testing.T, trash time.Duration) *env {
+func setup(t *testing.T, trash time.Duration) *env { t.Helper(); return setupFake(t, trash, nil) }
+
+// setupFake is setup with prep configuring the fake before the mount uses it (its fields are not
+// safe to change while mounted).
+func setupFake(t *testing.T, trash time.Duration, prep func(*hdfsfake.FS)) *env {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("FUSE mount not run in -short mode")
@@ -38,6 +43,9 @@ func setup(t *testing.T, trash time.Duration) *env {
 	}
 	e := &env{f: hdfsfake.New("flink"), ck: guardtest.New(), mnt: t.TempDir()}
 	e.f.Trash = trash
+	if prep != nil {
+		prep(e.f)
+	}
 	if err := e.f.MkdirAll(context.Background(), dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -322,8 +330,17 @@ func TestShellRedirection(t *testing.T) {
 // cleanup order (_metadata, chk-* newest first, then the rest in listing order), again after a
 // rewind; a NameNode failure in the middle of it fails the reader instead of ending the listing short.
 func TestStreamedListing(t *testing.T) {
-	e := setup(t, 0)
-	e.f.PageSize = 3
+	var failing atomic.Bool // the 4th listing call of j fails once set
+	var lists atomic.Int32
+	e := setupFake(t, 0, func(f *hdfsfake.FS) {
+		f.PageSize = 3
+		f.Fault = func(op, name string) error {
+			if failing.Load() && op == "list" && strings.HasSuffix(name, "/j") && lists.Add(1) == 4 {
+				return hdfsclient.ErrUnavailable
+			}
+			return nil
+		}
+	})
 	names := []string{"A1", "_metadata", "a", "chk-1", "chk-10", "chk-2", "chk-x"}
 	for i := range 20 {
 		names = append(names, fmt.Sprintf("d%02d", i))
@@ -355,15 +372,7 @@ func TestStreamedListing(t *testing.T) {
 		}
 	}
 
-	lists := 0
-	e.f.Fault = func(op, name string) error {
-		if op == "list" && strings.HasSuffix(name, "/j") {
-			if lists++; lists == 4 {
-				return hdfsclient.ErrUnavailable
-			}
-		}
-		return nil
-	}
+	failing.Store(true)
 	if out, err := exec.Command("ls", filepath.Join(e.mnt, "j")).CombinedOutput(); err == nil {
 		t.Errorf("a listing whose 4th page failed succeeded: %s", out)
 	} else if !strings.Contains(string(out), "Input/output error") {

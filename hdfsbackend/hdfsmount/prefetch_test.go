@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient/hdfsfake"
 )
 
 // listWatch records the directories the fake was asked to list, through its fault hook.
@@ -16,17 +18,21 @@ type listWatch struct {
 	listed map[string]int
 }
 
-func (e *env) watchLists() *listWatch {
+// setupWatched mounts the fake with a listWatch on it.
+func setupWatched(t *testing.T) (*env, *listWatch) {
+	t.Helper()
 	w := &listWatch{listed: map[string]int{}}
-	e.f.Fault = func(op, name string) error {
-		if op == "list" {
-			w.mu.Lock()
-			w.listed[strings.TrimPrefix(name, dir+"/")]++
-			w.mu.Unlock()
+	e := setupFake(t, 0, func(f *hdfsfake.FS) {
+		f.Fault = func(op, name string) error {
+			if op == "list" {
+				w.mu.Lock()
+				w.listed[strings.TrimPrefix(name, dir+"/")]++
+				w.mu.Unlock()
+			}
+			return nil
 		}
-		return nil
-	}
-	return w
+	})
+	return e, w
 }
 
 func (w *listWatch) count(key string) int {
@@ -52,7 +58,7 @@ func (w *listWatch) waitListed(t *testing.T, key string, n int) {
 // are opened, and a walk then lists every directory once (the prefetched listing is used, not
 // repeated).
 func TestWalkListsSubdirectoriesAhead(t *testing.T) {
-	e := setup(t, 0)
+	e, w := setupWatched(t)
 	old := time.Now().Add(-10 * 24 * time.Hour)
 	const dirs = 5
 	for d := range dirs {
@@ -62,7 +68,6 @@ func TestWalkListsSubdirectoriesAhead(t *testing.T) {
 			}
 		}
 	}
-	w := e.watchLists()
 	if out, err := exec.Command("ls", filepath.Join(e.mnt, "job")).CombinedOutput(); err != nil {
 		t.Fatalf("ls: %v %s", err, out)
 	}
@@ -100,14 +105,13 @@ func TestPrefetchedListingsFollowOwnChanges(t *testing.T) {
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
-			e := setup(t, 0)
+			e, w := setupWatched(t)
 			old := time.Now().Add(-10 * 24 * time.Hour)
 			for _, k := range []string{"job/d/a", "job/d/b", "job/x"} {
 				if err := e.f.Put(dir+"/"+k, []byte("x"), old); err != nil {
 					t.Fatal(err)
 				}
 			}
-			w := e.watchLists()
 			job := filepath.Join(e.mnt, "job")
 			if out, err := exec.Command("ls", job).CombinedOutput(); err != nil {
 				t.Fatalf("ls: %v %s", err, out)

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient/hdfsfake"
 )
 
 // rpcCounter counts the NameNode calls the mount makes, by op, through the fake's fault hook.
@@ -119,24 +121,28 @@ func TestListedAttrsFollowOwnChanges(t *testing.T) {
 // file; every file still goes, decided on attributes at most that old.
 func TestSlowRmRelistsInsteadOfStat(t *testing.T) {
 	const files = 60
-	e := setup(t, 0)
+	var mu sync.Mutex
+	n := map[string]int{}
+	e := setupFake(t, 0, func(f *hdfsfake.FS) {
+		f.Fault = func(op, name string) error {
+			mu.Lock()
+			n[op]++
+			mu.Unlock()
+			if op == "delete" {
+				time.Sleep(80 * time.Millisecond) // 60 deletes: about 5 s, past the 2 s an unlink accepts
+			}
+			return nil
+		}
+	})
 	old := time.Now().Add(-10 * 24 * time.Hour)
 	for f := range files {
 		if err := e.f.Put(fmt.Sprintf("%s/job/d/f%03d", dir, f), []byte("x"), old); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var mu sync.Mutex
-	n := map[string]int{}
-	e.f.Fault = func(op, name string) error {
-		mu.Lock()
-		n[op]++
-		mu.Unlock()
-		if op == "delete" {
-			time.Sleep(80 * time.Millisecond) // 60 deletes: about 5 s, past the 2 s an unlink accepts
-		}
-		return nil
-	}
+	mu.Lock()
+	clear(n) // the calls that count are rm's
+	mu.Unlock()
 	if out, err := exec.Command("rm", "-rf", filepath.Join(e.mnt, "job")).CombinedOutput(); err != nil {
 		t.Fatalf("rm -rf: %v %s", err, out)
 	}
