@@ -116,10 +116,48 @@ func (c *attrCache) get(key string, maxAge time.Duration) (hdfsclient.FileInfo, 
 	return e.fi, true
 }
 
-// stat answers key from a listing at most maxAge old, else from the NameNode.
+// listed reports whether a listing within relistWindow showed key (its attributes may be older than
+// a caller accepts).
+func (c *attrCache) listed(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[key]
+	return ok && !e.dropped && time.Since(e.at) <= relistWindow
+}
+
+// stat answers key from a listing at most maxAge old, else from the NameNode. When a recent listing
+// showed key but is older than maxAge (a walk slower than the bound, as rm -rf deciding file by file
+// is), its directory is listed again (relister): one call per page then refreshes the attributes of
+// every name left in it, instead of one getFileInfo per name.
 func (f *filesystem) stat(ctx context.Context, key string, maxAge time.Duration) (hdfsclient.FileInfo, error) {
 	if fi, ok := f.attrs.get(key, maxAge); ok {
 		return fi, nil
 	}
+	if f.attrs.listed(key) && f.relist.relist(ctx, parentKey(key)) {
+		if fi, ok := f.attrs.get(key, maxAge); ok {
+			return fi, nil
+		}
+	}
 	return f.fs.Stat(ctx, f.abs(key))
+}
+
+// changed records that the mount changed key: its attributes and its directory's prefetched listing
+// are forgotten.
+func (f *filesystem) changed(key string) {
+	f.attrs.drop(key)
+	f.pre.forget(parentKey(key))
+}
+
+// changedTree is changed for a directory removed or renamed, with everything below it.
+func (f *filesystem) changedTree(key string) {
+	f.attrs.dropTree(key)
+	f.pre.forget(parentKey(key))
+	f.pre.forgetTree(key)
+}
+
+func parentKey(key string) string {
+	if i := strings.LastIndexByte(key, '/'); i >= 0 {
+		return key[:i]
+	}
+	return ""
 }

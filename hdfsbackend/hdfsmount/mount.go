@@ -46,24 +46,30 @@ type Options struct {
 	UID, GID uint32
 	// Now stamps trash suffixes (default time.Now).
 	Now func() time.Time
+	// ListAhead is how many subdirectories a readdir lists ahead of their opendir (0: 8; negative:
+	// none, each directory is listed when opened).
+	ListAhead int
 }
 
 // Mounted is a running mount.
 type Mounted struct {
 	server     *fuse.Server
 	mountpoint string
+	fsys       *filesystem
 }
 
 type filesystem struct {
-	fs    hdfsclient.FS
-	dir   string
-	g     *guard.Enforcer
-	log   *slog.Logger
-	trash bool
-	now   func() time.Time
-	uid   uint32
-	gid   uint32
-	attrs *attrCache
+	fs     hdfsclient.FS
+	dir    string
+	g      *guard.Enforcer
+	log    *slog.Logger
+	trash  bool
+	now    func() time.Time
+	uid    uint32
+	gid    uint32
+	attrs  *attrCache
+	pre    *prefetcher
+	relist *relister
 }
 
 // Mount checks the directory is reachable, reads the trash setting, and serves the tree.
@@ -101,6 +107,8 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 		return nil, err
 	}
 	fsys := &filesystem{fs: o.FS, dir: o.Dir, g: o.Enforcer, log: o.Logger, trash: d.TrashInterval > 0, now: o.Now, uid: o.UID, gid: o.GID, attrs: newAttrCache(maxCached)}
+	fsys.pre = newPrefetcher(fsys, o.ListAhead)
+	fsys.relist = newRelister(fsys)
 	opts := mountutil.RemoteOptions(o.UID, o.GID)
 	opts.MountOptions = fuse.MountOptions{
 		AllowOther:  o.AllowOther,
@@ -121,9 +129,16 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Mounted{server: server, mountpoint: mnt}, nil
+	return &Mounted{server: server, mountpoint: mnt, fsys: fsys}, nil
 }
 
 func (m *Mounted) Mountpoint() string { return m.mountpoint }
-func (m *Mounted) Unmount() error     { return m.server.Unmount() }
-func (m *Mounted) Wait()              { m.server.Wait() }
+func (m *Mounted) Unmount() error {
+	err := m.server.Unmount()
+	if err == nil {
+		m.fsys.pre.forgetTree("") // stop the listings nobody will read
+	}
+	return err
+}
+
+func (m *Mounted) Wait() { m.server.Wait() }

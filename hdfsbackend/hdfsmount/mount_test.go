@@ -3,10 +3,13 @@ package hdfsmount_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -26,7 +29,11 @@ type env struct {
 	mnt string
 }
 
-func setup(t *testing.T, trash time.Duration) *env {
+func setup(t *testing.T, trash time.Duration) *env { t.Helper(); return setupFake(t, trash, nil) }
+
+// setupFake is setup with prep configuring the fake before the mount uses it (its fields are not
+// safe to change while mounted).
+func setupFake(t *testing.T, trash time.Duration, prep func(*hdfsfake.FS)) *env {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("FUSE mount not run in -short mode")
@@ -36,6 +43,9 @@ func setup(t *testing.T, trash time.Duration) *env {
 	}
 	e := &env{f: hdfsfake.New("flink"), ck: guardtest.New(), mnt: t.TempDir()}
 	e.f.Trash = trash
+	if prep != nil {
+		prep(e.f)
+	}
 	if err := e.f.MkdirAll(context.Background(), dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -272,4 +282,100 @@ func TestWriteReadThrough(t *testing.T) {
 		t.Errorf("append to an HDFS file: %v", err)
 	}
 	f.Close()
+}
+
+// TestShellRedirection: a shell's `> f` opens the file, dup2s it to stdout and closes the original
+// descriptor (a FLUSH) before anything is written; the file must stay writable until the descriptor
+// that writes is closed, for a new file, an existing one (truncated at open) and an empty result.
+func TestShellRedirection(t *testing.T) {
+	e := setup(t, 0)
+	old := time.Now().Add(-time.Hour)
+	if err := e.f.Put(dir+"/j/old", []byte("previous content"), old); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ name, script, file, want string }{
+		{"builtin into a new file", `printf x > new`, "j/new", "x"},
+		{"builtin over an existing file", `printf y > old`, "j/old", "y"},
+		{"builtins in a group", `{ printf a; printf b; } > group`, "j/group", "ab"},
+		{"external command", `/usr/bin/printf z > ext`, "j/ext", "z"},
+		{"empty", `: > empty`, "j/empty", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command("bash", "-c", tc.script)
+			cmd.Dir = filepath.Join(e.mnt, "j")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%s through the mount: %v %s", tc.script, err, out)
+			}
+			// The release that completes an empty file comes after close returns.
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				b, err := e.f.ReadFile(dir + "/" + tc.file)
+				if err == nil && string(b) == tc.want {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("HDFS %s = %q, %v; want %q", tc.file, b, err, tc.want)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if got, err := os.ReadFile(filepath.Join(e.mnt, tc.file)); err != nil || string(got) != tc.want {
+				t.Errorf("read back through the mount %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestStreamedListing: a directory of many listing pages is served whole, exactly once per name, in
+// cleanup order (_metadata, chk-* newest first, then the rest in listing order), again after a
+// rewind; a NameNode failure in the middle of it fails the reader instead of ending the listing short.
+func TestStreamedListing(t *testing.T) {
+	var failing atomic.Bool // the 4th listing call of j fails once set
+	var lists atomic.Int32
+	e := setupFake(t, 0, func(f *hdfsfake.FS) {
+		f.PageSize = 3
+		f.Fault = func(op, name string) error {
+			if failing.Load() && op == "list" && strings.HasSuffix(name, "/j") && lists.Add(1) == 4 {
+				return hdfsclient.ErrUnavailable
+			}
+			return nil
+		}
+	})
+	names := []string{"A1", "_metadata", "a", "chk-1", "chk-10", "chk-2", "chk-x"}
+	for i := range 20 {
+		names = append(names, fmt.Sprintf("d%02d", i))
+	}
+	for _, n := range names {
+		if err := e.f.Put(dir+"/j/"+n, []byte(n), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := "_metadata,chk-10,chk-2,chk-1,chk-x,A1,a"
+	for i := range 20 {
+		want += fmt.Sprintf(",d%02d", i)
+	}
+	d, err := os.Open(filepath.Join(e.mnt, "j"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, pass := range []string{"first", "after rewind"} {
+		got, err := d.Readdirnames(-1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := strings.Join(got, ","); g != want {
+			t.Errorf("%s listing:\n got %s\nwant %s", pass, g, want)
+		}
+		if _, err := d.Seek(0, io.SeekStart); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	failing.Store(true)
+	if out, err := exec.Command("ls", filepath.Join(e.mnt, "j")).CombinedOutput(); err == nil {
+		t.Errorf("a listing whose 4th page failed succeeded: %s", out)
+	} else if !strings.Contains(string(out), "Input/output error") {
+		t.Errorf("a failed listing reports %v %s, want an I/O error", err, out)
+	}
 }

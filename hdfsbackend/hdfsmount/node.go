@@ -9,13 +9,11 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ckguard/ckguard/fs/guard"
-	"github.com/ckguard/ckguard/fs/listorder"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/verdict"
@@ -61,7 +59,6 @@ var (
 	_ gofs.NodeLookuper      = (*node)(nil)
 	_ gofs.NodeGetattrer     = (*node)(nil)
 	_ gofs.NodeSetattrer     = (*node)(nil)
-	_ gofs.NodeReaddirer     = (*node)(nil)
 	_ gofs.NodeOpener        = (*node)(nil)
 	_ gofs.NodeCreater       = (*node)(nil)
 	_ gofs.NodeMkdirer       = (*node)(nil)
@@ -150,7 +147,7 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	key := n.key()
 	p := n.fsys.abs(key)
-	defer n.fsys.attrs.drop(key)
+	defer n.fsys.changed(key)
 	if sz, ok := in.GetSize(); ok {
 		if w, isW := fh.(*writeHandle); isW && !w.existing && sz == uint64(w.size()) {
 			// the kernel's truncate-at-open of a file this handle just created: nothing to cut
@@ -203,33 +200,6 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	return n.Getattr(ctx, fh, out)
 }
 
-// Readdir lists the directory page by page and hands it to the kernel in cleanup order
-// (fs/listorder: _metadata, then chk-N newest first, so recursive deleters meet the protection of a
-// live checkpoint before its files).
-func (n *node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	var ents []fuse.DirEntry
-	key := n.key()
-	started := time.Now() // the listing's attributes are stamped with its start (attrCache)
-	err := n.fsys.fs.List(ctx, n.fsys.abs(key), func(page []hdfsclient.FileInfo) error {
-		for _, fi := range page {
-			if !validName(fi.Name) || fi.Symlink {
-				continue
-			}
-			n.fsys.attrs.put(childKey(key, fi.Name), fi, started)
-			mode := uint32(syscall.S_IFREG)
-			if fi.IsDir {
-				mode = syscall.S_IFDIR
-			}
-			ents = append(ents, fuse.DirEntry{Name: fi.Name, Mode: mode})
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, hdfsclient.Errno(err)
-	}
-	return gofs.NewListDirStream(listorder.Order(ents)), 0
-}
-
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	out.Bsize, out.Frsize, out.NameLen = 4096, 4096, 255
 	return 0
@@ -264,7 +234,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, syscall.EINVAL
 	}
 	p := n.fsys.abs(childKey(n.key(), name))
-	n.fsys.attrs.drop(childKey(n.key(), name))
+	defer n.fsys.changed(childKey(n.key(), name))
 	if err := n.fsys.fs.Mkdir(ctx, p, fs.FileMode(mode&0o777)); err != nil {
 		return nil, hdfsclient.Errno(err)
 	}
@@ -291,7 +261,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	key := childKey(n.key(), name)
 	p := n.fsys.abs(key)
 	fi, err := n.fsys.stat(ctx, key, unlinkTTL)
-	defer n.fsys.attrs.drop(key)
+	defer n.fsys.changed(key)
 	if err != nil {
 		return hdfsclient.Errno(err)
 	}
@@ -316,7 +286,7 @@ func (n *node) removeEntry(ctx context.Context, p string) func() (bool, syscall.
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	key := childKey(n.key(), name)
 	p := n.fsys.abs(key)
-	defer n.fsys.attrs.dropTree(key)
+	defer n.fsys.changedTree(key)
 	fi, err := n.fsys.fs.Stat(ctx, p)
 	if err != nil {
 		return hdfsclient.Errno(err)
@@ -356,8 +326,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	}
 	src := childKey(n.key(), name)
 	dst := childKey(np.key(), newName)
-	defer n.fsys.attrs.dropTree(dst)
-	defer n.fsys.attrs.dropTree(src)
+	defer n.fsys.changedTree(dst)
+	defer n.fsys.changedTree(src)
 	sfi, err := n.fsys.fs.Stat(ctx, n.fsys.abs(src))
 	if err != nil {
 		return hdfsclient.Errno(err)
@@ -398,7 +368,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		}
 		return &readHandle{r: r}, 0, 0
 	}
-	defer n.fsys.attrs.drop(key)
+	defer n.fsys.changed(key)
 	fi, err := n.fsys.fs.Stat(ctx, p)
 	if err != nil {
 		return nil, 0, hdfsclient.Errno(err)
@@ -438,7 +408,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, syscall.EINVAL
 	}
 	key := childKey(n.key(), name)
-	n.fsys.attrs.drop(key)
+	defer n.fsys.changed(key)
 	w, err := n.fsys.fs.Create(ctx, n.fsys.abs(key), fs.FileMode(mode&0o777))
 	if err != nil {
 		return nil, nil, 0, hdfsclient.Errno(err)
@@ -469,8 +439,12 @@ func (h *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 
 func (h *readHandle) Release(ctx context.Context) syscall.Errno { return hdfsclient.Errno(h.r.Close()) }
 
-// writeHandle writes a new file front to back; the first flush (close(2)) completes it and tells
-// the index (a `_metadata` written through the mount is indexed before close returns).
+// writeHandle writes a new file front to back; the first flush (close(2)) after data was written
+// completes it and tells the index (a `_metadata` written through the mount is indexed before close
+// returns). A flush before any data is not the end of the file: a shell's `printf x > f` opens f, dup2s
+// the descriptor to stdout and closes the original (a FLUSH) before printf writes; completing the file
+// there made every write after it fail. Such a file is completed by the next flush after data or, if
+// none comes (an empty file), at release.
 type writeHandle struct {
 	fsys *filesystem
 	node *node // set for existing-file descriptors (node.waiting)
@@ -487,6 +461,11 @@ type writeHandle struct {
 	closed bool
 	err    syscall.Errno
 }
+
+// errWriteAfterClose: HDFS cannot reopen a completed file for writing through this client, so a write
+// that follows the completing flush (a descriptor still open in another process, such as an inherited
+// stdout, after one closed it) fails rather than being lost silently.
+const errWriteAfterClose = syscall.EIO
 
 var _ gofs.FileWriter = (*writeHandle)(nil)
 var _ gofs.FileFlusher = (*writeHandle)(nil)
@@ -523,7 +502,8 @@ func (h *writeHandle) Write(ctx context.Context, data []byte, off int64) (uint32
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return 0, syscall.EBADF
+		h.fsys.log.Warn("write to an HDFS file after a close completed it: HDFS files are written once, front to back", "file", h.key, "offset", off)
+		return 0, errWriteAfterClose
 	}
 	if h.existing || off != h.n {
 		return 0, syscall.ENOTSUP // HDFS files are written front to back
@@ -536,11 +516,20 @@ func (h *writeHandle) Write(ctx context.Context, data []byte, off int64) (uint32
 	return uint32(m), 0
 }
 
-func (h *writeHandle) Flush(ctx context.Context) syscall.Errno {
+func (h *writeHandle) Flush(ctx context.Context) syscall.Errno { return h.complete(ctx, false) }
+
+// complete finishes the file at a flush that follows data, or at release (final) whatever was written.
+func (h *writeHandle) complete(ctx context.Context, final bool) syscall.Errno {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
 		return h.err
+	}
+	if !final && (h.existing || h.n == 0) {
+		// Nothing written yet: a descriptor closed beside the one that will write (see writeHandle);
+		// an existing-file descriptor stays able to adopt its truncation until release.
+		h.mu.Unlock()
+		return 0
 	}
 	h.closed = true
 	if h.existing {
@@ -553,7 +542,7 @@ func (h *writeHandle) Flush(ctx context.Context) syscall.Errno {
 	err := h.w.Close()
 	h.err = hdfsclient.Errno(err)
 	h.mu.Unlock()
-	h.fsys.attrs.drop(h.key) // the file's size and mtime are final now
+	h.fsys.changed(h.key) // the file's size and mtime are final now
 	if err != nil {
 		return h.err
 	}
@@ -564,12 +553,4 @@ func (h *writeHandle) Flush(ctx context.Context) syscall.Errno {
 	return 0
 }
 
-func (h *writeHandle) Release(ctx context.Context) syscall.Errno {
-	h.mu.Lock()
-	closed := h.closed
-	h.mu.Unlock()
-	if !closed {
-		return h.Flush(ctx)
-	}
-	return 0
-}
+func (h *writeHandle) Release(ctx context.Context) syscall.Errno { return h.complete(ctx, true) }

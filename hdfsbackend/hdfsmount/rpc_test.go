@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient/hdfsfake"
 )
 
 // rpcCounter counts the NameNode calls the mount makes, by op, through the fake's fault hook.
@@ -111,5 +113,50 @@ func TestListedAttrsFollowOwnChanges(t *testing.T) {
 		if got := strings.TrimSpace(string(out)); got != s.want {
 			t.Errorf("%s: got %q, want %q", s.name, got, s.want)
 		}
+	}
+}
+
+// TestSlowRmRelistsInsteadOfStat: an rm -rf slower than the age an unlink's decision accepts of listed
+// attributes refreshes them by listing the directory again, a call per page, instead of a stat per
+// file; every file still goes, decided on attributes at most that old.
+func TestSlowRmRelistsInsteadOfStat(t *testing.T) {
+	const files = 60
+	var mu sync.Mutex
+	n := map[string]int{}
+	e := setupFake(t, 0, func(f *hdfsfake.FS) {
+		f.Fault = func(op, name string) error {
+			mu.Lock()
+			n[op]++
+			mu.Unlock()
+			if op == "delete" {
+				time.Sleep(80 * time.Millisecond) // 60 deletes: about 5 s, past the 2 s an unlink accepts
+			}
+			return nil
+		}
+	})
+	old := time.Now().Add(-10 * 24 * time.Hour)
+	for f := range files {
+		if err := e.f.Put(fmt.Sprintf("%s/job/d/f%03d", dir, f), []byte("x"), old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	clear(n) // the calls that count are rm's
+	mu.Unlock()
+	if out, err := exec.Command("rm", "-rf", filepath.Join(e.mnt, "job")).CombinedOutput(); err != nil {
+		t.Fatalf("rm -rf: %v %s", err, out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n["delete"] != files+2 {
+		t.Errorf("%d delete calls, want %d: %v", n["delete"], files+2, n)
+	}
+	// Without relisting about 35 of the 60 unlinks stat; with it, a relisting every 2 s or so.
+	t.Logf("calls: %v", n)
+	if n["stat"] > 8 || n["list"] > 10 {
+		t.Errorf("a slow rm -rf of %d files made %d stat and %d list calls (want <= 8 and <= 10): %v", files, n["stat"], n["list"], n)
+	}
+	if strings.Contains(e.files(), "job/") {
+		t.Errorf("left: %s", e.files())
 	}
 }
