@@ -39,6 +39,7 @@ var errType = reflect.TypeFor[error]()
 // Server answers the methods of one interface, implemented by impl.
 type Server struct {
 	path    string
+	ino     uint64 // the socket's inode at path: Close removes path only while it is still this socket
 	ln      *net.UnixListener
 	srv     *http.Server
 	methods map[string]reflect.Value
@@ -78,15 +79,11 @@ func Listen(path string, impl any, iface reflect.Type, log *slog.Logger) (*Serve
 			return nil, fmt.Errorf("control socket %s: remove stale socket: %w", path, err)
 		}
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	ln, ino, err := bindPrivately(path, nil)
 	if err != nil {
 		return nil, fmt.Errorf("control socket %s: %w", path, err)
 	}
-	ln.SetUnlinkOnClose(true)
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("control socket %s: %w", path, err)
-	}
+	s.ino = ino
 	s.ln = ln
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/{method}", s.handle)
@@ -199,7 +196,55 @@ func (s *Server) Path() string { return s.path }
 func (s *Server) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	return s.srv.Shutdown(ctx)
+	err := s.srv.Shutdown(ctx)
+	if fi, lerr := os.Lstat(s.path); lerr == nil && inode(fi) == s.ino {
+		_ = os.Remove(s.path)
+	}
+	return err
+}
+
+// bindPrivately creates the listening socket at path with mode 0600 without ever changing the mode of
+// anything a user can put at path: the socket is bound and chmodded in a fresh 0700 folder beside path,
+// which only this process can enter, and then renamed onto path (a rename replaces whatever a user put
+// there, a symlink included, and follows nothing). A chmod by name at path itself would follow a symlink
+// swapped in after the bind when path's folder is writable by others. beforeRename is a test hook.
+func bindPrivately(path string, beforeRename func()) (*net.UnixListener, uint64, error) {
+	dir, err := os.MkdirTemp(filepath.Dir(path), ".cks")
+	if err != nil {
+		return nil, 0, err
+	}
+	defer os.RemoveAll(dir)
+	tmp := filepath.Join(dir, "s")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w (the socket is bound at %s first: choose a shorter --control-socket path)", err, tmp)
+	}
+	ln.SetUnlinkOnClose(false) // its name is path once renamed; Server.Close removes that
+	fail := func(err error) (*net.UnixListener, uint64, error) {
+		ln.Close()
+		return nil, 0, err
+	}
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		return fail(err)
+	}
+	fi, err := os.Lstat(tmp)
+	if err != nil {
+		return fail(err)
+	}
+	if beforeRename != nil {
+		beforeRename()
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fail(err)
+	}
+	return ln, inode(fi), nil
+}
+
+func inode(fi os.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Ino
+	}
+	return 0
 }
 
 // Client calls a Server.

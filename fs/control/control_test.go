@@ -67,3 +67,58 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal("unknown method accepted")
 	}
 }
+
+// A user who can write in the socket's folder swaps the socket's name for a symlink to a file of theirs
+// (or root's) between the bind and the chmod: the daemon changes the mode of nothing but its own socket,
+// and path ends up the 0600 socket.
+func TestBindChmodsNothingSwappedIn(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "ctl.sock")
+	ln, _, err := bindPrivately(path, func() {
+		if err := os.Symlink(victim, path); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if fi, err := os.Stat(victim); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("the file a symlink at the socket's path named: %v, %v (want mode 0644 unchanged)", fi.Mode(), err)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket path: %v, %v (want a 0600 socket)", fi.Mode(), err)
+	}
+	if names, _ := os.ReadDir(dir); len(names) != 2 {
+		t.Fatalf("the private bind folder was left behind: %v", names)
+	}
+}
+
+// Close removes the socket, and never what replaced it at its path.
+func TestCloseRemovesOnlyItsSocket(t *testing.T) {
+	for _, replaced := range []bool{false, true} {
+		path := filepath.Join(t.TempDir(), "ctl.sock")
+		s, err := Listen(path, impl{}, reflect.TypeFor[api](), slog.Default())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if replaced {
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.Close()
+		_, err = os.Lstat(path)
+		if replaced != (err == nil) {
+			t.Errorf("replaced %v: after Close, Lstat: %v", replaced, err)
+		}
+	}
+}
