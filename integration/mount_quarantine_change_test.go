@@ -242,8 +242,26 @@ for i in range(n):
 		t.Logf("%s: %d truncations done, %d entries", when, done, len(lr.Entries))
 	}
 	check("after kill -9")
+	waitStale(t, p)
 	p.start()
 	check("after the remount")
+}
+
+// waitStale waits (bounded) until the killed daemon's mount answers with an error: a stat of the
+// mountpoint within the attribute timeout (1 s) is served from the kernel's cache, and the next mount
+// would take the dead mount for a live one. Listing it reaches the (dead) connection.
+func waitStale(t *testing.T, p *mntProc) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		_, serr := os.Stat(p.mnt)
+		_, lerr := os.ReadDir(p.mnt)
+		if serr != nil && lerr != nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("the killed daemon's mount %s still answers after 30 s", p.mnt)
 }
 
 // qListAll is `quarantine list --json`, problems included.

@@ -213,6 +213,7 @@ for i in range(n):
 		t.Logf("%s: %d entries", when, len(lr.Entries))
 	}
 	check("after kill -9")
+	waitStale(t, p)
 	p.start(args...)
 	check("after the remount")
 }
