@@ -122,7 +122,7 @@ func (t *inodes) assign(key string, dir bool, n *node) (ino, gen uint64) {
 	return h, t.gen
 }
 
-// touch records that the kernel was just handed n again (a lookup of a known node).
+// touch records that the kernel was just handed n (a new node, or a lookup of a known one).
 func (t *inodes) touch(n *node) {
 	if n.ino == 0 || n.IsDir() {
 		return
