@@ -95,8 +95,9 @@ func (t *inodes) peek(key string, dir bool) uint64 {
 	}
 }
 
-// assign gives n, about to be handed to go-fuse for key, its number and generation. A node that is not
-// handed out after all (the operation failed) must be released with forgot.
+// assign gives n, about to be handed to go-fuse for key, its number and generation; touch queues it
+// for pruning once go-fuse has initialized it (NewInode). A node that is not handed out after all (the
+// operation failed) must be released with forgot.
 func (t *inodes) assign(key string, dir bool, n *node) (ino, gen uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -118,13 +119,10 @@ func (t *inodes) assign(key string, dir bool, n *node) (ino, gen uint64) {
 		h = nextIno(h)
 	}
 	n.ino, n.gen = h, t.gen
-	if !dir {
-		t.touchLocked(n)
-	}
 	return h, t.gen
 }
 
-// touch records that the kernel was just handed n again (a lookup of a known node).
+// touch records that the kernel was just handed n (a new node, or a lookup of a known one).
 func (t *inodes) touch(n *node) {
 	if n.ino == 0 || n.IsDir() {
 		return

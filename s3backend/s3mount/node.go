@@ -259,7 +259,9 @@ func (n *node) newChild(ctx context.Context, key string, o s3client.Object) *gof
 	}
 	child := &node{fsys: n.fsys, obj: o}
 	ino, gen := n.fsys.inos.assign(key, o.IsDir, child)
-	return n.NewInode(ctx, child, gofs.StableAttr{Mode: mode, Ino: ino, Gen: gen})
+	ch := n.NewInode(ctx, child, gofs.StableAttr{Mode: mode, Ino: ino, Gen: gen})
+	n.fsys.inos.touch(child)
+	return ch
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
