@@ -381,9 +381,23 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 			if errno := n.fsys.g.Errno(ctx, guard.Check{Op: verdict.OpTruncate, Path: key, Observed: seen}); errno != 0 {
 				return errno
 			}
+			uploaded := false
 			for _, w := range ws {
+				w.mu.Lock()
+				clean := !w.dirty
+				w.mu.Unlock()
 				if err := w.truncate(int64(sz)); err != nil {
 					return s3client.Errno(err)
+				}
+				// A truncate(2) by path takes effect before it returns. A writer with nothing left to
+				// upload (its last flush put everything: a close whose release is still on its way, a
+				// dup'd descriptor still open) would otherwise keep the cut only in a spool that its
+				// release discards, and the object would keep its content.
+				if fh == nil && clean && !uploaded {
+					if errno := w.upload(ctx); errno != 0 {
+						return errno
+					}
+					uploaded = true
 				}
 			}
 		} else {

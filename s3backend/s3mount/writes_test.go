@@ -239,3 +239,48 @@ func TestOpenTruncOfExistingObject(t *testing.T) {
 		t.Errorf("object after open(O_TRUNC) and write: %q, want %q", b[:m], "new")
 	}
 }
+
+// TestTruncateByPathAfterFlush: a truncate(2) by path of an object whose writer has uploaded everything
+// (a close flushed it; the handle is still open through a dup'd descriptor, as while a release is on its
+// way) empties the object before truncate returns, and the writer's later close keeps it so.
+func TestTruncateByPathAfterFlush(t *testing.T) {
+	e := setup(t, newChecker(), nil)
+	e.put(t, "job/chk-3/state", "original")
+	f, err := os.OpenFile(e.path("job/chk-3/state"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("written!"), 0); err != nil {
+		t.Fatal(err)
+	}
+	dup, err := unix.Dup(int(f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil { // the flush uploads "written!"; the handle stays open through dup
+		t.Fatal(err)
+	}
+	read := func() string {
+		b := make([]byte, 64)
+		m, err := e.c.ReadAt(context.Background(), "job/chk-3/state", b, 0, "")
+		if err != nil && err != io.EOF {
+			t.Fatal(err)
+		}
+		return string(b[:m])
+	}
+	if got := read(); got != "written!" {
+		t.Fatalf("after the flush the store holds %q, want the written content", got)
+	}
+	if err := os.Truncate(e.path("job/chk-3/state"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != "" {
+		t.Errorf("truncate(2) by path returned, but the store still holds %q", got)
+	}
+	if err := unix.Close(dup); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != "" {
+		t.Errorf("after the last close the store holds %q, want it empty", got)
+	}
+}
