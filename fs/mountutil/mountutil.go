@@ -95,6 +95,14 @@ var ErrLive = errors.New("already mounted")
 // is an error that says so.
 func Prepare(mnt string) (replacedStale bool, err error) {
 	_, statErr := os.Stat(mnt)
+	if statErr == nil {
+		// The kernel may answer stat from the dead mount's attribute cache for a while (its timeout);
+		// statfs always asks the daemon, so a dead one shows at once.
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(mnt, &st); err != nil {
+			statErr = &os.PathError{Op: "statfs", Path: mnt, Err: err}
+		}
+	}
 	if errors.Is(statErr, syscall.ENOTCONN) || errors.Is(statErr, syscall.ECONNABORTED) {
 		if err := Unmount(mnt, true); err != nil {
 			return false, fmt.Errorf("mountpoint %s: stale FUSE mount (transport endpoint is not connected) could not be detached: %w", mnt, err)
