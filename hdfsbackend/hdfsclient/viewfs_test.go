@@ -169,3 +169,22 @@ func TestViewDefaultFS(t *testing.T) {
 		t.Fatalf("overload scheme: %v", err)
 	}
 }
+
+// FuzzResolveView: any mount table key and target, and any store URI, either resolve to an hdfs:// URI
+// whose path is clean and absolute, or fail; never a panic, never another scheme.
+func FuzzResolveView(f *testing.F) {
+	f.Add("link./flink/", "hdfs://ns1/data/", "viewfs://c/flink/ck")
+	f.Add("linkFallback", "hdfs:///", "viewfs://c/../x")
+	f.Add("link./a", "viewfs://c/a", "viewfs://c/a")
+	f.Add("linkMergeSlash", "hdfs://nn:8020", "viewfs:///")
+	f.Fuzz(func(t *testing.T, key, target, store string) {
+		conf := haConf(map[string]string{mt + "c." + key: target, "fs.viewfs.mounttable.default-name-key": "c"})
+		r, err := hdfsclient.ResolveStore(store, conf)
+		if err != nil {
+			return
+		}
+		if !strings.HasPrefix(r.Path, "/") || strings.Contains(r.Path, "/../") || strings.HasSuffix(r.Path, "/..") {
+			t.Fatalf("%q resolved to path %q", store, r.Path)
+		}
+	})
+}
