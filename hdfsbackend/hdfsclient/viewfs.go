@@ -39,6 +39,9 @@ func IsViewFS(s string) bool { return len(s) >= 7 && strings.EqualFold(s[:7], "v
 type MountLink struct {
 	Path   string // absolute, clean ("/" for linkMergeSlash)
 	Target string // as configured, trailing slash removed
+	// Unsupported names the kind of a link this guard cannot follow (linkMerge, linkNfly: several
+	// targets); a store at, above or below it is refused, the rest of the table still works.
+	Unsupported string
 }
 
 // MountTable is the mount table of one cluster.
@@ -164,8 +167,24 @@ func ParseMountTable(conf hadoopconf.HadoopConf, cluster string) (MountTable, er
 		case name == "homedir" || name == "name.key":
 			// homedir only names a home directory; "default.name.key" is the default-table key
 			// (DefaultViewCluster), which shares the prefix of a cluster called "default".
-		case strings.HasPrefix(name, "linkMerge."), strings.HasPrefix(name, "linkNfly."), strings.HasPrefix(name, "linkRegex."):
-			return mt, fmt.Errorf("%s: %s is a merge/nfly/regex link, which ckguard does not follow (a store must be one HDFS directory); give the hdfs:// target with --store instead", where, k)
+		case strings.HasPrefix(name, "linkMerge."), strings.HasPrefix(name, "linkNfly."):
+			kind, lp := name[:strings.IndexByte(name, '.')], name[strings.IndexByte(name, '.')+1:]
+			if kind == "linkNfly" {
+				// linkNfly.<settings>.<path>: the settings hold no '/', the path starts with one.
+				if i := strings.IndexByte(lp, '/'); i >= 0 {
+					lp = lp[i:]
+				}
+			}
+			lp, err := cleanViewPath(lp)
+			if err != nil {
+				return mt, fmt.Errorf("%s: link %s: %w", where, k, err)
+			}
+			if err := addLink(&mt, seen, lp, kind+" "+v, k, where); err != nil {
+				return mt, err
+			}
+			mt.Links[len(mt.Links)-1].Unsupported = kind
+		case strings.HasPrefix(name, "linkRegex."):
+			return mt, fmt.Errorf("%s: %s is a regex link, which ckguard does not follow (it cannot tell which paths it takes); give the hdfs:// target with --store instead", where, k)
 		default:
 			return mt, fmt.Errorf("%s: unknown key %s (want link.<path>, linkFallback, linkMergeSlash or homedir)", where, k)
 		}
@@ -265,6 +284,9 @@ func (mt MountTable) ResolveDir(p string) (string, error) {
 	where := fmt.Sprintf("viewfs://%s%s", mt.Cluster, p)
 	for _, l := range mt.Links {
 		if below(p, l.Path) {
+			if l.Unsupported != "" {
+				return "", fmt.Errorf("%s is below the ViewFS %s link %s, which has several targets; ckguard guards one HDFS directory: give its hdfs:// target with --store instead", where, l.Unsupported, l.Path)
+			}
 			return joinTarget(l.Target, rel(p, l.Path)), nil
 		}
 	}
@@ -366,6 +388,9 @@ func viewAliases(r Resolved, conf hadoopconf.HadoopConf) []string {
 			targets = append(targets, MountLink{Path: "/", Target: mt.Fallback})
 		}
 		for _, l := range targets {
+			if l.Unsupported != "" {
+				continue
+			}
 			dir, ok := targetDir(l.Target, conf, r)
 			if !ok || !below(r.Path, dir) {
 				continue
