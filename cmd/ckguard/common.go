@@ -45,7 +45,7 @@ func locationFlags() []cli.Flag {
 	f := []cli.Flag{
 		// Checked by requireStore (one line naming the flag) rather than urfave's Required, which prints
 		// the whole help and then misreads PATH as a command name.
-		&cli.StringFlag{Name: "store", EnvVars: []string{"CKGUARD_STORE"}, Usage: "checkpoint storage: a local/NFS directory, s3://bucket/prefix or hdfs://namenode:8020/path (required; or set CKGUARD_STORE)"},
+		&cli.StringFlag{Name: "store", EnvVars: []string{"CKGUARD_STORE"}, Usage: "checkpoint storage: a local/NFS directory, s3://bucket/prefix hdfs://namenode:8020/path or viewfs://cluster/path (required; or set CKGUARD_STORE)"},
 		&cli.StringFlag{Name: "index", EnvVars: []string{"CKGUARD_INDEX"}, Usage: "index directory (default: $XDG_CACHE_HOME/ckguard/<hash of --store>)"},
 		&cli.StringSliceFlag{Name: "map", Usage: "prefix map `PREFIX=STOREPATH` tying URIs written in _metadata to the store (repeatable), e.g. file:/flink/ckpt= or hdfs://nn:8020/flink=flink"},
 		&cli.StringSliceFlag{Name: "external", Usage: "URI `PREFIX` of other storage that checkpoints legitimately reference (another bucket, savepoints on HDFS; repeatable): reported, not refused"},

@@ -14,8 +14,11 @@ import (
 	"github.com/ckguard/ckguard/internal/duration"
 )
 
-// IsURL reports whether a --store value names an HDFS location (hdfs://…, hdfs:///…, hdfs:/…).
-func IsURL(store string) bool { return len(store) >= 5 && strings.EqualFold(store[:5], "hdfs:") }
+// IsURL reports whether a --store value names an HDFS location (hdfs://…, hdfs:///…, hdfs:/…), or a
+// ViewFS one (viewfs://cluster/…, resolved through HADOOP_CONF_DIR's mount table to one hdfs:// directory).
+func IsURL(store string) bool {
+	return len(store) >= 5 && strings.EqualFold(store[:5], "hdfs:") || hdfsclient.IsViewFS(store)
+}
 
 // Flags are the HDFS client flags. The NameNodes, nameservices, fs.defaultFS and Kerberos settings come
 // from HADOOP_CONF_DIR (core-site.xml, hdfs-site.xml); the user from HADOOP_USER_NAME or the login.

@@ -54,15 +54,11 @@ type Kerberos struct {
 // nameservices, fs.defaultFS and Kerberos; HADOOP_USER_NAME or the login for the user; KRB5CCNAME and
 // KRB5_CONFIG for Kerberos. krb overrides what the environment says (keytab/principal flags).
 func ConfigFromEnv(uri string, krb Kerberos) (Config, error) {
-	loc, err := ParseLocation(uri)
-	if err != nil {
-		return Config{}, err
-	}
 	conf, err := LoadConf()
 	if err != nil {
 		return Config{}, err
 	}
-	res, err := Resolve(loc, conf)
+	res, err := ResolveStore(uri, conf)
 	if err != nil {
 		return Config{}, err
 	}

@@ -74,6 +74,43 @@ type Resolved struct {
 	// Aliases are the other authorities naming the same file system: "" (hdfs:///… when it is the
 	// default FS) and, for a nameservice, each of its NameNodes' host:port.
 	Aliases []string
+	// ViewURIs are the viewfs:// URIs whose mount tables (core-site.xml) map exactly to Path on this
+	// file system (see viewAliases); the store was given as one of them when View is set.
+	ViewURIs []string
+	// View is the viewfs:// store URI as given ("" for an hdfs:// store).
+	View string
+}
+
+// ResolveStore parses and resolves a --store URI: hdfs://… directly, viewfs://cluster/path through
+// the cluster's mount table to the one hdfs:// directory it names. Both get the viewfs:// aliases of
+// the resolved directory from every mount table in conf.
+func ResolveStore(uri string, conf hadoopconf.HadoopConf) (Resolved, error) {
+	if impl := conf["fs.hdfs.impl"]; strings.Contains(impl, "ViewFileSystemOverloadScheme") {
+		// hdfs:// URIs then go through mount tables too; this client reads them as plain HDFS.
+		return Resolved{}, fmt.Errorf("HADOOP_CONF_DIR sets fs.hdfs.impl=%s (ViewFS overload scheme), which ckguard does not support: its hdfs:// paths would not name what Flink's do", impl)
+	}
+	hdfsURI, view := uri, ""
+	if IsViewFS(uri) {
+		v, err := ParseViewLocation(uri, conf)
+		if err != nil {
+			return Resolved{}, err
+		}
+		if hdfsURI, err = ResolveView(v, conf); err != nil {
+			return Resolved{}, fmt.Errorf("HDFS store %s: %w", uri, err)
+		}
+		view = uri
+	}
+	loc, err := ParseLocation(hdfsURI)
+	if err != nil {
+		return Resolved{}, err
+	}
+	r, err := Resolve(loc, conf)
+	if err != nil {
+		return Resolved{}, err
+	}
+	r.View = view
+	r.ViewURIs = viewAliases(r, conf)
+	return r, nil
 }
 
 // Resolve finds the NameNodes of l from the Hadoop configuration conf (nil: none):
@@ -85,10 +122,15 @@ func Resolve(l Location, conf hadoopconf.HadoopConf) (Resolved, error) {
 	r := Resolved{Location: l}
 	auth := l.Authority
 	defaultAuth := ""
-	if d := conf["fs.defaultFS"]; d != "" || conf["fs.default.name"] != "" {
-		if d == "" {
-			d = conf["fs.default.name"]
-		}
+	d := conf["fs.defaultFS"]
+	if d == "" {
+		d = conf["fs.default.name"]
+	}
+	// A default file system of another scheme (viewfs:///, s3a://…) gives hdfs:/// no meaning.
+	if d != "" && (len(d) < 5 || !strings.EqualFold(d[:5], "hdfs:")) {
+		d = ""
+	}
+	if d != "" {
 		dl, err := ParseLocation(d)
 		if err != nil {
 			return r, fmt.Errorf("fs.defaultFS %q in HADOOP_CONF_DIR: %w", d, err)

@@ -64,13 +64,14 @@ func (s *Store) Root() string { return uri(s.loc.Canonical, s.dir) }
 
 // RootAliases are the other names of the same directory: hdfs:///dir (and hdfs:/dir) when the store is
 // the default file system, and each NameNode's host:port of an HA nameservice. Port-less spellings
-// (hdfs://nn/…) are folded to port 8020 by pathnorm.
+// (hdfs://nn/…) are folded to port 8020 by pathnorm. The viewfs:// URIs whose mount tables map exactly
+// to the store directory are aliases too (hdfsclient.ResolveStore checked each one forward).
 func (s *Store) RootAliases() []string {
 	var out []string
 	for _, a := range s.loc.Aliases {
 		out = append(out, uri(a, s.dir))
 	}
-	return out
+	return append(out, s.loc.ViewURIs...)
 }
 
 // abs is the HDFS path of a clean store key.

@@ -45,7 +45,9 @@ func ParseURI(s string) URI {
 		}
 		if s3Aliases[u.Scheme] {
 			u.Scheme = "s3"
-		} else {
+		} else if u.Scheme != "viewfs" {
+			// (A ViewFS cluster name selects core-site.xml keys, which are case-sensitive: viewfs://C
+			// and viewfs://c are different mount tables, so it is not folded either.)
 			// Host names are case-insensitive (S3 bucket names are not folded: they are lower case
 			// by rule, and a legacy mixed-case bucket is another bucket).
 			u.Authority = strings.ToLower(u.Authority)
