@@ -3,6 +3,7 @@ package refindex
 import (
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/ckguard/ckguard/refindex/pathnorm"
 )
@@ -17,6 +18,7 @@ type options struct {
 	entropyKey  string
 	log         *slog.Logger
 	progress    io.Writer
+	progressLog time.Duration // without progress: log progress this often (0: default, < 0: never)
 	workers     int
 	rebuild     bool
 	parse       parseFunc
@@ -61,6 +63,11 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 // WithProgress shows progress bars for rebuild, sync, verify and orphans on w (pass os.Stderr when it is a
 // terminal; nil = none).
 func WithProgress(w io.Writer) Option { return func(o *options) { o.progress = w } }
+
+// WithProgressLog sets how often long work (a rebuild's listing and parse, a sync's parse, verify,
+// orphans) logs a progress line at level info when no WithProgress writer is set: a daemon's journal
+// then shows a rebuild of a big bucket advancing. 0 = every 30 s (the default), negative = never.
+func WithProgressLog(every time.Duration) Option { return func(o *options) { o.progressLog = every } }
 
 // WithParseWorkers bounds how many `_metadata` files are read and parsed at once (default 2×CPUs,
 // at least 4: reading is I/O bound on network stores).

@@ -157,6 +157,15 @@ func runMount(c *cli.Context) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// Under systemd (Type=notify) the first index sync, a rebuild of a big store, may take longer than the
+	// unit's TimeoutStartSec; a restart would begin it again, in a loop. Until the mount is ready the start
+	// timeout keeps being extended (3 min past each minute's notice), so it only runs out on a daemon that
+	// stopped making its notices.
+	started := time.Now()
+	stopStarting := daemon.KeepStarting(func() string {
+		return fmt.Sprintf("syncing the index with %s before mounting (%s so far; progress in the log)", c.String("store"), time.Since(started).Round(time.Second))
+	}, time.Minute, 3*time.Minute)
+	defer stopStarting()
 	cfg := guardd.Config{
 		StoreDir:        c.String("store"),
 		IndexDir:        indexDir,
@@ -177,6 +186,7 @@ func runMount(c *cli.Context) error {
 		Ready: func(m *guardd.Mounted) {
 			log.Info("a refused deletion fails with \"Operation not permitted\"; to learn why: `ckguard why --store S --index I PATH` or `getfattr -n user.ckguard.state PATH`",
 				"why", whyCommandLine(c, m.Mountpoint, "PATH"))
+			stopStarting()
 			daemon.Ready(fmt.Sprintf("guarding %s on %s", c.String("store"), m.Mountpoint))
 		},
 	}

@@ -12,7 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 )
 
 // readyFDEnv names the descriptor on which a detached child reports readiness to its parent.
@@ -86,6 +88,36 @@ func report(line string) {
 func Ready(status string) {
 	report("READY")
 	notify("READY=1\nSTATUS=" + status)
+}
+
+// Starting tells systemd (Type=notify) that the start is still under way: its start timeout is extended to
+// extend from now (EXTEND_TIMEOUT_USEC) and status is what `systemctl status` shows.
+func Starting(status string, extend time.Duration) {
+	notify(fmt.Sprintf("EXTEND_TIMEOUT_USEC=%d\nSTATUS=%s", extend.Microseconds(), status))
+}
+
+// KeepStarting calls Starting at once and then every `every` until stop is called (stop waits for the
+// last call; more calls do nothing). The mount's first index sync can be a rebuild that takes longer
+// than any fixed TimeoutStartSec on a big store (a restart would begin it again, in a loop); while the
+// daemon is alive and still in that sync the timeout keeps moving, and it runs out extend after the
+// daemon stops extending it.
+func KeepStarting(status func() string, every, extend time.Duration) (stop func()) {
+	quit, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			Starting(status(), extend)
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(quit); <-exited }) }
 }
 
 // Fail tells the waiting parent why the child could not mount.

@@ -1,0 +1,80 @@
+//go:build hdfs
+
+package hdfsguardd_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckguard/ckguard/fs/guardd"
+	"github.com/ckguard/ckguard/fs/guardd/guarddtest"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsguardd"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfstest/minidfs"
+	"github.com/ckguard/ckguard/refindex"
+)
+
+// TestMetricsLagOnHDFS: the HDFS daemon's metrics endpoint carries the index lag, refreshed after every
+// periodic sync (the index gauges were left unset where the byte gauges are off, so the lag alert could
+// not fire), and the live checkpoint count.
+func TestMetricsLagOnHDFS(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse")
+	}
+	ctx := context.Background()
+	c := minidfs.Start(t, minidfs.Options{})
+	storeDir := c.Root() + "/metrics"
+	cl, _, err := hdfscli.Dial(ctx, c.URI(storeDir), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.MkdirAll(ctx, storeDir+"/j", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var addr string
+	guarddtest.Start(t, guardd.Config{StoreDir: c.URI(storeDir), IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
+		Policy: refindex.DefaultPolicy(), MetricsAddr: "127.0.0.1:0", SyncInterval: 200 * time.Millisecond,
+		Ready: func(m *guardd.Mounted) { addr = m.MetricsAddr }}, func(ctx context.Context, c guardd.Config) error {
+		return hdfsguardd.Run(ctx, c, opts)
+	})
+	// Several sync intervals after the mount: a lag set only at start would have grown past the bound.
+	time.Sleep(5 * time.Second)
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(string(body)))
+	for sc.Scan() {
+		if name, val, ok := strings.Cut(sc.Text(), " "); ok && !strings.HasPrefix(name, "#") {
+			if v, err := strconv.ParseFloat(val, 64); err == nil {
+				got[name] = v
+			}
+		}
+	}
+	if lag, ok := got["ckguard_index_lag_seconds"]; !ok || lag < 0 || lag > 4 {
+		t.Errorf("ckguard_index_lag_seconds = %v (present %v) 5 s after the mount with a 200 ms sync interval, want 0 ≤ lag ≤ 4", lag, ok)
+	}
+	if _, ok := got["ckguard_live_checkpoints"]; !ok {
+		t.Errorf("no ckguard_live_checkpoints on the HDFS mount's metrics endpoint")
+	}
+}
