@@ -197,11 +197,19 @@ func (c *Client) ServerTime(ctx context.Context) (time.Time, error) {
 // Walk calls fn for every object under relPrefix in key order, page by page (never the whole listing in
 // memory). An error from fn stops the walk and is returned.
 func (c *Client) Walk(ctx context.Context, relPrefix string, fn func(Object) error) error {
+	return c.WalkPages(ctx, relPrefix, nil, fn)
+}
+
+// WalkPages is Walk, calling page (when not nil) after each listing page it fetched.
+func (c *Client) WalkPages(ctx context.Context, relPrefix string, page func(), fn func(Object) error) error {
 	token := ""
 	for {
 		pg, err := c.ListPage(ctx, relPrefix, false, token, "", 1000)
 		if err != nil {
 			return err
+		}
+		if page != nil {
+			page()
 		}
 		for _, o := range pg.Objects {
 			if err := fn(o); err != nil {

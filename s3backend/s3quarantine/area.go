@@ -305,16 +305,22 @@ func (a *Area) Purge(ctx context.Context, id string) error {
 
 // Find returns the newest entry staged from key.
 func (a *Area) Find(ctx context.Context, key string) (quarantine.Entry, bool, error) {
-	es, err := a.List(ctx)
-	if err != nil {
-		return quarantine.Entry{}, false, err
-	}
-	for i := len(es) - 1; i >= 0; i-- {
-		if es[i].Key() == key {
-			return es[i], true, nil
+	return newestOf(a.List(ctx))(key)
+}
+
+// newestOf returns a finder of the newest entry of es (oldest first) staged from a key.
+func newestOf(es []quarantine.Entry, err error) func(key string) (quarantine.Entry, bool, error) {
+	return func(key string) (quarantine.Entry, bool, error) {
+		if err != nil {
+			return quarantine.Entry{}, false, err
 		}
+		for i := len(es) - 1; i >= 0; i-- {
+			if es[i].Key() == key {
+				return es[i], true, nil
+			}
+		}
+		return quarantine.Entry{}, false, nil
 	}
-	return quarantine.Entry{}, false, nil
 }
 
 // Tidy is a no-op on S3: a record without its object is skipped by List and removed by the next

@@ -384,16 +384,7 @@ func (a *VersionedArea) Purge(ctx context.Context, id string) error {
 
 // Find returns the newest entry staged from key.
 func (a *VersionedArea) Find(ctx context.Context, key string) (quarantine.Entry, bool, error) {
-	es, err := a.List(ctx)
-	if err != nil {
-		return quarantine.Entry{}, false, err
-	}
-	for i := len(es) - 1; i >= 0; i-- {
-		if es[i].Key() == key {
-			return es[i], true, nil
-		}
-	}
-	return quarantine.Entry{}, false, nil
+	return newestOf(a.List(ctx))(key)
 }
 
 // Tidy is a no-op: a pending record whose delete did not happen is skipped by List and removed by the

@@ -27,23 +27,7 @@ func (s *Store) parallelWalk(ctx context.Context, prefix string, fn func(s3clien
 	var pages atomic.Int64
 	var flatRange func(ctx context.Context, prefix, from, to string) error
 	flat := func(ctx context.Context, prefix string) error {
-		token := ""
-		for {
-			pg, err := s.c.ListPage(ctx, prefix, false, token, "", 1000)
-			if err != nil {
-				return err
-			}
-			pages.Add(1)
-			for _, o := range pg.Objects {
-				if err := fn(o); err != nil {
-					return err
-				}
-			}
-			if pg.Next == "" {
-				return nil
-			}
-			token = pg.Next
-		}
+		return s.c.WalkPages(ctx, prefix, func() { pages.Add(1) }, fn)
 	}
 	var expand func(prefix string, depth int)
 	expand = func(prefix string, depth int) {
