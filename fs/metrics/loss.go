@@ -57,17 +57,13 @@ func (l *lossMetrics) register(r *prometheus.Registry) {
 		Name: "ckguard_missing_referenced_objects",
 		Help: "Objects referenced by live checkpoints of the job that are missing from the store (found by the mount's loss check).",
 	}, []string{"job"})
-	l.objects = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "ckguard_loss_check_objects",
-		Help: "Distinct store objects live checkpoints reference, which the loss check stats.",
-	})
-	l.passes = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "ckguard_loss_check_round_passes",
-		Help: "Loss check passes (one per sync) a complete check of every referenced object takes under --loss-check-budget; above 1 a loss shows only after that many sync intervals.",
-	})
-	l.duration = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "ckguard_loss_check_duration_seconds",
-		Help: "Duration of the last loss check pass; above --sync-interval the next sync starts no pass and a loss shows later.",
+	registerGauges(r, []gaugeSpec{
+		{&l.objects, prometheus.GaugeOpts{Name: "ckguard_loss_check_objects",
+			Help: "Distinct store objects live checkpoints reference, which the loss check stats."}},
+		{&l.passes, prometheus.GaugeOpts{Name: "ckguard_loss_check_round_passes",
+			Help: "Loss check passes (one per sync) a complete check of every referenced object takes under --loss-check-budget; above 1 a loss shows only after that many sync intervals."}},
+		{&l.duration, prometheus.GaugeOpts{Name: "ckguard_loss_check_duration_seconds",
+			Help: "Duration of the last loss check pass; above --sync-interval the next sync starts no pass and a loss shows later."}},
 	})
 	l.failures = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ckguard_loss_check_failures_total",
@@ -76,7 +72,7 @@ func (l *lossMetrics) register(r *prometheus.Registry) {
 	age := sinceGauge(prometheus.GaugeOpts{Name: "ckguard_loss_check_age_seconds",
 		Help: "Seconds since the last complete loss check ended (every referenced object stat'ed since it began); -1 before the first."},
 		&l.mu, &l.lastComplete)
-	r.MustRegister(l.broken, l.missing, l.objects, l.passes, l.duration, l.failures, age)
+	r.MustRegister(l.broken, l.missing, l.failures, age)
 }
 
 // SetLoss exports one loss check pass; a job no longer listed loses its series.

@@ -111,10 +111,7 @@ func New() *Metrics {
 		Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10),
 	}, []string{"op"})
 	// The plain gauges, set from what the index and the quarantine report: made and registered here.
-	for _, g := range []struct {
-		gauge *prometheus.Gauge
-		opts  prometheus.GaugeOpts
-	}{
+	registerGauges(m.Registry, []gaugeSpec{
 		{&m.liveCkpt, prometheus.GaugeOpts{Name: "ckguard_live_checkpoints", Help: "Live checkpoints in the index."}},
 		{&m.liveSavepoints, prometheus.GaugeOpts{Name: "ckguard_live_savepoints", Help: "Live savepoints in the index."}},
 		{&m.refBytes, prometheus.GaugeOpts{Name: "ckguard_referenced_bytes", Help: "Bytes of store objects that are not garbage: referenced by live checkpoints/savepoints or protected by policy (store bytes minus orphaned bytes)."}},
@@ -124,10 +121,7 @@ func New() *Metrics {
 		{&m.clockBehind, prometheus.GaugeOpts{Name: "ckguard_store_clock_behind_seconds", Help: "How far ages of store files are corrected because the store's clock is (or was, within --grace) behind this host's; 0 when the clocks agree."}},
 		{&m.qObjects, prometheus.GaugeOpts{Name: "ckguard_quarantine_objects", Help: "Objects staged in the store's quarantine folder by deletions through the mount (--quarantine), awaiting restore or purge."}},
 		{&m.qBytes, prometheus.GaugeOpts{Name: "ckguard_quarantine_bytes", Help: "Bytes of the objects staged in the quarantine folder."}},
-	} {
-		*g.gauge = prometheus.NewGauge(g.opts)
-		m.Registry.MustRegister(*g.gauge)
-	}
+	})
 	lag := sinceGauge(prometheus.GaugeOpts{Name: "ckguard_index_lag_seconds",
 		Help: "Seconds since the last successful index sync (-1 before the first)."}, &m.mu, &m.lastSync)
 	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -311,4 +305,17 @@ func sinceGauge(opts prometheus.GaugeOpts, mu *sync.Mutex, t *time.Time) prometh
 		}
 		return time.Since(*t).Seconds()
 	})
+}
+
+// gaugeSpec is a plain gauge to make and register: where it goes and its name and help.
+type gaugeSpec struct {
+	gauge *prometheus.Gauge
+	opts  prometheus.GaugeOpts
+}
+
+func registerGauges(r *prometheus.Registry, specs []gaugeSpec) {
+	for _, g := range specs {
+		*g.gauge = prometheus.NewGauge(g.opts)
+		r.MustRegister(*g.gauge)
+	}
 }
