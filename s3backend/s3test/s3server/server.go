@@ -98,6 +98,13 @@ func FreeAddr() (string, error) {
 // stopped at the end of the test.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return startWith(t, func(s *Server) error { s.DataDir = t.TempDir(); return nil })
+}
+
+// startWith starts versitygw on a free port once configure has set the data directory and backend
+// options of s; it is stopped at the end of the test.
+func startWith(t testing.TB, configure func(*Server) error) *Server {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("real S3 server (versitygw) not started in -short mode")
 	}
@@ -107,7 +114,10 @@ func Start(t testing.TB) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{Endpoint: "http://" + addr, Addr: addr, DataDir: t.TempDir(), bin: bin, t: t}
+	s := &Server{Endpoint: "http://" + addr, Addr: addr, bin: bin, t: t}
+	if err := configure(s); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.start(); err != nil {
 		t.Fatal(err)
 	}

@@ -22,26 +22,12 @@ import (
 // bytes, size and version id are kept.
 func StartVersioned(t testing.TB) *Server {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("real S3 server (versitygw) not started in -short mode")
-	}
-	bin, err := Binary()
-	Require(t, err)
-	addr, err := FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
 	base := t.TempDir()
-	s := &Server{Endpoint: "http://" + addr, Addr: addr, DataDir: filepath.Join(base, "data"), bin: bin, t: t,
-		backend: []string{"--versioning-dir", filepath.Join(base, "versions")}}
-	if err := mkdirs(s.DataDir, filepath.Join(base, "versions")); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	return s
+	return startWith(t, func(s *Server) error {
+		s.DataDir = filepath.Join(base, "data")
+		s.backend = []string{"--versioning-dir", filepath.Join(base, "versions")}
+		return mkdirs(s.DataDir, filepath.Join(base, "versions"))
+	})
 }
 
 // VersionedBucket creates a bucket with versioning enabled and returns its name.
