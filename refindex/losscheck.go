@@ -126,8 +126,7 @@ func (ix *Index) NewLossChecker(o LossCheckOptions) *LossChecker {
 
 // lossTarget is one live checkpoint whose references a pass checks.
 type lossTarget struct {
-	rec  *checkpointRecord
-	keys []string // inside references, distinct
+	rec *checkpointRecord
 }
 
 // Check runs one pass. An error (the index is closed, a stat failed other than not-found) means the
@@ -165,7 +164,6 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 					continue
 				}
 				byKey[r.Key] = append(byKey[r.Key], len(targets))
-				t.keys = append(t.keys, r.Key)
 			}
 			targets = append(targets, t)
 		}

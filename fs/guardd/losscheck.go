@@ -40,6 +40,7 @@ type lossWatch struct {
 	log   *slog.Logger
 
 	busy     atomic.Bool   // a pass is running
+	restTill atomic.Int64  // unix nanoseconds before which no pass starts (see lossDuty)
 	interval time.Duration // the sync interval: a pass longer than it is WARNed (once until one fits again)
 	behind   bool
 
@@ -51,6 +52,10 @@ type lossWatch struct {
 // store; the next sync kicks again). A pass never runs in the sync, so a long one (a big bucket at
 // 20 ms per request) delays neither the next sync nor the decisions that wait for the index.
 func (w *lossWatch) kick(ctx context.Context) {
+	if time.Now().UnixNano() < w.restTill.Load() {
+		w.log.Debug("loss check: resting after a long pass; this sync starts none")
+		return
+	}
 	if !w.busy.CompareAndSwap(false, true) {
 		w.log.Debug("loss check: the previous pass is still running; this sync starts none")
 		return
@@ -66,8 +71,16 @@ func (w *lossWatch) kick(ctx context.Context) {
 // wait waits for the running pass (cancel its context first to make it end soon).
 func (w *lossWatch) wait() { w.wg.Wait() }
 
+// lossDuty bounds the share of time the loss check runs: after a pass of duration d the next starts no
+// sooner than (lossDuty-1)·d later. A pass over a large bucket (listings of every folder that holds
+// referenced objects, and every reference read from the index) would otherwise run back to back,
+// keeping the store, a core and memory busy all the time; on a small store d is far below the sync
+// interval and every sync still starts one.
+const lossDuty = 10
+
 func (w *lossWatch) run(ctx context.Context) {
 	t0 := time.Now()
+	defer func() { w.restTill.Store(time.Now().Add((lossDuty - 1) * time.Since(t0)).UnixNano()) }()
 	rep, err := w.lc.Check(ctx)
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, context.Canceled) {

@@ -113,4 +113,17 @@ func TestLossWatchBesideSync(t *testing.T) {
 	if dur < 0.2 {
 		t.Fatalf("ckguard_loss_check_duration_seconds = %v, want the blocked pass's duration (>= 0.2 s)", dur)
 	}
+	// After a long pass the check rests nine times as long: a sync right after it starts none.
+	before := st.stats
+	w.kick(ctx)
+	w.wait()
+	if st.stats != before {
+		t.Fatalf("a kick right after a %.1f s pass started another (%d stats): the check must rest after a long pass", dur, st.stats-before)
+	}
+	w.restTill.Store(time.Now().UnixNano()) // the rest is over
+	w.kick(ctx)
+	w.wait()
+	if st.stats == before {
+		t.Fatal("a kick after the rest started no pass")
+	}
 }
