@@ -161,22 +161,44 @@ func (a *Area) putRecord(ctx context.Context, e quarantine.Entry) error {
 }
 
 func (a *Area) readRecord(ctx context.Context, o s3client.Object) (quarantine.Entry, error) {
-	if o.Size > maxRecord {
-		return quarantine.Entry{}, fmt.Errorf("entry record %s is %d bytes, more than %d: not a record of ours", o.Key, o.Size, maxRecord)
-	}
-	b := make([]byte, o.Size)
-	n, err := a.c.ReadAt(ctx, o.Key, b, 0, o.ETag)
-	if err != nil && !(errors.Is(err, io.EOF) && n == len(b)) {
+	b, err := readRecordBytes(ctx, a.c, o)
+	if err != nil {
 		return quarantine.Entry{}, err
 	}
 	var e quarantine.Entry
-	if err := json.Unmarshal(b[:n], &e); err != nil {
+	if err := json.Unmarshal(b, &e); err != nil {
 		return quarantine.Entry{}, fmt.Errorf("entry record %s: %w", o.Key, err)
 	}
 	if want := strings.TrimSuffix(strings.TrimPrefix(o.Key, Prefix), recordSuffix); e.ID != want {
 		return quarantine.Entry{}, fmt.Errorf("entry record %s names id %q", o.Key, e.ID)
 	}
 	return e, nil
+}
+
+// readRecordBytes reads the entry record o names (as listed). A record rewritten since the listing (a
+// staging in progress writes its record twice) is read again as it is now, a few times at most, so a
+// listing beside a running mount does not report it as a problem.
+func readRecordBytes(ctx context.Context, c interface {
+	Head(ctx context.Context, key string) (s3client.Object, error)
+	ReadAt(ctx context.Context, key string, p []byte, off int64, ifMatch string) (int, error)
+}, o s3client.Object) ([]byte, error) {
+	for attempt := 0; ; attempt++ {
+		if o.Size > maxRecord {
+			return nil, fmt.Errorf("entry record %s is %d bytes, more than %d: not a record of ours", o.Key, o.Size, maxRecord)
+		}
+		b := make([]byte, o.Size)
+		n, err := c.ReadAt(ctx, o.Key, b, 0, o.ETag)
+		if errors.Is(err, s3client.ErrPrecondition) && attempt < 3 {
+			if o, err = c.Head(ctx, o.Key); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil && !(errors.Is(err, io.EOF) && n == len(b)) {
+			return nil, err
+		}
+		return b[:n], nil
+	}
 }
 
 // ListAll returns every complete entry (record and object), oldest first, and a problem for each

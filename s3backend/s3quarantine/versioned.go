@@ -173,16 +173,12 @@ func (a *VersionedArea) dropRecord(ctx context.Context, id string) error {
 }
 
 func (a *VersionedArea) readRecord(ctx context.Context, o s3client.Object) (versionedRecord, error) {
-	if o.Size > maxRecord {
-		return versionedRecord{}, fmt.Errorf("entry record %s is %d bytes, more than %d: not a record of ours", o.Key, o.Size, maxRecord)
-	}
-	b := make([]byte, o.Size)
-	n, err := a.c.ReadAt(ctx, o.Key, b, 0, o.ETag)
-	if err != nil && !(errors.Is(err, io.EOF) && n == len(b)) {
+	b, err := readRecordBytes(ctx, a.c, o)
+	if err != nil {
 		return versionedRecord{}, err
 	}
 	var r versionedRecord
-	if err := json.Unmarshal(b[:n], &r); err != nil {
+	if err := json.Unmarshal(b, &r); err != nil {
 		return versionedRecord{}, fmt.Errorf("entry record %s: %w", o.Key, err)
 	}
 	if want := strings.TrimSuffix(strings.TrimPrefix(o.Key, Prefix), recordSuffix); r.ID != want {
