@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/flinkmeta"
@@ -206,5 +207,40 @@ func TestDrillRead(t *testing.T) {
 	}
 	if d.OK {
 		t.Fatalf("drill --read green with %s a directory", key)
+	}
+}
+
+// TestDrillReadRate: a read capped at half the referenced bytes per second takes at least two seconds
+// and reports a rate within the cap, so that a drill on a live store never takes more bandwidth than it
+// was given. (Only the lower bound is asserted: a loaded machine reads slower, never faster.)
+func TestDrillReadRate(t *testing.T) {
+	ctx := context.Background()
+	root, prefix := drillStore(t, "2.2", "file-merging")
+	ix := openDrillIndex(t, root, prefix)
+	free, err := ix.Drill(ctx, refindex.DrillOptions{Read: true})
+	if err != nil || !free.OK || free.BytesRead == 0 {
+		t.Fatalf("uncapped drill --read: %+v, %v", free, err)
+	}
+	rate := free.BytesRead / 2
+	var dones []int64
+	start := time.Now()
+	d, err := ix.Drill(ctx, refindex.DrillOptions{Read: true, ReadRate: rate, Progress: func(done, _ int64) { dones = append(dones, done) }})
+	took := time.Since(start)
+	if err != nil || !d.OK || d.BytesRead != free.BytesRead {
+		t.Fatalf("capped drill --read: %+v, %v", d, err)
+	}
+	if took < 1900*time.Millisecond || d.ReadSeconds < 1.9 {
+		t.Errorf("%d bytes read at a cap of %d bytes/s in %v (reported %.2f s), want at least 2 s", d.BytesRead, rate, took, d.ReadSeconds)
+	}
+	if capMB := float64(rate) / (1 << 20); d.MBPerSecond > capMB*1.05 {
+		t.Errorf("reported %.3f MB/s, above the cap of %.3f", d.MBPerSecond, capMB)
+	}
+	for i := 1; i < len(dones); i++ {
+		if dones[i] < dones[i-1] {
+			t.Fatalf("progress went back: %v", dones)
+		}
+	}
+	if len(dones) == 0 || dones[len(dones)-1] != d.BytesRead {
+		t.Errorf("progress ended at %v, want %d", dones, d.BytesRead)
 	}
 }

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestRestoreMetadataCLI: checkpoints --history lists a _metadata deleted behind the index's back as
@@ -39,8 +41,13 @@ func TestRestoreMetadataCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	removed := time.Now().Truncate(time.Second)
 	if err := os.Remove(p); err != nil {
 		t.Fatal(err)
+	}
+	// The text form names the retired checkpoint on its line with when it went.
+	if r := run("checkpoints", "--history"); r.code != 0 || !regexp.MustCompile(regexp.QuoteMeta(meta)+` .*; retired 20\d\d-`).MatchString(r.stdout) || !strings.Contains(r.stdout, "(1 retired)") {
+		t.Fatalf("history after %s went (exit %d): want its line marked retired with a time\n%s%s", meta, r.code, r.stdout, r.stderr)
 	}
 	r := run("checkpoints", "--history", "--json")
 	var h struct {
@@ -56,7 +63,11 @@ func TestRestoreMetadataCLI(t *testing.T) {
 	found := false
 	for _, e := range h.Entries {
 		if e.Metadata == meta {
-			found = e.Retired != "" && e.SHA256 != ""
+			went, err := time.Parse(time.RFC3339Nano, e.Retired)
+			found = err == nil && e.SHA256 != ""
+			if found && (went.Before(removed) || went.After(time.Now())) {
+				t.Errorf("%s retired at %v, but it was deleted at %v (now %v)", meta, went, removed, time.Now())
+			}
 		}
 	}
 	if !found {

@@ -7,19 +7,16 @@ package s3mount
 import (
 	"context"
 	"fmt"
-	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"log/slog"
 	"os"
-	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/metrics"
 	"github.com/ckguard/ckguard/fs/mountutil"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/s3backend/deleteq"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
@@ -203,7 +200,7 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 		fsys.closeQueue()
 		return nil, err
 	}
-	if err := setKernelReadAhead(mnt, o.KernelReadAhead); err != nil {
+	if err := mountutil.SetKernelReadAhead(mnt, o.KernelReadAhead); err != nil {
 		o.Logger.Debug("could not raise the kernel's readahead of the mount (sequential reads stay in 128 KiB requests)", "err", err)
 	}
 	pctx, stop := context.WithCancel(context.Background())
@@ -238,18 +235,4 @@ func (m *Mounted) cleanup() {
 	if m.fsys.ownSpool {
 		_ = os.RemoveAll(m.fsys.opts.SpoolDir)
 	}
-}
-
-// setKernelReadAhead sets read_ahead_kb of the mount's backing device info (/sys/class/bdi/MAJOR:MINOR),
-// which the kernel creates per FUSE mount with 128 KiB.
-func setKernelReadAhead(mnt string, bytes int64) error {
-	if bytes < 0 {
-		return nil
-	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(mnt, &st); err != nil {
-		return err
-	}
-	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
-	return os.WriteFile(p, []byte(strconv.FormatInt(bytes>>10, 10)), 0o644)
 }
