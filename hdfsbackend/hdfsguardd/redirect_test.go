@@ -13,7 +13,6 @@ import (
 
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/fs/guardd/guarddtest"
-	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsguardd"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfstest/minidfs"
@@ -29,20 +28,7 @@ func TestShellRedirectionOnHDFS(t *testing.T) {
 	}
 	ctx := context.Background()
 	c := minidfs.Start(t, minidfs.Options{})
-	storeDir := c.Root() + "/redirect"
-	cl, _, err := hdfscli.Dial(ctx, c.URI(storeDir), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if err := cl.MkdirAll(ctx, storeDir+"/j", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	mnt := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	storeDir, cl, dir, mnt := emptyStore(t, c, "redirect")
 	// Overwriting a file written a moment ago is what is tested, not the grace period that protects
 	// young files: no grace.
 	pol := refindex.DefaultPolicy()
