@@ -15,6 +15,7 @@ import (
 	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/fs/guardd"
+	"github.com/ckguard/ckguard/fs/guardd/guarddtest"
 	"github.com/ckguard/ckguard/fs/internal/fusetest"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store"
@@ -127,39 +128,11 @@ func TestMountQuarantine(t *testing.T) {
 
 	// Restore one checkpoint's _metadata: it is live again at once, so the files it references, still
 	// staged, are referenced again.
-	var meta quarantine.Entry
-	for k, e := range staged {
-		if strings.HasSuffix(k, "/chk-100274/_metadata") {
-			meta = e
-		}
+	entries := make([]quarantine.Entry, 0, len(staged))
+	for _, e := range staged {
+		entries = append(entries, e)
 	}
-	if meta.ID == "" {
-		t.Fatalf("chk-100274/_metadata was not staged: %v", staged)
-	}
-	rr, err := q.Restore(ctx, []string{meta.ID})
-	if err != nil || len(rr.Restored) != 1 {
-		t.Fatalf("restore %s: %+v %v", meta.Path, rr, err)
-	}
-	qr, err := control.DialQuerier(ctlSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer qr.Close()
-	v, err := qr.Verify(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	referenced := map[string]bool{}
-	for _, b := range v.Broken {
-		if b.Metadata == meta.Path {
-			for _, m := range b.Missing {
-				referenced[m] = true
-			}
-		}
-	}
-	if len(referenced) == 0 {
-		t.Fatalf("verify after restoring %s alone: %+v; want it live and missing its staged files", meta.Path, v)
-	}
+	_, referenced := guarddtest.RestoreMetadataLive(t, ctx, q, ctlSock, entries, "/chk-100274/_metadata")
 	// The loss check after the next sync names a missing file, and that it is in quarantine and how to
 	// restore it.
 	var lossMsg string

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -127,38 +126,7 @@ func TestS3QuarantinePurgeKeepsReferenced(t *testing.T) {
 	}
 
 	// Restoring one checkpoint's _metadata makes it live at once: its staged files are referenced again.
-	var meta quarantine.Entry
-	for _, e := range l.Entries {
-		if strings.HasSuffix(e.Path, "/chk-100274/_metadata") {
-			meta = e
-		}
-	}
-	if meta.ID == "" {
-		t.Fatalf("chk-100274/_metadata was not staged: %+v", l.Entries)
-	}
-	if rr, err := q.Restore(ctx, []string{meta.ID}); err != nil || len(rr.Restored) != 1 {
-		t.Fatalf("restore %s: %+v %v", meta.Path, rr, err)
-	}
-	qr, err := control.DialQuerier(ctlSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer qr.Close()
-	v, err := qr.Verify(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	referenced := map[string]bool{}
-	for _, b := range v.Broken {
-		if b.Metadata == meta.Path {
-			for _, m := range b.Missing {
-				referenced[m] = true
-			}
-		}
-	}
-	if len(referenced) == 0 {
-		t.Fatalf("verify after restoring %s alone: %+v; want it live and missing its staged files", meta.Path, v)
-	}
+	meta, referenced := guarddtest.RestoreMetadataLive(t, ctx, q, ctlSock, l.Entries, "/chk-100274/_metadata")
 
 	// Past the TTL the background purge takes everything else, never what the restored checkpoint
 	// references.
@@ -199,7 +167,13 @@ func TestS3QuarantinePurgeKeepsReferenced(t *testing.T) {
 	if rr, err := q.Restore(ctx, ids); err != nil || len(rr.Restored) != len(ids) {
 		t.Fatalf("restore of the kept entries: %+v %v", rr, err)
 	}
-	if v, err = qr.Verify(ctx); err != nil {
+	qr, err := control.DialQuerier(ctlSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qr.Close()
+	v, err := qr.Verify(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, b := range v.Broken {

@@ -1,15 +1,18 @@
 // Package guarddtest runs a guard daemon (guardd.Serve over any backend) for tests of the packages that
-// build one: fs/guardd for local stores, s3backend/s3guardd for S3.
+// build one: fs/guardd for local stores, s3backend/s3guardd for S3, and checks they share.
 package guarddtest
 
 import (
 	"context"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/fs/guardd"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
 // Start runs run(ctx, cfg) in the background and returns once the mount is ready (cfg.Ready, if set, is
@@ -49,4 +52,45 @@ func Start(t testing.TB, cfg guardd.Config, run func(context.Context, guardd.Con
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// RestoreMetadataLive restores, through the mount's quarantine service q, the staged entry among
+// entries whose path ends in metaSuffix (a checkpoint's `_metadata`), and checks through the mount's
+// control socket ctlSock that the checkpoint is live again at once: verify reports it broken, missing
+// the files it references that are still staged. It returns the entry and those missing keys.
+func RestoreMetadataLive(t testing.TB, ctx context.Context, q quarantine.Service, ctlSock string, entries []quarantine.Entry, metaSuffix string) (quarantine.Entry, map[string]bool) {
+	t.Helper()
+	var meta quarantine.Entry
+	for _, e := range entries {
+		if strings.HasSuffix(e.Path, metaSuffix) {
+			meta = e
+		}
+	}
+	if meta.ID == "" {
+		t.Fatalf("%s was not staged: %+v", metaSuffix, entries)
+	}
+	if rr, err := q.Restore(ctx, []string{meta.ID}); err != nil || len(rr.Restored) != 1 {
+		t.Fatalf("restore %s: %+v %v", meta.Path, rr, err)
+	}
+	qr, err := control.DialQuerier(ctlSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qr.Close()
+	v, err := qr.Verify(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	referenced := map[string]bool{}
+	for _, b := range v.Broken {
+		if b.Metadata == meta.Path {
+			for _, m := range b.Missing {
+				referenced[m] = true
+			}
+		}
+	}
+	if len(referenced) == 0 {
+		t.Fatalf("verify after restoring %s alone: %+v; want it live and missing its staged files", meta.Path, v)
+	}
+	return meta, referenced
 }
