@@ -282,11 +282,7 @@ func openIndex(c *cli.Context, extra ...refindex.Option) (*refindex.Index, error
 	if err != nil {
 		return nil, cli.Exit(err.Error(), 2)
 	}
-	if os.Getenv("GOMEMLIMIT") == "" {
-		// A rebuild of millions of references churns through parse garbage; a soft limit keeps the
-		// heap near its live size instead of doubling it (GOGC), without capping correctness.
-		debug.SetMemoryLimit(512 << 20)
-	}
+	softMemoryLimit(cliMemoryLimit)
 	ix, err := refindex.Open(dir, st, pol, append(opts, extra...)...)
 	if err != nil {
 		return nil, err
@@ -539,4 +535,23 @@ func stillWorking(log *slog.Logger, what, via string, now func() time.Time, tick
 // cliProgressLogger logs progress lines (level info, unlike cliLogger's warnings) to stderr.
 func cliProgressLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// The soft limits on the Go heap (runtime/debug.SetMemoryLimit) unless GOMEMLIMIT is set. A rebuild of
+// millions of references churns through parse garbage, and the default GOGC lets the heap grow to twice
+// its live size before collecting; under the limit the collector runs earlier instead. It is soft: a
+// live heap above it is never refused memory (the collector only works harder, at most half the CPU),
+// so it caps no correctness, only the garbage kept.
+const (
+	cliMemoryLimit = 512 << 20
+	// mountMemoryLimit is the mount's: its steady state is the index's caches (badger memtables and
+	// block cache, under 200 MiB), the bounded attribute cache and inode table, and a sync's working
+	// set; the first build of a big store is its peak.
+	mountMemoryLimit = 768 << 20
+)
+
+func softMemoryLimit(limit int64) {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(limit)
+	}
 }

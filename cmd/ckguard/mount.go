@@ -157,6 +157,7 @@ func runMount(c *cli.Context) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	softMemoryLimit(mountMemoryLimit)
 	// Under systemd (Type=notify) the first index sync, a rebuild of a big store, may take longer than the
 	// unit's TimeoutStartSec; a restart would begin it again, in a loop. Until the mount is ready the start
 	// timeout keeps being extended (3 min past each minute's notice), so it only runs out on a daemon that

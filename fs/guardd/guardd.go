@@ -252,10 +252,10 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 		}
 	}()
 
-	// No GC tuning (debug.SetGCPercent / SetMemoryLimit), measured: the open index keeps about 60 MB live,
-	// so the default GOGC=100 sets the next collection past 120 MB, and an rm -rf of 10,000 files through
-	// the mount allocates about 36 MB (3.6 KB, 78 objects per file, nearly all in go-fuse and the loopback;
-	// the enforcer, audit and metrics path allocates nothing per decision): no allocation-paced GC runs
+	// No GOGC tuning (the mount command only sets a soft memory limit, far above this), measured: the
+	// open index keeps about 60 MB live, so the default GOGC=100 sets the next collection past 120 MB,
+	// and an rm -rf of 10,000 files through the mount allocates about 36 MB (3.6 KB, 78 objects per file,
+	// nearly all in go-fuse and the loopback; the enforcer, audit and metrics path allocates nothing per decision): no allocation-paced GC runs
 	// during it. The GCs that do run are forced by go-fuse (debug.FreeOSMemory when its inode table has
 	// shrunk 100-fold), which no GC setting changes; a higher GOGC would only raise the daemon's footprint.
 	stats := &gauges{walk: !b.NoIndexGauges}
