@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/fs/guardd"
-	"github.com/ckguard/ckguard/fs/guardd/guarddtest"
-	"github.com/ckguard/ckguard/hdfsbackend/hdfsguardd"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfstest/minidfs"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/treegen"
@@ -81,14 +79,7 @@ func TestAllowOtherUnprivilegedUser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mnt := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	stop := guarddtest.Start(t, guardd.Config{StoreDir: uri, IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
-		Policy: refindex.DefaultPolicy(), AllowOther: true}, func(ctx context.Context, c guardd.Config) error {
-		return hdfsguardd.Run(ctx, c, opts)
-	})
+	mnt, stop := guardMount(t, dir, guardd.Config{StoreDir: uri, Policy: refindex.DefaultPolicy(), AllowOther: true}, opts)
 	defer stop()
 
 	m := func(k string) string { return filepath.Join(mnt, k) }

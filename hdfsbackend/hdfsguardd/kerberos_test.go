@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/fs/guardd"
-	"github.com/ckguard/ckguard/fs/guardd/guarddtest"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsguardd"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfstest/minidfs"
@@ -63,15 +62,7 @@ func TestKerberosGuardMount(t *testing.T) {
 			c.Upload(t, tr.Root, storeDir)
 			uri := c.URI(storeDir)
 
-			dir := t.TempDir()
-			mnt := filepath.Join(dir, "mnt")
-			if err := os.Mkdir(mnt, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			stop := guarddtest.Start(t, guardd.Config{StoreDir: uri, IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
-				Policy: refindex.DefaultPolicy()}, func(ctx context.Context, c guardd.Config) error {
-				return hdfsguardd.Run(ctx, c, o)
-			})
+			mnt, stop := guardMount(t, t.TempDir(), guardd.Config{StoreDir: uri, Policy: refindex.DefaultPolicy()}, o)
 			defer stop()
 
 			var referenced string

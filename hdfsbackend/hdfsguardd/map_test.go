@@ -7,14 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/ckguard/ckguard/fs/guardd"
-	"github.com/ckguard/ckguard/fs/guardd/guarddtest"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
-	"github.com/ckguard/ckguard/hdfsbackend/hdfsguardd"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfstest/minidfs"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/pathnorm"
@@ -49,29 +46,11 @@ func TestMappedStoreOnHDFS(t *testing.T) {
 			maps := []refindex.Option{refindex.WithPathMap([]pathnorm.Mapping{m}, "")}
 			before := hdfsFiles(t, uri)
 			dir := t.TempDir()
-			mnt := filepath.Join(dir, "mnt")
-			if err := os.Mkdir(mnt, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			stop := guarddtest.Start(t, guardd.Config{StoreDir: uri, IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
-				Policy: refindex.DefaultPolicy(), IndexOptions: maps}, func(ctx context.Context, c guardd.Config) error {
-				return hdfsguardd.Run(ctx, c, opts)
-			})
-			prev := ""
-			for range 4 { // until nothing changes: a retired checkpoint frees its files
-				_ = exec.Command("rm", "-rf", filepath.Join(mnt, tr.Purge)).Run()
-				now := strings.Join(hdfsFiles(t, uri), ",")
-				if now == prev {
-					break
-				}
-				prev = now
-			}
+			mnt, stop := guardMount(t, dir, guardd.Config{StoreDir: uri, Policy: refindex.DefaultPolicy(), IndexOptions: maps}, opts)
+			cleanUntilStable(t, uri, func() { _ = exec.Command("rm", "-rf", filepath.Join(mnt, tr.Purge)).Run() })
 			stop()
 			after := hdfsFiles(t, uri)
-			want := tr.Survivors(tr.Purge, treegen.DefaultPolicy)
-			if got := strings.Join(under(after, tr.Purge), "\n"); got != strings.Join(want, "\n") {
-				t.Errorf("left in %s:\n%s\nwant:\n%s", tr.Purge, got, strings.Join(want, "\n"))
-			}
+			checkSurvivors(t, tr, after)
 			if len(under(after, tr.Purge)) == len(under(before, tr.Purge)) {
 				t.Errorf("the cleanup deleted nothing")
 			}

@@ -74,6 +74,46 @@ func under(keys []string, dir string) []string {
 	return out
 }
 
+// guardMount starts a guard daemon with cfg (its StoreDir, Policy and options) and client options o,
+// its index in dir/index and its mountpoint dir/mnt, made here, and returns the mountpoint and the
+// daemon's stop (also run at cleanup).
+func guardMount(t *testing.T, dir string, cfg guardd.Config, o hdfscli.Options) (mnt string, stop func()) {
+	t.Helper()
+	mnt = filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg.IndexDir, cfg.Mountpoint = filepath.Join(dir, "index"), mnt
+	return mnt, guarddtest.Start(t, cfg, func(ctx context.Context, c guardd.Config) error {
+		return hdfsguardd.Run(ctx, c, o)
+	})
+}
+
+// cleanUntilStable runs cleanup until the files of the store at uri stop changing, at most four times:
+// a checkpoint retired by one pass frees its files for the next, as Survivors assumes.
+func cleanUntilStable(t *testing.T, uri string, cleanup func()) {
+	t.Helper()
+	prev := ""
+	for range 4 {
+		cleanup()
+		now := strings.Join(hdfsFiles(t, uri), ",")
+		if now == prev {
+			return
+		}
+		prev = now
+	}
+}
+
+// checkSurvivors fails the test unless the files left in tr.Purge, among after, are exactly those a
+// cleanup of it under the default policy keeps.
+func checkSurvivors(t *testing.T, tr *treegen.Tree, after []string) {
+	t.Helper()
+	want := tr.Survivors(tr.Purge, treegen.DefaultPolicy)
+	if got := under(after, tr.Purge); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("left in %s:\n%s\nwant:\n%s", tr.Purge, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // TestIncidentCleanupsOnHDFS: rm -rf of the old job, find -mtime +7 -delete and shutil.rmtree through
 // the mount of a real HDFS leave exactly the files the guard must keep; the same cleanup with
 // `hdfs dfs -rm -r -skipTrash` beside the mount turns verify red.
@@ -100,30 +140,11 @@ shutil.rmtree(sys.argv[1], ignore_errors=True)`, filepath.Join(m, p))
 			tr, uri := incident(t, c)
 			before := hdfsFiles(t, uri)
 			dir := t.TempDir()
-			mnt := filepath.Join(dir, "mnt")
-			if err := os.Mkdir(mnt, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			stop := guarddtest.Start(t, guardd.Config{StoreDir: uri, IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
-				Policy: refindex.DefaultPolicy()}, func(ctx context.Context, c guardd.Config) error {
-				return hdfsguardd.Run(ctx, c, opts)
-			})
-			// Repeated until nothing changes, as Survivors assumes (a retired checkpoint frees its files).
-			prev := ""
-			for range 4 {
-				_ = tc.cmd(mnt, tr.Purge).Run()
-				now := strings.Join(hdfsFiles(t, uri), ",")
-				if now == prev {
-					break
-				}
-				prev = now
-			}
+			mnt, stop := guardMount(t, dir, guardd.Config{StoreDir: uri, Policy: refindex.DefaultPolicy()}, opts)
+			cleanUntilStable(t, uri, func() { _ = tc.cmd(mnt, tr.Purge).Run() })
 			stop()
 			after := hdfsFiles(t, uri)
-			want := tr.Survivors(tr.Purge, treegen.DefaultPolicy)
-			if got := strings.Join(under(after, tr.Purge), "\n"); got != strings.Join(want, "\n") {
-				t.Errorf("left in %s:\n%s\nwant:\n%s", tr.Purge, got, strings.Join(want, "\n"))
-			}
+			checkSurvivors(t, tr, after)
 			var outside, outsideBefore []string
 			for _, k := range after {
 				if !strings.HasPrefix(k, tr.Purge+"/") {
@@ -241,19 +262,8 @@ func TestNameNodeFaultsDuringCleanup(t *testing.T) {
 	}
 
 	stop = guarddtest.Start(t, cfg, run)
-	prev := ""
-	for range 4 {
-		_ = exec.Command("rm", "-rf", filepath.Join(mnt, tr.Purge)).Run()
-		now := strings.Join(hdfsFiles(t, uri), ",")
-		if now == prev {
-			break
-		}
-		prev = now
-	}
+	cleanUntilStable(t, uri, func() { _ = exec.Command("rm", "-rf", filepath.Join(mnt, tr.Purge)).Run() })
 	stop()
-	want := tr.Survivors(tr.Purge, treegen.DefaultPolicy)
-	if got := under(hdfsFiles(t, uri), tr.Purge); strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("after the remount left:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+	checkSurvivors(t, tr, hdfsFiles(t, uri)) // after the remount
 	verifyOK(t, uri, dir, true)
 }

@@ -3,7 +3,6 @@
 package hdfsguardd_test
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,11 +11,8 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/fs/guardd"
-	"github.com/ckguard/ckguard/fs/guardd/guarddtest"
-	"github.com/ckguard/ckguard/hdfsbackend/hdfsguardd"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfstest/minidfs"
 	"github.com/ckguard/ckguard/refindex"
-	"github.com/ckguard/ckguard/refindex/treegen"
 )
 
 // TestTrashOnHDFS: on a real NameNode with fs.trash.interval > 0, rm -rf of the old job through the
@@ -32,24 +28,15 @@ func TestTrashOnHDFS(t *testing.T) {
 	storeDir := c.Root() + "/store"
 	before := hdfsFiles(t, uri)
 	dir := t.TempDir()
-	mnt := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	stop := guarddtest.Start(t, guardd.Config{StoreDir: uri, IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
-		Policy: refindex.DefaultPolicy()}, func(ctx context.Context, c guardd.Config) error {
-		return hdfsguardd.Run(ctx, c, opts)
-	})
+	mnt, stop := guardMount(t, dir, guardd.Config{StoreDir: uri, Policy: refindex.DefaultPolicy()}, opts)
 	_ = exec.Command("rm", "-rf", filepath.Join(mnt, tr.Purge)).Run()
 	stop()
+	left := hdfsFiles(t, uri)
 	after := map[string]bool{}
-	for _, k := range hdfsFiles(t, uri) {
+	for _, k := range left {
 		after[k] = true
 	}
-	want := tr.Survivors(tr.Purge, treegen.DefaultPolicy)
-	if got := under(hdfsFiles(t, uri), tr.Purge); strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("left in %s:\n%s\nwant:\n%s", tr.Purge, strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+	checkSurvivors(t, tr, left)
 	// The trash: /user/<user>/.Trash/Current<absolute path>, whoever the client's user is.
 	trashed := map[string]bool{}
 	marker := ".Trash/Current" + storeDir + "/"
