@@ -163,3 +163,65 @@ func TestLocalTruncationCrashStates(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalTruncationCopyNeverRootsASetID: as root, the copy of a user's set-id file is never root's
+// with its set-id bits: when the copy cannot be given to the file's owner (a full quota: EDQUOT, an NFS
+// server squashing root), Prepare fails and no copy is left, so no restore can put back a root-owned
+// set-uid program with the user's content; when it can, the copy is the user's with the user's mode.
+func TestLocalTruncationCopyNeverRootsASetID(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (chown)")
+	}
+	const uid = 65534
+	for _, tc := range []struct {
+		name      string
+		chownErr  error
+		wantEntry bool
+	}{
+		{"chown works", nil, true},
+		{"chown fails", unix.EDQUOT, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, l, _ := newArea(t)
+			write(t, dir, "job/tool", "#!/bin/sh\nid\n")
+			p := filepath.Join(dir, "job/tool")
+			if err := os.Chown(p, uid, uid); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(p, 0o4755|os.ModeSetuid); err != nil {
+				t.Fatal(err)
+			}
+			defer func(f func(int, int, int) error) { fchown = f }(fchown)
+			if tc.chownErr != nil {
+				fchown = func(int, int, int) error { return tc.chownErr }
+			}
+			prep, err := l.Prepare(openSrc(t, dir, "job/tool"), "job/tool")
+			if (err == nil) != tc.wantEntry {
+				t.Fatalf("Prepare: %v, want an entry %v", err, tc.wantEntry)
+			}
+			names, _ := filepath.Glob(filepath.Join(dir, ".ckguard-quarantine", "*"))
+			for _, n := range names {
+				var st unix.Stat_t
+				if err := unix.Lstat(n, &st); err != nil {
+					t.Fatal(err)
+				}
+				if filepath.Base(n) != JournalName && st.Uid == 0 && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+					t.Errorf("%s: root's with mode %o", n, st.Mode)
+				}
+				if filepath.Base(n) != JournalName && tc.wantEntry && (st.Uid != uid || st.Mode&0o7777 != 0o4755) {
+					t.Errorf("%s: uid %d mode %o, want the file's (uid %d, 4755)", n, st.Uid, st.Mode&0o7777, uid)
+				}
+			}
+			if !tc.wantEntry {
+				if len(stageNames(t, dir)) != 0 {
+					t.Errorf("copies left after the failed Prepare: %v", stageNames(t, dir))
+				}
+				return
+			}
+			if _, err := prep.Commit(Decision{Op: OpTruncate}); err != nil {
+				t.Fatal(err)
+			}
+			prep.Done()
+		})
+	}
+}
