@@ -115,8 +115,8 @@ func ownFolder(fd int) error {
 		return fmt.Errorf("stat the quarantine folder %s in the store: %w", store.QuarantineDir, err)
 	}
 	if euid := os.Geteuid(); int(st.Uid) != euid || st.Mode&0o022 != 0 {
-		return fmt.Errorf("the quarantine folder %s in the store is owned by uid %d with mode %04o, but must be owned by uid %d (who runs ckguard) and writable by nobody else: someone else made or replaced it, and its entries cannot be trusted; inspect it, move it out of the store, and start again (a new one is made)",
-			store.QuarantineDir, st.Uid, st.Mode&0o7777, euid)
+		return fmt.Errorf("the quarantine folder %s in the store is owned by uid %d with mode %04o, but must be owned by uid %d (who runs ckguard) and writable by nobody else: someone else made or replaced it, and its entries cannot be trusted. If a mount running as uid %d made it, run this as that user; else inspect it, move it out of the store, and start again (a new one is made)",
+			store.QuarantineDir, st.Uid, st.Mode&0o7777, euid, st.Uid)
 	}
 	return nil
 }
