@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -380,6 +381,23 @@ func TestLocalRestoreGivesNewFoldersToTheOwner(t *testing.T) {
 // mounts, with records naming what root should restore where.
 func TestLocalRefusesAFolderNotItsOwn(t *testing.T) {
 	const other = 65534
+	// A default ACL on the store root does not open the folder made 0700 to others (its mask is the
+	// mode's group bits), so it is not refused.
+	t.Run("made under a default ACL", func(t *testing.T) {
+		dir := t.TempDir()
+		if out, err := exec.Command("setfacl", "-d", "-m", "u:65534:rwx,g::rwx,o::rwx", dir).CombinedOutput(); err != nil {
+			t.Skipf("setfacl: %v %s", err, out)
+		}
+		l, err := OpenLocal(dir, nil)
+		if err != nil {
+			t.Fatalf("OpenLocal: %v", err)
+		}
+		l.Close()
+		fi, err := os.Stat(filepath.Join(dir, store.QuarantineDir))
+		if err != nil || fi.Mode().Perm() != 0o700 {
+			t.Fatalf("the folder made under a default ACL: %v, %v; want 0700", fi.Mode(), err)
+		}
+	})
 	for _, tc := range []struct {
 		name     string
 		uid      int // owner of the folder made before the open (-1: none made)
