@@ -40,7 +40,7 @@ func runQuarantineList(c *cli.Context) error {
 	var total int64
 	for _, e := range r.Entries {
 		total += e.Size
-		p := shown(e.Path)
+		p := shown(e.Key())
 		if e.VersionID != "" {
 			p += " (version " + e.VersionID + ", under a delete marker)"
 		}
