@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ckguard/ckguard/refindex/store"
 )
 
 // openSrc opens the store file key for reading, as the mount does before a truncation.
@@ -223,5 +226,37 @@ func TestLocalTruncationCopyNeverRootsASetID(t *testing.T) {
 			}
 			prep.Done()
 		})
+	}
+}
+
+// TestLocalTruncationCopyKeepsACL: the copy of a file with an access ACL has that ACL (not only the mode,
+// whose group bits would then give the owning group the ACL's mask), so the file a restore puts back is
+// no more readable than the one truncated.
+func TestLocalTruncationCopyKeepsACL(t *testing.T) {
+	dir, l, _ := newArea(t)
+	write(t, dir, "job/acl", "secret")
+	p := filepath.Join(dir, "job/acl")
+	if out, err := exec.Command("setfacl", "-m", "u::rw,g::-,u:65534:r,o::-", p).CombinedOutput(); err != nil {
+		t.Skipf("setfacl: %v %s", err, out)
+	}
+	want, err := exec.Command("getfacl", "-c", "-n", p).Output()
+	if err != nil {
+		t.Skipf("getfacl: %v", err)
+	}
+	prep, err := l.Prepare(openSrc(t, dir, "job/acl"), "job/acl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := prep.Commit(Decision{Op: OpTruncate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prep.Done()
+	got, err := exec.Command("getfacl", "-c", "-n", filepath.Join(dir, store.QuarantineDir, e.ID)).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("the copy's ACL:\n%s\nwant the file's:\n%s", got, want)
 	}
 }
