@@ -21,7 +21,7 @@ func orphansCommand() *cli.Command {
 			"cannot be trusted (stale index, failed sync, unparseable _metadata).\n\n" +
 			"EXAMPLES:\n" +
 			"   ckguard orphans --store /srv/flink/checkpoints --index /var/lib/ckguard/flink --older-than 168h\n" +
-			"   ckguard orphans --store /srv/flink/checkpoints --index /var/lib/ckguard/flink --json | jq -r '.files[].path'",
+			"   ckguard orphans --store /srv/flink/checkpoints --index /var/lib/ckguard/flink --json | jq -j '.files[].path + \"\\u0000\"' | xargs -0 …   (NUL-separated: any file name)",
 		Action: runOrphans,
 	}
 }
@@ -57,7 +57,7 @@ func printOrphans(w io.Writer, res *refindex.OrphansResult) {
 	tw := newTable(w)
 	fmt.Fprintln(tw, "SIZE\tMODIFIED\tPATH")
 	for _, f := range res.Files {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", humanBytes(f.Size), fmtTime(f.ModTime), f.Path)
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", humanBytes(f.Size), fmtTime(f.ModTime), shown(f.Path))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "%s, %s reclaimable\n", plural(len(res.Files), "orphaned object"), humanBytes(res.Bytes))

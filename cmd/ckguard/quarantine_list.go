@@ -40,11 +40,11 @@ func runQuarantineList(c *cli.Context) error {
 	var total int64
 	for _, e := range r.Entries {
 		total += e.Size
-		p := e.Path
+		p := shown(e.Key())
 		if e.VersionID != "" {
 			p += " (version " + e.VersionID + ", under a delete marker)"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\tuid %d (%s)\t%s\n", fmtTime(e.DeletedAt), e.Change(), humanBytes(e.Size), p, e.Decision.UID, e.Decision.Comm, e.ID)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\tuid %d (%s)\t%s\n", fmtTime(e.DeletedAt), e.Change(), humanBytes(e.Size), p, e.Decision.UID, shown(e.Decision.Comm), e.ID)
 	}
 	w.Flush()
 	ttl := ""

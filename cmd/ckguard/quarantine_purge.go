@@ -94,9 +94,9 @@ func runQuarantinePurge(c *cli.Context) error {
 		for _, k := range r.Kept {
 			switch k.Reason {
 			case "young":
-				fmt.Fprintf(c.App.ErrWriter, "ckguard: refusing to purge %s: deleted %s, younger than the TTL; %s left\n", k.Entry.Path, fmtTime(k.Entry.DeletedAt), k.Left)
+				fmt.Fprintf(c.App.ErrWriter, "ckguard: refusing to purge %s: deleted %s, younger than the TTL; %s left\n", shown(k.Entry.Key()), fmtTime(k.Entry.DeletedAt), k.Left)
 			default:
-				fmt.Fprintf(c.App.ErrWriter, "ckguard: refusing to purge %s (%s): %s\n", k.Entry.Path, k.Reason, k.Detail)
+				fmt.Fprintf(c.App.ErrWriter, "ckguard: refusing to purge %s (%s): %s\n", shown(k.Entry.Key()), k.Reason, shown(k.Detail))
 			}
 		}
 		fmt.Fprintf(c.App.Writer, "purged %s (%s), kept %d\n", plural(len(r.Purged), "entry", "entries"), humanBytes(bytes), len(r.Kept))

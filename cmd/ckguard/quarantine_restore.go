@@ -130,10 +130,10 @@ func runQuarantineRestore(c *cli.Context) error {
 		}
 	} else {
 		for _, e := range r.Restored {
-			fmt.Fprintf(c.App.Writer, "restored %s (%s, deleted %s)\n", e.Path, humanBytes(e.Size), fmtTime(e.DeletedAt))
+			fmt.Fprintf(c.App.Writer, "restored %s (%s, deleted %s)\n", shown(e.Key()), humanBytes(e.Size), fmtTime(e.DeletedAt))
 		}
 		for _, f := range r.Failed {
-			fmt.Fprintf(c.App.ErrWriter, "ckguard: not restored: %s\n", f.Error)
+			fmt.Fprintf(c.App.ErrWriter, "ckguard: not restored: %s\n", shown(f.Error))
 		}
 		where := "the store directly (no mount holds the index; the next mount's sync indexes restored checkpoints)"
 		if viaMount {

@@ -61,29 +61,29 @@ func verifyExit(what string, res *refindex.VerifyResult) error {
 func printVerify(w io.Writer, res *refindex.VerifyResult) {
 	for _, b := range res.Broken {
 		if b.Error != "" {
-			fmt.Fprintf(w, "BROKEN %s: unparseable: %s\n", b.Metadata, b.Error)
+			fmt.Fprintf(w, "BROKEN %s: unparseable: %s\n", shown(b.Metadata), shown(b.Error))
 			continue
 		}
 		if len(b.Short)+len(b.Unreadable) > 0 {
-			fmt.Fprintf(w, "BROKEN %s: %s missing, %d too short, %d unreadable\n", b.Metadata, plural(b.MissingCount, "referenced object"), len(b.Short), len(b.Unreadable))
+			fmt.Fprintf(w, "BROKEN %s: %s missing, %d too short, %d unreadable\n", shown(b.Metadata), plural(b.MissingCount, "referenced object"), len(b.Short), len(b.Unreadable))
 		} else {
-			fmt.Fprintf(w, "BROKEN %s: %s missing\n", b.Metadata, plural(b.MissingCount, "referenced object"))
+			fmt.Fprintf(w, "BROKEN %s: %s missing\n", shown(b.Metadata), plural(b.MissingCount, "referenced object"))
 		}
 		for _, s := range b.Short {
-			fmt.Fprintf(w, "  short %s: %d bytes, its handles need at least %d\n", s.Path, s.Size, s.Expected)
+			fmt.Fprintf(w, "  short %s: %d bytes, its handles need at least %d\n", shown(s.Path), s.Size, s.Expected)
 		}
 		for _, u := range b.Unreadable {
-			fmt.Fprintf(w, "  unreadable %s: %s\n", u.Path, u.Error)
+			fmt.Fprintf(w, "  unreadable %s: %s\n", shown(u.Path), shown(u.Error))
 		}
 		for _, m := range b.Missing {
-			fmt.Fprintf(w, "  missing %s\n", m)
+			fmt.Fprintf(w, "  missing %s\n", shown(m))
 		}
 		if b.MissingCount > len(b.Missing) {
 			fmt.Fprintf(w, "  … and %d more\n", b.MissingCount-len(b.Missing))
 		}
 	}
 	for _, m := range res.RetiredDuringCheck {
-		fmt.Fprintf(w, "retired while verifying (its _metadata is gone from the store, so it is no longer live): %s\n", m)
+		fmt.Fprintf(w, "retired while verifying (its _metadata is gone from the store, so it is no longer live): %s\n", shown(m))
 	}
 	status := "OK"
 	switch {

@@ -75,11 +75,11 @@ func printWhy(w io.Writer, res *refindex.WhyResult) {
 	if res.Outside {
 		verdict, kind, reason = "OUTSIDE", "not in the guarded store", "not decided by this guard"
 	}
-	fmt.Fprintf(w, "%s  %s (%s): %s\nreason: %s  state: %s\n%s\n", verdict, displayKey(res.Path), kind, res.Op, reason, res.State, res.Message)
+	fmt.Fprintf(w, "%s  %s (%s): %s\nreason: %s  state: %s\n%s\n", verdict, displayKey(res.Path), kind, res.Op, reason, res.State, shown(res.Message))
 	if len(res.Referencing) > 0 {
 		fmt.Fprintf(w, "referenced by %s:\n", plural(res.RefCount, "live checkpoint or savepoint", "live checkpoints and savepoints"))
 		for _, r := range res.Referencing {
-			fmt.Fprintf(w, "  %s\n", r)
+			fmt.Fprintf(w, "  %s\n", shown(r))
 		}
 		if res.RefCount > len(res.Referencing) {
 			fmt.Fprintf(w, "  … and %d more\n", res.RefCount-len(res.Referencing))
@@ -108,7 +108,7 @@ func displayKey(k string) string {
 	if k == "" {
 		return "/"
 	}
-	return k
+	return shown(k)
 }
 
 func flags(pinned, protected bool) string {

@@ -160,17 +160,15 @@ func (c Config) CheckPlacement() error {
 		switch {
 		case st == mp:
 			return fmt.Errorf("the mountpoint %s is the store %s: mount the store somewhere else (e.g. /mnt/flink-checkpoints)", c.Mountpoint, c.StoreDir)
-		case strings.HasPrefix(mp, strings.TrimSuffix(st, "/")+"/"):
-			return fmt.Errorf("the mountpoint %s is inside the store %s: the mount would hide that part of the store from the index and from the cleanup; mount it outside the store", c.Mountpoint, c.StoreDir)
-		case strings.HasPrefix(st, strings.TrimSuffix(mp, "/")+"/"):
+		case within(mp, st):
+			return fmt.Errorf("the mountpoint %s is inside the store %s (by its path, or through a bind mount of the store): the mount would hide that part of the store from the index and from the cleanup; mount it outside the store", c.Mountpoint, c.StoreDir)
+		case within(st, mp):
 			return fmt.Errorf("the store %s is inside the mountpoint %s: the mount would hide the store it guards; mount it outside the store", c.StoreDir, c.Mountpoint)
 		}
 	}
 	for _, o := range ours {
-		op := resolvePath(o.path)
 		for _, a := range around {
-			ap := resolvePath(a.path)
-			if op == ap || strings.HasPrefix(op, strings.TrimSuffix(ap, "/")+"/") {
+			if within(o.path, a.path) {
 				return fmt.Errorf("%s %s is inside %s %s: cleanup through the mount could delete it, or the daemon would write it through itself; put the index, the audit log and the control socket outside both the store and the mountpoint", o.flag, o.path, a.flag, a.path)
 			}
 		}

@@ -91,8 +91,8 @@ func (n *node) openObject(ctx context.Context, key string, o s3client.Object, fl
 // Create makes a new file in the spool; it is uploaded create-only (If-None-Match: *) on close, so it never
 // replaces an object that appeared in the meantime.
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
-	if !validName(name) {
-		return nil, nil, 0, syscall.EINVAL
+	if errno := newNameErrno(name); errno != 0 {
+		return nil, nil, 0, errno
 	}
 	key := childKey(n.key(), name)
 	if hiddenKey(key) {

@@ -92,6 +92,24 @@ func validName(name string) bool {
 	return name != "" && name != "." && name != ".." && !strings.Contains(name, "/") && !strings.ContainsRune(name, 0)
 }
 
+// maxName is the longest name the mount creates (NAME_MAX, as Statfs says): an S3 key may hold longer
+// ones, but Linux tools assume no name is longer, and servers that store keys as files (versitygw's posix
+// backend, MinIO) fail on them with an internal error, which would reach the caller as EIO. Longer names
+// written beside the mount are still listed and reachable.
+const maxName = 255
+
+// newNameErrno is the errno for making name (create, mkdir, the target of a rename): EINVAL for a name
+// that is no S3 key segment, ENAMETOOLONG past maxName, else 0.
+func newNameErrno(name string) syscall.Errno {
+	switch {
+	case !validName(name):
+		return syscall.EINVAL
+	case len(name) > maxName:
+		return syscall.ENAMETOOLONG
+	}
+	return 0
+}
+
 func (f *filesystem) fileAttr(o s3client.Object, out *fuse.Attr) {
 	out.Mode = syscall.S_IFREG | 0o644
 	out.Size = uint64(o.Size)
@@ -282,6 +300,12 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	}
 	o, err := n.fsys.stat(ctx, key, n.fsys.opts.StatTTL)
 	if err != nil {
+		if len(name) > maxName && !errors.Is(err, fs.ErrNotExist) {
+			// A server that cannot store the name answers the look-up with an error (versitygw: 400):
+			// for the caller that is the name being too long, not an I/O error (a create of it looks
+			// it up first). A server that can finds the objects written beside the mount.
+			return nil, syscall.ENAMETOOLONG
+		}
 		return nil, s3client.Errno(err)
 	}
 	if ch := n.GetChild(name); ch != nil {
@@ -444,7 +468,7 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	out.Blocks, out.Bfree, out.Bavail = blocks, blocks, blocks
 	out.Files, out.Ffree = 1<<40, 1<<40
 	out.Bsize, out.Frsize = 4096, 4096
-	out.NameLen = 1024
+	out.NameLen = maxName
 	return 0
 }
 
@@ -459,8 +483,8 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 
 // Mkdir writes a "name/" marker, so the empty directory exists for other clients too.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if !validName(name) {
-		return nil, syscall.EINVAL
+	if errno := newNameErrno(name); errno != 0 {
+		return nil, errno
 	}
 	key := childKey(n.key(), name)
 	if hiddenKey(key) {
@@ -593,8 +617,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	if flags&^renameNoReplace != 0 {
 		return syscall.EINVAL // RENAME_EXCHANGE / RENAME_WHITEOUT cannot be done on S3
 	}
-	if !validName(newName) {
-		return syscall.EINVAL
+	if errno := newNameErrno(newName); errno != 0 {
+		return errno
 	}
 	np, ok := newParent.(*node)
 	if !ok {

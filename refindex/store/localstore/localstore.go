@@ -17,8 +17,8 @@ import (
 	"github.com/ckguard/ckguard/refindex/store"
 )
 
-// Store is a directory tree seen as a store. Symlinks are reported as objects and never followed
-// while walking, so a link cannot pull an outside tree into the guarded store.
+// Store is a directory tree seen as a store. Symlinks are reported as objects and never followed (by Walk,
+// Stat or Open, neither at the name nor on the way), so a link cannot pull an outside tree into the guarded store.
 type Store struct {
 	root  string // absolute, cleaned, symlinks of the root itself resolved
 	given string // absolute and cleaned as given (symlinks not resolved)
@@ -92,7 +92,10 @@ func (s *Store) info(key string, fi fs.FileInfo) store.ObjectInfo {
 	return oi
 }
 
-// Stat describes key without following a final symlink.
+// Stat describes key without following a symlink, neither the final name nor a folder on the way: a
+// folder replaced by a symlink makes the key unreachable (an error naming the symlink), as Walk, which
+// reports the link itself, and Open see it. Following it would describe a file outside the store, or one
+// that no read of the store reaches, to the decision and to verify.
 func (s *Store) Stat(ctx context.Context, key string) (store.ObjectInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return store.ObjectInfo{}, err
@@ -101,23 +104,60 @@ func (s *Store) Stat(ctx context.Context, key string) (store.ObjectInfo, error) 
 	if err != nil {
 		return store.ObjectInfo{}, err
 	}
-	// lstat(2) straight into a stack buffer: Stat is on the path of every guarded unlink, and
-	// os.Lstat allocates a FileInfo.
 	p := s.osPath(k)
 	var st unix.Stat_t
-	for {
-		err = unix.Lstat(p, &st)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
+	if err := s.lstatNoSymlinks(k, &st); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return store.ObjectInfo{}, store.NotExist("stat", k)
+		}
+		if err == unix.ELOOP || err == unix.EXDEV {
+			return store.ObjectInfo{}, fmt.Errorf("stat %s: a folder on the way is a symlink (the store's files are reached through real folders only; replace the link by the folder): %w", k, &fs.PathError{Op: "lstat", Path: p, Err: err})
 		}
 		return store.ObjectInfo{}, fmt.Errorf("stat %s: %w", k, &fs.PathError{Op: "lstat", Path: p, Err: err})
 	}
 	return InfoFromStat(k, &st), nil
+}
+
+// lstatNoSymlinks is lstat(2) of key k (clean) beneath the root through no symlink
+// (openat2 O_PATH|O_NOFOLLOW, RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, which opens a final symlink itself),
+// into a stack buffer: Stat is on the path of every guarded unlink. A kernel without openat2 (before
+// 5.6) gets lstat(2) of the path.
+func (s *Store) lstatNoSymlinks(k string, st *unix.Stat_t) error {
+	if k == "" {
+		return retryEINTR(func() error { return unix.Lstat(s.root, st) })
+	}
+	var rfd int
+	err := retryEINTR(func() (err error) {
+		rfd, err = unix.Open(s.root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	defer unix.Close(rfd)
+	var fd int
+	err = retryEINTR(func() (err error) {
+		fd, err = unix.Openat2(rfd, k, &unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS})
+		return err
+	})
+	if err == unix.ENOSYS {
+		return retryEINTR(func() error { return unix.Lstat(s.osPath(k), st) })
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Fstat(fd, st)
+}
+
+// retryEINTR calls f again while it is interrupted (NFS).
+func retryEINTR(f func() error) error {
+	for {
+		if err := f(); err != unix.EINTR {
+			return err
+		}
+	}
 }
 
 // InfoFromStat describes key from its lstat(2) result, as Stat does.

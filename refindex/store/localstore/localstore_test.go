@@ -180,3 +180,59 @@ func TestOpenFollowsNoSymlink(t *testing.T) {
 		t.Errorf("open a missing file: %v, want not-exist", err)
 	}
 }
+
+// TestStatFollowsNoSymlinkedFolder: a folder replaced by a symlink (to a folder outside the store, or to
+// another one inside) makes the keys below it unreachable for Stat, as for Open and Walk; a final
+// symlink is described itself; real folders are stat'ed as before.
+func TestStatFollowsNoSymlinkedFolder(t *testing.T) {
+	dir := t.TempDir()
+	outside := t.TempDir()
+	for _, p := range []string{filepath.Join(outside, "secret"), filepath.Join(dir, "job", "chk-1", "f")} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("12345"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{"out": outside, "job/alias": "chk-1", "job/flink": "chk-1/f"} {
+		if err := os.Symlink(target, filepath.Join(dir, filepath.FromSlash(link))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := localstore.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		key     string
+		want    string // "file", "dir", "special", "missing" or "error"
+		wantLen int64
+	}{
+		{"job/chk-1/f", "file", 5},
+		{"job/chk-1", "dir", 0},
+		{"", "dir", 0},
+		{"job/chk-1/nothing", "missing", 0},
+		{"out", "special", 0},
+		{"job/flink", "special", 0},
+		{"out/secret", "error", 0},
+		{"job/alias/f", "error", 0},
+	} {
+		oi, err := st.Stat(ctx, tc.key)
+		got := "file"
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			got = "missing"
+		case err != nil:
+			got = "error"
+		case oi.IsDir:
+			got = "dir"
+		case oi.Special:
+			got = "special"
+		}
+		if got != tc.want || got == "file" && oi.Size != tc.wantLen {
+			t.Errorf("Stat(%q) = %+v, %v: %s, want %s", tc.key, oi, err, got, tc.want)
+		}
+	}
+}

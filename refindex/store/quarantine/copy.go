@@ -133,20 +133,58 @@ func (p *Prepared) open() error {
 	return nil
 }
 
-// copy fills the copy with src's content and gives it src's mode, owner and times.
+// fchown is unix.Fchown (a test replaces it to fail as a full quota does).
+var fchown = unix.Fchown
+
+// copy fills the copy with src's content and gives it src's owner (when root), mode and times. The owner
+// comes first and must succeed: the mode then never makes a copy that is root's with the user's set-id
+// bits, which a restore would put back as a root set-uid program with the user's content, nor does a
+// restore give a user's file to root.
 func (p *Prepared) copy() error {
 	if p.st.Size > 0 && unix.IoctlFileClone(p.fd, p.src) != nil {
 		if err := copyRange(p.fd, p.src, p.st.Size); err != nil {
 			return err
 		}
 	}
+	if os.Geteuid() == 0 {
+		if err := fchown(p.fd, int(p.st.Uid), int(p.st.Gid)); err != nil {
+			return fmt.Errorf("give the copy the file's owner (uid %d, gid %d; a full quota?): %w", p.st.Uid, p.st.Gid, err)
+		}
+	}
 	if err := unix.Fchmod(p.fd, p.st.Mode&0o7777); err != nil {
 		return err
 	}
-	if os.Geteuid() == 0 {
-		_ = unix.Fchown(p.fd, int(p.st.Uid), int(p.st.Gid))
+	if err := copyACL(p.fd, p.src); err != nil {
+		return err
 	}
 	return unix.UtimesNanoAt(p.dir, p.id+stageSuffix, []unix.Timespec{p.st.Atim, p.st.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// aclXattr holds a file's access ACL.
+const aclXattr = "system.posix_acl_access"
+
+// copyACL gives dst src's access ACL, after the mode: a mode alone turns the ACL's mask into the owning
+// group's permissions, so a copy without the ACL (and the file a restore puts back from it) could be
+// readable by a group the ACL shut out. A file system without ACLs has none to copy.
+func copyACL(dst, src int) error {
+	buf := make([]byte, 4096)
+	n, err := unix.Fgetxattr(src, aclXattr, buf)
+	if err == unix.ERANGE {
+		if n, err = unix.Fgetxattr(src, aclXattr, nil); err == nil {
+			buf = make([]byte, n)
+			n, err = unix.Fgetxattr(src, aclXattr, buf)
+		}
+	}
+	switch {
+	case err == unix.ENODATA || err == unix.ENOTSUP:
+		return nil
+	case err != nil:
+		return fmt.Errorf("read the file's ACL: %w", err)
+	}
+	if err := unix.Fsetxattr(dst, aclXattr, buf[:n], 0); err != nil {
+		return fmt.Errorf("give the copy the file's ACL: %w", err)
+	}
+	return nil
 }
 
 // copyRange copies size bytes of src to dst with copy_file_range (in-kernel, server-side on NFS 4.2),

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ckguard/ckguard/refindex/store"
 )
 
 // openSrc opens the store file key for reading, as the mount does before a truncation.
@@ -161,5 +164,99 @@ func TestLocalTruncationCrashStates(t *testing.T) {
 		if b, _ := os.ReadFile(filepath.Join(dir, k)); string(b) != "content "+k {
 			t.Fatalf("%s: %q", k, b)
 		}
+	}
+}
+
+// TestLocalTruncationCopyNeverRootsASetID: as root, the copy of a user's set-id file is never root's
+// with its set-id bits: when the copy cannot be given to the file's owner (a full quota: EDQUOT, an NFS
+// server squashing root), Prepare fails and no copy is left, so no restore can put back a root-owned
+// set-uid program with the user's content; when it can, the copy is the user's with the user's mode.
+func TestLocalTruncationCopyNeverRootsASetID(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (chown)")
+	}
+	const uid = 65534
+	for _, tc := range []struct {
+		name      string
+		chownErr  error
+		wantEntry bool
+	}{
+		{"chown works", nil, true},
+		{"chown fails", unix.EDQUOT, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, l, _ := newArea(t)
+			write(t, dir, "job/tool", "#!/bin/sh\nid\n")
+			p := filepath.Join(dir, "job/tool")
+			if err := os.Chown(p, uid, uid); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(p, 0o4755|os.ModeSetuid); err != nil {
+				t.Fatal(err)
+			}
+			defer func(f func(int, int, int) error) { fchown = f }(fchown)
+			if tc.chownErr != nil {
+				fchown = func(int, int, int) error { return tc.chownErr }
+			}
+			prep, err := l.Prepare(openSrc(t, dir, "job/tool"), "job/tool")
+			if (err == nil) != tc.wantEntry {
+				t.Fatalf("Prepare: %v, want an entry %v", err, tc.wantEntry)
+			}
+			names, _ := filepath.Glob(filepath.Join(dir, ".ckguard-quarantine", "*"))
+			for _, n := range names {
+				var st unix.Stat_t
+				if err := unix.Lstat(n, &st); err != nil {
+					t.Fatal(err)
+				}
+				if filepath.Base(n) != JournalName && st.Uid == 0 && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+					t.Errorf("%s: root's with mode %o", n, st.Mode)
+				}
+				if filepath.Base(n) != JournalName && tc.wantEntry && (st.Uid != uid || st.Mode&0o7777 != 0o4755) {
+					t.Errorf("%s: uid %d mode %o, want the file's (uid %d, 4755)", n, st.Uid, st.Mode&0o7777, uid)
+				}
+			}
+			if !tc.wantEntry {
+				if len(stageNames(t, dir)) != 0 {
+					t.Errorf("copies left after the failed Prepare: %v", stageNames(t, dir))
+				}
+				return
+			}
+			if _, err := prep.Commit(Decision{Op: OpTruncate}); err != nil {
+				t.Fatal(err)
+			}
+			prep.Done()
+		})
+	}
+}
+
+// TestLocalTruncationCopyKeepsACL: the copy of a file with an access ACL has that ACL (not only the mode,
+// whose group bits would then give the owning group the ACL's mask), so the file a restore puts back is
+// no more readable than the one truncated.
+func TestLocalTruncationCopyKeepsACL(t *testing.T) {
+	dir, l, _ := newArea(t)
+	write(t, dir, "job/acl", "secret")
+	p := filepath.Join(dir, "job/acl")
+	if out, err := exec.Command("setfacl", "-m", "u::rw,g::-,u:65534:r,o::-", p).CombinedOutput(); err != nil {
+		t.Skipf("setfacl: %v %s", err, out)
+	}
+	want, err := exec.Command("getfacl", "-c", "-n", p).Output()
+	if err != nil {
+		t.Skipf("getfacl: %v", err)
+	}
+	prep, err := l.Prepare(openSrc(t, dir, "job/acl"), "job/acl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := prep.Commit(Decision{Op: OpTruncate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prep.Done()
+	got, err := exec.Command("getfacl", "-c", "-n", filepath.Join(dir, store.QuarantineDir, e.ID)).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("the copy's ACL:\n%s\nwant the file's:\n%s", got, want)
 	}
 }

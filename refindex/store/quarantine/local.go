@@ -75,9 +75,14 @@ func OpenLocalAt(rootFD int, now func() time.Time) (*Local, error) {
 	if err != nil && err != unix.EEXIST {
 		return nil, fmt.Errorf("create the quarantine folder %s in the store: %w", store.QuarantineDir, err)
 	}
+	made := err == nil
 	fd, err := unix.Openat(rootFD, store.QuarantineDir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open the quarantine folder %s in the store (it must be a folder, not a symlink): %w", store.QuarantineDir, err)
+	}
+	if err := ownFolder(fd, made); err != nil {
+		unix.Close(fd)
+		return nil, err
 	}
 	rfd, err := unix.FcntlInt(uintptr(rootFD), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
@@ -97,6 +102,30 @@ func OpenLocalAt(rootFD int, now func() time.Time) (*Local, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// ownFolder refuses a quarantine folder that is not this process's alone. The store root is often
+// writable by the Flink user, who can make the folder before the first mount or rename the daemon's
+// away and make another between two mounts: staged files would then move into a folder that user
+// controls (readable, renamable, deletable by them), and their entry records would tell the daemon,
+// root, what to restore where. Only a folder owned by this process's user and writable by nobody else
+// holds entries.
+// made says this open has just made the folder.
+func ownFolder(fd int, made bool) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("stat the quarantine folder %s in the store: %w", store.QuarantineDir, err)
+	}
+	euid := os.Geteuid()
+	if made && int(st.Uid) != euid {
+		return fmt.Errorf("the quarantine folder %s that ckguard just made in the store is owned by uid %d, not by uid %d who runs ckguard: the file system maps this user to another (an NFS export with root_squash?), so the folder would not be ckguard's alone; run ckguard as the store's owner, or without the quarantine",
+			store.QuarantineDir, st.Uid, euid)
+	}
+	if int(st.Uid) != euid || st.Mode&0o022 != 0 {
+		return fmt.Errorf("the quarantine folder %s in the store is owned by uid %d with mode %04o, but must be owned by uid %d (who runs ckguard) and writable by nobody else: someone else made or replaced it, and its entries cannot be trusted. If a mount running as uid %d made it, run this as that user; else inspect it, move it out of the store, and start again (a new one is made)",
+			store.QuarantineDir, st.Uid, st.Mode&0o7777, euid, st.Uid)
+	}
+	return nil
 }
 
 func (l *Local) openJournal() (*os.File, error) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -368,6 +369,80 @@ func TestLocalRestoreGivesNewFoldersToTheOwner(t *testing.T) {
 				}
 				if st.Uid != want {
 					t.Errorf("%s: owner %d, want %d", d, st.Uid, want)
+				}
+			}
+		})
+	}
+}
+
+// TestLocalRefusesAFolderNotItsOwn: a quarantine folder that someone other than the daemon's user made
+// (or can write) is refused at open, before its journal is read: the Flink user owning the store root
+// can make the folder before the first mount, or rename the daemon's away and make another between two
+// mounts, with records naming what root should restore where.
+func TestLocalRefusesAFolderNotItsOwn(t *testing.T) {
+	const other = 65534
+	// A default ACL on the store root does not open the folder made 0700 to others (its mask is the
+	// mode's group bits), so it is not refused.
+	t.Run("made under a default ACL", func(t *testing.T) {
+		dir := t.TempDir()
+		if out, err := exec.Command("setfacl", "-d", "-m", "u:65534:rwx,g::rwx,o::rwx", dir).CombinedOutput(); err != nil {
+			t.Skipf("setfacl: %v %s", err, out)
+		}
+		l, err := OpenLocal(dir, nil)
+		if err != nil {
+			t.Fatalf("OpenLocal: %v", err)
+		}
+		l.Close()
+		fi, err := os.Stat(filepath.Join(dir, store.QuarantineDir))
+		if err != nil || fi.Mode().Perm() != 0o700 {
+			t.Fatalf("the folder made under a default ACL: %v, %v; want 0700", fi.Mode(), err)
+		}
+	})
+	for _, tc := range []struct {
+		name     string
+		uid      int // owner of the folder made before the open (-1: none made)
+		mode     os.FileMode
+		wantOpen bool
+	}{
+		{"made by the open", -1, 0, true},
+		{"own 0700", os.Geteuid(), 0o700, true},
+		{"own 0755", os.Geteuid(), 0o755, true},
+		{"own, group-writable", os.Geteuid(), 0o770, false},
+		{"own, world-writable", os.Geteuid(), 0o777, false},
+		{"another user's 0700", other, 0o700, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.uid >= 0 && tc.uid != os.Geteuid() && os.Geteuid() != 0 {
+				t.Skip("needs root (chown)")
+			}
+			dir := t.TempDir()
+			if tc.uid >= 0 {
+				q := filepath.Join(dir, store.QuarantineDir)
+				if err := os.Mkdir(q, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				// A planted entry: an object and its record naming another user's folder.
+				write(t, q, "1-a", "planted")
+				write(t, q, JournalName, `{"id":"1-a","path":"victim/chk-1/_metadata"}`+"\n")
+				if err := os.Chmod(q, tc.mode); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chown(q, tc.uid, tc.uid); err != nil {
+					t.Fatal(err)
+				}
+			}
+			l, err := OpenLocal(dir, nil)
+			if tc.wantOpen != (err == nil) {
+				t.Fatalf("OpenLocal: %v, want opened %v", err, tc.wantOpen)
+			}
+			if err != nil {
+				t.Logf("refused: %v", err)
+				return
+			}
+			defer l.Close()
+			if tc.uid >= 0 {
+				if es, err := l.List(context.Background()); err != nil || len(es) != 1 {
+					t.Fatalf("List of the daemon's own folder: %v, %v", es, err)
 				}
 			}
 		})
