@@ -13,6 +13,7 @@ import (
 
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
+	"github.com/ckguard/ckguard/refindex/treegen"
 )
 
 // qWrite writes content at key in the store with an mtime well in the past.
@@ -155,8 +156,9 @@ func TestMountQuarantineReplaceAndTruncate(t *testing.T) {
 }
 
 // TestMountQuarantineKill9DuringReplaceAndTruncate kills the daemon with SIGKILL while a program renames
-// files over others and truncates files (O_TRUNC opens and truncate(2) alternately) through a mount with
-// the quarantine on, then mounts again: every old content is exactly once at its path or in quarantine
+// files over others, truncates files (O_TRUNC opens and truncate(2) alternately) and punches holes
+// over whole files (fallocate(2) PUNCH_HOLE|KEEP_SIZE: the size stays) through a mount with the
+// quarantine on, then mounts again: every old content is exactly once at its path or in quarantine
 // (never lost, never both), every replacement exactly once at its old or its new name, and no object in
 // the folder lacks its record.
 func TestMountQuarantineKill9DuringReplaceAndTruncate(t *testing.T) {
@@ -169,9 +171,11 @@ func TestMountQuarantineKill9DuringReplaceAndTruncate(t *testing.T) {
 		qWrite(t, root, fmt.Sprintf("r/old-%05d", i), content("A", i))
 		qWrite(t, root, fmt.Sprintf("r/new-%05d", i), content("B", i))
 		qWrite(t, root, fmt.Sprintf("t/f-%05d", i), content("C", i))
+		qWrite(t, root, fmt.Sprintf("h/f-%05d", i), content("D", i))
 	}
 	p := mntStart(t, root, filepath.Join(dir, "index"), "--grace", "0s", "--active-window", "0s")
-	py := `import os, sys
+	py := `import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
 m, n = sys.argv[1], int(sys.argv[2])
 for i in range(n):
     os.rename(f"{m}/r/new-{i:05d}", f"{m}/r/old-{i:05d}")
@@ -179,6 +183,10 @@ for i in range(n):
         open(f"{m}/t/f-{i:05d}", "w").close()
     else:
         os.truncate(f"{m}/t/f-{i:05d}", 0)
+    fd = os.open(f"{m}/h/f-{i:05d}", os.O_WRONLY)
+    if libc.fallocate(fd, 3, ctypes.c_longlong(0), ctypes.c_longlong(4096)) != 0:  # PUNCH_HOLE|KEEP_SIZE
+        raise OSError(ctypes.get_errno(), "fallocate")
+    os.close(fd)
 `
 	cmd := exec.Command("/usr/bin/python3", "-c", py, p.mnt, fmt.Sprint(n))
 	var out bytes.Buffer
@@ -204,7 +212,7 @@ for i in range(n):
 		for _, e := range lr.Entries {
 			staged[e.Path] = append(staged[e.Path], qObject(t, root, e))
 		}
-		bad, done := 0, 0
+		bad, done, punched := 0, 0, 0
 		count := func(s string, at ...string) int {
 			c := 0
 			for _, k := range at {
@@ -220,11 +228,11 @@ for i in range(n):
 			return c
 		}
 		for i := range n {
-			oldK, newK, tK := fmt.Sprintf("r/old-%05d", i), fmt.Sprintf("r/new-%05d", i), fmt.Sprintf("t/f-%05d", i)
+			oldK, newK, tK, hK := fmt.Sprintf("r/old-%05d", i), fmt.Sprintf("r/new-%05d", i), fmt.Sprintf("t/f-%05d", i), fmt.Sprintf("h/f-%05d", i)
 			for _, c := range []struct {
 				s  string
 				at []string
-			}{{content("A", i), []string{oldK}}, {content("B", i), []string{oldK, newK}}, {content("C", i), []string{tK}}} {
+			}{{content("A", i), []string{oldK}}, {content("B", i), []string{oldK, newK}}, {content("C", i), []string{tK}}, {content("D", i), []string{hK}}} {
 				if got := count(c.s, c.at...); got != 1 {
 					bad++
 					if bad < 5 {
@@ -235,11 +243,14 @@ for i in range(n):
 			if got, _ := qRead(t, root, tK); got == "" {
 				done++
 			}
+			if got, _ := qRead(t, root, hK); got == strings.Repeat("\x00", len(content("D", i))) {
+				punched++
+			}
 		}
 		if bad != 0 || len(lr.Problems) != 0 {
 			t.Fatalf("%s: %d contents lost or duplicated, %d problems %+v", when, bad, len(lr.Problems), lr.Problems)
 		}
-		t.Logf("%s: %d truncations done, %d entries", when, done, len(lr.Entries))
+		t.Logf("%s: %d truncations and %d hole punches done, %d entries", when, done, punched, len(lr.Entries))
 	}
 	check("after kill -9")
 	waitStale(t, p)
@@ -273,4 +284,136 @@ func qListAll(t *testing.T, p *mntProc) quarantine.ListResult {
 		t.Fatalf("quarantine list --json: exit %d (%v)\n%s", code, err, out)
 	}
 	return r
+}
+
+// qBlock is n bytes of a pattern that differs from block to block (a hole punched in it shows).
+func qBlock(tag string, n int) string {
+	var b strings.Builder
+	for i := 0; b.Len() < n; i++ {
+		fmt.Fprintf(&b, "%s-%06d|", tag, i)
+	}
+	return b.String()[:n]
+}
+
+// TestMountQuarantineFallocate: with the quarantine on, `fallocate -p` (a hole punched) and `fallocate
+// -z` (a range zeroed) through the mount on unreferenced files stage the old content like a truncation:
+// `quarantine list` shows each as a "fallocate" entry with the old size, the staged object is the old
+// content, a restore onto the changed file is refused (never overwriting), and after moving it away the
+// restore is byte-identical. `fallocate -c` (collapse) is refused by the kernel's FUSE client itself and
+// changes nothing; a range past the end destroys nothing and stages nothing; a referenced file is still
+// refused and untouched. With --quarantine 0s the same punch happens and nothing is staged.
+func TestMountQuarantineFallocate(t *testing.T) {
+	mntRequire(t)
+	base := t.TempDir()
+	root := filepath.Join(base, "store")
+	tr, err := treegen.YoungOrphan(root, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref string
+	for _, c := range tr.Live {
+		ref = c.Refs[0]
+	}
+	files := map[string]string{
+		"scratch/punch":    qBlock("punch", 3*4096),
+		"scratch/zero":     qBlock("zero", 3*4096+100),
+		"scratch/collapse": qBlock("collapse", 4*4096),
+		"scratch/tail":     qBlock("tail", 5000),
+	}
+	for k, v := range files {
+		qWrite(t, root, k, v)
+	}
+	refBefore, _ := qRead(t, root, ref)
+	p := mntStart(t, root, "", "--grace", "0s", "--active-window", "0s")
+	for _, c := range [][]string{
+		{"fallocate", "-p", "-o", "0", "-l", "4096", p.m("scratch/punch")},
+		{"fallocate", "-z", "-o", "4096", "-l", "4096", p.m("scratch/zero")},
+		{"fallocate", "-p", "-o", "1048576", "-l", "4096", p.m("scratch/tail")},
+	} {
+		if out, code := mntRun(t, "", c[0], c[1:]...); code != 0 {
+			t.Fatalf("%v through the mount: exit %d\n%s", c, code, out)
+		}
+	}
+	if out, code := mntRun(t, "", "fallocate", "-c", "-o", "0", "-l", "4096", p.m("scratch/collapse")); code == 0 {
+		t.Fatalf("fallocate -c through the mount succeeded (the kernel's FUSE client passes no collapse)\n%s", out)
+	}
+	if out, code := mntRun(t, "", "fallocate", "-p", "-o", "0", "-l", "4096", p.m(ref)); code == 0 || !strings.Contains(out, "not permitted") {
+		t.Fatalf("fallocate -p of referenced %s: exit %d, want EPERM\n%s", ref, code, out)
+	}
+	if got, _ := qRead(t, root, ref); got != refBefore {
+		t.Fatalf("referenced %s changed by a refused fallocate", ref)
+	}
+	zeros := strings.Repeat("\x00", 4096)
+	wantNow := map[string]string{
+		"scratch/punch":    zeros + files["scratch/punch"][4096:],
+		"scratch/zero":     files["scratch/zero"][:4096] + zeros + files["scratch/zero"][8192:],
+		"scratch/collapse": files["scratch/collapse"],
+		"scratch/tail":     files["scratch/tail"],
+	}
+	for k, want := range wantNow {
+		if got, _ := qRead(t, root, k); got != want {
+			t.Fatalf("%s in the store after the fallocate: not the expected content (%d bytes)", k, len(got))
+		}
+	}
+	staged := []string{"scratch/punch", "scratch/zero"}
+	es := qList(t, p)
+	if len(es) != len(staged) {
+		t.Fatalf("%d entries, want %d (one per destroyed range): %+v", len(es), len(staged), es)
+	}
+	byPath := map[string]quarantine.Entry{}
+	for _, e := range es {
+		byPath[e.Path] = e
+	}
+	for _, k := range staged {
+		e, ok := byPath[k]
+		if !ok {
+			t.Fatalf("%s not staged: %+v", k, es)
+		}
+		if e.Change() != quarantine.OpAllocate || e.Size != int64(len(files[k])) || e.Decision.Reason == "" {
+			t.Errorf("%s: change %q size %d decision %+v, want %q, %d bytes and the allowing decision", k, e.Change(), e.Size, e.Decision, quarantine.OpAllocate, len(files[k]))
+		}
+		if got := qObject(t, root, e); got != files[k] {
+			t.Errorf("%s: staged content differs from the old content", k)
+		}
+	}
+	if out, code := qcli(p, "list"); code != 0 || !strings.Contains(out, quarantine.OpAllocate) {
+		t.Fatalf("quarantine list does not show the fallocate entries: exit %d\n%s", code, out)
+	}
+	out, code := qcli(p, "restore", "scratch/punch")
+	if code != 1 || !strings.Contains(out, "never replaces") {
+		t.Fatalf("restore onto the punched file: exit %d, want 1 and a refusal\n%s", code, out)
+	}
+	if got, _ := qRead(t, root, "scratch/punch"); got != wantNow["scratch/punch"] {
+		t.Fatal("the refused restore changed the punched file")
+	}
+	for _, k := range staged {
+		if out, code := mntRun(t, "", "mv", p.m(k), p.m(k+".new")); code != 0 {
+			t.Fatalf("mv %s away: exit %d\n%s", k, code, out)
+		}
+	}
+	if out, code := qcli(p, "restore", "scratch"); code != 0 {
+		t.Fatalf("restore scratch: exit %d\n%s", code, out)
+	}
+	for _, k := range staged {
+		if got, _ := qRead(t, root, k); got != files[k] {
+			t.Errorf("%s restored: not the old content byte for byte", k)
+		}
+	}
+	if es := qList(t, p); len(es) != 0 {
+		t.Fatalf("entries left after the restore: %+v", es)
+	}
+
+	// Quarantine off: the punch happens, nothing is staged.
+	root2 := filepath.Join(base, "store2")
+	qWrite(t, root2, "scratch/punch", files["scratch/punch"])
+	p2 := mntStart(t, root2, "", "--grace", "0s", "--active-window", "0s", "--quarantine", "0s")
+	if out, code := mntRun(t, "", "fallocate", "-p", "-o", "0", "-l", "4096", p2.m("scratch/punch")); code != 0 {
+		t.Fatalf("fallocate -p with the quarantine off: exit %d\n%s", code, out)
+	}
+	if got, _ := qRead(t, root2, "scratch/punch"); got != wantNow["scratch/punch"] {
+		t.Fatal("fallocate -p with the quarantine off: the hole is not there")
+	}
+	if names, _ := filepath.Glob(filepath.Join(root2, store.QuarantineDir, "*")); len(names) > 1 {
+		t.Fatalf("the quarantine folder holds %v with the quarantine off", names)
+	}
 }

@@ -121,7 +121,9 @@ func TestS3QuarantineReplaceAndTruncate(t *testing.T) {
 // objects over others and truncates objects (truncate(2) by path, O_TRUNC opens written and closed)
 // through it with --quarantine, then mounts again: every old content is exactly once at its key or in
 // quarantine (never lost, never counted twice: a copy made just before the kill whose change never
-// happened is no entry), every replacement exactly once at its old or new key, and no problem is listed.
+// happened is no entry), every replacement exactly once at its old or new key. Such a crash copy is
+// listed as a problem, naming it, and is the only problem; once older than the crash-copy age (its
+// record backdated here) `quarantine purge` removes it, the object at its key untouched.
 func TestS3QuarantineKill9DuringReplaceAndTruncate(t *testing.T) {
 	e := s3Start(t)
 	e.tree(t, incident{"IncidentOne", treegen.IncidentOne}, s3Root)
@@ -165,7 +167,8 @@ for i in range(n):
 	p.kill9()
 	_ = cmd.Wait()
 
-	check := func(when string) {
+	// check returns the crash copies listed (their ids).
+	check := func(when string) []string {
 		t.Helper()
 		full := append([]string{"quarantine", "list", "--json", "--store", p.store, "--index", p.index}, e.mountArgs()...)
 		res, code := mntRun(t, "", mntBinary(t), full...)
@@ -207,13 +210,133 @@ for i in range(n):
 				}
 			}
 		}
-		if bad != 0 || len(lr.Problems) != 0 {
+		var crashCopies []string
+		for _, pr := range lr.Problems {
+			if strings.HasPrefix(pr.Detail, "crash copy") {
+				crashCopies = append(crashCopies, pr.ID)
+			}
+		}
+		if bad != 0 || len(lr.Problems) != len(crashCopies) {
 			t.Fatalf("%s: %d contents lost or duplicated, %d problems %+v", when, bad, len(lr.Problems), lr.Problems)
 		}
-		t.Logf("%s: %d entries", when, len(lr.Entries))
+		t.Logf("%s: %d entries, %d crash copies", when, len(lr.Entries), len(crashCopies))
+		return crashCopies
 	}
-	check("after kill -9")
+	crashCopies := check("after kill -9")
+	// Seven hours later (the records backdated), a purge on the store removes the crash copies.
+	for _, id := range crashCopies {
+		b, ok := s3Read(t, c, s3quarantine.Prefix+id+".json")
+		var en quarantine.Entry
+		if err := json.Unmarshal([]byte(b), &en); !ok || err != nil {
+			t.Fatalf("record of crash copy %s: %v %v", id, ok, err)
+		}
+		en.DeletedAt = en.DeletedAt.Add(-7 * time.Hour)
+		nb, _ := json.Marshal(en)
+		if _, err := c.Put(ctx, s3quarantine.Prefix+id+".json", bytes.NewReader(nb), int64(len(nb)), s3client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	purge := append([]string{"quarantine", "purge", "--store", p.store, "--index", p.index, "--ttl", "24h"}, e.mountArgs()...)
+	out2, _ := mntRun(t, "", mntBinary(t), purge...)
+	for _, id := range crashCopies {
+		if _, ok := s3Read(t, c, s3quarantine.Prefix+id); ok {
+			t.Fatalf("crash copy %s is still there after the purge\n%s", id, out2)
+		}
+	}
+	if left := check("after the purge"); len(left) != 0 {
+		t.Fatalf("crash copies left after the purge: %v", left)
+	}
 	waitStale(t, p)
 	p.start(args...)
-	check("after the remount")
+	if left := check("after the remount"); len(left) != 0 {
+		t.Fatalf("crash copies after the remount: %v", left)
+	}
+}
+
+// s3Backdate moves the deletion time of the entry record id back by d (as if staged d ago).
+func s3Backdate(t *testing.T, c *s3client.Client, id string, d time.Duration) {
+	t.Helper()
+	b, ok := s3Read(t, c, s3quarantine.Prefix+id+".json")
+	var en quarantine.Entry
+	if err := json.Unmarshal([]byte(b), &en); !ok || err != nil {
+		t.Fatalf("record of %s: %v %v", id, ok, err)
+	}
+	en.DeletedAt = en.DeletedAt.Add(-d)
+	nb, _ := json.Marshal(en)
+	if _, err := c.Put(context.Background(), s3quarantine.Prefix+id+".json", bytes.NewReader(nb), int64(len(nb)), s3client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestS3QuarantineCrashCopies: the two states a crashed change in place leaves (injected: the area's own
+// Keep, as the dead mount ran it, then no change, or the change without the Applied mark), then a mount
+// over the bucket: `quarantine list` through it shows the copy whose change never happened as a crash
+// copy problem (exit 1) and the other as an entry; a purge marks the entry applied at once and keeps
+// the young crash copy; once the crash copy is seven hours old a purge removes it, the object at its
+// key untouched, and the list is clean.
+func TestS3QuarantineCrashCopies(t *testing.T) {
+	e := s3Start(t)
+	e.tree(t, incident{"IncidentOne", treegen.IncidentOne}, s3Root)
+	c := e.client(t, e.srv.Endpoint)
+	ctx := context.Background()
+	dead := s3quarantine.New(c, nil, false)
+	kept := map[string]quarantine.Entry{}
+	for k, v := range map[string]string{"scratch/not-done": "a truncation that never happened", "scratch/done": "replaced before the crash"} {
+		etag, err := c.Put(ctx, k, strings.NewReader(v), int64(len(v)), s3client.PutOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		en, err := dead.Keep(ctx, k, s3client.Object{Key: k, Size: int64(len(v)), ETag: etag}, quarantine.Decision{Op: quarantine.OpTruncate, Reason: "allowed"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept[k] = en
+	}
+	if _, err := c.Put(ctx, "scratch/done", strings.NewReader("x"), 1, s3client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	args := e.mountArgs("--grace", "0s", "--active-window", "0s", "--savepoint-keep-newest=false", "--quarantine", "24h")
+	p := mntStart(t, s3Root, filepath.Join(t.TempDir(), "index"), args...)
+	list := func() (quarantine.ListResult, int) {
+		t.Helper()
+		out, code := qcli(p, "list", append([]string{"--json"}, e.mountArgs()...)...)
+		var lr quarantine.ListResult
+		if err := json.Unmarshal([]byte(out), &lr); err != nil {
+			t.Fatalf("quarantine list --json: exit %d: %v\n%s", code, err, out)
+		}
+		return lr, code
+	}
+	lr, _ := list()
+	if len(lr.Problems) != 1 || lr.Problems[0].ID != kept["scratch/not-done"].ID || !strings.HasPrefix(lr.Problems[0].Detail, "crash copy") ||
+		len(lr.Entries) != 1 || lr.Entries[0].ID != kept["scratch/done"].ID {
+		t.Fatalf("list: %+v, want the crash copy of scratch/not-done as a problem and scratch/done as an entry", lr)
+	}
+	out, code := qcli(p, "list", e.mountArgs()...)
+	if code != 1 || !strings.Contains(out, "crash copy") || !strings.Contains(out, "scratch/not-done") {
+		t.Fatalf("quarantine list: exit %d, want 1 naming the crash copy:\n%s", code, out)
+	}
+	purge := func() {
+		t.Helper()
+		if out, code := qcli(p, "purge", e.mountArgs()...); code != 0 && code != 1 {
+			t.Fatalf("quarantine purge: exit %d\n%s", code, out)
+		}
+	}
+	purge()
+	if lr, _ := list(); len(lr.Entries) != 1 || !lr.Entries[0].Applied || len(lr.Problems) != 1 {
+		t.Fatalf("after a purge: %+v, want the entry marked applied and the young crash copy kept", lr)
+	}
+	s3Backdate(t, c, kept["scratch/not-done"].ID, 7*time.Hour)
+	purge()
+	if lr, _ := list(); len(lr.Problems) != 0 || len(lr.Entries) != 1 {
+		t.Fatalf("after a purge seven hours on: %+v, want the entry alone", lr)
+	}
+	if out, code := qcli(p, "list", e.mountArgs()...); code != 0 {
+		t.Fatalf("quarantine list after the crash copy went: exit %d\n%s", code, out)
+	}
+	if _, ok := s3Read(t, c, s3quarantine.Prefix+kept["scratch/not-done"].ID); ok {
+		t.Fatal("the crash copy is still in the area")
+	}
+	if got, ok := s3Read(t, c, "scratch/not-done"); !ok || got != "a truncation that never happened" {
+		t.Fatalf("scratch/not-done after the purge: %q %v", got, ok)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
@@ -178,7 +179,7 @@ func (n *node) decideOpen(ctx context.Context, key string, flags uint32, open fu
 	}
 	d := checkResult(&c)
 	decide := func(act func() syscall.Errno) syscall.Errno { return n.enf.Open(ctx, c, act) }
-	return n.stagedChange(ctx, key, nil, 0, decide, d, open)
+	return n.stagedChange(ctx, key, nil, 0, quarantine.OpTruncate, decide, d, open)
 }
 
 // Create makes a new file. The kernel sends CREATE only for a name it believes absent; if the file appeared

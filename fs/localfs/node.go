@@ -31,6 +31,7 @@ import (
 
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
@@ -385,7 +386,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	act := func() syscall.Errno { return n.setattr(ctx, f, in, out) }
 	if cut != nil {
 		decide := func(act func() syscall.Errno) syscall.Errno { return n.enf.Change(ctx, checks, act) }
-		return n.stagedChange(ctx, key, f, int64(sz), decide, cut, act)
+		return n.stagedChange(ctx, key, f, int64(sz), quarantine.OpTruncate, decide, cut, act)
 	}
 	return n.enf.Change(ctx, checks, act)
 }

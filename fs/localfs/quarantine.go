@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
@@ -28,7 +29,7 @@ func (n *node) removeFile(ctx context.Context, dirfd int, name, key string, d ve
 	if q == nil {
 		return unix.Unlinkat(dirfd, name, 0)
 	}
-	_, err := q.MoveAt(dirfd, name, key, n.stagedRecord(ctx, verdict.OpUnlink, d))
+	_, err := q.MoveAt(dirfd, name, key, n.stagedRecord(ctx, quarantine.OpUnlink, d))
 	if err != nil {
 		n.root.log.Error("quarantine: the allowed deletion could not be staged, so nothing was deleted", "path", key, "err", err)
 		if _, ok := err.(syscall.Errno); !ok {

@@ -3,6 +3,7 @@ package localfs
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -21,9 +22,10 @@ import (
 // quarantine.Prepare) and commits the copy under the lock right before the cut. Nothing that takes
 // long runs under the lock: the copy is made before it, the commit is a stat, a record and a rename.
 
-// stagedRecord is the quarantine record of the change op allowed by d, with the caller's identity.
-func (n *node) stagedRecord(ctx context.Context, op verdict.Op, d verdict.Decision) quarantine.Decision {
-	rec := quarantine.Decision{Op: op.String(), Reason: string(d.Reason), Message: d.Message}
+// stagedRecord is the quarantine record of the change of kind op (quarantine.OpUnlink, OpReplace,
+// OpTruncate, OpAllocate) allowed by d, with the caller's identity.
+func (n *node) stagedRecord(ctx context.Context, op string, d verdict.Decision) quarantine.Decision {
+	rec := quarantine.Decision{Op: op, Reason: string(d.Reason), Message: d.Message}
 	if c, ok := fuse.FromContext(ctx); ok && c != nil {
 		rec.PID, rec.UID, rec.GID = c.Pid, c.Uid, c.Gid
 		rec.Comm = n.enf.Comm(c.Pid)
@@ -63,7 +65,7 @@ func (n *node) replaceStaged(ctx context.Context, from, to string, flags uint32,
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		return n.renameEntry(from, to, flags, flags)
 	}
-	e, err := q.MoveAt(dfd, base, to, n.stagedRecord(ctx, verdict.OpReplace, d))
+	e, err := q.MoveAt(dfd, base, to, n.stagedRecord(ctx, quarantine.OpReplace, d))
 	if err != nil {
 		n.root.log.Error("quarantine: the file a rename would replace could not be staged, so nothing was renamed", "path", to, "from", from, "err", err)
 		return false, stagingErrno(err)
@@ -155,7 +157,7 @@ func (t *truncStage) commit(rec quarantine.Decision) syscall.Errno {
 
 // done closes the copy's source; cut is whether the truncation happened (else a committed copy is
 // dropped again, and an uncommitted one removed).
-func (t *truncStage) done(committed, cut bool) {
+func (t *truncStage) done(log *slog.Logger, committed, cut bool) {
 	if t == nil {
 		return
 	}
@@ -165,15 +167,18 @@ func (t *truncStage) done(committed, cut bool) {
 	case !cut:
 		t.prep.Undo()
 	default:
-		t.prep.Done()
+		if err := t.prep.Done(); err != nil {
+			log.Error("quarantine: the change happened and its old content is staged, but the entry may be taken for a change that never happened; keep a copy of it by hand", "err", err)
+		}
 	}
 	unix.Close(t.src)
 }
 
-// stagedChange runs a content-cutting change (decided by checks, checks[ti] the truncation) with the
-// old content staged: prepare outside the lock, commit and act under it. A file that changed between
-// copy and commit is copied again (stageAttempts times, then EBUSY).
-func (n *node) stagedChange(ctx context.Context, key string, f fs.FileHandle, size int64, decide func(act func() syscall.Errno) syscall.Errno, d *verdict.Decision, act func() syscall.Errno) syscall.Errno {
+// stagedChange runs a content-cutting change of kind op (quarantine.OpTruncate: a truncation to size;
+// quarantine.OpAllocate: a fallocate(2) that may destroy the bytes from size on), decided by decide (d
+// its decision of the cut), with the old content staged: prepare outside the lock, commit and act under
+// it. A file that changed between copy and commit is copied again (stageAttempts times, then EBUSY).
+func (n *node) stagedChange(ctx context.Context, key string, f fs.FileHandle, size int64, op string, decide func(act func() syscall.Errno) syscall.Errno, d *verdict.Decision, act func() syscall.Errno) syscall.Errno {
 	for attempt := 1; ; attempt++ {
 		t, errno := n.prepareCut(key, f, size)
 		if errno != 0 {
@@ -181,7 +186,7 @@ func (n *node) stagedChange(ctx context.Context, key string, f fs.FileHandle, si
 		}
 		committed, cut := false, false
 		errno = decide(func() syscall.Errno {
-			if errno := t.commit(n.stagedRecord(ctx, verdict.OpTruncate, *d)); errno != 0 {
+			if errno := t.commit(n.stagedRecord(ctx, op, *d)); errno != 0 {
 				return errno
 			}
 			committed = t != nil
@@ -189,12 +194,12 @@ func (n *node) stagedChange(ctx context.Context, key string, f fs.FileHandle, si
 			cut = errno == 0
 			return errno
 		})
-		t.done(committed, cut)
+		t.done(n.root.log, committed, cut)
 		if t != nil && t.changed && attempt < stageAttempts {
 			continue
 		}
 		if t != nil && t.changed {
-			n.root.log.Error("quarantine: the file kept changing while its content was being staged, so it was not truncated", "path", key)
+			n.root.log.Error("quarantine: the file kept changing while its content was being staged, so it was not changed", "path", key, "change", op)
 		}
 		return errno
 	}

@@ -21,6 +21,7 @@ import (
 	"io"
 	"io/fs"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -57,6 +58,16 @@ type Area struct {
 	// created at the original key. Without it Restore HEADs the key right before the copy: an object
 	// created between that HEAD and the copy would be replaced (the race is documented in README).
 	IfNoneMatch bool
+
+	mu sync.Mutex
+	// holds counts the stagings and changes in place of each entry id this process has under way
+	// (hold/settle); dropping are the crash copies Tidy is removing (see crashcopy.go).
+	holds    map[string]int
+	dropping map[string]chan struct{}
+	// unresolved are the records of changes in place not marked Applied (with their objects) the last
+	// complete ListAll found, at unresolvedAt: Tidy's work.
+	unresolved   map[string]quarantine.Entry
+	unresolvedAt time.Time
 }
 
 var _ quarantine.Staging = (*Area)(nil)
@@ -98,6 +109,8 @@ func (a *Area) Stage(ctx context.Context, key, etag string, d quarantine.Decisio
 		return quarantine.Entry{}, &s3client.Error{Op: "Stage", Key: key, Class: s3client.ErrPrecondition, Err: fmt.Errorf("ETag %s, decided on %s", o.ETag, etag)}
 	}
 	id := ID(key, o.ETag)
+	a.hold(id)
+	defer a.settle(id)
 	now := a.now().UTC()
 	e := quarantine.Entry{ID: id, Path: key, Size: o.Size, ModTime: o.ModTime, ETag: o.ETag, DeletedAt: now, Decision: d}
 	if !utf8.ValidString(key) {
@@ -126,6 +139,7 @@ func (a *Area) Stage(ctx context.Context, key, etag string, d quarantine.Decisio
 // deletion decided again as refused after a crash between copy and delete). It never removes a copy
 // whose original is gone.
 func (a *Area) Unstage(ctx context.Context, key, etag string) error {
+	defer a.settleIfHeld(ID(key, etag))
 	o, err := a.c.Head(ctx, key)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -225,6 +239,8 @@ func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Pr
 	var es []quarantine.Entry
 	var probs []quarantine.Problem
 	seen := map[string]bool{}
+	unresolved := map[string]quarantine.Entry{}
+	at := a.now()
 	for _, r := range recs {
 		e, err := a.readRecord(ctx, r)
 		if err != nil {
@@ -234,12 +250,21 @@ func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Pr
 			probs = append(probs, quarantine.Problem{ID: strings.TrimPrefix(r.Key, Prefix), Size: r.Size, Detail: err.Error()})
 			continue
 		}
-		if _, ok := objs[e.ID]; !ok {
+		o, ok := objs[e.ID]
+		if !ok {
 			continue
 		}
 		seen[e.ID] = true
+		if isKept(e) {
+			unresolved[e.ID] = e
+		}
 		if a.inPlace(ctx, e) {
-			continue // kept for a change that never happened: the object is at its key (see Keep)
+			// Kept for a change that has not happened: the object is at its key. Under way in this
+			// process it is no entry and no problem (its change is being made); else a crash copy.
+			if !a.held(e.ID) {
+				probs = append(probs, crashCopy(e, o.Size))
+			}
+			continue
 		}
 		es = append(es, e)
 	}
@@ -249,6 +274,9 @@ func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Pr
 		}
 	}
 	quarantine.SortEntries(es)
+	a.mu.Lock()
+	a.unresolved, a.unresolvedAt = unresolved, at
+	a.mu.Unlock()
 	return es, probs, nil
 }
 
@@ -344,10 +372,6 @@ func newestOf(es []quarantine.Entry, err error) func(key string) (quarantine.Ent
 		return quarantine.Entry{}, false, nil
 	}
 }
-
-// Tidy is a no-op on S3: a record without its object is skipped by List and removed by the next
-// Unstage or restore of the same deletion.
-func (a *Area) Tidy(ctx context.Context, _ time.Duration) error { return nil }
 
 // ProbeCopyIfNoneMatch reports whether the server refuses a CopyObject with If-None-Match: * onto an
 // existing key (some servers, versitygw among them, ignore the header and replace the object). It

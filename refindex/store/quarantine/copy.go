@@ -43,11 +43,14 @@ func sourceOf(st *unix.Stat_t) Source {
 }
 
 // Op values of Decision.Op for the changes that stage an entry: an unlink (and a deletion on S3), a
-// rename that replaced the entry's object at its key, a truncation that cut it.
+// rename that replaced the entry's object at its key, a truncation that cut it, a fallocate(2) that
+// punched a hole in it, zeroed, collapsed or shifted a range of it (local stores; the guard decides it
+// like a truncation, and the audit log records it as one).
 const (
 	OpUnlink   = "unlink"
 	OpReplace  = "replace"
 	OpTruncate = "truncate"
+	OpAllocate = "fallocate"
 )
 
 // Change is the kind of change that staged e (Decision.Op; an entry from before the field: "unlink").
@@ -74,8 +77,9 @@ type Prepared struct {
 	src int // the caller's descriptor of the file (readable)
 	st  unix.Stat_t
 	id  string
-	dir int // the quarantine folder (this copy's own duplicate), open until Commit, Abort or Undo
-	fd  int // the copy, open until Commit or Abort
+	dir int   // the quarantine folder (this copy's own duplicate), open until Commit, Abort or Undo
+	fd  int   // the copy, open until Commit or Abort
+	e   Entry // the entry Commit made
 }
 
 // Prepare copies the regular file src (a readable descriptor, the caller's: it stays open) whose store
@@ -265,7 +269,7 @@ func (p *Prepared) Abort() {
 	}
 }
 
-// Commit makes the copy an entry staged by the change d (OpTruncate), if the file is still the one
+// Commit makes the copy an entry staged by the change d (OpTruncate, OpAllocate), if the file is still the one
 // copied (else ErrChanged, and the copy is removed): the record, then the rename to the entry's name.
 // It is quick (no copy): it runs under the enforcer's lock right before the truncation. If the
 // truncation then fails, Undo drops the entry; else Done releases the descriptor.
@@ -296,6 +300,7 @@ func (p *Prepared) Commit(d Decision) (Entry, error) {
 		p.abort()
 		return Entry{}, fmt.Errorf("quarantine /%s: %w", p.key, err)
 	}
+	p.e = e
 	return e, nil
 }
 
@@ -307,8 +312,29 @@ func (p *Prepared) Undo() {
 	p.release()
 }
 
-// Done releases a committed entry's descriptor (its truncation happened).
-func (p *Prepared) Done() { p.release() }
+// Done releases a committed entry's descriptor once its change happened. A change that left the file's
+// Source as it was (a hole punched or a range zeroed keeps the size, and a ctime within the clock tick
+// of the file's last change does not move) would make the entry look like a change that never
+// happened, and Tidy would remove the only copy of the destroyed bytes: its record is written again
+// without the Source, so it is an entry whatever the file looks like. (A crash before that rewrite, in
+// the same tick, is the one case left: the entry is then hidden.)
+func (p *Prepared) Done() error {
+	defer p.release()
+	var st unix.Stat_t
+	if p.e.Source == nil || unix.Fstat(p.src, &st) != nil || sourceOf(&st) != *p.e.Source {
+		return nil
+	}
+	if err := p.l.lock(); err != nil {
+		return err
+	}
+	defer p.l.mu.RUnlock()
+	e := p.e
+	e.Source = nil
+	if err := p.l.writeRecord(e); err != nil {
+		return fmt.Errorf("quarantine /%s: the change left the file's size and times as they were, and its entry %s could not be marked as applied (a later tidy would take it for a change that never happened): %w", p.key, p.id, err)
+	}
+	return nil
+}
 
 // unchanged reports whether the file at e's key is still the content e's truncation copied (the
 // truncation never happened: a crash between the commit and the truncation).

@@ -260,3 +260,64 @@ func TestLocalTruncationCopyKeepsACL(t *testing.T) {
 		t.Errorf("the copy's ACL:\n%s\nwant the file's:\n%s", got, want)
 	}
 }
+
+// TestLocalChangeWithoutTraceStaysAnEntry: a change that leaves the file's size and times as they were
+// (a hole punched, or a range zeroed, within the clock tick of the file's last change: nothing in its
+// stat moves) is still an entry after Done, and Tidy keeps its copy; without Done's rewrite the entry
+// would look like a change that never happened and Tidy would remove the only copy of the old bytes.
+// A committed entry whose change is not known yet (no Done) is the crash case: no entry, and Tidy
+// removes the copy once it is old enough.
+func TestLocalChangeWithoutTraceStaysAnEntry(t *testing.T) {
+	dir, l, clk := newArea(t)
+	ctx := context.Background()
+	old := strings.Repeat("punched ", 1000)
+	write(t, dir, "job/sst", old)
+	write(t, dir, "job/crashed", old)
+
+	src := openSrc(t, dir, "job/sst")
+	prep, err := l.Prepare(src, "job/sst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := prep.Commit(Decision{Op: OpAllocate, Reason: "unreferenced"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The change happens here without leaving a trace in the stat.
+	if err := prep.Done(); err != nil {
+		t.Fatal(err)
+	}
+
+	crashed, err := l.Prepare(openSrc(t, dir, "job/crashed"), "job/crashed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := crashed.Commit(Decision{Op: OpAllocate, Reason: "unreferenced"}); err != nil {
+		t.Fatal(err)
+	}
+
+	check := func(when string) {
+		t.Helper()
+		es, err := l.List(ctx)
+		if err != nil || len(es) != 1 || es[0].ID != e.ID || es[0].Change() != OpAllocate || es[0].Source != nil {
+			t.Fatalf("%s: %+v %v, want the one fallocate entry of job/sst, without a Source", when, es, err)
+		}
+	}
+	check("after Done")
+	clk.t = clk.t.Add(time.Hour)
+	if err := l.Tidy(ctx, 10*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	check("after Tidy")
+	if b, err := os.ReadFile(filepath.Join(dir, ".ckguard-quarantine", e.ID)); err != nil || string(b) != old {
+		t.Fatalf("staged copy after Tidy: %d bytes (%v), want the old content", len(b), err)
+	}
+	l2, err := OpenLocal(dir, clk.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	if es, err := l2.List(ctx); err != nil || len(es) != 1 || es[0].ID != e.ID {
+		t.Fatalf("reopened: %+v %v, want the entry (the rewritten record is the one read back)", es, err)
+	}
+}
