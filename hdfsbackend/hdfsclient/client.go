@@ -77,6 +77,7 @@ func ConfigFromEnv(uri string, krb Kerberos) (Config, error) {
 // Client is the FS over the colinmarc/hdfs library.
 type Client struct {
 	c       *hdfs.Client
+	nn      namenodeCall // the library's NameNode connection, for the calls it does not offer (rename2)
 	user    string
 	timeout time.Duration
 
@@ -120,7 +121,13 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, authHint(cfg, login, wrap("connect", cfg.Resolved.String(), err))
 	}
-	cl := &Client{c: c, user: c.User(), timeout: cfg.RPCTimeout}
+	nn, err := namenodeCallOf(c)
+	if err != nil {
+		// Without it Rename could only use the library's, which replaces an existing target.
+		_ = c.Close()
+		return nil, fmt.Errorf("HDFS %s: %w", cfg.Resolved, err)
+	}
+	cl := &Client{c: c, nn: nn, user: c.User(), timeout: cfg.RPCTimeout}
 	if _, err := cl.Stat(ctx, "/"); err != nil {
 		_ = c.Close()
 		return nil, authHint(cfg, login, fmt.Errorf("HDFS %s (NameNodes %s): %w", cfg.Resolved, strings.Join(cfg.Resolved.Addresses, ","), err))
@@ -406,19 +413,33 @@ func (c *Client) Remove(ctx context.Context, name string) error {
 	return wrap("remove", name, c.c.Remove(name))
 }
 
-// Rename refuses an existing target. The library's rename2 always overwrites, so the target is looked
-// up first; a target created by another client between that look and the rename is the one case this
-// cannot exclude (HDFS has no rename-if-absent for files in rename2; documented in docs/SEMANTICS.md).
+// Rename refuses an existing target at the NameNode: it sends rename2 with overwriteDest=false (the
+// library's Rename always overwrites), so the check and the move are one namespace operation and a
+// target created by another client at any moment is never replaced (FileAlreadyExistsException →
+// fs.ErrExist). A directory target is refused the same way, empty or not.
 func (c *Client) Rename(ctx context.Context, from, to string) error {
 	if err := ctx.Err(); err != nil {
 		return wrap("rename", from, err)
 	}
-	if _, err := c.c.Stat(to); err == nil {
-		return &Error{Op: "rename", Path: to, Class: fs.ErrExist, Err: fmt.Errorf("rename %s: target exists (never replaced)", from)}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return wrap("rename", to, err)
+	err := rename2(c.nn, from, to, false)
+	if err == nil {
+		return nil
 	}
-	return wrap("rename", from, c.c.Rename(from, to))
+	class := classify(err)
+	var re remoteError
+	if class != fs.ErrExist && errors.As(err, &re) && re.Exception() == "java.io.IOException" {
+		// The NameNode refuses a file onto a directory (or back) with a plain IOException before it
+		// looks at overwriteDest; it moved nothing. An existing target is that refusal: EEXIST, as for
+		// a file onto a file (the trash's suffix retry relies on it).
+		if _, serr := c.c.Stat(to); serr == nil {
+			class = fs.ErrExist
+		}
+	}
+	err = withRemoteMessage(err)
+	if class == fs.ErrExist {
+		return &Error{Op: "rename", Path: to, Class: class, Err: fmt.Errorf("rename %s: target exists (never replaced): %w", from, err)}
+	}
+	return &Error{Op: "rename", Path: from, Class: class, Err: fmt.Errorf("to %s: %w", to, err)}
 }
 
 func (c *Client) Chtimes(ctx context.Context, name string, mtime time.Time) error {

@@ -6,7 +6,8 @@
 // Invariants the interface states for every implementation:
 //   - Remove never recurses: a directory is removed only when it is empty, so nothing below a
 //     directory is deleted that the guard has not decided file by file.
-//   - Rename never replaces an existing target (the library's rename always overwrites).
+//   - Rename never replaces an existing target, whoever creates it when (the library's rename always
+//     overwrites; the real client has the NameNode refuse it).
 //   - Remove never moves to trash: trash is the caller's decision (MoveToTrash), as in `hdfs dfs -rm`.
 //   - Every failure is classified once (classify, errno.go): callers test errors.Is against the
 //     sentinels and fs.ErrNotExist / fs.ErrPermission / fs.ErrExist, and Errno maps to the FUSE errno.
