@@ -1,7 +1,8 @@
 package hdfsclient
 
 import (
-	"bytes"
+	"fmt"
+	"maps"
 	"net"
 	"strings"
 	"testing"
@@ -75,15 +76,33 @@ func TestRename2Request(t *testing.T) {
 		if err := rename2(call, "/a/src", "/b/dst", overwrite); err != nil {
 			t.Fatal(err)
 		}
-		var want []byte
-		want = protowire.AppendTag(want, 1, protowire.BytesType)
-		want = protowire.AppendString(want, "/a/src")
-		want = protowire.AppendTag(want, 2, protowire.BytesType)
-		want = protowire.AppendString(want, "/b/dst")
-		want = protowire.AppendTag(want, 3, protowire.VarintType)
-		want = protowire.AppendVarint(want, protowire.EncodeBool(overwrite))
-		if method != "rename2" || !bytes.Equal(wire, want) {
-			t.Errorf("overwrite=%v: sent %s %x; want rename2 %x", overwrite, method, wire, want)
+		got := map[protowire.Number]string{}
+		for b := wire; len(b) > 0; {
+			num, typ, n := protowire.ConsumeTag(b)
+			if n < 0 {
+				t.Fatalf("bad wire %x", wire)
+			}
+			b = b[n:]
+			switch typ {
+			case protowire.BytesType:
+				v, m := protowire.ConsumeString(b)
+				if m < 0 {
+					t.Fatalf("bad wire %x", wire)
+				}
+				got[num], b = v, b[m:]
+			case protowire.VarintType:
+				v, m := protowire.ConsumeVarint(b)
+				if m < 0 {
+					t.Fatalf("bad wire %x", wire)
+				}
+				got[num], b = fmt.Sprint(protowire.DecodeBool(v)), b[m:]
+			default:
+				t.Fatalf("field %d of type %v in %x", num, typ, wire)
+			}
+		}
+		want := map[protowire.Number]string{1: "/a/src", 2: "/b/dst", 3: fmt.Sprint(overwrite)}
+		if method != "rename2" || !maps.Equal(got, want) {
+			t.Errorf("overwrite=%v: sent %s %v; want rename2 %v", overwrite, method, got, want)
 		}
 	}
 	if err := rename2(nil, "/a", "/b", false); err == nil {
