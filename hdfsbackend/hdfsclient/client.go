@@ -390,6 +390,19 @@ func (c *Client) Create(ctx context.Context, name string, perm fs.FileMode) (Wri
 	return &writer{f: f, name: name}, nil
 }
 
+// Append reopens a completed file at its end: the library's append (the NameNode hands out the lease
+// and the last block, which the writer continues).
+func (c *Client) Append(ctx context.Context, name string) (Writer, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, wrap("append", name, err)
+	}
+	f, err := c.c.Append(name)
+	if err != nil {
+		return nil, wrap("append", name, err)
+	}
+	return &writer{f: f, name: name}, nil
+}
+
 func (c *Client) Mkdir(ctx context.Context, name string, perm fs.FileMode) error {
 	if err := ctx.Err(); err != nil {
 		return wrap("mkdir", name, err)

@@ -42,7 +42,7 @@ type Reader interface {
 	Size() int64
 }
 
-// Writer writes a new file; the data is durable (and visible to readers) once Close returns nil.
+// Writer writes a new file or appends to one; the data is durable (and visible to readers) once Close returns nil.
 type Writer interface {
 	io.Writer
 	io.Closer
@@ -65,6 +65,10 @@ type FS interface {
 	Open(ctx context.Context, name string) (Reader, error)
 	// Create creates a new file; it fails with fs.ErrExist when name exists.
 	Create(ctx context.Context, name string, perm fs.FileMode) (Writer, error)
+	// Append opens the existing file name for writing at its end (HDFS append, taking the file's
+	// lease); it fails with fs.ErrNotExist when name is missing and ErrLease while another writer has
+	// it open.
+	Append(ctx context.Context, name string) (Writer, error)
 	Mkdir(ctx context.Context, name string, perm fs.FileMode) error
 	MkdirAll(ctx context.Context, name string, perm fs.FileMode) error
 	// Remove removes a file or an empty directory (never recursively; ENOTEMPTY otherwise).
