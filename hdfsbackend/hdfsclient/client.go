@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net"
 	"os"
 	"path"
@@ -83,6 +84,9 @@ type Client struct {
 
 	mu       sync.Mutex
 	defaults *Defaults
+
+	stop      chan struct{} // closed by Close: ends the ticket watch
+	closeOnce sync.Once
 }
 
 var _ FS = (*Client)(nil)
@@ -127,10 +131,23 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		_ = c.Close()
 		return nil, fmt.Errorf("HDFS %s: %w", cfg.Resolved, err)
 	}
-	cl := &Client{c: c, nn: nn, user: c.User(), timeout: cfg.RPCTimeout}
+	cl := &Client{c: c, nn: nn, user: c.User(), timeout: cfg.RPCTimeout, stop: make(chan struct{})}
 	if _, err := cl.Stat(ctx, "/"); err != nil {
 		_ = c.Close()
 		return nil, authHint(cfg, login, fmt.Errorf("HDFS %s (NameNodes %s): %w", cfg.Resolved, strings.Join(cfg.Resolved.Addresses, ","), err))
+	}
+	if !login.ticketEnd.IsZero() {
+		slog.Info("HDFS Kerberos: logged in from a ticket cache, which is not renewed nor reread (a keytab login renews itself)", "ccache", login.ccache, "expires", login.ticketEnd)
+		go watchTicket(slog.Default(), login.ccache, login.ticketEnd, time.Now, func(d time.Duration) bool {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return true
+			case <-cl.stop:
+				return false
+			}
+		})
 	}
 	return cl, nil
 }
@@ -138,6 +155,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 // krbLogin is how a Kerberos client logs in, for error messages.
 type krbLogin struct {
 	keytab, principal, ccache, krb5Conf string
+	ticketEnd                           time.Time // a ticket-cache login's ticket end (not renewed)
 }
 
 // authHint names the fix when the first calls of a connection fail on authentication, so that a wrong
@@ -201,6 +219,14 @@ func kerberosClient(k Kerberos) (*krb.Client, krbLogin, error) {
 	if err != nil {
 		return nil, l, fmt.Errorf("HDFS Kerberos: ticket cache %s (run kinit, or give --hdfs-keytab and --hdfs-principal): %w", cc, err)
 	}
+	end, _, err := tgtTimes(ccache)
+	if err != nil {
+		return nil, l, fmt.Errorf("HDFS Kerberos: ticket cache %s (run kinit, or give --hdfs-keytab and --hdfs-principal): %w", cc, err)
+	}
+	if !time.Now().Before(end) {
+		return nil, l, fmt.Errorf("HDFS Kerberos: ticket cache %s: %w (at %s): %s", cc, errTicketExpired, end.Format(time.RFC3339), ticketFix(cc))
+	}
+	l.ticketEnd = end
 	kc, err := krb.NewFromCCache(ccache, kcfg, krb.DisablePAFXFAST(true))
 	if err != nil {
 		return nil, l, fmt.Errorf("HDFS Kerberos: ticket cache %s (run kinit, or give --hdfs-keytab and --hdfs-principal): %w", cc, err)
@@ -243,7 +269,14 @@ func (c *Client) Library() *hdfs.Client { return c.c }
 func (c *Client) User() string { return c.user }
 
 // Close releases the connection and the leases of files still open for writing.
-func (c *Client) Close() error { return c.c.Close() }
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		if c.stop != nil {
+			close(c.stop)
+		}
+	})
+	return c.c.Close()
+}
 
 func toInfo(fi os.FileInfo) FileInfo {
 	out := FileInfo{Name: fi.Name(), Size: fi.Size(), ModTime: fi.ModTime(), IsDir: fi.IsDir(), Mode: fi.Mode().Perm()}
