@@ -7,61 +7,82 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	hdfs "github.com/colinmarc/hdfs/v2"
+	"github.com/jcmturner/gokrb5/v8/credentials"
 )
 
-// TestWatchTicket: a ticket-cache login WARNs ahead of its ticket's end (15 minutes, a sixth of the
-// time left for short tickets) and again at the end, each naming the cache, KRB5CCNAME and the fixes;
-// a stopped watch says nothing more.
+// TestWatchTicket: a ticket-cache login rereads its cache from ticketWarnLead before the end (15
+// minutes, a sixth of the time left for short tickets) every ticketPoll; not renewed, it WARNs ahead
+// of the end and at it, each naming the cache, KRB5CCNAME and the fixes, and keeps rereading; a
+// renewed cache is reloaded; a failing reload is WARNed once; a stopped watch says nothing more.
 func TestWatchTicket(t *testing.T) {
-	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	start := time.Now().Truncate(time.Second)
+	missing := filepath.Join(t.TempDir(), "missing")
 	for _, tc := range []struct {
-		name   string
-		left   time.Duration
-		stopAt int // sleeps allowed before the watch is stopped (-1: never)
-		sleeps []time.Duration
-		warns  []string
+		name      string
+		left      time.Duration
+		cacheEnd  time.Duration // a cache file ending this long after start; 0: no file
+		reloadErr error
+		sleeps    []time.Duration // the last one stops the watch
+		logs      []string
+		reloads   int
 	}{
-		{"day-long ticket", 24 * time.Hour, -1, []time.Duration{24*time.Hour - 15*time.Minute, 15 * time.Minute}, []string{"expires soon", "has expired"}},
-		{"one-minute ticket", time.Minute, -1, []time.Duration{50 * time.Second, 10 * time.Second}, []string{"expires soon", "has expired"}},
-		{"stopped before the first", time.Hour, 0, []time.Duration{50 * time.Minute}, nil},
-		{"stopped before the end", time.Hour, 1, []time.Duration{50 * time.Minute, 10 * time.Minute}, []string{"expires soon"}},
+		{"never renewed, six-minute ticket", 6 * time.Minute, 0, nil,
+			append([]time.Duration{5 * time.Minute}, slices.Repeat([]time.Duration{12 * time.Second}, 6)...),
+			[]string{"WARN expires soon", "WARN has expired"}, 0},
+		{"never renewed, day-long ticket", 24 * time.Hour, 0, nil,
+			[]time.Duration{24*time.Hour - 15*time.Minute, time.Minute},
+			[]string{"WARN expires soon"}, 0},
+		{"stopped before the first reread", time.Hour, 0, nil, []time.Duration{50 * time.Minute}, nil, 0},
+		{"renewed outside", time.Hour, 25 * time.Hour, nil,
+			[]time.Duration{50 * time.Minute, 25*time.Hour - 50*time.Minute - 15*time.Minute},
+			[]string{"INFO reread the renewed ticket cache"}, 1},
+		{"renewed cache that cannot be used", time.Hour, 25 * time.Hour, errors.New("KDC unreachable"),
+			[]time.Duration{50 * time.Minute, time.Minute, time.Minute},
+			[]string{"WARN could not be used", "WARN expires soon"}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			cc := missing
+			if tc.cacheEnd > 0 {
+				cc = filepath.Join(t.TempDir(), "krb5cc")
+				writeCCache(t, cc, "flink", "EX.COM", start.Add(tc.cacheEnd))
+			}
 			var buf bytes.Buffer
 			log := slog.New(slog.NewTextHandler(&buf, nil))
 			now := start
 			var slept []time.Duration
-			watchTicket(log, "/tmp/missing-ccache", start.Add(tc.left), func() time.Time { return now }, func(d time.Duration) bool {
+			reloads := 0
+			reload := func(*credentials.CCache) error { reloads++; return tc.reloadErr }
+			watchTicket(log, cc, start.Add(tc.left), reload, func() time.Time { return now }, func(d time.Duration) bool {
 				slept = append(slept, d)
-				if tc.stopAt >= 0 && len(slept) > tc.stopAt {
-					return false
-				}
 				now = now.Add(d)
-				return true
+				return len(slept) < len(tc.sleeps)
 			})
-			if len(slept) != len(tc.sleeps) {
-				t.Fatalf("slept %v, want %v", slept, tc.sleeps)
+			if !slices.Equal(slept, tc.sleeps) {
+				t.Errorf("slept %v, want %v", slept, tc.sleeps)
 			}
-			for i := range slept {
-				if slept[i] != tc.sleeps[i] {
-					t.Errorf("sleep %d = %v, want %v", i, slept[i], tc.sleeps[i])
+			if reloads != tc.reloads {
+				t.Errorf("%d reloads, want %d", reloads, tc.reloads)
+			}
+			var lines []string
+			if buf.Len() > 0 {
+				lines = strings.Split(strings.TrimSpace(buf.String()), "\n")
+			}
+			if len(lines) != len(tc.logs) {
+				t.Fatalf("logged %d lines, want %d: %s", len(lines), len(tc.logs), buf.String())
+			}
+			for i, w := range tc.logs {
+				level, msg, _ := strings.Cut(w, " ")
+				wants := []string{"level=" + level, msg, cc}
+				if level == "WARN" {
+					wants = append(wants, "KRB5CCNAME", "kinit -R", "--hdfs-keytab")
 				}
-			}
-			lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-			if len(tc.warns) == 0 {
-				if buf.Len() > 0 {
-					t.Errorf("logged after the stop: %s", buf.String())
-				}
-				return
-			}
-			if len(lines) != len(tc.warns) {
-				t.Fatalf("logged %d lines, want %d: %s", len(lines), len(tc.warns), buf.String())
-			}
-			for i, w := range tc.warns {
-				for _, want := range []string{"level=WARN", w, "/tmp/missing-ccache", "KRB5CCNAME", "kinit -R", "--hdfs-keytab"} {
+				for _, want := range wants {
 					if !strings.Contains(lines[i], want) {
 						t.Errorf("line %d %q does not name %q", i, lines[i], want)
 					}
@@ -139,32 +160,18 @@ func TestExpiredTicketCacheFailsAtStart(t *testing.T) {
 	}
 }
 
-// TestWatchTicketSeesOutsideRenewal: the WARN ahead of the end rereads the cache and says when it was
-// renewed outside the mount (which keeps its ticket) and when it was not.
-func TestWatchTicketSeesOutsideRenewal(t *testing.T) {
-	start := time.Now().Truncate(time.Second)
-	end := start.Add(time.Hour)
-	for _, tc := range []struct {
-		name     string
-		cacheEnd time.Time
-		want     string
-	}{
-		{"renewed", end.Add(10 * time.Hour), "renewed outside the mount"},
-		{"not renewed", end, "expires soon"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cc := filepath.Join(t.TempDir(), "krb5cc")
-			writeCCache(t, cc, "flink", "EX.COM", tc.cacheEnd)
-			var buf bytes.Buffer
-			now := start
-			watchTicket(slog.New(slog.NewTextHandler(&buf, nil)), cc, end, func() time.Time { return now }, func(d time.Duration) bool {
-				now = now.Add(d)
-				return true
-			})
-			first, _, _ := strings.Cut(buf.String(), "\n")
-			if !strings.Contains(first, tc.want) || strings.Contains(first, "cache_reread_error") {
-				t.Errorf("first WARN %q, want %q", first, tc.want)
-			}
-		})
+// TestReloadRefusesAnotherPrincipal: a cache rewritten by a kinit as someone else is not used (the
+// mount never changes whom it acts as).
+func TestReloadRefusesAnotherPrincipal(t *testing.T) {
+	cc := filepath.Join(t.TempDir(), "krb5cc")
+	writeCCache(t, cc, "mallory", "EX.COM", time.Now().Add(time.Hour))
+	cache, err := credentials.LoadCCache(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Client{}
+	err = c.reload(hdfs.ClientOptions{}, krbLogin{ccache: cc, principal: "flink@EX.COM"}, cache)
+	if err == nil || !strings.Contains(err.Error(), "mallory@EX.COM") || !strings.Contains(err.Error(), "flink@EX.COM") {
+		t.Errorf("reload from another principal's cache: %v", err)
 	}
 }
