@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net"
 	"os"
 	"path"
@@ -76,12 +77,17 @@ func ConfigFromEnv(uri string, krb Kerberos) (Config, error) {
 
 // Client is the FS over the colinmarc/hdfs library.
 type Client struct {
-	c       *hdfs.Client
+	genMu   sync.RWMutex // guards gen; a swap takes it exclusively, acquire shared
+	gen     *generation
 	user    string
 	timeout time.Duration
 
 	mu       sync.Mutex
 	defaults *Defaults
+
+	stop        chan struct{}                   // closed by Close: ends the ticket watch
+	reloadCache func(*credentials.CCache) error // a ticket-cache login's reload (tests)
+	closeOnce   sync.Once
 }
 
 var _ FS = (*Client)(nil)
@@ -120,10 +126,31 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, authHint(cfg, login, wrap("connect", cfg.Resolved.String(), err))
 	}
-	cl := &Client{c: c, user: c.User(), timeout: cfg.RPCTimeout}
+	nn, err := namenodeCallOf(c)
+	if err != nil {
+		// Without it Rename could only use the library's, which replaces an existing target.
+		_ = c.Close()
+		return nil, fmt.Errorf("HDFS %s: %w", cfg.Resolved, err)
+	}
+	cl := &Client{gen: &generation{c: c, nn: nn}, user: c.User(), timeout: cfg.RPCTimeout, stop: make(chan struct{})}
 	if _, err := cl.Stat(ctx, "/"); err != nil {
 		_ = c.Close()
 		return nil, authHint(cfg, login, fmt.Errorf("HDFS %s (NameNodes %s): %w", cfg.Resolved, strings.Join(cfg.Resolved.Addresses, ","), err))
+	}
+	if !login.ticketEnd.IsZero() {
+		slog.Info("HDFS Kerberos: logged in from a ticket cache; it is reread from shortly before the ticket ends (renew it with kinit -R or k5start; a keytab login renews itself)", "ccache", login.ccache, "expires", login.ticketEnd)
+		reload := func(cc *credentials.CCache) error { return cl.reload(opts, login, cc) }
+		cl.reloadCache = reload
+		go watchTicket(slog.Default(), login.ccache, login.ticketEnd, reload, time.Now, func(d time.Duration) bool {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return true
+			case <-cl.stop:
+				return false
+			}
+		})
 	}
 	return cl, nil
 }
@@ -131,6 +158,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 // krbLogin is how a Kerberos client logs in, for error messages.
 type krbLogin struct {
 	keytab, principal, ccache, krb5Conf string
+	ticketEnd                           time.Time // a ticket-cache login: when the ticket it started with ends
 }
 
 // authHint names the fix when the first calls of a connection fail on authentication, so that a wrong
@@ -194,6 +222,15 @@ func kerberosClient(k Kerberos) (*krb.Client, krbLogin, error) {
 	if err != nil {
 		return nil, l, fmt.Errorf("HDFS Kerberos: ticket cache %s (run kinit, or give --hdfs-keytab and --hdfs-principal): %w", cc, err)
 	}
+	end, _, err := tgtTimes(ccache)
+	if err != nil {
+		return nil, l, fmt.Errorf("HDFS Kerberos: ticket cache %s (run kinit, or give --hdfs-keytab and --hdfs-principal): %w", cc, err)
+	}
+	if !time.Now().Before(end) {
+		return nil, l, fmt.Errorf("HDFS Kerberos: ticket cache %s: %w (at %s): %s", cc, errTicketExpired, end.Format(time.RFC3339), ticketFix(cc))
+	}
+	l.ticketEnd = end
+	l.principal = ccache.GetClientPrincipalName().PrincipalNameString() + "@" + ccache.GetClientRealm()
 	kc, err := krb.NewFromCCache(ccache, kcfg, krb.DisablePAFXFAST(true))
 	if err != nil {
 		return nil, l, fmt.Errorf("HDFS Kerberos: ticket cache %s (run kinit, or give --hdfs-keytab and --hdfs-principal): %w", cc, err)
@@ -230,13 +267,29 @@ func (c *deadlineConn) Write(b []byte) (int, error) {
 }
 
 // Library returns the underlying library client (tests and tools that need a call FS does not have).
-func (c *Client) Library() *hdfs.Client { return c.c }
+func (c *Client) Library() *hdfs.Client {
+	c.genMu.RLock()
+	defer c.genMu.RUnlock()
+	return c.gen.c
+}
 
 // User is the HDFS user (the Kerberos principal's short name with Kerberos).
 func (c *Client) User() string { return c.user }
 
 // Close releases the connection and the leases of files still open for writing.
-func (c *Client) Close() error { return c.c.Close() }
+func (c *Client) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		if c.stop != nil {
+			close(c.stop) // before the current generation is read: a reload after this closes its own
+		}
+		c.genMu.RLock()
+		g := c.gen
+		c.genMu.RUnlock()
+		err = g.c.Close()
+	})
+	return err
+}
 
 func toInfo(fi os.FileInfo) FileInfo {
 	out := FileInfo{Name: fi.Name(), Size: fi.Size(), ModTime: fi.ModTime(), IsDir: fi.IsDir(), Mode: fi.Mode().Perm()}
@@ -256,7 +309,9 @@ func (c *Client) Stat(ctx context.Context, name string) (FileInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return FileInfo{}, wrap("stat", name, err)
 	}
-	fi, err := c.c.Stat(name)
+	g := c.acquire()
+	defer g.release()
+	fi, err := g.c.Stat(name)
 	if err != nil {
 		return FileInfo{}, wrap("stat", name, err)
 	}
@@ -275,7 +330,9 @@ func (c *Client) List(ctx context.Context, name string, fn func([]FileInfo) erro
 	if err := ctx.Err(); err != nil {
 		return wrap("list", name, err)
 	}
-	d, err := c.c.Open(name)
+	g := c.acquire()
+	defer g.release()
+	d, err := g.c.Open(name)
 	if err != nil {
 		return wrap("list", name, err)
 	}
@@ -309,6 +366,7 @@ func (c *Client) List(ctx context.Context, name string, fn func([]FileInfo) erro
 
 type reader struct {
 	mu   sync.Mutex // the library's ReadAt seeks a shared position
+	gen  *generation
 	f    *hdfs.FileReader
 	size int64
 	name string
@@ -319,6 +377,11 @@ func (r *reader) Size() int64 { return r.size }
 func (r *reader) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.gen == nil {
+		return nil // closed already
+	}
+	defer r.gen.release()
+	r.gen = nil
 	return wrap("close", r.name, r.f.Close())
 }
 
@@ -337,20 +400,26 @@ func (c *Client) Open(ctx context.Context, name string) (Reader, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, wrap("open", name, err)
 	}
-	f, err := c.c.Open(name)
+	g := c.acquire()
+	f, err := g.c.Open(name)
 	if err != nil {
+		g.release()
 		return nil, wrap("open", name, err)
 	}
 	if f.Stat().IsDir() {
 		f.Close()
+		g.release()
 		return nil, &Error{Op: "open", Path: name, Class: fs.ErrInvalid, Err: errors.New("is a directory")}
 	}
-	return &reader{f: f, size: f.Stat().Size(), name: name, d: c.timeout}, nil
+	return &reader{gen: g, f: f, size: f.Stat().Size(), name: name, d: c.timeout}, nil
 }
 
 type writer struct {
 	f    *hdfs.FileWriter
 	name string
+
+	mu  sync.Mutex
+	gen *generation // released at the first Close that ends the file (or gives up on it)
 }
 
 func (w *writer) Write(p []byte) (int, error) {
@@ -365,6 +434,12 @@ func (w *writer) Close() error {
 		time.Sleep(time.Duration(i+1) * 100 * time.Millisecond)
 		err = w.f.Close()
 	}
+	w.mu.Lock()
+	if w.gen != nil {
+		w.gen.release()
+		w.gen = nil
+	}
+	w.mu.Unlock()
 	return wrap("close", w.name, err)
 }
 
@@ -372,29 +447,51 @@ func (c *Client) Create(ctx context.Context, name string, perm fs.FileMode) (Wri
 	if err := ctx.Err(); err != nil {
 		return nil, wrap("create", name, err)
 	}
-	sd, err := c.c.ServerDefaults()
+	g := c.acquire()
+	sd, err := g.c.ServerDefaults()
 	if err != nil {
+		g.release()
 		return nil, wrap("create", name, err)
 	}
-	f, err := c.c.CreateFile(name, sd.Replication, sd.BlockSize, perm.Perm())
+	f, err := g.c.CreateFile(name, sd.Replication, sd.BlockSize, perm.Perm())
 	if err != nil {
+		g.release()
 		return nil, wrap("create", name, err)
 	}
-	return &writer{f: f, name: name}, nil
+	return &writer{f: f, name: name, gen: g}, nil
+}
+
+// Append reopens a completed file at its end: the library's append (the NameNode hands out the lease
+// and the last block, which the writer continues).
+func (c *Client) Append(ctx context.Context, name string) (Writer, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, wrap("append", name, err)
+	}
+	g := c.acquire()
+	f, err := g.c.Append(name)
+	if err != nil {
+		g.release()
+		return nil, wrap("append", name, err)
+	}
+	return &writer{f: f, name: name, gen: g}, nil
 }
 
 func (c *Client) Mkdir(ctx context.Context, name string, perm fs.FileMode) error {
 	if err := ctx.Err(); err != nil {
 		return wrap("mkdir", name, err)
 	}
-	return wrap("mkdir", name, c.c.Mkdir(name, perm.Perm()))
+	g := c.acquire()
+	defer g.release()
+	return wrap("mkdir", name, g.c.Mkdir(name, perm.Perm()))
 }
 
 func (c *Client) MkdirAll(ctx context.Context, name string, perm fs.FileMode) error {
 	if err := ctx.Err(); err != nil {
 		return wrap("mkdir", name, err)
 	}
-	return wrap("mkdir", name, c.c.MkdirAll(name, perm.Perm()))
+	g := c.acquire()
+	defer g.release()
+	return wrap("mkdir", name, g.c.MkdirAll(name, perm.Perm()))
 }
 
 // Remove deletes one file or empty directory: the library's non-recursive delete (the NameNode refuses
@@ -403,29 +500,49 @@ func (c *Client) Remove(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return wrap("remove", name, err)
 	}
-	return wrap("remove", name, c.c.Remove(name))
+	g := c.acquire()
+	defer g.release()
+	return wrap("remove", name, g.c.Remove(name))
 }
 
-// Rename refuses an existing target. The library's rename2 always overwrites, so the target is looked
-// up first; a target created by another client between that look and the rename is the one case this
-// cannot exclude (HDFS has no rename-if-absent for files in rename2; documented in docs/SEMANTICS.md).
+// Rename refuses an existing target at the NameNode: it sends rename2 with overwriteDest=false (the
+// library's Rename always overwrites), so the check and the move are one namespace operation and a
+// target created by another client at any moment is never replaced (FileAlreadyExistsException →
+// fs.ErrExist). A directory target is refused the same way, empty or not.
 func (c *Client) Rename(ctx context.Context, from, to string) error {
 	if err := ctx.Err(); err != nil {
 		return wrap("rename", from, err)
 	}
-	if _, err := c.c.Stat(to); err == nil {
-		return &Error{Op: "rename", Path: to, Class: fs.ErrExist, Err: fmt.Errorf("rename %s: target exists (never replaced)", from)}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return wrap("rename", to, err)
+	g := c.acquire()
+	defer g.release()
+	err := rename2(g.nn, from, to, false)
+	if err == nil {
+		return nil
 	}
-	return wrap("rename", from, c.c.Rename(from, to))
+	class := classify(err)
+	var re remoteError
+	if class != fs.ErrExist && errors.As(err, &re) && re.Exception() == "java.io.IOException" {
+		// The NameNode refuses a file onto a directory (or back) with a plain IOException before it
+		// looks at overwriteDest; it moved nothing. An existing target is that refusal: EEXIST, as for
+		// a file onto a file (the trash's suffix retry relies on it).
+		if _, serr := g.c.Stat(to); serr == nil {
+			class = fs.ErrExist
+		}
+	}
+	err = withRemoteMessage(err)
+	if class == fs.ErrExist {
+		return &Error{Op: "rename", Path: to, Class: class, Err: fmt.Errorf("rename %s: target exists (never replaced): %w", from, err)}
+	}
+	return &Error{Op: "rename", Path: from, Class: class, Err: fmt.Errorf("to %s: %w", to, err)}
 }
 
 func (c *Client) Chtimes(ctx context.Context, name string, mtime time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return wrap("setTimes", name, err)
 	}
-	return wrap("setTimes", name, c.c.Chtimes(name, mtime, mtime))
+	g := c.acquire()
+	defer g.release()
+	return wrap("setTimes", name, g.c.Chtimes(name, mtime, mtime))
 }
 
 // Defaults reads the NameNode's server defaults once.
@@ -438,7 +555,9 @@ func (c *Client) Defaults(ctx context.Context) (Defaults, error) {
 	if err := ctx.Err(); err != nil {
 		return Defaults{}, wrap("getServerDefaults", "/", err)
 	}
-	sd, err := c.c.ServerDefaults()
+	g := c.acquire()
+	defer g.release()
+	sd, err := g.c.ServerDefaults()
 	if err != nil {
 		return Defaults{}, wrap("getServerDefaults", "/", err)
 	}

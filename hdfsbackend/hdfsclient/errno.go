@@ -42,6 +42,20 @@ func (e *Error) Unwrap() []error { return []error{e.Class, e.Err} }
 // remoteError is the library's view of a Java exception from a NameNode or DataNode.
 type remoteError interface{ Exception() string }
 
+// withRemoteMessage adds the first line of a NameNode exception's message to the library's error,
+// which names only the class ("rename2 call failed with ERROR_APPLICATION (java.io.IOException)").
+func withRemoteMessage(err error) error {
+	var m interface{ Message() string }
+	if !errors.As(err, &m) {
+		return err
+	}
+	msg, _, _ := strings.Cut(strings.TrimSpace(m.Message()), "\n")
+	if msg == "" {
+		return err
+	}
+	return fmt.Errorf("%w: %s", err, msg)
+}
+
 // classify maps a library error to its class. It is the only place that knows HDFS exception names;
 // anything it does not know is ErrUnavailable, so an unexpected answer never reads as success or as
 // "not found" (which a caller might take for "already deleted").

@@ -6,7 +6,8 @@
 // Invariants the interface states for every implementation:
 //   - Remove never recurses: a directory is removed only when it is empty, so nothing below a
 //     directory is deleted that the guard has not decided file by file.
-//   - Rename never replaces an existing target (the library's rename always overwrites).
+//   - Rename never replaces an existing target, whoever creates it when (the library's rename always
+//     overwrites; the real client has the NameNode refuse it).
 //   - Remove never moves to trash: trash is the caller's decision (MoveToTrash), as in `hdfs dfs -rm`.
 //   - Every failure is classified once (classify, errno.go): callers test errors.Is against the
 //     sentinels and fs.ErrNotExist / fs.ErrPermission / fs.ErrExist, and Errno maps to the FUSE errno.
@@ -41,7 +42,7 @@ type Reader interface {
 	Size() int64
 }
 
-// Writer writes a new file; the data is durable (and visible to readers) once Close returns nil.
+// Writer writes a new file or appends to one; the data is durable (and visible to readers) once Close returns nil.
 type Writer interface {
 	io.Writer
 	io.Closer
@@ -64,6 +65,10 @@ type FS interface {
 	Open(ctx context.Context, name string) (Reader, error)
 	// Create creates a new file; it fails with fs.ErrExist when name exists.
 	Create(ctx context.Context, name string, perm fs.FileMode) (Writer, error)
+	// Append opens the existing file name for writing at its end (HDFS append, taking the file's
+	// lease); it fails with fs.ErrNotExist when name is missing and ErrLease while another writer has
+	// it open.
+	Append(ctx context.Context, name string) (Writer, error)
 	Mkdir(ctx context.Context, name string, perm fs.FileMode) error
 	MkdirAll(ctx context.Context, name string, perm fs.FileMode) error
 	// Remove removes a file or an empty directory (never recursively; ENOTEMPTY otherwise).

@@ -5,6 +5,7 @@ package hdfsguardd_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -92,6 +93,35 @@ func TestKerberosGuardMount(t *testing.T) {
 			}
 			if slices.Contains(files, stray) {
 				t.Errorf("the unreferenced %s is still on HDFS", stray)
+			}
+
+			// rename2 on the library's Kerberos connection: the NameNode refuses an existing target.
+			ctx := context.Background()
+			cl, _, err := hdfscli.Dial(ctx, uri, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			for _, name := range []string{"/rename-a", "/rename-b"} {
+				w, err := cl.Create(ctx, storeDir+name, 0o644)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := w.Write([]byte(name)); err != nil {
+					t.Fatal(err)
+				}
+				if err := w.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := cl.Rename(ctx, storeDir+"/rename-a", storeDir+"/rename-b"); !errors.Is(err, fs.ErrExist) {
+				t.Errorf("rename onto an existing file with Kerberos: %v, want fs.ErrExist", err)
+			}
+			if fi, err := cl.Stat(ctx, storeDir+"/rename-b"); err != nil || fi.Size != int64(len("/rename-b")) {
+				t.Errorf("the target after the refused rename: %+v, %v", fi, err)
+			}
+			if err := cl.Rename(ctx, storeDir+"/rename-a", storeDir+"/rename-c"); err != nil {
+				t.Errorf("rename onto a free name with Kerberos: %v", err)
 			}
 		})
 	}

@@ -4,10 +4,13 @@ package hdfsguardd_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,6 +44,10 @@ func TestShellRedirectionOnHDFS(t *testing.T) {
 		{"builtin into a new file", `printf x > new`, "new", "x"},
 		{"builtin over the file just written", `printf yy > new`, "new", "yy"},
 		{"builtins in a group", `{ printf a; printf b; } > group`, "group", "ab"},
+		// /bin/true's exit closes the inherited stdout (a FLUSH completing the file); the writes after it
+		// continue the file with an HDFS append, here also past a partial last chunk and block packet.
+		{"writes after an inherited descriptor closed", `{ printf a; /bin/true; printf b; } > again`, "again", "ab"},
+		{"appends of many packets", `{ seq 1 30000; /bin/true; seq 30001 60000; /bin/true; printf end; } > seq`, "seq", seqLines(1, 60000) + "end"},
 		{"external command", `/usr/bin/printf z > ext`, "ext", "z"},
 		{"empty", `: > empty`, "empty", ""},
 	} {
@@ -58,15 +65,33 @@ func TestShellRedirectionOnHDFS(t *testing.T) {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("HDFS %s = %q, %v; want %q", tc.file, got, err, tc.want)
+					t.Fatalf("HDFS %s = %s, %v; want %s", tc.file, brief(got), err, brief(tc.want))
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
 			if got, err := os.ReadFile(filepath.Join(mnt, "j", tc.file)); err != nil || string(got) != tc.want {
-				t.Errorf("read back through the mount %q, %v; want %q", got, err, tc.want)
+				t.Errorf("read back through the mount %s, %v; want %s", brief(string(got)), err, brief(tc.want))
 			}
 		})
 	}
+}
+
+// seqLines is what seq from to prints.
+func seqLines(from, to int) string {
+	var b strings.Builder
+	for i := from; i <= to; i++ {
+		b.WriteString(strconv.Itoa(i))
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// brief quotes s, cut to its length beyond 80 bytes.
+func brief(s string) string {
+	if len(s) > 80 {
+		return fmt.Sprintf("%q… (%d bytes)", s[:40], len(s))
+	}
+	return strconv.Quote(s)
 }
 
 // readHDFS reads p with the Go client beside the mount.

@@ -297,6 +297,7 @@ func TestShellRedirection(t *testing.T) {
 		{"builtin into a new file", `printf x > new`, "j/new", "x"},
 		{"builtin over an existing file", `printf y > old`, "j/old", "y"},
 		{"builtins in a group", `{ printf a; printf b; } > group`, "j/group", "ab"},
+		{"writes after an inherited descriptor closed", `{ printf a; /bin/true; printf b; /bin/true; printf c; } > again`, "j/again", "abc"},
 		{"external command", `/usr/bin/printf z > ext`, "j/ext", "z"},
 		{"empty", `: > empty`, "j/empty", ""},
 	}
@@ -324,6 +325,65 @@ func TestShellRedirection(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWriteAfterCompletingClose: a descriptor that writes after a flush completed its file (another
+// descriptor of it closed) continues the file with an append, decided like a write to an existing
+// file: refused while the file is referenced (the content stays), ESTALE when the file changed since.
+func TestWriteAfterCompletingClose(t *testing.T) {
+	e := setup(t, 0)
+	if err := e.f.MkdirAll(context.Background(), dir+"/j", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(e.mnt, "j", "w")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// completeByOtherClose closes a duplicate of f: the kernel's FLUSH, which completes the file.
+	completeByOtherClose := func() {
+		t.Helper()
+		d, err := syscall.Dup(int(f.Fd()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Close(d); err != nil {
+			t.Fatalf("close of the duplicate: %v", err)
+		}
+	}
+	hdfsIs := func(want string) {
+		t.Helper()
+		if b, err := e.f.ReadFile(dir + "/j/w"); err != nil || string(b) != want {
+			t.Fatalf("HDFS j/w = %q, %v; want %q", b, err, want)
+		}
+	}
+	write := func(s string) error { _, err := f.WriteString(s); return err }
+
+	if err := write("a"); err != nil {
+		t.Fatal(err)
+	}
+	completeByOtherClose()
+	hdfsIs("a")
+	e.ck.Protect("j/w", "j/chk-1/_metadata")
+	if err := write("b"); err == nil {
+		t.Fatal("write to a referenced file after its completing close was allowed")
+	}
+	hdfsIs("a")
+	e.ck.Unprotect("j/w")
+	if err := write("b"); err != nil {
+		t.Fatalf("write after the completing close: %v", err)
+	}
+	completeByOtherClose()
+	hdfsIs("ab")
+
+	if err := e.f.Put(dir+"/j/w", []byte("other writer"), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := write("c"); !errors.Is(err, syscall.ESTALE) {
+		t.Fatalf("write after the file was replaced: %v; want ESTALE", err)
+	}
+	hdfsIs("other writer")
 }
 
 // TestStreamedListing: a directory of many listing pages is served whole, exactly once per name, in

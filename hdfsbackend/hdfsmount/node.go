@@ -444,7 +444,10 @@ func (h *readHandle) Release(ctx context.Context) syscall.Errno { return hdfscli
 // returns). A flush before any data is not the end of the file: a shell's `printf x > f` opens f, dup2s
 // the descriptor to stdout and closes the original (a FLUSH) before printf writes; completing the file
 // there made every write after it fail. Such a file is completed by the next flush after data or, if
-// none comes (an empty file), at release.
+// none comes (an empty file), at release. A write after a completing flush (the descriptor is still
+// open elsewhere: `{ printf a; /bin/true; printf b; } > f`, where /bin/true's exit flushes the inherited
+// stdout) reopens the file at its end with an HDFS append, decided like an open of an existing file for
+// writing, and the next flush completes it again.
 type writeHandle struct {
 	fsys *filesystem
 	node *node // set for existing-file descriptors (node.waiting)
@@ -455,6 +458,9 @@ type writeHandle struct {
 	// writes fail with ENOTSUP, and a truncation through it is decided like one by path.
 	existing bool
 
+	// reopen serialises reopening a completed file (reopen); taken before mu, never under it.
+	reopen sync.Mutex
+
 	mu     sync.Mutex
 	w      hdfsclient.Writer
 	n      int64
@@ -462,9 +468,8 @@ type writeHandle struct {
 	err    syscall.Errno
 }
 
-// errWriteAfterClose: HDFS cannot reopen a completed file for writing through this client, so a write
-// that follows the completing flush (a descriptor still open in another process, such as an inherited
-// stdout, after one closed it) fails rather than being lost silently.
+// errWriteAfterClose: a write after the completing flush that cannot continue the file (its close
+// failed, or it is not at the file's end) fails rather than being lost silently.
 const errWriteAfterClose = syscall.EIO
 
 var _ gofs.FileWriter = (*writeHandle)(nil)
@@ -500,9 +505,17 @@ func (h *writeHandle) attr() (hdfsclient.FileInfo, bool) {
 
 func (h *writeHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	h.mu.Lock()
+	if h.closed && !h.existing && h.err == 0 && off == h.n {
+		h.mu.Unlock()
+		// Outside mu: the decision takes the enforcer's lock, under which a truncation takes mu (adopt).
+		if errno := h.reopenAppend(ctx); errno != 0 {
+			return 0, errno
+		}
+		h.mu.Lock()
+	}
 	defer h.mu.Unlock()
 	if h.closed {
-		h.fsys.log.Warn("write to an HDFS file after a close completed it: HDFS files are written once, front to back", "file", h.key, "offset", off)
+		h.fsys.log.Warn("write to an HDFS file after a close completed it, not at its end or after a failed close: HDFS files are written front to back", "file", h.key, "offset", off, "size", h.n)
 		return 0, errWriteAfterClose
 	}
 	if h.existing || off != h.n {
@@ -514,6 +527,44 @@ func (h *writeHandle) Write(ctx context.Context, data []byte, off int64) (uint32
 		return uint32(m), hdfsclient.Errno(err)
 	}
 	return uint32(m), 0
+}
+
+// reopenAppend continues the file this handle completed: the file must still be the one it wrote (a
+// file, of the size it wrote; ESTALE otherwise: someone changed it since), and the append is decided
+// as an open of an existing file for writing (OpWrite), so a file a checkpoint has come to reference
+// since is refused like any write to it.
+func (h *writeHandle) reopenAppend(ctx context.Context) syscall.Errno {
+	h.reopen.Lock()
+	defer h.reopen.Unlock()
+	h.mu.Lock()
+	closed, n := h.closed, h.n
+	h.mu.Unlock()
+	if !closed {
+		return 0 // reopened by a concurrent write
+	}
+	p := h.fsys.abs(h.key)
+	defer h.fsys.changed(h.key)
+	fi, err := h.fsys.fs.Stat(ctx, p)
+	if err != nil {
+		return hdfsclient.Errno(err)
+	}
+	if fi.IsDir || fi.Symlink || fi.Size != n {
+		h.fsys.log.Warn("write to an HDFS file after a close completed it: the file changed since (not continued)", "file", h.key, "written", n, "size", fi.Size)
+		return syscall.ESTALE
+	}
+	var w hdfsclient.Writer
+	errno := h.fsys.g.Open(ctx, guard.Check{Op: verdict.OpWrite, Path: h.key, Observed: new(h.fsys.info(h.key, fi))}, func() syscall.Errno {
+		var err error
+		w, err = h.fsys.fs.Append(ctx, p)
+		return hdfsclient.Errno(err)
+	})
+	if errno != 0 {
+		return errno
+	}
+	h.mu.Lock()
+	h.w, h.closed, h.err = w, false, 0
+	h.mu.Unlock()
+	return 0
 }
 
 func (h *writeHandle) Flush(ctx context.Context) syscall.Errno { return h.complete(ctx, false) }

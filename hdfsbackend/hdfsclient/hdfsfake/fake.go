@@ -229,6 +229,27 @@ func (f *FS) Create(ctx context.Context, name string, perm fs.FileMode) (hdfscli
 	return &writer{f: f, name: name}, nil
 }
 
+// Append continues an existing file: the writer starts from its content and publishes all of it at
+// Close.
+func (f *FS) Append(ctx context.Context, name string) (hdfsclient.Writer, error) {
+	if err := f.enter(ctx, "append", name); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	name = clean(name)
+	n, ok := f.nodes[name]
+	if !ok {
+		return nil, perr("append", name, fs.ErrNotExist)
+	}
+	if n.dir {
+		return nil, perr("append", name, fs.ErrInvalid)
+	}
+	w := &writer{f: f, name: name}
+	w.buf.Write(n.data)
+	return w, nil
+}
+
 func (f *FS) Mkdir(ctx context.Context, name string, perm fs.FileMode) error {
 	if err := f.enter(ctx, "mkdir", name); err != nil {
 		return err
