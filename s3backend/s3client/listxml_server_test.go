@@ -3,11 +3,16 @@ package s3client_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
@@ -165,4 +170,83 @@ func TestLeanListRetriesThroughFaults(t *testing.T) {
 	if _, err := gone.ListPage(context.Background(), "", false, "", "", 10); s3client.Errno(err) == 0 || !strings.Contains(err.Error(), "NoSuchBucket") {
 		t.Errorf("listing a missing bucket: %v (errno %v), want NoSuchBucket", err, s3client.Errno(err))
 	}
+}
+
+// BenchmarkS3WalkDecoders walks a bucket of CKGUARD_BENCH_S3_OBJECTS objects (default 100,000, written
+// straight into versitygw's posix folder) with the lean decoder and with the SDK's, at 0 ms and 20 ms per
+// request through the test proxy, and prints wall time, the client's CPU per page and the ratios. Run it
+// alone:
+//
+//	go test ./s3backend/s3client/ -run '^$' -bench S3WalkDecoders -benchtime 1x
+func BenchmarkS3WalkDecoders(b *testing.B) {
+	n := 100_000
+	if v := os.Getenv("CKGUARD_BENCH_S3_OBJECTS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	srv := s3server.Start(b)
+	srv.Bucket(b, "bench")
+	for i := 0; i < n; i++ {
+		dir := filepath.Join(srv.DataDir, "bench", fmt.Sprintf("job-%03d/shared", i/1000))
+		if i%1000 == 0 {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("8f3c2d5e-1b2a-4c3d-9e8f-%012d", i)), []byte("x"), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	for i := 0; i < b.N; i++ {
+		for _, lat := range []time.Duration{0, 20 * time.Millisecond} {
+			p := s3server.NewProxy(b, srv.Endpoint)
+			p.SetLatency(lat)
+			cfg := srv.Config()
+			cfg.Endpoint = p.URL
+			var wall, cpus [2]time.Duration
+			pages := 0
+			for rep := 0; rep < 2; rep++ {
+				for d, sdk := range []bool{false, true} {
+					c, err := s3client.New(context.Background(), cfg, s3client.Location{Bucket: "bench"})
+					if err != nil {
+						b.Fatal(err)
+					}
+					s3client.UseSDKListDecoder(c, sdk)
+					got := 0
+					pages = 0
+					t0, c0 := time.Now(), cpu()
+					if err := c.WalkPages(context.Background(), "", func() { pages++ }, func(s3client.Object) error { got++; return nil }); err != nil {
+						b.Fatal(err)
+					}
+					w, u := time.Since(t0), cpu()-c0
+					if got != n {
+						b.Fatalf("walked %d objects, want %d", got, n)
+					}
+					if rep == 0 || w < wall[d] {
+						wall[d], cpus[d] = w, u
+					}
+				}
+			}
+			b.Logf("%d objects at %v per request (best of 2, load %s): lean %.2f s (client CPU %.1f ms/page), SDK %.2f s (%.1f ms/page); SDK/lean wall %.2f, CPU %.2f",
+				n, lat, loadavg(), wall[0].Seconds(), float64(cpus[0].Microseconds())/1000/float64(pages), wall[1].Seconds(),
+				float64(cpus[1].Microseconds())/1000/float64(pages), wall[1].Seconds()/wall[0].Seconds(), cpus[1].Seconds()/cpus[0].Seconds())
+			p.Close()
+		}
+	}
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
