@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
@@ -146,6 +147,10 @@ func (c *Client) ListPage(ctx context.Context, relPrefix string, delim bool, tok
 	if maxKeys > 0 {
 		in.MaxKeys = aws.Int32(maxKeys)
 	}
+	// XML 1.0 cannot carry every byte a key may hold (control characters, invalid UTF-8): asked for
+	// URL-encoded keys, the server sends them exactly; page decodes them, and refuses a page from a
+	// server that ignored the request and sent a key it could only have garbled.
+	in.EncodingType = types.EncodingTypeUrl
 	res, err := c.listObjects(ctx, in)
 	if err != nil {
 		return Page{}, wrap("ListObjectsV2", c.url(relPrefix), err)
@@ -177,7 +182,7 @@ func (c *Client) listObjects(ctx context.Context, in *s3.ListObjectsV2Input) (li
 
 // fromSDK is the SDK's decoding of a page in the lean decoder's form.
 func fromSDK(out *s3.ListObjectsV2Output) listResult {
-	res := listResult{Truncated: aws.ToBool(out.IsTruncated), Next: aws.ToString(out.NextContinuationToken)}
+	res := listResult{Truncated: aws.ToBool(out.IsTruncated), Next: aws.ToString(out.NextContinuationToken), URLEncoded: out.EncodingType == types.EncodingTypeUrl}
 	for _, o := range out.Contents {
 		res.Objects = append(res.Objects, Object{Key: aws.ToString(o.Key), Size: aws.ToInt64(o.Size), ModTime: aws.ToTime(o.LastModified), ETag: unquote(o.ETag)})
 	}
@@ -191,6 +196,9 @@ func fromSDK(out *s3.ListObjectsV2Output) listResult {
 // relative key is a substring of the full one). A key outside the requested prefix is an error: the
 // server answered another question.
 func (c *Client) page(res listResult, relPrefix string, started time.Time) (Page, error) {
+	if err := exactKeys(&res); err != nil {
+		return Page{}, wrap("ListObjectsV2", c.url(relPrefix), err)
+	}
 	pg := Page{Started: started, Objects: res.Objects[:0]}
 	pl := len(c.loc.Prefix)
 	want := c.full(relPrefix)
@@ -220,6 +228,39 @@ func (c *Client) page(res listResult, relPrefix string, started time.Time) (Page
 		}
 	}
 	return pg, nil
+}
+
+// exactKeys makes res's keys and prefixes the exact bytes of the objects' keys: URL-decoded when the
+// server encoded them; otherwise (a server that ignores encoding-type=url) a key holding U+FFFD is
+// refused, since it may stand for bytes XML cannot carry (a control character, invalid UTF-8) that the
+// server replaced: the key listed would not be the object's, and a decision on it would be about
+// another name (a `_metadata` under it would look vanished, its checkpoint unseen).
+func exactKeys(res *listResult) error {
+	fix := func(k string) (string, error) {
+		if res.URLEncoded {
+			d, err := url.QueryUnescape(k)
+			if err != nil {
+				return "", fmt.Errorf("the server listed the URL-encoded key %q, which does not decode: %w", k, err)
+			}
+			return d, nil
+		}
+		if strings.ContainsRune(k, utf8.RuneError) {
+			return "", fmt.Errorf("the server listed the key %q with a replacement character (U+FFFD) and ignores encoding-type=url, so the key's real bytes are unknown (a control character or invalid UTF-8 the server cannot list); rename that object with a client of the server's own API, or use a server that URL-encodes listings", k)
+		}
+		return k, nil
+	}
+	var err error
+	for i := range res.Objects {
+		if res.Objects[i].Key, err = fix(res.Objects[i].Key); err != nil {
+			return err
+		}
+	}
+	for i := range res.Prefixes {
+		if res.Prefixes[i], err = fix(res.Prefixes[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ServerTime reads the S3 service's clock: the Date header of a one-key listing of the prefix (a

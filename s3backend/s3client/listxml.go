@@ -19,7 +19,7 @@ import (
 // and errors on anything else, never returning a shorter page: it accepts no more than the SDK's decoder
 // does (FuzzListDecode checks that), and refuses some responses the SDK would turn into silent gaps or
 // wrong keys — no ListBucketResult root, a Contents without Key, Size or LastModified, a missing
-// IsTruncated, a KeyCount that is not the number of entries, EncodingType (ckguard never asks for it),
+// IsTruncated, a KeyCount that is not the number of entries, an EncodingType other than url (what ckguard asks for),
 // a field given twice, a raw carriage return (XML would turn it into a line feed), a DOCTYPE, anything
 // after the root element. Memory is bounded by listBodyMax, listEntriesMax and listValueMax.
 
@@ -41,6 +41,9 @@ type listResult struct {
 	Prefixes  []string // with the trailing delimiter
 	Truncated bool
 	Next      string // NextContinuationToken
+	// URLEncoded: the server URL-encoded the keys and prefixes (<EncodingType>url</EncodingType>, as
+	// asked); page decodes them.
+	URLEncoded bool
 }
 
 type tokKind uint8
@@ -513,7 +516,7 @@ func decodeListV2(body []byte) (listResult, error) {
 	if n := bytes.Count(body, []byte("<Contents")); n > 0 {
 		res.Objects = make([]Object, 0, min(n, listEntriesMax))
 	}
-	var haveTrunc, haveNext bool
+	var haveTrunc, haveNext, haveEnc bool
 	keyCount := -1
 	err := s.children(func(name []byte) error {
 		switch {
@@ -596,10 +599,21 @@ func decodeListV2(body []byte) (listResult, error) {
 			return err
 		case is(name, "EncodingType"):
 			v, err := s.value()
-			if err == nil && len(v) > 0 {
-				err = s.errf("keys encoded as %q, which was not asked for", v)
+			if err != nil {
+				return err
 			}
-			return err
+			if haveEnc {
+				return s.errf("two <EncodingType>")
+			}
+			haveEnc = true
+			switch string(v) {
+			case "url":
+				res.URLEncoded = true
+			case "":
+			default:
+				return s.errf("keys encoded as %q, which was not asked for", v)
+			}
+			return nil
 		case is(name, "ContinuationToken"), is(name, "Delimiter"), is(name, "Name"), is(name, "Prefix"), is(name, "StartAfter"):
 			_, err := s.value()
 			return err

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -249,4 +250,53 @@ func loadavg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// TestListRefusesKeysTheServerGarbles: versitygw ignores encoding-type=url and writes a key's control
+// character or invalid UTF-8 as U+FFFD; the listing of that folder is refused (naming the key) rather
+// than listing a key no object has, while the keys it can write exactly ('+', '%', spaces) list as
+// they are.
+func TestListRefusesKeysTheServerGarbles(t *testing.T) {
+	srv := s3server.Start(t)
+	srv.Bucket(t, "bkt")
+	ctx := context.Background()
+	c, err := s3client.New(ctx, srv.Config(), s3client.Location{Bucket: "bkt", Prefix: "root/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(k string) {
+		t.Helper()
+		if _, err := c.Put(ctx, k, strings.NewReader("x"), 1, s3client.PutOptions{}); err != nil {
+			t.Fatalf("put %q: %v", k, err)
+		}
+	}
+	exact := []string{"ok/a+b", "ok/a%41b", "ok/a b", "ok/ü"}
+	for _, k := range exact {
+		put(k)
+	}
+	pg, err := c.ListPage(ctx, "ok/", false, "", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, o := range pg.Objects {
+		got = append(got, o.Key)
+	}
+	slices.Sort(got)
+	want := slices.Clone(exact)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("listed %q, want %q", got, want)
+	}
+	for _, k := range []string{"bad/a\x01b", "bad/\xffz"} {
+		put(k)
+	}
+	for _, delim := range []bool{false, true} {
+		if _, err := c.ListPage(ctx, "bad/", delim, "", "", 0); err == nil || !strings.Contains(err.Error(), "U+FFFD") {
+			t.Errorf("listing (delimiter %v) of keys the server cannot write in XML: %v, want a refusal naming U+FFFD", delim, err)
+		}
+	}
+	if _, err := c.ListPage(ctx, "", true, "", "", 0); err != nil {
+		t.Errorf("a delimited listing above them (common prefixes only): %v", err)
+	}
 }

@@ -91,7 +91,9 @@ func TestListDecode(t *testing.T) {
 		{name: "negative size", doc: listDoc(`<Contents><Key>a</Key><Size>-1</Size><LastModified>2026-11-30T10:20:30.123Z</LastModified></Contents>`), err: "not a size"},
 		{name: "bad mtime", doc: listDoc(`<Contents><Key>a</Key><Size>1</Size><LastModified>2026-02-30T10:20:30.123Z</LastModified></Contents>`), err: "LastModified"},
 		{name: "key count mismatch", doc: listDoc(`<KeyCount>2</KeyCount>` + contents("a")), err: "KeyCount"},
-		{name: "url encoding", doc: listDoc(`<EncodingType>url</EncodingType>` + contents("a%2Fb")), err: "not asked for"},
+		{name: "url encoding", doc: listDoc(`<EncodingType>url</EncodingType>` + contents("a%2Fb")), want: listResult{Objects: []Object{obj("a%2Fb")}, URLEncoded: true}},
+		{name: "another encoding", doc: listDoc(`<EncodingType>base64</EncodingType>` + contents("YQ==")), err: "not asked for"},
+		{name: "two encodings", doc: listDoc(`<EncodingType>url</EncodingType><EncodingType></EncodingType>` + contents("a")), err: "two <EncodingType>"},
 		{name: "prefix without value", doc: listDoc(`<CommonPrefixes></CommonPrefixes>`), err: "without a <Prefix>"},
 		{name: "DOCTYPE", doc: `<!DOCTYPE x [<!ENTITY e "k">]>` + listDoc(contents("&e;")), err: "DOCTYPE"},
 		{name: "latin-1", doc: `<?xml version="1.0" encoding="ISO-8859-1"?><ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>`, err: "UTF-8"},
@@ -133,8 +135,51 @@ func assertSameList(t testing.TB, got, want listResult) {
 	if len(got.Prefixes)+len(want.Prefixes) > 0 && !reflect.DeepEqual(got.Prefixes, want.Prefixes) {
 		t.Errorf("prefixes %q, want %q", got.Prefixes, want.Prefixes)
 	}
-	if got.Truncated != want.Truncated || got.Next != want.Next {
-		t.Errorf("truncated %v next %q, want %v %q", got.Truncated, got.Next, want.Truncated, want.Next)
+	if got.Truncated != want.Truncated || got.Next != want.Next || got.URLEncoded != want.URLEncoded {
+		t.Errorf("truncated %v next %q url-encoded %v, want %v %q %v", got.Truncated, got.Next, got.URLEncoded, want.Truncated, want.Next, want.URLEncoded)
+	}
+}
+
+// TestExactKeys: URL-encoded keys and prefixes are decoded to their exact bytes (a control character,
+// invalid UTF-8, '+' and spaces as AWS encodes them); an undecodable one is an error; from a server
+// that did not encode, a key holding U+FFFD (which may stand for bytes the server could not write in
+// XML) is refused rather than listed as a key no object has.
+func TestExactKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		res         listResult
+		keys, prefs []string
+		err         string
+	}{
+		{name: "decoded", res: listResult{URLEncoded: true, Objects: []Object{{Key: "j/a%01b"}, {Key: "j/%FFz"}, {Key: "j/a+b%2Bc%20d"}}, Prefixes: []string{"j/chk%2D1/", "j/%0A/"}},
+			keys: []string{"j/a\x01b", "j/\xffz", "j/a b+c d"}, prefs: []string{"j/chk-1/", "j/\n/"}},
+		{name: "bad escape", res: listResult{URLEncoded: true, Objects: []Object{{Key: "j/a%zz"}}}, err: "does not decode"},
+		{name: "bad escape in a prefix", res: listResult{URLEncoded: true, Prefixes: []string{"j/%"}}, err: "does not decode"},
+		{name: "raw keys kept", res: listResult{Objects: []Object{{Key: "j/a+b%41 ü"}}}, keys: []string{"j/a+b%41 ü"}},
+		{name: "replacement character from a server that ignored the encoding", res: listResult{Objects: []Object{{Key: "j/a\uFFFDb"}}}, err: "U+FFFD"},
+		{name: "replacement character in a raw prefix", res: listResult{Prefixes: []string{"j/\uFFFD/"}}, err: "U+FFFD"},
+		{name: "an encoded replacement character is a real one", res: listResult{URLEncoded: true, Objects: []Object{{Key: "j/%EF%BF%BD"}}}, keys: []string{"j/\uFFFD"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := tc.res
+			err := exactKeys(&res)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("exactKeys: %v, want an error with %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var keys []string
+			for _, o := range res.Objects {
+				keys = append(keys, o.Key)
+			}
+			if !reflect.DeepEqual(keys, tc.keys) || !reflect.DeepEqual(res.Prefixes, tc.prefs) {
+				t.Errorf("keys %q prefixes %q, want %q %q", keys, res.Prefixes, tc.keys, tc.prefs)
+			}
+		})
 	}
 }
 
