@@ -131,19 +131,22 @@ type Pending struct {
 	abs string
 }
 
-// Prepare writes the entry record of staging the file at key (as it is now) with decision d. Nothing
-// moves yet: until Commit, the record alone is no entry.
-func (a *Area) Prepare(ctx context.Context, key string, d quarantine.Decision) (*Pending, error) {
+// Prepare writes the entry record of staging the file at key with decision d; observed is what the
+// caller saw of it (nil: it is stat'ed; the listing of the area reports the staged file's own size and
+// mtime in any case). Nothing moves yet: until Commit, the record alone is no entry.
+func (a *Area) Prepare(ctx context.Context, key string, observed *hdfsclient.FileInfo, d quarantine.Decision) (*Pending, error) {
 	k, err := checkKey(key)
 	if err != nil {
 		return nil, err
 	}
 	abs := hdfsclient.Join(a.root, k)
-	fi, err := a.fs.Stat(ctx, abs)
-	if err != nil {
+	var fi hdfsclient.FileInfo
+	if observed != nil {
+		fi = *observed
+	} else if fi, err = a.fs.Stat(ctx, abs); err != nil {
 		return nil, fmt.Errorf("quarantine /%s: %w", k, err)
 	}
-	if fi.IsDir {
+	if fi.IsDir || fi.Symlink {
 		return nil, fmt.Errorf("quarantine /%s: a directory holds no content to stage: %w", k, fs.ErrInvalid)
 	}
 	now := a.now()
@@ -185,7 +188,7 @@ func (p *Pending) Entry() quarantine.Entry { return p.e }
 
 // Stage moves the file at key into the area (Prepare, then Commit).
 func (a *Area) Stage(ctx context.Context, key string, d quarantine.Decision) (quarantine.Entry, error) {
-	p, err := a.Prepare(ctx, key, d)
+	p, err := a.Prepare(ctx, key, nil, d)
 	if err != nil {
 		return quarantine.Entry{}, err
 	}
