@@ -27,8 +27,9 @@ func hiddenKey(key string) bool { return store.InQuarantine(key) }
 // With a quarantine every change the guard allows that would destroy a file's content stages the file
 // instead: an unlink, a truncation to 0 and an open with O_TRUNC of a non-empty file (HDFS rewrites a
 // file by recreating it; the old one is moved into the area first, then the empty file is created).
-// The entry record is written before the decision, outside the enforcer's lock; under the lock the
-// change is one rename into the area. A refused change drops the record again. Quarantine takes the
+// Under the enforcer's lock the change is one rename into the area (the entry's name records the key;
+// a key too long for that gets a record file, written before the decision, outside the lock, and
+// dropped again when the change is refused). Quarantine takes the
 // place of the HDFS trash: nothing is moved to .Trash while the mount stages.
 
 // staging is one change's staging: prepared before the decision, committed by its act.
@@ -37,8 +38,8 @@ type staging struct {
 	attempted bool
 }
 
-// prepare writes the record of staging key (observed as fi) for the change op; nil without a quarantine
-// or for an empty file (nothing to keep). The errno is the change's when the record cannot be written.
+// prepare readies staging key (observed as fi) for the change op; nil without a quarantine or for an
+// empty file (nothing to keep). The errno is the change's when a needed record cannot be written.
 func (f *filesystem) prepare(ctx context.Context, op verdict.Op, key string, fi hdfsclient.FileInfo) (*staging, syscall.Errno) {
 	if f.q == nil || fi.IsDir || (op != verdict.OpUnlink && fi.Size == 0) {
 		return nil, 0

@@ -1,19 +1,25 @@
 // Package hdfsquarantine is the quarantine area of an HDFS store: the directory store.QuarantineDir
-// at the store root. Each entry is two files: <id> (the staged file itself, moved there by a rename,
-// so its blocks, size and mtime are untouched) and <id>.json (its entry record; HDFS has no atomic
-// append a crash could not tear, so one small file per entry, written once and never changed).
+// at the store root. The staged file itself is moved there by a rename (one NameNode operation: its
+// blocks, size and mtime are untouched), under a name that makes it a complete entry:
+//
+//   - <id>~<op>~<uid>~<gid>~<pid>~<comm>~<key> (comm and key base64url-encoded): the name is the
+//     entry record, so a staging is the rename alone. Every key whose name fits in nameLimit bytes.
+//   - <id> beside <id>.json, its entry record written (and closed) before the rename, for a longer key:
+//     a record is a file written through a DataNode, an order of magnitude dearer than the rename
+//     (HDFS has no atomic append a crash could not tear, so one small file per entry, written once).
 //
 // Invariant, across a crash at any point: a file is at its original key or in the area, never lost and
-// never in both. A staging writes and closes the record first, then renames the file into the area (one
-// NameNode operation); a restore renames it back, never replacing anything at the key (ErrOccupied),
-// then removes the record; a purge removes the file, then the record. A record without its file is
-// therefore no entry (the file is at its key, or purged) and is skipped, then removed by Tidy; a file
-// without a readable record is reported as a problem and never purged.
+// never in both, and never in the area without its original key known. A restore renames the file back,
+// never replacing anything at the key (ErrOccupied), then removes the record if any; a purge removes the
+// file, then the record. A record without its file is no entry (the file is at its key, or purged) and
+// is skipped, then removed by Tidy; a file without a readable record is reported as a problem and never
+// purged.
 package hdfsquarantine
 
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -106,6 +112,72 @@ func idTime(id string) time.Time {
 	return time.Unix(0, n)
 }
 
+// nameLimit bounds a self-describing entry name: HDFS refuses names longer than
+// dfs.namenode.fs-limits.max-component-length (255 bytes by default); a longer key takes a record file.
+const nameLimit = 240
+
+// nameSep separates the fields of a self-describing entry name (never in an id, an op, a number or
+// base64url).
+const nameSep = "~"
+
+var b64 = base64.RawURLEncoding
+
+// entryName is the self-describing name of e ("" when it does not fit in nameLimit).
+func entryName(e quarantine.Entry) string {
+	n := strings.Join([]string{e.ID, e.Decision.Op, strconv.FormatUint(uint64(e.Decision.UID), 10),
+		strconv.FormatUint(uint64(e.Decision.GID), 10), strconv.FormatUint(uint64(e.Decision.PID), 10),
+		b64.EncodeToString([]byte(e.Decision.Comm)), b64.EncodeToString([]byte(e.Key()))}, nameSep)
+	if len(n) > nameLimit || !validOp(e.Decision.Op) {
+		return ""
+	}
+	return n
+}
+
+func validOp(op string) bool {
+	for _, r := range op {
+		if (r < 'a' || r > 'z') && r != '-' {
+			return false
+		}
+	}
+	return op != ""
+}
+
+// parseName reads the entry a self-describing name records (ok false: the name is not one).
+func parseName(name string) (quarantine.Entry, bool, error) {
+	f := strings.Split(name, nameSep)
+	if len(f) == 1 {
+		return quarantine.Entry{}, false, nil
+	}
+	bad := func(what string) (quarantine.Entry, bool, error) {
+		return quarantine.Entry{}, true, fmt.Errorf("entry name %q: %s: not a name of ours", name, what)
+	}
+	if len(f) != 7 {
+		return bad("wrong number of fields")
+	}
+	if idTime(f[0]).IsZero() || !validOp(f[1]) {
+		return bad("id or change")
+	}
+	var n [3]uint32
+	for i := range n {
+		v, err := strconv.ParseUint(f[2+i], 10, 32)
+		if err != nil {
+			return bad("uid, gid or pid")
+		}
+		n[i] = uint32(v)
+	}
+	comm, err1 := b64.DecodeString(f[5])
+	key, err2 := b64.DecodeString(f[6])
+	if err1 != nil || err2 != nil {
+		return bad("encoding")
+	}
+	e := quarantine.Entry{ID: name, Path: string(key), DeletedAt: idTime(f[0]).UTC(),
+		Decision: quarantine.Decision{Op: f[1], Reason: "allowed", UID: n[0], GID: n[1], PID: n[2], Comm: string(comm)}}
+	if !utf8.Valid(key) {
+		e.PathBytes = key
+	}
+	return e, true, nil
+}
+
 // validID reports whether id can name a file of the area.
 func validID(id string) bool {
 	return id != "" && id != "." && id != ".." && !strings.ContainsAny(id, "/\x00") && !strings.HasSuffix(id, recordSuffix)
@@ -123,17 +195,19 @@ func checkKey(key string) (string, error) {
 	return k, nil
 }
 
-// Pending is a staging whose record is written and whose file has not moved yet: Commit moves it (one
-// rename, the only step a mount takes under the enforcer's lock), Drop abandons it.
+// Pending is a staging whose file has not moved yet (its record, when it needs one, is written):
+// Commit moves it (one rename, the only step a mount takes under the enforcer's lock), Drop abandons it.
 type Pending struct {
-	a   *Area
-	e   quarantine.Entry
-	abs string
+	a      *Area
+	e      quarantine.Entry
+	abs    string
+	record bool // a record file was written (a key too long for a self-describing name)
 }
 
-// Prepare writes the entry record of staging the file at key with decision d; observed is what the
-// caller saw of it (nil: it is stat'ed; the listing of the area reports the staged file's own size and
-// mtime in any case). Nothing moves yet: until Commit, the record alone is no entry.
+// Prepare readies staging the file at key with decision d; observed is what the caller saw of it (nil:
+// it is stat'ed; the listing of the area reports the staged file's own size and mtime in any case).
+// Nothing moves yet. A key too long for a self-describing name gets its record file written here:
+// until Commit, the record alone is no entry.
 func (a *Area) Prepare(ctx context.Context, key string, observed *hdfsclient.FileInfo, d quarantine.Decision) (*Pending, error) {
 	k, err := checkKey(key)
 	if err != nil {
@@ -154,10 +228,14 @@ func (a *Area) Prepare(ctx context.Context, key string, observed *hdfsclient.Fil
 	if !utf8.ValidString(k) {
 		e.PathBytes = []byte(k)
 	}
+	if name := entryName(e); name != "" {
+		e.ID = name
+		return &Pending{a: a, e: e, abs: abs}, nil
+	}
 	if err := a.writeRecord(ctx, e); err != nil {
 		return nil, fmt.Errorf("quarantine /%s: %w (nothing was deleted)", k, err)
 	}
-	return &Pending{a: a, e: e, abs: abs}, nil
+	return &Pending{a: a, e: e, abs: abs, record: true}, nil
 }
 
 // Commit moves the file into the area. A rename whose answer was lost may still have happened: the
@@ -180,7 +258,9 @@ func (p *Pending) Commit(ctx context.Context) (quarantine.Entry, error) {
 // Drop removes the record of a staging that is not committed (a refused or failed change). A record
 // left behind (the removal failing) is no entry; Tidy removes it.
 func (p *Pending) Drop(ctx context.Context) {
-	_ = p.a.fs.Remove(ctx, p.a.record(p.e.ID))
+	if p.record {
+		_ = p.a.fs.Remove(ctx, p.a.record(p.e.ID))
+	}
 }
 
 // Entry is the entry the staging records.
@@ -296,6 +376,15 @@ func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Pr
 	var es []quarantine.Entry
 	var probs []quarantine.Problem
 	for id, ofi := range l.objs {
+		if e, ok, err := parseName(id); ok {
+			if err != nil {
+				probs = append(probs, quarantine.Problem{ID: id, Size: ofi.Size, Detail: err.Error() + "; inspect " + a.object(id) + " in HDFS"})
+				continue
+			}
+			e.Size, e.ModTime = ofi.Size, ofi.ModTime
+			es = append(es, e)
+			continue
+		}
 		rfi, ok := l.recs[id]
 		if !ok {
 			probs = append(probs, quarantine.Problem{ID: id, Size: ofi.Size, Detail: "file without an entry record (its original path is unknown); inspect " + a.object(id) + " in HDFS"})
@@ -356,6 +445,13 @@ func (a *Area) entry(ctx context.Context, id string) (quarantine.Entry, error) {
 	if ofi.IsDir || ofi.Symlink {
 		return quarantine.Entry{}, fmt.Errorf("%w: %s (not a file)", quarantine.ErrNoEntry, id)
 	}
+	if e, ok, err := parseName(id); ok {
+		if err != nil {
+			return quarantine.Entry{}, fmt.Errorf("%w: %v", quarantine.ErrNoEntry, err)
+		}
+		e.Size, e.ModTime = ofi.Size, ofi.ModTime
+		return e, nil
+	}
 	rfi, err := a.fs.Stat(ctx, a.record(id))
 	if errors.Is(err, fs.ErrNotExist) {
 		return quarantine.Entry{}, fmt.Errorf("%w: %s (the file has no entry record)", quarantine.ErrNoEntry, id)
@@ -395,7 +491,9 @@ func (a *Area) Restore(ctx context.Context, id string) (quarantine.Entry, error)
 		return quarantine.Entry{}, fmt.Errorf("restore /%s: %w", key, err)
 	}
 	// Without its file the record is no entry: a failure to remove it leaves it for Tidy.
-	_ = a.fs.Remove(context.WithoutCancel(ctx), a.record(id))
+	if !strings.Contains(id, nameSep) {
+		_ = a.fs.Remove(context.WithoutCancel(ctx), a.record(id))
+	}
 	a.forget(id)
 	return e, nil
 }
@@ -410,7 +508,9 @@ func (a *Area) Purge(ctx context.Context, id string) error {
 	if err := a.fs.Remove(ctx, a.object(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("purge /%s (entry %s): %w", e.Path, id, err)
 	}
-	_ = a.fs.Remove(context.WithoutCancel(ctx), a.record(id))
+	if !strings.Contains(id, nameSep) {
+		_ = a.fs.Remove(context.WithoutCancel(ctx), a.record(id))
+	}
 	a.forget(id)
 	return nil
 }

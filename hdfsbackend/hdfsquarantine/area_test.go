@@ -2,6 +2,7 @@ package hdfsquarantine_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"io/fs"
 	"strings"
@@ -208,13 +209,22 @@ func TestRefusesKeysOutsideTheStore(t *testing.T) {
 // fails, and nothing after it runs: what a kill -9 there leaves) and checks the file is at its key or
 // an entry, never lost and never both; a record left behind is cleared by Tidy.
 func TestCrashAtEveryStep(t *testing.T) {
+	// A key short enough for a self-describing entry name, and one that needs a record file.
+	crashAtEveryStep(t, "job/chk-1/f", false)
+	crashAtEveryStep(t, "job/"+strings.Repeat("d", 200)+"/f", true)
+}
+
+func crashAtEveryStep(t *testing.T, key string, record bool) {
 	ctx := context.Background()
-	const key, body = "job/chk-1/f", "content"
+	const body = "content"
 	type step struct {
 		op   string // the fake's op name
 		name string // a substring of the path
 	}
-	stageSteps := []step{{"stat", "job/chk-1/f"}, {"create", ".json"}, {"rename", "job/chk-1/f"}}
+	stageSteps := []step{{"stat", "/f"}, {"rename", "/f"}}
+	if record {
+		stageSteps = append(stageSteps, step{"create", ".json"})
+	}
 	for _, s := range stageSteps {
 		t.Run("stage-"+s.op, func(t *testing.T) {
 			f := newStore(t, map[string]string{key: body})
@@ -230,7 +240,11 @@ func TestCrashAtEveryStep(t *testing.T) {
 			}
 		})
 	}
-	for _, s := range []step{{"stat", ""}, {"mkdirs", ""}, {"rename", ""}, {"delete", ".json"}} {
+	restoreSteps := []step{{"stat", ""}, {"mkdirs", ""}, {"rename", ""}}
+	if record {
+		restoreSteps = append(restoreSteps, step{"delete", ".json"})
+	}
+	for _, s := range restoreSteps {
 		t.Run("restore-"+s.op, func(t *testing.T) {
 			f := newStore(t, map[string]string{key: body})
 			clock := time.Now()
@@ -252,6 +266,9 @@ func TestCrashAtEveryStep(t *testing.T) {
 				t.Errorf("problems: %+v", probs)
 			}
 		})
+	}
+	if !record {
+		return
 	}
 	t.Run("purge-record", func(t *testing.T) {
 		f := newStore(t, map[string]string{key: body})
@@ -300,12 +317,14 @@ func (l lostAnswer) Rename(ctx context.Context, from, to string) error {
 // entry (its record is not dropped, which would leave the file in the area with its path unknown).
 func TestLostRenameAnswerKeepsTheRecord(t *testing.T) {
 	ctx := context.Background()
-	f := newStore(t, map[string]string{"k": "v"})
-	a := open(t, lostAnswer{f}, nil)
-	if _, err := a.Stage(ctx, "k", quarantine.Decision{}); err != nil {
-		t.Fatalf("Stage: %v", err)
+	for _, k := range []string{"k", strings.Repeat("k", 250)} { // a self-describing name, a record file
+		f := newStore(t, map[string]string{k: "v"})
+		a := open(t, lostAnswer{f}, nil)
+		if _, err := a.Stage(ctx, k, quarantine.Decision{Op: "unlink"}); err != nil {
+			t.Fatalf("Stage: %v", err)
+		}
+		exactlyOnce(t, f, a, k, "v")
 	}
-	exactlyOnce(t, f, a, "k", "v")
 }
 
 func TestProblemsNeverPurged(t *testing.T) {
@@ -341,3 +360,59 @@ func TestOpenRefusesAFileInItsPlace(t *testing.T) {
 		t.Fatal("opened a file as the quarantine folder")
 	}
 }
+
+// TestEntryNames: a short key's entry is the staged file alone, its name recording the key, the change
+// and who made it; a long key's has its record file; both list, restore and purge alike.
+func TestEntryNames(t *testing.T) {
+	ctx := context.Background()
+	long := "job/" + strings.Repeat("x", 250) + "/f"
+	odd := "job/ä b~c\xff/f"
+	f := newStore(t, map[string]string{"job/a": "a", long: "long", odd: "odd"})
+	a := open(t, f, nil)
+	d := quarantine.Decision{Op: "truncate", Reason: "allowed", UID: 1001, GID: 1002, PID: 4242, Comm: "rm ~x/"}
+	for _, k := range []string{"job/a", long, odd} {
+		e, err := a.Stage(ctx, k, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rerr := f.Stat(ctx, a.Dir()+"/"+e.ID+".json")
+		if hasRecord := rerr == nil; hasRecord != (k == long) {
+			t.Errorf("%s: record file %v", k, hasRecord)
+		}
+	}
+	es, probs, err := a.ListAll(ctx)
+	if err != nil || len(es) != 3 || len(probs) != 0 {
+		t.Fatalf("ListAll = %+v %+v %v", es, probs, err)
+	}
+	for _, e := range es {
+		if e.Decision != d || e.Key() == "" || e.DeletedAt.IsZero() {
+			t.Errorf("entry %+v: decision or key lost", e)
+		}
+		b, _ := f.ReadFile(a.Dir() + "/" + e.ID)
+		if got, err := a.Restore(ctx, e.ID); err != nil || got.Key() != e.Key() {
+			t.Fatalf("restore %s: %+v %v", e.Key(), got, err)
+		}
+		if r, _ := f.ReadFile(root + "/" + e.Key()); string(r) != string(b) {
+			t.Errorf("%s restored as %q, was %q", e.Key(), r, b)
+		}
+	}
+	if left := filesBelow(f, a.Dir()); len(left) != 0 {
+		t.Errorf("left after restoring everything: %v", left)
+	}
+	// A planted self-describing name whose key leaves the store is never restored there; a malformed
+	// one is a problem.
+	evil := "0000000000000000001-0123456789abcdef~unlink~0~0~0~~" + b64("../../etc/x")
+	for _, n := range []string{evil, "0000000000000000001-00~unlink~zz"} {
+		if err := f.Put(a.Dir()+"/"+n, []byte("x"), mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Restore(ctx, evil); err == nil {
+		t.Error("restored to a path outside the store")
+	}
+	if _, probs, _ := a.ListAll(ctx); len(probs) != 1 {
+		t.Errorf("problems %+v, want the malformed name", probs)
+	}
+}
+
+func b64(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
