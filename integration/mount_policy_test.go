@@ -30,7 +30,7 @@ func sharedProc(t *testing.T, base, store string) *mntProc {
 	if err := os.Chmod(base, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	p := &mntProc{t: t, store: store, index: filepath.Join(base, "index"), mnt: filepath.Join(reachableDir(t, "ckguard-policy-mnt-"), "mnt"),
+	p := &mntProc{t: t, store: store, index: filepath.Join(base, "index"), mnt: filepath.Join(readableDir(t), "mnt"),
 		log: filepath.Join(base, "mount.log")}
 	p.audit, p.sock = filepath.Join(p.index, "audit.jsonl"), filepath.Join(p.index, "ckguard.sock")
 	if err := os.Mkdir(p.mnt, 0o755); err != nil {
@@ -129,10 +129,11 @@ func rewriteID(t *testing.T, src string, id int64) string {
 	return dst
 }
 
-// readableDir returns a fresh folder every user can read (t.TempDir's parent is root's only).
+// readableDir returns a fresh folder every user can read (t.TempDir's parent is root's only): uid 65534
+// reaches what lies in it (a file, a mountpoint, a socket).
 func readableDir(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "ckguard-policy-src-")
+	dir, err := os.MkdirTemp("", "ckguard-readable-")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,21 +54,6 @@ func nobodyOwns(t *testing.T, root string) {
 	}
 }
 
-// reachableDir is a fresh 0755 folder below the system's temp folder (removed at the end): uid 65534
-// reaches what lies in it (a mountpoint, a socket), unlike anything below a test's 0700 TempDir.
-func reachableDir(t *testing.T, prefix string) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 // TestMountNonRootCannotBypass: with --allow-other, an unprivileged user who owns the checkpoint files can
 // clean up through the mount like root (garbage goes, referenced files stay), but has no way around the
 // guard: the store itself is out of reach, and every trick that would destroy referenced data through the

@@ -63,7 +63,7 @@ func TestUnprivLocalMountAttacks(t *testing.T) {
 	}
 	// The sockets sit in a folder the user can reach (the index folder is 0700), so it is the
 	// sockets' own mode and peer check that keep the user out.
-	sockDir := reachableDir(t, "ckguard-unpriv-sock-")
+	sockDir := readableDir(t)
 	p := sharedMount(t, base, tr.Root, "--control-socket", filepath.Join(sockDir, "ckguard.sock"))
 	p.sock = filepath.Join(sockDir, "ckguard.sock")
 	// Something staged, so the quarantine folder and its socket have something to give away.
