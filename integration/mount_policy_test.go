@@ -18,24 +18,24 @@ import (
 // lie below a 0700 folder of root's, the mountpoint below a 0755 one. Returns the mount.
 func sharedMount(t *testing.T, base, store string, extra ...string) *mntProc {
 	t.Helper()
+	p := sharedProc(t, base, store)
+	p.start(append([]string{"--allow-other"}, extra...)...)
+	return p
+}
+
+// sharedProc is sharedMount's mount before it starts (base made 0700, the mountpoint made below a
+// 0755 folder), for a test that changes how the daemon runs (mntProc.wrap) before p.start.
+func sharedProc(t *testing.T, base, store string) *mntProc {
+	t.Helper()
 	if err := os.Chmod(base, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	mdir, err := os.MkdirTemp("", "ckguard-policy-mnt-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(mdir) })
-	if err := os.Chmod(mdir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	p := &mntProc{t: t, store: store, index: filepath.Join(base, "index"), mnt: filepath.Join(mdir, "mnt"),
+	p := &mntProc{t: t, store: store, index: filepath.Join(base, "index"), mnt: filepath.Join(readableDir(t), "mnt"),
 		log: filepath.Join(base, "mount.log")}
 	p.audit, p.sock = filepath.Join(p.index, "audit.jsonl"), filepath.Join(p.index, "ckguard.sock")
 	if err := os.Mkdir(p.mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p.start(append([]string{"--allow-other"}, extra...)...)
 	return p
 }
 
@@ -129,10 +129,11 @@ func rewriteID(t *testing.T, src string, id int64) string {
 	return dst
 }
 
-// readableDir returns a fresh folder every user can read (t.TempDir's parent is root's only).
+// readableDir returns a fresh folder every user can read (t.TempDir's parent is root's only): uid 65534
+// reaches what lies in it (a file, a mountpoint, a socket).
 func readableDir(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "ckguard-policy-src-")
+	dir, err := os.MkdirTemp("", "ckguard-readable-")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,6 +54,97 @@ func qRead(t *testing.T, root, key string) (string, bool) {
 	return string(b), true
 }
 
+// mntRunAll runs each command as root and fails the test on the first that exits non-zero; where names
+// the mount for the message.
+func mntRunAll(t *testing.T, where string, cmds ...[]string) {
+	t.Helper()
+	for _, c := range cmds {
+		if out, code := mntRun(t, "", c[0], c[1:]...); code != 0 {
+			t.Fatalf("%v through %s: exit %d\n%s", c, where, code, out)
+		}
+	}
+}
+
+// qRestoreMovedAway moves each of keys (all staged) away through p's mount, so that no restore would
+// replace anything, restores the folder dir, and checks that every key holds its old content files[key]
+// again (read reads the store; ok false when absent) and that the quarantine is empty.
+func qRestoreMovedAway(t *testing.T, p *mntProc, read func(key string) (string, bool), dir string, keys []string, files map[string]string) {
+	t.Helper()
+	for _, k := range keys {
+		if out, code := mntRun(t, "", "mv", p.m(k), p.m(k+".new")); code != 0 {
+			t.Fatalf("mv %s away: exit %d\n%s", k, code, out)
+		}
+	}
+	if out, code := qcli(p, "restore", dir); code != 0 {
+		t.Fatalf("restore %s: exit %d\n%s", dir, code, out)
+	}
+	for _, k := range keys {
+		if got, _ := read(k); got != files[k] {
+			t.Errorf("%s restored: %d bytes, not the old content byte for byte (%d bytes)", k, len(got), len(files[k]))
+		}
+	}
+	if es := qList(t, p); len(es) != 0 {
+		t.Fatalf("entries left after the restore: %+v", es)
+	}
+}
+
+// qKillDuring runs the Python program py (arguments: the mountpoint and n) against p's mount and kills
+// the daemon with SIGKILL once more than n/2 allowed changes are in its audit log (or after wait), then
+// reaps the program, which fails on the dead mount.
+func qKillDuring(t *testing.T, p *mntProc, py string, n int, wait time.Duration) {
+	t.Helper()
+	cmd := exec.Command("/usr/bin/python3", "-c", py, p.mnt, fmt.Sprint(n))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		recs, _ := os.ReadFile(p.audit)
+		if strings.Count(string(recs), `"decision":"allow"`) > n/2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	p.kill9()
+	_ = cmd.Wait()
+}
+
+// qWant is a content that must be exactly once at one of the keys at or among their staged objects:
+// after a crash, a change in place neither loses the old content nor keeps it twice.
+type qWant struct {
+	s  string
+	at []string
+}
+
+// qNotOnce counts the wants that are not exactly once at their keys (read reads the store; ok false
+// when absent) or among the keys' staged objects (staged: by path), reporting the first few.
+func qNotOnce(t *testing.T, when string, read func(key string) (string, bool), staged map[string][]string, wants []qWant) int {
+	t.Helper()
+	bad := 0
+	for _, w := range wants {
+		got := 0
+		for _, k := range w.at {
+			if v, ok := read(k); ok && v == w.s {
+				got++
+			}
+			for _, o := range staged[k] {
+				if o == w.s {
+					got++
+				}
+			}
+		}
+		if got != 1 {
+			bad++
+			if bad < 5 {
+				t.Errorf("%s: %.8s found %d times at %v and in quarantine, want once", when, w.s, got, w.at)
+			}
+		}
+	}
+	return bad
+}
+
 // TestMountQuarantineReplaceAndTruncate: with the quarantine on (the local default), `mv new old` over an
 // unreferenced file, `: > file`, `truncate -s 0` and `truncate -s N` through the mount stage the old
 // content like an unlink: each shows in `quarantine list` as the kind of change that staged it, with its
@@ -83,18 +174,13 @@ func TestMountQuarantineReplaceAndTruncate(t *testing.T) {
 		return fi.ModTime()
 	}()
 	p := mntStart(t, root, "", "--grace", "0s", "--active-window", "0s")
-	for _, c := range [][]string{
-		{"mv", p.m("scratch/new"), p.m("scratch/old")},
-		{"sh", "-c", ": > " + p.m("scratch/colon")},
-		{"truncate", "-s", "0", p.m("scratch/zero")},
-		{"truncate", "-s", "4", p.m("scratch/part")},
-		{"truncate", "-s", "100", p.m("scratch/grow")},
-		{"mv", p.m("scratch/free"), p.m("scratch/freed")},
-	} {
-		if out, code := mntRun(t, "", c[0], c[1:]...); code != 0 {
-			t.Fatalf("%v through the mount: exit %d\n%s", c, code, out)
-		}
-	}
+	mntRunAll(t, "the mount",
+		[]string{"mv", p.m("scratch/new"), p.m("scratch/old")},
+		[]string{"sh", "-c", ": > " + p.m("scratch/colon")},
+		[]string{"truncate", "-s", "0", p.m("scratch/zero")},
+		[]string{"truncate", "-s", "4", p.m("scratch/part")},
+		[]string{"truncate", "-s", "100", p.m("scratch/grow")},
+		[]string{"mv", p.m("scratch/free"), p.m("scratch/freed")})
 	for k, want := range map[string]string{"scratch/old": "the replacement", "scratch/colon": "", "scratch/zero": "", "scratch/part": "kept"} {
 		if got, _ := qRead(t, root, k); got != want {
 			t.Fatalf("%s in the store: %q, want %q", k, got, want)
@@ -134,24 +220,10 @@ func TestMountQuarantineReplaceAndTruncate(t *testing.T) {
 	if got, _ := qRead(t, root, "scratch/old"); got != "the replacement" {
 		t.Fatalf("the refused restore changed the replacement: %q", got)
 	}
-	for _, k := range []string{"scratch/old", "scratch/colon", "scratch/zero", "scratch/part"} {
-		if out, code := mntRun(t, "", "mv", p.m(k), p.m(k+".new")); code != 0 {
-			t.Fatalf("mv %s away: exit %d\n%s", k, code, out)
-		}
-	}
-	if out, code := qcli(p, "restore", "scratch"); code != 0 {
-		t.Fatalf("restore scratch: exit %d\n%s", code, out)
-	}
-	for k := range want {
-		if got, _ := qRead(t, root, k); got != files[k] {
-			t.Errorf("%s restored: %d bytes, not the old content (%d bytes)", k, len(got), len(files[k]))
-		}
-	}
+	qRestoreMovedAway(t, p, func(k string) (string, bool) { return qRead(t, root, k) }, "scratch",
+		[]string{"scratch/old", "scratch/colon", "scratch/zero", "scratch/part"}, files)
 	if fi, err := os.Stat(filepath.Join(root, "scratch/old")); err != nil || !fi.ModTime().Equal(mtimeA) {
 		t.Errorf("restored scratch/old: mtime %v (%v), want %v", fi.ModTime(), err, mtimeA)
-	}
-	if es := qList(t, p); len(es) != 0 {
-		t.Fatalf("entries left after the restore: %+v", es)
 	}
 }
 
@@ -188,22 +260,7 @@ for i in range(n):
         raise OSError(ctypes.get_errno(), "fallocate")
     os.close(fd)
 `
-	cmd := exec.Command("/usr/bin/python3", "-c", py, p.mnt, fmt.Sprint(n))
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		recs, _ := os.ReadFile(p.audit)
-		if strings.Count(string(recs), `"decision":"allow"`) > n/2 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	p.kill9()
-	_ = cmd.Wait()
+	qKillDuring(t, p, py, n, 60*time.Second)
 
 	check := func(when string) {
 		t.Helper()
@@ -212,34 +269,11 @@ for i in range(n):
 		for _, e := range lr.Entries {
 			staged[e.Path] = append(staged[e.Path], qObject(t, root, e))
 		}
-		bad, done, punched := 0, 0, 0
-		count := func(s string, at ...string) int {
-			c := 0
-			for _, k := range at {
-				if got, ok := qRead(t, root, k); ok && got == s {
-					c++
-				}
-				for _, o := range staged[k] {
-					if o == s {
-						c++
-					}
-				}
-			}
-			return c
-		}
+		var wants []qWant
+		done, punched := 0, 0
 		for i := range n {
 			oldK, newK, tK, hK := fmt.Sprintf("r/old-%05d", i), fmt.Sprintf("r/new-%05d", i), fmt.Sprintf("t/f-%05d", i), fmt.Sprintf("h/f-%05d", i)
-			for _, c := range []struct {
-				s  string
-				at []string
-			}{{content("A", i), []string{oldK}}, {content("B", i), []string{oldK, newK}}, {content("C", i), []string{tK}}, {content("D", i), []string{hK}}} {
-				if got := count(c.s, c.at...); got != 1 {
-					bad++
-					if bad < 5 {
-						t.Errorf("%s: %.8s found %d times at %v and in quarantine, want once", when, c.s, got, c.at)
-					}
-				}
-			}
+			wants = append(wants, qWant{content("A", i), []string{oldK}}, qWant{content("B", i), []string{oldK, newK}}, qWant{content("C", i), []string{tK}}, qWant{content("D", i), []string{hK}})
 			if got, _ := qRead(t, root, tK); got == "" {
 				done++
 			}
@@ -247,6 +281,7 @@ for i in range(n):
 				punched++
 			}
 		}
+		bad := qNotOnce(t, when, func(k string) (string, bool) { return qRead(t, root, k) }, staged, wants)
 		if bad != 0 || len(lr.Problems) != 0 {
 			t.Fatalf("%s: %d contents lost or duplicated, %d problems %+v", when, bad, len(lr.Problems), lr.Problems)
 		}
@@ -325,15 +360,10 @@ func TestMountQuarantineFallocate(t *testing.T) {
 	}
 	refBefore, _ := qRead(t, root, ref)
 	p := mntStart(t, root, "", "--grace", "0s", "--active-window", "0s")
-	for _, c := range [][]string{
-		{"fallocate", "-p", "-o", "0", "-l", "4096", p.m("scratch/punch")},
-		{"fallocate", "-z", "-o", "4096", "-l", "4096", p.m("scratch/zero")},
-		{"fallocate", "-p", "-o", "1048576", "-l", "4096", p.m("scratch/tail")},
-	} {
-		if out, code := mntRun(t, "", c[0], c[1:]...); code != 0 {
-			t.Fatalf("%v through the mount: exit %d\n%s", c, code, out)
-		}
-	}
+	mntRunAll(t, "the mount",
+		[]string{"fallocate", "-p", "-o", "0", "-l", "4096", p.m("scratch/punch")},
+		[]string{"fallocate", "-z", "-o", "4096", "-l", "4096", p.m("scratch/zero")},
+		[]string{"fallocate", "-p", "-o", "1048576", "-l", "4096", p.m("scratch/tail")})
 	if out, code := mntRun(t, "", "fallocate", "-c", "-o", "0", "-l", "4096", p.m("scratch/collapse")); code == 0 {
 		t.Fatalf("fallocate -c through the mount succeeded (the kernel's FUSE client passes no collapse)\n%s", out)
 	}
@@ -386,22 +416,7 @@ func TestMountQuarantineFallocate(t *testing.T) {
 	if got, _ := qRead(t, root, "scratch/punch"); got != wantNow["scratch/punch"] {
 		t.Fatal("the refused restore changed the punched file")
 	}
-	for _, k := range staged {
-		if out, code := mntRun(t, "", "mv", p.m(k), p.m(k+".new")); code != 0 {
-			t.Fatalf("mv %s away: exit %d\n%s", k, code, out)
-		}
-	}
-	if out, code := qcli(p, "restore", "scratch"); code != 0 {
-		t.Fatalf("restore scratch: exit %d\n%s", code, out)
-	}
-	for _, k := range staged {
-		if got, _ := qRead(t, root, k); got != files[k] {
-			t.Errorf("%s restored: not the old content byte for byte", k)
-		}
-	}
-	if es := qList(t, p); len(es) != 0 {
-		t.Fatalf("entries left after the restore: %+v", es)
-	}
+	qRestoreMovedAway(t, p, func(k string) (string, bool) { return qRead(t, root, k) }, "scratch", staged, files)
 
 	// Quarantine off: the punch happens, nothing is staged.
 	root2 := filepath.Join(base, "store2")

@@ -29,26 +29,40 @@ func asNobody(t *testing.T, name string, args ...string) (string, int) {
 	return mntRun(t, "/", "setpriv", full...)
 }
 
+// unprivStore generates IncidentTwo in <base>/store, base a fresh folder below the system's temp
+// folder (removed at the end), and returns both. The tree is root's; nobodyOwns gives it to the user.
+func unprivStore(t *testing.T, prefix string) (base string, tr *treegen.Tree) {
+	t.Helper()
+	base, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	tr, err = treegen.IncidentTwo(filepath.Join(base, "store"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base, tr
+}
+
+// nobodyOwns gives everything below root to uid/gid 65534, as the checkpoints belong to the
+// (unprivileged) Flink user in production.
+func nobodyOwns(t *testing.T, root string) {
+	t.Helper()
+	if out, err := exec.Command("chown", "-R", nobodyUID+":"+nobodyUID, root).CombinedOutput(); err != nil {
+		t.Fatalf("chown: %v %s", err, out)
+	}
+}
+
 // TestMountNonRootCannotBypass: with --allow-other, an unprivileged user who owns the checkpoint files can
 // clean up through the mount like root (garbage goes, referenced files stay), but has no way around the
 // guard: the store itself is out of reach, and every trick that would destroy referenced data through the
 // mount is refused. The control socket refuses them too.
 func TestMountNonRootCannotBypass(t *testing.T) {
 	mntRequire(t)
-	// base is 0700 root: the store below it is reachable only through the mount.
-	base, err := os.MkdirTemp("", "ckguard-users-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	tr, err := treegen.IncidentTwo(filepath.Join(base, "store"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The checkpoints belong to the (unprivileged) Flink user, as in production.
-	if out, err := exec.Command("chown", "-R", nobodyUID+":"+nobodyUID, tr.Root).CombinedOutput(); err != nil {
-		t.Fatalf("chown: %v %s", err, out)
-	}
+	// base is 0700 root (sharedMount makes it so): the store below it is reachable only through the mount.
+	base, tr := unprivStore(t, "ckguard-users-")
+	nobodyOwns(t, tr.Root)
 	// Root's own files the user may neither read nor list (go-fuse used to show mode 0 as
 	// 0644/0755, and the kernel checked the user against that).
 	if err := os.WriteFile(filepath.Join(tr.Root, "secret000"), []byte("root only"), 0); err != nil {
@@ -60,25 +74,8 @@ func TestMountNonRootCannotBypass(t *testing.T) {
 	if err := os.Chmod(filepath.Join(tr.Root, "private000"), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(base, 0o700); err != nil {
-		t.Fatal(err)
-	}
 	// The mountpoint must be reachable by the user: a 0755 directory outside base.
-	mdir, err := os.MkdirTemp("", "ckguard-users-mnt-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(mdir) })
-	if err := os.Chmod(mdir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	p := &mntProc{t: t, store: tr.Root, index: filepath.Join(base, "index"), mnt: filepath.Join(mdir, "mnt"),
-		log: filepath.Join(base, "mount.log")}
-	p.audit, p.sock = filepath.Join(p.index, "audit.jsonl"), filepath.Join(p.index, "ckguard.sock")
-	if err := os.Mkdir(p.mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	p.start("--allow-other")
+	p := sharedMount(t, base, tr.Root)
 
 	ref := tr.Referenced()[0]
 	refM := p.m(ref)
@@ -150,9 +147,7 @@ func TestMountRestoreWithCpA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("chown", "-R", nobodyUID+":"+nobodyUID, backup.Root).CombinedOutput(); err != nil {
-		t.Fatalf("chown: %v %s", err, out)
-	}
+	nobodyOwns(t, backup.Root)
 	store := filepath.Join(dir, "store")
 	if err := os.Mkdir(store, 0o755); err != nil {
 		t.Fatal(err)

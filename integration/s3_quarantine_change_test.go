@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -60,16 +58,11 @@ func TestS3QuarantineReplaceAndTruncate(t *testing.T) {
 	}
 	p := mntStart(t, s3Root, filepath.Join(t.TempDir(), "index"),
 		e.mountArgs("--grace", "0s", "--active-window", "0s", "--savepoint-keep-newest=false", "--quarantine", "24h")...)
-	for _, cmd := range [][]string{
-		{"mv", p.m("scratch/new"), p.m("scratch/old")},
-		{"sh", "-c", ": > " + p.m("scratch/colon")},
-		{"truncate", "-s", "0", p.m("scratch/zero")},
-		{"mv", p.m("scratch/free"), p.m("scratch/freed")},
-	} {
-		if out, code := mntRun(t, "", cmd[0], cmd[1:]...); code != 0 {
-			t.Fatalf("%v through the S3 mount: exit %d\n%s", cmd, code, out)
-		}
-	}
+	mntRunAll(t, "the S3 mount",
+		[]string{"mv", p.m("scratch/new"), p.m("scratch/old")},
+		[]string{"sh", "-c", ": > " + p.m("scratch/colon")},
+		[]string{"truncate", "-s", "0", p.m("scratch/zero")},
+		[]string{"mv", p.m("scratch/free"), p.m("scratch/freed")})
 	for k, want := range map[string]string{"scratch/old": "the replacement", "scratch/colon": "", "scratch/zero": ""} {
 		if got, _ := s3Read(t, c, k); got != want {
 			t.Fatalf("%s on the server: %q, want %q", k, got, want)
@@ -99,22 +92,8 @@ func TestS3QuarantineReplaceAndTruncate(t *testing.T) {
 	if got, _ := s3Read(t, c, "scratch/old"); got != "the replacement" {
 		t.Fatalf("the refused restore changed the replacement: %q", got)
 	}
-	for k := range want {
-		if out, code := mntRun(t, "", "mv", p.m(k), p.m(k+".new")); code != 0 {
-			t.Fatalf("mv %s away: exit %d\n%s", k, code, out)
-		}
-	}
-	if out, code := qcli(p, "restore", "scratch"); code != 0 {
-		t.Fatalf("restore scratch: exit %d\n%s", code, out)
-	}
-	for k := range want {
-		if got, _ := s3Read(t, c, k); got != files[k] {
-			t.Errorf("%s restored: %d bytes, not the old content (%d bytes)", k, len(got), len(files[k]))
-		}
-	}
-	if es := qList(t, p); len(es) != 0 {
-		t.Fatalf("entries left after the restore: %+v", es)
-	}
+	qRestoreMovedAway(t, p, func(k string) (string, bool) { return s3Read(t, c, k) }, "scratch",
+		[]string{"scratch/old", "scratch/colon", "scratch/zero"}, files)
 }
 
 // TestS3QuarantineKill9DuringReplaceAndTruncate kills the S3 mount with SIGKILL while a program renames
@@ -150,22 +129,7 @@ for i in range(n):
     else:
         os.truncate(f"{m}/t/f-{i:05d}", 0)
 `
-	cmd := exec.Command("/usr/bin/python3", "-c", py, p.mnt, fmt.Sprint(n))
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		recs, _ := os.ReadFile(p.audit)
-		if strings.Count(string(recs), `"decision":"allow"`) > n/2 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	p.kill9()
-	_ = cmd.Wait()
+	qKillDuring(t, p, py, n, 90*time.Second)
 
 	// check returns the crash copies listed (their ids).
 	check := func(when string) []string {
@@ -181,35 +145,12 @@ for i in range(n):
 			b, _ := s3Read(t, c, s3quarantine.Prefix+en.ID)
 			staged[en.Path] = append(staged[en.Path], b)
 		}
-		count := func(s string, at ...string) int {
-			got := 0
-			for _, k := range at {
-				if v, ok := s3Read(t, c, k); ok && v == s {
-					got++
-				}
-				for _, o := range staged[k] {
-					if o == s {
-						got++
-					}
-				}
-			}
-			return got
-		}
-		bad := 0
+		var wants []qWant
 		for i := range n {
 			oldK, newK, tK := fmt.Sprintf("r/old-%05d", i), fmt.Sprintf("r/new-%05d", i), fmt.Sprintf("t/f-%05d", i)
-			for _, w := range []struct {
-				s  string
-				at []string
-			}{{content("A", i), []string{oldK}}, {content("B", i), []string{oldK, newK}}, {content("C", i), []string{tK}}} {
-				if got := count(w.s, w.at...); got != 1 {
-					bad++
-					if bad < 5 {
-						t.Errorf("%s: %.8s found %d times at %v and in quarantine, want once", when, w.s, got, w.at)
-					}
-				}
-			}
+			wants = append(wants, qWant{content("A", i), []string{oldK}}, qWant{content("B", i), []string{oldK, newK}}, qWant{content("C", i), []string{tK}})
 		}
+		bad := qNotOnce(t, when, func(k string) (string, bool) { return s3Read(t, c, k) }, staged, wants)
 		var crashCopies []string
 		for _, pr := range lr.Problems {
 			if strings.HasPrefix(pr.Detail, "crash copy") {

@@ -5,9 +5,6 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
-
-	"github.com/ckguard/ckguard/refindex/treegen"
 )
 
 // TestUnprivCreateWhenChownFails: a root daemon that cannot give a new file to its creator (a
@@ -17,15 +14,7 @@ import (
 // in the store.
 func TestUnprivCreateWhenChownFails(t *testing.T) {
 	mntRequire(t)
-	base, err := os.MkdirTemp("", "ckguard-unpriv-chown-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	tr, err := treegen.IncidentTwo(filepath.Join(base, "store"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	base, tr := unprivStore(t, "ckguard-unpriv-chown-")
 	open := filepath.Join(tr.Root, "open")
 	if err := os.Mkdir(open, 0o777); err != nil {
 		t.Fatal(err)
@@ -33,23 +22,8 @@ func TestUnprivCreateWhenChownFails(t *testing.T) {
 	if err := os.Chmod(open, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(base, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	mdir, err := os.MkdirTemp("", "ckguard-unpriv-chown-mnt-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(mdir) })
-	if err := os.Chmod(mdir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	p := &mntProc{t: t, store: tr.Root, index: filepath.Join(base, "index"), mnt: filepath.Join(mdir, "mnt"),
-		log: filepath.Join(base, "mount.log"), wrap: []string{"setpriv", "--bounding-set", "-chown", "--inh-caps", "-chown", "--"}}
-	p.audit, p.sock = filepath.Join(p.index, "audit.jsonl"), filepath.Join(p.index, "ckguard.sock")
-	if err := os.Mkdir(p.mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	p := sharedProc(t, base, tr.Root)
+	p.wrap = []string{"setpriv", "--bounding-set", "-chown", "--inh-caps", "-chown", "--"}
 	p.start("--allow-other")
 	script := `m = sys.argv[1]
 M = lambda rel: os.path.join(m, "open", rel)

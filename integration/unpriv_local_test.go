@@ -4,19 +4,16 @@ import (
 	"bufio"
 	"fmt"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/refindex/store"
-	"github.com/ckguard/ckguard/refindex/treegen"
 )
 
 // unprivAttempts runs a Python script as uid 65534 that prints one "name result" line per attempt
@@ -54,18 +51,8 @@ func errnoOf(e syscall.Errno) string { return fmt.Sprint(int(e)) }
 // store is checked as root: every refused attempt left nothing behind.
 func TestUnprivLocalMountAttacks(t *testing.T) {
 	mntRequire(t)
-	base, err := os.MkdirTemp("", "ckguard-unpriv-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	tr, err := treegen.IncidentTwo(filepath.Join(base, "store"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := runCmd("chown", "-R", nobodyUID+":"+nobodyUID, tr.Root); err != nil {
-		t.Fatalf("chown: %v %s", err, out)
-	}
+	base, tr := unprivStore(t, "ckguard-unpriv-")
+	nobodyOwns(t, tr.Root)
 	// The store root is root's; a file of root's the user may not read sits in it.
 	if err := os.Chown(tr.Root, 0, 0); err != nil {
 		t.Fatal(err)
@@ -76,14 +63,7 @@ func TestUnprivLocalMountAttacks(t *testing.T) {
 	}
 	// The sockets sit in a folder the user can reach (the index folder is 0700), so it is the
 	// sockets' own mode and peer check that keep the user out.
-	sockDir, err := os.MkdirTemp("", "ckguard-unpriv-sock-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	if err := os.Chmod(sockDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	sockDir := readableDir(t)
 	p := sharedMount(t, base, tr.Root, "--control-socket", filepath.Join(sockDir, "ckguard.sock"))
 	p.sock = filepath.Join(sockDir, "ckguard.sock")
 	// Something staged, so the quarantine folder and its socket have something to give away.
@@ -236,9 +216,4 @@ print("listed", int(qdir in os.listdir(m)))
 	if _, err := os.ReadDir(p.mnt); err != nil {
 		t.Fatalf("the mount does not answer after the attempts: %v\n%s", err, p.logText())
 	}
-}
-
-func runCmd(name string, args ...string) (string, error) {
-	out, err := exec.Command(name, args...).CombinedOutput()
-	return string(out), err
 }

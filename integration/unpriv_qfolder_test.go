@@ -6,10 +6,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/ckguard/ckguard/refindex/store"
-	"github.com/ckguard/ckguard/refindex/treegen"
 )
 
 // TestUnprivPlantedQuarantineFolder: the Flink user owns the store root (as Flink's checkpoint
@@ -20,25 +18,15 @@ import (
 // Once the operator moved the folder out, the mount makes its own and stages into it.
 func TestUnprivPlantedQuarantineFolder(t *testing.T) {
 	mntRequire(t)
-	base, err := os.MkdirTemp("", "ckguard-unpriv-qfolder-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
+	base, tr := unprivStore(t, "ckguard-unpriv-qfolder-")
 	if err := os.Chmod(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tr, err := treegen.IncidentTwo(filepath.Join(base, "store"), time.Now())
-	if err != nil {
 		t.Fatal(err)
 	}
 	victim := filepath.Join(tr.Root, "victimjob")
 	if err := os.Mkdir(victim, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := runCmd("chown", "-R", nobodyUID+":"+nobodyUID, tr.Root); err != nil {
-		t.Fatalf("chown: %v %s", err, out)
-	}
+	nobodyOwns(t, tr.Root)
 	if err := os.Chown(victim, 0, 0); err != nil { // another user's job: the Flink user cannot write it
 		t.Fatal(err)
 	}

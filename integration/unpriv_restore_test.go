@@ -23,18 +23,8 @@ import (
 // never wrote (a fake newest checkpoint, and Flink's own commit of it would fail).
 func TestUnprivRestoreMetadataFollowsNoSymlink(t *testing.T) {
 	mntRequire(t)
-	base, err := os.MkdirTemp("", "ckguard-unpriv-restore-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	tr, err := treegen.IncidentTwo(filepath.Join(base, "store"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := runCmd("chown", "-R", nobodyUID+":"+nobodyUID, tr.Root); err != nil {
-		t.Fatalf("chown: %v %s", err, out)
-	}
+	base, tr := unprivStore(t, "ckguard-unpriv-restore-")
+	nobodyOwns(t, tr.Root)
 	// The other job's checkpoint Flink is writing: root's, no _metadata yet.
 	victim := "victimjob/chk-999"
 	if err := os.MkdirAll(filepath.Join(tr.Root, victim), 0o755); err != nil {
@@ -108,18 +98,8 @@ func retiredWithCopy(r refindex.HistoryResult, key string) bool {
 // the link is gone the same restore puts the file back, the user's again.
 func TestUnprivQuarantineRestoreFollowsNoSymlink(t *testing.T) {
 	mntRequire(t)
-	base, err := os.MkdirTemp("", "ckguard-unpriv-qrestore-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	tr, err := treegen.IncidentTwo(filepath.Join(base, "store"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := runCmd("chown", "-R", nobodyUID+":"+nobodyUID, tr.Root); err != nil {
-		t.Fatalf("chown: %v %s", err, out)
-	}
+	base, tr := unprivStore(t, "ckguard-unpriv-qrestore-")
+	nobodyOwns(t, tr.Root)
 	victim := "victimjob/chk-999"
 	if err := os.MkdirAll(filepath.Join(tr.Root, victim), 0o755); err != nil {
 		t.Fatal(err)

@@ -40,28 +40,9 @@ import (
 //
 //	go test ./s3backend/s3store/ -run '^$' -bench S3SyncLatency -benchtime 1x -timeout 2h
 func BenchmarkS3SyncLatency(b *testing.B) {
-	objects := 100_000
-	if v := os.Getenv("CKGUARD_BENCH_S3_OBJECTS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			b.Fatal(err)
-		}
-		objects = n
-	}
+	objects := envInt(b, "CKGUARD_BENCH_S3_OBJECTS", 100_000)
 	ctx := context.Background()
-	srv := s3server.Start(b)
-	bucket := srv.Bucket(b, "bench")
-	root := filepath.Join(srv.DataDir, bucket)
-	spec := treegen.LargeSpec{Jobs: max(1, objects/5000), CheckpointsPerJob: 10, RefsPerCheckpoint: 2000, NewPerCheckpoint: 333, DataFiles: true, Seed: "bench"}
-	t0 := time.Now()
-	lr, err := treegen.Large(root, spec, time.Now().Add(-48*time.Hour))
-	if err != nil {
-		b.Fatal(err)
-	}
-	fmt.Printf("store: %d objects, %d checkpoints, %d references, generated in %s, load %s\n", lr.Distinct, lr.Checkpoints, lr.References, time.Since(t0).Round(time.Second), loadavg())
-	proxy := s3server.NewProxy(b, srv.Endpoint)
-	cfg := srv.Config()
-	cfg.Endpoint = proxy.URL
+	root, bucket, proxy, cfg := benchBucket(b, objects)
 	maps := []pathnorm.Mapping{{From: "file:" + root}}
 	pol := refindex.DefaultPolicy()
 	pol.MaxStaleness = 0
@@ -195,6 +176,28 @@ func BenchmarkS3SyncLatency(b *testing.B) {
 	}
 	// Printed, not logged: the benchmark log is truncated.
 	fmt.Println(out.String())
+}
+
+// benchBucket starts versitygw and generates the bench-s3-scale store (objects objects in jobs of 5,000
+// SSTs, 10 checkpoints of 2,000 references each) directly in its bucket's posix folder, printing its
+// size and the load. It returns that folder, the bucket, a proxy in front of the server (latency 0)
+// and a client configuration that goes through the proxy.
+func benchBucket(b *testing.B, objects int) (root, bucket string, proxy *s3server.Proxy, cfg s3client.Config) {
+	b.Helper()
+	srv := s3server.Start(b)
+	bucket = srv.Bucket(b, "bench")
+	root = filepath.Join(srv.DataDir, bucket)
+	spec := treegen.LargeSpec{Jobs: max(1, objects/5000), CheckpointsPerJob: 10, RefsPerCheckpoint: 2000, NewPerCheckpoint: 333, DataFiles: true, Seed: "bench"}
+	t0 := time.Now()
+	lr, err := treegen.Large(root, spec, time.Now().Add(-48*time.Hour))
+	if err != nil {
+		b.Fatal(err)
+	}
+	fmt.Printf("store: %d objects, %d checkpoints, %d references, generated in %s, load %s\n", lr.Distinct, lr.Checkpoints, lr.References, time.Since(t0).Round(time.Second), loadavg())
+	proxy = s3server.NewProxy(b, srv.Endpoint)
+	cfg = srv.Config()
+	cfg.Endpoint = proxy.URL
+	return root, bucket, proxy, cfg
 }
 
 // cpuTime is the CPU this process used so far.

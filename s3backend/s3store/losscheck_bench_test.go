@@ -3,19 +3,15 @@ package s3store_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/pathnorm"
 	"github.com/ckguard/ckguard/refindex/store"
-	"github.com/ckguard/ckguard/refindex/treegen"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3store"
-	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
 // headOnly is the S3 store without its folder listing (only the Store interface and a fresh stat):
@@ -42,30 +38,9 @@ var (
 //
 //	go test ./s3backend/s3store/ -run '^$' -bench S3LossCheck -benchtime 1x -timeout 1h
 func BenchmarkS3LossCheck(b *testing.B) {
-	objects, heads := 100_000, 5_000
-	for env, p := range map[string]*int{"CKGUARD_BENCH_S3_OBJECTS": &objects, "CKGUARD_BENCH_S3_HEADS": &heads} {
-		if v := os.Getenv(env); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				b.Fatal(err)
-			}
-			*p = n
-		}
-	}
+	objects, heads := envInt(b, "CKGUARD_BENCH_S3_OBJECTS", 100_000), envInt(b, "CKGUARD_BENCH_S3_HEADS", 5_000)
 	ctx := context.Background()
-	srv := s3server.Start(b)
-	bucket := srv.Bucket(b, "bench")
-	root := filepath.Join(srv.DataDir, bucket)
-	spec := treegen.LargeSpec{Jobs: max(1, objects/5000), CheckpointsPerJob: 10, RefsPerCheckpoint: 2000, NewPerCheckpoint: 333, DataFiles: true, Seed: "bench"}
-	t0 := time.Now()
-	lr, err := treegen.Large(root, spec, time.Now().Add(-48*time.Hour))
-	if err != nil {
-		b.Fatal(err)
-	}
-	fmt.Printf("store: %d objects, %d checkpoints, %d references, generated in %s, load %s\n", lr.Distinct, lr.Checkpoints, lr.References, time.Since(t0).Round(time.Second), loadavg())
-	proxy := s3server.NewProxy(b, srv.Endpoint)
-	cfg := srv.Config()
-	cfg.Endpoint = proxy.URL
+	root, bucket, proxy, cfg := benchBucket(b, objects)
 	// versitygw's posix backend reads every listed file's attributes: a 1,000-key page takes seconds on
 	// a loaded machine, longer than the test configuration's 20 s per operation allows with 16 in flight.
 	cfg.OpTimeout = 5 * time.Minute
