@@ -18,6 +18,8 @@ func TestAuthHint(t *testing.T) {
 	sasl := errors.New("no available namenodes: SASL handshake: KDC_ERR_C_PRINCIPAL_UNKNOWN")
 	seq := errors.New("stat /: unexpected sequence number")
 	refused := errors.New("dial tcp 127.0.0.1:8020: connection refused")
+	pipe := errors.New("stat /: no available namenodes: write tcp 127.0.0.1:46384->127.0.0.1:8020: write: broken pipe")
+	reset := errors.New("stat /: no available namenodes: read tcp 127.0.0.1:46384->127.0.0.1:8020: read: connection reset by peer")
 	tests := []struct {
 		name string
 		cfg  Config
@@ -28,6 +30,8 @@ func TestAuthHint(t *testing.T) {
 		{"keytab rejected", krb, kt, sasl, []string{"flink@EX.COM", "/etc/flink.keytab", "--hdfs-keytab", "--hdfs-principal", "klist -kt", "/etc/krb5.conf"}},
 		{"ticket cache rejected", krb, cc, sasl, []string{"/tmp/krb5cc_0", "kinit", "--hdfs-keytab"}},
 		{"simple authentication against Kerberos", simple, krbLogin{}, seq, []string{"flink", "hadoop.security.authentication=kerberos", "HADOOP_CONF_DIR", "KRB5CCNAME"}},
+		{"simple authentication against Kerberos, the close first", simple, krbLogin{}, pipe, []string{"flink", "hadoop.security.authentication=kerberos"}},
+		{"simple authentication against Kerberos, reset", simple, krbLogin{}, reset, []string{"hadoop.security.authentication=kerberos"}},
 		{"Kerberos, NameNode down", krb, kt, refused, nil},
 		{"simple, NameNode down", simple, krbLogin{}, refused, nil},
 		{"Kerberos, protocol error", krb, kt, seq, nil},

@@ -173,9 +173,10 @@ func authHint(cfg Config, l krbLogin, err error) error {
 	case cfg.Kerberos.Enabled && strings.Contains(msg, "SASL handshake"):
 		return fmt.Errorf("HDFS Kerberos: the ticket cache %s got no ticket for the NameNode: renew it with kinit (or give --hdfs-keytab and --hdfs-principal); KDC from %s (KRB5_CONFIG): %w",
 			l.ccache, l.krb5Conf, err)
-	case !cfg.Kerberos.Enabled && strings.Contains(msg, "unexpected sequence number"):
+	case !cfg.Kerberos.Enabled && (strings.Contains(msg, "unexpected sequence number") || strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset by peer")):
 		// The NameNode answers a connection whose authentication it does not accept with a
-		// connection-level error the library reports only as a protocol error.
+		// connection-level error and closes it: the library reports a protocol error, or, when the
+		// close wins the race with the request's write, the write's broken pipe or reset.
 		return fmt.Errorf("HDFS: the NameNode dropped the connection of user %s with simple authentication before answering, as a cluster that requires Kerberos does: set hadoop.security.authentication=kerberos in core-site.xml (HADOOP_CONF_DIR) and give --hdfs-keytab and --hdfs-principal or a ticket cache (KRB5CCNAME): %w",
 			cfg.User, err)
 	}
