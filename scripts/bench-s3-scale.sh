@@ -13,7 +13,8 @@
 #   3. The mount, at SMALL_N and then SCALE_N objects (the same generator, in versitygw's posix folder),
 #      behind the test proxy at LAT per request: time to the first index build, RSS and the index lag
 #      (ckguard_index_lag_seconds) sampled for SOAK_SMALL / SOAK seconds with --sync-interval SYNC, then
-#      `find -type f` over everything against the raw ListObjectsV2 walk (s3raw) of the same bucket,
+#      `find -type f` over everything against the raw ListObjectsV2 walk (s3raw) of the same bucket
+#      (s3client's walk, so with its lean XML decoder like the mount; also shown with the SDK's decoding),
 #      and the RSS after the find.
 #
 # Targets: sync at 20 ms <= 10 s; lag <= --sync-interval + sync time; burst sync of the same order as a
@@ -110,6 +111,10 @@ phase() { # objects soak-seconds
 	local l; l=$(load)
 	read -r cnt raw < <("$WORK/s3raw" walk --endpoint "$PEP" --bucket bench)
 	row "$n: raw ListObjectsV2 walk at $LAT, $cnt objects (s)" "$raw" "$l"
+	# The same walk with the SDK's XML decoding instead of ckguard's lean decoder (both are s3client's).
+	l=$(load)
+	read -r _ rawsdk < <(CKGUARD_S3_SDK_DECODER=1 "$WORK/s3raw" walk --endpoint "$PEP" --bucket bench)
+	row "$n: the raw walk with the SDK's XML decoding (s)" "$rawsdk" "$l"
 	proxy_ops >/dev/null
 	MADDR=127.0.0.1:$(free_port)
 	mkdir -p "$mnt"
@@ -150,6 +155,7 @@ phase() { # objects soak-seconds
 	row "$n: find -type f through the mount at $LAT, $found files (s)" "$tf" "$l"
 	row "$n:   requests of the find" "$(proxy_ops)" "$(load)"
 	row "$n: find / raw walk (target <= 1.3)" "$(ratio "$tf" "$raw")" "$(load)"
+	row "$n: find / raw walk with the SDK's XML decoding" "$(ratio "$tf" "$rawsdk")" "$(load)"
 	row "$n: mount RSS after the find (MiB)" "$(rss_mib "$ck")" "$(load)"
 	sleep 30
 	row "$n: mount RSS 30 s after the find (MiB)" "$(rss_mib "$ck")" "$(load)"

@@ -40,7 +40,7 @@ func mountCommand() *cli.Command {
 		&cli.StringFlag{Name: "log-file", Usage: "daemon mode: log here (default INDEX/ckguard.log)"},
 		&cli.BoolFlag{Name: "debug", Usage: "log every FUSE request"},
 		&cli.IntFlag{Name: "loss-check-budget", Usage: "after every sync the mount checks, beside the sync loop, that the objects live checkpoints reference are still in the store: at most this many requests per sync (a stat per object; on S3 a listing per folder holding several), in a rotation beyond that, besides one stat per object already found missing. Default: everything on a local store, 1000 requests on S3. -1: everything at every sync"},
-		durationFlag("quarantine", defaultQuarantine, "stage every deletion the guard allows in the store's quarantine folder (invisible in the mount) for this long before it is purged; `ckguard quarantine list|restore|purge`. 0s: deletions are final. Default 0s on S3 (opt-in: staging there is a server-side copy per deletion) and on HDFS (no quarantine yet)"),
+		durationFlag("quarantine", defaultQuarantine, "stage every deletion the guard allows in the store's quarantine folder (invisible in the mount) for this long before it is purged; `ckguard quarantine list|restore|purge`. 0s: deletions are final. Default 0s on S3 (opt-in: staging there is a server-side copy per deletion) and on HDFS (opt-in: there deletions go to the HDFS trash when the NameNode has one; with --quarantine they are staged instead, a record file and a rename per deletion)"),
 		&cli.IntFlag{Name: "serve-procs", Value: 1, Usage: "GOMAXPROCS while the mount only answers requests (index syncs and queries raise it back); fewer idle Go threads make each request cheaper, rm -rf about 30% faster on 2 cores. 0: leave GOMAXPROCS alone. Local stores only, unless given explicitly"},
 	}
 	// --store, --index, --map, --entropy-key and the S3 flags are shared with every index command
@@ -194,7 +194,8 @@ func runMount(c *cli.Context) error {
 	cfg.Quarantine = c.Duration("quarantine")
 	if !c.IsSet("quarantine") && !storeStagesDeletions(cfg.StoreDir) {
 		// On S3 staging is opt-in (a server-side copy per deletion, billed and taking time with the
-		// object's size); the HDFS mount has no quarantine yet (guardd refuses one it cannot stage).
+		// object's size); on HDFS too (the NameNode's trash, when it has one, keeps deletions without it,
+		// and staging writes a record file per deletion through a DataNode).
 		cfg.Quarantine = 0
 	}
 	run := guardd.Run
@@ -225,7 +226,7 @@ func runMount(c *cli.Context) error {
 }
 
 // storeStagesDeletions reports whether the --quarantine default applies to the mount of store: the
-// local store's (a rename costs nothing); on S3 staging is opt-in, and the HDFS mount cannot stage.
+// local store's (a rename costs nothing); on S3 and HDFS staging is opt-in.
 func storeStagesDeletions(store string) bool {
 	return !s3cli.IsURL(store) && !hdfscli.IsURL(store)
 }

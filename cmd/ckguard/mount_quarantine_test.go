@@ -2,8 +2,8 @@ package main
 
 import "testing"
 
-// TestStoreStagesDeletions: the --quarantine default is for the stores whose mount can stage a
-// deletion; on the others it would make the mount refuse to start.
+// TestStoreStagesDeletions: the --quarantine default is for the stores where staging is a rename and
+// nothing else keeps deletions; S3 and HDFS mounts stage only when asked.
 func TestStoreStagesDeletions(t *testing.T) {
 	for _, tc := range []struct {
 		store string

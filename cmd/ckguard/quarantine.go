@@ -10,6 +10,8 @@ import (
 
 	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/fs/guardd"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsquarantine"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/s3backend/s3cli"
 	"github.com/ckguard/ckguard/s3backend/s3quarantine"
@@ -73,6 +75,18 @@ func openQuarantine(c *cli.Context, ttl time.Duration) (quarantine.Service, bool
 			return nil, false, nil, fmt.Errorf("store %s: %w", s, err)
 		}
 		return &quarantine.Direct{Area: area, TTL: ttl}, false, func() error { return nil }, nil
+	}
+	if hdfscli.IsURL(s) {
+		st, err := hdfscli.OpenStore(c.Context, s, hdfscli.FromFlags(c))
+		if err != nil {
+			return nil, false, nil, err
+		}
+		area, err := hdfsquarantine.Open(c.Context, st.FS(), st.Dir(), nil)
+		if err != nil {
+			_ = st.FS().Close()
+			return nil, false, nil, fmt.Errorf("store %s: %w", s, err)
+		}
+		return &quarantine.Direct{Area: area, TTL: ttl}, false, st.FS().Close, nil
 	}
 	abs, err := filepath.Abs(s)
 	if err != nil {

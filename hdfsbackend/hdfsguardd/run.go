@@ -1,16 +1,19 @@
 // Package hdfsguardd runs one guard mount over HDFS: the fs/guardd daemon (same Config, index, audit
 // log, control socket, metrics, periodic sync and teardown) over the HDFS store (hdfsstore) and the HDFS
-// FUSE tree (hdfsmount).
+// FUSE tree (hdfsmount). With --quarantine the mount stages allowed deletions in the store's quarantine
+// folder (hdfsquarantine) instead of the HDFS trash; guardd serves its socket, purge and gauges.
 package hdfsguardd
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/fs/metrics"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsmount"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsquarantine"
 )
 
 // Run mounts c.StoreDir (an hdfs:// URI) and serves until ctx is cancelled or the filesystem is
@@ -21,11 +24,17 @@ func Run(ctx context.Context, c guardd.Config, o hdfscli.Options) error {
 		if err != nil {
 			return guardd.Backend{}, err
 		}
+		var area *hdfsquarantine.Area
+		if c.Quarantine > 0 {
+			if area, err = hdfsquarantine.Open(ctx, st.FS(), st.Dir(), c.QuarantineNow); err != nil {
+				return guardd.Backend{}, fmt.Errorf("--quarantine: %s: %w", c.StoreDir, err)
+			}
+		}
 		return guardd.Backend{
 			Store: st,
 			Mount: func(ctx context.Context, enf *guard.Enforcer, met *metrics.Metrics) (guardd.Mount, error) {
 				return hdfsmount.Mount(ctx, hdfsmount.Options{FS: st.FS(), Dir: st.Dir(), Name: st.Root(), Mountpoint: c.Mountpoint,
-					Enforcer: enf, Metrics: met, AllowOther: c.AllowOther, Debug: c.Debug, Logger: c.Logger})
+					Enforcer: enf, Metrics: met, AllowOther: c.AllowOther, Debug: c.Debug, Logger: c.Logger, Quarantine: area})
 			},
 			// The referenced/orphaned-bytes gauges walk the whole store: not at every sync over HDFS.
 			NoIndexGauges: true,

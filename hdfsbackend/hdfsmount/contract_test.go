@@ -12,6 +12,8 @@ import (
 	"github.com/ckguard/ckguard/fs/guard/mounttest"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient/hdfsfake"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsmount"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsquarantine"
+	"github.com/ckguard/ckguard/refindex/store"
 )
 
 // fakeStore is the in-process namespace under the mount, reached beside it.
@@ -35,14 +37,17 @@ func (s fakeStore) Get(t testing.TB, key string) (string, bool) {
 func (s fakeStore) Files(t testing.TB) []string {
 	var out []string
 	for _, f := range s.f.Files() {
-		if k, ok := strings.CutPrefix(f, dir+"/"); ok {
+		if k, ok := strings.CutPrefix(f, dir+"/"); ok && !store.InQuarantine(k) {
 			out = append(out, k)
 		}
 	}
 	return out
 }
 
-func hdfsHarness() mounttest.Harness {
+func hdfsHarness() mounttest.Harness { return harnessWith(false) }
+
+// harnessWith is the contract harness, with a quarantine area the mount stages in when quarantined.
+func harnessWith(quarantined bool) mounttest.Harness {
 	return mounttest.Harness{
 		Mount: func(t *testing.T, enf *guard.Enforcer) (string, mounttest.Store) {
 			f := hdfsfake.New("flink")
@@ -50,7 +55,15 @@ func hdfsHarness() mounttest.Harness {
 				t.Fatal(err)
 			}
 			mnt := t.TempDir()
-			m, err := hdfsmount.Mount(context.Background(), hdfsmount.Options{FS: f, Dir: dir, Name: "hdfs://nn:8020" + dir, Mountpoint: mnt, Enforcer: enf})
+			o := hdfsmount.Options{FS: f, Dir: dir, Name: "hdfs://nn:8020" + dir, Mountpoint: mnt, Enforcer: enf}
+			if quarantined {
+				a, err := hdfsquarantine.Open(context.Background(), f, dir, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				o.Quarantine = a
+			}
+			m, err := hdfsmount.Mount(context.Background(), o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,6 +82,9 @@ func hdfsHarness() mounttest.Harness {
 
 // TestContract runs the mount contract suite on the HDFS mount (over the in-process namespace).
 func TestContract(t *testing.T) { mounttest.Run(t, hdfsHarness()) }
+
+// TestContractQuarantined runs it on a mount that stages its deletions in a quarantine area.
+func TestContractQuarantined(t *testing.T) { mounttest.Run(t, harnessWith(true)) }
 
 // TestContractCatchesBrokenEnforcer: with an enforcer that lets every unlink through, the suite fails
 // on the HDFS mount.

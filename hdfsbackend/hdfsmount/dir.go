@@ -105,7 +105,7 @@ func (f *filesystem) stream(key string) *stream {
 func (f *filesystem) entries(key string, page []hdfsclient.FileInfo, at time.Time) []fuse.DirEntry {
 	out := make([]fuse.DirEntry, 0, len(page))
 	for _, fi := range page {
-		if !validName(fi.Name) || fi.Symlink {
+		if !validName(fi.Name) || fi.Symlink || hiddenName(key, fi.Name) {
 			continue
 		}
 		f.attrs.put(childKey(key, fi.Name), fi, at)

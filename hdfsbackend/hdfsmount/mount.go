@@ -10,8 +10,11 @@
 //   - A rename never replaces an existing target: it fails with EEXIST.
 //   - NameNode trouble (safe mode, standby, RPC failure) while deciding or acting is EIO: the stat a
 //     decision needs failing is never taken for "already gone".
-//   - With fs.trash.interval > 0 on the NameNode an allowed deletion is moved to the user's .Trash, as
-//     `hdfs dfs -rm` does; otherwise it is deleted.
+//   - With a quarantine (Options.Quarantine) an allowed deletion, truncation or rewrite moves the file
+//     into the store's quarantine folder (see quarantine.go); otherwise, with fs.trash.interval > 0 on
+//     the NameNode, an allowed deletion is moved to the user's .Trash, as `hdfs dfs -rm` does; otherwise
+//     it is deleted.
+//   - The quarantine folder is never visible or writable through the mount.
 package hdfsmount
 
 import (
@@ -27,6 +30,7 @@ import (
 	"github.com/ckguard/ckguard/fs/metrics"
 	"github.com/ckguard/ckguard/fs/mountutil"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsquarantine"
 )
 
 // Options configure a mount.
@@ -44,6 +48,8 @@ type Options struct {
 	Logger     *slog.Logger
 	// UID, GID own every file (HDFS owners are names). Default: the daemon's.
 	UID, GID uint32
+	// Quarantine, when set, is the area allowed deletions are staged in (it takes the trash's place).
+	Quarantine *hdfsquarantine.Area
 	// Now stamps trash suffixes (default time.Now).
 	Now func() time.Time
 	// ListAhead is how many subdirectories a readdir lists ahead of their opendir (0: 8; negative:
@@ -69,6 +75,7 @@ type filesystem struct {
 	g      *guard.Enforcer
 	log    *slog.Logger
 	trash  bool
+	q      *hdfsquarantine.Area
 	now    func() time.Time
 	uid    uint32
 	gid    uint32
@@ -105,7 +112,9 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 	if err != nil {
 		return nil, fmt.Errorf("HDFS %s: reading the NameNode's trash setting: %w", o.Name, err)
 	}
-	if d.TrashInterval > 0 {
+	if o.Quarantine != nil {
+		o.Logger.Info("allowed deletions through the mount are staged in the quarantine folder (not the HDFS trash)", "folder", o.Quarantine.Dir())
+	} else if d.TrashInterval > 0 {
 		o.Logger.Info("deletions through the mount go to the HDFS trash (fs.trash.interval)", "trash", hdfsclient.TrashRoot(o.FS.User()), "interval", d.TrashInterval)
 	} else {
 		o.Logger.Info("the NameNode has no trash (fs.trash.interval = 0): deletions through the mount are final")
@@ -114,7 +123,7 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 	if err != nil {
 		return nil, err
 	}
-	fsys := &filesystem{fs: o.FS, dir: o.Dir, g: o.Enforcer, log: o.Logger, trash: d.TrashInterval > 0, now: o.Now, uid: o.UID, gid: o.GID, attrs: newAttrCache(maxCached)}
+	fsys := &filesystem{fs: o.FS, dir: o.Dir, g: o.Enforcer, log: o.Logger, trash: d.TrashInterval > 0 && o.Quarantine == nil, q: o.Quarantine, now: o.Now, uid: o.UID, gid: o.GID, attrs: newAttrCache(maxCached)}
 	fsys.pre = newPrefetcher(fsys, o.ListAhead)
 	fsys.relist = newRelister(fsys)
 	opts := mountutil.RemoteOptions(o.UID, o.GID)

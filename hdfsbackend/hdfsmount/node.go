@@ -108,7 +108,7 @@ func (f *filesystem) info(key string, fi hdfsclient.FileInfo) store.ObjectInfo {
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if !validName(name) {
+	if !validName(name) || hiddenName(n.key(), name) {
 		return nil, syscall.ENOENT
 	}
 	fi, err := n.fsys.stat(ctx, childKey(n.key(), name), statTTL)
@@ -161,9 +161,14 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 			}
 			wh, _ := fh.(*writeHandle)
 			if fi.Size != 0 || (wh != nil && wh.existing) {
-				errno := n.fsys.g.Change(ctx, []guard.Check{{Op: verdict.OpTruncate, Path: key, Observed: new(n.fsys.info(key, fi))}}, func() syscall.Errno {
-					if err := n.fsys.fs.Remove(ctx, p); err != nil {
-						return hdfsclient.Errno(err)
+				st, errno := n.fsys.prepare(ctx, verdict.OpTruncate, key, fi)
+				if errno != 0 {
+					return errno
+				}
+				defer st.done(ctx)
+				errno = n.fsys.g.Change(ctx, []guard.Check{{Op: verdict.OpTruncate, Path: key, Observed: new(n.fsys.info(key, fi))}}, func() syscall.Errno {
+					if errno := n.fsys.discard(ctx, p, st); errno != 0 {
+						return errno
 					}
 					w, err := n.fsys.fs.Create(ctx, p, fi.Mode)
 					if err != nil {
@@ -233,6 +238,9 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if !validName(name) {
 		return nil, syscall.EINVAL
 	}
+	if hiddenName(n.key(), name) {
+		return nil, syscall.EPERM
+	}
 	p := n.fsys.abs(childKey(n.key(), name))
 	defer n.fsys.changed(childKey(n.key(), name))
 	if err := n.fsys.fs.Mkdir(ctx, p, fs.FileMode(mode&0o777)); err != nil {
@@ -246,7 +254,8 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	return n.NewInode(ctx, &node{fsys: n.fsys}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
 }
 
-// remove deletes one decided name: to the trash when the cluster has one, else for good.
+// remove deletes one decided name: to the trash when the cluster has one (and the mount stages nothing:
+// with a quarantine only empty directories come here), else for good.
 func (f *filesystem) remove(ctx context.Context, p string) error {
 	if f.trash {
 		_, err := hdfsclient.MoveToTrash(ctx, f.fs, p, f.now())
@@ -255,10 +264,25 @@ func (f *filesystem) remove(ctx context.Context, p string) error {
 	return f.fs.Remove(ctx, p)
 }
 
+// discard removes the file p a truncation or rewrite replaces by a new empty one: into the quarantine
+// when st stages it, else for good (HDFS cannot cut a file in place; the trash keeps no rewrites).
+func (f *filesystem) discard(ctx context.Context, p string, st *staging) syscall.Errno {
+	if st != nil {
+		if err := st.commit(ctx); err != nil {
+			return errnoOf(err)
+		}
+		return 0
+	}
+	return hdfsclient.Errno(f.fs.Remove(ctx, p))
+}
+
 // Unlink decides the one file, on a listing's attributes at most unlinkTTL old or the stat just taken
 // (a failed stat is its errno, never "gone").
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	key := childKey(n.key(), name)
+	if hiddenKey(key) {
+		return syscall.ENOENT
+	}
 	p := n.fsys.abs(key)
 	fi, err := n.fsys.stat(ctx, key, unlinkTTL)
 	defer n.fsys.changed(key)
@@ -268,7 +292,21 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if fi.IsDir {
 		return syscall.EISDIR
 	}
-	return n.fsys.g.Remove(ctx, guard.Check{Op: verdict.OpUnlink, Path: key, Observed: new(n.fsys.info(key, fi))}, n.removeEntry(ctx, p))
+	check := guard.Check{Op: verdict.OpUnlink, Path: key, Observed: new(n.fsys.info(key, fi))}
+	if n.fsys.q == nil {
+		return n.fsys.g.Remove(ctx, check, n.removeEntry(ctx, p))
+	}
+	st, errno := n.fsys.prepare(ctx, verdict.OpUnlink, key, fi)
+	if errno != 0 {
+		return errno
+	}
+	defer st.done(ctx)
+	return n.fsys.g.Remove(ctx, check, func() (bool, syscall.Errno) {
+		if err := st.commit(ctx); err != nil {
+			return false, errnoOf(err)
+		}
+		return true, 0
+	})
 }
 
 // removeEntry is the mechanics of an allowed unlink or rmdir: a non-recursive delete (to the user's
@@ -285,6 +323,9 @@ func (n *node) removeEntry(ctx context.Context, p string) func() (bool, syscall.
 // Rmdir removes an empty directory (the NameNode refuses a non-empty one: ENOTEMPTY).
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	key := childKey(n.key(), name)
+	if hiddenKey(key) {
+		return syscall.ENOENT
+	}
 	p := n.fsys.abs(key)
 	defer n.fsys.changedTree(key)
 	fi, err := n.fsys.fs.Stat(ctx, p)
@@ -326,6 +367,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	}
 	src := childKey(n.key(), name)
 	dst := childKey(np.key(), newName)
+	if hiddenKey(src) || hiddenKey(dst) {
+		return syscall.EPERM
+	}
 	defer n.fsys.changedTree(dst)
 	defer n.fsys.changedTree(src)
 	sfi, err := n.fsys.fs.Stat(ctx, n.fsys.abs(src))
@@ -389,9 +433,14 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		return h, fuse.FOPEN_DIRECT_IO, 0
 	}
 	var w hdfsclient.Writer
-	errno := n.fsys.g.Open(ctx, guard.Check{Op: guard.OpenOp(flags), Path: key, Observed: new(n.fsys.info(key, fi))}, func() syscall.Errno {
-		if err := n.fsys.fs.Remove(ctx, p); err != nil {
-			return hdfsclient.Errno(err)
+	st, errno := n.fsys.prepare(ctx, verdict.OpTruncate, key, fi)
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	defer st.done(ctx)
+	errno = n.fsys.g.Open(ctx, guard.Check{Op: guard.OpenOp(flags), Path: key, Observed: new(n.fsys.info(key, fi))}, func() syscall.Errno {
+		if errno := n.fsys.discard(ctx, p, st); errno != 0 {
+			return errno
 		}
 		var err error
 		w, err = n.fsys.fs.Create(ctx, p, fi.Mode)
@@ -406,6 +455,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
 	if !validName(name) {
 		return nil, nil, 0, syscall.EINVAL
+	}
+	if hiddenName(n.key(), name) {
+		return nil, nil, 0, syscall.EPERM
 	}
 	key := childKey(n.key(), name)
 	defer n.fsys.changed(key)

@@ -132,11 +132,14 @@ func (r *reader) ReadAt(p []byte, off int64) (int, error) {
 	return r.r.ReadAt(p, off)
 }
 
-// Walk reports every file (and directory) below prefix.
+// Walk reports every file (and directory) below prefix, never below store.QuarantineDir.
 func (s *Store) Walk(ctx context.Context, prefix string, fn func(store.ObjectInfo) error) error {
 	key, err := store.CleanKey(prefix)
 	if err != nil {
 		return err
+	}
+	if store.InQuarantine(key) {
+		return nil
 	}
 	return s.walk(ctx, key, func(oi store.ObjectInfo) error { return fn(oi) })
 }

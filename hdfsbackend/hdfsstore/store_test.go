@@ -178,3 +178,31 @@ func TestStatObserved(t *testing.T) {
 		t.Errorf("stat through an unavailable NameNode: %v", err)
 	}
 }
+
+// TestDiscoverySkipsQuarantine: the quarantine folder at the store root holds staged deletions, not
+// store data: neither discovery nor a walk reports anything below it (a `_metadata` staged there is no
+// live checkpoint), while a folder of that name deeper in the store is ordinary data.
+func TestDiscoverySkipsQuarantine(t *testing.T) {
+	s, f := fakeStore(t, 2)
+	for _, k := range []string{"job/chk-1/_metadata", store.QuarantineDir + "/_metadata",
+		store.QuarantineDir + "/job/chk-0/_metadata", store.QuarantineDir + "/0123-abcd", "job/" + store.QuarantineDir + "/_metadata"} {
+		if err := f.Put("/flink/checkpoints/"+k, []byte("x"), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := listMeta(s)
+	if err != nil || got != "job/"+store.QuarantineDir+"/_metadata,job/chk-1/_metadata" {
+		t.Errorf("ListMetadata = %s, %v", got, err)
+	}
+	for _, prefix := range []string{"", store.QuarantineDir, store.QuarantineDir + "/job"} {
+		err := s.Walk(context.Background(), prefix, func(oi store.ObjectInfo) error {
+			if store.InQuarantine(oi.Path) {
+				t.Errorf("Walk(%q) reported %s", prefix, oi.Path)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Errorf("Walk(%q): %v", prefix, err)
+		}
+	}
+}

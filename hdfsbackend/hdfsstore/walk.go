@@ -44,6 +44,9 @@ func (s *Store) walk(ctx context.Context, key string, fn func(store.ObjectInfo) 
 						if !validName(fi.Name) {
 							return fmt.Errorf("HDFS listing of %s returned the invalid name %q", s.abs(dir), fi.Name)
 						}
+						if dir == "" && fi.Name == store.QuarantineDir {
+							continue // staged deletions are not store data (a `_metadata` there is no live checkpoint)
+						}
 						oi := s.info(rel(dir, fi.Name), fi)
 						if fi.IsDir {
 							q.push(oi.Path)

@@ -24,6 +24,9 @@ type Client struct {
 	api *s3.Client
 	loc Location
 	cfg Config
+	// sdkList makes listings use the SDK's XML decoding (CKGUARD_S3_SDK_DECODER=1) instead of the lean
+	// decoder (listxml.go).
+	sdkList bool
 }
 
 // Object is one listed or HEADed object (or, with IsDir, one common prefix).
@@ -143,28 +146,75 @@ func (c *Client) ListPage(ctx context.Context, relPrefix string, delim bool, tok
 	if maxKeys > 0 {
 		in.MaxKeys = aws.Int32(maxKeys)
 	}
-	out, err := c.api.ListObjectsV2(ctx, in)
+	res, err := c.listObjects(ctx, in)
 	if err != nil {
 		return Page{}, wrap("ListObjectsV2", c.url(relPrefix), err)
 	}
-	pg := Page{Started: started}
-	pl := len(c.loc.Prefix)
-	for _, o := range out.Contents {
-		k := aws.ToString(o.Key)
-		if len(k) < pl {
-			continue
+	return c.page(res, relPrefix, started)
+}
+
+// listObjects sends one ListObjectsV2 request and decodes its answer, with the lean decoder unless
+// the client was told to use the SDK's.
+func (c *Client) listObjects(ctx context.Context, in *s3.ListObjectsV2Input) (listResult, error) {
+	if c.sdkList {
+		out, err := c.api.ListObjectsV2(ctx, in)
+		if err != nil {
+			return listResult{}, err
 		}
-		pg.Objects = append(pg.Objects, Object{Key: k[pl:], Size: aws.ToInt64(o.Size), ModTime: aws.ToTime(o.LastModified), ETag: unquote(o.ETag)})
+		return fromSDK(out), nil
+	}
+	var res listResult
+	var ok bool
+	if _, err := c.api.ListObjectsV2(ctx, in, withLeanList(&leanList{res: &res, ok: &ok})); err != nil {
+		return listResult{}, err
+	}
+	if !ok {
+		// Fail closed: a success the decoder did not see would be an empty page.
+		return listResult{}, errors.New("the listing's answer was not decoded")
+	}
+	return res, nil
+}
+
+// fromSDK is the SDK's decoding of a page in the lean decoder's form.
+func fromSDK(out *s3.ListObjectsV2Output) listResult {
+	res := listResult{Truncated: aws.ToBool(out.IsTruncated), Next: aws.ToString(out.NextContinuationToken)}
+	for _, o := range out.Contents {
+		res.Objects = append(res.Objects, Object{Key: aws.ToString(o.Key), Size: aws.ToInt64(o.Size), ModTime: aws.ToTime(o.LastModified), ETag: unquote(o.ETag)})
 	}
 	for _, p := range out.CommonPrefixes {
-		k := aws.ToString(p.Prefix)
+		res.Prefixes = append(res.Prefixes, aws.ToString(p.Prefix))
+	}
+	return res
+}
+
+// page makes a decoded listing of relPrefix relative to the location. Keys are reused in place (the
+// relative key is a substring of the full one). A key outside the requested prefix is an error: the
+// server answered another question.
+func (c *Client) page(res listResult, relPrefix string, started time.Time) (Page, error) {
+	pg := Page{Started: started, Objects: res.Objects[:0]}
+	pl := len(c.loc.Prefix)
+	want := c.full(relPrefix)
+	for _, o := range res.Objects {
+		if !strings.HasPrefix(o.Key, want) {
+			return Page{}, wrap("ListObjectsV2", c.url(relPrefix), fmt.Errorf("the server listed %q, which is not under the prefix %q", o.Key, want))
+		}
+		o.Key = o.Key[pl:]
+		pg.Objects = append(pg.Objects, o)
+	}
+	if len(pg.Objects) == 0 {
+		pg.Objects = nil
+	}
+	for _, k := range res.Prefixes {
+		if !strings.HasPrefix(k, want) {
+			return Page{}, wrap("ListObjectsV2", c.url(relPrefix), fmt.Errorf("the server listed the common prefix %q, which is not under the prefix %q", k, want))
+		}
 		if len(k) <= pl {
 			continue
 		}
 		pg.Prefixes = append(pg.Prefixes, strings.TrimSuffix(k[pl:], "/"))
 	}
-	if aws.ToBool(out.IsTruncated) {
-		pg.Next = aws.ToString(out.NextContinuationToken)
+	if res.Truncated {
+		pg.Next = res.Next
 		if pg.Next == "" {
 			return pg, wrap("ListObjectsV2", c.url(relPrefix), errors.New("truncated listing without a continuation token"))
 		}

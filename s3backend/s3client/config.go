@@ -176,7 +176,7 @@ func New(ctx context.Context, cfg Config, loc Location) (*Client, error) {
 		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 		o.DisableLogOutputChecksumValidationSkipped = true
 	})
-	return &Client{api: api, loc: loc, cfg: cfg}, nil
+	return &Client{api: api, loc: loc, cfg: cfg, sdkList: sdkListDecoderFromEnv()}, nil
 }
 
 // jitterBackoff is exponential backoff with full jitter: attempt n waits rand[0, base·2^(n-1)), capped at max.

@@ -11,3 +11,6 @@ func (c *AttrCache) RotateAt(now time.Time) {
 	defer c.mu.Unlock()
 	c.rotate(now)
 }
+
+// UseSDKListDecoder makes c's listings use the SDK's XML decoding (CKGUARD_S3_SDK_DECODER=1).
+func UseSDKListDecoder(c *Client, on bool) { c.sdkList = on }

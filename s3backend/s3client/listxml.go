@@ -1,0 +1,759 @@
+package s3client
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	smithytime "github.com/aws/smithy-go/time"
+)
+
+// The lean ListObjectsV2 decoder: the response body straight into listed objects, without the SDK's
+// reflection-free but token-by-token encoding/xml decoding (most of the client's CPU in a walk).
+//
+// Every key decides what a deletion may remove, so the decoder accepts only what it fully understands
+// and errors on anything else, never returning a shorter page: it accepts no more than the SDK's decoder
+// does (FuzzListDecode checks that), and refuses some responses the SDK would turn into silent gaps or
+// wrong keys — no ListBucketResult root, a Contents without Key, Size or LastModified, a missing
+// IsTruncated, a KeyCount that is not the number of entries, EncodingType (ckguard never asks for it),
+// a field given twice, a raw carriage return (XML would turn it into a line feed), a DOCTYPE, anything
+// after the root element. Memory is bounded by listBodyMax, listEntriesMax and listValueMax.
+
+const (
+	// listBodyMax bounds a response body: a page of 1,000 keys of 1,024 bytes, each character written
+	// as a 6-byte entity, with every optional field, is under 10 MiB.
+	listBodyMax = 32 << 20
+	// listEntriesMax bounds the objects plus prefixes of a page (S3 returns at most 1,000).
+	listEntriesMax = 10_000
+	// listValueMax bounds one decoded value (a key is at most 1,024 bytes on AWS).
+	listValueMax = 64 << 10
+	// listDepthMax bounds element nesting (the schema has four levels).
+	listDepthMax = 64
+)
+
+// listResult is one decoded ListObjectsV2 page, keys as the server sent them (with the location prefix).
+type listResult struct {
+	Objects   []Object // Key, Size, ModTime, ETag (unquoted)
+	Prefixes  []string // with the trailing delimiter
+	Truncated bool
+	Next      string // NextContinuationToken
+}
+
+type tokKind uint8
+
+const (
+	tokEOF   tokKind = iota
+	tokStart         // a start tag (a self-closing one is followed by its tokEnd)
+	tokEnd
+	tokText  // character data, entities decoded; also a CDATA section
+	tokOther // a comment or processing instruction
+)
+
+// xmlScanner tokenizes a UTF-8 XML document held in memory. Names and text point into b or into the
+// reused scratch buffer and stay valid only until the next call of next.
+type xmlScanner struct {
+	b       []byte
+	i       int
+	stack   [][]byte // raw names of the open elements
+	closing bool     // the last start tag was self-closing: its end comes next
+	rootEnd bool     // the root element has been closed
+	name    []byte   // local name of the last start or end tag
+	text    []byte   // data of the last tokText
+	scratch []byte
+}
+
+var errXML = errors.New("malformed XML")
+
+func (s *xmlScanner) errf(format string, a ...any) error {
+	return fmt.Errorf("%w at byte %d: %s", errXML, s.i, fmt.Sprintf(format, a...))
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' }
+
+func isNameByte(c byte, first bool) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', c == '_', c == ':':
+		return true
+	case '0' <= c && c <= '9', c == '-', c == '.':
+		return !first
+	}
+	return false
+}
+
+// localName is the part of a raw name that encoding/xml calls Local: after the prefix of "p:name".
+func localName(raw []byte) []byte {
+	if i := bytes.IndexByte(raw, ':'); i > 0 && i < len(raw)-1 {
+		return raw[i+1:]
+	}
+	return raw
+}
+
+// readName reads an ASCII XML name at s.i (at most one ':').
+func (s *xmlScanner) readName() ([]byte, error) {
+	start := s.i
+	for s.i < len(s.b) && isNameByte(s.b[s.i], s.i == start) {
+		s.i++
+	}
+	n := s.b[start:s.i]
+	if len(n) == 0 {
+		return nil, s.errf("expected a name")
+	}
+	if bytes.Count(n, []byte{':'}) > 1 {
+		return nil, s.errf("name %q has more than one ':'", n)
+	}
+	return n, nil
+}
+
+func (s *xmlScanner) skipSpace() {
+	for s.i < len(s.b) && isSpace(s.b[s.i]) {
+		s.i++
+	}
+}
+
+// next returns the next token.
+func (s *xmlScanner) next() (tokKind, error) {
+	if s.closing {
+		s.closing = false
+		return tokEnd, s.pop()
+	}
+	if s.i >= len(s.b) {
+		if len(s.stack) > 0 {
+			return 0, s.errf("unexpected end of document inside <%s>", s.stack[len(s.stack)-1])
+		}
+		return tokEOF, nil
+	}
+	if s.b[s.i] != '<' {
+		end := bytes.IndexByte(s.b[s.i:], '<')
+		if end < 0 {
+			end = len(s.b) - s.i
+		}
+		raw := s.b[s.i : s.i+end]
+		if bytes.Contains(raw, []byte("]]>")) {
+			return 0, s.errf("']]>' outside a CDATA section")
+		}
+		t, err := s.decodeText(raw, false)
+		if err != nil {
+			return 0, err
+		}
+		if len(s.stack) == 0 && len(bytes.TrimLeft(t, " \t\n")) > 0 {
+			return 0, s.errf("text outside the root element")
+		}
+		s.i += end
+		s.text = t
+		return tokText, nil
+	}
+	rest := s.b[s.i:]
+	switch {
+	case bytes.HasPrefix(rest, []byte("</")):
+		s.i += 2
+		n, err := s.readName()
+		if err != nil {
+			return 0, err
+		}
+		s.skipSpace()
+		if s.i >= len(s.b) || s.b[s.i] != '>' {
+			return 0, s.errf("end tag </%s> not closed by '>'", n)
+		}
+		s.i++
+		if len(s.stack) == 0 || !bytes.Equal(s.stack[len(s.stack)-1], n) {
+			return 0, s.errf("unexpected end tag </%s>", n)
+		}
+		return tokEnd, s.pop()
+	case bytes.HasPrefix(rest, []byte("<!--")):
+		end := bytes.Index(rest[4:], []byte("--"))
+		if end < 0 || 4+end+2 >= len(rest) || rest[4+end+2] != '>' {
+			return 0, s.errf("unterminated comment or '--' inside one")
+		}
+		s.i += 4 + end + 3
+		return tokOther, nil
+	case bytes.HasPrefix(rest, []byte("<![CDATA[")):
+		if len(s.stack) == 0 {
+			return 0, s.errf("CDATA outside the root element")
+		}
+		end := bytes.Index(rest[9:], []byte("]]>"))
+		if end < 0 {
+			return 0, s.errf("unterminated CDATA section")
+		}
+		t, err := s.decodeText(rest[9:9+end], true)
+		if err != nil {
+			return 0, err
+		}
+		s.i += 9 + end + 3
+		s.text = t
+		return tokText, nil
+	case bytes.HasPrefix(rest, []byte("<!")):
+		return 0, s.errf("DOCTYPE or other declaration not accepted")
+	case bytes.HasPrefix(rest, []byte("<?")):
+		return tokOther, s.procInst()
+	}
+	s.i++
+	n, err := s.readName()
+	if err != nil {
+		return 0, err
+	}
+	if len(s.stack) == 0 && s.rootEnd {
+		return 0, s.errf("second root element <%s>", n)
+	}
+	if len(s.stack) >= listDepthMax {
+		return 0, s.errf("elements nested deeper than %d", listDepthMax)
+	}
+	for {
+		sp := s.i
+		s.skipSpace()
+		if s.i >= len(s.b) {
+			return 0, s.errf("unterminated start tag <%s>", n)
+		}
+		switch s.b[s.i] {
+		case '>':
+			s.i++
+		case '/':
+			if s.i+1 >= len(s.b) || s.b[s.i+1] != '>' {
+				return 0, s.errf("'/' inside start tag <%s>", n)
+			}
+			s.i += 2
+			s.closing = true
+		default:
+			if sp == s.i {
+				return 0, s.errf("no space before an attribute in <%s>", n)
+			}
+			if err := s.attr(); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		break
+	}
+	s.stack = append(s.stack, n)
+	s.name = localName(n)
+	return tokStart, nil
+}
+
+func (s *xmlScanner) pop() error {
+	n := s.stack[len(s.stack)-1]
+	s.stack = s.stack[:len(s.stack)-1]
+	s.name = localName(n)
+	if len(s.stack) == 0 {
+		s.rootEnd = true
+	}
+	return nil
+}
+
+// attr reads name="value" (or 'value'), checking the value's characters and entities.
+func (s *xmlScanner) attr() error {
+	if _, err := s.readName(); err != nil {
+		return err
+	}
+	s.skipSpace()
+	if s.i >= len(s.b) || s.b[s.i] != '=' {
+		return s.errf("attribute without '='")
+	}
+	s.i++
+	s.skipSpace()
+	if s.i >= len(s.b) || (s.b[s.i] != '"' && s.b[s.i] != '\'') {
+		return s.errf("attribute value not quoted")
+	}
+	q := s.b[s.i]
+	s.i++
+	end := bytes.IndexByte(s.b[s.i:], q)
+	if end < 0 {
+		return s.errf("unterminated attribute value")
+	}
+	v := s.b[s.i : s.i+end]
+	if bytes.IndexByte(v, '<') >= 0 {
+		return s.errf("'<' in an attribute value")
+	}
+	if _, err := s.decodeText(v, false); err != nil {
+		return err
+	}
+	s.i += end + 1
+	return nil
+}
+
+// procInst skips a processing instruction; the XML declaration, only at the very start, must say
+// version 1.0 and UTF-8 if it names them.
+func (s *xmlScanner) procInst() error {
+	start := s.i
+	s.i += 2
+	target, err := s.readName()
+	if err != nil {
+		return err
+	}
+	end := bytes.Index(s.b[s.i:], []byte("?>"))
+	if end < 0 {
+		return s.errf("unterminated processing instruction")
+	}
+	body := s.b[s.i : s.i+end]
+	s.i += end + 2
+	if !strings.EqualFold(string(target), "xml") {
+		return nil
+	}
+	if start != 0 || string(target) != "xml" {
+		return s.errf("XML declaration not at the start")
+	}
+	return s.xmlDecl(body)
+}
+
+// xmlDecl checks the pseudo-attributes of the XML declaration: version 1.0, encoding UTF-8 if named,
+// standalone yes or no, nothing else.
+func (s *xmlScanner) xmlDecl(body []byte) error {
+	for _, f := range bytes.Fields(body) {
+		k, v, ok := bytes.Cut(f, []byte("="))
+		if !ok || len(v) < 2 || (v[0] != '"' && v[0] != '\'') || v[len(v)-1] != v[0] {
+			return s.errf("XML declaration %q", body)
+		}
+		v = v[1 : len(v)-1]
+		switch string(k) {
+		case "version":
+			ok = string(v) == "1.0"
+		case "encoding":
+			ok = strings.EqualFold(string(v), "utf-8")
+		case "standalone":
+			ok = string(v) == "yes" || string(v) == "no"
+		default:
+			ok = false
+		}
+		if !ok {
+			return s.errf("XML declaration %q (only version 1.0 in UTF-8 is read)", body)
+		}
+	}
+	return nil
+}
+
+// decodeText checks raw character data and decodes its entities (not in CDATA). It returns raw itself
+// when there is nothing to decode, else a slice of the scratch buffer.
+func (s *xmlScanner) decodeText(raw []byte, cdata bool) ([]byte, error) {
+	plain := true
+	for _, c := range raw {
+		if c < 0x20 || c >= 0x80 || c == '&' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return raw, nil
+	}
+	out := s.scratch[:0]
+	for j := 0; j < len(raw); {
+		c := raw[j]
+		switch {
+		case c == '&' && !cdata:
+			semi := bytes.IndexByte(raw[j:min(len(raw), j+12)], ';')
+			if semi < 0 {
+				return nil, s.errf("'&' not starting an entity")
+			}
+			r, err := entity(raw[j+1 : j+semi])
+			if err != nil {
+				return nil, s.errf("%v", err)
+			}
+			out = utf8.AppendRune(out, r)
+			j += semi + 1
+		case c == '\r':
+			return nil, s.errf("raw carriage return in text (XML turns it into a line feed; a server must write &#13;)")
+		case c < 0x20 && c != '\t' && c != '\n':
+			return nil, s.errf("control character %#x in text", c)
+		case c >= 0x80:
+			r, n := utf8.DecodeRune(raw[j:])
+			if r == utf8.RuneError && n == 1 {
+				return nil, s.errf("invalid UTF-8")
+			}
+			if !xmlChar(r) {
+				return nil, s.errf("character %U not allowed in XML", r)
+			}
+			out = append(out, raw[j:j+n]...)
+			j += n
+		default:
+			out = append(out, c)
+			j++
+		}
+	}
+	s.scratch = out
+	return out, nil
+}
+
+// xmlChar reports whether r may appear in an XML 1.0 document.
+func xmlChar(r rune) bool {
+	return r == 0x09 || r == 0x0A || r == 0x0D || (r >= 0x20 && r <= 0xD7FF) || (r >= 0xE000 && r <= 0xFFFD) || (r >= 0x10000 && r <= 0x10FFFF)
+}
+
+// entity decodes the name between '&' and ';'.
+func entity(name []byte) (rune, error) {
+	switch string(name) {
+	case "amp":
+		return '&', nil
+	case "lt":
+		return '<', nil
+	case "gt":
+		return '>', nil
+	case "quot":
+		return '"', nil
+	case "apos":
+		return '\'', nil
+	}
+	if len(name) < 2 || name[0] != '#' {
+		return 0, fmt.Errorf("unknown entity &%s;", name)
+	}
+	digits, base := name[1:], 10
+	if digits[0] == 'x' {
+		digits, base = digits[1:], 16
+	}
+	if len(digits) == 0 {
+		return 0, fmt.Errorf("empty character reference &%s;", name)
+	}
+	for _, d := range digits {
+		ok := '0' <= d && d <= '9' || base == 16 && ('a' <= d && d <= 'f' || 'A' <= d && d <= 'F')
+		if !ok {
+			return 0, fmt.Errorf("bad character reference &%s;", name)
+		}
+	}
+	v, err := strconv.ParseUint(string(digits), base, 32)
+	if err != nil || !xmlChar(rune(v)) {
+		return 0, fmt.Errorf("character reference &%s; is not an XML character", name)
+	}
+	return rune(v), nil
+}
+
+// value reads the content of a simple element whose start tag was just read: nothing, one run of text
+// or one CDATA section (the form the SDK accepts), then its end tag.
+func (s *xmlScanner) value() ([]byte, error) {
+	what := s.name
+	k, err := s.next()
+	if err != nil {
+		return nil, err
+	}
+	if k == tokEnd {
+		return []byte{}, nil
+	}
+	if k != tokText {
+		return nil, s.errf("<%s> holds more than text", what)
+	}
+	v := s.text
+	if len(v) > listValueMax {
+		return nil, s.errf("<%s> is longer than %d bytes", what, listValueMax)
+	}
+	if k, err = s.next(); err != nil {
+		return nil, err
+	}
+	if k != tokEnd {
+		return nil, s.errf("<%s> holds more than text", what)
+	}
+	return v, nil
+}
+
+// skip skips the rest of the element whose start tag was just read.
+func (s *xmlScanner) skip() error {
+	depth := len(s.stack)
+	for {
+		k, err := s.next()
+		if err != nil {
+			return err
+		}
+		if k == tokEnd && len(s.stack) < depth {
+			return nil
+		}
+	}
+}
+
+// children calls fn for each child element of the element whose start tag was just read, with the
+// child's start tag read; fn must consume the child. Whitespace, comments and processing instructions
+// between children are skipped; other text is an error.
+func (s *xmlScanner) children(fn func(name []byte) error) error {
+	parent := s.name
+	depth := len(s.stack)
+	for {
+		k, err := s.next()
+		if err != nil {
+			return err
+		}
+		switch k {
+		case tokEnd:
+			return nil
+		case tokText:
+			if len(bytes.TrimLeft(s.text, " \t\n")) > 0 {
+				return s.errf("text inside <%s>", parent)
+			}
+		case tokStart:
+			if err := fn(s.name); err != nil {
+				return err
+			}
+			if len(s.stack) != depth {
+				return s.errf("element inside <%s> not consumed", parent)
+			}
+		}
+	}
+}
+
+// is matches an element name as the SDK does (case-insensitively).
+func is(name []byte, want string) bool {
+	return len(name) == len(want) && (string(name) == want || strings.EqualFold(string(name), want))
+}
+
+// decodeListV2 decodes a ListObjectsV2 response body.
+func decodeListV2(body []byte) (listResult, error) {
+	s := xmlScanner{b: body}
+	var res listResult
+	for {
+		k, err := s.next()
+		if err != nil {
+			return res, err
+		}
+		if k == tokEOF {
+			return res, s.errf("no root element")
+		}
+		if k == tokStart {
+			break
+		}
+	}
+	if string(s.name) != "ListBucketResult" {
+		return res, s.errf("root element <%s>, want <ListBucketResult>", s.name)
+	}
+	if n := bytes.Count(body, []byte("<Contents")); n > 0 {
+		res.Objects = make([]Object, 0, min(n, listEntriesMax))
+	}
+	var haveTrunc, haveNext bool
+	keyCount := -1
+	err := s.children(func(name []byte) error {
+		switch {
+		case is(name, "Contents"):
+			if len(res.Objects)+len(res.Prefixes) >= listEntriesMax {
+				return s.errf("more than %d entries in one page", listEntriesMax)
+			}
+			o, err := s.object()
+			if err != nil {
+				return err
+			}
+			res.Objects = append(res.Objects, o)
+			return nil
+		case is(name, "CommonPrefixes"):
+			if len(res.Objects)+len(res.Prefixes) >= listEntriesMax {
+				return s.errf("more than %d entries in one page", listEntriesMax)
+			}
+			var p []byte
+			have := false
+			err := s.children(func(name []byte) error {
+				if !is(name, "Prefix") {
+					return s.skip()
+				}
+				if have {
+					return s.errf("<CommonPrefixes> with two <Prefix>")
+				}
+				v, err := s.value()
+				p, have = v, true
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if !have || len(p) == 0 {
+				return s.errf("<CommonPrefixes> without a <Prefix>")
+			}
+			res.Prefixes = append(res.Prefixes, string(p))
+			return nil
+		case is(name, "IsTruncated"):
+			v, err := s.value()
+			if err != nil {
+				return err
+			}
+			if haveTrunc {
+				return s.errf("two <IsTruncated>")
+			}
+			haveTrunc = true
+			res.Truncated, err = strconv.ParseBool(string(v))
+			return err
+		case is(name, "NextContinuationToken"):
+			v, err := s.value()
+			if err != nil {
+				return err
+			}
+			if haveNext {
+				return s.errf("two <NextContinuationToken>")
+			}
+			haveNext = true
+			res.Next = string(v)
+			return nil
+		case is(name, "KeyCount"):
+			v, err := s.value()
+			if err != nil {
+				return err
+			}
+			n, err := strconv.ParseInt(string(v), 10, 32)
+			if err != nil || n < 0 {
+				return s.errf("<KeyCount>%s</KeyCount> is not a count", v)
+			}
+			if keyCount >= 0 {
+				return s.errf("two <KeyCount>")
+			}
+			keyCount = int(n)
+			return nil
+		case is(name, "MaxKeys"):
+			v, err := s.value()
+			if err == nil {
+				_, err = strconv.ParseInt(string(v), 10, 32)
+			}
+			return err
+		case is(name, "EncodingType"):
+			v, err := s.value()
+			if err == nil && len(v) > 0 {
+				err = s.errf("keys encoded as %q, which was not asked for", v)
+			}
+			return err
+		case is(name, "ContinuationToken"), is(name, "Delimiter"), is(name, "Name"), is(name, "Prefix"), is(name, "StartAfter"):
+			_, err := s.value()
+			return err
+		}
+		return s.skip()
+	})
+	if err != nil {
+		return res, err
+	}
+	for {
+		k, err := s.next()
+		if err != nil {
+			return res, err
+		}
+		if k == tokEOF {
+			break
+		}
+	}
+	if !haveTrunc {
+		return res, errors.New("listing without <IsTruncated>: cannot tell whether it is complete")
+	}
+	if keyCount >= 0 && keyCount != len(res.Objects)+len(res.Prefixes) {
+		return res, fmt.Errorf("listing says <KeyCount>%d</KeyCount> but holds %d entries", keyCount, len(res.Objects)+len(res.Prefixes))
+	}
+	return res, nil
+}
+
+// object reads one <Contents>.
+func (s *xmlScanner) object() (Object, error) {
+	var o Object
+	var haveKey, haveSize, haveTime, haveETag bool
+	err := s.children(func(name []byte) error {
+		switch {
+		case is(name, "Key"):
+			v, err := s.value()
+			if err != nil {
+				return err
+			}
+			if haveKey {
+				return s.errf("<Contents> with two <Key>")
+			}
+			haveKey, o.Key = true, string(v)
+		case is(name, "Size"):
+			v, err := s.value()
+			if err != nil {
+				return err
+			}
+			if haveSize {
+				return s.errf("<Contents> with two <Size>")
+			}
+			haveSize = true
+			if o.Size, err = strconv.ParseInt(string(v), 10, 64); err != nil || o.Size < 0 {
+				return s.errf("<Size>%s</Size> is not a size", v)
+			}
+		case is(name, "LastModified"):
+			v, err := s.value()
+			if err != nil {
+				return err
+			}
+			if haveTime {
+				return s.errf("<Contents> with two <LastModified>")
+			}
+			haveTime = true
+			if o.ModTime, err = parseListTime(v); err != nil {
+				return s.errf("<LastModified>: %v", err)
+			}
+		case is(name, "ETag"):
+			v, err := s.value()
+			if err != nil {
+				return err
+			}
+			if haveETag {
+				return s.errf("<Contents> with two <ETag>")
+			}
+			haveETag, o.ETag = true, string(bytes.Trim(v, `"`))
+		case is(name, "StorageClass"), is(name, "ChecksumAlgorithm"), is(name, "ChecksumType"):
+			_, err := s.value()
+			return err
+		case is(name, "Owner"):
+			return s.children(func(name []byte) error {
+				if is(name, "DisplayName") || is(name, "ID") {
+					_, err := s.value()
+					return err
+				}
+				return s.skip()
+			})
+		case is(name, "RestoreStatus"):
+			return s.children(func(name []byte) error {
+				switch {
+				case is(name, "IsRestoreInProgress"):
+					v, err := s.value()
+					if err == nil {
+						_, err = strconv.ParseBool(string(v))
+					}
+					return err
+				case is(name, "RestoreExpiryDate"):
+					v, err := s.value()
+					if err == nil {
+						_, err = parseListTime(v)
+					}
+					return err
+				}
+				return s.skip()
+			})
+		default:
+			return s.skip()
+		}
+		return nil
+	})
+	if err != nil {
+		return o, err
+	}
+	switch {
+	case !haveKey || o.Key == "":
+		return o, s.errf("<Contents> without a <Key>")
+	case !haveSize:
+		return o, s.errf("<Contents> of %q without <Size>", o.Key)
+	case !haveTime:
+		return o, s.errf("<Contents> of %q without <LastModified>", o.Key)
+	}
+	return o, nil
+}
+
+// parseListTime parses a timestamp as the SDK does; the form every server sends
+// (2006-01-02T15:04:05.000Z) is read without time.Parse.
+func parseListTime(v []byte) (time.Time, error) {
+	if len(v) == 24 && v[4] == '-' && v[7] == '-' && v[10] == 'T' && v[13] == ':' && v[16] == ':' && v[19] == '.' && v[23] == 'Z' {
+		num := func(i, n int) int {
+			x := 0
+			for _, c := range v[i : i+n] {
+				if c < '0' || c > '9' {
+					return -1
+				}
+				x = x*10 + int(c-'0')
+			}
+			return x
+		}
+		y, mo, d, h, mi, sec, ms := num(0, 4), num(5, 2), num(8, 2), num(11, 2), num(14, 2), num(17, 2), num(20, 3)
+		if y >= 0 && mo >= 1 && mo <= 12 && d >= 1 && d <= daysIn(y, mo) && h >= 0 && h < 24 && mi >= 0 && mi < 60 && sec >= 0 && sec < 60 && ms >= 0 {
+			return time.Date(y, time.Month(mo), d, h, mi, sec, ms*1e6, time.UTC), nil
+		}
+	}
+	return smithytime.ParseDateTime(string(v))
+}
+
+func daysIn(y, mo int) int {
+	switch mo {
+	case 2:
+		if y%4 == 0 && (y%100 != 0 || y%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
+	}
+	return 31
+}
