@@ -85,7 +85,47 @@ func Open(ctx context.Context, f hdfsclient.FS, root string, now func() time.Tim
 	if !fi.IsDir || fi.Symlink {
 		return nil, fmt.Errorf("the quarantine folder %s is not a directory; move it away (the mount keeps deletions there)", dir)
 	}
-	return &Area{fs: f, root: root, dir: dir, now: now, recs: map[string]cachedRecord{}}, nil
+	a := &Area{fs: f, root: root, dir: dir, now: now, recs: map[string]cachedRecord{}}
+	if err := a.ownFolder(ctx, fi); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// ownFolder refuses a quarantine folder that is not this client's alone. The store root is writable by
+// the Flink jobs' HDFS user, who can make the folder before the first mount with --quarantine (or
+// rename the daemon's away and make another between two mounts): staged files would then move into a
+// folder that user controls (readable, renamable, removable by them), and the names of its entries
+// would tell the daemon what to restore where, as which uid. Only a folder owned by the user the
+// NameNode sees this client as, and writable by no one else, holds entries.
+func (a *Area) ownFolder(ctx context.Context, fi hdfsclient.FileInfo) error {
+	if fi.Mode.Perm()&0o022 != 0 {
+		return fmt.Errorf("the quarantine folder %s is owned by %s with mode %04o, writable by others: someone else made or changed it, and its entries cannot be trusted; inspect it, move it out of the store, and start again (a new one is made with mode 0700)",
+			a.dir, fi.Owner, fi.Mode.Perm())
+	}
+	if fi.Owner == a.fs.User() {
+		return nil
+	}
+	// The NameNode may map this client's principal to another owner name (auth_to_local): the owner
+	// of a file this client creates in the folder is the name it goes by. The probe is named as a
+	// record without its file, so a probe a crash leaves behind is no entry and is removed by Tidy.
+	probe := a.record(newID(a.now()))
+	w, err := a.fs.Create(ctx, probe, 0o600)
+	if err != nil {
+		return fmt.Errorf("the quarantine folder %s is owned by %s, not by %s who runs ckguard, and cannot be written (%w): someone else made it; inspect it, move it out of the store, and start again",
+			a.dir, fi.Owner, a.fs.User(), err)
+	}
+	cerr := w.Close()
+	pfi, serr := a.fs.Stat(ctx, probe)
+	_ = a.fs.Remove(context.WithoutCancel(ctx), probe)
+	if cerr != nil || serr != nil {
+		return fmt.Errorf("the quarantine folder %s: check who owns it with the file %s: %w", a.dir, probe, errors.Join(cerr, serr))
+	}
+	if pfi.Owner != fi.Owner {
+		return fmt.Errorf("the quarantine folder %s is owned by %s, but ckguard runs as %s: someone else made or replaced it, and its entries cannot be trusted. If a mount running as %s made it, run this as that user; else inspect it, move it out of the store, and start again (a new one is made)",
+			a.dir, fi.Owner, pfi.Owner, fi.Owner)
+	}
+	return nil
 }
 
 // Dir is the area's absolute HDFS directory.
