@@ -49,8 +49,13 @@ const maxRecord = 1 << 20
 type Area struct {
 	fs   hdfsclient.FS
 	root string // the store root (absolute HDFS path)
-	dir  string // root/store.QuarantineDir
-	now  func() time.Time
+	dir  string // root/store.QuarantineDir, as messages name it
+	// ref names the folder in every call: its inode path (hdfsclient.InodePath) when the NameNode
+	// reports inode ids. A user who can write the store root can rename the folder away and put one of
+	// their own at its path while the mount runs; stagings, listings, restores and purges stay in the
+	// folder Open checked, wherever it is.
+	ref string
+	now func() time.Time
 
 	// recs caches records read back, by id: a record is written once and never changed, so the area's
 	// listing (after every sync, for the purge and the gauges) reads only the records it has not seen.
@@ -85,9 +90,12 @@ func Open(ctx context.Context, f hdfsclient.FS, root string, now func() time.Tim
 	if !fi.IsDir || fi.Symlink {
 		return nil, fmt.Errorf("the quarantine folder %s is not a directory; move it away (the mount keeps deletions there)", dir)
 	}
-	a := &Area{fs: f, root: root, dir: dir, now: now, recs: map[string]cachedRecord{}}
+	a := &Area{fs: f, root: root, dir: dir, ref: dir, now: now, recs: map[string]cachedRecord{}}
 	if err := a.ownFolder(ctx, fi); err != nil {
 		return nil, err
+	}
+	if fi.ID != 0 {
+		a.ref = hdfsclient.InodePath(fi.ID)
 	}
 	return a, nil
 }
@@ -223,8 +231,10 @@ func validID(id string) bool {
 	return id != "" && id != "." && id != ".." && !strings.ContainsAny(id, "/\x00") && !strings.HasSuffix(id, recordSuffix)
 }
 
-func (a *Area) object(id string) string { return a.dir + "/" + id }
-func (a *Area) record(id string) string { return a.dir + "/" + id + recordSuffix }
+// object and record are the paths of id's file and record in calls; shown is the path messages name.
+func (a *Area) object(id string) string  { return a.ref + "/" + id }
+func (a *Area) record(id string) string  { return a.ref + "/" + id + recordSuffix }
+func (a *Area) shown(name string) string { return a.dir + "/" + name }
 
 // checkKey returns key cleaned, or an error when it is no file key outside the area.
 func checkKey(key string) (string, error) {
@@ -292,7 +302,7 @@ func (p *Pending) Commit(ctx context.Context) (quarantine.Entry, error) {
 	} else if errors.Is(serr, fs.ErrNotExist) {
 		p.Drop(cctx)
 	}
-	return quarantine.Entry{}, fmt.Errorf("quarantine /%s: move it to %s: %w (nothing was deleted)", p.e.Path, p.a.object(p.e.ID), err)
+	return quarantine.Entry{}, fmt.Errorf("quarantine /%s: move it to %s: %w (nothing was deleted)", p.e.Path, p.a.shown(p.e.ID), err)
 }
 
 // Drop removes the record of a staging that is not committed (a refused or failed change). A record
@@ -329,7 +339,7 @@ func (a *Area) writeRecord(ctx context.Context, e quarantine.Entry) error {
 	}
 	w, err := a.fs.Create(ctx, a.record(e.ID), 0o600)
 	if err != nil {
-		return fmt.Errorf("write the entry record %s: %w", a.record(e.ID), err)
+		return fmt.Errorf("write the entry record %s: %w", a.shown(e.ID+recordSuffix), err)
 	}
 	_, werr := w.Write(b)
 	if cerr := w.Close(); werr == nil {
@@ -337,7 +347,7 @@ func (a *Area) writeRecord(ctx context.Context, e quarantine.Entry) error {
 	}
 	if werr != nil {
 		_ = a.fs.Remove(context.WithoutCancel(ctx), a.record(e.ID))
-		return fmt.Errorf("write the entry record %s: %w", a.record(e.ID), werr)
+		return fmt.Errorf("write the entry record %s: %w", a.shown(e.ID+recordSuffix), werr)
 	}
 	return nil
 }
@@ -351,7 +361,7 @@ func (a *Area) readRecord(ctx context.Context, id string, fi hdfsclient.FileInfo
 		return c.e, nil
 	}
 	if fi.Size > maxRecord {
-		return quarantine.Entry{}, fmt.Errorf("entry record %s is %d bytes, more than %d: not a record of ours", a.record(id), fi.Size, maxRecord)
+		return quarantine.Entry{}, fmt.Errorf("entry record %s is %d bytes, more than %d: not a record of ours", a.shown(id+recordSuffix), fi.Size, maxRecord)
 	}
 	r, err := a.fs.Open(ctx, a.record(id))
 	if err != nil {
@@ -360,17 +370,17 @@ func (a *Area) readRecord(ctx context.Context, id string, fi hdfsclient.FileInfo
 	defer r.Close()
 	b := make([]byte, r.Size())
 	if int64(len(b)) > maxRecord {
-		return quarantine.Entry{}, fmt.Errorf("entry record %s is more than %d bytes: not a record of ours", a.record(id), maxRecord)
+		return quarantine.Entry{}, fmt.Errorf("entry record %s is more than %d bytes: not a record of ours", a.shown(id+recordSuffix), maxRecord)
 	}
 	if n, err := r.ReadAt(b, 0); err != nil && !(errors.Is(err, io.EOF) && n == len(b)) {
-		return quarantine.Entry{}, fmt.Errorf("entry record %s: %w", a.record(id), err)
+		return quarantine.Entry{}, fmt.Errorf("entry record %s: %w", a.shown(id+recordSuffix), err)
 	}
 	var e quarantine.Entry
 	if err := json.Unmarshal(b, &e); err != nil {
-		return quarantine.Entry{}, fmt.Errorf("entry record %s: %w", a.record(id), err)
+		return quarantine.Entry{}, fmt.Errorf("entry record %s: %w", a.shown(id+recordSuffix), err)
 	}
 	if e.ID != id {
-		return quarantine.Entry{}, fmt.Errorf("entry record %s names id %q", a.record(id), e.ID)
+		return quarantine.Entry{}, fmt.Errorf("entry record %s names id %q", a.shown(id+recordSuffix), e.ID)
 	}
 	a.mu.Lock()
 	a.recs[id] = cachedRecord{size: fi.Size, mtime: fi.ModTime, e: e}
@@ -387,7 +397,7 @@ type listing struct {
 
 func (a *Area) list(ctx context.Context) (listing, error) {
 	l := listing{objs: map[string]hdfsclient.FileInfo{}, recs: map[string]hdfsclient.FileInfo{}}
-	err := a.fs.List(ctx, a.dir, func(page []hdfsclient.FileInfo) error {
+	err := a.fs.List(ctx, a.ref, func(page []hdfsclient.FileInfo) error {
 		for _, fi := range page {
 			switch {
 			case fi.IsDir || fi.Symlink:
@@ -418,7 +428,7 @@ func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Pr
 	for id, ofi := range l.objs {
 		if e, ok, err := parseName(id); ok {
 			if err != nil {
-				probs = append(probs, quarantine.Problem{ID: id, Size: ofi.Size, Detail: err.Error() + "; inspect " + a.object(id) + " in HDFS"})
+				probs = append(probs, quarantine.Problem{ID: id, Size: ofi.Size, Detail: err.Error() + "; inspect " + a.shown(id) + " in HDFS"})
 				continue
 			}
 			e.Size, e.ModTime = ofi.Size, ofi.ModTime
@@ -427,7 +437,7 @@ func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Pr
 		}
 		rfi, ok := l.recs[id]
 		if !ok {
-			probs = append(probs, quarantine.Problem{ID: id, Size: ofi.Size, Detail: "file without an entry record (its original path is unknown); inspect " + a.object(id) + " in HDFS"})
+			probs = append(probs, quarantine.Problem{ID: id, Size: ofi.Size, Detail: "file without an entry record (its original path is unknown); inspect " + a.shown(id) + " in HDFS"})
 			continue
 		}
 		e, err := a.readRecord(ctx, id, rfi)
@@ -435,7 +445,7 @@ func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Pr
 			if ctx.Err() != nil {
 				return nil, nil, ctx.Err()
 			}
-			probs = append(probs, quarantine.Problem{ID: id, Size: ofi.Size, Detail: err.Error() + "; inspect " + a.object(id) + " in HDFS"})
+			probs = append(probs, quarantine.Problem{ID: id, Size: ofi.Size, Detail: err.Error() + "; inspect " + a.shown(id) + " in HDFS"})
 			continue
 		}
 		// The staged file is the truth about the content (a file replaced between the record and the
@@ -444,7 +454,7 @@ func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Pr
 		es = append(es, e)
 	}
 	for _, fi := range l.dirs {
-		probs = append(probs, quarantine.Problem{ID: fi.Name, Detail: "not a file of ckguard's; inspect " + a.object(fi.Name) + " in HDFS"})
+		probs = append(probs, quarantine.Problem{ID: fi.Name, Detail: "not a file of ckguard's; inspect " + a.shown(fi.Name) + " in HDFS"})
 	}
 	quarantine.SortEntries(es)
 	return es, probs, nil
@@ -578,7 +588,7 @@ func (a *Area) Tidy(ctx context.Context, minAge time.Duration) error {
 			continue // not ours, or a staging may be under way
 		}
 		if err := a.fs.Remove(ctx, a.record(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("remove the leftover entry record %s: %w", a.record(id), err)
+			return fmt.Errorf("remove the leftover entry record %s: %w", a.shown(id+recordSuffix), err)
 		}
 		a.forget(id)
 	}

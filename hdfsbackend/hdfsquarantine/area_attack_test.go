@@ -3,7 +3,6 @@ package hdfsquarantine_test
 import (
 	"context"
 	"io/fs"
-	"os"
 	"strings"
 	"testing"
 
@@ -88,33 +87,58 @@ func TestOpenRefusesAFolderSomeoneElseOwns(t *testing.T) {
 
 func fsMode(m uint32) fs.FileMode { return fs.FileMode(m) }
 
-// knownOpen skips a test of a finding not fixed yet unless CKGUARD_KNOWN_OPEN=1.
-func knownOpen(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("CKGUARD_KNOWN_OPEN") != "1" {
-		t.Skip("known open finding (CKGUARD_KNOWN_OPEN=1 runs it): " + what)
-	}
-}
-
-// The area is a path: a user who can write the store root (the Flink jobs' user) can rename the
-// daemon's folder away while a mount runs and make one of their own in its place; every later staging
-// then moves a deleted file into that user's folder (readable and removable by them), and the entries
-// they plant there are what a restore puts back. Staging must not follow the name to another folder.
+// The area is named by a path a user who can write the store root (the Flink jobs' user) can take
+// over while a mount runs: rename the daemon's folder away and make one of their own in its place.
+// Stagings, listings, restores and purges stay in the folder Open checked (its inode), so the deleted
+// file never reaches that user's folder and what they plant there is never listed or restored.
 func TestStagingNeverFollowsAReplacedFolder(t *testing.T) {
-	knownOpen(t, "staging renames into the folder's path; it should target the folder's inode (/.reserved/.inodes/<id>) or check it")
 	ctx := context.Background()
-	f := newStore(t, map[string]string{"job/a": "a"})
+	f := newStore(t, map[string]string{"job/a": "a", "job/b": "b"})
 	a := open(t, f, nil)
-	if err := f.Rename(ctx, a.Dir(), root+"/moved-away"); err != nil {
+	d := quarantine.Decision{Op: "unlink", Reason: "allowed"}
+	if _, err := a.Stage(ctx, "job/b", d); err != nil {
+		t.Fatal(err)
+	}
+	moved := root + "/moved-away"
+	if err := f.Rename(ctx, a.Dir(), moved); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Mkdir(ctx, a.Dir(), 0o777); err != nil {
 		t.Fatal(err)
 	}
-	e, err := a.Stage(ctx, "job/a", quarantine.Decision{Op: "unlink", Reason: "allowed"})
-	if err == nil {
-		if _, serr := f.Stat(ctx, a.Dir()+"/"+e.ID); serr == nil {
-			t.Fatalf("the deleted file was staged into the folder another user made in the area's place: %s", a.Dir()+"/"+e.ID)
+	planted := "0000000000000000001-0123456789abcdef~unlink~0~0~0~~" + b64("job/planted")
+	if err := f.Put(a.Dir()+"/"+planted, []byte("evil"), mtime); err != nil {
+		t.Fatal(err)
+	}
+	e, err := a.Stage(ctx, "job/a", d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Stat(ctx, a.Dir()+"/"+e.ID); err == nil {
+		t.Fatalf("the deleted file was staged into the folder another user made in the area's place: %s", a.Dir()+"/"+e.ID)
+	}
+	if b, err := f.ReadFile(moved + "/" + e.ID); err != nil || string(b) != "a" {
+		t.Fatalf("the staged file is not in the area's own folder: %q %v", b, err)
+	}
+	es, probs, err := a.ListAll(ctx)
+	if err != nil || len(es) != 2 || len(probs) != 0 {
+		t.Fatalf("ListAll = %+v %+v %v, want the two entries staged", es, probs, err)
+	}
+	for _, e := range es {
+		if e.Key() == "job/planted" {
+			t.Errorf("the planted entry is listed: %+v", e)
 		}
+	}
+	if _, err := a.Restore(ctx, planted); err == nil {
+		t.Error("restored the planted entry")
+	}
+	if _, err := a.Restore(ctx, e.ID); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := f.ReadFile(root + "/job/a"); string(b) != "a" {
+		t.Errorf("restored job/a holds %q", b)
+	}
+	if _, err := f.Stat(ctx, root+"/job/planted"); err == nil {
+		t.Error("the planted file reached the store")
 	}
 }
