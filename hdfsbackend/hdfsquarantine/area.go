@@ -94,8 +94,12 @@ func Open(ctx context.Context, f hdfsclient.FS, root string, now func() time.Tim
 	if err := a.ownFolder(ctx, fi); err != nil {
 		return nil, err
 	}
+	// Where the inode path does not resolve to the folder (a router of a federated namespace answers
+	// for several NameNodes and knows no inode paths), the folder is named by its path.
 	if fi.ID != 0 {
-		a.ref = hdfsclient.InodePath(fi.ID)
+		if ifi, err := f.Stat(ctx, hdfsclient.InodePath(fi.ID)); err == nil && ifi.IsDir && ifi.ID == fi.ID {
+			a.ref = hdfsclient.InodePath(fi.ID)
+		}
 	}
 	return a, nil
 }

@@ -142,3 +142,68 @@ func TestStagingNeverFollowsAReplacedFolder(t *testing.T) {
 		t.Error("the planted file reached the store")
 	}
 }
+
+// noInodePaths answers no reserved inode path, as a router of a federated namespace does not.
+type noInodePaths struct{ *hdfsfake.FS }
+
+func reserved(op string, names ...string) error {
+	for _, n := range names {
+		if strings.HasPrefix(n, "/.reserved/") {
+			return &hdfsclient.Error{Op: op, Path: n, Class: fs.ErrNotExist, Err: fs.ErrNotExist}
+		}
+	}
+	return nil
+}
+
+func (n noInodePaths) Stat(ctx context.Context, name string) (hdfsclient.FileInfo, error) {
+	if err := reserved("stat", name); err != nil {
+		return hdfsclient.FileInfo{}, err
+	}
+	return n.FS.Stat(ctx, name)
+}
+
+func (n noInodePaths) List(ctx context.Context, name string, fn func([]hdfsclient.FileInfo) error) error {
+	if err := reserved("list", name); err != nil {
+		return err
+	}
+	return n.FS.List(ctx, name, fn)
+}
+
+func (n noInodePaths) Rename(ctx context.Context, from, to string) error {
+	if err := reserved("rename", from, to); err != nil {
+		return err
+	}
+	return n.FS.Rename(ctx, from, to)
+}
+
+func (n noInodePaths) Remove(ctx context.Context, name string) error {
+	if err := reserved("delete", name); err != nil {
+		return err
+	}
+	return n.FS.Remove(ctx, name)
+}
+
+// Where the NameNode answers no inode paths the area names its folder by its path and still stages,
+// lists and restores.
+func TestAreaWithoutInodePaths(t *testing.T) {
+	ctx := context.Background()
+	f := newStore(t, map[string]string{"job/a": "a"})
+	a, err := hdfsquarantine.Open(ctx, noInodePaths{f}, root, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := a.Stage(ctx, "job/a", quarantine.Decision{Op: "unlink", Reason: "allowed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := f.ReadFile(a.Dir() + "/" + e.ID); err != nil || string(b) != "a" {
+		t.Fatalf("staged file %q %v", b, err)
+	}
+	if es, err := a.List(ctx); err != nil || len(es) != 1 {
+		t.Fatalf("List = %+v %v", es, err)
+	}
+	if _, err := a.Restore(ctx, e.ID); err != nil {
+		t.Fatal(err)
+	}
+	exactlyOnce(t, f, a, "job/a", "a")
+}
