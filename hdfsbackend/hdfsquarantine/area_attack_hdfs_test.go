@@ -94,4 +94,37 @@ func TestFolderSwapOnHDFS(t *testing.T) {
 	if fi, err := cl.Stat(ctx, root+"/job/a"); err != nil || fi.Size != 5 {
 		t.Fatalf("restored job/a: %+v %v", fi, err)
 	}
+
+	// A path too long for a name: its record is written and read back through the inode path too,
+	// and a purge removes the file and its record from the daemon's folder.
+	long := "job/" + strings.Repeat("l", 200)
+	w, err = cl.Create(ctx, root+"/"+long, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e, err = a.Stage(ctx, long, quarantine.Decision{Op: "unlink", Reason: "allowed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Stat(ctx, root+"/moved-away/"+e.ID+".json"); err != nil {
+		t.Fatalf("no record in the daemon's folder: %v", err)
+	}
+	if es, err := a.List(ctx); err != nil || len(es) != 1 || es[0].Key() != long {
+		t.Fatalf("List = %+v %v", es, err)
+	}
+	if err := a.Purge(ctx, e.ID); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	if err := cl.List(ctx, root+"/moved-away", func(page []hdfsclient.FileInfo) error {
+		for _, fi := range page {
+			left = append(left, fi.Name)
+		}
+		return nil
+	}); err != nil || len(left) != 0 {
+		t.Fatalf("left in the daemon's folder after the purge: %v %v", left, err)
+	}
 }
