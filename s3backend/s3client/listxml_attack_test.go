@@ -128,3 +128,30 @@ func TestListDecodeMatchesSDKWithFiller(t *testing.T) {
 		}
 	}
 }
+
+// FuzzListDecodeIndented is FuzzListDecode seeded with indented pages, prefixes and keys with entities
+// and non-ASCII characters, and fillers between elements: where the lean decoder accepts a page it is
+// the SDK's.
+func FuzzListDecodeIndented(f *testing.F) {
+	f.Add(listDoc("<CommonPrefixes>\n  <Prefix>caf&#233;/</Prefix>\n</CommonPrefixes>\n<CommonPrefixes><Prefix>ü&amp;/</Prefix><X a=\"&lt;\">&#233;</X></CommonPrefixes>"))
+	f.Add(listDoc("\n<Contents>\n <Key>a&#x9;&#13;ü</Key>\n <Size>7</Size>\n <LastModified>2026-11-30T10:20:30.123Z</LastModified>\n <ETag>&quot;x&quot;</ETag>\n</Contents>\n"))
+	r := rand.New(rand.NewPCG(7, 8))
+	fillers := []string{"\n", "<!-- é -->", `<Zz a="&amp;">&#233;</Zz>`}
+	for i := 0; i < 6; i++ {
+		doc, _ := genList(r, 1+r.IntN(3))
+		f.Add(schemaEnd.ReplaceAllStringFunc(doc, func(end string) string {
+			return end[:len(end)-1] + fillers[r.IntN(len(fillers))] + "<"
+		}))
+	}
+	f.Fuzz(func(t *testing.T, doc string) {
+		lean, err := decodeListV2([]byte(doc))
+		if err != nil {
+			return
+		}
+		sdk, serr := sdkDecode(offlineClient(fixedBody{body: []byte(doc)}))
+		if serr != nil {
+			t.Fatalf("lean decoder accepted what the SDK refuses (%v): %+v", serr, lean)
+		}
+		assertSameList(t, lean, sdk)
+	})
+}
