@@ -296,8 +296,9 @@ func toInfo(fi os.FileInfo) FileInfo {
 	out := FileInfo{Name: fi.Name(), Size: fi.Size(), ModTime: fi.ModTime(), IsDir: fi.IsDir(), Mode: fi.Mode().Perm()}
 	if h, ok := fi.(*hdfs.FileInfo); ok {
 		out.Owner, out.Group = h.Owner(), h.OwnerGroup()
-		if st, ok := h.Sys().(*hdfs.FileStatus); ok && len(st.GetSymlink()) > 0 {
-			out.Symlink = true
+		if st, ok := h.Sys().(*hdfs.FileStatus); ok {
+			out.Symlink = len(st.GetSymlink()) > 0
+			out.ID = st.GetFileId()
 		}
 	}
 	if out.IsDir {

@@ -19,6 +19,7 @@ import (
 	"context"
 	"io"
 	"io/fs"
+	"strconv"
 	"time"
 )
 
@@ -33,7 +34,13 @@ type FileInfo struct {
 	Mode    fs.FileMode // permission bits
 	Owner   string
 	Group   string
+	// ID is the inode id (0: not reported): InodePath(ID) names the inode wherever it is moved.
+	ID uint64
 }
+
+// InodePath is the NameNode's reserved path of inode id (/.reserved/.inodes/<id>), which names the
+// inode itself: an operation on it or below it never follows its old path to something put there since.
+func InodePath(id uint64) string { return "/.reserved/.inodes/" + strconv.FormatUint(id, 10) }
 
 // Reader reads one file; ReadAt is safe for concurrent use.
 type Reader interface {

@@ -49,8 +49,13 @@ const maxRecord = 1 << 20
 type Area struct {
 	fs   hdfsclient.FS
 	root string // the store root (absolute HDFS path)
-	dir  string // root/store.QuarantineDir
-	now  func() time.Time
+	dir  string // root/store.QuarantineDir, as messages name it
+	// ref names the folder in every call: its inode path (hdfsclient.InodePath) when the NameNode
+	// reports inode ids. A user who can write the store root can rename the folder away and put one of
+	// their own at its path while the mount runs; stagings, listings, restores and purges stay in the
+	// folder Open checked, wherever it is.
+	ref string
+	now func() time.Time
 
 	// recs caches records read back, by id: a record is written once and never changed, so the area's
 	// listing (after every sync, for the purge and the gauges) reads only the records it has not seen.
@@ -85,7 +90,54 @@ func Open(ctx context.Context, f hdfsclient.FS, root string, now func() time.Tim
 	if !fi.IsDir || fi.Symlink {
 		return nil, fmt.Errorf("the quarantine folder %s is not a directory; move it away (the mount keeps deletions there)", dir)
 	}
-	return &Area{fs: f, root: root, dir: dir, now: now, recs: map[string]cachedRecord{}}, nil
+	a := &Area{fs: f, root: root, dir: dir, ref: dir, now: now, recs: map[string]cachedRecord{}}
+	if err := a.ownFolder(ctx, fi); err != nil {
+		return nil, err
+	}
+	// Where the inode path does not resolve to the folder (a router of a federated namespace answers
+	// for several NameNodes and knows no inode paths), the folder is named by its path.
+	if fi.ID != 0 {
+		if ifi, err := f.Stat(ctx, hdfsclient.InodePath(fi.ID)); err == nil && ifi.IsDir && ifi.ID == fi.ID {
+			a.ref = hdfsclient.InodePath(fi.ID)
+		}
+	}
+	return a, nil
+}
+
+// ownFolder refuses a quarantine folder that is not this client's alone. The store root is writable by
+// the Flink jobs' HDFS user, who can make the folder before the first mount with --quarantine (or
+// rename the daemon's away and make another between two mounts): staged files would then move into a
+// folder that user controls (readable, renamable, removable by them), and the names of its entries
+// would tell the daemon what to restore where, as which uid. Only a folder owned by the user the
+// NameNode sees this client as, and writable by no one else, holds entries.
+func (a *Area) ownFolder(ctx context.Context, fi hdfsclient.FileInfo) error {
+	if fi.Mode.Perm()&0o022 != 0 {
+		return fmt.Errorf("the quarantine folder %s is owned by %s with mode %04o, writable by others: someone else made or changed it, and its entries cannot be trusted; inspect it, move it out of the store, and start again (a new one is made with mode 0700)",
+			a.dir, fi.Owner, fi.Mode.Perm())
+	}
+	if fi.Owner == a.fs.User() {
+		return nil
+	}
+	// The NameNode may map this client's principal to another owner name (auth_to_local): the owner
+	// of a file this client creates in the folder is the name it goes by. The probe is named as a
+	// record without its file, so a probe a crash leaves behind is no entry and is removed by Tidy.
+	probe := a.record(newID(a.now()))
+	w, err := a.fs.Create(ctx, probe, 0o600)
+	if err != nil {
+		return fmt.Errorf("the quarantine folder %s is owned by %s, not by %s who runs ckguard, and cannot be written (%w): someone else made it; inspect it, move it out of the store, and start again",
+			a.dir, fi.Owner, a.fs.User(), err)
+	}
+	cerr := w.Close()
+	pfi, serr := a.fs.Stat(ctx, probe)
+	_ = a.fs.Remove(context.WithoutCancel(ctx), probe)
+	if cerr != nil || serr != nil {
+		return fmt.Errorf("the quarantine folder %s: check who owns it with the file %s: %w", a.dir, probe, errors.Join(cerr, serr))
+	}
+	if pfi.Owner != fi.Owner {
+		return fmt.Errorf("the quarantine folder %s is owned by %s, but ckguard runs as %s: someone else made or replaced it, and its entries cannot be trusted. If a mount running as %s made it, run this as that user; else inspect it, move it out of the store, and start again (a new one is made)",
+			a.dir, fi.Owner, pfi.Owner, fi.Owner)
+	}
+	return nil
 }
 
 // Dir is the area's absolute HDFS directory.
@@ -183,8 +235,10 @@ func validID(id string) bool {
 	return id != "" && id != "." && id != ".." && !strings.ContainsAny(id, "/\x00") && !strings.HasSuffix(id, recordSuffix)
 }
 
-func (a *Area) object(id string) string { return a.dir + "/" + id }
-func (a *Area) record(id string) string { return a.dir + "/" + id + recordSuffix }
+// object and record are the paths of id's file and record in calls; shown is the path messages name.
+func (a *Area) object(id string) string  { return a.ref + "/" + id }
+func (a *Area) record(id string) string  { return a.ref + "/" + id + recordSuffix }
+func (a *Area) shown(name string) string { return a.dir + "/" + name }
 
 // checkKey returns key cleaned, or an error when it is no file key outside the area.
 func checkKey(key string) (string, error) {
@@ -252,7 +306,7 @@ func (p *Pending) Commit(ctx context.Context) (quarantine.Entry, error) {
 	} else if errors.Is(serr, fs.ErrNotExist) {
 		p.Drop(cctx)
 	}
-	return quarantine.Entry{}, fmt.Errorf("quarantine /%s: move it to %s: %w (nothing was deleted)", p.e.Path, p.a.object(p.e.ID), err)
+	return quarantine.Entry{}, fmt.Errorf("quarantine /%s: move it to %s: %w (nothing was deleted)", p.e.Path, p.a.shown(p.e.ID), err)
 }
 
 // Drop removes the record of a staging that is not committed (a refused or failed change). A record
@@ -289,7 +343,7 @@ func (a *Area) writeRecord(ctx context.Context, e quarantine.Entry) error {
 	}
 	w, err := a.fs.Create(ctx, a.record(e.ID), 0o600)
 	if err != nil {
-		return fmt.Errorf("write the entry record %s: %w", a.record(e.ID), err)
+		return fmt.Errorf("write the entry record %s: %w", a.shown(e.ID+recordSuffix), err)
 	}
 	_, werr := w.Write(b)
 	if cerr := w.Close(); werr == nil {
@@ -297,7 +351,7 @@ func (a *Area) writeRecord(ctx context.Context, e quarantine.Entry) error {
 	}
 	if werr != nil {
 		_ = a.fs.Remove(context.WithoutCancel(ctx), a.record(e.ID))
-		return fmt.Errorf("write the entry record %s: %w", a.record(e.ID), werr)
+		return fmt.Errorf("write the entry record %s: %w", a.shown(e.ID+recordSuffix), werr)
 	}
 	return nil
 }
@@ -311,7 +365,7 @@ func (a *Area) readRecord(ctx context.Context, id string, fi hdfsclient.FileInfo
 		return c.e, nil
 	}
 	if fi.Size > maxRecord {
-		return quarantine.Entry{}, fmt.Errorf("entry record %s is %d bytes, more than %d: not a record of ours", a.record(id), fi.Size, maxRecord)
+		return quarantine.Entry{}, fmt.Errorf("entry record %s is %d bytes, more than %d: not a record of ours", a.shown(id+recordSuffix), fi.Size, maxRecord)
 	}
 	r, err := a.fs.Open(ctx, a.record(id))
 	if err != nil {
@@ -320,17 +374,17 @@ func (a *Area) readRecord(ctx context.Context, id string, fi hdfsclient.FileInfo
 	defer r.Close()
 	b := make([]byte, r.Size())
 	if int64(len(b)) > maxRecord {
-		return quarantine.Entry{}, fmt.Errorf("entry record %s is more than %d bytes: not a record of ours", a.record(id), maxRecord)
+		return quarantine.Entry{}, fmt.Errorf("entry record %s is more than %d bytes: not a record of ours", a.shown(id+recordSuffix), maxRecord)
 	}
 	if n, err := r.ReadAt(b, 0); err != nil && !(errors.Is(err, io.EOF) && n == len(b)) {
-		return quarantine.Entry{}, fmt.Errorf("entry record %s: %w", a.record(id), err)
+		return quarantine.Entry{}, fmt.Errorf("entry record %s: %w", a.shown(id+recordSuffix), err)
 	}
 	var e quarantine.Entry
 	if err := json.Unmarshal(b, &e); err != nil {
-		return quarantine.Entry{}, fmt.Errorf("entry record %s: %w", a.record(id), err)
+		return quarantine.Entry{}, fmt.Errorf("entry record %s: %w", a.shown(id+recordSuffix), err)
 	}
 	if e.ID != id {
-		return quarantine.Entry{}, fmt.Errorf("entry record %s names id %q", a.record(id), e.ID)
+		return quarantine.Entry{}, fmt.Errorf("entry record %s names id %q", a.shown(id+recordSuffix), e.ID)
 	}
 	a.mu.Lock()
 	a.recs[id] = cachedRecord{size: fi.Size, mtime: fi.ModTime, e: e}
@@ -347,7 +401,7 @@ type listing struct {
 
 func (a *Area) list(ctx context.Context) (listing, error) {
 	l := listing{objs: map[string]hdfsclient.FileInfo{}, recs: map[string]hdfsclient.FileInfo{}}
-	err := a.fs.List(ctx, a.dir, func(page []hdfsclient.FileInfo) error {
+	err := a.fs.List(ctx, a.ref, func(page []hdfsclient.FileInfo) error {
 		for _, fi := range page {
 			switch {
 			case fi.IsDir || fi.Symlink:
@@ -378,7 +432,7 @@ func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Pr
 	for id, ofi := range l.objs {
 		if e, ok, err := parseName(id); ok {
 			if err != nil {
-				probs = append(probs, quarantine.Problem{ID: id, Size: ofi.Size, Detail: err.Error() + "; inspect " + a.object(id) + " in HDFS"})
+				probs = append(probs, quarantine.Problem{ID: id, Size: ofi.Size, Detail: err.Error() + "; inspect " + a.shown(id) + " in HDFS"})
 				continue
 			}
 			e.Size, e.ModTime = ofi.Size, ofi.ModTime
@@ -387,7 +441,7 @@ func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Pr
 		}
 		rfi, ok := l.recs[id]
 		if !ok {
-			probs = append(probs, quarantine.Problem{ID: id, Size: ofi.Size, Detail: "file without an entry record (its original path is unknown); inspect " + a.object(id) + " in HDFS"})
+			probs = append(probs, quarantine.Problem{ID: id, Size: ofi.Size, Detail: "file without an entry record (its original path is unknown); inspect " + a.shown(id) + " in HDFS"})
 			continue
 		}
 		e, err := a.readRecord(ctx, id, rfi)
@@ -395,7 +449,7 @@ func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Pr
 			if ctx.Err() != nil {
 				return nil, nil, ctx.Err()
 			}
-			probs = append(probs, quarantine.Problem{ID: id, Size: ofi.Size, Detail: err.Error() + "; inspect " + a.object(id) + " in HDFS"})
+			probs = append(probs, quarantine.Problem{ID: id, Size: ofi.Size, Detail: err.Error() + "; inspect " + a.shown(id) + " in HDFS"})
 			continue
 		}
 		// The staged file is the truth about the content (a file replaced between the record and the
@@ -404,7 +458,7 @@ func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Pr
 		es = append(es, e)
 	}
 	for _, fi := range l.dirs {
-		probs = append(probs, quarantine.Problem{ID: fi.Name, Detail: "not a file of ckguard's; inspect " + a.object(fi.Name) + " in HDFS"})
+		probs = append(probs, quarantine.Problem{ID: fi.Name, Detail: "not a file of ckguard's; inspect " + a.shown(fi.Name) + " in HDFS"})
 	}
 	quarantine.SortEntries(es)
 	return es, probs, nil
@@ -538,7 +592,7 @@ func (a *Area) Tidy(ctx context.Context, minAge time.Duration) error {
 			continue // not ours, or a staging may be under way
 		}
 		if err := a.fs.Remove(ctx, a.record(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("remove the leftover entry record %s: %w", a.record(id), err)
+			return fmt.Errorf("remove the leftover entry record %s: %w", a.shown(id+recordSuffix), err)
 		}
 		a.forget(id)
 	}

@@ -534,7 +534,9 @@ func decodeListV2(body []byte) (listResult, error) {
 			if len(res.Objects)+len(res.Prefixes) >= listEntriesMax {
 				return s.errf("more than %d entries in one page", listEntriesMax)
 			}
-			var p []byte
+			// The prefix is copied at once: a value may point into the scanner's scratch buffer, which
+			// the whitespace or elements after it inside <CommonPrefixes> overwrite.
+			var p string
 			have := false
 			err := s.children(func(name []byte) error {
 				if !is(name, "Prefix") {
@@ -544,7 +546,7 @@ func decodeListV2(body []byte) (listResult, error) {
 					return s.errf("<CommonPrefixes> with two <Prefix>")
 				}
 				v, err := s.value()
-				p, have = v, true
+				p, have = string(v), true
 				return err
 			})
 			if err != nil {
@@ -553,7 +555,7 @@ func decodeListV2(body []byte) (listResult, error) {
 			if !have || len(p) == 0 {
 				return s.errf("<CommonPrefixes> without a <Prefix>")
 			}
-			res.Prefixes = append(res.Prefixes, string(p))
+			res.Prefixes = append(res.Prefixes, p)
 			return nil
 		case is(name, "IsTruncated"):
 			v, err := s.value()

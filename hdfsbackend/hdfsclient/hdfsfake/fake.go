@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 )
 
 type node struct {
+	id    uint64 // inode id (from 16386, as the NameNode's first inode after the root)
 	dir   bool
 	data  []byte
 	mtime time.Time
@@ -31,6 +33,7 @@ type node struct {
 type FS struct {
 	mu    sync.Mutex
 	nodes map[string]*node
+	ids   uint64 // last inode id given
 	user  string
 	// PageSize is the listing page (default 1000, as dfs.ls.limit).
 	PageSize int
@@ -49,7 +52,7 @@ var _ hdfsclient.FS = (*FS)(nil)
 
 // New returns an empty namespace (only "/") acting as user.
 func New(user string) *FS {
-	return &FS{nodes: map[string]*node{"/": {dir: true, perm: 0o755}}, user: user, PageSize: 1000, Now: time.Now, Calls: map[string]int{}}
+	return &FS{nodes: map[string]*node{"/": {id: 16385, dir: true, perm: 0o755}}, ids: 16385, user: user, PageSize: 1000, Now: time.Now, Calls: map[string]int{}}
 }
 
 func (f *FS) User() string { return f.user }
@@ -78,8 +81,36 @@ func (f *FS) enter(ctx context.Context, op, name string) error {
 
 func clean(name string) string { return path.Clean("/" + name) }
 
+// resolve is name cleaned, a reserved inode path (hdfsclient.InodePath, and names below it) replaced
+// by the inode's current path; the caller holds f.mu. An unknown inode resolves to a path that does
+// not exist.
+func (f *FS) resolve(name string) string {
+	name = clean(name)
+	const reserved = "/.reserved/.inodes/"
+	if !strings.HasPrefix(name, reserved) {
+		return name
+	}
+	idStr, rest, _ := strings.Cut(name[len(reserved):], "/")
+	for p, n := range f.nodes {
+		if strconv.FormatUint(n.id, 10) == idStr {
+			if rest == "" {
+				return p
+			}
+			return path.Join(p, rest)
+		}
+	}
+	return name
+}
+
+// newNode gives n the next inode id.
+func (f *FS) newNode(n *node) *node {
+	f.ids++
+	n.id = f.ids
+	return n
+}
+
 func (f *FS) info(name string, n *node) hdfsclient.FileInfo {
-	fi := hdfsclient.FileInfo{Name: path.Base(name), ModTime: n.mtime, IsDir: n.dir, Mode: n.perm, Owner: f.user, Group: "supergroup"}
+	fi := hdfsclient.FileInfo{Name: path.Base(name), ModTime: n.mtime, IsDir: n.dir, Mode: n.perm, Owner: f.user, Group: "supergroup", ID: n.id}
 	if name == "/" {
 		fi.Name = ""
 	}
@@ -95,7 +126,7 @@ func (f *FS) Stat(ctx context.Context, name string) (hdfsclient.FileInfo, error)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	name = clean(name)
+	name = f.resolve(name)
 	n, ok := f.nodes[name]
 	if !ok {
 		return hdfsclient.FileInfo{}, perr("stat", name, fs.ErrNotExist)
@@ -118,7 +149,9 @@ func (f *FS) children(dir string) []string {
 // List pages like getListing: each page starts after the last name of the previous one, so entries
 // added or removed meanwhile are seen or not, but nothing present throughout is skipped.
 func (f *FS) List(ctx context.Context, name string, fn func([]hdfsclient.FileInfo) error) error {
-	name = clean(name)
+	f.mu.Lock()
+	name = f.resolve(name)
+	f.mu.Unlock()
 	after := ""
 	for {
 		if err := f.enter(ctx, "list", name); err != nil {
@@ -170,7 +203,7 @@ func (f *FS) Open(ctx context.Context, name string) (hdfsclient.Reader, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	name = clean(name)
+	name = f.resolve(name)
 	n, ok := f.nodes[name]
 	switch {
 	case !ok:
@@ -218,14 +251,14 @@ func (f *FS) Create(ctx context.Context, name string, perm fs.FileMode) (hdfscli
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	name = clean(name)
+	name = f.resolve(name)
 	if _, ok := f.nodes[name]; ok {
 		return nil, perr("create", name, fs.ErrExist)
 	}
 	if err := f.parentDir("create", name); err != nil {
 		return nil, err
 	}
-	f.nodes[name] = &node{mtime: f.Now(), perm: perm.Perm()}
+	f.nodes[name] = f.newNode(&node{mtime: f.Now(), perm: perm.Perm()})
 	return &writer{f: f, name: name}, nil
 }
 
@@ -256,14 +289,14 @@ func (f *FS) Mkdir(ctx context.Context, name string, perm fs.FileMode) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	name = clean(name)
+	name = f.resolve(name)
 	if _, ok := f.nodes[name]; ok {
 		return perr("mkdir", name, fs.ErrExist)
 	}
 	if err := f.parentDir("mkdir", name); err != nil {
 		return err
 	}
-	f.nodes[name] = &node{dir: true, mtime: f.Now(), perm: perm.Perm()}
+	f.nodes[name] = f.newNode(&node{dir: true, mtime: f.Now(), perm: perm.Perm()})
 	return nil
 }
 
@@ -273,7 +306,7 @@ func (f *FS) MkdirAll(ctx context.Context, name string, perm fs.FileMode) error 
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	name = clean(name)
+	name = f.resolve(name)
 	var todo []string
 	for p := name; ; p = path.Dir(p) {
 		n, ok := f.nodes[p]
@@ -286,7 +319,7 @@ func (f *FS) MkdirAll(ctx context.Context, name string, perm fs.FileMode) error 
 		todo = append(todo, p)
 	}
 	for _, p := range todo {
-		f.nodes[p] = &node{dir: true, mtime: f.Now(), perm: perm.Perm()}
+		f.nodes[p] = f.newNode(&node{dir: true, mtime: f.Now(), perm: perm.Perm()})
 	}
 	return nil
 }
@@ -297,7 +330,7 @@ func (f *FS) Remove(ctx context.Context, name string) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	name = clean(name)
+	name = f.resolve(name)
 	n, ok := f.nodes[name]
 	if !ok {
 		return perr("delete", name, fs.ErrNotExist)
@@ -318,7 +351,7 @@ func (f *FS) Rename(ctx context.Context, from, to string) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	from, to = clean(from), clean(to)
+	from, to = f.resolve(from), f.resolve(to)
 	if _, ok := f.nodes[from]; !ok {
 		return perr("rename", from, fs.ErrNotExist)
 	}
@@ -350,7 +383,7 @@ func (f *FS) Chtimes(ctx context.Context, name string, mtime time.Time) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	n, ok := f.nodes[clean(name)]
+	n, ok := f.nodes[f.resolve(name)]
 	if !ok {
 		return perr("setTimes", name, fs.ErrNotExist)
 	}
@@ -369,7 +402,7 @@ func (f *FS) Defaults(ctx context.Context) (hdfsclient.Defaults, error) {
 func (f *FS) Put(name string, data []byte, mtime time.Time) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	name = clean(name)
+	name = f.resolve(name)
 	for p := path.Dir(name); ; p = path.Dir(p) {
 		n, ok := f.nodes[p]
 		if ok {
@@ -378,12 +411,12 @@ func (f *FS) Put(name string, data []byte, mtime time.Time) error {
 			}
 			break
 		}
-		f.nodes[p] = &node{dir: true, mtime: mtime, perm: 0o755}
+		f.nodes[p] = f.newNode(&node{dir: true, mtime: mtime, perm: 0o755})
 	}
 	if n, ok := f.nodes[name]; ok && n.dir {
 		return fmt.Errorf("put %s: is a directory", name)
 	}
-	f.nodes[name] = &node{data: append([]byte(nil), data...), mtime: mtime, perm: 0o644}
+	f.nodes[name] = f.newNode(&node{data: append([]byte(nil), data...), mtime: mtime, perm: 0o644})
 	return nil
 }
 
