@@ -12,8 +12,10 @@ import (
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/fs/metrics"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsmount"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsquarantine"
+	"github.com/ckguard/ckguard/refindex/store"
 )
 
 // Run mounts c.StoreDir (an hdfs:// URI) and serves until ctx is cancelled or the filesystem is
@@ -28,6 +30,10 @@ func Run(ctx context.Context, c guardd.Config, o hdfscli.Options) error {
 		if c.Quarantine > 0 {
 			if area, err = hdfsquarantine.Open(ctx, st.FS(), st.Dir(), c.QuarantineNow); err != nil {
 				return guardd.Backend{}, fmt.Errorf("--quarantine: %s: %w", c.StoreDir, err)
+			}
+			if area.ByPath() && c.Logger != nil {
+				c.Logger.Warn("the NameNode resolves no inode paths (/.reserved/.inodes), so the quarantine folder is named by its path: a user who can write the store directory could swap it for one of their own while the mount runs; make the store directory writable only by the Flink jobs' user and the mount's (sticky bit: hdfs dfs -chmod +t)",
+					"folder", hdfsclient.Join(st.Dir(), store.QuarantineDir))
 			}
 		}
 		return guardd.Backend{

@@ -104,6 +104,10 @@ func Open(ctx context.Context, f hdfsclient.FS, root string, now func() time.Tim
 	return a, nil
 }
 
+// ByPath says the folder is named by its path, not its inode (the NameNode resolves no inode paths):
+// a user who can write the store root could then swap the folder while the mount runs.
+func (a *Area) ByPath() bool { return a.ref == a.dir }
+
 // ownFolder refuses a quarantine folder that is not this client's alone. The store root is writable by
 // the Flink jobs' HDFS user, who can make the folder before the first mount with --quarantine (or
 // rename the daemon's away and make another between two mounts): staged files would then move into a

@@ -192,6 +192,12 @@ func TestAreaWithoutInodePaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !a.ByPath() {
+		t.Error("ByPath = false on a NameNode without inode paths (the mount's WARN would not be logged)")
+	}
+	if open(t, f, nil).ByPath() {
+		t.Error("ByPath = true where inode paths resolve")
+	}
 	e, err := a.Stage(ctx, "job/a", quarantine.Decision{Op: "unlink", Reason: "allowed"})
 	if err != nil {
 		t.Fatal(err)
