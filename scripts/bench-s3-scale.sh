@@ -14,7 +14,11 @@
 #      behind the test proxy at LAT per request: time to the first index build, RSS and the index lag
 #      (ckguard_index_lag_seconds) sampled for SOAK_SMALL / SOAK seconds with --sync-interval SYNC, then
 #      `find -type f` over everything against the raw ListObjectsV2 walk (s3raw) of the same bucket,
-#      and the RSS after the find.
+#      and the RSS after the find. During the soak, once the loss check has completed a check, one
+#      referenced object of a shared/ folder is removed beside the mount (from versitygw's folder, as
+#      `aws s3 rm` would): the time until ckguard_missing_referenced_objects shows it, against the bound the
+#      mount advertises (ckguard_loss_check_bound_seconds); the soak's and the find's requests include the
+#      loss check's listings.
 #
 # Targets: sync at 20 ms <= 10 s; lag <= --sync-interval + sync time; burst sync of the same order as a
 # no-change sync, without a rebuild; mount RSS <= 1 GiB at 1 M objects; find / raw walk <= 1.3.
@@ -99,6 +103,10 @@ rss_mib() { awk '/VmRSS/{printf "%d", $2/1024}' "/proc/$1/status"; }
 metric() { # name: the first sample's value, or empty
 	{ curl -fsS "http://$MADDR/metrics" 2>/dev/null || true; } | awk -v n="$1" '$1==n{print $2; exit}'
 }
+metric_sum() { # name: the sum over its labelled series
+	{ curl -fsS "http://$MADDR/metrics" 2>/dev/null || true; } | awk -v n="$1" 'index($1, n"{")==1{s+=$2} END{print s+0}'
+}
+nonneg() { python3 -c "import sys; sys.exit(0 if sys.argv[1] and float(sys.argv[1]) >= 0 else 1)" "${1:-}"; }
 
 phase() { # objects soak-seconds
 	local n=$1 soak=$2 jobs=$(( $1 / 5000 ))
@@ -131,12 +139,26 @@ phase() { # objects soak-seconds
 	local maxlag=0 maxrss=0 r s0 c0 t1
 	s0=$(metric ckguard_sync_duration_seconds_sum); c0=$(metric ckguard_sync_duration_seconds_count)
 	t1=$(now)
+	local victim tl="" bound=""
+	victim=$(python3 -c "import json,sys; print(next(k for k in json.load(open(sys.argv[1]))['SampleReferenced'] if '/shared/' in k))" "$WORK/gen-$n.json")
 	while python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) else 1)" "$(since "$t1")" "$soak"; do
 		lag=$(metric ckguard_index_lag_seconds); r=$(rss_mib "$ck")
 		maxlag=$(python3 -c "import sys; print(max(float(sys.argv[1]), float(sys.argv[2] or 0)))" "$maxlag" "$lag")
 		[ "$r" -gt "$maxrss" ] && maxrss=$r
-		sleep 5
+		if [ -z "$tl" ] && nonneg "$(metric ckguard_loss_check_age_seconds)"; then
+			bound=$(metric ckguard_loss_check_bound_seconds)
+			row "$n: loss check: first complete check $(since "$t1") s into the soak; advertised bound (s)" "$bound" "$(load)"
+			rm -f "$WORK/data/bench/$victim"
+			tl=$(now)
+		fi
+		if [ -n "$tl" ] && [ "$tl" != done ] && [ "$(metric_sum ckguard_missing_referenced_objects)" != 0 ]; then
+			row "$n: loss check: $victim removed, shown after (s)" "$(since "$tl")" "$(load)"
+			row "$n:   advertised bound now (s), round passes, last pass (s)" "$(metric ckguard_loss_check_bound_seconds), $(metric ckguard_loss_check_round_passes), $(metric ckguard_loss_check_duration_seconds)" "$(load)"
+			tl=done
+		fi
+		sleep 1
 	done
+	[ "$tl" = done ] || row "$n: loss check: removed object NOT shown during the soak" "${tl:+removed}" "$(load)"
 	local s1 c1 ops
 	s1=$(metric ckguard_sync_duration_seconds_sum); c1=$(metric ckguard_sync_duration_seconds_count)
 	ops=$(proxy_ops)
