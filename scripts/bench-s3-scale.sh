@@ -25,7 +25,8 @@
 #
 # Sizes (environment): BENCH_S3_SCALE_N (1000000), BENCH_S3_SMALL_N (100000), BENCH_S3_CKPT_N (20000),
 # BENCH_S3_EXCLUSIVE (0),
-# BENCH_S3_LAT (20ms), BENCH_S3_SOAK (600 s), BENCH_S3_SOAK_SMALL (120 s), BENCH_S3_SYNC (30s).
+# BENCH_S3_LAT (20ms), BENCH_S3_SOAK (600 s), BENCH_S3_SOAK_SMALL (120 s), BENCH_S3_SYNC (30s);
+# BENCH_S3_MOUNT_FLAGS adds flags to the mount (e.g. "--loss-check-rate 0.01" as a control run).
 # BENCH_S3_PARTS (default "index checkpoints mount"; also "losscheck": one complete loss check pass,
 # listings against a HEAD per object, BenchmarkS3LossCheck) selects the parts; a size of 0 skips that mount
 # phase. Disk: about 5 GB per 1 M objects
@@ -41,6 +42,7 @@ LAT=${BENCH_S3_LAT:-20ms}
 SOAK=${BENCH_S3_SOAK:-600}
 SOAK_SMALL=${BENCH_S3_SOAK_SMALL:-120}
 SYNC=${BENCH_S3_SYNC:-30s}
+read -r -a MOUNT_FLAGS <<<"${BENCH_S3_MOUNT_FLAGS:-}"
 PARTS=${BENCH_S3_PARTS:-index checkpoints mount}
 VGW=${CKGUARD_VERSITYGW:-$ROOT/.tools/bin/versitygw}
 for tool in "$VGW" fusermount3 python3 curl go; do
@@ -123,7 +125,7 @@ phase() { # objects soak-seconds
 	mkdir -p "$mnt"
 	t0=$(now)
 	"$WORK/ckguard" mount --foreground --store s3://bench --index "$idx" --map "file:$WORK/data/bench=" \
-		--sync-interval "$SYNC" --metrics-addr "$MADDR" \
+		--sync-interval "$SYNC" --metrics-addr "$MADDR" ${MOUNT_FLAGS[@]+"${MOUNT_FLAGS[@]}"} \
 		--s3-endpoint "$PEP" --s3-path-style --s3-region us-east-1 "$mnt" >"$WORK/mount-$n.log" 2>&1 &
 	local ck=$!
 	PIDS+=("$ck"); MOUNTS+=("$mnt")
