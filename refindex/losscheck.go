@@ -65,9 +65,10 @@ type LossCheckOptions struct {
 	Quarantine QuarantineFinder
 }
 
-// Pacer spaces out a pass's requests: Wait returns when the next one may be sent, or ctx's error.
+// Pacer spaces out a pass's requests: Wait returns when the next one may be sent, or ctx's error; the
+// caller calls release when that request has ended.
 type Pacer interface {
-	Wait(ctx context.Context) error
+	Wait(ctx context.Context) (release func(), err error)
 }
 
 // LostReference is a store object a live checkpoint references that the store no longer has.

@@ -19,8 +19,9 @@ type DirLister interface {
 	// ListDirRange calls fn, in key order, with the key of files and subfolders directly in folder
 	// dir ("" = the root), from at most `from` on, until the listing has passed `to` or the folder ends. It stops
 	// after maxRequests requests with more set (the rest of the range is not listed). It calls wait (when
-	// not nil) before each request and stops with its error. It returns the requests it made.
-	ListDirRange(ctx context.Context, dir, from, to string, maxRequests int, wait func(context.Context) error, fn func(key string)) (requests int, more bool, err error)
+	// not nil) before each request and stops with its error, and the release wait returned once that
+	// request has ended. It returns the requests it made.
+	ListDirRange(ctx context.Context, dir, from, to string, maxRequests int, wait func(context.Context) (release func(), err error), fn func(key string)) (requests int, more bool, err error)
 }
 
 // listPage is the keys one listing request answers for (S3's ListObjectsV2 page), for cost estimates.
@@ -109,7 +110,7 @@ func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []stri
 	for _, k := range single {
 		units = append(units, lossUnit{keys: []string{k}})
 	}
-	var wait func(context.Context) error
+	var wait func(context.Context) (func(), error)
 	if pacer != nil {
 		wait = pacer.Wait
 	}
@@ -150,13 +151,16 @@ func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []stri
 			if ctx.Err() != nil {
 				return
 			}
+			release := func() {}
 			if wait != nil {
-				if err := wait(ctx); err != nil {
+				var err error
+				if release, err = wait(ctx); err != nil {
 					fail(fmt.Errorf("loss check: stat %s: %w", k, err))
 					return
 				}
 			}
 			_, err := stat(ctx, k)
+			release()
 			n++
 			switch {
 			case err == nil:

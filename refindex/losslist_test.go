@@ -35,7 +35,7 @@ func (s *listingStore) Stat(ctx context.Context, p string) (store.ObjectInfo, er
 	return s.Store.Stat(ctx, p)
 }
 
-func (s *listingStore) ListDirRange(_ context.Context, dir, from, to string, maxRequests int, wait func(context.Context) error, fn func(string)) (int, bool, error) {
+func (s *listingStore) ListDirRange(_ context.Context, dir, from, to string, maxRequests int, wait func(context.Context) (func(), error), fn func(string)) (int, bool, error) {
 	in := s.inflight.Add(1)
 	defer s.inflight.Add(-1)
 	for m := s.maxInflight.Load(); in > m && !s.maxInflight.CompareAndSwap(m, in); m = s.maxInflight.Load() {
@@ -57,9 +57,11 @@ func (s *listingStore) ListDirRange(_ context.Context, dir, from, to string, max
 			return n, true, nil
 		}
 		if wait != nil {
-			if err := wait(context.Background()); err != nil {
+			release, err := wait(context.Background())
+			if err != nil {
 				return n, false, err
 			}
+			release()
 		}
 		n++
 		s.lists.Add(1)
@@ -189,9 +191,9 @@ func TestLossCheckBudgetRounds(t *testing.T) {
 // countingPacer counts the waits of a pass.
 type countingPacer struct{ waits atomic.Int64 }
 
-func (p *countingPacer) Wait(ctx context.Context) error {
+func (p *countingPacer) Wait(ctx context.Context) (func(), error) {
 	p.waits.Add(1)
-	return ctx.Err()
+	return func() {}, ctx.Err()
 }
 
 // TestLossCheckPacedLargeFolder: a folder holding more than a page of referenced objects is listed in

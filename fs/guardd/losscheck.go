@@ -29,8 +29,9 @@ const DefaultS3LossCheckBudget = 1000
 // budget (1,000 requests) in 20 s, inside the default 30 s sync interval with a third to spare, so a
 // store up to about 1,000,000 referenced objects in shared folders is checked completely between two
 // syncs and a loss shows within the interval plus one pass (50 s). While the mount sends requests of its
-// own the check runs pace.DefaultYield (5) times slower (10 requests a second): a find or rm through the
-// mount shares the server with at most that many listings a second.
+// own (within the last lossBusyWindow) the check runs pace.DefaultYield (5) times slower (10 requests a
+// second) and one request at a time: a find or rm through the mount shares the server with at most one
+// listing of the check.
 const DefaultS3LossCheckRate = 50
 
 // Traffic is what the loss check needs of a backend's request counter (s3client.Traffic).
@@ -201,6 +202,11 @@ func detectionBound(interval, pass time.Duration, roundPasses int, unpaced bool)
 	return time.Duration(max(1, roundPasses))*period + pass
 }
 
+// lossBusyWindow is how long after the mount's last request of its own the loss check keeps yielding
+// (its slots five times further apart, one request in flight): a find or rm through the mount sends a
+// request every few tens of milliseconds, with gaps while the kernel consumes a page.
+const lossBusyWindow = time.Second
+
 // lossPacer is the loss check's pacer for a mount: the flag when given (negative: unpaced), else the
 // backend's default (0: unpaced). It slows down while the backend's Traffic counts the mount's own
 // requests.
@@ -218,12 +224,13 @@ func lossPacer(flag, backend float64, tr Traffic) *pace.Limiter {
 	l := &pace.Limiter{Rate: rate}
 	if tr != nil {
 		last := tr.Foreground()
-		// Called under the limiter's lock: last needs no lock of its own.
-		l.Busy = func() bool {
-			n := tr.Foreground()
-			busy := n != last
-			last = n
-			return busy
+		var moved time.Time
+		// Called under the limiter's lock: last and moved need no lock of their own.
+		l.Busy = func(now time.Time) bool {
+			if n := tr.Foreground(); n != last {
+				last, moved = n, now
+			}
+			return !moved.IsZero() && now.Sub(moved) < lossBusyWindow
 		}
 	}
 	return l

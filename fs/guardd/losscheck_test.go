@@ -24,6 +24,9 @@ type gatedStore struct {
 	mu    sync.Mutex
 	gate  chan struct{} // nil: open
 	stats int           // while gated
+	// inflight and maxInflight count the stats under way (each held for hold).
+	inflight, maxInflight int
+	hold                  time.Duration
 }
 
 func (g *gatedStore) Stat(ctx context.Context, p string) (store.ObjectInfo, error) {
@@ -32,7 +35,12 @@ func (g *gatedStore) Stat(ctx context.Context, p string) (store.ObjectInfo, erro
 	if gate != nil {
 		g.stats++
 	}
+	g.inflight++
+	g.maxInflight = max(g.maxInflight, g.inflight)
+	hold := g.hold
 	g.mu.Unlock()
+	defer func() { g.mu.Lock(); g.inflight--; g.mu.Unlock() }()
+	time.Sleep(hold)
 	if gate != nil {
 		select {
 		case <-gate:
@@ -215,13 +223,15 @@ func TestLossWatchPaced(t *testing.T) {
 	if err := ix.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
+	st.hold = 5 * time.Millisecond
 	for _, tc := range []struct {
-		name    string
-		step    int64 // the mount's requests between two looks of the pacer
-		gapWant time.Duration
+		name     string
+		step     int64 // the mount's requests between two looks of the pacer
+		gapWant  time.Duration
+		inflight int // at most, with 16 workers
 	}{
-		{"idle mount", 0, 100 * time.Millisecond},
-		{"busy mount", 3, 500 * time.Millisecond},
+		{"idle mount", 0, 100 * time.Millisecond, 16},
+		{"busy mount", 3, 500 * time.Millisecond, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := &sleepClock{now: time.Unix(1e9, 0)}
@@ -229,20 +239,25 @@ func TestLossWatchPaced(t *testing.T) {
 			p.Clock = clk
 			var logs bytes.Buffer
 			met := metrics.New()
-			w := &lossWatch{lc: ix.NewLossChecker(refindex.LossCheckOptions{Pacer: p, Parallel: 1}), met: met, audit: nopSink{},
+			w := &lossWatch{lc: ix.NewLossChecker(refindex.LossCheckOptions{Pacer: p, Parallel: 16}), met: met, audit: nopSink{},
 				log: slog.New(slog.NewTextHandler(&logs, nil)), interval: time.Hour, pacer: p}
 			st.mu.Lock()
-			st.stats = 0
+			st.stats, st.maxInflight = 0, 0
 			st.mu.Unlock()
 			w.kick(ctx)
 			w.wait()
 			st.mu.Lock()
-			stats := st.stats
+			stats, inflight := st.stats, st.maxInflight
 			st.mu.Unlock()
+			if inflight > tc.inflight {
+				t.Errorf("%d stats in flight at once, want at most %d", inflight, tc.inflight)
+			}
 			if stats < 2 {
 				t.Fatalf("%d stats", stats)
 			}
-			if want := time.Duration(stats-1) * tc.gapWant; clk.slept != want {
+			// Idle, the sleeps are exactly the spacing; busy, requests held back behind the one in flight
+			// also sleep while they poll.
+			if want := time.Duration(stats-1) * tc.gapWant; clk.slept < want || tc.step == 0 && clk.slept != want {
 				t.Errorf("%d requests slept %s in all, want %s (%s apart)", stats, clk.slept, want, tc.gapWant)
 			}
 			if p.Sent() != int64(stats) {

@@ -3,9 +3,11 @@
 //
 // A Limiter hands out one slot per request, 1/Rate apart (a token bucket of depth one: no burst after
 // an idle time, so the rate holds over any window longer than a slot). While the foreground is busy
-// (Busy reports requests of the mount since the previous slot), slots are Yield times further apart:
-// the background work slows down but never stops, so a round that cannot keep up shows as a long round
-// (its caller warns), never as a silent gap.
+// (Busy: the mount sent requests of its own lately), slots are Yield times further apart and at most
+// BusyInflight background requests are in flight: on a server slower than the rate (a listing page that
+// takes a second to produce) the spacing alone would still keep many of them under way. The background
+// work slows down but never stops, so a round that cannot keep up shows as a long round (its caller
+// warns), never as a silent gap.
 package pace
 
 import (
@@ -51,45 +53,73 @@ type Limiter struct {
 	Rate float64
 	// Yield stretches the slots while Busy says the foreground is busy (0: DefaultYield).
 	Yield float64
-	// Busy, when set, reports whether the foreground sent requests since the previous call: the
-	// mount's own S3 requests, counted by its client.
-	Busy func() bool
+	// Busy, when set, reports whether the foreground is busy at now (the mount's own S3 requests,
+	// counted by its client). It is called under the limiter's lock.
+	Busy func(now time.Time) bool
+	// BusyInflight bounds the background requests in flight while the foreground is busy (0: 1).
+	BusyInflight int
 	// Clock is the time source (nil: the wall clock).
 	Clock Clock
 
-	mu   sync.Mutex
-	next time.Time // the earliest time of the next slot
-	sent int64     // slots handed out
+	mu       sync.Mutex
+	next     time.Time // the earliest time of the next slot
+	sent     int64     // slots handed out
+	inflight int       // slots handed out and not released
 }
 
+// busyPoll is how often a request held back by BusyInflight looks again.
+const busyPoll = 20 * time.Millisecond
+
 // Wait blocks until the caller may send one request, or ctx is done (it then returns ctx's error and
-// the slot is not used).
-func (l *Limiter) Wait(ctx context.Context) error {
+// the slot is not used). The caller calls release once the request has ended.
+func (l *Limiter) Wait(ctx context.Context) (release func(), err error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return nil, err
 	}
 	if l == nil || l.Rate <= 0 {
-		return nil
+		return func() {}, nil
 	}
 	clk := l.clock()
-	l.mu.Lock()
-	now := clk.Now()
-	gap := time.Duration(float64(time.Second) / l.Rate)
-	if l.Busy != nil && l.Busy() {
-		y := l.Yield
-		if y <= 0 {
-			y = DefaultYield
+	for {
+		l.mu.Lock()
+		now := clk.Now()
+		gap := time.Duration(float64(time.Second) / l.Rate)
+		if l.Busy != nil && l.Busy(now) {
+			if l.inflight >= max(1, l.BusyInflight) {
+				l.mu.Unlock()
+				if err := clk.Sleep(ctx, busyPoll); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			y := l.Yield
+			if y <= 0 {
+				y = DefaultYield
+			}
+			gap = time.Duration(float64(gap) * y)
 		}
-		gap = time.Duration(float64(gap) * y)
+		at := l.next
+		if at.Before(now) {
+			at = now // an idle limiter gives no burst: the slot is now, the next one a gap later
+		}
+		l.next = at.Add(gap)
+		l.sent++
+		l.inflight++
+		l.mu.Unlock()
+		var once sync.Once
+		release = func() {
+			once.Do(func() {
+				l.mu.Lock()
+				l.inflight--
+				l.mu.Unlock()
+			})
+		}
+		if err := clk.Sleep(ctx, at.Sub(now)); err != nil {
+			release()
+			return nil, err
+		}
+		return release, nil
 	}
-	at := l.next
-	if at.Before(now) {
-		at = now // an idle limiter gives no burst: the slot is now, the next one a gap later
-	}
-	l.next = at.Add(gap)
-	l.sent++
-	l.mu.Unlock()
-	return clk.Sleep(ctx, at.Sub(now))
 }
 
 // Sent is the number of slots handed out (the requests paced so far).

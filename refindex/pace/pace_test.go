@@ -50,14 +50,16 @@ func TestLimiterPaces(t *testing.T) {
 			i := 0
 			l := &Limiter{Rate: tc.rate, Yield: tc.yield, Clock: clk}
 			if tc.busy != nil {
-				l.Busy = func() bool { return tc.busy(i) }
+				l.Busy = func(time.Time) bool { return tc.busy(i) }
 			}
 			t0 := clk.Now()
 			var last time.Time
 			for i = 0; i < tc.n; i++ {
-				if err := l.Wait(context.Background()); err != nil {
+				release, err := l.Wait(context.Background())
+				if err != nil {
 					t.Fatal(err)
 				}
+				release()
 				last = clk.Now()
 			}
 			if took := last.Sub(t0); took != tc.wantTook {
@@ -75,11 +77,11 @@ func TestLimiterNoBurstAfterIdle(t *testing.T) {
 	clk := &fakeClock{now: time.Unix(1e9, 0)}
 	l := &Limiter{Rate: 10, Clock: clk}
 	ctx := context.Background()
-	_ = l.Wait(ctx)
+	_, _ = l.Wait(ctx)
 	_ = clk.Sleep(ctx, time.Hour)
 	t0 := clk.Now()
-	_ = l.Wait(ctx)
-	_ = l.Wait(ctx)
+	_, _ = l.Wait(ctx)
+	_, _ = l.Wait(ctx)
 	if d := clk.Now().Sub(t0); d != 100*time.Millisecond {
 		t.Fatalf("two requests after an idle hour %s apart, want 100ms", d)
 	}
@@ -96,9 +98,12 @@ func TestLimiterRealClockConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 4 {
-				if err := l.Wait(context.Background()); err != nil {
+				release, err := l.Wait(context.Background())
+				if err != nil {
 					t.Error(err)
+					return
 				}
+				release()
 			}
 		}()
 	}
@@ -108,10 +113,63 @@ func TestLimiterRealClockConcurrent(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	slow := &Limiter{Rate: 0.01}
-	_ = slow.Wait(ctx) // the first slot is now
+	_, _ = slow.Wait(ctx) // the first slot is now
 	cancel()
 	t1 := time.Now()
-	if err := slow.Wait(ctx); err == nil || time.Since(t1) > time.Second {
+	if _, err := slow.Wait(ctx); err == nil || time.Since(t1) > time.Second {
 		t.Fatalf("a cancelled wait returned %v after %s", err, time.Since(t1))
 	}
+}
+
+// TestLimiterBusyInflight: while the foreground is busy a request waits until the one in flight is
+// released (BusyInflight 1); while it is idle requests overlap freely.
+func TestLimiterBusyInflight(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	busy := true
+	l := &Limiter{Rate: 1000, Busy: func(time.Time) bool { mu.Lock(); defer mu.Unlock(); return busy }}
+	first, err := l.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan func())
+	go func() {
+		r, err := l.Wait(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	select {
+	case <-done:
+		t.Fatal("a second request went out while the foreground was busy and one was in flight")
+	case <-time.After(200 * time.Millisecond):
+	}
+	first()
+	first() // a second release counts once
+	var second func()
+	select {
+	case second = <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the held request did not go out after the one in flight was released")
+	}
+	mu.Lock()
+	busy = false
+	mu.Unlock()
+	third, err := l.Wait(ctx) // idle: beside the second, not after it
+	if err != nil {
+		t.Fatal(err)
+	}
+	second()
+	third()
+	ctx2, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	mu.Lock()
+	busy = true
+	mu.Unlock()
+	held, _ := l.Wait(ctx)
+	if _, err := l.Wait(ctx2); err == nil {
+		t.Fatal("a held request did not end with its context")
+	}
+	held()
 }
