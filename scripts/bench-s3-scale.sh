@@ -14,14 +14,16 @@
 #      behind the test proxy at LAT per request: time to the first index build, RSS and the index lag
 #      (ckguard_index_lag_seconds) sampled for SOAK_SMALL / SOAK seconds with --sync-interval SYNC, then
 #      `find -type f` over everything against the raw ListObjectsV2 walk (s3raw) of the same bucket,
-#      and the RSS after the find. During the soak, once the loss check has completed a check, one
-#      referenced object of a shared/ folder is removed beside the mount (from versitygw's folder, as
-#      `aws s3 rm` would): the time until ckguard_missing_referenced_objects shows it, against the bound the
-#      mount advertises (ckguard_loss_check_bound_seconds); the soak's and the find's requests include the
-#      loss check's listings.
+#      and the RSS after the find.
 #
 # Targets: sync at 20 ms <= 10 s; lag <= --sync-interval + sync time; burst sync of the same order as a
 # no-change sync, without a rebuild; mount RSS <= 1 GiB at 1 M objects; find / raw walk <= 1.3.
+#
+# The loss check, in the mount phase: once it has completed a check, one referenced object of a shared/
+# folder is removed beside the mount (from versitygw's folder, as `aws s3 rm` would): the time until
+# ckguard_missing_referenced_objects shows it (during the soak, else up to the advertised bound after it),
+# against the bound the mount advertises (ckguard_loss_check_bound_seconds); the soak's and the find's
+# requests include the loss check's listings.
 #
 # Sizes (environment): BENCH_S3_SCALE_N (1000000), BENCH_S3_SMALL_N (100000), BENCH_S3_CKPT_N (20000),
 # BENCH_S3_EXCLUSIVE (0),
