@@ -97,17 +97,27 @@ func TestMountLossCheck(t *testing.T) {
 			}
 			// One sync may have been running when the object went (its check may have stat'ed it before):
 			// the next one must find it.
+			took := time.Since(t0)
 			n := syncs() - before
-			t.Logf("%s: loss reported %v after the deletion, %.0f sync(s) later", tc.name, time.Since(t0).Round(time.Millisecond), n)
+			text := mntHTTPGet(t, metricsURL)
+			bound, ok := metricValue(text, "ckguard_loss_check_bound_seconds")
+			t.Logf("%s: loss reported %v after the deletion, %.0f sync(s) later; advertised bound %.1fs", tc.name, took.Round(time.Millisecond), n, bound)
 			if n > 2 {
 				t.Errorf("loss of %s reported after %.0f syncs, want the first sync that started after it", ref, n)
+			}
+			// The advertised bound holds (the interval plus a pass at this small store), give or take the
+			// syncs' own durations on a loaded machine.
+			if !ok || bound <= 0 || took.Seconds() > bound+2 {
+				t.Errorf("loss reported after %s, ckguard_loss_check_bound_seconds = %v (%v): the bound must hold", took.Round(time.Millisecond), bound, ok)
+			}
+			if !strings.Contains(p.logText(), "a loss shows within") {
+				t.Errorf("no INFO line stating the detection bound:\n%s", p.logText())
 			}
 			if rec.Decision != "missing" || len(rec.Referencing) != 1 || !strings.Contains(rec.Message, rec.Referencing[0]) || !strings.Contains(rec.Message, ref) {
 				t.Errorf("audit record: %+v", rec)
 			}
 			meta := rec.Referencing[0]
 			job := path.Dir(path.Dir(meta))
-			text := mntHTTPGet(t, metricsURL)
 			label := `job="` + job + `"`
 			if v, ok := metricValue(text, "ckguard_missing_referenced_objects", label); !ok || v < 1 {
 				t.Errorf("ckguard_missing_referenced_objects{%s} = %v (%v):\n%s", label, v, ok, text)

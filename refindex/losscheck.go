@@ -58,8 +58,17 @@ type LossCheckOptions struct {
 	Budget int
 	// Parallel bounds the requests in flight (0: DefaultLossParallel).
 	Parallel int
+	// Pacer, when set, is waited on before every request a pass sends to the store (stats and each
+	// listing page): it spaces them out (pace.Limiter: a rate, slower while the mount is busy).
+	Pacer Pacer
 	// Quarantine, when set, is asked about every object found missing.
 	Quarantine QuarantineFinder
+}
+
+// Pacer spaces out a pass's requests: Wait returns when the next one may be sent, or ctx's error; the
+// caller calls release when that request has ended.
+type Pacer interface {
+	Wait(ctx context.Context) (release func(), err error)
 }
 
 // LostReference is a store object a live checkpoint references that the store no longer has.
@@ -207,7 +216,7 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 	if par <= 0 {
 		par = DefaultLossParallel
 	}
-	gone, requests, err := ix.checkUnits(ctx, batch, single, par)
+	gone, requests, err := ix.checkUnits(ctx, batch, single, par, lc.o.Pacer)
 	if err != nil {
 		return nil, err
 	}

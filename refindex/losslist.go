@@ -18,9 +18,10 @@ import (
 type DirLister interface {
 	// ListDirRange calls fn, in key order, with the key of files and subfolders directly in folder
 	// dir ("" = the root), from at most `from` on, until the listing has passed `to` or the folder ends. It stops
-	// after maxRequests requests with more set (the rest of the range is not listed). It returns the
-	// requests it made.
-	ListDirRange(ctx context.Context, dir, from, to string, maxRequests int, fn func(key string)) (requests int, more bool, err error)
+	// after maxRequests requests with more set (the rest of the range is not listed). It calls wait (when
+	// not nil) before each request and stops with its error, and the release wait returned once that
+	// request has ended. It returns the requests it made.
+	ListDirRange(ctx context.Context, dir, from, to string, maxRequests int, wait func(context.Context) (release func(), err error), fn func(key string)) (requests int, more bool, err error)
 }
 
 // listPage is the keys one listing request answers for (S3's ListObjectsV2 page), for cost estimates.
@@ -52,7 +53,11 @@ func (u lossUnit) cost() int {
 	return len(u.keys)
 }
 
-// planUnits groups keys by folder into listings (canList, and enough keys in the folder) or stats.
+// planUnits groups keys by folder into listings (canList, and enough keys in the folder) or stats. A
+// folder's listing is split into units of at most listPage referenced keys, each listed from its own
+// first key: the pages of one large folder (a job's shared/ of a million SSTs) are listed in parallel,
+// not one after the other behind continuation tokens, so a pass's duration is its requests over the
+// parallelism (or the pacer's rate), whatever the folders' sizes.
 func planUnits(keys []string, canList bool) []lossUnit {
 	byDir := map[string][]string{}
 	for _, k := range keys {
@@ -64,9 +69,13 @@ func planUnits(keys []string, canList bool) []lossUnit {
 	}
 	units := make([]lossUnit, 0, len(byDir))
 	for d, ks := range byDir {
-		if canList && len(ks) >= minListKeys {
-			units = append(units, lossUnit{dir: d, keys: ks, list: true})
-			continue
+		for canList && len(ks) >= minListKeys {
+			n := min(len(ks), listPage)
+			if len(ks)-n < minListKeys {
+				n = len(ks) // a short tail rides with the last chunk rather than costing stats
+			}
+			units = append(units, lossUnit{dir: d, keys: ks[:n:n], list: true})
+			ks = ks[n:]
 		}
 		for _, k := range ks {
 			units = append(units, lossUnit{dir: d, keys: []string{k}})
@@ -92,7 +101,7 @@ func roundCost(units []lossUnit) int {
 // requests in flight. It returns the keys the store does not have and the requests made. A key a listing did
 // not show is stat'ed before it counts as gone (a listing is the cheap look, a stat the proof). Any
 // error other than not-found fails the pass: an object that could not be checked is not known there.
-func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []string, parallel int) (map[string]bool, int, error) {
+func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []string, parallel int, pacer Pacer) (map[string]bool, int, error) {
 	lister, _ := ix.st.(DirLister)
 	stat := ix.st.Stat
 	if f, ok := ix.st.(store.FreshStater); ok {
@@ -100,6 +109,10 @@ func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []stri
 	}
 	for _, k := range single {
 		units = append(units, lossUnit{keys: []string{k}})
+	}
+	var wait func(context.Context) (func(), error)
+	if pacer != nil {
+		wait = pacer.Wait
 	}
 	var mu sync.Mutex
 	gone := map[string]bool{}
@@ -120,7 +133,7 @@ func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []stri
 		if u.list && lister != nil {
 			seen := make(map[string]bool, len(u.keys))
 			// Cut off at one request per object: never dearer than stating each.
-			r, _, err := lister.ListDirRange(ctx, u.dir, u.keys[0], u.keys[len(u.keys)-1], len(u.keys), func(k string) { seen[k] = true })
+			r, _, err := lister.ListDirRange(ctx, u.dir, u.keys[0], u.keys[len(u.keys)-1], len(u.keys), wait, func(k string) { seen[k] = true })
 			n += r
 			if err != nil {
 				fail(fmt.Errorf("loss check: list %s/: %w", u.dir, err))
@@ -138,7 +151,16 @@ func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []stri
 			if ctx.Err() != nil {
 				return
 			}
+			release := func() {}
+			if wait != nil {
+				var err error
+				if release, err = wait(ctx); err != nil {
+					fail(fmt.Errorf("loss check: stat %s: %w", k, err))
+					return
+				}
+			}
 			_, err := stat(ctx, k)
+			release()
 			n++
 			switch {
 			case err == nil:

@@ -9,11 +9,13 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/pathnorm"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
+	"github.com/ckguard/ckguard/refindex/treegen"
 )
 
 // listingStore is a local store that also lists folders (refindex.DirLister) the way S3 does: in key
@@ -23,6 +25,9 @@ type listingStore struct {
 	root         string
 	page         int
 	lists, stats atomic.Int64
+	// delay holds each listing request this long; inflight and maxInflight count the listings under way.
+	delay                 time.Duration
+	inflight, maxInflight atomic.Int64
 }
 
 func (s *listingStore) Stat(ctx context.Context, p string) (store.ObjectInfo, error) {
@@ -30,7 +35,12 @@ func (s *listingStore) Stat(ctx context.Context, p string) (store.ObjectInfo, er
 	return s.Store.Stat(ctx, p)
 }
 
-func (s *listingStore) ListDirRange(_ context.Context, dir, from, to string, maxRequests int, fn func(string)) (int, bool, error) {
+func (s *listingStore) ListDirRange(_ context.Context, dir, from, to string, maxRequests int, wait func(context.Context) (func(), error), fn func(string)) (int, bool, error) {
+	in := s.inflight.Add(1)
+	defer s.inflight.Add(-1)
+	for m := s.maxInflight.Load(); in > m && !s.maxInflight.CompareAndSwap(m, in); m = s.maxInflight.Load() {
+	}
+	time.Sleep(s.delay)
 	es, err := os.ReadDir(filepath.Join(s.root, filepath.FromSlash(dir)))
 	if err != nil {
 		return 1, false, err
@@ -45,6 +55,13 @@ func (s *listingStore) ListDirRange(_ context.Context, dir, from, to string, max
 	for {
 		if n >= maxRequests {
 			return n, true, nil
+		}
+		if wait != nil {
+			release, err := wait(context.Background())
+			if err != nil {
+				return n, false, err
+			}
+			release()
 		}
 		n++
 		s.lists.Add(1)
@@ -168,5 +185,69 @@ func TestLossCheckBudgetRounds(t *testing.T) {
 	}
 	if rep.RoundPasses < 2 || passes != rep.RoundPasses || rep.RoundRequests != rep.Objects {
 		t.Fatalf("rotation took %d passes; report: %d round passes, %d round requests, %d objects", passes, rep.RoundPasses, rep.RoundRequests, rep.Objects)
+	}
+}
+
+// countingPacer counts the waits of a pass.
+type countingPacer struct{ waits atomic.Int64 }
+
+func (p *countingPacer) Wait(ctx context.Context) (func(), error) {
+	p.waits.Add(1)
+	return func() {}, ctx.Err()
+}
+
+// TestLossCheckPacedLargeFolder: a folder holding more than a page of referenced objects is listed in
+// chunks of a page each, in parallel (not one page after the other), every request of the pass waits on
+// the pacer first, and a loss in the middle chunk is found.
+func TestLossCheckPacedLargeFolder(t *testing.T) {
+	ctx := context.Background()
+	root := filepath.Join(t.TempDir(), "store")
+	lr, err := treegen.Large(root, treegen.LargeSpec{Jobs: 1, CheckpointsPerJob: 1, RefsPerCheckpoint: 3500, NewPerCheckpoint: 3500, DataFiles: true, Seed: "pace"}, time.Now().Add(-48*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := localstore.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &listingStore{Store: ls, root: root, page: 1000, delay: 50 * time.Millisecond}
+	ix := openListingIndex(t, st, "file:"+root)
+	p := &countingPacer{}
+	lc := ix.NewLossChecker(refindex.LossCheckOptions{Pacer: p})
+	rep, err := lc.Check(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d referenced objects (%d generated): %d requests, %d listings, at most %d at once, %d waits", rep.Objects, lr.Distinct, rep.Requests, st.lists.Load(), st.maxInflight.Load(), p.waits.Load())
+	if len(rep.Missing) != 0 || !rep.Complete || rep.Objects < 3000 {
+		t.Fatalf("intact store: %+v", rep)
+	}
+	if int(p.waits.Load()) != rep.Requests {
+		t.Errorf("%d waits on the pacer for %d requests: every request must be paced", p.waits.Load(), rep.Requests)
+	}
+	if st.maxInflight.Load() < 2 {
+		t.Errorf("at most %d listing at once: the chunks of one large folder must be listed in parallel", st.maxInflight.Load())
+	}
+	if rep.Requests > 2*rep.RoundRequests || rep.RoundRequests > (rep.Objects+999)/1000+1 {
+		t.Errorf("%d requests, %d estimated, for %d objects: want about one per 1,000", rep.Requests, rep.RoundRequests, rep.Objects)
+	}
+	var keys []string
+	for _, k := range lr.SampleReferenced {
+		if strings.Contains(k, "/shared/") {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		t.Fatalf("no referenced shared key in %v", lr.SampleReferenced)
+	}
+	victim := keys[len(keys)/2]
+	if err := os.Remove(filepath.Join(root, filepath.FromSlash(victim))); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err = lc.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.New) != 1 || rep.New[0].Path != victim {
+		t.Fatalf("deleted %s; the pass reported %+v", victim, rep.New)
 	}
 }

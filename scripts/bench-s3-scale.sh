@@ -20,9 +20,16 @@
 # Targets: sync at 20 ms <= 10 s; lag <= --sync-interval + sync time; burst sync of the same order as a
 # no-change sync, without a rebuild; mount RSS <= 1 GiB at 1 M objects; find / raw walk <= 1.3.
 #
+# The loss check, in the mount phase: once it has completed a check, one referenced object of a shared/
+# folder is removed beside the mount (from versitygw's folder, as `aws s3 rm` would): the time until
+# ckguard_missing_referenced_objects shows it (during the soak, else up to the advertised bound after it),
+# against the bound the mount advertises (ckguard_loss_check_bound_seconds); the soak's and the find's
+# requests include the loss check's listings.
+#
 # Sizes (environment): BENCH_S3_SCALE_N (1000000), BENCH_S3_SMALL_N (100000), BENCH_S3_CKPT_N (20000),
 # BENCH_S3_EXCLUSIVE (0),
-# BENCH_S3_LAT (20ms), BENCH_S3_SOAK (600 s), BENCH_S3_SOAK_SMALL (120 s), BENCH_S3_SYNC (30s).
+# BENCH_S3_LAT (20ms), BENCH_S3_SOAK (600 s), BENCH_S3_SOAK_SMALL (120 s), BENCH_S3_SYNC (30s);
+# BENCH_S3_MOUNT_FLAGS adds flags to the mount (e.g. "--loss-check-rate 0.01" as a control run).
 # BENCH_S3_PARTS (default "index checkpoints mount"; also "losscheck": one complete loss check pass,
 # listings against a HEAD per object, BenchmarkS3LossCheck) selects the parts; a size of 0 skips that mount
 # phase. Disk: about 5 GB per 1 M objects
@@ -38,6 +45,7 @@ LAT=${BENCH_S3_LAT:-20ms}
 SOAK=${BENCH_S3_SOAK:-600}
 SOAK_SMALL=${BENCH_S3_SOAK_SMALL:-120}
 SYNC=${BENCH_S3_SYNC:-30s}
+read -r -a MOUNT_FLAGS <<<"${BENCH_S3_MOUNT_FLAGS:-}"
 PARTS=${BENCH_S3_PARTS:-index checkpoints mount}
 VGW=${CKGUARD_VERSITYGW:-$ROOT/.tools/bin/versitygw}
 for tool in "$VGW" fusermount3 python3 curl go; do
@@ -100,6 +108,10 @@ rss_mib() { awk '/VmRSS/{printf "%d", $2/1024}' "/proc/$1/status"; }
 metric() { # name: the first sample's value, or empty
 	{ curl -fsS "http://$MADDR/metrics" 2>/dev/null || true; } | awk -v n="$1" '$1==n{print $2; exit}'
 }
+metric_sum() { # name: the sum over its labelled series
+	{ curl -fsS "http://$MADDR/metrics" 2>/dev/null || true; } | awk -v n="$1" 'index($1, n"{")==1{s+=$2} END{print s+0}'
+}
+nonneg() { python3 -c "import sys; sys.exit(0 if sys.argv[1] and float(sys.argv[1]) >= 0 else 1)" "${1:-}"; }
 
 phase() { # objects soak-seconds
 	local n=$1 soak=$2 jobs=$(( $1 / 5000 ))
@@ -120,7 +132,7 @@ phase() { # objects soak-seconds
 	mkdir -p "$mnt"
 	t0=$(now)
 	"$WORK/ckguard" mount --foreground --store s3://bench --index "$idx" --map "file:$WORK/data/bench=" \
-		--sync-interval "$SYNC" --metrics-addr "$MADDR" \
+		--sync-interval "$SYNC" --metrics-addr "$MADDR" ${MOUNT_FLAGS[@]+"${MOUNT_FLAGS[@]}"} \
 		--s3-endpoint "$PEP" --s3-path-style --s3-region us-east-1 "$mnt" >"$WORK/mount-$n.log" 2>&1 &
 	local ck=$!
 	PIDS+=("$ck"); MOUNTS+=("$mnt")
@@ -136,11 +148,24 @@ phase() { # objects soak-seconds
 	local maxlag=0 maxrss=0 r s0 c0 t1
 	s0=$(metric ckguard_sync_duration_seconds_sum); c0=$(metric ckguard_sync_duration_seconds_count)
 	t1=$(now)
+	local victim tl="" bound=""
+	victim=$(python3 -c "import json,sys; print(next(k for k in json.load(open(sys.argv[1]))['SampleReferenced'] if '/shared/' in k))" "$WORK/gen-$n.json")
 	while python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) else 1)" "$(since "$t1")" "$soak"; do
 		lag=$(metric ckguard_index_lag_seconds); r=$(rss_mib "$ck")
 		maxlag=$(python3 -c "import sys; print(max(float(sys.argv[1]), float(sys.argv[2] or 0)))" "$maxlag" "$lag")
 		[ "$r" -gt "$maxrss" ] && maxrss=$r
-		sleep 5
+		if [ -z "$tl" ] && nonneg "$(metric ckguard_loss_check_age_seconds)"; then
+			bound=$(metric ckguard_loss_check_bound_seconds)
+			row "$n: loss check: first complete check $(since "$t1") s into the soak; advertised bound (s)" "$bound" "$(load)"
+			rm -f "$WORK/data/bench/$victim"
+			tl=$(now)
+		fi
+		if [ -n "$tl" ] && [ "$tl" != done ] && [ "$(metric_sum ckguard_missing_referenced_objects)" != 0 ]; then
+			row "$n: loss check: $victim removed, shown after (s)" "$(since "$tl")" "$(load)"
+			row "$n:   advertised bound now (s), round passes, last pass (s)" "$(metric ckguard_loss_check_bound_seconds), $(metric ckguard_loss_check_round_passes), $(metric ckguard_loss_check_duration_seconds)" "$(load)"
+			tl=done
+		fi
+		sleep 1
 	done
 	local s1 c1 ops
 	s1=$(metric ckguard_sync_duration_seconds_sum); c1=$(metric ckguard_sync_duration_seconds_count)
@@ -149,6 +174,20 @@ phase() { # objects soak-seconds
 	row "$n:   requests during the soak" "$ops" "$(load)"
 	row "$n: max index lag during the soak (s), --sync-interval $SYNC" "$maxlag" "$(load)"
 	row "$n: mount RSS after ${soak} s (max sampled) (MiB)" "$(rss_mib "$ck") ($maxrss)" "$(load)"
+	if [ -n "$tl" ] && [ "$tl" != done ]; then
+		# Not shown during the soak: wait for it up to the advertised bound and a minute.
+		while python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) + 60 else 1)" "$(since "$tl")" "${bound:-0}"; do
+			if [ "$(metric_sum ckguard_missing_referenced_objects)" != 0 ]; then
+				row "$n: loss check: $victim removed, shown after the soak, after (s)" "$(since "$tl")" "$(load)"
+				row "$n:   advertised bound now (s), round passes, last pass (s)" "$(metric ckguard_loss_check_bound_seconds), $(metric ckguard_loss_check_round_passes), $(metric ckguard_loss_check_duration_seconds)" "$(load)"
+				tl=done
+				break
+			fi
+			sleep 1
+		done
+	fi
+	[ "$tl" = done ] || row "$n: loss check: removed object NOT shown within the advertised bound" "${tl:+removed}" "$(load)"
+	proxy_ops >/dev/null
 	l=$(load); t0=$(now)
 	local found; found=$(find "$mnt" -type f | wc -l)
 	local tf; tf=$(since "$t0")

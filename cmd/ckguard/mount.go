@@ -40,7 +40,8 @@ func mountCommand() *cli.Command {
 		&cli.StringFlag{Name: "log-file", Usage: "daemon mode: log here (default INDEX/ckguard.log)"},
 		&cli.BoolFlag{Name: "debug", Usage: "log every FUSE request"},
 		&cli.IntFlag{Name: "loss-check-budget", Usage: "after every sync the mount checks, beside the sync loop, that the objects live checkpoints reference are still in the store: at most this many requests per sync (a stat per object; on S3 a listing per folder holding several), in a rotation beyond that, besides one stat per object already found missing. Default: everything on a local store, 1000 requests on S3. -1: everything at every sync"},
-		durationFlag("quarantine", defaultQuarantine, "stage every deletion the guard allows in the store's quarantine folder (invisible in the mount) for this long before it is purged; `ckguard quarantine list|restore|purge`. 0s: deletions are final. Default 0s on S3 (opt-in: staging there is a server-side copy per deletion) and on HDFS (opt-in: there deletions go to the HDFS trash when the NameNode has one; with --quarantine they are staged instead, a record file and a rename per deletion)"),
+		&cli.Float64Flag{Name: "loss-check-rate", Usage: "the loss check's requests per second to the store (five times fewer, one at a time, while the mount sends requests of its own), so that it never competes with the mount for the server: with the default budget a complete check then takes 20 s, inside a 30 s --sync-interval, and a loss shows within the interval plus that (ckguard_loss_check_bound_seconds). Default: 50 on S3, unpaced on a local store (a pass rests nine times its duration instead). -1: unpaced"},
+		durationFlag("quarantine", defaultQuarantine, "stage every deletion the guard allows in the store's quarantine folder (invisible in the mount) for this long before it is purged; `ckguard quarantine list|restore|purge`. 0s: deletions are final. Default 0s on S3 (opt-in: staging there is a server-side copy per deletion) and on HDFS (opt-in: there deletions go to the HDFS trash when the NameNode has one; with --quarantine they are staged instead, a rename per deletion)"),
 		&cli.IntFlag{Name: "serve-procs", Value: 1, Usage: "GOMAXPROCS while the mount only answers requests (index syncs and queries raise it back); fewer idle Go threads make each request cheaper, rm -rf about 30% faster on 2 cores. 0: leave GOMAXPROCS alone. Local stores only, unless given explicitly"},
 	}
 	// --store, --index, --map, --entropy-key and the S3 flags are shared with every index command
@@ -184,6 +185,7 @@ func runMount(c *cli.Context) error {
 		Logger:          log,
 		ServeProcs:      c.Int("serve-procs"),
 		LossCheckBudget: c.Int("loss-check-budget"),
+		LossCheckRate:   c.Float64("loss-check-rate"),
 		Ready: func(m *guardd.Mounted) {
 			log.Info("a refused deletion fails with \"Operation not permitted\"; to learn why: `ckguard why --store S --index I PATH` or `getfattr -n user.ckguard.state PATH`",
 				"why", whyCommandLine(c, m.Mountpoint, "PATH"))

@@ -53,6 +53,9 @@ type Config struct {
 	// LossCheckBudget caps the referenced objects the loss check stats per sync besides the known-missing
 	// ones (0: the backend's default; negative: every object at every sync).
 	LossCheckBudget int
+	// LossCheckRate caps the loss check's requests per second (0: the backend's default; negative:
+	// unpaced, and a pass is followed by a rest of lossDuty-1 times its duration instead).
+	LossCheckRate float64
 	// Ready is called once the mount is usable (daemon mode tells its parent, systemd gets READY=1).
 	Ready func(m *Mounted)
 	// Quarantine, when positive, stages every deletion the guard allows in the store's quarantine folder
@@ -88,6 +91,12 @@ type Backend struct {
 	// LossCheckBudget is the backend's default Config.LossCheckBudget (0: every referenced object at
 	// every sync; S3: DefaultS3LossCheckBudget, a HEAD costs a request).
 	LossCheckBudget int
+	// LossCheckRate is the backend's default Config.LossCheckRate (0: unpaced; S3:
+	// DefaultS3LossCheckRate).
+	LossCheckRate float64
+	// Traffic, when set, counts the store requests the mount sends itself (FUSE operations, syncs, the
+	// delete queue); the loss check marks its context Background and slows down while the count moves.
+	Traffic Traffic
 	// Quarantine, when set, is asked whether a referenced object found missing is held in quarantine.
 	Quarantine refindex.QuarantineFinder
 }
@@ -314,10 +323,15 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 			qfind = staged
 		}
 	}
-	lw := &lossWatch{lc: ix.NewLossChecker(refindex.LossCheckOptions{Budget: lossBudget(c.LossCheckBudget, b.LossCheckBudget), Quarantine: qfind}),
-		met: met, audit: al, log: log, interval: c.SyncInterval}
+	budget := lossBudget(c.LossCheckBudget, b.LossCheckBudget)
+	pacer := lossPacer(c.LossCheckRate, b.LossCheckRate, b.Traffic)
+	lw := &lossWatch{lc: ix.NewLossChecker(refindex.LossCheckOptions{Budget: budget, Quarantine: qfind, Pacer: pacer}),
+		met: met, audit: al, log: log, interval: c.SyncInterval, pacer: pacer, budget: budget}
 	// Passes run beside the sync loop; the running one ends before the index and the audit log close.
 	lossCtx, stopLoss := context.WithCancel(ctx)
+	if b.Traffic != nil {
+		lossCtx = b.Traffic.Background(lossCtx)
+	}
 	defer func() { stopLoss(); lw.wait() }()
 	enf, err := guard.NewEnforcer(guard.Config{Checker: ix, Audit: al, Metrics: met,
 		RefuseErrno: c.RefuseErrno, Logger: log})

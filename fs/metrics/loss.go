@@ -24,6 +24,9 @@ type LossStats struct {
 	// Duration is how long the pass took (it runs beside the sync loop; longer than --sync-interval,
 	// the next sync starts none and a loss shows later).
 	Duration time.Duration
+	// Bound is how long after it happens a loss shows at most at the store's current size (the passes a
+	// complete check takes times the time between two passes, plus one pass).
+	Bound time.Duration
 }
 
 // JobLoss is one job's losses.
@@ -41,6 +44,7 @@ type lossMetrics struct {
 	objects  prometheus.Gauge
 	passes   prometheus.Gauge
 	duration prometheus.Gauge
+	bound    prometheus.Gauge
 	failures prometheus.Counter
 
 	mu           sync.Mutex
@@ -64,6 +68,8 @@ func (l *lossMetrics) register(r *prometheus.Registry) {
 			Help: "Loss check passes (one per sync) a complete check of every referenced object takes under --loss-check-budget; above 1 a loss shows only after that many sync intervals."}},
 		{&l.duration, prometheus.GaugeOpts{Name: "ckguard_loss_check_duration_seconds",
 			Help: "Duration of the last loss check pass; above --sync-interval the next sync starts no pass and a loss shows later."}},
+		{&l.bound, prometheus.GaugeOpts{Name: "ckguard_loss_check_bound_seconds",
+			Help: "How long after it happens a loss shows at most at the store's current size: the passes a complete check takes times the time between two passes (at least --sync-interval), plus one pass."}},
 	})
 	l.failures = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ckguard_loss_check_failures_total",
@@ -98,6 +104,7 @@ func (m *Metrics) SetLoss(s LossStats) {
 	l.objects.Set(float64(s.Objects))
 	l.passes.Set(float64(s.RoundPasses))
 	l.duration.Set(s.Duration.Seconds())
+	l.bound.Set(s.Bound.Seconds())
 	if !s.LastComplete.IsZero() {
 		l.lastComplete = s.LastComplete
 	}

@@ -18,6 +18,7 @@ func TestSetLoss(t *testing.T) {
 		{"no complete check yet", []LossStats{{Jobs: map[string]JobLoss{"orders": {}}, Objects: 7, RoundPasses: 3}}, `
 ckguard_broken_checkpoints{job="orders"} 0
 ckguard_loss_check_age_seconds -1
+ckguard_loss_check_bound_seconds 0
 ckguard_loss_check_duration_seconds 0
 ckguard_loss_check_objects 7
 ckguard_loss_check_round_passes 3
@@ -25,10 +26,11 @@ ckguard_missing_referenced_objects{job="orders"} 0
 `},
 		{"a loss, then the job is gone", []LossStats{
 			{Jobs: map[string]JobLoss{"orders": {BrokenCheckpoints: 2, MissingObjects: 1}, "payments": {}}, Objects: 9, LastComplete: time.Now()},
-			{Jobs: map[string]JobLoss{"orders": {BrokenCheckpoints: 1, MissingObjects: 3}}, Objects: 5, RoundPasses: 1, Duration: 2500 * time.Millisecond},
+			{Jobs: map[string]JobLoss{"orders": {BrokenCheckpoints: 1, MissingObjects: 3}}, Objects: 5, RoundPasses: 1, Duration: 2500 * time.Millisecond, Bound: 32500 * time.Millisecond},
 		}, `
 ckguard_broken_checkpoints{job="orders"} 1
 ckguard_loss_check_age_seconds 0
+ckguard_loss_check_bound_seconds 32.5
 ckguard_loss_check_duration_seconds 2.5
 ckguard_loss_check_objects 5
 ckguard_loss_check_round_passes 1

@@ -50,6 +50,10 @@ type Config struct {
 	// the shortest interval between the background reconciliation walks of a mount.
 	FullWalk       bool
 	ReconcileEvery time.Duration
+
+	// Traffic, when set, counts the requests the client sends on behalf of the mount (the loss check
+	// paces itself against them).
+	Traffic *Traffic
 }
 
 func (c Config) withDefaults() Config {
@@ -175,6 +179,9 @@ func New(ctx context.Context, cfg Config, loc Location) (*Client, error) {
 		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 		o.DisableLogOutputChecksumValidationSkipped = true
+		if cfg.Traffic != nil {
+			o.APIOptions = append(o.APIOptions, cfg.Traffic.middleware)
+		}
 	})
 	return &Client{api: api, loc: loc, cfg: cfg, sdkList: sdkListDecoderFromEnv()}, nil
 }

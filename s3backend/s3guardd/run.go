@@ -30,6 +30,9 @@ func Run(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func(
 
 func open(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func(*s3mount.Options)) (guardd.Backend, error) {
 	log := c.Logger
+	// The client counts the mount's own requests: the loss check slows down while they flow.
+	traffic := &s3client.Traffic{}
+	s3cfg.Traffic = traffic
 	st, err := s3cli.OpenStore(ctx, c.StoreDir, s3cfg)
 	if err != nil {
 		return guardd.Backend{}, err
@@ -107,6 +110,8 @@ func open(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func
 		},
 		NoIndexGauges:   true,
 		LossCheckBudget: guardd.DefaultS3LossCheckBudget,
+		LossCheckRate:   guardd.DefaultS3LossCheckRate,
+		Traffic:         traffic,
 		Quarantine:      markers,
 	}, nil
 }

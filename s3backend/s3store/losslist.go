@@ -12,8 +12,9 @@ var _ refindex.DirLister = (*Store)(nil)
 // ListDirRange lists the folder dir with the delimiter (files and subfolders directly in it, 1,000 keys
 // per request)
 // from just before `from` until a page reaches `to`: the loss check's cheap look at a folder that holds
-// many referenced objects. At most maxRequests requests; more is set when it stopped there.
-func (s *Store) ListDirRange(ctx context.Context, dir, from, to string, maxRequests int, fn func(key string)) (requests int, more bool, err error) {
+// many referenced objects. At most maxRequests requests, each after wait (when set); more is set when
+// it stopped there.
+func (s *Store) ListDirRange(ctx context.Context, dir, from, to string, maxRequests int, wait func(context.Context) (release func(), err error), fn func(key string)) (requests int, more bool, err error) {
 	prefix := ""
 	if dir != "" {
 		prefix = strings.TrimSuffix(dir, "/") + "/"
@@ -29,7 +30,14 @@ func (s *Store) ListDirRange(ctx context.Context, dir, from, to string, maxReque
 		if requests >= maxRequests {
 			return requests, true, nil
 		}
+		release := func() {}
+		if wait != nil {
+			if release, err = wait(ctx); err != nil {
+				return requests, false, err
+			}
+		}
 		pg, err := s.c.ListPage(ctx, prefix, true, token, startAfter, 1000)
+		release()
 		requests++
 		if err != nil {
 			return requests, false, err
