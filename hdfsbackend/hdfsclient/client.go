@@ -496,15 +496,15 @@ func (c *Client) MkdirAll(ctx context.Context, name string, perm fs.FileMode) er
 	return wrap("mkdir", name, g.c.MkdirAll(name, perm.Perm()))
 }
 
-// Remove deletes one file or empty directory: the library's non-recursive delete (the NameNode refuses
-// a non-empty directory with PathIsNotEmptyDirectoryException).
+// Remove deletes one file or empty directory with one non-recursive delete RPC (deleteOne; the NameNode
+// refuses a non-empty directory with PathIsNotEmptyDirectoryException).
 func (c *Client) Remove(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return wrap("remove", name, err)
 	}
 	g := c.acquire()
 	defer g.release()
-	return wrap("remove", name, g.c.Remove(name))
+	return wrap("remove", name, deleteOne(g.nn, name))
 }
 
 // Rename refuses an existing target at the NameNode: it sends rename2 with overwriteDest=false (the

@@ -181,3 +181,37 @@ func TestConcurrentRenamesOntoOneName(t *testing.T) {
 		t.Errorf("dst = %q, %v; want the winner's %q", got, err, string(rune('A'+won)))
 	}
 }
+
+// TestRemoveOnHDFS: Remove is one non-recursive delete at the NameNode: a file and an empty directory
+// go, a non-empty directory is ENOTEMPTY with its files intact, a missing path is ENOENT (also the
+// second remove of the same file), never success.
+func TestRemoveOnHDFS(t *testing.T) {
+	ctx := context.Background()
+	c := minidfs.Start(t, minidfs.Options{})
+	cl := dialCluster(t, c)
+	r := c.Root()
+	putFile(t, cl, r+"/f", "F")
+	putFile(t, cl, r+"/d/x", "X")
+	if err := cl.Mkdir(ctx, r+"/empty", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/f", "/empty"} {
+		if err := cl.Remove(ctx, r+p); err != nil {
+			t.Errorf("remove %s: %v", p, err)
+		}
+		if _, err := cl.Stat(ctx, r+p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s after its remove: %v", p, err)
+		}
+	}
+	if err := cl.Remove(ctx, r+"/d"); hdfsclient.Errno(err) != syscall.ENOTEMPTY {
+		t.Errorf("remove of a non-empty directory: %v (errno %v), want ENOTEMPTY", err, hdfsclient.Errno(err))
+	}
+	if got, err := readFile(cl, r+"/d/x"); err != nil || got != "X" {
+		t.Errorf("d/x after the refused remove: %q %v", got, err)
+	}
+	for _, p := range []string{"/f", "/nope"} {
+		if err := cl.Remove(ctx, r+p); hdfsclient.Errno(err) != syscall.ENOENT {
+			t.Errorf("remove of the missing %s: %v (errno %v), want ENOENT", p, err, hdfsclient.Errno(err))
+		}
+	}
+}
