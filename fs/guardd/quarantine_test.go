@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,15 +21,6 @@ import (
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
-
-// clock is a fake clock the test moves (TTL tests never wait for one).
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
 // TestMountQuarantine runs rm -rf of the live job through a mount with a wrong policy (no grace, no
 // active window) and a quarantine: every file it let go is staged, not destroyed, and hidden from the
@@ -48,12 +38,12 @@ func TestMountQuarantine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &clock{t: time.Now()}
+	clk := guarddtest.NewClock(time.Now())
 	pol := refindex.DefaultPolicy()
 	pol.Grace, pol.ActiveWindow, pol.SavepointKeepNewest, pol.SavepointRetention = 0, 0, false, 0
 	var ctlSock string
 	runDaemon(t, guardd.Config{StoreDir: tr.Root, IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
-		Policy: pol, SyncInterval: 100 * time.Millisecond, Quarantine: 24 * time.Hour, QuarantineNow: clk.now,
+		Policy: pol, SyncInterval: 100 * time.Millisecond, Quarantine: 24 * time.Hour, QuarantineNow: clk.Now,
 		Ready: func(m *guardd.Mounted) { ctlSock = m.ControlSocket }})
 	job := "flink-checkpoints/" + treegen.IncidentOneNewJob
 	before := storeFiles(t, tr.Root)
@@ -150,7 +140,7 @@ func TestMountQuarantine(t *testing.T) {
 
 	// Past the TTL the background purge takes everything else, never what the restored checkpoint
 	// references.
-	clk.add(25 * time.Hour)
+	clk.Add(25 * time.Hour)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		l, err = q.List(ctx)

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,15 +25,6 @@ import (
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
-
-// qclock is the quarantine's fake clock (TTL tests never wait a day).
-type qclock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *qclock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *qclock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
 type hfile struct {
 	data  string
@@ -86,13 +76,13 @@ func TestQuarantineOnHDFS(t *testing.T) {
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	clk := &qclock{t: time.Now()}
+	clk := guarddtest.NewClock(time.Now())
 	pol := refindex.DefaultPolicy()
 	pol.Grace, pol.ActiveWindow, pol.SavepointKeepNewest, pol.SavepointRetention = 0, 0, false, 0
 	index := filepath.Join(dir, "index")
 	var ctlSock, auditLog string
 	guarddtest.Start(t, guardd.Config{StoreDir: uri, IndexDir: index, Mountpoint: mnt, Policy: pol,
-		SyncInterval: 200 * time.Millisecond, Quarantine: 24 * time.Hour, QuarantineNow: clk.now,
+		SyncInterval: 200 * time.Millisecond, Quarantine: 24 * time.Hour, QuarantineNow: clk.Now,
 		Ready: func(m *guardd.Mounted) { ctlSock, auditLog = m.ControlSocket, m.AuditLog }},
 		func(ctx context.Context, c guardd.Config) error { return hdfsguardd.Run(ctx, c, opts) })
 
@@ -197,7 +187,7 @@ func TestQuarantineOnHDFS(t *testing.T) {
 		t.Fatalf("nothing staged by rm -rf of the old job: %+v %v", l, err)
 	}
 	staged := len(l.Entries)
-	clk.add(25 * time.Hour)
+	clk.Add(25 * time.Hour)
 	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		if l, err = q.List(ctx); err != nil {
 			t.Fatal(err)

@@ -18,9 +18,7 @@ package hdfsquarantine
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -125,7 +123,7 @@ func (a *Area) ownFolder(ctx context.Context, fi hdfsclient.FileInfo) error {
 	// The NameNode may map this client's principal to another owner name (auth_to_local): the owner
 	// of a file this client creates in the folder is the name it goes by. The probe is named as a
 	// record without its file, so a probe a crash leaves behind is no entry and is removed by Tidy.
-	probe := a.record(newID(a.now()))
+	probe := a.record(quarantine.NewID(a.now()))
 	w, err := a.fs.Create(ctx, probe, 0o600)
 	if err != nil {
 		return fmt.Errorf("the quarantine folder %s is owned by %s, not by %s who runs ckguard, and cannot be written (%w): someone else made it; inspect it, move it out of the store, and start again",
@@ -146,27 +144,6 @@ func (a *Area) ownFolder(ctx context.Context, fi hdfsclient.FileInfo) error {
 
 // Dir is the area's absolute HDFS directory.
 func (a *Area) Dir() string { return a.dir }
-
-// newID names an entry: the deletion time (so names sort by it) and 64 random bits (two deletions in
-// the same nanosecond, or by two mounts of one store, never share a name).
-func newID(t time.Time) string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%019d-%s", t.UnixNano(), hex.EncodeToString(b[:]))
-}
-
-// idTime is the deletion time encoded in id (zero when id is not one of ours).
-func idTime(id string) time.Time {
-	i := strings.IndexByte(id, '-')
-	if i <= 0 {
-		return time.Time{}
-	}
-	n, err := strconv.ParseInt(id[:i], 10, 64)
-	if err != nil {
-		return time.Time{}
-	}
-	return time.Unix(0, n)
-}
 
 // nameLimit bounds a self-describing entry name: HDFS refuses names longer than
 // dfs.namenode.fs-limits.max-component-length (255 bytes by default); a longer key takes a record file.
@@ -210,7 +187,7 @@ func parseName(name string) (quarantine.Entry, bool, error) {
 	if len(f) != 7 {
 		return bad("wrong number of fields")
 	}
-	if idTime(f[0]).IsZero() || !validOp(f[1]) {
+	if quarantine.IDTime(f[0]).IsZero() || !validOp(f[1]) {
 		return bad("id or change")
 	}
 	var n [3]uint32
@@ -226,7 +203,7 @@ func parseName(name string) (quarantine.Entry, bool, error) {
 	if err1 != nil || err2 != nil {
 		return bad("encoding")
 	}
-	e := quarantine.Entry{ID: name, Path: string(key), DeletedAt: idTime(f[0]).UTC(),
+	e := quarantine.Entry{ID: name, Path: string(key), DeletedAt: quarantine.IDTime(f[0]).UTC(),
 		Decision: quarantine.Decision{Op: f[1], Reason: "allowed", UID: n[0], GID: n[1], PID: n[2], Comm: string(comm)}}
 	if !utf8.Valid(key) {
 		e.PathBytes = key
@@ -282,7 +259,7 @@ func (a *Area) Prepare(ctx context.Context, key string, observed *hdfsclient.Fil
 		return nil, fmt.Errorf("quarantine /%s: a directory holds no content to stage: %w", k, fs.ErrInvalid)
 	}
 	now := a.now()
-	e := quarantine.Entry{ID: newID(now), Path: k, Size: fi.Size, ModTime: fi.ModTime, Mode: uint32(fi.Mode.Perm()), DeletedAt: now.UTC(), Decision: d}
+	e := quarantine.Entry{ID: quarantine.NewID(now), Path: k, Size: fi.Size, ModTime: fi.ModTime, Mode: uint32(fi.Mode.Perm()), DeletedAt: now.UTC(), Decision: d}
 	if !utf8.ValidString(k) {
 		e.PathBytes = []byte(k)
 	}
@@ -592,7 +569,7 @@ func (a *Area) Tidy(ctx context.Context, minAge time.Duration) error {
 		if _, ok := l.objs[id]; ok {
 			continue
 		}
-		if t := idTime(id); t.IsZero() || now.Sub(t) < minAge {
+		if t := quarantine.IDTime(id); t.IsZero() || now.Sub(t) < minAge {
 			continue // not ours, or a staging may be under way
 		}
 		if err := a.fs.Remove(ctx, a.record(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,15 +20,6 @@ import (
 	"github.com/ckguard/ckguard/s3backend/s3mount"
 	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
-
-// clock is a fake quarantine clock the test moves (TTL tests never wait for one).
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
 // TestS3QuarantinePurgeKeepsReferenced: on a versitygw bucket, rm -rf of the live job through a mount
 // with a wrong policy (no grace, no active window) stages every object it lets go; once a staged
@@ -79,12 +69,12 @@ func TestS3QuarantinePurgeKeepsReferenced(t *testing.T) {
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	clk := &clock{t: time.Now()}
+	clk := guarddtest.NewClock(time.Now())
 	pol := refindex.DefaultPolicy()
 	pol.Grace, pol.ActiveWindow, pol.SavepointKeepNewest, pol.SavepointRetention = 0, 0, false, 0
 	var ctlSock string
 	guarddtest.Start(t, guardd.Config{StoreDir: root, IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
-		Policy: pol, SyncInterval: 100 * time.Millisecond, Quarantine: 24 * time.Hour, QuarantineNow: clk.now,
+		Policy: pol, SyncInterval: 100 * time.Millisecond, Quarantine: 24 * time.Hour, QuarantineNow: clk.Now,
 		Ready: func(m *guardd.Mounted) { ctlSock = m.ControlSocket }},
 		func(ctx context.Context, cfg guardd.Config) error {
 			return s3guardd.Run(ctx, cfg, srv.Config(), func(o *s3mount.Options) { o.SpoolDir = filepath.Join(dir, "spool") })
@@ -130,7 +120,7 @@ func TestS3QuarantinePurgeKeepsReferenced(t *testing.T) {
 
 	// Past the TTL the background purge takes everything else, never what the restored checkpoint
 	// references.
-	clk.add(25 * time.Hour)
+	clk.Add(25 * time.Hour)
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if l, err = q.List(ctx); err != nil {
 			t.Fatal(err)

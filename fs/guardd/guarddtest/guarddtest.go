@@ -94,3 +94,18 @@ func RestoreMetadataLive(t testing.TB, ctx context.Context, q quarantine.Service
 	}
 	return meta, referenced
 }
+
+// Clock is a fake clock a test moves (Config.QuarantineNow: TTL tests never wait a day).
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock starts a Clock at t.
+func NewClock(t time.Time) *Clock { return &Clock{t: t} }
+
+// Now is the clock's time.
+func (c *Clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+// Add moves the clock on by d.
+func (c *Clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }

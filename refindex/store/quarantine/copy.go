@@ -127,7 +127,7 @@ func (p *Prepared) open() error {
 	if err != nil {
 		return err
 	}
-	p.id = newID(p.l.now())
+	p.id = NewID(p.l.now())
 	fd, err := unix.Openat(dir, p.id+stageSuffix, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		unix.Close(dir)

@@ -4,15 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -164,27 +161,6 @@ func (l *Local) Close() error {
 	return nil
 }
 
-// newID names an entry: the deletion time (so names sort by it) and 64 random bits (so two deletions in
-// the same nanosecond, or by two hosts on one NFS store, never share a name).
-func newID(t time.Time) string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%019d-%s", t.UnixNano(), hex.EncodeToString(b[:]))
-}
-
-// idTime is the deletion time encoded in id (zero when id is not one of ours).
-func idTime(id string) time.Time {
-	i := strings.IndexByte(id, '-')
-	if i <= 0 {
-		return time.Time{}
-	}
-	n, err := strconv.ParseInt(id[:i], 10, 64)
-	if err != nil {
-		return time.Time{}
-	}
-	return time.Unix(0, n)
-}
-
 // MoveAt stages the deletion of name in the folder dirfd (the store key key): the entry record first,
 // then renameat2(RENAME_NOREPLACE) into the quarantine folder, so a crash in between leaves the object
 // at its key (the record alone is no entry). The records are not fsync'ed (as the audit log's records
@@ -203,7 +179,7 @@ func (l *Local) MoveAt(dirfd int, name, key string, d Decision) (Entry, error) {
 		return Entry{}, unix.EISDIR
 	}
 	now := l.now()
-	e := Entry{ID: newID(now), Path: key, Size: st.Size, ModTime: time.Unix(st.Mtim.Unix()), Mode: st.Mode, DeletedAt: now.UTC(), Decision: d}
+	e := Entry{ID: NewID(now), Path: key, Size: st.Size, ModTime: time.Unix(st.Mtim.Unix()), Mode: st.Mode, DeletedAt: now.UTC(), Decision: d}
 	if !utf8.ValidString(key) {
 		e.PathBytes = []byte(key)
 	}
@@ -398,7 +374,7 @@ func (l *Local) Tidy(ctx context.Context, minAge time.Duration) error {
 	for _, n := range names {
 		if id, ok := strings.CutSuffix(n, stageSuffix); ok {
 			// A copy whose truncation was refused, failed or interrupted by a crash before its commit.
-			if now.Sub(idTime(id)) >= minAge {
+			if now.Sub(IDTime(id)) >= minAge {
 				_ = unix.Unlinkat(l.dir, n, 0)
 			}
 			continue
@@ -407,7 +383,7 @@ func (l *Local) Tidy(ctx context.Context, minAge time.Duration) error {
 	}
 	l.recMu.Lock()
 	for id, e := range l.recs {
-		if have[id] && now.Sub(idTime(id)) >= minAge && l.unchanged(e) {
+		if have[id] && now.Sub(IDTime(id)) >= minAge && l.unchanged(e) {
 			// A crash between a truncation's commit and the truncation: the content is still at its key.
 			if unix.Unlinkat(l.dir, id, 0) == nil {
 				delete(have, id)
@@ -417,7 +393,7 @@ func (l *Local) Tidy(ctx context.Context, minAge time.Duration) error {
 	defer l.recMu.Unlock()
 	keep := make([]Entry, 0, len(l.recs))
 	for id, e := range l.recs {
-		if have[id] || now.Sub(idTime(id)) < minAge {
+		if have[id] || now.Sub(IDTime(id)) < minAge {
 			keep = append(keep, e)
 		}
 	}

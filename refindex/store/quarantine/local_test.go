@@ -145,7 +145,7 @@ func TestLocalCrashStates(t *testing.T) {
 		problems int
 	}{
 		{"record written, object not moved", func(t *testing.T, dir string, l *Local) {
-			if err := l.writeRecord(Entry{ID: newID(l.now()), Path: "j/f"}); err != nil {
+			if err := l.writeRecord(Entry{ID: NewID(l.now()), Path: "j/f"}); err != nil {
 				t.Fatal(err)
 			}
 		}, 0, true, 0},

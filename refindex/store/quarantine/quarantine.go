@@ -18,9 +18,13 @@ package quarantine
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ckguard/ckguard/internal/duration"
@@ -194,4 +198,25 @@ func SortEntries(es []Entry) {
 		}
 		return es[i].ID < es[j].ID
 	})
+}
+
+// NewID names an entry: the deletion time (so names sort by it) and 64 random bits (so two deletions in
+// the same nanosecond, or by two hosts or mounts of one store, never share a name).
+func NewID(t time.Time) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%019d-%s", t.UnixNano(), hex.EncodeToString(b[:]))
+}
+
+// IDTime is the deletion time encoded in id (zero when id is not one of NewID's).
+func IDTime(id string) time.Time {
+	i := strings.IndexByte(id, '-')
+	if i <= 0 {
+		return time.Time{}
+	}
+	n, err := strconv.ParseInt(id[:i], 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
 }
