@@ -504,7 +504,8 @@ func (c *Client) Remove(ctx context.Context, name string) error {
 	}
 	g := c.acquire()
 	defer g.release()
-	return wrap("remove", name, deleteOne(g.nn, name))
+	// The NameNode's message names the cause (for a refusal: "Permission denied: user=…, access=WRITE").
+	return wrap("remove", name, withRemoteMessage(deleteOne(g.nn, name)))
 }
 
 // Rename refuses an existing target at the NameNode: it sends rename2 with overwriteDest=false (the
