@@ -31,8 +31,8 @@ const maxRefScan = 200_000
 // URI's name and every folder holding one; objects referenced by a live checkpoint/savepoint are
 // refused; protected `_metadata` (pinned, newest checkpoint of an active job, newest savepoint of a
 // job, savepoint within --savepoint-retention) is refused; --protect
-// globs are refused; unreferenced objects younger than --grace are refused (except OpLink and
-// OpChmod); everything else is allowed. For a directory (OpRmdir, OpRename/OpReplace/OpChmod of a
+// globs are refused; unreferenced objects younger than --grace are refused (except OpLink,
+// OpChmod and OpAppend); everything else is allowed. For a directory (OpRmdir, OpRename/OpReplace/OpChmod of a
 // directory) the answer covers everything below it. Errors refuse.
 //
 // seen is what the caller (a mount) has just observed of p, if anything: a stat through the folder
@@ -224,9 +224,10 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op verdict.Op,
 	if g := v.pol.protectedBy(key); g != "" {
 		return refuse(verdict.ReasonProtectGlob, fmt.Sprintf("refusing to %s %s: it matches --protect %q", op, what, g))
 	}
-	if op == verdict.OpLink || op == verdict.OpChmod {
-		// Neither removes nor rewrites anything, so an in-flight file (rule 6) is not at risk: cp -a and
-		// rsync -a set the modes of the files they have just written.
+	if op == verdict.OpLink || op == verdict.OpChmod || op == verdict.OpAppend {
+		// None removes or rewrites anything, so an in-flight file (rule 6) is not at risk: cp -a and
+		// rsync -a set the modes of the files they have just written, and an append continues a file
+		// its own writer has just written (a young file by definition).
 		return verdict.Decision{Allow: true, Reason: verdict.ReasonAllowed, Message: op.String() + " " + what + ": referenced by no live checkpoint"}
 	}
 

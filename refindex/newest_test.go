@@ -75,9 +75,10 @@ func TestNewestCheckpointByFolder(t *testing.T) {
 	}
 }
 
-// TestChmodDecision: OpChmod (a change that narrows who may read) is refused for what a live checkpoint
-// needs, for a folder holding such a file, and for the newest checkpoint's _metadata; unlike a deletion it
-// is allowed on a young unreferenced file (cp -a sets the modes of the files it has just written).
+// TestChmodDecision: OpChmod (a change that narrows who may read) and OpAppend (a writer continuing its
+// own file) are refused for what a live checkpoint needs, for a folder holding such a file, and for the
+// newest checkpoint's _metadata; unlike a deletion they are allowed on a young unreferenced file (cp -a
+// sets the modes of the files it has just written; an appending writer has just written its file).
 func TestChmodDecision(t *testing.T) {
 	ctx := context.Background()
 	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
@@ -105,8 +106,13 @@ func TestChmodDecision(t *testing.T) {
 		{"j2/chk-3/_metadata", false, verdict.ReasonProtectedMetadata}, // the newest, completed an hour ago
 		{"j2", false, verdict.ReasonProtectedMetadata},
 	} {
-		if d := ix.Decide(ctx, tc.key, verdict.OpChmod); d.Allow != tc.allow || d.Reason != tc.reason {
-			t.Errorf("chmod %s = %+v; want allowed %v (%s)", tc.key, d, tc.allow, tc.reason)
+		for _, op := range []verdict.Op{verdict.OpChmod, verdict.OpAppend} {
+			if op == verdict.OpAppend && (tc.key == job+"/shared" || tc.key == "j2") {
+				continue // a folder is chmodded, never appended to
+			}
+			if d := ix.Decide(ctx, tc.key, op); d.Allow != tc.allow || d.Reason != tc.reason {
+				t.Errorf("%s %s = %+v; want allowed %v (%s)", op, tc.key, d, tc.allow, tc.reason)
+			}
 		}
 	}
 }

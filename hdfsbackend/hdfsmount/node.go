@@ -583,8 +583,9 @@ func (h *writeHandle) Write(ctx context.Context, data []byte, off int64) (uint32
 
 // reopenAppend continues the file this handle completed: the file must still be the one it wrote (a
 // file, of the size it wrote; ESTALE otherwise: someone changed it since), and the append is decided
-// as an open of an existing file for writing (OpWrite), so a file a checkpoint has come to reference
-// since is refused like any write to it.
+// (OpAppend), so a file a checkpoint has come to reference since (a `_metadata` this handle wrote,
+// indexed at the completing close) is refused like any write to it; its youth is not held against
+// it: this handle is the writer that made it young.
 func (h *writeHandle) reopenAppend(ctx context.Context) syscall.Errno {
 	h.reopen.Lock()
 	defer h.reopen.Unlock()
@@ -605,7 +606,7 @@ func (h *writeHandle) reopenAppend(ctx context.Context) syscall.Errno {
 		return syscall.ESTALE
 	}
 	var w hdfsclient.Writer
-	errno := h.fsys.g.Open(ctx, guard.Check{Op: verdict.OpWrite, Path: h.key, Observed: new(h.fsys.info(h.key, fi))}, func() syscall.Errno {
+	errno := h.fsys.g.Open(ctx, guard.Check{Op: verdict.OpAppend, Path: h.key, Observed: new(h.fsys.info(h.key, fi))}, func() syscall.Errno {
 		var err error
 		w, err = h.fsys.fs.Append(ctx, p)
 		return hdfsclient.Errno(err)

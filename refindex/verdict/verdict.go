@@ -19,6 +19,10 @@ const (
 	// owner or group, an ACL. It deletes nothing, but a referenced SST its Flink user can no longer read
 	// fails the restore as surely as a deleted one.
 	OpChmod
+	// OpAppend continues a file its own writer created and completed through the mount (HDFS: a write
+	// after the close that completed it, through a descriptor still open on it): bytes after the end,
+	// none rewritten.
+	OpAppend
 )
 
 func (o Op) String() string {
@@ -39,6 +43,8 @@ func (o Op) String() string {
 		return "link"
 	case OpChmod:
 		return "chmod"
+	case OpAppend:
+		return "append"
 	}
 	return "unknown-op"
 }
