@@ -140,26 +140,43 @@ func (d *dirHandle) begin(ctx context.Context) syscall.Errno {
 	d.more = true
 	d.lastToken = pg.Next
 	d.prefetch(pg.Next)
-	var head []fuse.DirEntry
+	// The HEAD of `_metadata` runs beside the chk-* listing (both are needed before the first entry).
 	metaKey := d.prefix() + "_metadata"
-	headStarted := time.Now()
-	if o, err := d.fsys.c.Head(ctx, metaKey); err == nil {
-		d.fsys.cache.PutAt(metaKey, o, true, headStarted)
-		head = append(head, fuse.DirEntry{Name: "_metadata", Mode: syscall.S_IFREG})
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return s3client.Errno(err)
+	type headResult struct {
+		o       s3client.Object
+		err     error
+		started time.Time
 	}
+	hc := make(chan headResult, 1)
+	go func() {
+		started := time.Now()
+		o, err := d.fsys.c.Head(ctx, metaKey)
+		hc <- headResult{o, err, started}
+	}()
 	var chk []fuse.DirEntry
+	var chkErr error
 	for tok := ""; ; {
 		cp, err := d.fsys.c.ListPage(ctx, d.prefix()+"chk-", true, tok, "", d.fsys.opts.PageSize)
 		if err != nil {
-			return s3client.Errno(err)
+			chkErr = err
+			break
 		}
 		chk = append(chk, d.entries(cp)...)
 		if cp.Next == "" {
 			break
 		}
 		tok = cp.Next
+	}
+	h := <-hc
+	var head []fuse.DirEntry
+	if h.err == nil {
+		d.fsys.cache.PutAt(metaKey, h.o, true, h.started)
+		head = append(head, fuse.DirEntry{Name: "_metadata", Mode: syscall.S_IFREG})
+	} else if !errors.Is(h.err, fs.ErrNotExist) {
+		return s3client.Errno(h.err)
+	}
+	if chkErr != nil {
+		return s3client.Errno(chkErr)
 	}
 	listorder.SortCheckpoints(chk)
 	d.queue = append(append(head, chk...), skipOrdered(ents)...)

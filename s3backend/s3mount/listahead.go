@@ -20,9 +20,12 @@ import (
 // phases of a big folder) is the same whether the page was prefetched or not.
 //
 // Invariants:
-//   - Bounded: at most max (Options.ListAhead) first pages are being listed or held, and at most
+//   - Bounded: at most max (Options.ListAhead) first pages are being listed at once, at most
+//     listAheadMaxHeld are listed or held (each at most PageSize entries), and at most
 //     listAheadMaxPending folders wait; beyond that, asks are dropped (the folder is then listed when
 //     opened, as without listing ahead).
+//   - Newest asks first: a walk descends depth first, so the subfolders of the folder read last are
+//     opened next; the older asks (siblings of folders above) wait behind them.
 //   - Fresh: a page is served only to the first opendir within listAheadTTL of its request's start, else
 //     discarded; so a readdir answered from it is at most listAheadTTL older than one listed at opendir
 //     (the kernel's own entry cache keeps names 1 s). Its entries enter the attribute cache stamped with
@@ -34,12 +37,14 @@ import (
 //   - A failed listing is never served: the opendir lists again itself.
 type listAhead struct {
 	fsys *filesystem
-	max  int           // pages being listed or held at once (concurrent ListObjectsV2 requests)
+	max  int           // pages being listed at once (concurrent ListObjectsV2 requests)
 	ttl  time.Duration // listAheadTTL (tests change it)
 
 	mu      sync.Mutex
 	held    map[string]*aheadPage // started, not yet taken by an opendir
-	pending []aheadWant           // asked for, not started yet (FIFO)
+	running int                   // pages of held being listed
+	pending []aheadWant           // asked for, not started yet (newest asks first)
+	stopped bool                  // unmounted: nothing more is listed
 
 	served atomic.Int64 // first pages an opendir took from here (tests)
 }
@@ -63,6 +68,8 @@ const (
 	defaultListAhead = 8
 	// listAheadMaxPending bounds the folders waiting to be listed ahead.
 	listAheadMaxPending = 4096
+	// listAheadMaxHeld bounds the pages listed or held (each at most PageSize entries: about 15 MB).
+	listAheadMaxHeld = 64
 	// listAheadTTL is the age past which a page listed ahead is discarded rather than served.
 	listAheadTTL = time.Second
 )
@@ -93,7 +100,7 @@ func (p *listAhead) done(key string) bool {
 	}
 }
 
-// want asks for the first pages of dirs (keys), in order.
+// want asks for the first pages of dirs (keys), in order, ahead of the folders asked for before.
 func (p *listAhead) want(dirs []string) {
 	if len(dirs) == 0 || p.max == 0 {
 		return
@@ -101,24 +108,27 @@ func (p *listAhead) want(dirs []string) {
 	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, d := range dirs {
-		if len(p.pending) >= listAheadMaxPending {
-			break
-		}
-		p.pending = append(p.pending, aheadWant{key: d, at: now})
+	ws := make([]aheadWant, 0, min(len(dirs), listAheadMaxPending)+len(p.pending))
+	for _, d := range dirs[:min(len(dirs), listAheadMaxPending)] {
+		ws = append(ws, aheadWant{key: d, at: now})
 	}
+	ws = append(ws, p.pending...)
+	p.pending = ws[:min(len(ws), listAheadMaxPending)] // the oldest asks are dropped
 	p.fillLocked(now)
 }
 
 // fillLocked discards stale held pages and starts pending ones while there is room.
 func (p *listAhead) fillLocked(now time.Time) {
+	if p.stopped {
+		return
+	}
 	for k, a := range p.held {
 		if now.Sub(a.started) > p.ttl {
 			a.cancel()
 			delete(p.held, k)
 		}
 	}
-	for len(p.held) < p.max && len(p.pending) > 0 {
+	for p.running < p.max && len(p.held) < listAheadMaxHeld && len(p.pending) > 0 {
 		w := p.pending[0]
 		p.pending = p.pending[1:]
 		if _, ok := p.held[w.key]; ok || now.Sub(w.at) > p.ttl {
@@ -139,10 +149,15 @@ func (p *listAhead) start(key string) *aheadPage {
 	if key != "" {
 		prefix = key + "/"
 	}
+	p.running++
 	go func() {
 		defer cancel()
 		a.pg, a.err = p.fsys.c.ListPage(ctx, prefix, true, "", "", p.fsys.opts.PageSize)
 		close(a.done)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.running--
+		p.fillLocked(time.Now())
 	}()
 	return a
 }
@@ -184,6 +199,18 @@ func (p *listAhead) forgetTree(dir string) {
 			a.cancel()
 			delete(p.held, k)
 		}
+	}
+}
+
+// stop discards every held page and pending ask, and lists nothing more (unmount).
+func (p *listAhead) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopped = true
+	p.pending = nil
+	for k, a := range p.held {
+		a.cancel()
+		delete(p.held, k)
 	}
 }
 

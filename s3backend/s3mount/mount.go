@@ -236,7 +236,7 @@ func (m *Mounted) Wait() {
 
 func (m *Mounted) cleanup() {
 	m.stopPrune()
-	m.fsys.ahead.forgetTree("") // stop the listings nobody will read
+	m.fsys.ahead.stop() // the listings nobody will read
 	m.fsys.closeQueue()
 	if m.fsys.ownSpool {
 		_ = os.RemoveAll(m.fsys.opts.SpoolDir)
