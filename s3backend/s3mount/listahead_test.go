@@ -153,3 +153,32 @@ func TestListAheadStaleNotServed(t *testing.T) {
 		t.Errorf("%d stale pages served", n)
 	}
 }
+
+// TestListAheadErrorNotServed: a first page whose listing ahead failed is not served: the opendir lists
+// the folder itself.
+func TestListAheadErrorNotServed(t *testing.T) {
+	e, p := setupProxied(t, func(o *s3mount.Options) { s3mount.ListAheadTTL(o, time.Minute) })
+	e.put(t, "a/f1", "x")
+	// The proxy delays a request before it decides to fail it: the listing of a, asked for once the root
+	// is read, is in the proxy when the failures are armed (the client's 3 attempts all fail).
+	p.SetLatency(300 * time.Millisecond)
+	names(t, e.mnt)
+	p.FailNext("ListObjectsV2", 3, false)
+	deadline := time.Now().Add(10 * time.Second)
+	for !e.m.ListedAheadDone("a") {
+		if time.Now().After(deadline) {
+			t.Fatal("the listing ahead of a did not end")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, failed := p.Stats(); failed != 3 {
+		t.Fatalf("%d requests failed, want the 3 attempts of the listing ahead", failed)
+	}
+	p.SetLatency(0)
+	if got := names(t, e.path("a")); !slices.Equal(got, []string{"f1"}) {
+		t.Errorf("readdir a after its listing ahead failed = %v, want [f1]", got)
+	}
+	if n := e.m.ListedAhead(); n != 0 {
+		t.Errorf("%d failed pages served", n)
+	}
+}
