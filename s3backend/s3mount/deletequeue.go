@@ -116,6 +116,8 @@ func indexWide(r verdict.Reason) bool {
 
 // queueDone updates the mount's view when a queued deletion leaves the queue.
 func (f *filesystem) queueDone(e deleteq.Entry, out deleteq.Outcome) {
+	// A page listed ahead while the entry was hidden may show the object applied, or hide one kept.
+	defer f.changed(e.Key)
 	switch out {
 	case deleteq.Applied:
 		f.cache.Put(e.Key, s3client.Object{Key: e.Key}, false)

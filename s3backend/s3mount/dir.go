@@ -126,7 +126,7 @@ func (d *dirHandle) list(ctx context.Context, token string) (s3client.Page, erro
 
 // begin fetches the first page and decides between the one-page and the streaming mode.
 func (d *dirHandle) begin(ctx context.Context) syscall.Errno {
-	pg, err := d.list(ctx, "")
+	pg, err := d.first(ctx)
 	if err != nil {
 		return s3client.Errno(err)
 	}
@@ -134,25 +134,32 @@ func (d *dirHandle) begin(ctx context.Context) syscall.Errno {
 	ents := d.entries(pg)
 	if pg.Next == "" {
 		d.queue = listorder.Order(ents)
+		d.listAhead()
 		return 0
 	}
 	d.more = true
 	d.lastToken = pg.Next
 	d.prefetch(pg.Next)
-	var head []fuse.DirEntry
+	// The HEAD of `_metadata` runs beside the chk-* listing (both are needed before the first entry).
 	metaKey := d.prefix() + "_metadata"
-	headStarted := time.Now()
-	if o, err := d.fsys.c.Head(ctx, metaKey); err == nil {
-		d.fsys.cache.PutAt(metaKey, o, true, headStarted)
-		head = append(head, fuse.DirEntry{Name: "_metadata", Mode: syscall.S_IFREG})
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return s3client.Errno(err)
+	type headResult struct {
+		o       s3client.Object
+		err     error
+		started time.Time
 	}
+	hc := make(chan headResult, 1)
+	go func() {
+		started := time.Now()
+		o, err := d.fsys.c.Head(ctx, metaKey)
+		hc <- headResult{o, err, started}
+	}()
 	var chk []fuse.DirEntry
+	var chkErr error
 	for tok := ""; ; {
 		cp, err := d.fsys.c.ListPage(ctx, d.prefix()+"chk-", true, tok, "", d.fsys.opts.PageSize)
 		if err != nil {
-			return s3client.Errno(err)
+			chkErr = err
+			break
 		}
 		chk = append(chk, d.entries(cp)...)
 		if cp.Next == "" {
@@ -160,9 +167,51 @@ func (d *dirHandle) begin(ctx context.Context) syscall.Errno {
 		}
 		tok = cp.Next
 	}
+	h := <-hc
+	var head []fuse.DirEntry
+	if h.err == nil {
+		d.fsys.cache.PutAt(metaKey, h.o, true, h.started)
+		head = append(head, fuse.DirEntry{Name: "_metadata", Mode: syscall.S_IFREG})
+	} else if !errors.Is(h.err, fs.ErrNotExist) {
+		return s3client.Errno(h.err)
+	}
+	if chkErr != nil {
+		return s3client.Errno(chkErr)
+	}
 	listorder.SortCheckpoints(chk)
 	d.queue = append(append(head, chk...), skipOrdered(ents)...)
+	d.listAhead()
 	return 0
+}
+
+// first is the folder's first page: the one listed ahead when it is fresh and succeeded (it is the same
+// request as d.list(ctx, "")), else listed now.
+func (d *dirHandle) first(ctx context.Context) (s3client.Page, error) {
+	if a := d.fsys.ahead.take(d.dir); a != nil {
+		select {
+		case <-a.done:
+			if a.err == nil {
+				d.fsys.ahead.served.Add(1)
+				return a.pg, nil
+			}
+		case <-ctx.Done():
+			a.cancel()
+			return s3client.Page{}, ctx.Err()
+		}
+	}
+	return d.list(ctx, "")
+}
+
+// listAhead asks for the first pages of the subfolders just queued, in the order they are served (the
+// order a recursive walk descends in).
+func (d *dirHandle) listAhead() {
+	var dirs []string
+	for _, e := range d.queue {
+		if e.Mode == syscall.S_IFDIR {
+			dirs = append(dirs, childKey(d.dir, e.Name))
+		}
+	}
+	d.fsys.ahead.want(dirs)
 }
 
 // skipOrdered drops the names the big-folder mode returned up front.
@@ -200,6 +249,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 			d.prefetch(r.pg.Next)
 		}
 		d.queue = skipOrdered(d.entries(r.pg))
+		d.listAhead()
 	}
 	if len(d.queue) == 0 {
 		return nil, 0

@@ -1,6 +1,10 @@
 package s3mount
 
-import "github.com/ckguard/ckguard/s3backend/deleteq"
+import (
+	"time"
+
+	"github.com/ckguard/ckguard/s3backend/deleteq"
+)
 
 // TuneQueue lets tests adjust the delete queue's options (wrap its rechecker or deleter).
 func TuneQueue(o *Options, f func(*deleteq.Options)) { o.tuneQueue = f }
@@ -23,3 +27,12 @@ func (m *Mounted) InodeKnown(key string) bool {
 	}
 	return false
 }
+
+// ListedAhead is the number of first pages an opendir took from the pages listed ahead.
+func (m *Mounted) ListedAhead() int64 { return m.fsys.ahead.served.Load() }
+
+// ListAheadTTL replaces the age past which a page listed ahead is discarded.
+func ListAheadTTL(o *Options, d time.Duration) { o.listAheadTTL = d }
+
+// ListedAheadDone reports whether the first page of folder key is held, listed, and not yet taken.
+func (m *Mounted) ListedAheadDone(key string) bool { return m.fsys.ahead.done(key) }

@@ -145,6 +145,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	w.dirty = true
 	cn.addWriter(w)
 	n.fsys.cache.Drop(key)
+	n.fsys.changed(key)
 	cn.attr(&out.Attr)
 	return ch, w, fuse.FOPEN_DIRECT_IO, 0
 }
@@ -292,6 +293,7 @@ func (w *writeHandle) upload(ctx context.Context) syscall.Errno {
 	}
 	etag, err := fsys.c.Upload(ctx, w.key, w.spool, sz, fsys.opts.PartSize, fsys.opts.UploadParallel, w.cond)
 	fsys.cache.Drop(w.key)
+	fsys.changed(w.key) // even a failed upload may have been stored
 	fsys.kept(kept, s3client.Errno(err))
 	if err != nil {
 		fsys.log.Error("upload failed", "key", w.key, "err", err)

@@ -59,6 +59,9 @@ type Options struct {
 	UploadParallel int
 	// PageSize is the number of keys per ListObjectsV2 page in readdir (default 1000, the S3 maximum).
 	PageSize int32
+	// ListAhead is how many subfolders a readdir lists the first page of ahead of their opendir, at once
+	// (0: 8; negative: none). See listAhead.
+	ListAhead int
 	// MaxInodes bounds the file inodes the kernel (and go-fuse, and so the mount) holds: beyond it the
 	// oldest not touched since are pruned (default 50,000, about 35 MB of the mount's memory; < 0: no
 	// bound, the kernel keeps what it looked up until memory pressure). See inodes.
@@ -81,8 +84,9 @@ type Options struct {
 	// of destroying it.
 	Quarantine Area
 
-	tuneQueue func(*deleteq.Options) // tests
-	inoHash   func(string) uint64    // tests
+	tuneQueue    func(*deleteq.Options) // tests
+	inoHash      func(string) uint64    // tests
+	listAheadTTL time.Duration          // tests
 }
 
 func (o *Options) defaults() {
@@ -176,6 +180,7 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 	}
 	fsys := &filesystem{opts: o, c: o.Client, g: o.Enforcer, cache: o.Attrs, log: o.Logger,
 		started: time.Now(), ownSpool: ownSpool, inos: newInodes(o.MaxInodes, o.Logger)}
+	fsys.ahead = newListAhead(fsys, o.ListAhead, o.listAheadTTL)
 	if o.inoHash != nil {
 		fsys.inos.hash = o.inoHash
 	}
@@ -231,6 +236,7 @@ func (m *Mounted) Wait() {
 
 func (m *Mounted) cleanup() {
 	m.stopPrune()
+	m.fsys.ahead.stop() // the listings nobody will read
 	m.fsys.closeQueue()
 	if m.fsys.ownSpool {
 		_ = os.RemoveAll(m.fsys.opts.SpoolDir)

@@ -35,6 +35,7 @@ type filesystem struct {
 	q        *deleteq.Queue // acknowledged deletions not applied yet (nil: unlink deletes synchronously)
 	qClose   sync.Once
 	inos     *inodes // inode numbers and the bound on the file inodes the kernel holds
+	ahead    *listAhead
 }
 
 // node is a file or directory, named by its position in the tree (its key is its path from the root, so
@@ -455,6 +456,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 func (n *node) emptyObject(ctx context.Context, key string, o s3client.Object) syscall.Errno {
 	etag, err := n.fsys.c.Put(ctx, key, strings.NewReader(""), 0, s3client.PutOptions{IfMatch: o.ETag})
 	n.fsys.cache.Drop(key)
+	n.fsys.changed(key)
 	if err != nil {
 		return s3client.Errno(err)
 	}
@@ -496,6 +498,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, s3client.Errno(err)
 	}
 	etag, err := n.fsys.c.Put(ctx, key+"/", strings.NewReader(""), 0, s3client.PutOptions{})
+	n.fsys.changed(key)
 	if err != nil {
 		return nil, s3client.Errno(err)
 	}
@@ -540,6 +543,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		if errors.Is(delErr, fs.ErrNotExist) { // deleted beside us between stat and delete
 			n.fsys.cache.Put(key, s3client.Object{Key: key}, false)
 		}
+		n.fsys.changed(key) // queued (hidden from now on) or deleted
 		if errno == 0 {
 			n.retireChild(name)
 		}
@@ -569,6 +573,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		errno := n.fsys.removeDir(ctx, key, marker)
 		return errno == 0, errno
 	})
+	n.fsys.changedTree(key)
 	if errno == 0 {
 		n.retireChild(name)
 	}
@@ -593,6 +598,7 @@ func (f *filesystem) removeObject(ctx context.Context, key string, o s3client.Ob
 		return err
 	}
 	f.cache.Put(key, s3client.Object{Key: key}, false)
+	f.changed(key)
 	return nil
 }
 
@@ -606,6 +612,7 @@ func (f *filesystem) removeDir(ctx context.Context, key string, marker *s3client
 	}
 	f.cache.DropTree(key)
 	f.cache.Put(key, s3client.Object{Key: key}, false)
+	f.changedTree(key)
 	return 0
 }
 
@@ -685,6 +692,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		return true, s3client.Errno(err)
 	})
 	n.fsys.kept(kept, errno)
+	n.fsys.changed(src) // even a failed move may have copied
+	n.fsys.changed(dst)
 	if errno == 0 {
 		// go-fuse moves the node to the new name once this returns: its number names dst now, and the
 		// replaced node's (the kernel may still hold it) names nothing.

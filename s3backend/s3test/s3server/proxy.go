@@ -30,6 +30,9 @@ type Proxy struct {
 	mu  sync.Mutex
 	rng *rand.Rand
 	ops map[string]int64 // requests by Op(r), under mu
+	// inFlight: requests being served by Op(r); maxInFlight the most at once since the last MaxInFlight.
+	// Under mu.
+	inFlight, maxInFlight map[string]int64
 	// failNext: per Op, how many of the next requests fail, and whether they reach the server first
 	// (applied: the answer is lost, the change is not). Under mu.
 	failNext map[string]failPlan
@@ -91,7 +94,8 @@ func StartProxy(target, addr string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{URL: "http://" + l.Addr().String(), rng: rand.New(rand.NewPCG(1, 2)), ops: map[string]int64{}, failNext: map[string]failPlan{}}
+	p := &Proxy{URL: "http://" + l.Addr().String(), rng: rand.New(rand.NewPCG(1, 2)), ops: map[string]int64{},
+		inFlight: map[string]int64{}, maxInFlight: map[string]int64{}, failNext: map[string]failPlan{}}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	// Keep a connection per request in flight open to the target (the default transport keeps two and
 	// opens a new connection for every further concurrent request, which a client with 48 in flight
@@ -102,9 +106,17 @@ func StartProxy(target, addr string) (*Proxy, error) {
 	rp.ErrorLog = nil
 	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.requests.Add(1)
+		op := Op(r)
 		p.mu.Lock()
-		p.ops[Op(r)]++
+		p.ops[op]++
+		p.inFlight[op]++
+		p.maxInFlight[op] = max(p.maxInFlight[op], p.inFlight[op])
 		p.mu.Unlock()
+		defer func() {
+			p.mu.Lock()
+			p.inFlight[op]--
+			p.mu.Unlock()
+		}()
 		if p.killed.Load() {
 			p.failed.Add(1)
 			if hj, ok := w.(http.Hijacker); ok {
@@ -174,6 +186,19 @@ func (p *Proxy) Ops() map[string]int64 {
 	defer p.mu.Unlock()
 	out := p.ops
 	p.ops = map[string]int64{}
+	return out
+}
+
+// MaxInFlight returns the most requests of each S3 operation (Op) served at once since the last call,
+// and resets it to those in flight now.
+func (p *Proxy) MaxInFlight() map[string]int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.maxInFlight
+	p.maxInFlight = make(map[string]int64, len(p.inFlight))
+	for op, n := range p.inFlight {
+		p.maxInFlight[op] = n
+	}
 	return out
 }
 
