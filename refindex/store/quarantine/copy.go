@@ -146,7 +146,7 @@ var fchown = unix.Fchown
 // restore give a user's file to root.
 func (p *Prepared) copy() error {
 	if p.st.Size > 0 && unix.IoctlFileClone(p.fd, p.src) != nil {
-		if err := copyRange(p.fd, p.src, p.st.Size); err != nil {
+		if err := copyData(p.fd, p.src, p.st.Size); err != nil {
 			return err
 		}
 	}
@@ -191,10 +191,45 @@ func copyACL(dst, src int) error {
 	return nil
 }
 
-// copyRange copies size bytes of src to dst with copy_file_range (in-kernel, server-side on NFS 4.2),
+// copyData copies the first size bytes of src to dst, the data extents only (SEEK_DATA/SEEK_HOLE): a
+// hole of src stays a hole of dst. Invariant: a copy takes no more space than its source. Anyone who can
+// truncate a file through an --allow-other mount makes a file of terabytes that takes no space in an
+// instant (truncate -s 10T); copied byte for byte (copy_file_range and read/write write every zero), its
+// truncation would make the daemon fill the store's filesystem, root's reserved blocks included, for as
+// long as the quarantine keeps entries. src's file offset moves (the caller's descriptor is its own open).
+func copyData(dst, src int, size int64) error {
+	if err := unix.Ftruncate(dst, size); err != nil {
+		return err
+	}
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(src, off, unix.SEEK_DATA)
+		switch {
+		case err == unix.ENXIO:
+			return nil // no data past off (or src shrank: Prepare's second stat says so)
+		case err == unix.EINVAL || err == unix.EOPNOTSUPP:
+			return copyRange(dst, src, off, size) // no hole reporting: everything is data
+		case err != nil:
+			return err
+		}
+		if data >= size {
+			return nil
+		}
+		hole, err := unix.Seek(src, data, unix.SEEK_HOLE)
+		if err != nil {
+			return err
+		}
+		end := min(hole, size)
+		if err := copyRange(dst, src, data, end); err != nil {
+			return err
+		}
+		off = end
+	}
+	return nil
+}
+
+// copyRange copies the bytes [off, size) of src to dst with copy_file_range (in-kernel, server-side on NFS 4.2),
 // or read and write where the filesystems cannot. A file shorter than size is ErrChanged.
-func copyRange(dst, src int, size int64) error {
-	var off int64
+func copyRange(dst, src int, off, size int64) error {
 	for off < size {
 		in, out := off, off
 		n, err := unix.CopyFileRange(src, &in, dst, &out, int(min(size-off, 1<<30)), 0)

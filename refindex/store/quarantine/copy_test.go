@@ -321,3 +321,59 @@ func TestLocalChangeWithoutTraceStaysAnEntry(t *testing.T) {
 		t.Fatalf("reopened: %+v %v, want the entry (the rewritten record is the one read back)", es, err)
 	}
 }
+
+// TestLocalTruncationCopyKeepsHoles: the copy of a sparse file is as sparse as the file (holes stay
+// holes) and has its bytes where the file has data. A file of hundreds of megabytes (on the mount:
+// `truncate -s 10T f`, in an instant, by anyone who may truncate it) whose truncation made the daemon
+// write every zero would let any user fill the store's filesystem with one command.
+func TestLocalTruncationCopyKeepsHoles(t *testing.T) {
+	dir, l, _ := newArea(t)
+	write(t, dir, "job/sparse", "")
+	p := filepath.Join(dir, "job/sparse")
+	const size, at = 256 << 20, 100 << 20
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("data in the middle"), at); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("tail"), size-4); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var src unix.Stat_t
+	if err := unix.Stat(p, &src); err != nil {
+		t.Fatal(err)
+	}
+	if src.Blocks*512 > 1<<20 {
+		t.Skipf("the filesystem of %s makes no sparse files (%d blocks for %d bytes)", dir, src.Blocks, size)
+	}
+	prep, err := l.Prepare(openSrc(t, dir, "job/sparse"), "job/sparse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := stageNames(t, dir)
+	if len(names) != 1 {
+		t.Fatalf("copies: %v, want one", names)
+	}
+	var cp unix.Stat_t
+	if err := unix.Stat(names[0], &cp); err != nil {
+		t.Fatal(err)
+	}
+	if cp.Size != size || cp.Blocks > src.Blocks+16 {
+		t.Errorf("copy of a %d-byte file taking %d blocks: %d bytes in %d blocks, want the size and at most %d blocks",
+			size, src.Blocks, cp.Size, cp.Blocks, src.Blocks+16)
+	}
+	b, err := os.ReadFile(names[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b[at:at+18]) != "data in the middle" || string(b[size-4:]) != "tail" || strings.Trim(string(b[:at]), "\x00") != "" {
+		t.Errorf("copy's bytes differ from the file's")
+	}
+	if _, err := prep.Commit(Decision{Op: OpTruncate}); err != nil {
+		t.Fatal(err)
+	}
+	prep.Done()
+}
