@@ -103,6 +103,9 @@ func TestRedteamStoreSeenAtAnotherPath(t *testing.T) {
 			if after := countFiles(t, files); after >= before {
 				t.Errorf("the cleanups deleted nothing (%d files before, %d after)", before, after)
 			}
+			if tc.index != nil && !strings.Contains(p.logText(), "the index directory is in memory (tmpfs)") {
+				t.Errorf("an index on tmpfs (its pins, clock correction and delete journal are lost at a reboot) was not warned about:\n%s", p.logText())
+			}
 			if out, code := p.cli("verify"); code != 0 {
 				t.Errorf("verify after the guarded cleanups: exit %d\n%s", code, out)
 			}

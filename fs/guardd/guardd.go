@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/fs/guard"
@@ -249,6 +251,7 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	if err := privateDir(c.IndexDir); err != nil {
 		return err
 	}
+	warnVolatile(c.IndexDir, log)
 	ix, err := refindex.Open(c.IndexDir, st, c.Policy, opts...)
 	if err != nil {
 		return fmt.Errorf("open index: %w", err)
@@ -469,6 +472,21 @@ func raiseFileLimit(log *slog.Logger) {
 	}
 	if lim.Cur < 4096 {
 		log.Warn("few file descriptors: every file open through the mount takes one; raise LimitNOFILE (systemd) or ulimit -n", "limit", lim.Cur)
+	}
+}
+
+// warnVolatile warns when the index directory is on memory-backed storage (tmpfs, ramfs). The index
+// itself is rebuilt from the store, but the state kept beside it is not: `ckguard pin` decisions, the
+// correction for a store clock that was behind, the S3 delete journal, the audit log. A reboot drops
+// them, and a pinned checkpoint older than the active window is then deletable again.
+func warnVolatile(dir string, log *slog.Logger) {
+	var st unix.Statfs_t
+	if unix.Statfs(dir, &st) != nil {
+		return
+	}
+	if st.Type == unix.TMPFS_MAGIC || st.Type == unix.RAMFS_MAGIC {
+		log.Warn("the index directory is in memory (tmpfs): a reboot loses the pins (`ckguard pin`), the store clock's correction, the S3 delete journal and the audit log kept there, which the store cannot give back (a pinned checkpoint would be deletable again); put --index on persistent storage",
+			"index", dir)
 	}
 }
 
