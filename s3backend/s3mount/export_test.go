@@ -36,3 +36,6 @@ func ListAheadTTL(o *Options, d time.Duration) { o.listAheadTTL = d }
 
 // ListedAheadDone reports whether the first page of folder key is held, listed, and not yet taken.
 func (m *Mounted) ListedAheadDone(key string) bool { return m.fsys.ahead.done(key) }
+
+// ChunkBytes is the size of the read chunk buffers the open files hold.
+func (m *Mounted) ChunkBytes() int64 { return m.fsys.chunkBytes.Load() }

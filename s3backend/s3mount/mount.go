@@ -48,6 +48,11 @@ type Options struct {
 	// 80 MiB of memory per sequentially read open file).
 	ReadChunk int64
 	ReadAhead int
+	// ReadMemory bounds the chunk buffers all open files hold together (default 256 MiB: three
+	// sequential readers at full readahead). Past it a read fetches exactly the range it asks for, as a
+	// random reader's does: any user of an --allow-other mount can open files by the thousand and read a
+	// byte of each, and each would otherwise make the daemon fetch and hold ReadAhead+1 chunks.
+	ReadMemory int64
 	// KernelReadAhead is the kernel's readahead for the mount (its BDI's read_ahead_kb), default 4 MiB: the
 	// kernel otherwise caps FUSE readahead at 128 KiB whatever max_readahead the INIT reply asks for, so a
 	// sequential reader's cp turns into one 128 KiB READ request (and context switch) after another.
@@ -104,6 +109,9 @@ func (o *Options) defaults() {
 	}
 	if o.ReadAhead <= 0 {
 		o.ReadAhead = 8
+	}
+	if o.ReadMemory <= 0 {
+		o.ReadMemory = 256 << 20
 	}
 	if o.KernelReadAhead == 0 {
 		o.KernelReadAhead = 4 << 20

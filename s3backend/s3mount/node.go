@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -36,6 +37,9 @@ type filesystem struct {
 	qClose   sync.Once
 	inos     *inodes // inode numbers and the bound on the file inodes the kernel holds
 	ahead    *listAhead
+
+	// chunkBytes is the size of the read chunk buffers open files hold (at most opts.ReadMemory, see read.go).
+	chunkBytes atomic.Int64
 }
 
 // node is a file or directory, named by its position in the tree (its key is its path from the root, so

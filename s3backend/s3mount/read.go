@@ -15,6 +15,9 @@ import (
 // ReadAhead chunks of ReadChunk bytes fetched in parallel ahead of it; a random reader fetches exactly
 // what it asks for. Memory per sequential reader: at most (ReadAhead+2) × ReadChunk, in buffers the mount
 // reuses (bufPool): a fresh 8 MiB buffer per chunk cost page faults and zeroing of every byte read.
+// Invariant: the chunks of all open files together hold at most ReadMemory bytes (filesystem.chunkBytes);
+// a read that would need a chunk past that reads exactly its range, and no chunk is fetched ahead, so
+// no number of open files makes the daemon hold or fetch more.
 type readHandle struct {
 	fsys *filesystem
 	key  string
@@ -39,6 +42,7 @@ type chunk struct {
 
 	// under readHandle.mu
 	buf     *[]byte
+	size    int64 // the bytes of buf counted in filesystem.chunkBytes
 	fetched bool
 	dropped bool
 	refs    int
@@ -65,6 +69,7 @@ func (r *readHandle) recycle(c *chunk) {
 		b := c.buf
 		c.buf, c.data = nil, nil
 		r.fsys.bufPool.Put(b)
+		r.fsys.chunkBytes.Add(-c.size)
 	}
 }
 
@@ -85,15 +90,21 @@ func (r *readHandle) release(c *chunk) {
 	r.mu.Unlock()
 }
 
-// start begins fetching chunk i unless it is cached or in flight. Caller holds mu.
+// start begins fetching chunk i unless it is cached or in flight; nil when a new chunk would take the
+// open files' chunks past ReadMemory. Caller holds mu.
 func (r *readHandle) start(i int64) *chunk {
 	if c, ok := r.chunks[i]; ok {
 		return c
 	}
 	cs := r.fsys.opts.ReadChunk
 	off := i * cs
-	c := &chunk{done: make(chan struct{})}
-	c.buf = r.fsys.getBuf(min(cs, r.size-off))
+	n := min(cs, r.size-off)
+	if r.fsys.chunkBytes.Add(n) > r.fsys.opts.ReadMemory {
+		r.fsys.chunkBytes.Add(-n)
+		return nil
+	}
+	c := &chunk{done: make(chan struct{}), size: n}
+	c.buf = r.fsys.getBuf(n)
 	r.chunks[i] = c
 	go func() {
 		buf := *c.buf
@@ -126,23 +137,29 @@ func (r *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	if !(off == 0 || (off >= r.nextOff-window && off <= r.nextOff+window)) {
 		r.mu.Unlock()
 		// Random access: read exactly the range; the stream's chunks stay for the sequential reader.
-		buf := dest[:end-off]
-		m, err := r.fsys.c.ReadAt(ctx, r.key, buf, off, r.etag)
-		if err != nil && err != io.EOF {
-			return nil, s3client.Errno(err)
-		}
-		return fuse.ReadResultData(buf[:m]), 0
+		return r.readRange(ctx, dest, off, end)
 	}
 	r.nextOff = max(r.nextOff, end)
 	first, last := off/cs, (end-1)/cs
 	want := make([]*chunk, 0, last-first+1)
 	for i := first; i <= last; i++ {
 		c := r.start(i)
+		if c == nil {
+			// The open files' chunks are at ReadMemory: read exactly the range, like a random reader.
+			for _, w := range want {
+				w.refs--
+				r.recycle(w)
+			}
+			r.mu.Unlock()
+			return r.readRange(ctx, dest, off, end)
+		}
 		c.refs++
 		want = append(want, c)
 	}
 	for i := last + 1; i <= last+ahead && i*cs < r.size; i++ {
-		r.start(i)
+		if r.start(i) == nil {
+			break
+		}
 	}
 	for i := range r.chunks {
 		if i < first-1 || i > last+ahead { // keep one chunk behind for reads that arrive late
@@ -193,6 +210,16 @@ func (r *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 		}
 	}
 	return fuse.ReadResultData(dest[:n]), 0
+}
+
+// readRange reads exactly [off, end) into dest with one ranged GET, holding no chunk.
+func (r *readHandle) readRange(ctx context.Context, dest []byte, off, end int64) (fuse.ReadResult, syscall.Errno) {
+	buf := dest[:end-off]
+	m, err := r.fsys.c.ReadAt(ctx, r.key, buf, off, r.etag)
+	if err != nil && err != io.EOF {
+		return nil, s3client.Errno(err)
+	}
+	return fuse.ReadResultData(buf[:m]), 0
 }
 
 func (r *readHandle) Release(ctx context.Context) syscall.Errno {
