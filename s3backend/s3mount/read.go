@@ -141,6 +141,13 @@ func (r *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	}
 	r.nextOff = max(r.nextOff, end)
 	first, last := off/cs, (end-1)/cs
+	// The window moves first, so chunks it left give their bytes back before new ones count against
+	// ReadMemory.
+	for i := range r.chunks {
+		if i < first-1 || i > last+ahead { // keep one chunk behind for reads that arrive late
+			r.drop(i)
+		}
+	}
 	want := make([]*chunk, 0, last-first+1)
 	for i := first; i <= last; i++ {
 		c := r.start(i)
@@ -159,11 +166,6 @@ func (r *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	for i := last + 1; i <= last+ahead && i*cs < r.size; i++ {
 		if r.start(i) == nil {
 			break
-		}
-	}
-	for i := range r.chunks {
-		if i < first-1 || i > last+ahead { // keep one chunk behind for reads that arrive late
-			r.drop(i)
 		}
 	}
 	r.mu.Unlock()
