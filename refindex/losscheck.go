@@ -411,12 +411,34 @@ func (lc *LossChecker) fill(ctx context.Context, rep *LossReport, byKey map[stri
 	}
 	v.release()
 	if lc.o.Quarantine != nil {
-		for i := range rep.Missing {
-			q, ok, err := lc.o.Quarantine.FindQuarantined(ctx, rep.Missing[i].Path)
-			if err != nil {
-				return fmt.Errorf("loss check: look %s up in quarantine: %w", rep.Missing[i].Path, err)
+		// A chunk's report looks up only what it names first (rep.New: the WARN line and the audit
+		// record say how to restore it); the pass's own report, every missing object, once per path.
+		look := make([]int, 0, len(rep.Missing))
+		if rep.Partial {
+			look = append(look, fresh...)
+		} else {
+			for i := range rep.Missing {
+				look = append(look, i)
 			}
-			if ok {
+		}
+		type found struct {
+			q  QuarantinedObject
+			ok bool
+		}
+		seenQ := map[string]found{}
+		for _, i := range look {
+			p := rep.Missing[i].Path
+			f, done := seenQ[p]
+			if !done {
+				q, ok, err := lc.o.Quarantine.FindQuarantined(ctx, p)
+				if err != nil {
+					return fmt.Errorf("loss check: look %s up in quarantine: %w", p, err)
+				}
+				f = found{q, ok}
+				seenQ[p] = f
+			}
+			if f.ok {
+				q := f.q
 				rep.Missing[i].Quarantine = &q
 			}
 		}

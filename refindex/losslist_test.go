@@ -306,9 +306,24 @@ func chunkedStore(t *testing.T) (root string, st *listingStore, ix *refindex.Ind
 	return root, st, ix, shared
 }
 
+// countingFinder is a quarantine holding the keys of held, counting lookups.
+type countingFinder struct {
+	held  map[string]bool
+	looks atomic.Int64
+}
+
+func (f *countingFinder) FindQuarantined(_ context.Context, key string) (refindex.QuarantinedObject, bool, error) {
+	f.looks.Add(1)
+	if f.held[key] {
+		return refindex.QuarantinedObject{Since: time.Unix(1e9, 0), Restore: "restore " + key}, true, nil
+	}
+	return refindex.QuarantinedObject{}, false, nil
+}
+
 // TestLossCheckChunkProgress: a pass split into chunks reports a loss found in its first chunk before
 // it lists the folders of the next chunks (the gauges move a chunk after the listing, not a pass after),
-// reports each lost pair once as new, and its final report still holds the loss.
+// reports each lost pair once as new, and its final report still holds the loss; a chunk's report looks
+// up in quarantine only the objects it names first.
 func TestLossCheckChunkProgress(t *testing.T) {
 	ctx := context.Background()
 	root, st, ix, shared := chunkedStore(t)
@@ -318,7 +333,8 @@ func TestLossCheckChunkProgress(t *testing.T) {
 	}
 	var partial []*refindex.LossReport
 	var listsAtFirst int64 = -1
-	lc := ix.NewLossChecker(refindex.LossCheckOptions{Chunk: 1, Parallel: 1, Progress: func(r *refindex.LossReport) {
+	q := &countingFinder{held: map[string]bool{victim: true}}
+	lc := ix.NewLossChecker(refindex.LossCheckOptions{Chunk: 1, Parallel: 1, Quarantine: q, Progress: func(r *refindex.LossReport) {
 		if len(partial) == 0 {
 			listsAtFirst = st.lists.Load()
 		}
@@ -332,8 +348,12 @@ func TestLossCheckChunkProgress(t *testing.T) {
 		t.Fatalf("final report partial=%v complete=%v after %d progress reports; want a complete final report after at least 3", rep.Partial, rep.Complete, len(partial))
 	}
 	first := partial[0]
-	if !first.Partial || len(first.New) != 1 || first.New[0].Path != victim || first.Jobs[first.New[0].Job].MissingObjects != 1 {
-		t.Fatalf("first progress report: %+v; want %s new and counted for its job", first, victim)
+	if !first.Partial || len(first.New) != 1 || first.New[0].Path != victim || first.Jobs[first.New[0].Job].MissingObjects != 1 || first.New[0].Quarantine == nil {
+		t.Fatalf("first progress report: %+v; want %s new, with its quarantine entry, and counted for its job", first, victim)
+	}
+	// A chunk's report looks up what it names first; the pass's own report every missing object.
+	if n := q.looks.Load(); n != 2 {
+		t.Errorf("%d quarantine lookups for one loss over %d reports, want 2 (its first report and the pass's)", n, len(partial)+1)
 	}
 	if listsAtFirst != 1 || st.lists.Load() < 4 {
 		t.Fatalf("%d listings before the first progress report, %d in all: want the loss reported after the first chunk's one listing", listsAtFirst, st.lists.Load())
