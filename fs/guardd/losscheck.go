@@ -20,20 +20,25 @@ import (
 // object one HEAD, so in Flink's layout (a job's incremental state in one shared/ folder) one pass covers
 // up to about 2,000,000 referenced objects in shared folders, or 2,000 scattered ones. A store that needs
 // more is checked in a rotation of ckguard_loss_check_round_passes passes (WARN when it goes above 1).
-// The rate (DefaultS3LossCheckRate) caps what the check costs whatever the budget: on AWS (LIST $0.005
-// per 1,000 requests) 50 requests a second all day are 4,320,000 requests, $21.60; a store of N
-// referenced objects in shared folders costs N/1,000 requests per pass, a pass every lossPeriod (22.5 s
-// at 30 s syncs) or back to back when a pass takes longer (1,000,000 objects: about $19 a day).
+// The period caps what the check costs: a store of N referenced objects in shared folders costs N/1,000
+// requests per pass, a pass every lossPeriod (22.5 s at 30 s syncs, 3,840 a day) or back to back when
+// one takes longer; on AWS (LIST $0.005 per 1,000 requests) 1,000,000 objects cost about $19 a day.
 const DefaultS3LossCheckBudget = 2000
 
 // DefaultS3LossCheckRate is the S3 mount's default --loss-check-rate, requests per second: a pass over
-// 1,000,000 referenced objects in shared folders (about 1,000 listings) takes 20 s, so a loss shows
-// within lossPeriod plus a chunk (26 s at 30 s syncs), inside one sync interval, where the server
-// answers as fast as the check is paced. While the mount sends requests of its own (within the last
-// lossBusyWindow) the check runs pace.DefaultYield (5) times slower (10 requests a second) and one
-// request at a time: a find or rm through the mount shares the server with at most one listing of the
-// check.
-const DefaultS3LossCheckRate = 50
+// 1,000,000 referenced objects in shared folders (about 1,000 listings) takes 13 s of paced requests,
+// well inside lossPeriod (22.5 s at 30 s syncs) even when the syncs' own requests slow it down, so a
+// loss shows within lossPeriod plus a chunk (26 s), inside one sync interval, up to about 1,600,000
+// objects where the server answers as fast as the check is paced (at 50 a second a 1,000,000-object
+// pass took 24.6 s on versitygw, and the bound was the interval to the second). While the mount sends
+// requests of its own (within the last lossBusyWindow) the check runs at lossBusyRate (10 requests a
+// second) and one request at a time: a find or rm through the mount shares the server with at most one
+// listing of the check. The rate only bounds a pass's speed, not its cost (the period does).
+const DefaultS3LossCheckRate = 75
+
+// lossBusyRate is the loss check's rate, requests per second, while the mount's own requests flow: the
+// paced rate slowed by pace.DefaultYield, or down to this when that is faster.
+const lossBusyRate = 10
 
 // Traffic is what the loss check needs of a backend's request counter (s3client.Traffic).
 type Traffic interface {
@@ -263,13 +268,13 @@ func detectionBound(interval, pass, chunk, revisit time.Duration, roundPasses in
 }
 
 // lossBusyWindow is how long after the mount's last request of its own the loss check keeps yielding
-// (its slots five times further apart, one request in flight): a find or rm through the mount sends a
+// (at lossBusyRate, one request in flight): a find or rm through the mount sends a
 // request every few tens of milliseconds, with gaps while the kernel consumes a page.
 const lossBusyWindow = time.Second
 
 // lossPacer is the loss check's pacer for a mount: the flag when given (negative: unpaced), else the
-// backend's default (0: unpaced). It slows down while the backend's Traffic counts the mount's own
-// requests.
+// backend's default (0: unpaced). It slows down to lossBusyRate (or by pace.DefaultYield when that is
+// slower) while the backend's Traffic counts the mount's own requests.
 func lossPacer(flag, backend float64, tr Traffic) *pace.Limiter {
 	rate := backend
 	switch {
@@ -281,7 +286,9 @@ func lossPacer(flag, backend float64, tr Traffic) *pace.Limiter {
 	if rate <= 0 {
 		return nil
 	}
-	l := &pace.Limiter{Rate: rate}
+	// While the mount is busy the check keeps to lossBusyRate (or rate/DefaultYield when slower): a
+	// higher idle rate gives the mount's own traffic no more competition.
+	l := &pace.Limiter{Rate: rate, Yield: max(pace.DefaultYield, rate/lossBusyRate)}
 	if tr != nil {
 		last := tr.Foreground()
 		var moved time.Time

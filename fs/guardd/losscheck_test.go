@@ -396,3 +396,34 @@ func TestLossWatchPaced(t *testing.T) {
 		})
 	}
 }
+
+// TestLossPacerBusyRate: while the mount is busy the check keeps to lossBusyRate whatever its idle rate
+// (a faster default gives the mount's own requests no more competition), or to a fifth of a rate slower
+// than five times that.
+func TestLossPacerBusyRate(t *testing.T) {
+	for _, tc := range []struct {
+		rate, busy float64 // requests per second, idle and busy
+	}{
+		{DefaultS3LossCheckRate, lossBusyRate},
+		{200, lossBusyRate},
+		{20, 4},
+		{10, 2},
+	} {
+		p := lossPacer(tc.rate, 0, &countingTraffic{step: 1})
+		clk := &sleepClock{now: time.Unix(1e9, 0)}
+		p.Clock = clk
+		ctx := context.Background()
+		const n = 11
+		for range n {
+			release, err := p.Wait(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			release()
+		}
+		// Every look of the pacer sees the mount's count move: busy throughout.
+		if want := time.Duration(float64(n-1) / tc.busy * float64(time.Second)); clk.slept < want-time.Millisecond || clk.slept > want+time.Millisecond {
+			t.Errorf("rate %g: %d busy requests slept %s, want %s (%g a second)", tc.rate, n, clk.slept, want, tc.busy)
+		}
+	}
+}
