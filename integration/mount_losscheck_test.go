@@ -16,8 +16,9 @@ import (
 )
 
 // TestMountLossCheck: a referenced object deleted directly on the store (local: os.Remove beside the
-// mount; S3: `aws s3 rm` against the server) while the mount runs is reported by the first sync that
-// starts after the deletion: ckguard_broken_checkpoints and ckguard_missing_referenced_objects for its
+// mount; S3: `aws s3 rm` against the server) while the mount runs is reported by the first loss check
+// pass that starts after the deletion (passes run 3/4 of the sync interval apart, so within two syncs):
+// ckguard_broken_checkpoints and ckguard_missing_referenced_objects for its
 // job, a WARN log line and an audit record naming the checkpoint and the file.
 func TestMountLossCheck(t *testing.T) {
 	for _, tc := range []struct {
@@ -105,7 +106,7 @@ func TestMountLossCheck(t *testing.T) {
 			if n > 2 {
 				t.Errorf("loss of %s reported after %.0f syncs, want the first sync that started after it", ref, n)
 			}
-			// The advertised bound holds (the interval plus a pass at this small store), give or take the
+			// The advertised bound holds (the period plus a chunk at this small store), give or take the
 			// syncs' own durations on a loaded machine.
 			if !ok || bound <= 0 || took.Seconds() > bound+2 {
 				t.Errorf("loss reported after %s, ckguard_loss_check_bound_seconds = %v (%v): the bound must hold", took.Round(time.Millisecond), bound, ok)

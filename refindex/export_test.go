@@ -106,3 +106,6 @@ func (s *ClockState) Add(behind time.Duration, now time.Time, hold time.Duration
 // WithTxnWrites makes every apply commit after n writes, so a small change spans several transactions
 // (tests of rolling.go).
 func WithTxnWrites(n int) Option { return func(o *options) { o.txnWrites = n } }
+
+// SetLossClock replaces a loss checker's time source (the times of its reports and chunks).
+func SetLossClock(lc *LossChecker, now func() time.Time) { lc.now = now }

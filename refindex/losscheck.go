@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -63,6 +62,14 @@ type LossCheckOptions struct {
 	Pacer Pacer
 	// Quarantine, when set, is asked about every object found missing.
 	Quarantine QuarantineFinder
+	// Chunk splits a pass into chunks of about this many expected requests, checked one after the
+	// other (0: the whole pass is one chunk). After each chunk but the last, Progress (when set) gets a
+	// report of the losses known so far: a loss shows a chunk after its folder was listed, not a whole
+	// pass after, and LossReport.Revisit can be measured chunk by chunk.
+	Chunk int
+	// Progress receives the report after each chunk but the last (the pass's own report is Check's
+	// answer). It runs in the pass: a slow Progress delays the pass.
+	Progress func(*LossReport)
 }
 
 // Pacer spaces out a pass's requests: Wait returns when the next one may be sent, or ctx's error; the
@@ -104,6 +111,15 @@ type LossReport struct {
 	Jobs map[string]JobLoss `json:"jobs"`
 	// Unchecked counts references outside the store (unmapped or --external): no pass can stat them.
 	Unchecked int `json:"unchecked_refs"`
+	// Partial is set on a report made after a chunk, before the pass ended (LossCheckOptions.Progress).
+	Partial bool `json:"partial,omitempty"`
+	// Revisit is the longest time, over this pass's chunks, from the start of the chunk of the
+	// previous pass that held the chunk's first object to this chunk's report: the delay of a deletion
+	// made right after the previous pass's check of an object, measured. Zero when unknown (a first
+	// pass, or a pass or its predecessor that was not a whole rotation on its own).
+	Revisit time.Duration `json:"revisit_ns,omitempty"`
+	// LongestChunk is the longest chunk of this pass, its stats and its report included.
+	LongestChunk time.Duration `json:"longest_chunk_ns,omitempty"`
 }
 
 // JobLoss counts one job's losses.
@@ -126,6 +142,15 @@ type LossChecker struct {
 	since        map[string]time.Time
 	reported     map[string]bool // "key\x00checkpoint" pairs already in a report's New
 	now          func() time.Time
+	// prevChunks are the chunks of the previous pass when it was a whole rotation on its own (nil
+	// otherwise): where each began, for LossReport.Revisit.
+	prevChunks []chunkMark
+}
+
+// chunkMark is where a chunk of a pass began: the id of its first unit and the time.
+type chunkMark struct {
+	first string
+	start time.Time
 }
 
 // NewLossChecker returns a loss checker over the index's live checkpoints.
@@ -198,9 +223,11 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 	}
 	_, canList := ix.st.(DirLister)
 	units := planUnits(keys, canList)
+	whole := !lc.rotating // this pass begins a rotation; whole if it also ends it
 	batch, next, complete := lc.slice(units)
+	whole = whole && complete
 	var single []string
-	inBatch := map[string]bool{}
+	inBatch := make(map[string]bool, len(keys))
 	for _, u := range batch {
 		for _, k := range u.keys {
 			inBatch[k] = true
@@ -216,39 +243,119 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 	if par <= 0 {
 		par = DefaultLossParallel
 	}
-	gone, requests, err := ix.checkUnits(ctx, batch, single, par, lc.o.Pacer)
-	if err != nil {
-		return nil, err
-	}
-	rep.Requests = requests
 	rep.RoundRequests = roundCost(units)
 	rep.RoundPasses = 1
 	if lc.o.Budget > 0 && rep.RoundRequests > lc.o.Budget {
 		rep.RoundPasses = (rep.RoundRequests + lc.o.Budget - 1) / lc.o.Budget
 	}
-	checked := append(slices.Collect(maps.Keys(inBatch)), single...)
-	rep.Checked = len(checked)
-	for _, k := range checked {
-		if gone[k] {
-			if !lc.missing[k] {
-				lc.missing[k] = true
-				lc.since[k] = rep.Time
+	rep.LastComplete = lc.lastComplete
+	base := rep.Jobs
+	prev := lc.prevChunks
+	var marks []chunkMark
+	chunks := splitChunks(batch, lc.o.Chunk)
+	for ci, chunk := range chunks {
+		start := lc.now()
+		var alone []string
+		if ci == 0 {
+			alone = single // the known losses are looked at again first
+		}
+		gone, requests, err := ix.checkUnits(ctx, chunk, alone, par, lc.o.Pacer)
+		if err != nil {
+			lc.prevChunks = nil
+			return nil, err
+		}
+		rep.Requests += requests
+		checked := alone
+		for _, u := range chunk {
+			checked = append(checked, u.keys...)
+		}
+		rep.Checked += len(checked)
+		for _, k := range checked {
+			if gone[k] {
+				if !lc.missing[k] {
+					lc.missing[k] = true
+					lc.since[k] = rep.Time
+				}
+			} else {
+				delete(lc.missing, k)
+				delete(lc.since, k)
 			}
-		} else {
-			delete(lc.missing, k)
-			delete(lc.since, k)
+		}
+		last := ci == len(chunks)-1
+		if last {
+			lc.cursor, lc.rotating = next, !complete
+			if complete {
+				lc.lastComplete = rep.Time
+			}
+			rep.Complete, rep.LastComplete = complete, lc.lastComplete
+		}
+		if !last && lc.o.Progress == nil {
+			continue
+		}
+		out := rep
+		if !last {
+			cp := *rep
+			cp.Partial = true
+			out = &cp
+		}
+		out.Jobs = maps.Clone(base)
+		if err := lc.fill(ctx, out, byKey, targets); err != nil {
+			lc.prevChunks = nil
+			return nil, err
+		}
+		end := lc.now()
+		rep.LongestChunk = max(rep.LongestChunk, end.Sub(start))
+		if len(chunk) > 0 {
+			m := chunkMark{first: chunk[0].id(), start: start}
+			marks = append(marks, m)
+			if whole && len(prev) > 0 {
+				// Every object of this chunk the previous pass knew was checked there no sooner than
+				// the start of the last chunk beginning at or before this chunk's first unit (keys are
+				// checked in order; a unit that sorts before all of them was in the first chunk).
+				i := max(0, sort.Search(len(prev), func(i int) bool { return prev[i].first > m.first })-1)
+				rep.Revisit = max(rep.Revisit, end.Sub(prev[i].start))
+			}
+		}
+		if !last {
+			out.LongestChunk, out.Revisit = rep.LongestChunk, rep.Revisit
+			lc.o.Progress(out)
 		}
 	}
-	lc.cursor, lc.rotating = next, !complete
-	if complete {
-		lc.lastComplete = rep.Time
+	if whole {
+		lc.prevChunks = marks
+	} else {
+		lc.prevChunks = nil
 	}
-	rep.Complete, rep.LastComplete = complete, lc.lastComplete
+	return rep, nil
+}
 
+// splitChunks cuts units into runs of about chunk expected requests each, in order, at least one unit
+// per run and at least one run (chunk <= 0: all of them in one).
+func splitChunks(units []lossUnit, chunk int) [][]lossUnit {
+	if chunk <= 0 || len(units) == 0 {
+		return [][]lossUnit{units}
+	}
+	var out [][]lossUnit
+	from, spent := 0, 0
+	for i, u := range units {
+		if i > from && spent+u.cost() > chunk {
+			out = append(out, units[from:i])
+			from, spent = i, 0
+		}
+		spent += u.cost()
+	}
+	return append(out, units[from:])
+}
+
+// fill reports in rep every (object, checkpoint) pair known missing now, per job, and those no earlier
+// report named in rep.New.
+func (lc *LossChecker) fill(ctx context.Context, rep *LossReport, byKey map[string][]int, targets []lossTarget) error {
+	ix := lc.ix
+	rep.Missing, rep.New = []LostReference{}, []LostReference{}
 	// A loss counts only for a checkpoint still live as the same record after the stats.
-	v, err = ix.acquire()
+	v, err := ix.acquire()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// Flink deletes a subsumed checkpoint's `_metadata` first and its files after: a checkpoint whose
 	// `_metadata` is gone from the store by now is being retired (the next sync does it), not broken.
@@ -262,7 +369,7 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 			_, err := ix.st.Stat(ctx, c.Key)
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				v.release()
-				return nil, fmt.Errorf("loss check: stat %s: %w", c.Key, err)
+				return fmt.Errorf("loss check: stat %s: %w", c.Key, err)
 			}
 			metaGone[c.Key] = err != nil
 		}
@@ -304,12 +411,34 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 	}
 	v.release()
 	if lc.o.Quarantine != nil {
-		for i := range rep.Missing {
-			q, ok, err := lc.o.Quarantine.FindQuarantined(ctx, rep.Missing[i].Path)
-			if err != nil {
-				return nil, fmt.Errorf("loss check: look %s up in quarantine: %w", rep.Missing[i].Path, err)
+		// A chunk's report looks up only what it names first (rep.New: the WARN line and the audit
+		// record say how to restore it); the pass's own report, every missing object, once per path.
+		look := make([]int, 0, len(rep.Missing))
+		if rep.Partial {
+			look = append(look, fresh...)
+		} else {
+			for i := range rep.Missing {
+				look = append(look, i)
 			}
-			if ok {
+		}
+		type found struct {
+			q  QuarantinedObject
+			ok bool
+		}
+		seenQ := map[string]found{}
+		for _, i := range look {
+			p := rep.Missing[i].Path
+			f, done := seenQ[p]
+			if !done {
+				q, ok, err := lc.o.Quarantine.FindQuarantined(ctx, p)
+				if err != nil {
+					return fmt.Errorf("loss check: look %s up in quarantine: %w", p, err)
+				}
+				f = found{q, ok}
+				seenQ[p] = f
+			}
+			if f.ok {
+				q := f.q
 				rep.Missing[i].Quarantine = &q
 			}
 		}
@@ -325,7 +454,7 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 	for p := range seen {
 		lc.reported[p] = true
 	}
-	return rep, nil
+	return nil
 }
 
 // slice picks the units this pass checks: all of them without a budget, else those after the

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -249,5 +250,154 @@ func TestLossCheckPacedLargeFolder(t *testing.T) {
 	}
 	if len(rep.New) != 1 || rep.New[0].Path != victim {
 		t.Fatalf("deleted %s; the pass reported %+v", victim, rep.New)
+	}
+}
+
+// tickingPacer is a pacer whose every request advances a fake clock by a second.
+type tickingPacer struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (p *tickingPacer) Wait(ctx context.Context) (func(), error) {
+	p.mu.Lock()
+	p.now = p.now.Add(time.Second)
+	p.mu.Unlock()
+	return func() {}, ctx.Err()
+}
+
+func (p *tickingPacer) Now() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.now
+}
+
+func (p *tickingPacer) sleep(d time.Duration) {
+	p.mu.Lock()
+	p.now = p.now.Add(d)
+	p.mu.Unlock()
+}
+
+// chunkedStore is a listing store of one job whose shared/ folder holds 3,500 referenced objects: four
+// listing units of at most 1,000 keys.
+func chunkedStore(t *testing.T) (root string, st *listingStore, ix *refindex.Index, shared []string) {
+	t.Helper()
+	root = filepath.Join(t.TempDir(), "store")
+	if _, err := treegen.Large(root, treegen.LargeSpec{Jobs: 1, CheckpointsPerJob: 1, RefsPerCheckpoint: 3500, NewPerCheckpoint: 3500, DataFiles: true, Seed: "chunk"}, time.Now().Add(-48*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := localstore.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = &listingStore{Store: ls, root: root, page: 1000}
+	ix = openListingIndex(t, st, "file:"+root)
+	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.Contains(p, "/shared/") {
+			rel, _ := filepath.Rel(root, p)
+			shared = append(shared, filepath.ToSlash(rel))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(shared)
+	return root, st, ix, shared
+}
+
+// countingFinder is a quarantine holding the keys of held, counting lookups.
+type countingFinder struct {
+	held  map[string]bool
+	looks atomic.Int64
+}
+
+func (f *countingFinder) FindQuarantined(_ context.Context, key string) (refindex.QuarantinedObject, bool, error) {
+	f.looks.Add(1)
+	if f.held[key] {
+		return refindex.QuarantinedObject{Since: time.Unix(1e9, 0), Restore: "restore " + key}, true, nil
+	}
+	return refindex.QuarantinedObject{}, false, nil
+}
+
+// TestLossCheckChunkProgress: a pass split into chunks reports a loss found in its first chunk before
+// it lists the folders of the next chunks (the gauges move a chunk after the listing, not a pass after),
+// reports each lost pair once as new, and its final report still holds the loss; a chunk's report looks
+// up in quarantine only the objects it names first.
+func TestLossCheckChunkProgress(t *testing.T) {
+	ctx := context.Background()
+	root, st, ix, shared := chunkedStore(t)
+	victim := shared[0] // in the first listing unit of the folder
+	if err := os.Remove(filepath.Join(root, filepath.FromSlash(victim))); err != nil {
+		t.Fatal(err)
+	}
+	var partial []*refindex.LossReport
+	var listsAtFirst int64 = -1
+	q := &countingFinder{held: map[string]bool{victim: true}}
+	lc := ix.NewLossChecker(refindex.LossCheckOptions{Chunk: 1, Parallel: 1, Quarantine: q, Progress: func(r *refindex.LossReport) {
+		if len(partial) == 0 {
+			listsAtFirst = st.lists.Load()
+		}
+		partial = append(partial, r)
+	}})
+	rep, err := lc.Check(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Partial || !rep.Complete || len(partial) < 3 {
+		t.Fatalf("final report partial=%v complete=%v after %d progress reports; want a complete final report after at least 3", rep.Partial, rep.Complete, len(partial))
+	}
+	first := partial[0]
+	if !first.Partial || len(first.New) != 1 || first.New[0].Path != victim || first.Jobs[first.New[0].Job].MissingObjects != 1 || first.New[0].Quarantine == nil {
+		t.Fatalf("first progress report: %+v; want %s new, with its quarantine entry, and counted for its job", first, victim)
+	}
+	// A chunk's report looks up what it names first; the pass's own report every missing object.
+	if n := q.looks.Load(); n != 2 {
+		t.Errorf("%d quarantine lookups for one loss over %d reports, want 2 (its first report and the pass's)", n, len(partial)+1)
+	}
+	if listsAtFirst != 1 || st.lists.Load() < 4 {
+		t.Fatalf("%d listings before the first progress report, %d in all: want the loss reported after the first chunk's one listing", listsAtFirst, st.lists.Load())
+	}
+	for i, r := range append(partial[1:], rep) {
+		if len(r.New) != 0 || len(r.Missing) != 1 || r.Missing[0].Path != victim {
+			t.Fatalf("report %d after the first: new %+v, missing %+v; want the loss still missing, not new again", i+2, r.New, r.Missing)
+		}
+	}
+}
+
+// TestLossCheckRevisit: LossReport.Revisit is the measured time from a chunk's start in the previous
+// pass to the same chunk's report in this one (with a second per request: the gap between the passes,
+// a whole pass and one chunk), zero on a first pass and after a pass that was not a whole rotation.
+func TestLossCheckRevisit(t *testing.T) {
+	ctx := context.Background()
+	_, _, ix, _ := chunkedStore(t)
+	p := &tickingPacer{now: time.Unix(1e9, 0)}
+	lc := ix.NewLossChecker(refindex.LossCheckOptions{Chunk: 1, Parallel: 1, Pacer: p})
+	refindex.SetLossClock(lc, p.Now)
+	rep, err := lc.Check(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Revisit != 0 || rep.Requests != 4 || rep.LongestChunk != time.Second {
+		t.Fatalf("first pass: revisit %s, %d requests, longest chunk %s; want 0, 4 listings, 1 s", rep.Revisit, rep.Requests, rep.LongestChunk)
+	}
+	p.sleep(10 * time.Second)
+	if rep, err = lc.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Chunk i began at i s in the first pass and is reported at 4 + 10 + i+1 s.
+	if want := 15 * time.Second; rep.Revisit != want {
+		t.Fatalf("second pass: revisit %s, want %s (10 s between the passes, 4 s of the first, one chunk)", rep.Revisit, want)
+	}
+	// A rotation over passes: the previous pass no longer tells when an object was last checked.
+	lc = ix.NewLossChecker(refindex.LossCheckOptions{Chunk: 1, Parallel: 1, Pacer: p, Budget: 2})
+	refindex.SetLossClock(lc, p.Now)
+	for i := range 3 {
+		if rep, err = lc.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if rep.Revisit != 0 || rep.RoundPasses != 2 {
+			t.Fatalf("pass %d of a budget of 2: revisit %s, round passes %d; want 0 (unknown), 2", i+1, rep.Revisit, rep.RoundPasses)
+		}
 	}
 }

@@ -52,8 +52,8 @@ type Config struct {
 	// ServeProcs is GOMAXPROCS while the mount only answers requests; index work raises it back for as
 	// long as it runs (fs/procs explains why). 0 leaves GOMAXPROCS alone.
 	ServeProcs int
-	// LossCheckBudget caps the referenced objects the loss check stats per sync besides the known-missing
-	// ones (0: the backend's default; negative: every object at every sync).
+	// LossCheckBudget caps the requests of one loss check pass besides a stat per known-missing object
+	// (0: the backend's default; negative: every object in every pass).
 	LossCheckBudget int
 	// LossCheckRate caps the loss check's requests per second (0: the backend's default; negative:
 	// unpaced, and a pass is followed by a rest of lossDuty-1 times its duration instead).
@@ -90,8 +90,8 @@ type Backend struct {
 	// that would list the bucket. The gauges the index answers from memory (the lag above all) are set
 	// after every sync on every backend.
 	NoIndexGauges bool
-	// LossCheckBudget is the backend's default Config.LossCheckBudget (0: every referenced object at
-	// every sync; S3: DefaultS3LossCheckBudget, a HEAD costs a request).
+	// LossCheckBudget is the backend's default Config.LossCheckBudget (0: every referenced object in
+	// every pass; S3: DefaultS3LossCheckBudget, a request costs money).
 	LossCheckBudget int
 	// LossCheckRate is the backend's default Config.LossCheckRate (0: unpaced; S3:
 	// DefaultS3LossCheckRate).
@@ -312,8 +312,8 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 			err = cerr
 		}
 	}()
-	// The loss check starts after every successful sync, beside the sync loop (outside any lock of the
-	// enforcer).
+	// The loss check starts after the first successful sync and runs pass after pass beside the sync
+	// loop (outside any lock of the enforcer).
 	// The mount's own quarantine is asked first, then the backend (a delete marker on a versioned
 	// bucket hides the object of a deletion made outside the mount).
 	qfind := b.Quarantine
@@ -328,8 +328,9 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	}
 	budget := lossBudget(c.LossCheckBudget, b.LossCheckBudget)
 	pacer := lossPacer(c.LossCheckRate, b.LossCheckRate, b.Traffic)
-	lw := &lossWatch{lc: ix.NewLossChecker(refindex.LossCheckOptions{Budget: budget, Quarantine: qfind, Pacer: pacer}),
-		met: met, audit: al, log: log, interval: c.SyncInterval, pacer: pacer, budget: budget}
+	lw := &lossWatch{met: met, audit: al, log: log, interval: c.SyncInterval, pacer: pacer, budget: budget}
+	lw.lc = ix.NewLossChecker(refindex.LossCheckOptions{Budget: budget, Quarantine: qfind, Pacer: pacer,
+		Chunk: lossChunk(c.SyncInterval, pacer), Progress: lw.progress})
 	// Passes run beside the sync loop; the running one ends before the index and the audit log close.
 	lossCtx, stopLoss := context.WithCancel(ctx)
 	if b.Traffic != nil {

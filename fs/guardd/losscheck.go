@@ -15,24 +15,30 @@ import (
 	"github.com/ckguard/ckguard/refindex/pace"
 )
 
-// DefaultS3LossCheckBudget is the S3 mount's default --loss-check-budget: 1,000 requests per pass. A
+// DefaultS3LossCheckBudget is the S3 mount's default --loss-check-budget: 2,000 requests per pass. A
 // folder holding several referenced objects costs one listing request per 1,000 keys, a lone referenced
 // object one HEAD, so in Flink's layout (a job's incremental state in one shared/ folder) one pass covers
-// up to about 1,000,000 referenced objects in shared folders, or 1,000 scattered ones. A store that needs
-// more is checked in a rotation of ckguard_loss_check_round_passes passes (WARN when it goes above 1);
-// ckguard_loss_check_age_seconds says how old the last complete one is. On AWS (LIST $0.005 per 1,000
-// requests) a full budget at every 30 s sync costs at most 2,880,000 requests a day, $14.40 (about $430
-// a month); a store of N referenced objects in shared folders costs N/1,000 of it per sync.
-const DefaultS3LossCheckBudget = 1000
+// up to about 2,000,000 referenced objects in shared folders, or 2,000 scattered ones. A store that needs
+// more is checked in a rotation of ckguard_loss_check_round_passes passes (WARN when it goes above 1).
+// The period caps what the check costs: a store of N referenced objects in shared folders costs N/1,000
+// requests per pass, a pass every lossPeriod (22.5 s at 30 s syncs, 3,840 a day) or back to back when
+// one takes longer; on AWS (LIST $0.005 per 1,000 requests) 1,000,000 objects cost about $19 a day.
+const DefaultS3LossCheckBudget = 2000
 
-// DefaultS3LossCheckRate is the S3 mount's default --loss-check-rate, requests per second: the default
-// budget (1,000 requests) in 20 s, inside the default 30 s sync interval with a third to spare, so a
-// store up to about 1,000,000 referenced objects in shared folders is checked completely between two
-// syncs and a loss shows within the interval plus one pass (50 s). While the mount sends requests of its
-// own (within the last lossBusyWindow) the check runs pace.DefaultYield (5) times slower (10 requests a
+// DefaultS3LossCheckRate is the S3 mount's default --loss-check-rate, requests per second: a pass over
+// 1,000,000 referenced objects in shared folders (about 1,000 listings) takes 13 s of paced requests,
+// well inside lossPeriod (22.5 s at 30 s syncs) even when the syncs' own requests slow it down, so a
+// loss shows within lossPeriod plus a chunk (26 s), inside one sync interval, up to about 1,600,000
+// objects where the server answers as fast as the check is paced (at 50 a second a 1,000,000-object
+// pass took 24.6 s on versitygw, and the bound was the interval to the second). While the mount sends
+// requests of its own (within the last lossBusyWindow) the check runs at lossBusyRate (10 requests a
 // second) and one request at a time: a find or rm through the mount shares the server with at most one
-// listing of the check.
-const DefaultS3LossCheckRate = 50
+// listing of the check. The rate only bounds a pass's speed, not its cost (the period does).
+const DefaultS3LossCheckRate = 75
+
+// lossBusyRate is the loss check's rate, requests per second, while the mount's own requests flow: the
+// paced rate slowed by pace.DefaultYield, or down to this when that is faster.
+const lossBusyRate = 10
 
 // Traffic is what the loss check needs of a backend's request counter (s3client.Traffic).
 type Traffic interface {
@@ -49,111 +55,110 @@ const (
 	lossReason   = "referenced-object-missing"
 )
 
-// lossWatch runs the loss check after each successful sync and reports what it finds: the per-job
-// gauges after every pass, and a WARN line and an audit record for each (object, checkpoint) pair the
-// first pass that sees it missing.
+// lossWatch runs the loss check pass after pass, beside the sync loop, from the first successful sync
+// on, and reports what it finds: the per-job gauges after every chunk of a pass, and a WARN line and an
+// audit record for each (object, checkpoint) pair the first time it is seen missing.
 type lossWatch struct {
 	lc    *refindex.LossChecker
 	met   *metrics.Metrics
 	audit audit.Sink
 	log   *slog.Logger
 
+	started  atomic.Bool   // the loop runs (kick starts it once)
 	busy     atomic.Bool   // a pass is running
-	restTill atomic.Int64  // unix nanoseconds before which no pass starts (unpaced: see lossDuty)
-	interval time.Duration // the sync interval: a pass longer than it is WARNed (once until one fits again)
+	interval time.Duration // the sync interval: passes start lossPeriod(interval) apart, and a bound above it is WARNed
 	behind   bool
 	// pacer spaces the passes' requests (nil: unpaced, a local store); budget is the requests per pass
 	// (0: every object), for the bound's log line.
 	pacer  *pace.Limiter
 	budget int
 	bound  time.Duration // the detection bound last logged (0: none yet)
+	// clk schedules the passes (nil: the wall clock).
+	clk pace.Clock
+	// last is what the last pass measured; a chunk's report keeps it in the gauges.
+	last metrics.LossStats
 
-	wg     sync.WaitGroup // the running pass
+	wg     sync.WaitGroup // the loop
 	passes int            // RoundPasses last logged (a WARN when it changes above 1)
 }
 
-// kick starts a pass beside the sync loop, unless one is still running (that pass covers the same
-// store; the next sync kicks again). A pass never runs in the sync, so a long one (a big bucket at
-// 20 ms per request) delays neither the next sync nor the decisions that wait for the index.
-func (w *lossWatch) kick(ctx context.Context) {
-	if time.Now().UnixNano() < w.restTill.Load() {
-		w.log.Debug("loss check: resting after a long pass; this sync starts none")
-		return
+// lossPeriod is the shortest time from a pass's start to the next one's: three quarters of the sync
+// interval, so that with a pass no longer than that and chunks of an eighth (lossChunk) a deletion
+// right after an object's check is reported by the next pass within seven eighths of the interval. At
+// least a second (no interval in tests: no busy loop).
+func lossPeriod(interval time.Duration) time.Duration {
+	return max(interval*3/4, time.Second)
+}
+
+// lossChunk is the requests of one chunk of a pass: what the pacer sends in an eighth of the sync
+// interval (the loss check reports after each chunk, so a loss shows at most a chunk after its folder
+// was listed). Unpaced (a local store, cheap stats): the pass is one chunk.
+func lossChunk(interval time.Duration, pacer *pace.Limiter) int {
+	if pacer == nil || pacer.Rate <= 0 || interval <= 0 {
+		return 0
 	}
-	if !w.busy.CompareAndSwap(false, true) {
-		w.log.Debug("loss check: the previous pass is still running; this sync starts none")
+	return max(1, int(pacer.Rate*(interval/8).Seconds()))
+}
+
+// kick starts the loop of passes beside the sync loop the first time (the first successful sync); the
+// loop then schedules its passes itself (lossPeriod apart, or back to back when a pass outlasts that)
+// and later kicks do nothing. A pass never runs in the sync, so a long one (a big bucket at 20 ms per
+// request) delays neither the next sync nor the decisions that wait for the index.
+func (w *lossWatch) kick(ctx context.Context) {
+	if !w.started.CompareAndSwap(false, true) {
 		return
 	}
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		defer w.busy.Store(false)
-		w.run(ctx)
+		w.loop(ctx)
 	}()
 }
 
-// wait waits for the running pass (cancel its context first to make it end soon).
+// wait waits for the loop to end (cancel its context first to make it end soon).
 func (w *lossWatch) wait() { w.wg.Wait() }
+
+func (w *lossWatch) clock() pace.Clock {
+	if w.clk != nil {
+		return w.clk
+	}
+	return pace.Real{}
+}
+
+// loop runs passes until ctx ends: each starts lossPeriod after the previous one's start, or when it
+// ended if it took longer (unpaced: after its rest, see lossDuty).
+func (w *lossWatch) loop(ctx context.Context) {
+	clk := w.clock()
+	for ctx.Err() == nil {
+		t0 := clk.Now()
+		w.busy.Store(true)
+		w.run(ctx)
+		w.busy.Store(false)
+		d := clk.Now().Sub(t0)
+		gap := d
+		if w.pacer == nil {
+			gap = lossDuty * d
+		}
+		if err := clk.Sleep(ctx, max(lossPeriod(w.interval), gap)-d); err != nil {
+			return
+		}
+	}
+}
 
 // lossDuty bounds the share of time an unpaced loss check runs (a local store, or --loss-check-rate
 // -1): after a pass of duration d the next starts no sooner than (lossDuty-1)·d later. A pass over a
 // large store would otherwise run back to back, keeping the store, a core and memory busy all the time;
-// on a small store d is far below the sync interval and every sync still starts one. A paced check
-// (S3) needs no rest: its pacer bounds the requests per second, so a rest would only delay detection.
+// on a small store d is far below lossPeriod, which then spaces the passes. A paced check (S3) needs no
+// rest: its pacer bounds the requests per second, so a rest would only delay detection.
 const lossDuty = 10
 
-func (w *lossWatch) run(ctx context.Context) {
-	t0 := time.Now()
-	if w.pacer == nil {
-		defer func() { w.restTill.Store(time.Now().Add((lossDuty - 1) * time.Since(t0)).UnixNano()) }()
-	}
-	rep, err := w.lc.Check(ctx)
-	if err != nil {
-		if ctx.Err() != nil || errors.Is(err, context.Canceled) {
-			return
-		}
-		w.met.LossCheckFailed()
-		w.log.Warn("loss check failed: referenced objects were not checked by this pass", "err", err)
-		return
-	}
-	st := metrics.LossStats{Jobs: make(map[string]metrics.JobLoss, len(rep.Jobs)), Objects: rep.Objects, LastComplete: rep.LastComplete,
-		RoundPasses: rep.RoundPasses, Duration: time.Since(t0)}
-	st.Bound = detectionBound(w.interval, st.Duration, rep.RoundPasses, w.pacer == nil)
-	switch {
-	case w.interval > 0 && st.Duration > w.interval && !w.behind:
-		w.behind = true
-		w.log.Warn(fmt.Sprintf("loss check: a pass took %s, longer than the sync interval %s: the syncs meanwhile start no pass, so a loss shows only within %s; raise --loss-check-rate or --sync-interval, or look at the store's latency",
-			st.Duration.Round(time.Millisecond), w.interval, st.Bound.Round(time.Second)), "took", st.Duration.Round(time.Millisecond), "objects", rep.Objects, "requests", rep.Requests,
-			"bound", st.Bound.Round(time.Second))
-	case w.behind && st.Duration <= w.interval:
-		w.behind = false
-		w.log.Info("loss check: a pass fits in the sync interval again", "took", st.Duration.Round(time.Millisecond))
-	}
-	if rep.RoundPasses != w.passes {
-		if rep.RoundPasses > 1 {
-			w.log.Warn(fmt.Sprintf("loss check: a complete check of the %d referenced objects takes %d passes (one per sync, %d requests against a budget per pass): a loss shows only within %s, %d sync intervals after it happened; raise --loss-check-budget to check everything at every sync",
-				rep.Objects, rep.RoundPasses, rep.RoundRequests, st.Bound.Round(time.Second), rep.RoundPasses),
-				"objects", rep.Objects, "round_requests", rep.RoundRequests, "round_passes", rep.RoundPasses, "bound", st.Bound.Round(time.Second))
-		} else if w.passes > 1 {
-			w.log.Info("loss check: a complete check fits in one pass again", "objects", rep.Objects, "round_requests", rep.RoundRequests)
-		}
-		w.passes = rep.RoundPasses
-	}
-	// The bound is logged after the first pass (the mount's start) and again whenever it doubles or halves.
-	if w.bound == 0 || st.Bound > 2*w.bound || 2*st.Bound < w.bound {
-		rate := "unpaced"
-		if w.pacer != nil {
-			rate = fmt.Sprintf("%g requests/s", w.pacer.Rate)
-		}
-		w.log.Info(fmt.Sprintf("loss check: a loss shows within %s at this store's size (%d referenced objects, %d requests per complete check, %d pass(es), the last %s, %s)",
-			st.Bound.Round(time.Second), rep.Objects, rep.RoundRequests, rep.RoundPasses, st.Duration.Round(time.Millisecond), rate),
-			"bound", st.Bound.Round(time.Second), "objects", rep.Objects, "round_requests", rep.RoundRequests, "round_passes", rep.RoundPasses,
-			"budget", w.budget, "took", st.Duration.Round(time.Millisecond))
-		w.bound = st.Bound
-	}
+// publish sets the gauges from a report and logs and audits its new losses.
+func (w *lossWatch) publish(rep *refindex.LossReport, st metrics.LossStats) {
+	st.Jobs = make(map[string]metrics.JobLoss, len(rep.Jobs))
 	for j, l := range rep.Jobs {
 		st.Jobs[j] = metrics.JobLoss{BrokenCheckpoints: l.BrokenCheckpoints, MissingObjects: l.MissingObjects}
 	}
+	st.Objects, st.LastComplete = rep.Objects, rep.LastComplete
 	w.met.SetLoss(st)
 	for _, m := range rep.New {
 		msg := lossMessage(m)
@@ -174,6 +179,61 @@ func (w *lossWatch) run(ctx context.Context) {
 	}
 }
 
+// progress is the LossChecker's Progress: a chunk's report moves the gauges (and names its new losses)
+// at once; the pass's figures stay the last pass's until it ends.
+func (w *lossWatch) progress(rep *refindex.LossReport) { w.publish(rep, w.last) }
+
+func (w *lossWatch) run(ctx context.Context) {
+	clk := w.clock()
+	t0 := clk.Now()
+	rep, err := w.lc.Check(ctx)
+	if err != nil {
+		if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+			return
+		}
+		w.met.LossCheckFailed()
+		w.log.Warn("loss check failed: referenced objects were not checked by this pass", "err", err)
+		return
+	}
+	st := metrics.LossStats{RoundPasses: rep.RoundPasses, Duration: clk.Now().Sub(t0)}
+	st.Bound = detectionBound(w.interval, st.Duration, rep.LongestChunk, rep.Revisit, rep.RoundPasses, w.pacer == nil)
+	switch {
+	case w.interval > 0 && st.Bound > w.interval && !w.behind:
+		w.behind = true
+		w.log.Warn(fmt.Sprintf("loss check: a loss shows only within %s, longer than the sync interval %s (a pass took %s, %d requests): raise --loss-check-rate or --sync-interval, or look at the store's latency",
+			st.Bound.Round(time.Second), w.interval, st.Duration.Round(time.Millisecond), rep.Requests), "took", st.Duration.Round(time.Millisecond), "objects", rep.Objects, "requests", rep.Requests,
+			"bound", st.Bound.Round(time.Second), "revisit", rep.Revisit.Round(time.Millisecond))
+	case w.behind && st.Bound <= w.interval:
+		w.behind = false
+		w.log.Info("loss check: a loss shows within the sync interval again", "bound", st.Bound.Round(time.Second), "took", st.Duration.Round(time.Millisecond))
+	}
+	if rep.RoundPasses != w.passes {
+		if rep.RoundPasses > 1 {
+			w.log.Warn(fmt.Sprintf("loss check: a complete check of the %d referenced objects takes %d passes (%d requests against a budget per pass): a loss shows only within %s; raise --loss-check-budget to check everything in every pass",
+				rep.Objects, rep.RoundPasses, rep.RoundRequests, st.Bound.Round(time.Second)),
+				"objects", rep.Objects, "round_requests", rep.RoundRequests, "round_passes", rep.RoundPasses, "bound", st.Bound.Round(time.Second))
+		} else if w.passes > 1 {
+			w.log.Info("loss check: a complete check fits in one pass again", "objects", rep.Objects, "round_requests", rep.RoundRequests)
+		}
+		w.passes = rep.RoundPasses
+	}
+	// The bound is logged after the first pass (the mount's start) and again whenever it doubles or halves.
+	if w.bound == 0 || st.Bound > 2*w.bound || 2*st.Bound < w.bound {
+		rate := "unpaced"
+		if w.pacer != nil {
+			rate = fmt.Sprintf("%g requests/s", w.pacer.Rate)
+		}
+		w.log.Info(fmt.Sprintf("loss check: a loss shows within %s at this store's size (%d referenced objects, %d requests per complete check, %d pass(es), the last %s, %s)",
+			st.Bound.Round(time.Second), rep.Objects, rep.RoundRequests, rep.RoundPasses, st.Duration.Round(time.Millisecond), rate),
+			"bound", st.Bound.Round(time.Second), "objects", rep.Objects, "round_requests", rep.RoundRequests, "round_passes", rep.RoundPasses,
+			"budget", w.budget, "took", st.Duration.Round(time.Millisecond), "longest_chunk", rep.LongestChunk.Round(time.Millisecond),
+			"revisit", rep.Revisit.Round(time.Millisecond))
+		w.bound = st.Bound
+	}
+	w.last = st
+	w.publish(rep, st)
+}
+
 // lossMessage names the file, the checkpoint and what to do.
 func lossMessage(m refindex.LostReference) string {
 	head := fmt.Sprintf("referenced object %s of live checkpoint %s (job %s) is missing from the store: it was removed outside the mount, and a restore from that checkpoint would fail", m.Path, m.Checkpoint, m.Job)
@@ -186,30 +246,35 @@ func lossMessage(m refindex.LostReference) string {
 	return head + "; put it back from a backup or another copy, or restore the job from the checkpoint `ckguard latest --job " + m.Job + "` names"
 }
 
-// detectionBound is how long after it happens a loss shows at most: a pass starts at a sync, no sooner
-// than the previous one's end (unpaced: its rest, lossDuty times its duration after its start), so the
-// passes of one object's checks are period = the interval rounded up past that apart; a complete check
-// takes roundPasses of them, and the loss shows at the end of the pass that lists the object.
-func detectionBound(interval, pass time.Duration, roundPasses int, unpaced bool) time.Duration {
+// detectionBound is how long after it happens a loss shows at most. Passes start lossPeriod apart, or
+// back to back when a pass (unpaced: with its rest, lossDuty times its duration) takes longer: that is
+// the period. A pass checks the objects in the same order at the same pace, so an object is checked
+// again a period after its last check and its loss reported at the end of that chunk: the period plus
+// a chunk. Under a budget a complete check takes roundPasses passes and the loss shows at the end of
+// the pass that lists it: roundPasses periods plus a pass. revisit, when known, is what the last pass
+// measured (a pass slower than the one before, the mount's own traffic meanwhile); the bound is never
+// below it.
+func detectionBound(interval, pass, chunk, revisit time.Duration, roundPasses int, unpaced bool) time.Duration {
 	gap := pass
 	if unpaced {
 		gap = lossDuty * pass
 	}
-	period := interval
-	if interval > 0 && gap > interval {
-		period = interval * ((gap + interval - 1) / interval)
+	period := max(lossPeriod(interval), gap)
+	est := period + min(chunk, pass)
+	if roundPasses > 1 {
+		est = time.Duration(roundPasses)*period + pass
 	}
-	return time.Duration(max(1, roundPasses))*period + pass
+	return max(est, revisit)
 }
 
 // lossBusyWindow is how long after the mount's last request of its own the loss check keeps yielding
-// (its slots five times further apart, one request in flight): a find or rm through the mount sends a
+// (at lossBusyRate, one request in flight): a find or rm through the mount sends a
 // request every few tens of milliseconds, with gaps while the kernel consumes a page.
 const lossBusyWindow = time.Second
 
 // lossPacer is the loss check's pacer for a mount: the flag when given (negative: unpaced), else the
-// backend's default (0: unpaced). It slows down while the backend's Traffic counts the mount's own
-// requests.
+// backend's default (0: unpaced). It slows down to lossBusyRate (or by pace.DefaultYield when that is
+// slower) while the backend's Traffic counts the mount's own requests.
 func lossPacer(flag, backend float64, tr Traffic) *pace.Limiter {
 	rate := backend
 	switch {
@@ -221,7 +286,9 @@ func lossPacer(flag, backend float64, tr Traffic) *pace.Limiter {
 	if rate <= 0 {
 		return nil
 	}
-	l := &pace.Limiter{Rate: rate}
+	// While the mount is busy the check keeps to lossBusyRate (or rate/DefaultYield when slower): a
+	// higher idle rate gives the mount's own traffic no more competition.
+	l := &pace.Limiter{Rate: rate, Yield: max(pace.DefaultYield, rate/lossBusyRate)}
 	if tr != nil {
 		last := tr.Foreground()
 		var moved time.Time

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -55,10 +57,38 @@ type nopSink struct{}
 
 func (nopSink) Record(*audit.Record) error { return nil }
 
-// TestLossWatchBesideSync: a loss check pass runs beside the caller (the sync loop): kick returns at
-// once while the pass waits on the store, a kick during a running pass starts none, and a pass longer
-// than the sync interval is logged as a WARN with ckguard_loss_check_duration_seconds set.
-func TestLossWatchBesideSync(t *testing.T) {
+// stepClock is a pace.Clock on the wall clock whose sleeps wait for the test: each is announced on
+// slept with its length, and returns once the test sends on wake (or ctx ends).
+type stepClock struct {
+	slept chan time.Duration
+	wake  chan struct{}
+}
+
+func newStepClock() *stepClock {
+	return &stepClock{slept: make(chan time.Duration), wake: make(chan struct{})}
+}
+
+func (c *stepClock) Now() time.Time { return time.Now() }
+
+func (c *stepClock) Sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case c.slept <- d:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-c.wake:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestLossWatchLoop: the loss check runs beside the caller (the sync loop): the first kick returns at
+// once while the pass waits on the store and later kicks start nothing; the loop itself starts the next
+// pass, without a kick, after the rest an unpaced pass needs (nine times its duration beyond it); a
+// bound longer than the sync interval is logged as a WARN with ckguard_loss_check_duration_seconds set.
+func TestLossWatchLoop(t *testing.T) {
 	tr, err := treegen.IncidentOne(filepath.Join(t.TempDir(), "store"), time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -73,20 +103,24 @@ func TestLossWatchBesideSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ix.Close()
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	if err := ix.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
 	met := metrics.New()
+	clk := newStepClock()
 	w := &lossWatch{lc: ix.NewLossChecker(refindex.LossCheckOptions{}), met: met, audit: nopSink{},
-		log: slog.New(slog.NewTextHandler(&logs, nil)), interval: 100 * time.Millisecond}
+		log: slog.New(slog.NewTextHandler(&logs, nil)), interval: 100 * time.Millisecond, clk: clk}
+	defer w.wait()
+	defer cancel()
 	gate := make(chan struct{})
 	st.mu.Lock()
 	st.gate = gate
 	st.mu.Unlock()
 
-	for i := range 2 {
+	for i := range 3 {
 		t0 := time.Now()
 		w.kick(ctx)
 		if d := time.Since(t0); d > 2*time.Second {
@@ -95,67 +129,131 @@ func TestLossWatchBesideSync(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond) // the pass outlasts the sync interval
 	close(gate)
-	w.wait()
-	if w.busy.Load() {
-		t.Fatal("a pass still marked running after wait")
+	rest := <-clk.slept // the first pass ended; the loop rests
+	if !strings.Contains(logs.String(), "loss check: a loss shows only within") {
+		t.Fatalf("no WARN of a bound above the interval:\n%s", logs.String())
 	}
-	if n := strings.Count(logs.String(), "loss check: a pass took"); n != 1 {
-		t.Fatalf("%d WARNs of a pass longer than the interval, want 1 (the second kick started no pass):\n%s", n, logs.String())
-	}
-	fams, err := met.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dur, objects float64 = -1, -1
-	for _, f := range fams {
-		switch f.GetName() {
-		case "ckguard_loss_check_duration_seconds":
-			dur = f.GetMetric()[0].GetGauge().GetValue()
-		case "ckguard_loss_check_objects":
-			objects = f.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	if st.stats != int(objects) || objects <= 0 {
-		t.Fatalf("%d stats for %v referenced objects: want exactly one pass (the second kick starts none)", st.stats, objects)
+	dur, objects := gauge(t, met, "ckguard_loss_check_duration_seconds"), gauge(t, met, "ckguard_loss_check_objects")
+	st.mu.Lock()
+	stats := st.stats
+	st.mu.Unlock()
+	if stats != int(objects) || objects <= 0 {
+		t.Fatalf("%d stats for %v referenced objects: want exactly one pass (the later kicks start none)", stats, objects)
 	}
 	if dur < 0.2 {
 		t.Fatalf("ckguard_loss_check_duration_seconds = %v, want the blocked pass's duration (>= 0.2 s)", dur)
 	}
-	// After a long pass the check rests nine times as long: a sync right after it starts none.
-	before := st.stats
-	w.kick(ctx)
-	w.wait()
-	if st.stats != before {
-		t.Fatalf("a kick right after a %.1f s pass started another (%d stats): the check must rest after a long pass", dur, st.stats-before)
+	if rest.Seconds() < (lossDuty-1)*dur {
+		t.Fatalf("rest of %s after a %.2f s unpaced pass, want at least %d times the pass", rest, dur, lossDuty-1)
 	}
-	w.restTill.Store(time.Now().UnixNano()) // the rest is over
-	w.kick(ctx)
-	w.wait()
-	if st.stats == before {
-		t.Fatal("a kick after the rest started no pass")
+	clk.wake <- struct{}{}
+	<-clk.slept // the second pass ended
+	st.mu.Lock()
+	again := st.stats - stats
+	st.mu.Unlock()
+	if again != stats {
+		t.Fatalf("the loop's second pass sent %d stats, want a whole pass of %d without a kick", again, stats)
+	}
+	if !w.busy.Load() && gauge(t, met, "ckguard_loss_check_age_seconds") < 0 {
+		t.Fatal("no complete check recorded after two passes")
 	}
 }
 
-// TestDetectionBound: a loss shows at most the passes of a complete check times the time between two
-// passes (the sync interval, or the first sync after the pass, or after the rest of an unpaced one),
-// plus one pass.
+// TestLossWatchChunkGauges: a loss found in a chunk of a pass moves the job's gauges at that chunk's
+// report, before the pass has checked the rest of the store.
+func TestLossWatchChunkGauges(t *testing.T) {
+	tr, err := treegen.IncidentOne(filepath.Join(t.TempDir(), "store"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := localstore.New(tr.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &gatedStore{Store: ls, gate: make(chan struct{})}
+	close(st.gate) // open, counting stats
+	ix, err := refindex.Open(filepath.Join(t.TempDir(), "index"), st, refindex.DefaultPolicy(), refindex.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The object checked first (units are in folder, then key order): a chunk's report names it.
+	var victim string
+	for _, c := range tr.Live {
+		for _, k := range c.Refs {
+			if victim == "" || path.Dir(k)+"\x00"+k < path.Dir(victim)+"\x00"+victim {
+				victim = k
+			}
+		}
+	}
+	if victim == "" {
+		t.Fatal("no referenced object in the scenario")
+	}
+	if err := os.Remove(filepath.Join(tr.Root, filepath.FromSlash(victim))); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	met := metrics.New()
+	w := &lossWatch{met: met, audit: nopSink{}, log: slog.New(slog.NewTextHandler(&logs, nil)), interval: time.Hour, clk: newStepClock()}
+	statsAtShown := -1
+	w.lc = ix.NewLossChecker(refindex.LossCheckOptions{Chunk: 1, Parallel: 1, Progress: func(rep *refindex.LossReport) {
+		w.progress(rep)
+		if statsAtShown < 0 && len(rep.Missing) > 0 {
+			fams, err := met.Registry.Gather()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for _, f := range fams {
+				if f.GetName() == "ckguard_missing_referenced_objects" && len(f.GetMetric()) > 0 {
+					for _, m := range f.GetMetric() {
+						if m.GetGauge().GetValue() > 0 {
+							st.mu.Lock()
+							statsAtShown = st.stats
+							st.mu.Unlock()
+						}
+					}
+				}
+			}
+		}
+	}})
+	w.run(ctx)
+	objects := int(gauge(t, met, "ckguard_loss_check_objects"))
+	if statsAtShown < 0 || statsAtShown >= st.stats || objects < 2 {
+		t.Fatalf("gauge shown after %d of %d stats (%d objects): want it set by a chunk's report before the pass ended\n%s", statsAtShown, st.stats, objects, logs.String())
+	}
+	if !strings.Contains(logs.String(), victim) {
+		t.Fatalf("no WARN naming %s:\n%s", victim, logs.String())
+	}
+}
+
+// TestDetectionBound: a loss shows within the period between two passes' starts (lossPeriod, or the
+// pass, or an unpaced pass and its rest) plus a chunk; under a rotation of several passes, that many
+// periods plus a pass; never less than the revisit the last pass measured.
 func TestDetectionBound(t *testing.T) {
 	const s = time.Second
 	for _, tc := range []struct {
-		name           string
-		interval, pass time.Duration
-		roundPasses    int
-		unpaced        bool
-		want           time.Duration
+		name                           string
+		interval, pass, chunk, revisit time.Duration
+		roundPasses                    int
+		unpaced                        bool
+		want                           time.Duration
 	}{
-		{"paced, fits", 30 * s, 20 * s, 1, false, 50 * s},
-		{"paced, longer than the interval", 30 * s, 45 * s, 1, false, 60*s + 45*s},
-		{"paced, rotation of three", 30 * s, 20 * s, 3, false, 90*s + 20*s},
-		{"unpaced, short pass", 30 * s, 1 * s, 1, true, 31 * s},
-		{"unpaced, rest beyond the interval", 30 * s, 10 * s, 1, true, 120*s + 10*s},
-		{"no interval", 0, 2 * s, 1, false, 2 * s},
+		{"paced, fits", 30 * s, 20 * s, 4 * s, 0, 1, false, 22500*time.Millisecond + 4*s},
+		{"paced, 1 M objects", 30 * s, 21 * s, 3 * s, 25 * s, 1, false, 22500*time.Millisecond + 3*s},
+		{"paced, slower than the last pass", 30 * s, 21 * s, 3 * s, 31 * s, 1, false, 31 * s},
+		{"paced, longer than the period", 30 * s, 45 * s, 4 * s, 0, 1, false, 49 * s},
+		{"paced, rotation of three", 30 * s, 20 * s, 4 * s, 0, 3, false, 3*22500*time.Millisecond + 20*s},
+		{"unpaced, short pass", 30 * s, 1 * s, 1 * s, 0, 1, true, 23500 * time.Millisecond},
+		{"unpaced, rest beyond the period", 30 * s, 10 * s, 10 * s, 0, 1, true, 110 * s},
+		{"no interval", 0, 2 * s, 2 * s, 0, 1, false, 4 * s},
 	} {
-		if got := detectionBound(tc.interval, tc.pass, tc.roundPasses, tc.unpaced); got != tc.want {
+		if got := detectionBound(tc.interval, tc.pass, tc.chunk, tc.revisit, tc.roundPasses, tc.unpaced); got != tc.want {
 			t.Errorf("%s: bound %s, want %s", tc.name, got, tc.want)
 		}
 	}
@@ -201,8 +299,8 @@ func (c *sleepClock) Sleep(ctx context.Context, d time.Duration) error {
 }
 
 // TestLossWatchPaced: a paced loss check spaces its requests by the rate, five times further while the
-// mount's own requests flow, needs no rest after a pass (the next sync starts one), and exports and logs
-// the detection bound.
+// mount's own requests flow, needs no rest after a pass (the loop starts the next one lossPeriod after
+// its start), and exports and logs the detection bound.
 func TestLossWatchPaced(t *testing.T) {
 	tr, err := treegen.IncidentOne(filepath.Join(t.TempDir(), "store"), time.Now())
 	if err != nil {
@@ -239,13 +337,17 @@ func TestLossWatchPaced(t *testing.T) {
 			p.Clock = clk
 			var logs bytes.Buffer
 			met := metrics.New()
+			wclk := newStepClock()
 			w := &lossWatch{lc: ix.NewLossChecker(refindex.LossCheckOptions{Pacer: p, Parallel: 16}), met: met, audit: nopSink{},
-				log: slog.New(slog.NewTextHandler(&logs, nil)), interval: time.Hour, pacer: p}
+				log: slog.New(slog.NewTextHandler(&logs, nil)), interval: time.Hour, pacer: p, clk: wclk}
+			ctx, cancel := context.WithCancel(ctx)
+			defer w.wait()
+			defer cancel()
 			st.mu.Lock()
 			st.stats, st.maxInflight = 0, 0
 			st.mu.Unlock()
 			w.kick(ctx)
-			w.wait()
+			rest := <-wclk.slept
 			st.mu.Lock()
 			stats, inflight := st.stats, st.maxInflight
 			st.mu.Unlock()
@@ -263,17 +365,20 @@ func TestLossWatchPaced(t *testing.T) {
 			if p.Sent() != int64(stats) {
 				t.Errorf("%d requests paced, %d sent", p.Sent(), stats)
 			}
-			// No rest: the next sync's kick starts a pass at once.
-			w.kick(ctx)
-			w.wait()
+			// No rest beyond the period: the next pass starts lossPeriod after this one's start.
+			if rest > lossPeriod(time.Hour) || rest < lossPeriod(time.Hour)-time.Minute {
+				t.Errorf("the loop waits %s after a paced pass, want the period %s less the pass", rest, lossPeriod(time.Hour))
+			}
+			wclk.wake <- struct{}{}
+			<-wclk.slept
 			st.mu.Lock()
 			again := st.stats - stats
 			st.mu.Unlock()
 			if again != stats {
-				t.Errorf("the kick after a paced pass sent %d stats, want a full pass of %d (a paced check rests not)", again, stats)
+				t.Errorf("the loop's next pass sent %d stats, want a full pass of %d", again, stats)
 			}
-			if !strings.Contains(logs.String(), "a loss shows within 1h0m0s at this store's size") {
-				t.Errorf("no INFO line with the bound (the interval plus a pass):\n%s", logs.String())
+			if !strings.Contains(logs.String(), "a loss shows within 45m0s at this store's size") {
+				t.Errorf("no INFO line with the bound (the period plus a chunk):\n%s", logs.String())
 			}
 			fams, err := met.Registry.Gather()
 			if err != nil {
@@ -285,9 +390,40 @@ func TestLossWatchPaced(t *testing.T) {
 					bound = f.GetMetric()[0].GetGauge().GetValue()
 				}
 			}
-			if bound < 3600 || bound > 3700 {
-				t.Errorf("ckguard_loss_check_bound_seconds = %v, want the 1 h interval plus one pass", bound)
+			if bound < 2700 || bound > 2800 {
+				t.Errorf("ckguard_loss_check_bound_seconds = %v, want the 45 min period plus a chunk", bound)
 			}
 		})
+	}
+}
+
+// TestLossPacerBusyRate: while the mount is busy the check keeps to lossBusyRate whatever its idle rate
+// (a faster default gives the mount's own requests no more competition), or to a fifth of a rate slower
+// than five times that.
+func TestLossPacerBusyRate(t *testing.T) {
+	for _, tc := range []struct {
+		rate, busy float64 // requests per second, idle and busy
+	}{
+		{DefaultS3LossCheckRate, lossBusyRate},
+		{200, lossBusyRate},
+		{20, 4},
+		{10, 2},
+	} {
+		p := lossPacer(tc.rate, 0, &countingTraffic{step: 1})
+		clk := &sleepClock{now: time.Unix(1e9, 0)}
+		p.Clock = clk
+		ctx := context.Background()
+		const n = 11
+		for range n {
+			release, err := p.Wait(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			release()
+		}
+		// Every look of the pacer sees the mount's count move: busy throughout.
+		if want := time.Duration(float64(n-1) / tc.busy * float64(time.Second)); clk.slept < want-time.Millisecond || clk.slept > want+time.Millisecond {
+			t.Errorf("rate %g: %d busy requests slept %s, want %s (%g a second)", tc.rate, n, clk.slept, want, tc.busy)
+		}
 	}
 }

@@ -18,14 +18,14 @@ type LossStats struct {
 	// LastComplete is when the last complete check ended (every referenced object stat'ed since it
 	// began); zero if none yet.
 	LastComplete time.Time
-	// RoundPasses is how many passes (one per sync) a complete check takes under the request budget;
-	// above 1 a loss may show only that many sync intervals after it happened.
+	// RoundPasses is how many passes a complete check takes under the request budget; above 1 a loss
+	// may show only that many passes after it happened.
 	RoundPasses int
-	// Duration is how long the pass took (it runs beside the sync loop; longer than --sync-interval,
-	// the next sync starts none and a loss shows later).
+	// Duration is how long the pass took (passes run beside the sync loop, 3/4 of --sync-interval
+	// apart or back to back when one takes longer, and a loss then shows later).
 	Duration time.Duration
-	// Bound is how long after it happens a loss shows at most at the store's current size (the passes a
-	// complete check takes times the time between two passes, plus one pass).
+	// Bound is how long after it happens a loss shows at most at the store's current size (the time
+	// between two passes' starts plus a chunk, never less than the last pass measured).
 	Bound time.Duration
 }
 
@@ -65,11 +65,11 @@ func (l *lossMetrics) register(r *prometheus.Registry) {
 		{&l.objects, prometheus.GaugeOpts{Name: "ckguard_loss_check_objects",
 			Help: "Distinct store objects live checkpoints reference, which the loss check stats."}},
 		{&l.passes, prometheus.GaugeOpts{Name: "ckguard_loss_check_round_passes",
-			Help: "Loss check passes (one per sync) a complete check of every referenced object takes under --loss-check-budget; above 1 a loss shows only after that many sync intervals."}},
+			Help: "Loss check passes a complete check of every referenced object takes under --loss-check-budget; above 1 a loss shows only after that many passes."}},
 		{&l.duration, prometheus.GaugeOpts{Name: "ckguard_loss_check_duration_seconds",
-			Help: "Duration of the last loss check pass; above --sync-interval the next sync starts no pass and a loss shows later."}},
+			Help: "Duration of the last loss check pass; passes start 3/4 of --sync-interval apart, back to back when one takes longer, and a loss then shows later."}},
 		{&l.bound, prometheus.GaugeOpts{Name: "ckguard_loss_check_bound_seconds",
-			Help: "How long after it happens a loss shows at most at the store's current size: the passes a complete check takes times the time between two passes (at least --sync-interval), plus one pass."}},
+			Help: "How long after it happens a loss shows at most at the store's current size: the time between two passes' starts (3/4 of --sync-interval, or the pass) plus a chunk of a pass (a rotation of passes: that many periods plus a pass), and never less than the last pass measured from each chunk's previous check to its report."}},
 	})
 	l.failures = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ckguard_loss_check_failures_total",
