@@ -216,22 +216,26 @@ func (n *node) unlinkTarget(ctx context.Context, key string, decided *verdict.De
 		// decision stats by path as usual, and the unlink reports the error.
 		return guard.Target{Act: func() (bool, syscall.Errno) { return false, fs.ToErrno(err) }}
 	}
+	// observed is the stat the decision judges; the quarantine's entry takes the file's size, times and
+	// mode from it rather than from a second stat (nil when the stat failed: the act stats again).
+	var observed *unix.Stat_t
 	t := guard.Target{
-		Act:     func() (bool, syscall.Errno) { return n.removeEntry(ctx, fd, base, key, *decided) },
+		Act:     func() (bool, syscall.Errno) { return n.removeEntry(ctx, fd, base, key, observed, *decided) },
 		Release: func() { n.root.release(fd) },
 	}
 	var st unix.Stat_t
 	if unix.Fstatat(fd, base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
 		oi := localstore.InfoFromStat(key, &st)
 		t.Observed = &oi
+		observed = &st
 	}
 	return t
 }
 
 // removeEntry removes the entry base of the folder fd (key in the store), allowed by d (removeFile:
 // into quarantine, or unlinked); removed reports whether it is gone from its place.
-func (n *node) removeEntry(ctx context.Context, fd int, base, key string, d verdict.Decision) (removed bool, errno syscall.Errno) {
-	errno = fs.ToErrno(n.removeFile(ctx, fd, base, key, d))
+func (n *node) removeEntry(ctx context.Context, fd int, base, key string, st *unix.Stat_t, d verdict.Decision) (removed bool, errno syscall.Errno) {
+	errno = fs.ToErrno(n.removeFile(ctx, fd, base, key, st, d))
 	return errno == 0, errno
 }
 

@@ -65,7 +65,7 @@ func (n *node) replaceStaged(ctx context.Context, from, to string, flags uint32,
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		return n.renameEntry(from, to, flags, flags)
 	}
-	e, err := q.MoveAt(dfd, base, to, n.stagedRecord(ctx, quarantine.OpReplace, d))
+	e, err := q.MoveAtStat(dfd, base, to, &st, n.stagedRecord(ctx, quarantine.OpReplace, d))
 	if err != nil {
 		n.root.log.Error("quarantine: the file a rename would replace could not be staged, so nothing was renamed", "path", to, "from", from, "err", err)
 		return false, stagingErrno(err)

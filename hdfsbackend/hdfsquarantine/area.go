@@ -18,14 +18,12 @@ package hdfsquarantine
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"path"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -149,67 +147,11 @@ func (a *Area) Dir() string { return a.dir }
 // dfs.namenode.fs-limits.max-component-length (255 bytes by default); a longer key takes a record file.
 const nameLimit = 240
 
-// nameSep separates the fields of a self-describing entry name (never in an id, an op, a number or
-// base64url).
-const nameSep = "~"
-
-var b64 = base64.RawURLEncoding
-
 // entryName is the self-describing name of e ("" when it does not fit in nameLimit).
-func entryName(e quarantine.Entry) string {
-	n := strings.Join([]string{e.ID, e.Decision.Op, strconv.FormatUint(uint64(e.Decision.UID), 10),
-		strconv.FormatUint(uint64(e.Decision.GID), 10), strconv.FormatUint(uint64(e.Decision.PID), 10),
-		b64.EncodeToString([]byte(e.Decision.Comm)), b64.EncodeToString([]byte(e.Key()))}, nameSep)
-	if len(n) > nameLimit || !validOp(e.Decision.Op) {
-		return ""
-	}
-	return n
-}
-
-func validOp(op string) bool {
-	for _, r := range op {
-		if (r < 'a' || r > 'z') && r != '-' {
-			return false
-		}
-	}
-	return op != ""
-}
+func entryName(e quarantine.Entry) string { return quarantine.EntryName(e, nameLimit) }
 
 // parseName reads the entry a self-describing name records (ok false: the name is not one).
-func parseName(name string) (quarantine.Entry, bool, error) {
-	f := strings.Split(name, nameSep)
-	if len(f) == 1 {
-		return quarantine.Entry{}, false, nil
-	}
-	bad := func(what string) (quarantine.Entry, bool, error) {
-		return quarantine.Entry{}, true, fmt.Errorf("entry name %q: %s: not a name of ours", name, what)
-	}
-	if len(f) != 7 {
-		return bad("wrong number of fields")
-	}
-	if quarantine.IDTime(f[0]).IsZero() || !validOp(f[1]) {
-		return bad("id or change")
-	}
-	var n [3]uint32
-	for i := range n {
-		v, err := strconv.ParseUint(f[2+i], 10, 32)
-		if err != nil {
-			return bad("uid, gid or pid")
-		}
-		n[i] = uint32(v)
-	}
-	comm, err1 := b64.DecodeString(f[5])
-	key, err2 := b64.DecodeString(f[6])
-	if err1 != nil || err2 != nil {
-		return bad("encoding")
-	}
-	e := quarantine.Entry{ID: name, Path: string(key), DeletedAt: quarantine.IDTime(f[0]).UTC(),
-		Decision: quarantine.Decision{Op: f[1], Reason: "allowed", UID: n[0], GID: n[1], PID: n[2], Comm: string(comm)}}
-	if !utf8.Valid(key) {
-		e.PathBytes = key
-	}
-	return e, true, nil
-}
+func parseName(name string) (quarantine.Entry, bool, error) { return quarantine.ParseEntryName(name) }
 
 // validID reports whether id can name a file of the area.
 func validID(id string) bool {
@@ -526,7 +468,7 @@ func (a *Area) Restore(ctx context.Context, id string) (quarantine.Entry, error)
 		return quarantine.Entry{}, fmt.Errorf("restore /%s: %w", key, err)
 	}
 	// Without its file the record is no entry: a failure to remove it leaves it for Tidy.
-	if !strings.Contains(id, nameSep) {
+	if !strings.Contains(id, quarantine.NameSep) {
 		_ = a.fs.Remove(context.WithoutCancel(ctx), a.record(id))
 	}
 	a.forget(id)
@@ -543,7 +485,7 @@ func (a *Area) Purge(ctx context.Context, id string) error {
 	if err := a.fs.Remove(ctx, a.object(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("purge /%s (entry %s): %w", e.Path, id, err)
 	}
-	if !strings.Contains(id, nameSep) {
+	if !strings.Contains(id, quarantine.NameSep) {
 		_ = a.fs.Remove(context.WithoutCancel(ctx), a.record(id))
 	}
 	a.forget(id)

@@ -38,6 +38,10 @@ type Local struct {
 	// while a mount runs, is the only writer: the CLI goes through the mount). recMu guards it.
 	recMu sync.Mutex
 	recs  map[string]Entry
+	// named are the self-describing entries (EntryName) by id, each with its key, for Find: read from
+	// the folder at open and kept up to date like recs (recMu guards it). An id whose object went is
+	// harmless here (Find stats the candidates) and is dropped by Restore, Purge and Tidy.
+	named map[string]string
 	now   func() time.Time
 }
 
@@ -56,6 +60,10 @@ func (l *Local) lock() error {
 // JournalName is the entry records file in the quarantine folder (JSON lines, one Entry each); every
 // other name in the folder is an object, named by its entry's id.
 const JournalName = "entries.jsonl"
+
+// nameLimit bounds a self-describing entry name (EntryName): NAME_MAX of Linux filesystems. A longer
+// one takes a plain id and a record in the journal.
+const nameLimit = 255
 
 // maxRecord bounds one entry record read back (a record is a few hundred bytes; a hostile journal must
 // not make the reader allocate gigabytes for one line).
@@ -89,6 +97,9 @@ func OpenLocalAt(rootFD int, now func() time.Time) (*Local, error) {
 	l := &Local{root: rfd, dir: fd, now: now}
 	if l.journal, err = l.openJournal(); err == nil {
 		l.recs, _, err = l.records()
+	}
+	if err == nil {
+		l.named, err = l.namedEntries()
 	}
 	if err != nil {
 		if l.journal != nil {
@@ -161,19 +172,31 @@ func (l *Local) Close() error {
 	return nil
 }
 
-// MoveAt stages the deletion of name in the folder dirfd (the store key key): the entry record first,
-// then renameat2(RENAME_NOREPLACE) into the quarantine folder, so a crash in between leaves the object
+// MoveAt stages the deletion of name in the folder dirfd (the store key key) with renameat2
+// (RENAME_NOREPLACE) into the quarantine folder. Its entry is self-describing (EntryName: the name in
+// the folder is the record) whenever the name fits; then the rename is the whole staging, and a crash
+// leaves the object at its key or in the folder under a name that says where it came from. A longer key
+// gets a plain id and its record appended to the journal first, so a crash in between leaves the object
 // at its key (the record alone is no entry). The records are not fsync'ed (as the audit log's records
 // are not, between its periodic fsyncs): a kill -9 loses nothing; a power failure can at worst leave an
 // object in the folder without its record, which List reports as such (never purged unasked).
 func (l *Local) MoveAt(dirfd int, name, key string, d Decision) (Entry, error) {
+	return l.MoveAtStat(dirfd, name, key, nil, d)
+}
+
+// MoveAtStat is MoveAt for a caller that has just stat'ed name through dirfd (st, not following a
+// symlink; the stat its decision judged): the entry's size, times and mode are st's, and no second
+// stat is made. A nil st is stat'ed here.
+func (l *Local) MoveAtStat(dirfd int, name, key string, st *unix.Stat_t, d Decision) (Entry, error) {
 	if err := l.lock(); err != nil {
 		return Entry{}, err
 	}
 	defer l.mu.RUnlock()
-	var st unix.Stat_t
-	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return Entry{}, err
+	if st == nil {
+		st = new(unix.Stat_t)
+		if err := unix.Fstatat(dirfd, name, st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return Entry{}, err
+		}
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		return Entry{}, unix.EISDIR
@@ -183,7 +206,12 @@ func (l *Local) MoveAt(dirfd int, name, key string, d Decision) (Entry, error) {
 	if !utf8.ValidString(key) {
 		e.PathBytes = []byte(key)
 	}
-	if err := l.writeRecord(e); err != nil {
+	named := false
+	if n := EntryName(e, nameLimit); n != "" {
+		e.ID, named = n, true
+		// What the name holds, as ListAll reads it back.
+		e.Decision = Decision{Op: d.Op, Reason: "allowed", UID: d.UID, GID: d.GID, PID: d.PID, Comm: d.Comm}
+	} else if err := l.writeRecord(e); err != nil {
 		return Entry{}, err
 	}
 	err := unix.Renameat2(dirfd, name, l.dir, e.ID, unix.RENAME_NOREPLACE)
@@ -193,13 +221,40 @@ func (l *Local) MoveAt(dirfd int, name, key string, d Decision) (Entry, error) {
 		err = unix.Renameat(dirfd, name, l.dir, e.ID)
 	}
 	if err != nil {
-		// The record stays in the journal; without its object it is no entry (Tidy drops it).
+		// A record stays in the journal; without its object it is no entry (Tidy drops it).
 		if err == unix.EXDEV {
 			return Entry{}, fmt.Errorf("quarantine /%s: it is on another filesystem than the store root's quarantine folder, so it cannot be moved there; nothing was deleted (mount the store without --quarantine, or with the folder on each filesystem): %w", key, err)
 		}
 		return Entry{}, err
 	}
+	if named {
+		l.recMu.Lock()
+		l.named[e.ID] = e.Key()
+		l.recMu.Unlock()
+	}
 	return e, nil
+}
+
+// namedEntries reads the self-describing entries' ids and keys from the folder's names.
+func (l *Local) namedEntries() (map[string]string, error) {
+	names, err := l.names()
+	if err != nil {
+		return nil, fmt.Errorf("list the quarantine folder: %w", err)
+	}
+	m := map[string]string{}
+	for _, n := range names {
+		if e, ok, err := ParseEntryName(n); ok && err == nil {
+			m[n] = e.Key()
+		}
+	}
+	return m, nil
+}
+
+// forget drops id from the self-describing entries (its object was restored or purged).
+func (l *Local) forget(id string) {
+	l.recMu.Lock()
+	delete(l.named, id)
+	l.recMu.Unlock()
 }
 
 // writeRecord appends e's record to the journal with one write(2).
@@ -330,6 +385,14 @@ func (l *Local) ListAll(ctx context.Context) ([]Entry, []Problem, error) {
 		if err := unix.Fstatat(l.dir, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			continue // restored or purged meanwhile
 		}
+		if e, ok, err := ParseEntryName(n); ok {
+			if err != nil {
+				probs = append(probs, Problem{ID: n, Size: st.Size, Detail: err.Error() + "; inspect " + store.QuarantineDir + "/" + n + " in the store"})
+				continue
+			}
+			es = append(es, fromStat(e, &st))
+			continue
+		}
 		e, ok := l.record(n)
 		if !ok {
 			probs = append(probs, Problem{ID: n, Size: st.Size, Detail: "object without an entry record (its original path is unknown); inspect " + store.QuarantineDir + "/" + n + " in the store"})
@@ -342,6 +405,13 @@ func (l *Local) ListAll(ctx context.Context) ([]Entry, []Problem, error) {
 	}
 	SortEntries(es)
 	return es, probs, nil
+}
+
+// fromStat completes the self-describing entry e with what its object says: size, mtime and mode
+// (a rename keeps them).
+func fromStat(e Entry, st *unix.Stat_t) Entry {
+	e.Size, e.ModTime, e.Mode = st.Size, time.Unix(st.Mtim.Unix()), st.Mode
+	return e
 }
 
 // tmpSuffix ends the name of the journal being rewritten by Tidy.
@@ -391,6 +461,11 @@ func (l *Local) Tidy(ctx context.Context, minAge time.Duration) error {
 		}
 	}
 	defer l.recMu.Unlock()
+	for id := range l.named {
+		if !have[id] {
+			delete(l.named, id)
+		}
+	}
 	keep := make([]Entry, 0, len(l.recs))
 	for id, e := range l.recs {
 		if have[id] || now.Sub(IDTime(id)) < minAge {
@@ -454,6 +529,12 @@ func (l *Local) entry(id string) (Entry, error) {
 	if err := unix.Fstatat(l.dir, id, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return Entry{}, fmt.Errorf("%w: %s", ErrNoEntry, id)
 	}
+	if e, ok, err := ParseEntryName(id); ok {
+		if err != nil {
+			return Entry{}, fmt.Errorf("%w: %v", ErrNoEntry, err)
+		}
+		return fromStat(e, &st), nil
+	}
 	e, ok := l.record(id)
 	if !ok {
 		return Entry{}, fmt.Errorf("%w: %s (the object has no entry record)", ErrNoEntry, id)
@@ -476,6 +557,7 @@ func (l *Local) Restore(ctx context.Context, id string) (Entry, error) {
 	if err := l.restore(e); err != nil {
 		return Entry{}, err
 	}
+	l.forget(e.ID)
 	return e, nil
 }
 
@@ -572,6 +654,7 @@ func (l *Local) Purge(ctx context.Context, id string) error {
 	if err := unix.Unlinkat(l.dir, e.ID, 0); err != nil {
 		return fmt.Errorf("purge /%s (entry %s): %w", e.Path, e.ID, err)
 	}
+	l.forget(e.ID)
 	return nil
 }
 
@@ -638,11 +721,21 @@ func (l *Local) Find(ctx context.Context, key string) (Entry, bool, error) {
 			cands = append(cands, e)
 		}
 	}
+	for id, k := range l.named {
+		if k == key {
+			if e, ok, err := ParseEntryName(id); ok && err == nil {
+				cands = append(cands, e)
+			}
+		}
+	}
 	l.recMu.Unlock()
 	SortEntries(cands)
 	for i := len(cands) - 1; i >= 0; i-- {
 		var st unix.Stat_t
 		if unix.Fstatat(l.dir, cands[i].ID, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			if _, named, _ := ParseEntryName(cands[i].ID); named {
+				return fromStat(cands[i], &st), true, nil
+			}
 			return cands[i], true, nil
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,29 +135,41 @@ func TestLocalRestoreNeverOverwrites(t *testing.T) {
 	}
 }
 
-// TestLocalCrashStates checks every state a crash can leave between two steps of a move, restore or purge:
-// the object is at its key or in the folder, and List names it once or not at all.
+// longKey is a key whose self-describing name would not fit in a name: its entry is a plain id with a
+// record in the journal.
+var longKey = "j/" + strings.Repeat("x", 200)
+
+// TestLocalCrashStates checks every state a crash can leave between two steps of a move, restore or purge,
+// for both forms of entry (a self-describing name; a plain id with its record, for a long key): the
+// object is at its key or in the folder, and List names it once or not at all.
 func TestLocalCrashStates(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		setup    func(t *testing.T, dir string, l *Local)
+		key      string
+		setup    func(t *testing.T, dir, key string, l *Local)
 		entries  int
 		atKey    bool
 		problems int
 	}{
-		{"record written, object not moved", func(t *testing.T, dir string, l *Local) {
-			if err := l.writeRecord(Entry{ID: NewID(l.now()), Path: "j/f"}); err != nil {
+		{"record written, object not moved", longKey, func(t *testing.T, dir, key string, l *Local) {
+			if err := l.writeRecord(Entry{ID: NewID(l.now()), Path: key}); err != nil {
 				t.Fatal(err)
 			}
 		}, 0, true, 0},
-		{"object moved back, record not removed", func(t *testing.T, dir string, l *Local) {
-			e := move(t, dir, l, "j/f")
-			if err := unix.Renameat(l.dir, e.ID, unix.AT_FDCWD, filepath.Join(dir, "j/f")); err != nil {
+		{"object moved back, record not removed", longKey, func(t *testing.T, dir, key string, l *Local) {
+			e := move(t, dir, l, key)
+			if err := unix.Renameat(l.dir, e.ID, unix.AT_FDCWD, filepath.Join(dir, key)); err != nil {
 				t.Fatal(err)
 			}
 		}, 0, true, 0},
-		{"object moved, record lost", func(t *testing.T, dir string, l *Local) {
-			move(t, dir, l, "j/f")
+		{"named object moved back", "j/f", func(t *testing.T, dir, key string, l *Local) {
+			e := move(t, dir, l, key)
+			if err := unix.Renameat(l.dir, e.ID, unix.AT_FDCWD, filepath.Join(dir, key)); err != nil {
+				t.Fatal(err)
+			}
+		}, 0, true, 0},
+		{"object moved, record lost", longKey, func(t *testing.T, dir, key string, l *Local) {
+			move(t, dir, l, key)
 			// A power failure took the journal's last write, not the rename: reopened, the object has no record.
 			if err := os.Truncate(filepath.Join(dir, store.QuarantineDir, JournalName), 0); err != nil {
 				t.Fatal(err)
@@ -170,17 +183,23 @@ func TestLocalCrashStates(t *testing.T) {
 			l.recMu.Unlock()
 			fresh.Close()
 		}, 0, false, 1},
-		{"complete move", func(t *testing.T, dir string, l *Local) { move(t, dir, l, "j/f") }, 1, false, 0},
+		{"complete move", longKey, func(t *testing.T, dir, key string, l *Local) { move(t, dir, l, key) }, 1, false, 0},
+		{"complete named move", "j/f", func(t *testing.T, dir, key string, l *Local) { move(t, dir, l, key) }, 1, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, l, clk := newArea(t)
-			write(t, dir, "j/f", "x")
-			tc.setup(t, dir, l)
+			write(t, dir, tc.key, "x")
+			tc.setup(t, dir, tc.key, l)
 			es, probs, err := l.ListAll(context.Background())
 			if err != nil || len(es) != tc.entries || len(probs) != tc.problems {
 				t.Fatalf("ListAll = %d entries, %d problems, %v; want %d, %d", len(es), len(probs), err, tc.entries, tc.problems)
 			}
-			_, err = os.Lstat(filepath.Join(dir, "j/f"))
+			for _, e := range es {
+				if e.Key() != tc.key {
+					t.Fatalf("entry %+v: key %q, want %q", e, e.Key(), tc.key)
+				}
+			}
+			_, err = os.Lstat(filepath.Join(dir, tc.key))
 			if (err == nil) != tc.atKey {
 				t.Fatalf("object at its key: %v, want %v", err == nil, tc.atKey)
 			}
@@ -204,8 +223,8 @@ func TestLocalCrashStates(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer reopened.Close()
-			if len(reopened.recs) != tc.entries {
-				t.Fatalf("after Tidy the journal holds %d records, want %d", len(reopened.recs), tc.entries)
+			if got := len(reopened.recs) + len(reopened.named); got != tc.entries {
+				t.Fatalf("reopened after Tidy: %d records and named entries, want %d", got, tc.entries)
 			}
 		})
 	}
@@ -446,5 +465,168 @@ func TestLocalRefusesAFolderNotItsOwn(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLocalNamedEntries: an unlink of a key whose name fits is staged by the rename alone (nothing is
+// written to the journal), under a name that is its record: reopened without any record (a kill -9 right
+// after the rename), the entry is listed and found with its key, size, mtime and caller, and restores
+// byte-identical. A long key still gets its record first.
+func TestLocalNamedEntries(t *testing.T) {
+	dir, l, _ := newArea(t)
+	journal := filepath.Join(dir, store.QuarantineDir, JournalName)
+	mtime := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	keys := []string{"job/shared/a.sst", "job/odd ~name\xff", longKey}
+	for _, k := range keys {
+		write(t, dir, k, "content of "+k)
+		if err := os.Chtimes(filepath.Join(dir, k), mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range keys[:2] {
+		e := move(t, dir, l, k)
+		if _, named, err := ParseEntryName(e.ID); !named || err != nil {
+			t.Fatalf("%s staged as %q, not under a self-describing name (%v)", k, e.ID, err)
+		}
+		if fi, err := os.Stat(journal); err != nil || fi.Size() != 0 {
+			t.Fatalf("staging %s wrote to the journal: %v %v", k, fi.Size(), err)
+		}
+	}
+	long := move(t, dir, l, longKey)
+	if _, named, _ := ParseEntryName(long.ID); named {
+		t.Fatalf("the long key got a self-describing name %q", long.ID)
+	}
+	if fi, err := os.Stat(journal); err != nil || fi.Size() == 0 {
+		t.Fatalf("the long key's record is not in the journal: %v", err)
+	}
+	l.Close()
+	re, err := OpenLocal(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer re.Close()
+	es, probs, err := re.ListAll(context.Background())
+	if err != nil || len(es) != 3 || len(probs) != 0 {
+		t.Fatalf("ListAll after reopening = %+v %+v %v", es, probs, err)
+	}
+	for _, e := range es {
+		if e.Size != int64(len("content of "+e.Key())) || !e.ModTime.Equal(mtime) || e.Decision.UID != 7 || e.Change() != OpUnlink || e.Decision.Reason == "" {
+			t.Errorf("entry %+v", e)
+		}
+	}
+	for _, k := range keys {
+		e, ok, err := Find(context.Background(), re, k)
+		if err != nil || !ok || e.Key() != k || e.Size != int64(len("content of "+k)) {
+			t.Fatalf("Find(%q) after reopening = %+v %v %v", k, e, ok, err)
+		}
+		if _, err := re.Restore(context.Background(), e.ID); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, k)); err != nil || string(b) != "content of "+k {
+			t.Fatalf("%s restored as %q, %v", k, b, err)
+		}
+		if _, ok, _ := Find(context.Background(), re, k); ok {
+			t.Fatalf("%s still found in quarantine after its restore", k)
+		}
+	}
+}
+
+// TestLocalMoveAtStatTakesTheDecidedStat: the entry's size, mtime and mode are those of the stat the
+// caller's decision judged (no second stat), and a folder is refused on it.
+func TestLocalMoveAtStatTakesTheDecidedStat(t *testing.T) {
+	dir, l, _ := newArea(t)
+	write(t, dir, "j/f", "x")
+	pfd, err := unix.Open(filepath.Join(dir, "j"), unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pfd)
+	st := unix.Stat_t{Mode: unix.S_IFREG | 0o640, Size: 12345}
+	e, err := l.MoveAtStat(pfd, "f", "j/f", &st, Decision{Op: OpUnlink})
+	if err != nil || e.Size != 12345 || e.Mode != unix.S_IFREG|0o640 {
+		t.Fatalf("MoveAtStat = %+v %v; want the given stat's size and mode", e, err)
+	}
+	write(t, dir, "j/g", "y")
+	dst := unix.Stat_t{Mode: unix.S_IFDIR | 0o755}
+	if _, err := l.MoveAtStat(pfd, "g", "j/g", &dst, Decision{Op: OpUnlink}); err != unix.EISDIR {
+		t.Fatalf("MoveAtStat of what the decision saw as a folder = %v, want EISDIR", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "j/g")); err != nil {
+		t.Fatalf("j/g left its key: %v", err)
+	}
+}
+
+// TestLocalOldFormatArea: a folder the previous release wrote (every object under a plain id, its JSON
+// record in the journal) beside self-describing entries lists, restores and purges as before.
+func TestLocalOldFormatArea(t *testing.T) {
+	dir, _, clk := newArea(t)
+	q := filepath.Join(dir, store.QuarantineDir)
+	old := time.Date(2026, 11, 1, 10, 0, 0, 0, time.UTC)
+	ids := []string{"1793527200000000000-0123456789abcdef", "1793527201000000000-fedcba9876543210"}
+	journal := `{"id":"` + ids[0] + `","path":"oldjob/shared/a","size":5,"mtime":"2026-10-01T00:00:00Z","mode":33188,"deleted_at":"2026-11-01T10:00:00Z","decision":{"op":"unlink","reason":"unreferenced","message":"unlink /oldjob/shared/a: referenced by no live checkpoint","pid":42,"uid":1000,"gid":1000,"comm":"rm"}}` + "\n" +
+		`{"id":"` + ids[1] + `","path":"oldjob/chk-1/_metadata","size":4,"mtime":"2026-10-01T00:00:00Z","deleted_at":"2026-11-01T10:00:01Z","decision":{"reason":"unreferenced","uid":0,"gid":0}}` + "\n"
+	write(t, q, JournalName, journal)
+	write(t, q, ids[0], "aaaaa")
+	write(t, q, ids[1], "meta")
+	l, err := OpenLocal(dir, clk.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	write(t, dir, "newjob/f", "new")
+	move(t, dir, l, "newjob/f")
+	es, probs, err := l.ListAll(context.Background())
+	if err != nil || len(es) != 3 || len(probs) != 0 {
+		t.Fatalf("ListAll = %+v %+v %v", es, probs, err)
+	}
+	if es[0].ID != ids[0] || es[0].Key() != "oldjob/shared/a" || es[0].Decision.Comm != "rm" || !es[0].DeletedAt.Equal(old) || es[1].Change() != OpUnlink {
+		t.Fatalf("old entries read as %+v, %+v", es[0], es[1])
+	}
+	if e, ok, err := Find(context.Background(), l, "oldjob/chk-1/_metadata"); err != nil || !ok || e.ID != ids[1] {
+		t.Fatalf("Find of an old entry = %+v %v %v", e, ok, err)
+	}
+	if _, err := l.Restore(context.Background(), ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "oldjob/shared/a")); string(b) != "aaaaa" {
+		t.Fatalf("old entry restored as %q", b)
+	}
+	clk.t = clk.t.Add(48 * time.Hour)
+	r, err := PurgeExpired(context.Background(), l, nil, 24*time.Hour, clk.t, nil)
+	if err != nil || len(r.Purged) != 2 {
+		t.Fatalf("purge = %+v %v; want the old _metadata and the new entry purged", r, err)
+	}
+	if es, _ := l.List(context.Background()); len(es) != 0 {
+		t.Fatalf("left after the purge: %+v", es)
+	}
+}
+
+// TestLocalPlantedNames: a name with the separator that is not one of ours is a problem (never
+// restored or purged), and a self-describing name whose key leaves the store is never restored.
+func TestLocalPlantedNames(t *testing.T) {
+	dir, _, clk := newArea(t)
+	q := filepath.Join(dir, store.QuarantineDir)
+	enc := func(s string) string { return b64.EncodeToString([]byte(s)) }
+	evil := "0000000000000000001-0123456789abcdef~unlink~0~0~0~~" + enc("../../etc/x")
+	bad := "0000000000000000001-00~unlink~zz"
+	write(t, q, evil, "x")
+	write(t, q, bad, "x")
+	l, err := OpenLocal(dir, clk.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	es, probs, err := l.ListAll(context.Background())
+	if err != nil || len(es) != 1 || len(probs) != 1 || probs[0].ID != bad {
+		t.Fatalf("ListAll = %+v %+v %v", es, probs, err)
+	}
+	if _, err := l.Restore(context.Background(), evil); err == nil {
+		t.Fatal("restored an entry whose key leaves the store")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "../etc/x")); err == nil {
+		t.Fatal("something was written outside the store")
+	}
+	if err := l.Purge(context.Background(), bad); !errors.Is(err, ErrNoEntry) {
+		t.Fatalf("purge of a planted name = %v, want ErrNoEntry", err)
 	}
 }

@@ -8,18 +8,19 @@
 // the store without losing an entry, and discovery skips the folder (a `_metadata` staged there is no
 // live checkpoint; an object staged there is missing from its original key).
 //
-// Layout, local store: <store>/.ckguard-quarantine/<id> is the object, <id>.json its entry record.
+// Layout, local store: <store>/.ckguard-quarantine/<name> is the object. Its name is its entry record
+// when the key fits one (EntryName: a staging is the rename alone); otherwise it is a plain <id> and its
+// record a line of the folder's journal (entries.jsonl, JournalName).
 // Every change keeps one invariant across a crash at any point: an object is at its original key or in
-// the folder, never lost and never in both. The record is written before the object moves, and removed
-// after it moved back (restore) or was destroyed (purge); a record whose object is not in the folder is
-// therefore no entry (the object is at its original key, or purged) and is skipped, then cleared by the
-// next purge.
+// the folder, never lost and never in both, and never in the folder without its key known unless its
+// record was lost to a power failure (a problem, never purged). A journal record is written before the
+// object moves, and removed after it moved back (restore) or was destroyed (purge); a record whose object
+// is not in the folder is therefore no entry (the object is at its original key, or purged) and is
+// skipped, then cleared by the next purge.
 package quarantine
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -198,14 +199,6 @@ func SortEntries(es []Entry) {
 		}
 		return es[i].ID < es[j].ID
 	})
-}
-
-// NewID names an entry: the deletion time (so names sort by it) and 64 random bits (so two deletions in
-// the same nanosecond, or by two hosts or mounts of one store, never share a name).
-func NewID(t time.Time) string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%019d-%s", t.UnixNano(), hex.EncodeToString(b[:]))
 }
 
 // IDTime is the deletion time encoded in id (zero when id is not one of NewID's).
