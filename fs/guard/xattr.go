@@ -9,7 +9,7 @@ import (
 // Extended attributes a guarded mount answers from the index itself: never stored, and never listed,
 // so cp -a, rsync -X and a cross-device mv do not copy the guard's opinion into other filesystems.
 const (
-	XattrRefs   = "user.ckguard.refs"  // newline-separated _metadata keys of the checkpoints referencing the file
+	XattrRefs   = "user.ckguard.refs"  // newline-separated _metadata keys of the referencing checkpoints the caller could find, then "N more checkpoints you cannot see"
 	XattrState  = "user.ckguard.state" // referenced | protected-by-policy | in-grace | deletable | blocked
 	XattrPrefix = "user.ckguard."      // the guard's namespace: setting or removing anything in it is refused
 )
@@ -19,8 +19,10 @@ func IsXattr(attr string) bool { return strings.HasPrefix(attr, XattrPrefix) }
 
 // Getxattr answers getxattr(2) of one of the guard's attributes of p (IsXattr(attr) holds) into dest, as
 // the kernel asks: the size with an empty dest, ERANGE when dest is too small, ENODATA for a name in the
-// namespace that is not one of them, EIO when the index cannot explain p.
-func (e *Enforcer) Getxattr(ctx context.Context, p, attr string, dest []byte) (uint32, syscall.Errno) {
+// namespace that is not one of them, EIO when the index cannot explain p. XattrRefs names only the
+// referencing checkpoints visible reports the caller could find themselves and counts the others
+// (refsValue); a nil visible shows none of them.
+func (e *Enforcer) Getxattr(ctx context.Context, p, attr string, dest []byte, visible VisibleFunc) (uint32, syscall.Errno) {
 	if attr != XattrState && attr != XattrRefs {
 		return 0, syscall.ENODATA
 	}
@@ -30,7 +32,7 @@ func (e *Enforcer) Getxattr(ctx context.Context, p, attr string, dest []byte) (u
 	}
 	val := state
 	if attr == XattrRefs {
-		val = strings.Join(refs, "\n")
+		val = refsValue(refs, visible)
 	}
 	if len(dest) == 0 {
 		return uint32(len(val)), 0

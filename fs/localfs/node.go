@@ -435,7 +435,7 @@ func (n *node) backdates(in *fuse.SetAttrIn) bool {
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
 	if guard.IsXattr(attr) {
-		return n.enf.Getxattr(ctx, n.key(), attr, dest)
+		return n.enf.Getxattr(ctx, n.key(), attr, dest, n.root.refsVisible(guard.CallerOf(ctx)))
 	}
 	// Beneath the root like every read (see lookup.go). The kernel asks for security.capability
 	// before every write(2) that does not go through passthrough; with passthrough none does.

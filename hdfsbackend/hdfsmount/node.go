@@ -210,28 +210,36 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	return 0
 }
 
+// Getxattr serves the guard's attributes (user.ckguard.*), as the local mount does; HDFS files have no
+// others here. The refs name a referencing checkpoint only if the caller could list every folder of its
+// path as the mount presents them (refsVisible).
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	var val string
-	switch attr {
-	case "user.ckguard.state", "user.ckguard.refs":
-		state, refs, err := n.fsys.g.Explain(ctx, n.key())
-		if err != nil {
-			return 0, syscall.EIO
-		}
-		val = state
-		if attr == "user.ckguard.refs" {
-			val = strings.Join(refs, "\n")
-		}
-	default:
+	if !guard.IsXattr(attr) {
 		return 0, syscall.ENODATA
 	}
-	if len(dest) == 0 {
-		return uint32(len(val)), 0
+	return n.fsys.g.Getxattr(ctx, n.key(), attr, dest, n.fsys.refsVisible(ctx, guard.CallerOf(ctx)))
+}
+
+// refsVisible decides by the mount's own permission model, the one default_permissions enforces: every
+// name is owned by the mount's uid and gid (attr) with the NameNode's permission bits, so the caller
+// could find a checkpoint only with read and search permission on each folder of its path by those. A
+// folder that cannot be statted or is not a folder hides it (fail closed).
+func (f *filesystem) refsVisible(ctx context.Context, c guard.Caller) guard.VisibleFunc {
+	seen := map[string]bool{}
+	return func(ref string) bool {
+		for _, dir := range guard.RefFolders(ref) {
+			ok, done := seen[dir]
+			if !done {
+				fi, err := f.stat(ctx, dir, statTTL)
+				ok = err == nil && fi.IsDir && c.ModePermits(uint32(fi.Mode.Perm()), f.uid, f.gid, 5)
+				seen[dir] = ok
+			}
+			if !ok {
+				return false
+			}
+		}
+		return true
 	}
-	if len(dest) < len(val) {
-		return uint32(len(val)), syscall.ERANGE
-	}
-	return uint32(copy(dest, val)), 0
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {

@@ -484,7 +484,9 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	if !guard.IsXattr(attr) {
 		return 0, syscall.ENODATA
 	}
-	return n.fsys.g.Getxattr(ctx, n.key(), attr, dest)
+	// Every folder of the mount is 0755 (dirAttr): whoever reaches a file could list every folder, so
+	// every referencing checkpoint may be named to them.
+	return n.fsys.g.Getxattr(ctx, n.key(), attr, dest, func(string) bool { return true })
 }
 
 // Mkdir writes a "name/" marker, so the empty directory exists for other clients too.

@@ -25,6 +25,8 @@ func guardXattrs(t *testing.T, h Harness) {
 	e.st.Put(t, "j/s/ref", "r")
 	e.st.Put(t, "j/s/free", "f")
 	e.st.Put(t, "j/s/young", "y")
+	e.st.Put(t, "j/chk-1/_metadata", "m") // the referencing checkpoints exist: the caller could list them
+	e.st.Put(t, "k/chk-2/_metadata", "m")
 	e.ck.Protect("j/s/ref", "j/chk-1/_metadata", "k/chk-2/_metadata")
 	e.ck.Young("j/s/young")
 	get := func(key, attr string) string {

@@ -185,8 +185,11 @@ func (l *Local) MoveAt(dirfd int, name, key string, d Decision) (Entry, error) {
 }
 
 // MoveAtStat is MoveAt for a caller that has just stat'ed name through dirfd (st, not following a
-// symlink; the stat its decision judged): the entry's size, times and mode are st's, and no second
-// stat is made. A nil st is stat'ed here.
+// symlink; the stat its decision judged). A nil st is stat'ed here. The decision judged st's file, so
+// only that file may be staged under it: the name can have been replaced since (another unlink of it
+// and a create or mkdir, neither serialized with this one), so the staged object is stat'ed once moved
+// and, unless it is st's file unchanged (sameFile), moved back and ErrReplaced returned (nothing
+// deleted). The entry's size, times and mode are the staged object's.
 func (l *Local) MoveAtStat(dirfd int, name, key string, st *unix.Stat_t, d Decision) (Entry, error) {
 	if err := l.lock(); err != nil {
 		return Entry{}, err
@@ -227,12 +230,42 @@ func (l *Local) MoveAtStat(dirfd int, name, key string, st *unix.Stat_t, d Decis
 		}
 		return Entry{}, err
 	}
+	var got unix.Stat_t
+	serr := unix.Fstatat(l.dir, e.ID, &got, unix.AT_SYMLINK_NOFOLLOW)
+	if serr == nil && !sameFile(&got, st) {
+		// Not the decided file: it goes back where it was, never replacing what is there now.
+		if berr := unix.Renameat2(l.dir, e.ID, dirfd, name, unix.RENAME_NOREPLACE); berr != nil {
+			l.remember(named, e)
+			return Entry{}, fmt.Errorf("quarantine /%s: %w, and it could not be moved back (%v): it stays in quarantine as entry %s", key, ErrReplaced, berr, e.ID)
+		}
+		return Entry{}, fmt.Errorf("quarantine /%s: %w; nothing was deleted", key, ErrReplaced)
+	}
+	l.remember(named, e)
+	if serr == nil {
+		e.Size, e.ModTime, e.Mode = got.Size, time.Unix(got.Mtim.Unix()), got.Mode
+	}
+	return e, nil
+}
+
+// sameFile reports whether got (the staged object) is the file st describes, unchanged: same device,
+// inode, type, size and mtime. The inode number alone is not enough: tmpfs and ext4 hand a freed number
+// to the next file made. A file replaced by one with the same inode number, size and mtime (set back
+// with utimensat) is not told apart: that needs the birth time, which a Stat_t lacks.
+func sameFile(got, st *unix.Stat_t) bool {
+	return got.Dev == st.Dev && got.Ino == st.Ino && got.Mode&unix.S_IFMT == st.Mode&unix.S_IFMT &&
+		got.Mode&unix.S_IFMT != unix.S_IFDIR && got.Size == st.Size && got.Mtim == st.Mtim
+}
+
+// ErrReplaced: the name to stage no longer held the file its decision judged.
+var ErrReplaced = fmt.Errorf("the file was replaced between its decision and its staging: %w", unix.ESTALE)
+
+// remember records a self-describing entry just staged, for Find.
+func (l *Local) remember(named bool, e Entry) {
 	if named {
 		l.recMu.Lock()
 		l.named[e.ID] = e.Key()
 		l.recMu.Unlock()
 	}
-	return e, nil
 }
 
 // namedEntries reads the self-describing entries' ids and keys from the folder's names.

@@ -531,8 +531,9 @@ func TestLocalNamedEntries(t *testing.T) {
 	}
 }
 
-// TestLocalMoveAtStatTakesTheDecidedStat: the entry's size, mtime and mode are those of the stat the
-// caller's decision judged (no second stat), and a folder is refused on it.
+// TestLocalMoveAtStatTakesTheDecidedStat: the decided stat names the file to stage: a stat of another
+// inode (here a made-up one) is refused with the file left at its key, a folder is refused on it, and
+// the entry's size, mtime and mode are the staged object's.
 func TestLocalMoveAtStatTakesTheDecidedStat(t *testing.T) {
 	dir, l, _ := newArea(t)
 	write(t, dir, "j/f", "x")
@@ -541,10 +542,17 @@ func TestLocalMoveAtStatTakesTheDecidedStat(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(pfd)
-	st := unix.Stat_t{Mode: unix.S_IFREG | 0o640, Size: 12345}
+	fake := unix.Stat_t{Mode: unix.S_IFREG | 0o640, Size: 12345}
+	if _, err := l.MoveAtStat(pfd, "f", "j/f", &fake, Decision{Op: OpUnlink}); !errors.Is(err, ErrReplaced) {
+		t.Fatalf("MoveAtStat with another inode's stat = %v, want ErrReplaced", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(pfd, "f", &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		t.Fatal(err)
+	}
 	e, err := l.MoveAtStat(pfd, "f", "j/f", &st, Decision{Op: OpUnlink})
-	if err != nil || e.Size != 12345 || e.Mode != unix.S_IFREG|0o640 {
-		t.Fatalf("MoveAtStat = %+v %v; want the given stat's size and mode", e, err)
+	if err != nil || e.Size != 1 || e.Mode != st.Mode {
+		t.Fatalf("MoveAtStat = %+v %v; want the staged file's size and mode", e, err)
 	}
 	write(t, dir, "j/g", "y")
 	dst := unix.Stat_t{Mode: unix.S_IFDIR | 0o755}
