@@ -78,10 +78,10 @@ func TestFolderSwapOnHDFS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.Stat(ctx, area+"/"+e.ID); err == nil {
-		t.Fatalf("staged into mallory's folder: %s", area+"/"+e.ID)
+	if _, err := cl.Stat(ctx, area+"/"+hdfsquarantine.EntryRel(e.ID)); err == nil {
+		t.Fatalf("staged into mallory's folder: %s", area+"/"+hdfsquarantine.EntryRel(e.ID))
 	}
-	if _, err := cl.Stat(ctx, root+"/moved-away/"+e.ID); err != nil {
+	if _, err := cl.Stat(ctx, root+"/moved-away/"+hdfsquarantine.EntryRel(e.ID)); err != nil {
 		t.Fatalf("not staged into the daemon's folder: %v", err)
 	}
 	es, err := a.List(ctx)
@@ -109,7 +109,7 @@ func TestFolderSwapOnHDFS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.Stat(ctx, root+"/moved-away/"+e.ID+".json"); err != nil {
+	if _, err := cl.Stat(ctx, root+"/moved-away/"+hdfsquarantine.EntryRel(e.ID)+".json"); err != nil {
 		t.Fatalf("no record in the daemon's folder: %v", err)
 	}
 	if es, err := a.List(ctx); err != nil || len(es) != 1 || es[0].Key() != long {
@@ -119,12 +119,23 @@ func TestFolderSwapOnHDFS(t *testing.T) {
 		t.Fatal(err)
 	}
 	var left []string
-	if err := cl.List(ctx, root+"/moved-away", func(page []hdfsclient.FileInfo) error {
-		for _, fi := range page {
-			left = append(left, fi.Name)
+	var walk func(dir string)
+	walk = func(dir string) {
+		if err := cl.List(ctx, dir, func(page []hdfsclient.FileInfo) error {
+			for _, fi := range page {
+				if fi.IsDir {
+					walk(dir + "/" + fi.Name)
+				} else {
+					left = append(left, dir+"/"+fi.Name)
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	}); err != nil || len(left) != 0 {
-		t.Fatalf("left in the daemon's folder after the purge: %v %v", left, err)
+	}
+	walk(root + "/moved-away")
+	if len(left) != 0 {
+		t.Fatalf("files left in the daemon's folder after the purge: %v", left)
 	}
 }
