@@ -11,29 +11,10 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfstest/minidfs"
 )
-
-func dialCluster(t *testing.T, c *minidfs.Cluster) *hdfsclient.Client {
-	t.Helper()
-	l, err := hdfsclient.ParseLocation(c.URI(c.Root()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := hdfsclient.Resolve(l, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := hdfsclient.Dial(context.Background(), hdfsclient.Config{Resolved: res, User: "root", RPCTimeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Close() })
-	return cl
-}
 
 func putFile(t *testing.T, cl hdfsclient.FS, p, data string) {
 	t.Helper()
@@ -73,7 +54,7 @@ func readFile(cl hdfsclient.FS, p string) (string, error) {
 func TestRenameRefusedByNameNode(t *testing.T) {
 	ctx := context.Background()
 	c := minidfs.Start(t, minidfs.Options{})
-	cl := dialCluster(t, c)
+	cl, _ := c.DialSuperuser(t, c.Root())
 	r := c.Root()
 	wantFiles := func(t *testing.T, files map[string]string) {
 		t.Helper()
@@ -142,7 +123,7 @@ func TestRenameRefusedByNameNode(t *testing.T) {
 func TestConcurrentRenamesOntoOneName(t *testing.T) {
 	ctx := context.Background()
 	c := minidfs.Start(t, minidfs.Options{})
-	cl := dialCluster(t, c)
+	cl, _ := c.DialSuperuser(t, c.Root())
 	r := c.Root()
 	const n = 8
 	for i := range n {
@@ -188,7 +169,7 @@ func TestConcurrentRenamesOntoOneName(t *testing.T) {
 func TestRemoveOnHDFS(t *testing.T) {
 	ctx := context.Background()
 	c := minidfs.Start(t, minidfs.Options{})
-	cl := dialCluster(t, c)
+	cl, _ := c.DialSuperuser(t, c.Root())
 	r := c.Root()
 	putFile(t, cl, r+"/f", "F")
 	putFile(t, cl, r+"/d/x", "X")

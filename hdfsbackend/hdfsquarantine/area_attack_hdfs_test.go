@@ -4,10 +4,8 @@ package hdfsquarantine_test
 
 import (
 	"context"
-	"os/user"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsquarantine"
@@ -23,23 +21,7 @@ func TestFolderSwapOnHDFS(t *testing.T) {
 	ctx := context.Background()
 	c := minidfs.Start(t, minidfs.Options{})
 	root := c.Root() + "/store"
-	l, err := hdfsclient.ParseLocation(c.URI(root))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := hdfsclient.Resolve(l, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := user.Current()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := hdfsclient.Dial(ctx, hdfsclient.Config{Resolved: res, User: u.Username, RPCTimeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Close() })
+	cl, _ := c.DialSuperuser(t, root)
 	must := func(_ string, err error) {
 		t.Helper()
 		if err != nil {
