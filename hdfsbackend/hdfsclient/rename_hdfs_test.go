@@ -16,24 +16,6 @@ import (
 	"github.com/ckguard/ckguard/hdfsbackend/hdfstest/minidfs"
 )
 
-func putFile(t *testing.T, cl hdfsclient.FS, p, data string) {
-	t.Helper()
-	ctx := context.Background()
-	if err := cl.MkdirAll(ctx, path.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	w, err := cl.Create(ctx, p, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.WriteString(w, data); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func readFile(cl hdfsclient.FS, p string) (string, error) {
 	r, err := cl.Open(context.Background(), p)
 	if err != nil {
@@ -64,9 +46,9 @@ func TestRenameRefusedByNameNode(t *testing.T) {
 			}
 		}
 	}
-	putFile(t, cl, r+"/a", "A")
-	putFile(t, cl, r+"/b", "B")
-	putFile(t, cl, r+"/d/x", "X")
+	minidfs.WriteFile(t, cl, r+"/a", "A")
+	minidfs.WriteFile(t, cl, r+"/b", "B")
+	minidfs.WriteFile(t, cl, r+"/d/x", "X")
 	if err := cl.Mkdir(ctx, r+"/empty", 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +109,7 @@ func TestConcurrentRenamesOntoOneName(t *testing.T) {
 	r := c.Root()
 	const n = 8
 	for i := range n {
-		putFile(t, cl, path.Join(r, "src", string(rune('a'+i))), string(rune('A'+i)))
+		minidfs.WriteFile(t, cl, path.Join(r, "src", string(rune('a'+i))), string(rune('A'+i)))
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, n)
@@ -171,8 +153,8 @@ func TestRemoveOnHDFS(t *testing.T) {
 	c := minidfs.Start(t, minidfs.Options{})
 	cl, _ := c.DialSuperuser(t, c.Root())
 	r := c.Root()
-	putFile(t, cl, r+"/f", "F")
-	putFile(t, cl, r+"/d/x", "X")
+	minidfs.WriteFile(t, cl, r+"/f", "F")
+	minidfs.WriteFile(t, cl, r+"/d/x", "X")
 	if err := cl.Mkdir(ctx, r+"/empty", 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -30,16 +30,7 @@ func TestFolderSwapOnHDFS(t *testing.T) {
 	}
 	must(c.DFS(t, "-mkdir", "-p", root+"/job"))
 	must(c.DFS(t, "-chmod", "777", root))
-	w, err := cl.Create(ctx, root+"/job/a", 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Write([]byte("alpha")); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	minidfs.WriteFile(t, cl, root+"/job/a", "alpha")
 
 	// made by another user before the first Open: refused
 	area := root + "/" + store.QuarantineDir
@@ -80,13 +71,7 @@ func TestFolderSwapOnHDFS(t *testing.T) {
 	// A path too long for a name: its record is written and read back through the inode path too,
 	// and a purge removes the file and its record from the daemon's folder.
 	long := "job/" + strings.Repeat("l", 200)
-	w, err = cl.Create(ctx, root+"/"+long, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	minidfs.WriteFile(t, cl, root+"/"+long, "")
 	e, err = a.Stage(ctx, long, quarantine.Decision{Op: "unlink", Reason: "allowed"})
 	if err != nil {
 		t.Fatal(err)

@@ -24,22 +24,7 @@ func TestShardsOnHDFS(t *testing.T) {
 	c := minidfs.Start(t, minidfs.Options{})
 	root := c.Root() + "/store"
 	cl, _ := c.DialSuperuser(t, root)
-	put := func(p, data string) {
-		t.Helper()
-		if err := cl.MkdirAll(ctx, p[:strings.LastIndexByte(p, '/')], 0o755); err != nil {
-			t.Fatal(err)
-		}
-		w, err := cl.Create(ctx, p, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := w.Write([]byte(data)); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	put := func(p, data string) { minidfs.WriteFile(t, cl, p, data) }
 	long := "job/" + strings.Repeat("l", 240)
 	for _, k := range []string{"job/a", "job/b", long, "job/c", "job/d"} {
 		put(root+"/"+k, k)

@@ -2,7 +2,9 @@ package minidfs
 
 import (
 	"context"
+	"io"
 	"os/user"
+	"path"
 	"testing"
 	"time"
 
@@ -36,4 +38,25 @@ func (c *Cluster) DialSuperuser(t testing.TB, dir string) (*hdfsclient.Client, h
 	}
 	t.Cleanup(func() { cl.Close() })
 	return cl, res
+}
+
+// WriteFile writes the file p through cl (its folders made, mode 0755; the file 0644) with data.
+func WriteFile(t testing.TB, cl hdfsclient.FS, p, data string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := cl.MkdirAll(ctx, path.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w, err := cl.Create(ctx, p, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data != "" { // an empty file is created and closed: no block
+		if _, err := io.WriteString(w, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
