@@ -4,6 +4,7 @@ package main
 // --json output, and opening a Querier (a running mount's control socket first, else the index).
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -25,6 +26,7 @@ import (
 	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
 	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/internal/graph"
+	"github.com/ckguard/ckguard/internal/jsonbytes"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/pathnorm"
 	"github.com/ckguard/ckguard/refindex/store"
@@ -398,11 +400,23 @@ func evalOr(p string) string {
 	return p
 }
 
-// printJSON writes v as indented JSON.
+// printJSON writes v as indented JSON. A name that is not valid UTF-8 keeps its exact bytes beside
+// it (jsonbytes.Printable: "NAME_bytes", base64), where JSON alone would show U+FFFD only.
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.Marshal(jsonbytes.Escape(v))
+	if err == nil {
+		b, err = jsonbytes.Printable(b)
+	}
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	_, err = w.Write(out.Bytes())
+	return err
 }
 
 func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }

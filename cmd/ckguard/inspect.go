@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -71,9 +70,7 @@ func runInspect(c *cli.Context) error {
 	}
 	out := c.App.Writer
 	if c.Bool("json") {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(newInspectJSON(m.Summarize(location)))
+		return printJSON(out, newInspectJSON(m.Summarize(location)))
 	}
 	return printInspect(out, m, location)
 }

@@ -3,7 +3,10 @@
 //
 // Protocol: HTTP/1.1 over the unix socket. POST /v1/<Method> with a JSON array of the method's arguments
 // (without the context); the answer is 200 with a JSON array of its results (without the error), or an
-// error status with {"error": "..."}. The socket is mode 0600, owned by the user running the mount, and
+// error status with {"error": "..."}. A client that sends the header Ckguard-Strings: escaped has its
+// arguments unescaped and the answer escaped (internal/jsonbytes: JSON alone would replace the invalid
+// UTF-8 of a name with U+FFFD, and a pin or a listing would be of another name); the answer says so with
+// the same header. The socket is mode 0600, owned by the user running the mount, and
 // every connection's peer credentials are checked (same uid or root), so other local users can neither
 // query nor pin/unpin.
 package control
@@ -25,6 +28,14 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/fs/internal/connlimit"
+	"github.com/ckguard/ckguard/internal/jsonbytes"
+)
+
+// stringsHeader negotiates escaped strings (jsonbytes): a client and a mount of different versions
+// still understand each other, without it.
+const (
+	stringsHeader  = "Ckguard-Strings"
+	stringsEscaped = "escaped"
 )
 
 // SocketName is the control socket's file name inside the index directory.
@@ -159,10 +170,15 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, fmt.Errorf("%s takes %d arguments, got %d", name, t.NumIn()-1, len(raw)))
 		return
 	}
+	escaped := r.Header.Get(stringsHeader) == stringsEscaped
 	in := []reflect.Value{reflect.ValueOf(r.Context())}
 	for i, a := range raw {
 		p := reflect.New(t.In(i + 1))
-		if err := json.Unmarshal(a, p.Interface()); err != nil {
+		err := json.Unmarshal(a, p.Interface())
+		if err == nil && escaped {
+			err = jsonbytes.Unescape(p.Interface())
+		}
+		if err != nil {
 			writeErr(w, http.StatusBadRequest, fmt.Errorf("%s: argument %d: %w", name, i+1, err))
 			return
 		}
@@ -175,9 +191,16 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	res := make([]any, 0, len(out)-1)
 	for _, o := range out[:len(out)-1] {
-		res = append(res, o.Interface())
+		if escaped {
+			res = append(res, jsonbytes.Escape(o.Interface()))
+		} else {
+			res = append(res, o.Interface())
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if escaped {
+		w.Header().Set(stringsHeader, stringsEscaped)
+	}
 	if err := json.NewEncoder(w).Encode(res); err != nil {
 		s.log.Debug("control: write answer", "method", name, "err", err)
 	}
@@ -316,7 +339,11 @@ func (c *Client) Call(ctx context.Context, method string, args []any, results ..
 	if args == nil {
 		args = []any{}
 	}
-	body, err := json.Marshal(args)
+	esc := make([]any, len(args))
+	for i, a := range args {
+		esc[i] = jsonbytes.Escape(a)
+	}
+	body, err := json.Marshal(esc)
 	if err != nil {
 		return fmt.Errorf("control %s: %w", method, err)
 	}
@@ -325,6 +352,7 @@ func (c *Client) Call(ctx context.Context, method string, args []any, results ..
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(stringsHeader, stringsEscaped)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("control socket %s: %s: %w", c.path, method, err)
@@ -345,8 +373,15 @@ func (c *Client) Call(ctx context.Context, method string, args []any, results ..
 	if len(raw) != len(results) {
 		return fmt.Errorf("control %s: %d results, want %d (client and mount of different versions?)", method, len(raw), len(results))
 	}
+	// A mount of a version before escaped strings answers without the header: nothing to unescape
+	// (and a string of its answer that merely looks escaped is left alone).
+	escaped := resp.Header.Get(stringsHeader) == stringsEscaped
 	for i, r := range raw {
-		if err := json.Unmarshal(r, results[i]); err != nil {
+		err := json.Unmarshal(r, results[i])
+		if err == nil && escaped && jsonbytes.Escaped(r) {
+			err = jsonbytes.Unescape(results[i])
+		}
+		if err != nil {
 			return fmt.Errorf("control %s: result %d: %w", method, i+1, err)
 		}
 	}

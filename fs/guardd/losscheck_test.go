@@ -15,6 +15,7 @@ import (
 	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/metrics"
 	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/pace/pacetest"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
@@ -275,29 +276,6 @@ func (c *countingTraffic) Foreground() int64 {
 
 func (c *countingTraffic) Background(ctx context.Context) context.Context { return ctx }
 
-// sleepClock is a pace.Clock that advances only by what its callers sleep.
-type sleepClock struct {
-	mu    sync.Mutex
-	now   time.Time
-	slept time.Duration
-}
-
-func (c *sleepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *sleepClock) Sleep(ctx context.Context, d time.Duration) error {
-	c.mu.Lock()
-	if d > 0 {
-		c.now = c.now.Add(d)
-		c.slept += d
-	}
-	c.mu.Unlock()
-	return ctx.Err()
-}
-
 // TestLossWatchPaced: a paced loss check spaces its requests by the rate, five times further while the
 // mount's own requests flow, needs no rest after a pass (the loop starts the next one lossPeriod after
 // its start), and exports and logs the detection bound.
@@ -332,7 +310,7 @@ func TestLossWatchPaced(t *testing.T) {
 		{"busy mount", 3, 500 * time.Millisecond, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clk := &sleepClock{now: time.Unix(1e9, 0)}
+			clk := pacetest.NewClock(time.Unix(1e9, 0))
 			p := lossPacer(0, 10, &countingTraffic{step: tc.step})
 			p.Clock = clk
 			var logs bytes.Buffer
@@ -359,8 +337,8 @@ func TestLossWatchPaced(t *testing.T) {
 			}
 			// Idle, the sleeps are exactly the spacing; busy, requests held back behind the one in flight
 			// also sleep while they poll.
-			if want := time.Duration(stats-1) * tc.gapWant; clk.slept < want || tc.step == 0 && clk.slept != want {
-				t.Errorf("%d requests slept %s in all, want %s (%s apart)", stats, clk.slept, want, tc.gapWant)
+			if want := time.Duration(stats-1) * tc.gapWant; clk.Slept() < want || tc.step == 0 && clk.Slept() != want {
+				t.Errorf("%d requests slept %s in all, want %s (%s apart)", stats, clk.Slept(), want, tc.gapWant)
 			}
 			if p.Sent() != int64(stats) {
 				t.Errorf("%d requests paced, %d sent", p.Sent(), stats)

@@ -11,47 +11,10 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfstest/minidfs"
 )
-
-func dialCluster(t *testing.T, c *minidfs.Cluster) *hdfsclient.Client {
-	t.Helper()
-	l, err := hdfsclient.ParseLocation(c.URI(c.Root()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := hdfsclient.Resolve(l, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := hdfsclient.Dial(context.Background(), hdfsclient.Config{Resolved: res, User: "root", RPCTimeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Close() })
-	return cl
-}
-
-func putFile(t *testing.T, cl hdfsclient.FS, p, data string) {
-	t.Helper()
-	ctx := context.Background()
-	if err := cl.MkdirAll(ctx, path.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	w, err := cl.Create(ctx, p, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.WriteString(w, data); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func readFile(cl hdfsclient.FS, p string) (string, error) {
 	r, err := cl.Open(context.Background(), p)
@@ -73,7 +36,7 @@ func readFile(cl hdfsclient.FS, p string) (string, error) {
 func TestRenameRefusedByNameNode(t *testing.T) {
 	ctx := context.Background()
 	c := minidfs.Start(t, minidfs.Options{})
-	cl := dialCluster(t, c)
+	cl, _ := c.DialSuperuser(t, c.Root())
 	r := c.Root()
 	wantFiles := func(t *testing.T, files map[string]string) {
 		t.Helper()
@@ -83,9 +46,9 @@ func TestRenameRefusedByNameNode(t *testing.T) {
 			}
 		}
 	}
-	putFile(t, cl, r+"/a", "A")
-	putFile(t, cl, r+"/b", "B")
-	putFile(t, cl, r+"/d/x", "X")
+	minidfs.WriteFile(t, cl, r+"/a", "A")
+	minidfs.WriteFile(t, cl, r+"/b", "B")
+	minidfs.WriteFile(t, cl, r+"/d/x", "X")
 	if err := cl.Mkdir(ctx, r+"/empty", 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -142,11 +105,11 @@ func TestRenameRefusedByNameNode(t *testing.T) {
 func TestConcurrentRenamesOntoOneName(t *testing.T) {
 	ctx := context.Background()
 	c := minidfs.Start(t, minidfs.Options{})
-	cl := dialCluster(t, c)
+	cl, _ := c.DialSuperuser(t, c.Root())
 	r := c.Root()
 	const n = 8
 	for i := range n {
-		putFile(t, cl, path.Join(r, "src", string(rune('a'+i))), string(rune('A'+i)))
+		minidfs.WriteFile(t, cl, path.Join(r, "src", string(rune('a'+i))), string(rune('A'+i)))
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, n)
@@ -188,10 +151,10 @@ func TestConcurrentRenamesOntoOneName(t *testing.T) {
 func TestRemoveOnHDFS(t *testing.T) {
 	ctx := context.Background()
 	c := minidfs.Start(t, minidfs.Options{})
-	cl := dialCluster(t, c)
+	cl, _ := c.DialSuperuser(t, c.Root())
 	r := c.Root()
-	putFile(t, cl, r+"/f", "F")
-	putFile(t, cl, r+"/d/x", "X")
+	minidfs.WriteFile(t, cl, r+"/f", "F")
+	minidfs.WriteFile(t, cl, r+"/d/x", "X")
 	if err := cl.Mkdir(ctx, r+"/empty", 0o755); err != nil {
 		t.Fatal(err)
 	}

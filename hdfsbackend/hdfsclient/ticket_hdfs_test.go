@@ -50,7 +50,7 @@ func TestTicketCacheReload(t *testing.T) {
 	if err := before.Close(); err != nil {
 		t.Fatalf("close of a file opened before the reload: %v", err)
 	}
-	putFile(t, cl, r+"/after", "after")
+	minidfs.WriteFile(t, cl, r+"/after", "after")
 	if err := cl.Rename(ctx, r+"/after", r+"/before"); hdfsclient.Errno(err) == 0 {
 		t.Errorf("rename onto an existing file after the reload: %v", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsguardd"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsquarantine"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfstest/minidfs"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store"
@@ -121,7 +122,7 @@ func TestQuarantineOnHDFS(t *testing.T) {
 	}
 	area := c.Root() + "/store/" + store.QuarantineDir
 	for _, e := range l.Entries {
-		b, err := readHDFS(ctx, cl, area+"/"+e.ID)
+		b, err := readHDFS(ctx, cl, area+"/"+hdfsquarantine.EntryRel(e.ID))
 		if err != nil || b != before[e.Path].data {
 			t.Errorf("entry %s of %s: staged content differs (%v)", e.ID, e.Path, err)
 		}

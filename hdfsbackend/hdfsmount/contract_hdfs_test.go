@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guard/mounttest"
@@ -105,19 +104,7 @@ func TestContractHDFS(t *testing.T) {
 	h.Mount = func(t *testing.T, enf *guard.Enforcer) (string, mounttest.Store) {
 		c := minidfs.Start(t, minidfs.Options{})
 		root := c.Root() + dir
-		l, err := hdfsclient.ParseLocation(c.URI(root))
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := hdfsclient.Resolve(l, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cl, err := hdfsclient.Dial(context.Background(), hdfsclient.Config{Resolved: res, User: "root", RPCTimeout: 20 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cl.Close() })
+		cl, _ := c.DialSuperuser(t, root)
 		if err := cl.MkdirAll(context.Background(), root, 0o755); err != nil {
 			t.Fatal(err)
 		}

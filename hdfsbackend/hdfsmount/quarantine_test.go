@@ -76,7 +76,7 @@ func TestQuarantineStagesDeletions(t *testing.T) {
 	var staged []string
 	for _, en := range es {
 		staged = append(staged, en.Path)
-		if b, err := e.f.ReadFile(a.Dir() + "/" + en.ID); err != nil || string(b) != en.Path {
+		if b, err := e.f.ReadFile(a.EntryPath(en.ID)); err != nil || string(b) != en.Path {
 			t.Errorf("entry %s of %s holds %q, %v", en.ID, en.Path, b, err)
 		}
 		if en.Decision.Op != "unlink" {
@@ -114,7 +114,7 @@ func TestQuarantineStagesDeletions(t *testing.T) {
 			t.Errorf("%s: entry %+v %v %v", k, en, ok, err)
 			continue
 		}
-		if b, _ := e.f.ReadFile(a.Dir() + "/" + en.ID); string(b) != "old "+k {
+		if b, _ := e.f.ReadFile(a.EntryPath(en.ID)); string(b) != "old "+k {
 			t.Errorf("%s: staged %q", k, b)
 		}
 	}

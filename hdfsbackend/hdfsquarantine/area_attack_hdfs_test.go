@@ -4,10 +4,8 @@ package hdfsquarantine_test
 
 import (
 	"context"
-	"os/user"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsquarantine"
@@ -23,23 +21,7 @@ func TestFolderSwapOnHDFS(t *testing.T) {
 	ctx := context.Background()
 	c := minidfs.Start(t, minidfs.Options{})
 	root := c.Root() + "/store"
-	l, err := hdfsclient.ParseLocation(c.URI(root))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := hdfsclient.Resolve(l, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := user.Current()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := hdfsclient.Dial(ctx, hdfsclient.Config{Resolved: res, User: u.Username, RPCTimeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Close() })
+	cl, _ := c.DialSuperuser(t, root)
 	must := func(_ string, err error) {
 		t.Helper()
 		if err != nil {
@@ -48,16 +30,7 @@ func TestFolderSwapOnHDFS(t *testing.T) {
 	}
 	must(c.DFS(t, "-mkdir", "-p", root+"/job"))
 	must(c.DFS(t, "-chmod", "777", root))
-	w, err := cl.Create(ctx, root+"/job/a", 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Write([]byte("alpha")); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	minidfs.WriteFile(t, cl, root+"/job/a", "alpha")
 
 	// made by another user before the first Open: refused
 	area := root + "/" + store.QuarantineDir
@@ -78,10 +51,10 @@ func TestFolderSwapOnHDFS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.Stat(ctx, area+"/"+e.ID); err == nil {
-		t.Fatalf("staged into mallory's folder: %s", area+"/"+e.ID)
+	if _, err := cl.Stat(ctx, area+"/"+hdfsquarantine.EntryRel(e.ID)); err == nil {
+		t.Fatalf("staged into mallory's folder: %s", area+"/"+hdfsquarantine.EntryRel(e.ID))
 	}
-	if _, err := cl.Stat(ctx, root+"/moved-away/"+e.ID); err != nil {
+	if _, err := cl.Stat(ctx, root+"/moved-away/"+hdfsquarantine.EntryRel(e.ID)); err != nil {
 		t.Fatalf("not staged into the daemon's folder: %v", err)
 	}
 	es, err := a.List(ctx)
@@ -98,18 +71,12 @@ func TestFolderSwapOnHDFS(t *testing.T) {
 	// A path too long for a name: its record is written and read back through the inode path too,
 	// and a purge removes the file and its record from the daemon's folder.
 	long := "job/" + strings.Repeat("l", 200)
-	w, err = cl.Create(ctx, root+"/"+long, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	minidfs.WriteFile(t, cl, root+"/"+long, "")
 	e, err = a.Stage(ctx, long, quarantine.Decision{Op: "unlink", Reason: "allowed"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.Stat(ctx, root+"/moved-away/"+e.ID+".json"); err != nil {
+	if _, err := cl.Stat(ctx, root+"/moved-away/"+hdfsquarantine.EntryRel(e.ID)+".json"); err != nil {
 		t.Fatalf("no record in the daemon's folder: %v", err)
 	}
 	if es, err := a.List(ctx); err != nil || len(es) != 1 || es[0].Key() != long {
@@ -119,12 +86,23 @@ func TestFolderSwapOnHDFS(t *testing.T) {
 		t.Fatal(err)
 	}
 	var left []string
-	if err := cl.List(ctx, root+"/moved-away", func(page []hdfsclient.FileInfo) error {
-		for _, fi := range page {
-			left = append(left, fi.Name)
+	var walk func(dir string)
+	walk = func(dir string) {
+		if err := cl.List(ctx, dir, func(page []hdfsclient.FileInfo) error {
+			for _, fi := range page {
+				if fi.IsDir {
+					walk(dir + "/" + fi.Name)
+				} else {
+					left = append(left, dir+"/"+fi.Name)
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	}); err != nil || len(left) != 0 {
-		t.Fatalf("left in the daemon's folder after the purge: %v %v", left, err)
+	}
+	walk(root + "/moved-away")
+	if len(left) != 0 {
+		t.Fatalf("files left in the daemon's folder after the purge: %v", left)
 	}
 }

@@ -114,10 +114,10 @@ func TestStagingNeverFollowsAReplacedFolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.Stat(ctx, a.Dir()+"/"+e.ID); err == nil {
-		t.Fatalf("the deleted file was staged into the folder another user made in the area's place: %s", a.Dir()+"/"+e.ID)
+	if _, err := f.Stat(ctx, a.EntryPath(e.ID)); err == nil {
+		t.Fatalf("the deleted file was staged into the folder another user made in the area's place: %s", a.EntryPath(e.ID))
 	}
-	if b, err := f.ReadFile(moved + "/" + e.ID); err != nil || string(b) != "a" {
+	if b, err := f.ReadFile(moved + strings.TrimPrefix(a.EntryPath(e.ID), a.Dir())); err != nil || string(b) != "a" {
 		t.Fatalf("the staged file is not in the area's own folder: %q %v", b, err)
 	}
 	es, probs, err := a.ListAll(ctx)
@@ -202,7 +202,7 @@ func TestAreaWithoutInodePaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, err := f.ReadFile(a.Dir() + "/" + e.ID); err != nil || string(b) != "a" {
+	if b, err := f.ReadFile(a.EntryPath(e.ID)); err != nil || string(b) != "a" {
 		t.Fatalf("staged file %q %v", b, err)
 	}
 	if es, err := a.List(ctx); err != nil || len(es) != 1 {

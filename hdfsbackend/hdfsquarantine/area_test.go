@@ -60,7 +60,7 @@ func exactlyOnce(t *testing.T, f *hdfsfake.FS, a *hdfsquarantine.Area, key, want
 	for _, e := range es {
 		if e.Key() == key {
 			staged++
-			if b, err := f.ReadFile(a.Dir() + "/" + e.ID); err != nil || string(b) != want {
+			if b, err := f.ReadFile(a.EntryPath(e.ID)); err != nil || string(b) != want {
 				t.Errorf("entry %s of %s holds %q (%v), want %q", e.ID, key, b, err, want)
 			}
 		}
@@ -189,7 +189,7 @@ func TestRefusesKeysOutsideTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := a.Dir() + "/" + e.ID + ".json"
+	rec := a.EntryPath(e.ID) + ".json"
 	if err := f.Remove(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
@@ -375,7 +375,7 @@ func TestEntryNames(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, rerr := f.Stat(ctx, a.Dir()+"/"+e.ID+".json")
+		_, rerr := f.Stat(ctx, a.EntryPath(e.ID)+".json")
 		if hasRecord := rerr == nil; hasRecord != (k == long) {
 			t.Errorf("%s: record file %v", k, hasRecord)
 		}
@@ -388,7 +388,7 @@ func TestEntryNames(t *testing.T) {
 		if e.Decision != d || e.Key() == "" || e.DeletedAt.IsZero() {
 			t.Errorf("entry %+v: decision or key lost", e)
 		}
-		b, _ := f.ReadFile(a.Dir() + "/" + e.ID)
+		b, _ := f.ReadFile(a.EntryPath(e.ID))
 		if got, err := a.Restore(ctx, e.ID); err != nil || got.Key() != e.Key() {
 			t.Fatalf("restore %s: %+v %v", e.Key(), got, err)
 		}

@@ -18,24 +18,6 @@ import (
 	"github.com/ckguard/ckguard/refindex/store/storetest"
 )
 
-func dial(t *testing.T, c *minidfs.Cluster, dir string) (*hdfsclient.Client, hdfsclient.Resolved) {
-	t.Helper()
-	l, err := hdfsclient.ParseLocation(c.URI(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := hdfsclient.Resolve(l, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := hdfsclient.Dial(context.Background(), hdfsclient.Config{Resolved: res, User: "root", RPCTimeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Close() })
-	return cl, res
-}
-
 func putReal(cl *hdfsclient.Client, dir string) func(ctx context.Context, key string, data []byte, mt time.Time) error {
 	return func(ctx context.Context, key string, data []byte, mt time.Time) error {
 		p := path.Join(dir, key)
@@ -62,7 +44,7 @@ func TestConformanceHDFS(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
 		c := minidfs.Start(t, minidfs.Options{})
 		dir := c.Root() + "/flink/checkpoints"
-		cl, res := dial(t, c, dir)
+		cl, res := c.DialSuperuser(t, dir)
 		if err := cl.MkdirAll(context.Background(), dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +57,7 @@ func TestConformanceHDFS(t *testing.T) {
 func TestClientOnHDFS(t *testing.T) {
 	ctx := context.Background()
 	c := minidfs.Start(t, minidfs.Options{TrashInterval: time.Hour})
-	cl, _ := dial(t, c, c.Root())
+	cl, _ := c.DialSuperuser(t, c.Root())
 	put := putReal(cl, c.Root())
 	for _, k := range []string{"a", "b", "d/x"} {
 		if err := put(ctx, k, []byte(k), time.Now()); err != nil {
@@ -117,7 +99,7 @@ func TestNameNodeTroubleOnHDFS(t *testing.T) {
 	ctx := context.Background()
 	c := minidfs.Start(t, minidfs.Options{Exclusive: true})
 	dir := c.Root() + "/ckpt"
-	cl, res := dial(t, c, dir)
+	cl, res := c.DialSuperuser(t, dir)
 	put := putReal(cl, dir)
 	for _, k := range []string{"j/chk-1/_metadata", "j/shared/s"} {
 		if err := put(ctx, k, []byte("m"), time.Now()); err != nil {

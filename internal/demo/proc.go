@@ -30,13 +30,22 @@ type result struct {
 	code           int
 }
 
-// run runs name with args; a non-zero exit is a result, not an error (the demo expects some).
-func (r *runner) run(ctx context.Context, name string, args ...string) (result, error) {
+// command is name with args in the work directory. The child is sent SIGTERM when the demo dies
+// (Pdeathsig), as the mount is: a demo killed with kill -9 while it runs `ckguard pin` would otherwise
+// leave that pin running on its own, talking to a mount that is going away.
+func (r *runner) command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = r.dir
 	if name == r.exe {
 		cmd.Env = append(os.Environ(), r.env...)
 	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	return cmd
+}
+
+// run runs name with args; a non-zero exit is a result, not an error (the demo expects some).
+func (r *runner) run(ctx context.Context, name string, args ...string) (result, error) {
+	cmd := r.command(ctx, name, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

@@ -5,28 +5,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ckguard/ckguard/refindex/pace/pacetest"
 )
-
-// fakeClock advances only when a caller sleeps: Sleep moves the time forward by d at once.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	c.mu.Lock()
-	if d > 0 {
-		c.now = c.now.Add(d)
-	}
-	c.mu.Unlock()
-	return ctx.Err()
-}
 
 // TestLimiterPaces: n requests take (n-1)/Rate, none sooner; while the foreground is busy the slots are
 // Yield times further apart, and the pace comes back once it is idle; an idle limiter gives no burst.
@@ -46,7 +27,7 @@ func TestLimiterPaces(t *testing.T) {
 		{"unpaced", 0, 0, func(int) bool { return true }, 1000, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clk := &fakeClock{now: time.Unix(1e9, 0)}
+			clk := pacetest.NewClock(time.Unix(1e9, 0))
 			i := 0
 			l := &Limiter{Rate: tc.rate, Yield: tc.yield, Clock: clk}
 			if tc.busy != nil {
@@ -74,7 +55,7 @@ func TestLimiterPaces(t *testing.T) {
 
 // TestLimiterNoBurstAfterIdle: after a long idle time the next two requests are still a slot apart.
 func TestLimiterNoBurstAfterIdle(t *testing.T) {
-	clk := &fakeClock{now: time.Unix(1e9, 0)}
+	clk := pacetest.NewClock(time.Unix(1e9, 0))
 	l := &Limiter{Rate: 10, Clock: clk}
 	ctx := context.Background()
 	_, _ = l.Wait(ctx)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 )
 
 // Versioning states of a bucket (GetBucketVersioning). A bucket that never had versioning answers "".
@@ -47,10 +48,17 @@ func (c *Client) Versions(ctx context.Context, rel string) ([]Version, error) {
 	var keyMarker, idMarker *string
 	for {
 		octx, cancel := c.opCtx(ctx)
+		// As ListPage: asked for URL-encoded keys, the server sends every key exactly (XML 1.0 cannot
+		// carry control characters or invalid UTF-8); exactVersionKeys decodes them, and refuses an
+		// answer from a server that ignored the request and sent a key it could only have garbled (a
+		// version of rel would go unseen, or another key's be taken for rel's).
 		out, err := c.api.ListObjectVersions(octx, &s3.ListObjectVersionsInput{Bucket: &c.loc.Bucket, Prefix: aws.String(full),
-			KeyMarker: keyMarker, VersionIdMarker: idMarker})
+			KeyMarker: keyMarker, VersionIdMarker: idMarker, EncodingType: types.EncodingTypeUrl})
 		cancel()
 		if err != nil {
+			return nil, wrap("ListObjectVersions", c.url(rel), err)
+		}
+		if err := exactVersionKeys(out); err != nil {
 			return nil, wrap("ListObjectVersions", c.url(rel), err)
 		}
 		done := false
@@ -84,6 +92,34 @@ func (c *Client) Versions(ctx context.Context, rel string) ([]Version, error) {
 		return vs[i].ModTime.After(vs[j].ModTime)
 	})
 	return vs, nil
+}
+
+// exactVersionKeys makes the keys of a ListObjectVersions answer (versions, delete markers, the next
+// key marker) the exact bytes of the objects' keys, as exactKeys does for ListObjectsV2.
+func exactVersionKeys(out *s3.ListObjectVersionsOutput) error {
+	res := listResult{URLEncoded: out.EncodingType == types.EncodingTypeUrl}
+	for _, v := range out.Versions {
+		res.Objects = append(res.Objects, Object{Key: aws.ToString(v.Key)})
+	}
+	for _, m := range out.DeleteMarkers {
+		res.Objects = append(res.Objects, Object{Key: aws.ToString(m.Key)})
+	}
+	if out.NextKeyMarker != nil {
+		res.Prefixes = append(res.Prefixes, *out.NextKeyMarker)
+	}
+	if err := exactKeys(&res); err != nil {
+		return err
+	}
+	for i := range out.Versions {
+		out.Versions[i].Key = aws.String(res.Objects[i].Key)
+	}
+	for i := range out.DeleteMarkers {
+		out.DeleteMarkers[i].Key = aws.String(res.Objects[len(out.Versions)+i].Key)
+	}
+	if out.NextKeyMarker != nil {
+		out.NextKeyMarker = aws.String(res.Prefixes[0])
+	}
+	return nil
 }
 
 // DeleteMarking deletes rel on a versioned bucket without a version id: the server adds a delete marker

@@ -157,18 +157,7 @@ func TestS3QuarantinePurgeKeepsReferenced(t *testing.T) {
 	if rr, err := q.Restore(ctx, ids); err != nil || len(rr.Restored) != len(ids) {
 		t.Fatalf("restore of the kept entries: %+v %v", rr, err)
 	}
-	qr, err := control.DialQuerier(ctlSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer qr.Close()
-	v, err := qr.Verify(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range v.Broken {
-		if b.Metadata == meta.Path {
-			t.Errorf("%s broken after its files came back: %+v", meta.Path, b)
-		}
+	if b := guarddtest.Broken(t, ctx, ctlSock, meta.Path); b != nil {
+		t.Errorf("%s broken after its files came back: %+v", meta.Path, b)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/fs/guardd"
+	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
@@ -72,6 +73,23 @@ func RestoreMetadataLive(t testing.TB, ctx context.Context, q quarantine.Service
 	if rr, err := q.Restore(ctx, []string{meta.ID}); err != nil || len(rr.Restored) != 1 {
 		t.Fatalf("restore %s: %+v %v", meta.Path, rr, err)
 	}
+	referenced := map[string]bool{}
+	b := Broken(t, ctx, ctlSock, meta.Path)
+	if b != nil {
+		for _, m := range b.Missing {
+			referenced[m] = true
+		}
+	}
+	if len(referenced) == 0 {
+		t.Fatalf("verify after restoring %s alone: %+v; want it live and missing its staged files", meta.Path, b)
+	}
+	return meta, referenced
+}
+
+// Broken runs verify through the mount's control socket ctlSock and returns what it reports of the
+// checkpoint whose `_metadata` is metaPath: nil when it is not broken.
+func Broken(t testing.TB, ctx context.Context, ctlSock, metaPath string) *refindex.BrokenCheckpoint {
+	t.Helper()
 	qr, err := control.DialQuerier(ctlSock)
 	if err != nil {
 		t.Fatal(err)
@@ -81,18 +99,12 @@ func RestoreMetadataLive(t testing.TB, ctx context.Context, q quarantine.Service
 	if err != nil {
 		t.Fatal(err)
 	}
-	referenced := map[string]bool{}
 	for _, b := range v.Broken {
-		if b.Metadata == meta.Path {
-			for _, m := range b.Missing {
-				referenced[m] = true
-			}
+		if b.Metadata == metaPath {
+			return &b
 		}
 	}
-	if len(referenced) == 0 {
-		t.Fatalf("verify after restoring %s alone: %+v; want it live and missing its staged files", meta.Path, v)
-	}
-	return meta, referenced
+	return nil
 }
 
 // Clock is a fake clock a test moves (Config.QuarantineNow: TTL tests never wait a day).

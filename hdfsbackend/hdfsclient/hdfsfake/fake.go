@@ -46,6 +46,10 @@ type FS struct {
 	Now func() time.Time
 	// Calls counts calls per op.
 	Calls map[string]int
+	// MaxItems, when > 0, is dfs.namenode.fs-limits.max-directory-items: a create, mkdir or rename
+	// into a directory holding that many entries fails (MaxDirectoryItemsExceededException, which the
+	// client reports as ErrUnavailable).
+	MaxItems int
 }
 
 var _ hdfsclient.FS = (*FS)(nil)
@@ -241,6 +245,10 @@ func (f *FS) parentDir(op, name string) error {
 	}
 	if !p.dir {
 		return perr(op, name, syscall.ENOTDIR)
+	}
+	if f.MaxItems > 0 && len(f.children(path.Dir(name))) >= f.MaxItems {
+		return &hdfsclient.Error{Op: op, Path: name, Class: hdfsclient.ErrUnavailable,
+			Err: fmt.Errorf("MaxDirectoryItemsExceededException: the directory item limit of %s is exceeded: limit=%d", path.Dir(name), f.MaxItems)}
 	}
 	return nil
 }
