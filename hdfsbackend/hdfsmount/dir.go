@@ -35,7 +35,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 // cleanup order and the rest streams as it comes. Only the order depends on that: an entry arriving
 // later than expected is still served, in listing order.
 //
-// Every entry fills the attribute cache stamped with a time no later than the RPC that listed it
+// Every page fills the attribute cache (one insertion a page) stamped with a time no later than the RPC that listed it
 // (attrCache), so the kernel's LOOKUPs and the unlinks that follow cost no stat each.
 //
 // An RPC failure mid-listing is returned to the reader (EIO and the like), never taken for the end of
@@ -101,14 +101,15 @@ func (f *filesystem) stream(key string) *stream {
 	return st
 }
 
-// entries converts a page, filling the attribute cache with what it listed at `at`.
+// entries converts a page, filling the attribute cache with what it listed at `at` (the cache keeps the
+// page: nothing changes it afterwards).
 func (f *filesystem) entries(key string, page []hdfsclient.FileInfo, at time.Time) []fuse.DirEntry {
+	f.attrs.put(key, page, at)
 	out := make([]fuse.DirEntry, 0, len(page))
 	for _, fi := range page {
 		if !validName(fi.Name) || fi.Symlink || hiddenName(key, fi.Name) {
 			continue
 		}
-		f.attrs.put(childKey(key, fi.Name), fi, at)
 		mode := uint32(syscall.S_IFREG)
 		if fi.IsDir {
 			mode = syscall.S_IFDIR
@@ -183,10 +184,11 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		d.queue = ents
 		d.prefetchDirs()
 	}
-	e := d.queue[0]
+	// A pointer into the queue, not a copy: no allocation per entry (go-fuse copies it at once).
+	e := &d.queue[0]
 	d.queue = d.queue[1:]
 	d.pos++
-	return &e, 0
+	return e, 0
 }
 
 // prefetchDirs asks for the listings of the subdirectories just queued, in the order they are served

@@ -439,3 +439,42 @@ func TestStreamedListing(t *testing.T) {
 		t.Errorf("a failed listing reports %v %s, want an I/O error", err, out)
 	}
 }
+
+// TestInodeKeptAcrossLookups: once the kernel's entry timeout has passed, looking a name up again
+// answers with the same inode while the name is the same HDFS file or directory (a walk repeated after
+// a second keeps the kernel's inodes instead of forgetting the previous walk's tree), and with a new
+// inode once something else is at the name.
+func TestInodeKeptAcrossLookups(t *testing.T) {
+	e := setup(t, 0)
+	ctx := context.Background()
+	if err := e.f.MkdirAll(ctx, dir+"/d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.f.Put(dir+"/d/f", []byte("x"), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	ino := func(p string) uint64 {
+		t.Helper()
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(e.mnt, p), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	d0, f0 := ino("d"), ino("d/f")
+	time.Sleep(1200 * time.Millisecond) // past the kernel's 1 s entry timeout: it looks both up again
+	if d1, f1 := ino("d"), ino("d/f"); d1 != d0 || f1 != f0 {
+		t.Errorf("inodes after the entry timeout: d %d, d/f %d; want %d, %d (the same HDFS inodes)", d1, f1, d0, f0)
+	}
+	// Replaced beside the mount: another HDFS inode at the name.
+	if err := e.f.Remove(ctx, dir+"/d/f"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.f.Put(dir+"/d/f", []byte("yy"), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	if f2 := ino("d/f"); f2 == f0 {
+		t.Errorf("d/f replaced beside the mount kept inode %d", f2)
+	}
+}

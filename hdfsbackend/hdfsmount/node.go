@@ -23,6 +23,8 @@ type node struct {
 	gofs.Inode
 	guard.NoStoredXattrs
 	fsys *filesystem
+	// id is the HDFS inode id of the file or directory this node was looked up as (0: unknown).
+	id uint64
 
 	mu sync.Mutex
 	// waiting are descriptors opened for writing on this file while it had content: the kernel sends
@@ -123,7 +125,21 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	if fi.IsDir {
 		mode = syscall.S_IFDIR
 	}
-	return n.NewInode(ctx, &node{fsys: n.fsys}, gofs.StableAttr{Mode: mode}), 0
+	// The kernel looks a name up again once its entry timeout (1 s) has passed: when the name is still
+	// the same HDFS inode, the same node answers, so the kernel keeps its inode (and everything cached
+	// below it) instead of forgetting it and the tree under it. A new node every time made each walk
+	// past the timeout (find, a second rm -rf) forget the previous walk's inodes, and go-fuse, seeing its
+	// node table shrink, compacts it and forces a garbage collection (debug.FreeOSMemory) in the middle
+	// of the walk. Only the node at this very name is reused, so its path (the key every decision is
+	// taken on) is the name looked up; another inode at the name gets a new node.
+	if fi.ID != 0 {
+		if ch := n.GetChild(name); ch != nil && ch.Mode()&syscall.S_IFMT == mode {
+			if cn, ok := ch.Operations().(*node); ok && cn.id == fi.ID {
+				return ch, 0
+			}
+		}
+	}
+	return n.NewInode(ctx, &node{fsys: n.fsys, id: fi.ID}, gofs.StableAttr{Mode: mode}), 0
 }
 
 func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -259,7 +275,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, hdfsclient.Errno(err)
 	}
 	n.fsys.attr(fi, &out.Attr)
-	return n.NewInode(ctx, &node{fsys: n.fsys}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
+	return n.NewInode(ctx, &node{fsys: n.fsys, id: fi.ID}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
 }
 
 // remove deletes one decided name: to the trash when the cluster has one (and the mount stages nothing:

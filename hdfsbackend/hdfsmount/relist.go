@@ -83,11 +83,7 @@ func (r *relister) relist(ctx context.Context, dir string) bool {
 	n := 0
 	stamp := now
 	err := r.fsys.fs.List(ctx, r.fsys.abs(dir), func(page []hdfsclient.FileInfo) error {
-		for _, fi := range page {
-			if validName(fi.Name) && !fi.Symlink {
-				r.fsys.attrs.put(childKey(dir, fi.Name), fi, stamp)
-			}
-		}
+		r.fsys.attrs.put(dir, page, stamp)
 		if n += len(page); n > relistMaxEntries {
 			return errRelistTooBig
 		}

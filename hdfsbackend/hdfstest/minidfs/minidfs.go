@@ -190,6 +190,10 @@ func (c *Cluster) URI(p string) string { return "hdfs://" + c.Addr() + p }
 // Root is this test's own directory on the cluster (absolute, created empty by Start).
 func (c *Cluster) Root() string { return c.root }
 
+// Pid is the process id of the cluster's JVM (the NameNode and the DataNode), for benchmarks that
+// account the CPU it spends.
+func (c *Cluster) Pid() int { return c.p.cmd.Process.Pid }
+
 // StartTime is how long the cluster's JVM took to come up.
 func (c *Cluster) StartTime() time.Duration { return c.p.started }
 
