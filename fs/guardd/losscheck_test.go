@@ -388,7 +388,7 @@ func TestLossPacerBusyRate(t *testing.T) {
 		{10, 2},
 	} {
 		p := lossPacer(tc.rate, 0, &countingTraffic{step: 1})
-		clk := &sleepClock{now: time.Unix(1e9, 0)}
+		clk := pacetest.NewClock(time.Unix(1e9, 0))
 		p.Clock = clk
 		ctx := context.Background()
 		const n = 11
@@ -400,8 +400,8 @@ func TestLossPacerBusyRate(t *testing.T) {
 			release()
 		}
 		// Every look of the pacer sees the mount's count move: busy throughout.
-		if want := time.Duration(float64(n-1) / tc.busy * float64(time.Second)); clk.slept < want-time.Millisecond || clk.slept > want+time.Millisecond {
-			t.Errorf("rate %g: %d busy requests slept %s, want %s (%g a second)", tc.rate, n, clk.slept, want, tc.busy)
+		if want := time.Duration(float64(n-1) / tc.busy * float64(time.Second)); clk.Slept() < want-time.Millisecond || clk.Slept() > want+time.Millisecond {
+			t.Errorf("rate %g: %d busy requests slept %s, want %s (%g a second)", tc.rate, n, clk.Slept(), want, tc.busy)
 		}
 	}
 }
