@@ -25,7 +25,9 @@ import (
 //   - Bounded: at most max (Options.ListAhead) first pages are being listed at once, at most
 //     listAheadMaxHeld are listed or held (each at most PageSize entries), and at most
 //     listAheadMaxPending folders wait; beyond that, asks are dropped (the folder is then listed when
-//     opened, as without listing ahead).
+//     opened, as without listing ahead). A big folder's further listing (below) adds at most
+//     listAheadMaxChains x (listAheadFollow pages + its chk-* listing) held, and 3 requests in flight
+//     each (HEAD, chk-*, the next page).
 //   - Newest asks first: a walk descends depth first, so the subfolders of the folder read last are
 //     opened next; the older asks (siblings of folders above) wait behind them.
 //   - Fresh: a page is served only to the first opendir within listAheadTTL of its request's start, else
@@ -76,6 +78,8 @@ type aheadPage struct {
 	// then is closed: a page with an error is the last one. Set under listAhead.mu before done closes.
 	follow chan pageResult
 	big    bigFirst
+	// settled is closed once nothing more is listed for this page (tests).
+	settled chan struct{}
 }
 
 const (
@@ -83,7 +87,7 @@ const (
 	defaultListAhead = 16
 	// listAheadMaxPending bounds the folders waiting to be listed ahead.
 	listAheadMaxPending = 4096
-	// listAheadMaxHeld bounds the pages listed or held (each at most PageSize entries: about 15 MB).
+	// listAheadMaxHeld bounds the first pages listed or held (each at most PageSize entries: about 15 MB).
 	listAheadMaxHeld = 64
 	// listAheadTTL is the age past which a page listed ahead is discarded rather than served.
 	listAheadTTL = time.Second
@@ -105,16 +109,21 @@ func newListAhead(f *filesystem, n int, ttl time.Duration) *listAhead {
 	return &listAhead{fsys: f, max: max(n, 0), ttl: ttl, held: make(map[string]*aheadPage)}
 }
 
-// done reports whether the page of key is held and listed (tests).
-func (p *listAhead) done(key string) bool {
+// done reports whether the page of key is held and listed (tests); settled also waits for what a big
+// folder lists after it.
+func (p *listAhead) done(key string, settled bool) bool {
 	p.mu.Lock()
 	a, ok := p.held[key]
 	p.mu.Unlock()
 	if !ok {
 		return false
 	}
+	ch := a.done
+	if settled {
+		ch = a.settled
+	}
 	select {
-	case <-a.done:
+	case <-ch:
 		return true
 	default:
 		return false
@@ -165,7 +174,7 @@ func (p *listAhead) fillLocked(now time.Time) {
 // start lists the first page of key in the background, and for a big folder what follows it.
 func (p *listAhead) start(key string) *aheadPage {
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &aheadPage{started: time.Now(), cancel: cancel, done: make(chan struct{})}
+	a := &aheadPage{started: time.Now(), cancel: cancel, done: make(chan struct{}), settled: make(chan struct{})}
 	prefix := ""
 	if key != "" {
 		prefix = key + "/"
@@ -184,6 +193,7 @@ func (p *listAhead) start(key string) *aheadPage {
 		}
 		p.fillLocked(time.Now())
 		p.mu.Unlock()
+		defer close(a.settled)
 		if !big {
 			close(a.done)
 			cancel()
