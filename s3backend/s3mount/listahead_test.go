@@ -182,3 +182,92 @@ func TestListAheadErrorNotServed(t *testing.T) {
 		t.Errorf("%d failed pages served", n)
 	}
 }
+
+// bigFolder fills a/big with more than one page (PageSize 4): `_metadata`, chk-1 and chk-2, and 14 files,
+// 17 names in 5 pages; and returns the order a readdir serves them in.
+func bigFolder(t *testing.T, e *env) []string {
+	t.Helper()
+	e.put(t, "a/big/_metadata", "m")
+	e.put(t, "a/big/chk-1/x", "x")
+	e.put(t, "a/big/chk-2/x", "x")
+	want := []string{"_metadata", "chk-2", "chk-1"}
+	for i := range 14 {
+		name := fmt.Sprintf("f%02d", i)
+		e.put(t, "a/big/"+name, "x")
+		want = append(want, name)
+	}
+	return want
+}
+
+// listedAheadSettled lists dir through the mount and waits until nothing more is listed ahead for sub.
+func listedAheadSettled(t *testing.T, e *env, dir, sub string) {
+	t.Helper()
+	names(t, e.path(dir))
+	deadline := time.Now().Add(10 * time.Second)
+	for !e.m.ListedAheadSettled(dir + "/" + sub) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/%s was not listed ahead", dir, sub)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestListAheadBigFolder: a folder bigger than a page has, before its opendir, its `_metadata` HEAD, its
+// chk-* listing and the pages after its first listed ahead too: its readdir costs no request, in the
+// same order as listed at opendir (`_metadata`, chk-* newest first, the rest).
+func TestListAheadBigFolder(t *testing.T) {
+	e, p := setupProxied(t, func(o *s3mount.Options) { o.PageSize = 4; s3mount.ListAheadTTL(o, time.Minute) })
+	want := bigFolder(t, e)
+	listedAheadSettled(t, e, "a", "big")
+	p.Ops()
+	got := names(t, e.path("a/big"))
+	if !slices.Equal(got, want) {
+		t.Errorf("readdir a/big = %v, want %v", got, want)
+	}
+	if ops := p.Ops(); ops["ListObjectsV2"] != 0 || ops["HeadObject"] != 0 {
+		t.Errorf("readdir of a big folder listed ahead sent %v, want no request", ops)
+	}
+	if n := e.m.ListedAheadFollowed(); n != 4 {
+		t.Errorf("%d pages after the first served from the listing ahead, want 4", n)
+	}
+}
+
+// TestListAheadBigFolderSeesOwnChanges: a name created through the mount in a big folder after it was
+// listed ahead (on its last page) shows in the next readdir: the mount's change discards the pages
+// listed ahead after the first too.
+func TestListAheadBigFolderSeesOwnChanges(t *testing.T) {
+	e := setup(t, newChecker(), func(o *s3mount.Options) { o.PageSize = 4; s3mount.ListAheadTTL(o, time.Minute) })
+	want := bigFolder(t, e)
+	listedAheadSettled(t, e, "a", "big")
+	if err := os.WriteFile(e.path("a/big/zz"), []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := names(t, e.path("a/big")), append(want, "zz"); !slices.Equal(got, want) {
+		t.Errorf("readdir a/big after creating zz = %v, want %v", got, want)
+	}
+	if n := e.m.ListedAheadFollowed(); n != 0 {
+		t.Errorf("%d pages listed ahead served after the mount changed the folder", n)
+	}
+}
+
+// TestListAheadBigFolderFailedHeadNotServed: a big folder whose `_metadata` HEAD failed while listed
+// ahead is not served without it: its readdir HEADs again and still returns `_metadata` first.
+func TestListAheadBigFolderFailedHeadNotServed(t *testing.T) {
+	e, p := setupProxied(t, func(o *s3mount.Options) { o.PageSize = 4; s3mount.ListAheadTTL(o, time.Minute) })
+	want := bigFolder(t, e)
+	if _, err := os.Stat(e.path("a")); err != nil { // looked up now, so the failures below hit the HEAD listed ahead
+		t.Fatal(err)
+	}
+	p.FailNext("HeadObject", 3, false) // the client's 3 attempts of the HEAD listed ahead
+	listedAheadSettled(t, e, "a", "big")
+	if _, failed := p.Stats(); failed != 3 {
+		t.Fatalf("%d requests failed, want the 3 attempts of the HEAD listed ahead", failed)
+	}
+	p.Ops()
+	if got := names(t, e.path("a/big")); !slices.Equal(got, want) {
+		t.Errorf("readdir a/big after its HEAD listed ahead failed = %v, want %v", got, want)
+	}
+	if ops := p.Ops(); ops["HeadObject"] != 1 {
+		t.Errorf("readdir a/big sent %v, want the HEAD of _metadata again", ops)
+	}
+}
