@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"strings"
 	"syscall"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -26,8 +27,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 }
 
 // dirHandle lists a directory page by page (ListObjectsV2 with delimiter), so the first entries of a
-// 100,000-entry folder are returned after one request and memory stays at two pages (the one served and the one prefetched),
-// or at most 1 + listAheadFollow when the folder's first pages were listed ahead (listAhead).
+// 100,000-entry folder are returned after one request and memory stays at two pages (the one served and the one prefetched).
 //
 // Order, as on the local mount (fs/localfs): `_metadata` first, then chk-* newest first, then the rest, so
 // rm -rf / find -delete retire each checkpoint before reaching its files. A folder that fits in one page is
@@ -50,11 +50,6 @@ type dirHandle struct {
 	lastToken string
 	ctx       context.Context // prefetches run in it; cancelled on release
 	cancel    context.CancelFunc
-	// following: next is the follow channel of the first page listed ahead (listAhead): it delivers
-	// the pages after the first in order, at most listAheadFollow of them, then is closed, and the rest
-	// is listed here. aheadCancel stops that listing (release).
-	following   bool
-	aheadCancel context.CancelFunc
 }
 
 type pageResult struct {
@@ -131,7 +126,7 @@ func (d *dirHandle) list(ctx context.Context, token string) (s3client.Page, erro
 
 // begin fetches the first page and decides between the one-page and the streaming mode.
 func (d *dirHandle) begin(ctx context.Context) syscall.Errno {
-	pg, a, err := d.first(ctx)
+	pg, err := d.first(ctx)
 	if err != nil {
 		return s3client.Errno(err)
 	}
@@ -144,33 +139,44 @@ func (d *dirHandle) begin(ctx context.Context) syscall.Errno {
 	}
 	d.more = true
 	d.lastToken = pg.Next
-	var big bigFirst
-	if a != nil && a.follow != nil {
-		// Listed ahead further: the following pages come from there (then from d.prefetch), and what
-		// goes first unless it failed (listed again here then).
-		d.next, d.following, d.aheadCancel = a.follow, true, a.cancel
-		big = a.big
-	} else {
-		d.prefetch(pg.Next)
+	d.prefetch(pg.Next)
+	// The HEAD of `_metadata` runs beside the chk-* listing (both are needed before the first entry).
+	metaKey := d.prefix() + "_metadata"
+	type headResult struct {
+		o       s3client.Object
+		err     error
+		started time.Time
 	}
-	if a == nil || a.follow == nil || !big.ok() {
-		// The HEAD of `_metadata` runs beside the chk-* listing (both are needed before the first entry).
-		big = listBigFirst(ctx, d.fsys.c, d.prefix(), d.fsys.opts.PageSize)
-	}
-	var head []fuse.DirEntry
-	if big.metaErr == nil {
-		metaKey := d.prefix() + "_metadata"
-		d.fsys.cache.PutAt(metaKey, big.meta, true, big.metaStarted)
-		head = append(head, fuse.DirEntry{Name: "_metadata", Mode: syscall.S_IFREG})
-	} else if !errors.Is(big.metaErr, fs.ErrNotExist) {
-		return s3client.Errno(big.metaErr)
-	}
-	if big.chkErr != nil {
-		return s3client.Errno(big.chkErr)
-	}
+	hc := make(chan headResult, 1)
+	go func() {
+		started := time.Now()
+		o, err := d.fsys.c.Head(ctx, metaKey)
+		hc <- headResult{o, err, started}
+	}()
 	var chk []fuse.DirEntry
-	for _, cp := range big.chk {
+	var chkErr error
+	for tok := ""; ; {
+		cp, err := d.fsys.c.ListPage(ctx, d.prefix()+"chk-", true, tok, "", d.fsys.opts.PageSize)
+		if err != nil {
+			chkErr = err
+			break
+		}
 		chk = append(chk, d.entries(cp)...)
+		if cp.Next == "" {
+			break
+		}
+		tok = cp.Next
+	}
+	h := <-hc
+	var head []fuse.DirEntry
+	if h.err == nil {
+		d.fsys.cache.PutAt(metaKey, h.o, true, h.started)
+		head = append(head, fuse.DirEntry{Name: "_metadata", Mode: syscall.S_IFREG})
+	} else if !errors.Is(h.err, fs.ErrNotExist) {
+		return s3client.Errno(h.err)
+	}
+	if chkErr != nil {
+		return s3client.Errno(chkErr)
 	}
 	listorder.SortCheckpoints(chk)
 	d.queue = append(append(head, chk...), skipOrdered(ents)...)
@@ -178,24 +184,22 @@ func (d *dirHandle) begin(ctx context.Context) syscall.Errno {
 	return 0
 }
 
-// first is the folder's first page: the one listed ahead (returned too) when it is fresh and succeeded
-// (it is the same request as d.list(ctx, "")), else listed now.
-func (d *dirHandle) first(ctx context.Context) (s3client.Page, *aheadPage, error) {
+// first is the folder's first page: the one listed ahead when it is fresh and succeeded (it is the same
+// request as d.list(ctx, "")), else listed now.
+func (d *dirHandle) first(ctx context.Context) (s3client.Page, error) {
 	if a := d.fsys.ahead.take(d.dir); a != nil {
 		select {
 		case <-a.done:
 			if a.err == nil {
 				d.fsys.ahead.served.Add(1)
-				return a.pg, a, nil
+				return a.pg, nil
 			}
-			a.cancel()
 		case <-ctx.Done():
 			a.cancel()
-			return s3client.Page{}, nil, ctx.Err()
+			return s3client.Page{}, ctx.Err()
 		}
 	}
-	pg, err := d.list(ctx, "")
-	return pg, nil, err
+	return d.list(ctx, "")
 }
 
 // listAhead asks for the first pages of the subfolders just queued, in the order they are served (the
@@ -230,31 +234,19 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	}
 	for len(d.queue) == 0 && d.more {
 		var r pageResult
-		var ok bool
 		select {
-		case r, ok = <-d.next:
+		case r = <-d.next:
 		case <-ctx.Done():
 			return nil, syscall.EINTR
 		}
-		if !ok { // the pages listed ahead ran out: the rest is listed here
-			d.following = false
-			d.prefetch(d.lastToken)
-			continue
-		}
 		if r.err != nil {
-			d.following = false
 			d.prefetch(d.lastToken) // a retry of readdir asks again
 			return nil, s3client.Errno(r.err)
-		}
-		if d.following {
-			d.fsys.ahead.followed.Add(1)
 		}
 		d.more = r.pg.Next != ""
 		if d.more {
 			d.lastToken = r.pg.Next
-			if !d.following {
-				d.prefetch(r.pg.Next)
-			}
+			d.prefetch(r.pg.Next)
 		}
 		d.queue = skipOrdered(d.entries(r.pg))
 		d.listAhead()
@@ -302,9 +294,6 @@ func (d *dirHandle) Releasedir(ctx context.Context, releaseFlags uint32) { d.rel
 func (d *dirHandle) release() {
 	if d.cancel != nil {
 		d.cancel()
-	}
-	if d.aheadCancel != nil {
-		d.aheadCancel()
 	}
 	d.queue = nil
 }

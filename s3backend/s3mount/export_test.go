@@ -35,14 +35,7 @@ func (m *Mounted) ListedAhead() int64 { return m.fsys.ahead.served.Load() }
 func ListAheadTTL(o *Options, d time.Duration) { o.listAheadTTL = d }
 
 // ListedAheadDone reports whether the first page of folder key is held, listed, and not yet taken.
-func (m *Mounted) ListedAheadDone(key string) bool { return m.fsys.ahead.done(key, false) }
-
-// ListedAheadSettled reports whether folder key's page is held and nothing more is being listed for it
-// (a big folder's `_metadata` HEAD, chk-* listing and following pages included).
-func (m *Mounted) ListedAheadSettled(key string) bool { return m.fsys.ahead.done(key, true) }
-
-// ListedAheadFollowed is the number of pages after a folder's first an opendir took from those listed ahead.
-func (m *Mounted) ListedAheadFollowed() int64 { return m.fsys.ahead.followed.Load() }
+func (m *Mounted) ListedAheadDone(key string) bool { return m.fsys.ahead.done(key) }
 
 // ChunkBytes is the size of the read chunk buffers the open files hold.
 func (m *Mounted) ChunkBytes() int64 { return m.fsys.chunkBytes.Load() }

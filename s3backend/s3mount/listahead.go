@@ -2,8 +2,6 @@ package s3mount
 
 import (
 	"context"
-	"errors"
-	"io/fs"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,9 +23,7 @@ import (
 //   - Bounded: at most max (Options.ListAhead) first pages are being listed at once, at most
 //     listAheadMaxHeld are listed or held (each at most PageSize entries), and at most
 //     listAheadMaxPending folders wait; beyond that, asks are dropped (the folder is then listed when
-//     opened, as without listing ahead). A big folder's further listing (below) adds at most
-//     listAheadMaxChains x (listAheadFollow pages + its chk-* listing) held, and 3 requests in flight
-//     each (HEAD, chk-*, the next page).
+//     opened, as without listing ahead).
 //   - Newest asks first: a walk descends depth first, so the subfolders of the folder read last are
 //     opened next; the older asks (siblings of folders above) wait behind them.
 //   - Fresh: a page is served only to the first opendir within listAheadTTL of its request's start, else
@@ -39,12 +35,6 @@ import (
 //     a removed or renamed one), after the change reached the bucket: a name created, removed or renamed
 //     through the mount shows in the next readdir, as without listing ahead.
 //   - A failed listing is never served: the opendir lists again itself.
-//   - A big folder (its first page has a continuation) is listed further while it waits for its opendir:
-//     the `_metadata` HEAD and the chk-* listing dirHandle.begin needs before its first entry (bigFirst),
-//     and up to listAheadFollow pages after the first, one after the other, for at most
-//     listAheadMaxChains folders held at once. They all start after the first page did, so they are as
-//     fresh as it is; the opendir that takes the first page takes them with it (a failed one is listed
-//     again by the dirHandle), and a discarded first page discards them.
 type listAhead struct {
 	fsys *filesystem
 	max  int           // pages being listed at once (concurrent ListObjectsV2 requests)
@@ -53,12 +43,10 @@ type listAhead struct {
 	mu      sync.Mutex
 	held    map[string]*aheadPage // started, not yet taken by an opendir
 	running int                   // pages of held being listed
-	chains  int                   // folders of held with follow pages (at most listAheadMaxChains)
 	pending []aheadWant           // asked for, not started yet (newest asks first)
 	stopped bool                  // unmounted: nothing more is listed
 
-	served   atomic.Int64 // first pages an opendir took from here (tests)
-	followed atomic.Int64 // pages after the first an opendir took from here (tests)
+	served atomic.Int64 // first pages an opendir took from here (tests)
 }
 
 type aheadWant struct {
@@ -66,37 +54,24 @@ type aheadWant struct {
 	at  time.Time
 }
 
-// aheadPage is one first page being listed: done is closed once pg/err are set, and for a big folder
-// listed further (follow != nil) once big is set too.
+// aheadPage is one first page being listed: done is closed once pg/err are set.
 type aheadPage struct {
 	started time.Time // before the request was sent
 	cancel  context.CancelFunc
 	done    chan struct{}
 	pg      s3client.Page
 	err     error
-	// follow delivers the pages after pg in order (at most listAheadFollow; it never blocks the lister),
-	// then is closed: a page with an error is the last one. Set under listAhead.mu before done closes.
-	follow chan pageResult
-	big    bigFirst
-	// settled is closed once nothing more is listed for this page (tests).
-	settled chan struct{}
 }
 
 const (
 	// defaultListAhead is Options.ListAhead's default.
-	defaultListAhead = 16
+	defaultListAhead = 8
 	// listAheadMaxPending bounds the folders waiting to be listed ahead.
 	listAheadMaxPending = 4096
-	// listAheadMaxHeld bounds the first pages listed or held (each at most PageSize entries: about 15 MB).
+	// listAheadMaxHeld bounds the pages listed or held (each at most PageSize entries: about 15 MB).
 	listAheadMaxHeld = 64
 	// listAheadTTL is the age past which a page listed ahead is discarded rather than served.
 	listAheadTTL = time.Second
-	// listAheadFollow is how many pages after the first a big folder has listed ahead (4: a folder of
-	// 5,000 names, Flink's shared/ of a job, is listed whole before its opendir).
-	listAheadFollow = 4
-	// listAheadMaxChains bounds the held folders with follow pages (with listAheadMaxHeld first pages,
-	// at most 64 + 4 x 4 pages listed or held, about 19 MB).
-	listAheadMaxChains = 4
 )
 
 func newListAhead(f *filesystem, n int, ttl time.Duration) *listAhead {
@@ -109,21 +84,16 @@ func newListAhead(f *filesystem, n int, ttl time.Duration) *listAhead {
 	return &listAhead{fsys: f, max: max(n, 0), ttl: ttl, held: make(map[string]*aheadPage)}
 }
 
-// done reports whether the page of key is held and listed (tests); settled also waits for what a big
-// folder lists after it.
-func (p *listAhead) done(key string, settled bool) bool {
+// done reports whether the page of key is held and listed (tests).
+func (p *listAhead) done(key string) bool {
 	p.mu.Lock()
 	a, ok := p.held[key]
 	p.mu.Unlock()
 	if !ok {
 		return false
 	}
-	ch := a.done
-	if settled {
-		ch = a.settled
-	}
 	select {
-	case <-ch:
+	case <-a.done:
 		return true
 	default:
 		return false
@@ -155,7 +125,7 @@ func (p *listAhead) fillLocked(now time.Time) {
 	for k, a := range p.held {
 		if now.Sub(a.started) > p.ttl {
 			a.cancel()
-			p.dropLocked(k, a)
+			delete(p.held, k)
 		}
 	}
 	for p.running < p.max && len(p.held) < listAheadMaxHeld && len(p.pending) > 0 {
@@ -171,100 +141,25 @@ func (p *listAhead) fillLocked(now time.Time) {
 	}
 }
 
-// start lists the first page of key in the background, and for a big folder what follows it.
+// start lists the first page of key in the background.
 func (p *listAhead) start(key string) *aheadPage {
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &aheadPage{started: time.Now(), cancel: cancel, done: make(chan struct{}), settled: make(chan struct{})}
+	a := &aheadPage{started: time.Now(), cancel: cancel, done: make(chan struct{})}
 	prefix := ""
 	if key != "" {
 		prefix = key + "/"
 	}
-	c, size := p.fsys.c, p.fsys.opts.PageSize
 	p.running++
 	go func() {
-		a.pg, a.err = c.ListPage(ctx, prefix, true, "", "", size)
-		p.mu.Lock()
-		p.running--
-		// Only a page still held (not discarded meanwhile) is listed further, and only for a few folders.
-		big := a.err == nil && a.pg.Next != "" && !p.stopped && p.held[key] == a && p.chains < listAheadMaxChains
-		if big {
-			p.chains++
-			a.follow = make(chan pageResult, listAheadFollow)
-		}
-		p.fillLocked(time.Now())
-		p.mu.Unlock()
-		defer close(a.settled)
-		if !big {
-			close(a.done)
-			cancel()
-			return
-		}
-		followed := make(chan struct{})
-		go func() {
-			defer close(followed)
-			listFollow(ctx, c, prefix, size, a.pg.Next, a.follow)
-		}()
-		a.big = listBigFirst(ctx, c, prefix, size)
+		defer cancel()
+		a.pg, a.err = p.fsys.c.ListPage(ctx, prefix, true, "", "", p.fsys.opts.PageSize)
 		close(a.done)
-		<-followed
-		cancel() // the dirHandle cancels it sooner when released
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.running--
+		p.fillLocked(time.Now())
 	}()
 	return a
-}
-
-// listFollow lists up to listAheadFollow pages of prefix from token on into out (whose capacity they
-// fit), one after the other, and closes out: after the folder's last page, a failed one, or the last
-// allowed.
-func listFollow(ctx context.Context, c *s3client.Client, prefix string, size int32, token string, out chan<- pageResult) {
-	defer close(out)
-	for range listAheadFollow {
-		pg, err := c.ListPage(ctx, prefix, true, token, "", size)
-		out <- pageResult{pg, err}
-		if err != nil || pg.Next == "" {
-			return
-		}
-		token = pg.Next
-	}
-}
-
-// bigFirst is what a big folder's readdir returns before the rest of its listing: its `_metadata`
-// (HEAD) and its chk-* names (a delimiter listing of them), both listed at once.
-type bigFirst struct {
-	meta        s3client.Object
-	metaErr     error // fs.ErrNotExist: there is none
-	metaStarted time.Time
-	chk         []s3client.Page
-	chkErr      error
-}
-
-// ok reports whether both requests succeeded (a missing `_metadata` is an answer too).
-func (b *bigFirst) ok() bool {
-	return b.chkErr == nil && (b.metaErr == nil || errors.Is(b.metaErr, fs.ErrNotExist))
-}
-
-// listBigFirst HEADs prefix's `_metadata` beside listing its chk-* names.
-func listBigFirst(ctx context.Context, c *s3client.Client, prefix string, size int32) bigFirst {
-	var b bigFirst
-	headed := make(chan struct{})
-	go func() {
-		defer close(headed)
-		b.metaStarted = time.Now()
-		b.meta, b.metaErr = c.Head(ctx, prefix+"_metadata")
-	}()
-	for tok := ""; ; {
-		cp, err := c.ListPage(ctx, prefix+"chk-", true, tok, "", size)
-		if err != nil {
-			b.chkErr = err
-			break
-		}
-		b.chk = append(b.chk, cp)
-		if cp.Next == "" {
-			break
-		}
-		tok = cp.Next
-	}
-	<-headed
-	return b
 }
 
 // take hands over the page listed ahead for key when there is a fresh one (nil otherwise). The page may
@@ -275,7 +170,7 @@ func (p *listAhead) take(key string) *aheadPage {
 	defer p.mu.Unlock()
 	a, ok := p.held[key]
 	if ok {
-		p.dropLocked(key, a)
+		delete(p.held, key)
 		if now.Sub(a.started) > p.ttl {
 			a.cancel()
 			a = nil
@@ -291,7 +186,7 @@ func (p *listAhead) forget(dir string) {
 	defer p.mu.Unlock()
 	if a, ok := p.held[dir]; ok {
 		a.cancel()
-		p.dropLocked(dir, a)
+		delete(p.held, dir)
 	}
 }
 
@@ -302,7 +197,7 @@ func (p *listAhead) forgetTree(dir string) {
 	for k, a := range p.held {
 		if dir == "" || k == dir || strings.HasPrefix(k, dir+"/") {
 			a.cancel()
-			p.dropLocked(k, a)
+			delete(p.held, k)
 		}
 	}
 }
@@ -315,16 +210,7 @@ func (p *listAhead) stop() {
 	p.pending = nil
 	for k, a := range p.held {
 		a.cancel()
-		p.dropLocked(k, a)
-	}
-}
-
-// dropLocked removes the page of key from held (taken or discarded); its follow pages no longer count
-// against listAheadMaxChains (taken, they are the dirHandle's: see dirHandle).
-func (p *listAhead) dropLocked(key string, a *aheadPage) {
-	delete(p.held, key)
-	if a.follow != nil {
-		p.chains--
+		delete(p.held, k)
 	}
 }
 

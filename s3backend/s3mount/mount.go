@@ -65,7 +65,7 @@ type Options struct {
 	// PageSize is the number of keys per ListObjectsV2 page in readdir (default 1000, the S3 maximum).
 	PageSize int32
 	// ListAhead is how many subfolders a readdir lists the first page of ahead of their opendir, at once
-	// (0: 16; negative: none). See listAhead.
+	// (0: 8; negative: none). See listAhead.
 	ListAhead int
 	// MaxInodes bounds the file inodes the kernel (and go-fuse, and so the mount) holds: beyond it the
 	// oldest not touched since are pruned (default 50,000, about 35 MB of the mount's memory; < 0: no

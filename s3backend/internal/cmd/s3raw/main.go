@@ -6,8 +6,7 @@
 //	s3raw proxy --endpoint URL --listen ADDR --latency D    serves a proxy in front of URL that delays
 //	                                                        every request by D, until killed; it prints
 //	                                                        its URL, then one line of request counts per
-//	                                                        S3 operation on SIGUSR1; --trace FILE
-//	                                                        appends a line per request to FILE
+//	                                                        S3 operation on SIGUSR1
 //
 // Credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY in the bench).
 package main
@@ -40,11 +39,10 @@ func main() {
 	n := fs.Int("n", 0, "put: number of objects")
 	listen := fs.String("listen", "127.0.0.1:0", "proxy: listen address")
 	latency := fs.Duration("latency", 0, "proxy: delay per request")
-	trace := fs.String("trace", "", "proxy: append one line per request to this file (start and duration in ms since the proxy started, operation, path and query)")
 	_ = fs.Parse(os.Args[2:])
 	ctx := context.Background()
 	if os.Args[1] == "proxy" {
-		proxy(*endpoint, *listen, *latency, *trace)
+		proxy(*endpoint, *listen, *latency)
 		return
 	}
 	p := strings.Trim(*prefix, "/")
@@ -91,26 +89,12 @@ func main() {
 
 // proxy runs the test proxy (s3server.Proxy) with a fixed latency until SIGTERM/SIGINT. SIGUSR1 prints
 // the requests per S3 operation since the last SIGUSR1, e.g. "ListObjectsV2=1004 HeadObject=2000".
-func proxy(endpoint, listen string, latency time.Duration, trace string) {
+func proxy(endpoint, listen string, latency time.Duration) {
 	p, err := s3server.StartProxy(endpoint, listen)
 	if err != nil {
 		fail(err)
 	}
 	p.SetLatency(latency)
-	if trace != "" {
-		f, err := os.OpenFile(trace, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			fail(err)
-		}
-		defer f.Close()
-		t0 := time.Now()
-		var mu sync.Mutex
-		p.SetTrace(func(op, target string, start time.Time, took time.Duration) {
-			mu.Lock()
-			defer mu.Unlock()
-			fmt.Fprintf(f, "%.3f %.3f %s %s\n", start.Sub(t0).Seconds()*1000, took.Seconds()*1000, op, target)
-		})
-	}
 	fmt.Println(p.URL)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
