@@ -9,11 +9,15 @@ import (
 // Redecide asks the index again about changes it allowed earlier that are applied only now (the S3
 // mount's queued deletions), and runs apply with the answers while holding the shared lock: a _metadata
 // indexed through the mount (exclusive lock) comes before all of them or after the changes they allow,
-// never between an answer and its change. Nothing is recorded here: the allow was recorded when it was
+// never between an answer and its change. A _metadata whose update is pending (started, not yet in the
+// index: Written runs it outside the lock) is not seen by the index, so what it would allow is refused as
+// index-pending (overrule), exactly as for a first decision; the queue asks again later. Nothing is recorded here: the allow was recorded when it was
 // first decided, and the caller records what it does not apply (RecordKept).
 func (e *Enforcer) Redecide(ctx context.Context, checks []Check, apply func([]verdict.Decision)) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
+	// Read before the index is asked: an update that is no longer pending is in the index (pendingUpdates).
+	pending := e.pending.any()
 	ds := make([]verdict.Decision, len(checks))
 	for i, c := range checks {
 		if c.Decided != nil {
@@ -21,6 +25,7 @@ func (e *Enforcer) Redecide(ctx context.Context, checks []Check, apply func([]ve
 		} else {
 			ds[i] = e.ask(ctx, c)
 		}
+		ds[i] = e.overrule(c, ds[i], pending)
 	}
 	apply(ds)
 }
