@@ -575,7 +575,7 @@ func (l *Local) entry(id string) (Entry, error) {
 	return e, nil
 }
 
-// Restore moves the entry's object back to its original key (creating the folders on the way, given the
+// Restore moves the entry's object back to its original key (creating the folders on the way mode 0700, given the
 // object's owner when this process is root) with renameat2(RENAME_NOREPLACE): whatever is at the key
 // now is never replaced (ErrOccupied). The record goes after the move.
 func (l *Local) Restore(ctx context.Context, id string) (Entry, error) {
@@ -632,8 +632,14 @@ func (l *Local) restore(e Entry) error {
 	return nil
 }
 
-// mkdirs opens folder key beneath the root, creating what is missing (mode 0755, owned by uid/gid when
-// root), never following a symlink.
+// mkdirs opens folder key beneath the root, creating what is missing, never following a symlink. A
+// created folder is mode 0700 and, when this process is root, owned by the restored object's owner
+// (uid/gid): the area keeps no record of the folders' modes, and the folder the object sat in may have
+// been 0700, so a folder made any more open would let every user read what its owner had shut away. The
+// owner can open it up again with chmod.
+// newFolderMode is the mode of a folder a restore creates (see mkdirs).
+const newFolderMode = 0o700
+
 func (l *Local) mkdirs(key string, uid, gid int) (int, error) {
 	fd := l.root
 	if key == "" {
@@ -642,7 +648,7 @@ func (l *Local) mkdirs(key string, uid, gid int) (int, error) {
 	for _, seg := range strings.Split(key, "/") {
 		nfd, err := unix.Openat(fd, seg, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err == unix.ENOENT {
-			if merr := unix.Mkdirat(fd, seg, 0o755); merr != nil && merr != unix.EEXIST {
+			if merr := unix.Mkdirat(fd, seg, newFolderMode); merr != nil && merr != unix.EEXIST {
 				err = merr
 			} else {
 				nfd, err = unix.Openat(fd, seg, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)

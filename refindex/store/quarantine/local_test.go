@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -636,5 +638,64 @@ func TestLocalPlantedNames(t *testing.T) {
 	}
 	if err := l.Purge(context.Background(), bad); !errors.Is(err, ErrNoEntry) {
 		t.Fatalf("purge of a planted name = %v, want ErrNoEntry", err)
+	}
+}
+
+// TestLocalRestoreKeepsAPrivateFolderPrivate: a file that sat in a 0700 folder is, after a restore that
+// had to make its folders again, readable by its owner (uid 65534) and by no other user: the folders a
+// restore makes are 0700, never more open than the one the file came from.
+func TestLocalRestoreKeepsAPrivateFolderPrivate(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (chown, another user's reads)")
+	}
+	const owner, other = 65534, 4242
+	dir, l, _ := newArea(t)
+	// The test's temporary folders are 0700: let every user reach the store root.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(t, dir, "job/secret/f", "data")
+	for _, k := range []string{"job", "job/secret", "job/secret/f"} {
+		if err := os.Chown(filepath.Join(dir, k), owner, owner); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(dir, "job/secret"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	readAs := func(uid uint32) error {
+		cmd := exec.Command("cat", filepath.Join(dir, "job/secret/f"))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}
+	if err := readAs(other); err == nil {
+		t.Fatal("before the staging another user reads the file: the setup is wrong")
+	}
+	e := move(t, dir, l, "job/secret/f")
+	if err := os.RemoveAll(filepath.Join(dir, "job")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Restore(context.Background(), e.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := readAs(owner); err != nil {
+		t.Errorf("the owner cannot read the restored file: %v", err)
+	}
+	if err := readAs(other); err == nil {
+		t.Error("another user reads the restored file: a folder the restore made is more open than the 0700 one it sat in")
+	}
+	for _, k := range []string{"job", "job/secret"} {
+		var st unix.Stat_t
+		if err := unix.Lstat(filepath.Join(dir, k), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode&0o777 != 0o700 || st.Uid != owner {
+			t.Errorf("%s: mode %04o owner %d, want 0700 owned by %d", k, st.Mode&0o777, st.Uid, owner)
+		}
 	}
 }
