@@ -140,10 +140,27 @@ func (n *node) aclNarrows(attr string, data []byte, remove bool) bool {
 	if err := n.root.lstat(n.key(), &st); err != nil {
 		return true
 	}
-	old := modeACL(st.Mode)
+	old, err := n.root.readACL(n.key(), st.Mode)
+	if err != nil {
+		return true
+	}
+	next := modeACL(st.Mode)
+	if !remove {
+		var err error
+		if next, err = parseACL(data); err != nil {
+			return true
+		}
+	}
+	return narrowsACL(old, next, st.Mode&syscall.S_IFMT == syscall.S_IFDIR)
+}
+
+// readACL is the access ACL of the file at key whose mode is mode: its system.posix_acl_access, or what
+// the mode amounts to when it has none (ENODATA). Every other error (a read that fails, an ACL that does
+// not parse, a file system without ACLs: ENOTSUP) is returned, for the caller to fail closed on.
+func (r *storeRoot) readACL(key string, mode uint32) (*acl, error) {
 	var buf [4 + 8*32]byte
 	var cur []byte
-	err := n.root.onFile(n.key(), func(p string) error {
+	err := r.onFile(key, func(p string) error {
 		sz, err := unix.Getxattr(p, xattrACLAccess, buf[:])
 		if err == unix.ERANGE {
 			// Larger than 32 entries: read it whole.
@@ -155,21 +172,11 @@ func (n *node) aclNarrows(attr string, data []byte, remove bool) bool {
 		cur = buf[:max(sz, 0)]
 		return err
 	})
-	switch {
-	case err == nil:
-		if old, err = parseACL(cur); err != nil {
-			return true
-		}
-	case errors.Is(err, unix.ENODATA):
-	default:
-		return true
+	if errors.Is(err, unix.ENODATA) {
+		return modeACL(mode), nil
 	}
-	next := modeACL(st.Mode)
-	if !remove {
-		var err error
-		if next, err = parseACL(data); err != nil {
-			return true
-		}
+	if err != nil {
+		return nil, err
 	}
-	return narrowsACL(old, next, st.Mode&syscall.S_IFMT == syscall.S_IFDIR)
+	return parseACL(cur)
 }

@@ -46,29 +46,11 @@ func (r *storeRoot) canList(key string, c guard.Caller) bool {
 	if err := r.lstat(key, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
 		return false
 	}
-	a := modeACL(st.Mode)
-	var buf [4 + 8*32]byte
-	var cur []byte
-	err := r.onFile(key, func(p string) error {
-		sz, err := unix.Getxattr(p, xattrACLAccess, buf[:])
-		if err == unix.ERANGE {
-			big := make([]byte, 64<<10)
-			sz, err = unix.Getxattr(p, xattrACLAccess, big)
-			cur = big[:max(sz, 0)]
-			return err
-		}
-		cur = buf[:max(sz, 0)]
-		return err
-	})
-	switch {
-	case err == nil:
-		var perr error
-		if a, perr = parseACL(cur); perr != nil {
-			return false
-		}
-	case errors.Is(err, unix.ENODATA), errors.Is(err, unix.ENOTSUP):
-		// no ACL: the mode alone decides
-	default:
+	a, err := r.readACL(key, st.Mode)
+	if errors.Is(err, unix.ENOTSUP) {
+		a, err = modeACL(st.Mode), nil // no ACLs on this file system: the mode alone decides
+	}
+	if err != nil {
 		return false
 	}
 	return a.permits(c, st.Uid, st.Gid, 5)
