@@ -29,7 +29,19 @@
 # Sizes (environment): BENCH_S3_SCALE_N (1000000), BENCH_S3_SMALL_N (100000), BENCH_S3_CKPT_N (20000),
 # BENCH_S3_EXCLUSIVE (0),
 # BENCH_S3_LAT (20ms), BENCH_S3_SOAK (600 s), BENCH_S3_SOAK_SMALL (120 s), BENCH_S3_SYNC (30s);
-# BENCH_S3_MOUNT_FLAGS adds flags to the mount (e.g. "--loss-check-rate 0.01" as a control run).
+# BENCH_S3_MOUNT_FLAGS adds flags to the mount (e.g. "--loss-check-rate 0.01" as a control run),
+# BENCH_S3_MOUNT_ENV environment to it (e.g. "GODEBUG=gctrace=1": the collector's trace in its log).
+# At 10 M objects (issue 15's target: BENCH_S3_SCALE_N=10000000 gives 2,000 jobs, 20,000 checkpoints,
+# 40 M references; about 45 GB and 10 M inodes): BENCH_S3_RAW_WALK=0 skips the two raw walks,
+# BENCH_S3_FIND_JOBS=N runs the `find` over the first N job folders only (5,000 objects each; 0: all),
+# BENCH_S3_LINK=1 writes each job's data files as hard links to its first one (gentree -link: one
+# inode per job, about 6 GB and a third of the time at 10 M; keys are still distinct objects through
+# S3, sharing one mtime per job), BENCH_S3_SAMPLE (1 s) is the soak's sampling period, BENCH_S3_OUT a folder that keeps the report, the
+# soak's samples (time, RSS, index lag) and the mount's log (the scratch folder is removed at the end).
+# The generation stops (and the run fails) when fewer than BENCH_S3_MIN_INODES (1,500,000) inodes or
+# BENCH_S3_MIN_FREE_MB (2,048) MiB are left on the scratch file system, and refuses to start when the
+# store would not fit above those. After each mount phase, one no-change `ckguard index sync` on the
+# unmounted index: its time, requests, peak RSS, and the index's size on disk.
 # BENCH_S3_PARTS (default "index checkpoints mount"; also "losscheck": one complete loss check pass,
 # listings against a HEAD per object, BenchmarkS3LossCheck) selects the parts; a size of 0 skips that mount
 # phase. Disk: about 5 GB per 1 M objects
@@ -46,6 +58,14 @@ SOAK=${BENCH_S3_SOAK:-600}
 SOAK_SMALL=${BENCH_S3_SOAK_SMALL:-120}
 SYNC=${BENCH_S3_SYNC:-30s}
 read -r -a MOUNT_FLAGS <<<"${BENCH_S3_MOUNT_FLAGS:-}"
+read -r -a MOUNT_ENV <<<"${BENCH_S3_MOUNT_ENV:-}"
+RAW_WALK=${BENCH_S3_RAW_WALK:-1}
+FIND_JOBS=${BENCH_S3_FIND_JOBS:-0}
+SAMPLE=${BENCH_S3_SAMPLE:-1}
+OUT=${BENCH_S3_OUT:-}
+MIN_INODES=${BENCH_S3_MIN_INODES:-1500000}
+LINK=${BENCH_S3_LINK:-0}
+MIN_FREE_MB=${BENCH_S3_MIN_FREE_MB:-2048}
 PARTS=${BENCH_S3_PARTS:-index checkpoints mount}
 VGW=${CKGUARD_VERSITYGW:-$ROOT/.tools/bin/versitygw}
 for tool in "$VGW" fusermount3 python3 curl go; do
@@ -56,6 +76,7 @@ WORK=$(mktemp -d "${BENCH_S3_TMP:-/tmp}/ckguard-bench-s3-scale.XXXXXX")
 PIDS=()
 MOUNTS=()
 cleanup() {
+	if [ -n "$OUT" ]; then mkdir -p "$OUT" && cp "$WORK"/report "$WORK"/soak-*.tsv "$WORK"/mount-*.log "$WORK"/gen-*.json "$WORK"/sync-*.txt "$OUT"/ 2>/dev/null || true; fi
 	for m in "${MOUNTS[@]}"; do fusermount3 -uz "$m" 2>/dev/null || true; done
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
 	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
@@ -105,6 +126,30 @@ read -r PEP <&"${PROXY[0]}"
 proxy_ops() { kill -USR1 "$PROXY_PID"; read -r line <&"${PROXY[0]}"; echo "$line"; }
 
 rss_mib() { awk '/VmRSS/{printf "%d", $2/1024}' "/proc/$1/status"; }
+hwm_mib() { awk '/VmHWM/{printf "%d", $2/1024}' "/proc/$1/status"; } # the peak RSS so far
+free_inodes() { df --output=iavail "$WORK" | tail -1 | tr -d ' '; }
+free_mb() { df -m --output=avail "$WORK" | tail -1 | tr -d ' '; }
+# generate dir jobs: gentree, stopped when the scratch file system runs low on inodes or space (a full
+# disk would fail other work on the machine, and half a store measures nothing).
+generate() {
+	local need_inodes=$(( $2 * 5010 + $2 * 12 )) need_mb=$(( $2 * 5010 * 45 / 10000 )) link=()
+	if [ "$LINK" != 0 ]; then need_inodes=$(( $2 * 25 )); need_mb=$(( $2 * 4 )); link=(-link); fi
+	if [ $(( $(free_inodes) - need_inodes )) -lt "$MIN_INODES" ] || [ $(( $(free_mb) - need_mb )) -lt "$MIN_FREE_MB" ]; then
+		echo "bench-s3-scale: $2 jobs need about $need_inodes inodes and $need_mb MiB; $(free_inodes) inodes and $(free_mb) MiB free, below BENCH_S3_MIN_INODES=$MIN_INODES / BENCH_S3_MIN_FREE_MB=$MIN_FREE_MB once written" >&2
+		return 1
+	fi
+	"$WORK/gentree" -out "$1" -jobs "$2" -checkpoints 10 -refs 2000 -new 333 -data ${link[@]+"${link[@]}"} -seed bench &
+	local g=$!
+	while kill -0 "$g" 2>/dev/null; do
+		if [ "$(free_inodes)" -lt "$MIN_INODES" ] || [ "$(free_mb)" -lt "$MIN_FREE_MB" ]; then
+			kill "$g"; wait "$g" 2>/dev/null || true
+			echo "bench-s3-scale: generation stopped: $(free_inodes) inodes and $(free_mb) MiB left (BENCH_S3_MIN_INODES=$MIN_INODES, BENCH_S3_MIN_FREE_MB=$MIN_FREE_MB)" >&2
+			return 1
+		fi
+		sleep 5
+	done
+	wait "$g"
+}
 metric() { # name: the first sample's value, or empty
 	{ curl -fsS "http://$MADDR/metrics" 2>/dev/null || true; } | awk -v n="$1" '$1==n{print $2; exit}'
 }
@@ -118,20 +163,24 @@ phase() { # objects soak-seconds
 	local t0 mnt=$WORK/mnt-$1 idx=$WORK/index-$1
 	echo "-- $n objects ($jobs jobs x 10 checkpoints x 2,000 references)"
 	t0=$(now)
-	"$WORK/gentree" -out "$WORK/data/bench" -jobs "$jobs" -checkpoints 10 -refs 2000 -new 333 -data -seed bench >"$WORK/gen-$n.json"
+	generate "$WORK/data/bench" "$jobs" >"$WORK/gen-$n.json"
 	row "$n: generated in versitygw's folder (s)" "$(since "$t0")" "$(load)"
-	local l; l=$(load)
-	read -r cnt raw < <("$WORK/s3raw" walk --endpoint "$PEP" --bucket bench)
-	row "$n: raw ListObjectsV2 walk at $LAT, $cnt objects (s)" "$raw" "$l"
-	# The same walk with the SDK's XML decoding instead of ckguard's lean decoder (both are s3client's).
-	l=$(load)
-	read -r _ rawsdk < <(CKGUARD_S3_SDK_DECODER=1 "$WORK/s3raw" walk --endpoint "$PEP" --bucket bench)
-	row "$n: the raw walk with the SDK's XML decoding (s)" "$rawsdk" "$l"
+	row "$n:   scratch file system: inodes used by the store, MiB used" "$(du -s --inodes "$WORK/data/bench" | cut -f1), $(du -sm "$WORK/data/bench" | cut -f1)" "$(load)"
+	local l raw="" rawsdk=""
+	if [ "$RAW_WALK" != 0 ]; then
+		l=$(load)
+		read -r cnt raw < <("$WORK/s3raw" walk --endpoint "$PEP" --bucket bench)
+		row "$n: raw ListObjectsV2 walk at $LAT, $cnt objects (s)" "$raw" "$l"
+		# The same walk with the SDK's XML decoding instead of ckguard's lean decoder (both are s3client's).
+		l=$(load)
+		read -r _ rawsdk < <(CKGUARD_S3_SDK_DECODER=1 "$WORK/s3raw" walk --endpoint "$PEP" --bucket bench)
+		row "$n: the raw walk with the SDK's XML decoding (s)" "$rawsdk" "$l"
+	fi
 	proxy_ops >/dev/null
 	MADDR=127.0.0.1:$(free_port)
 	mkdir -p "$mnt"
 	t0=$(now)
-	"$WORK/ckguard" mount --foreground --store s3://bench --index "$idx" --map "file:$WORK/data/bench=" \
+	env ${MOUNT_ENV[@]+"${MOUNT_ENV[@]}"} "$WORK/ckguard" mount --foreground --store s3://bench --index "$idx" --map "file:$WORK/data/bench=" \
 		--sync-interval "$SYNC" --metrics-addr "$MADDR" ${MOUNT_FLAGS[@]+"${MOUNT_FLAGS[@]}"} \
 		--s3-endpoint "$PEP" --s3-path-style --s3-region us-east-1 "$mnt" >"$WORK/mount-$n.log" 2>&1 &
 	local ck=$!
@@ -145,15 +194,25 @@ phase() { # objects soak-seconds
 	done
 	row "$n: mount ready, first index build at $LAT (s)" "$(since "$t0")" "$(load)"
 	row "$n:   requests of the first build" "$(proxy_ops)" "$(load)"
+	row "$n:   RSS when ready, peak RSS of the first build (VmHWM) (MiB)" "$(rss_mib "$ck"), $(hwm_mib "$ck")" "$(load)"
+	row "$n:   index on disk after the first build (MiB)" "$(du -sm "$idx" | cut -f1)" "$(load)"
 	local maxlag=0 maxrss=0 r s0 c0 t1
 	s0=$(metric ckguard_sync_duration_seconds_sum); c0=$(metric ckguard_sync_duration_seconds_count)
 	t1=$(now)
 	local victim tl="" bound=""
+	local samples=$WORK/soak-$n.tsv
+	printf 'seconds\trss_mib\tlag_s\n' >"$samples"
+	local next=0
 	victim=$(python3 -c "import json,sys; print(next(k for k in json.load(open(sys.argv[1]))['SampleReferenced'] if '/shared/' in k))" "$WORK/gen-$n.json")
 	while python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) else 1)" "$(since "$t1")" "$soak"; do
 		lag=$(metric ckguard_index_lag_seconds); r=$(rss_mib "$ck")
 		maxlag=$(python3 -c "import sys; print(max(float(sys.argv[1]), float(sys.argv[2] or 0)))" "$maxlag" "$lag")
 		[ "$r" -gt "$maxrss" ] && maxrss=$r
+		local el; el=$(since "$t1")
+		if python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)" "$el" "$next"; then
+			printf '%s\t%s\t%s\n' "$el" "$r" "$lag" >>"$samples"
+			next=$(python3 -c "import sys; print(float(sys.argv[1]) + float(sys.argv[2]))" "$next" "$SAMPLE")
+		fi
 		if [ -z "$tl" ] && nonneg "$(metric ckguard_loss_check_age_seconds)"; then
 			bound=$(metric ckguard_loss_check_bound_seconds)
 			row "$n: loss check: first complete check $(since "$t1") s into the soak; advertised bound (s)" "$bound" "$(load)"
@@ -174,6 +233,8 @@ phase() { # objects soak-seconds
 	row "$n:   requests during the soak" "$ops" "$(load)"
 	row "$n: max index lag during the soak (s), --sync-interval $SYNC" "$maxlag" "$(load)"
 	row "$n: mount RSS after ${soak} s (max sampled) (MiB)" "$(rss_mib "$ck") ($maxrss)" "$(load)"
+	row "$n:   soak samples every ${SAMPLE} s: count, max RSS, final RSS (MiB)" "$(awk -F'\t' 'NR>1{n++; if($2>m)m=$2; f=$2} END{print n", "m", "f}' "$samples")" "$(load)"
+	row "$n:   index on disk after the soak (MiB)" "$(du -sm "$idx" | cut -f1)" "$(load)"
 	if [ -n "$tl" ] && [ "$tl" != done ]; then
 		# Not shown during the soak: wait for it up to the advertised bound and a minute.
 		while python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) + 60 else 1)" "$(since "$tl")" "${bound:-0}"; do
@@ -189,18 +250,38 @@ phase() { # objects soak-seconds
 	[ "$tl" = done ] || row "$n: loss check: removed object NOT shown within the advertised bound" "${tl:+removed}" "$(load)"
 	proxy_ops >/dev/null
 	l=$(load); t0=$(now)
-	local found; found=$(find "$mnt" -type f | wc -l)
-	local tf; tf=$(since "$t0")
-	row "$n: find -type f through the mount at $LAT, $found files (s)" "$tf" "$l"
+	local found tf what="everything"
+	if [ "$FIND_JOBS" -gt 0 ]; then
+		what="the first $FIND_JOBS job folders"
+		# The job folders are read in full before head takes some (no SIGPIPE under pipefail).
+		local dirs; dirs=$(find "$mnt/flink" -mindepth 1 -maxdepth 1 -type d | sort)
+		found=$(head -n "$FIND_JOBS" <<<"$dirs" | xargs -d '\n' -I{} find {} -type f | wc -l)
+	else
+		found=$(find "$mnt" -type f | wc -l)
+	fi
+	tf=$(since "$t0")
+	row "$n: find -type f through the mount at $LAT over $what, $found files (s)" "$tf" "$l"
 	row "$n:   requests of the find" "$(proxy_ops)" "$(load)"
-	row "$n: find / raw walk (target <= 1.3)" "$(ratio "$tf" "$raw")" "$(load)"
-	row "$n: find / raw walk with the SDK's XML decoding" "$(ratio "$tf" "$rawsdk")" "$(load)"
+	if [ -n "$raw" ] && [ "$FIND_JOBS" -eq 0 ]; then
+		row "$n: find / raw walk (target <= 1.3)" "$(ratio "$tf" "$raw")" "$(load)"
+		row "$n: find / raw walk with the SDK's XML decoding" "$(ratio "$tf" "$rawsdk")" "$(load)"
+	fi
 	row "$n: mount RSS after the find (MiB)" "$(rss_mib "$ck")" "$(load)"
 	sleep 30
 	row "$n: mount RSS 30 s after the find (MiB)" "$(rss_mib "$ck")" "$(load)"
 	fusermount3 -u "$mnt" 2>/dev/null || fusermount3 -uz "$mnt" || true
 	kill "$ck" 2>/dev/null || true
 	wait "$ck" 2>/dev/null || true
+	# A no-change sync of the index the mount left, alone (the mount's syncs share the proxy's count
+	# with the loss check's listings).
+	proxy_ops >/dev/null
+	l=$(load); t0=$(now)
+	/usr/bin/time -f 'maxrss_kib %M' -o "$WORK/sync-$n.time" "$WORK/ckguard" index sync --store s3://bench --index "$idx" \
+		--map "file:$WORK/data/bench=" --s3-endpoint "$PEP" --s3-path-style --s3-region us-east-1 >"$WORK/sync-$n.txt" 2>&1 ||
+		{ echo "bench-s3-scale: index sync failed: $(tail -5 "$WORK/sync-$n.txt")" >&2; exit 1; }
+	row "$n: no-change index sync at $LAT, unmounted (s)" "$(since "$t0")" "$l"
+	row "$n:   its requests, peak RSS (MiB)" "$(proxy_ops), $(awk '/maxrss_kib/{printf "%d", $2/1024}' "$WORK/sync-$n.time")" "$(load)"
+	row "$n:   index on disk (MiB)" "$(du -sm "$idx" | cut -f1)" "$(load)"
 }
 [ "$SMALL_N" -gt 0 ] && phase "$SMALL_N" "$SOAK_SMALL"
 [ "$SCALE_N" -gt 0 ] && phase "$SCALE_N" "$SOAK"

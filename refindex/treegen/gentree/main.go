@@ -24,6 +24,7 @@ func main() {
 	refs := flag.Int("refs", 1000, "shared SSTs referenced by each checkpoint")
 	nw := flag.Int("new", 50, "new SSTs per checkpoint (the rest are reused from the previous one)")
 	data := flag.Bool("data", false, "also create the referenced files")
+	link := flag.Bool("link", false, "with -data: make each job's data files hard links to its first one (one inode per job)")
 	seed := flag.String("seed", "bench", "name seed")
 	flag.Parse()
 	if *out == "" {
@@ -35,7 +36,7 @@ func main() {
 	var err error
 	switch *scenario {
 	case "":
-		res, err = treegen.Large(*out, treegen.LargeSpec{Jobs: *jobs, CheckpointsPerJob: *cks, RefsPerCheckpoint: *refs, NewPerCheckpoint: *nw, DataFiles: *data, Seed: *seed}, now)
+		res, err = treegen.Large(*out, treegen.LargeSpec{Jobs: *jobs, CheckpointsPerJob: *cks, RefsPerCheckpoint: *refs, NewPerCheckpoint: *nw, DataFiles: *data, LinkData: *link, Seed: *seed}, now)
 	case "incident-one":
 		res, err = summary(treegen.IncidentOne(*out, now))
 	case "incident-two":
