@@ -500,8 +500,9 @@ type readHandle struct{ r hdfsclient.Reader }
 var _ gofs.FileReader = (*readHandle)(nil)
 var _ gofs.FileReleaser = (*readHandle)(nil)
 
-// Read reads through the client's reader, whose block reader streams a sequential read from the
-// DataNode (the readahead); the kernel's own readahead asks up to 1 MiB per request.
+// Read reads through the client's reader: one DataNode block read per request, no connection held
+// between requests (an open file costs the DataNode no transfer thread); the kernel's readahead asks
+// up to 1 MiB per request.
 func (h *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	if off >= h.r.Size() {
 		return fuse.ReadResultData(nil), 0
