@@ -5,24 +5,28 @@ package hdfsmount_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guard/guardtest"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsmount"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsquarantine"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfstest/minidfs"
 )
 
 // redteamMount mounts a fresh folder of a real MiniDFSCluster with --allow-other at a mountpoint
 // nobody can reach, and returns the mountpoint, the client beside the mount and the folder.
-func redteamMount(t *testing.T, o minidfs.Options, ck *guardtest.Checker) (string, *hdfsclient.Client, string) {
+func redteamMount(t *testing.T, o minidfs.Options, ck *guardtest.Checker, quarantined bool) (string, *hdfsclient.Client, string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the daemon mounts with allow_other and the test switches to nobody")
@@ -52,7 +56,15 @@ func redteamMount(t *testing.T, o minidfs.Options, ck *guardtest.Checker) (strin
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	m, err := hdfsmount.Mount(context.Background(), hdfsmount.Options{FS: cl, Dir: root, Name: c.URI(root), Mountpoint: mnt, Enforcer: enf, AllowOther: true})
+	mo := hdfsmount.Options{FS: cl, Dir: root, Name: c.URI(root), Mountpoint: mnt, Enforcer: enf, AllowOther: true}
+	if quarantined {
+		a, err := hdfsquarantine.Open(context.Background(), cl, root, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mo.Quarantine = a
+	}
+	m, err := hdfsmount.Mount(context.Background(), mo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +99,7 @@ func sockets(t *testing.T) int {
 // write timeout), so a user could otherwise starve the checkpoints being written of transfer threads.
 func TestRedteamOpenStormHoldsNoDataNodeConnections(t *testing.T) {
 	const files = 60
-	mnt, cl, root := redteamMount(t, minidfs.Options{}, guardtest.New())
+	mnt, cl, root := redteamMount(t, minidfs.Options{}, guardtest.New(), false)
 	for i := range files {
 		minidfs.WriteFile(t, cl, fmt.Sprintf("%s/job/f%02d", root, i), strings.Repeat("x", 256<<10))
 	}
@@ -126,5 +138,49 @@ sys.stdin.read()
 	stdin.Close()
 	if _, err := io.Copy(io.Discard, stdout); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRedteamUnlinkOfFileReplacedByFolder: the kernel still knows a name as a file, and the directory's
+// last listing (under 2 s old, which an unlink's decision may use) says so, when beside the mount the
+// file is replaced by a folder holding files. With the HDFS trash or a quarantine an allowed unlink is a
+// rename of the name; it must never move that folder away with everything in it (the index judges an
+// unlink for the one file, not for a tree: a file a live checkpoint references could be in it). The
+// unlink is decided on what the name is now, a folder, and fails as one (EISDIR).
+func TestRedteamUnlinkOfFileReplacedByFolder(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		o           minidfs.Options
+		quarantined bool
+	}{
+		{"trash", minidfs.Options{TrashInterval: time.Hour}, false},
+		{"quarantine", minidfs.Options{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			mnt, cl, root := redteamMount(t, tc.o, guardtest.New(), tc.quarantined)
+			minidfs.WriteFile(t, cl, root+"/job/f", "an unreferenced file")
+			minidfs.WriteFile(t, cl, root+"/job/other", "x")
+			// A listing through the mount fills the attribute cache; the kernel learns f as a file.
+			if _, err := os.ReadDir(filepath.Join(mnt, "job")); err != nil {
+				t.Fatal(err)
+			}
+			if fi, err := os.Lstat(filepath.Join(mnt, "job", "f")); err != nil || !fi.Mode().IsRegular() {
+				t.Fatalf("f through the mount: %v %v", fi, err)
+			}
+			// Beside the mount: f becomes a folder holding a file.
+			if err := cl.Remove(ctx, root+"/job/f"); err != nil {
+				t.Fatal(err)
+			}
+			minidfs.WriteFile(t, cl, root+"/job/f/inner", "inner")
+			err := syscall.Unlink(filepath.Join(mnt, "job", "f"))
+			t.Logf("unlink of the name that became a folder: %v", err)
+			if b, ok := (realStore{c: cl, root: root}).Get(t, "job/f/inner"); !ok || b != "inner" {
+				t.Fatalf("the file in the folder that replaced the file: %q %v (unlink answered %v)", b, ok, err)
+			}
+			if !errors.Is(err, syscall.EISDIR) {
+				t.Errorf("unlink of a name that is a folder: %v, want EISDIR", err)
+			}
+		})
 	}
 }
