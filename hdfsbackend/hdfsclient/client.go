@@ -387,15 +387,36 @@ func (r *reader) Close() error {
 	return wrap("close", r.name, r.f.Close())
 }
 
+// ReadAt reads p at off and then lets go of the DataNode connection the read used: an open file holds
+// none between its reads. Every connection is a transfer thread on the DataNode
+// (dfs.datanode.max.transfer.threads, 4096 by default, each kept until the DataNode's 8-minute write
+// timeout), so a mount holding one per open file let any user of an --allow-other mount open and read
+// one byte of thousands of files and leave the checkpoints being written without transfer threads.
+// It costs no reconnect the library would not make anyway: its ReadAt seeks first, and a seek, even to
+// the offset it is at, closes the block reader (only a skip forward within the block keeps it).
 func (r *reader) ReadAt(p []byte, off int64) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_ = r.f.SetDeadline(time.Now().Add(r.d))
 	n, err := r.f.ReadAt(p, off)
+	r.dropBlockReader()
 	if err != nil && err != io.EOF {
 		return n, wrap("read", r.name, err)
 	}
 	return n, err
+}
+
+// dropBlockReader closes the file's DataNode connection, if it holds one, keeping its offset: a seek
+// backwards cannot be served by skipping, so the library closes the block reader, and the seek back
+// only sets the offset (the next read connects again). At offset 0 nothing was read, so nothing is held.
+func (r *reader) dropBlockReader() {
+	cur, err := r.f.Seek(0, io.SeekCurrent)
+	if err != nil || cur == 0 {
+		return
+	}
+	if _, err := r.f.Seek(-1, io.SeekCurrent); err == nil {
+		_, _ = r.f.Seek(cur, io.SeekStart)
+	}
 }
 
 func (c *Client) Open(ctx context.Context, name string) (Reader, error) {

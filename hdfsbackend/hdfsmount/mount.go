@@ -57,8 +57,7 @@ type Options struct {
 	ListAhead int
 	// KernelReadAhead is the kernel's readahead for the mount (its BDI's read_ahead_kb; 0: 4 MiB, < 0:
 	// the kernel's 128 KiB): raised, a sequential reader's data comes in 1 MiB READ requests, each one
-	// forward read of the client's streamed block reader, instead of 128 KiB ones. Needs root (skipped
-	// otherwise).
+	// DataNode block read, instead of 128 KiB ones. Needs root (skipped otherwise).
 	KernelReadAhead int64
 }
 

@@ -301,14 +301,24 @@ func (f *filesystem) discard(ctx context.Context, p string, st *staging) syscall
 }
 
 // Unlink decides the one file, on a listing's attributes at most unlinkTTL old or the stat just taken
-// (a failed stat is its errno, never "gone").
+// (a failed stat is its errno, never "gone"). When the act is a rename of the name (into the trash or
+// the quarantine) it is decided on a stat taken now: a rename moves whatever the name is, and a folder
+// that replaced the listed file beside the mount would go with everything in it, while the decision
+// only judged one file (a plain delete is non-recursive: the NameNode refuses a folder with anything
+// in it, so the listing's attributes are enough there).
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	key := childKey(n.key(), name)
 	if hiddenKey(key) {
 		return syscall.ENOENT
 	}
 	p := n.fsys.abs(key)
-	fi, err := n.fsys.stat(ctx, key, unlinkTTL)
+	var fi hdfsclient.FileInfo
+	var err error
+	if n.fsys.q != nil || n.fsys.trash {
+		fi, err = n.fsys.fs.Stat(ctx, p)
+	} else {
+		fi, err = n.fsys.stat(ctx, key, unlinkTTL)
+	}
 	defer n.fsys.changed(key)
 	if err != nil {
 		return hdfsclient.Errno(err)
@@ -500,8 +510,9 @@ type readHandle struct{ r hdfsclient.Reader }
 var _ gofs.FileReader = (*readHandle)(nil)
 var _ gofs.FileReleaser = (*readHandle)(nil)
 
-// Read reads through the client's reader, whose block reader streams a sequential read from the
-// DataNode (the readahead); the kernel's own readahead asks up to 1 MiB per request.
+// Read reads through the client's reader: one DataNode block read per request, no connection held
+// between requests (an open file costs the DataNode no transfer thread); the kernel's readahead asks
+// up to 1 MiB per request.
 func (h *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	if off >= h.r.Size() {
 		return fuse.ReadResultData(nil), 0

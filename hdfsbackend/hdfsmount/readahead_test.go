@@ -53,7 +53,7 @@ func (c *readCounter) Open(ctx context.Context, name string) (hdfsclient.Reader,
 // reaches HDFS as one open and a few large reads, not one client read per 4 KiB: the mount lets the
 // kernel read ahead (MaxReadAhead 1 MiB, read_ahead_kb raised to 4 MiB as root). The bytes arrive
 // intact.
-// (This is the mount's side; the real client keeps its DataNode block reader across forward reads.)
+// (This is the mount's side; the real client makes one DataNode block read per ReadAt.)
 func TestSequentialReadIsReadAhead(t *testing.T) {
 	if testing.Short() {
 		t.Skip("FUSE mount not run in -short mode")
