@@ -48,11 +48,11 @@ func TestMoveToTrash(t *testing.T) {
 	if err := f.Put("/flink/j/d", []byte("d"), now); err != nil {
 		t.Fatal(err)
 	}
-	f.Fault = func(op, _ string) error { return hdfsclient.ErrSafeMode }
+	f.SetFault(func(op, _ string) error { return hdfsclient.ErrSafeMode })
 	if _, err := hdfsclient.MoveToTrash(ctx, f, "/flink/j/d", now); !errors.Is(err, hdfsclient.ErrSafeMode) {
 		t.Errorf("trash in safe mode: %v", err)
 	}
-	f.Fault = nil
+	f.SetFault(nil)
 	if _, err := f.Stat(ctx, "/flink/j/d"); err != nil {
 		t.Errorf("d after a failed trash: %v", err)
 	}

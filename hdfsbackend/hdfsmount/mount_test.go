@@ -31,8 +31,8 @@ type env struct {
 
 func setup(t *testing.T, trash time.Duration) *env { t.Helper(); return setupFake(t, trash, nil) }
 
-// setupFake is setup with prep configuring the fake before the mount uses it (its fields are not
-// safe to change while mounted).
+// setupFake is setup with prep configuring the fake before the mount uses it (its exported fields are
+// not safe to change while mounted; its fault hook is, through SetFault).
 func setupFake(t *testing.T, trash time.Duration, prep func(*hdfsfake.FS)) *env {
 	t.Helper()
 	if testing.Short() {
@@ -185,12 +185,12 @@ func TestNameNodeTroubleRefusesDeletes(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(e.mnt, "job_7d83f2a1")); err != nil {
 				t.Fatal(err)
 			}
-			e.f.Fault = func(op, name string) error {
+			e.f.SetFault(func(op, name string) error {
 				if op == fc.op && strings.Contains(name, "job_7d83f2a1") {
 					return fc.err
 				}
 				return nil
-			}
+			})
 			out, err := exec.Command("rm", "-rf", filepath.Join(e.mnt, "job_7d83f2a1")).CombinedOutput()
 			if err == nil {
 				t.Errorf("rm -rf succeeded with the NameNode failing")
@@ -206,7 +206,7 @@ func TestNameNodeTroubleRefusesDeletes(t *testing.T) {
 					t.Errorf("referenced %s: %v", k, err)
 				}
 			}
-			e.f.Fault = nil
+			e.f.SetFault(nil)
 			_ = exec.Command("rm", "-rf", filepath.Join(e.mnt, "job_7d83f2a1")).Run()
 			if got := e.files(); got != survivors {
 				t.Errorf("after recovery left %s\nwant %s", got, survivors)
@@ -394,12 +394,12 @@ func TestStreamedListing(t *testing.T) {
 	var lists atomic.Int32
 	e := setupFake(t, 0, func(f *hdfsfake.FS) {
 		f.PageSize = 3
-		f.Fault = func(op, name string) error {
+		f.SetFault(func(op, name string) error {
 			if failing.Load() && op == "list" && strings.HasSuffix(name, "/j") && lists.Add(1) == 4 {
 				return hdfsclient.ErrUnavailable
 			}
 			return nil
-		}
+		})
 	})
 	names := []string{"A1", "_metadata", "a", "chk-1", "chk-10", "chk-2", "chk-x"}
 	for i := range 20 {

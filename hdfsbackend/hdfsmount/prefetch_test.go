@@ -23,14 +23,14 @@ func setupWatched(t *testing.T) (*env, *listWatch) {
 	t.Helper()
 	w := &listWatch{listed: map[string]int{}}
 	e := setupFake(t, 0, func(f *hdfsfake.FS) {
-		f.Fault = func(op, name string) error {
+		f.SetFault(func(op, name string) error {
 			if op == "list" {
 				w.mu.Lock()
 				w.listed[strings.TrimPrefix(name, dir+"/")]++
 				w.mu.Unlock()
 			}
 			return nil
-		}
+		})
 	})
 	return e, w
 }

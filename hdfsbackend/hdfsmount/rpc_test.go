@@ -20,12 +20,12 @@ type rpcCounter struct {
 
 func (e *env) countRPCs() *rpcCounter {
 	c := &rpcCounter{n: map[string]int{}}
-	e.f.Fault = func(op, name string) error {
+	e.f.SetFault(func(op, name string) error {
 		c.mu.Lock()
 		c.n[op]++
 		c.mu.Unlock()
 		return nil
-	}
+	})
 	return c
 }
 
@@ -124,7 +124,7 @@ func TestSlowRmRelistsInsteadOfStat(t *testing.T) {
 	var mu sync.Mutex
 	n := map[string]int{}
 	e := setupFake(t, 0, func(f *hdfsfake.FS) {
-		f.Fault = func(op, name string) error {
+		f.SetFault(func(op, name string) error {
 			mu.Lock()
 			n[op]++
 			mu.Unlock()
@@ -132,7 +132,7 @@ func TestSlowRmRelistsInsteadOfStat(t *testing.T) {
 				time.Sleep(80 * time.Millisecond) // 60 deletes: about 5 s, past the 2 s an unlink accepts
 			}
 			return nil
-		}
+		})
 	})
 	old := time.Now().Add(-10 * 24 * time.Hour)
 	for f := range files {

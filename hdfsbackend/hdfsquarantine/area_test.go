@@ -229,11 +229,11 @@ func crashAtEveryStep(t *testing.T, key string, record bool) {
 		t.Run("stage-"+s.op, func(t *testing.T) {
 			f := newStore(t, map[string]string{key: body})
 			a := open(t, f, nil)
-			f.Fault = faultAt(s.op, s.name)
+			f.SetFault(faultAt(s.op, s.name))
 			if _, err := a.Stage(ctx, key, quarantine.Decision{Op: "unlink"}); err == nil {
 				t.Fatal("staging succeeded through the fault")
 			}
-			f.Fault = nil
+			f.SetFault(nil)
 			exactlyOnce(t, f, a, key, body)
 			if _, probs, _ := a.ListAll(ctx); len(probs) != 0 {
 				t.Errorf("problems: %+v", probs)
@@ -253,9 +253,9 @@ func crashAtEveryStep(t *testing.T, key string, record bool) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f.Fault = faultAt(s.op, s.name)
+			f.SetFault(faultAt(s.op, s.name))
 			_, _ = a.Restore(ctx, e.ID)
-			f.Fault = nil
+			f.SetFault(nil)
 			exactlyOnce(t, f, a, key, body)
 			clock = clock.Add(time.Hour)
 			if err := a.Tidy(ctx, 10*time.Minute); err != nil {
@@ -278,9 +278,9 @@ func crashAtEveryStep(t *testing.T, key string, record bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.Fault = faultAt("delete", ".json")
+		f.SetFault(faultAt("delete", ".json"))
 		_ = a.Purge(ctx, e.ID)
-		f.Fault = nil
+		f.SetFault(nil)
 		if es, probs, _ := a.ListAll(ctx); len(es) != 0 || len(probs) != 0 {
 			t.Errorf("after a purge stopped before its record: %+v %+v", es, probs)
 		}

@@ -72,12 +72,12 @@ func TestDiscoveryFailsClosed(t *testing.T) {
 				if got, err := listMeta(s); err != nil || got != "j1/chk-1/_metadata,j2/chk-1/_metadata,j3/chk-2/_metadata" {
 					t.Fatalf("healthy discovery = %q, %v", got, err)
 				}
-				f.Fault = func(op, name string) error {
+				f.SetFault(func(op, name string) error {
 					if op == "list" && name == failing {
 						return fc.err
 					}
 					return nil
-				}
+				})
 				got, err := listMeta(s)
 				if fc.name == "vanished" && failing != "/flink/checkpoints" {
 					// A folder below the store root that is gone by the time it is listed (Flink removing
@@ -116,7 +116,7 @@ func TestWalkBoundedConcurrency(t *testing.T) {
 	var cur, peak atomic.Int64
 	gate := make(chan struct{})
 	var open sync.Once
-	f.Fault = func(op, name string) error {
+	f.SetFault(func(op, name string) error {
 		if op == "list" && name != "/flink/checkpoints" {
 			n := cur.Add(1)
 			for {
@@ -132,7 +132,7 @@ func TestWalkBoundedConcurrency(t *testing.T) {
 			cur.Add(-1)
 		}
 		return nil
-	}
+	})
 	got, err := listMeta(s)
 	if err != nil {
 		t.Fatal(err)
@@ -169,7 +169,7 @@ func TestStatObserved(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := store.ObjectInfo{Path: "j/chk-1/_metadata", Size: 99}
-	f.Fault = func(op, name string) error { return hdfsclient.ErrUnavailable }
+	f.SetFault(func(op, name string) error { return hdfsclient.ErrUnavailable })
 	got, err := store.StatObserved(context.Background(), s, seen)
 	if err != nil || got.Size != 99 {
 		t.Errorf("observed stat = %+v, %v", got, err)

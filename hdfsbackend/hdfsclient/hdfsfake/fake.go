@@ -39,9 +39,8 @@ type FS struct {
 	PageSize int
 	// Trash is the reported fs.trash.interval.
 	Trash time.Duration
-	// Fault, when set, is asked before every call; a non-nil error is returned instead (wrapped as the
-	// real client wraps it, so hdfsclient.Errno classifies it the same way).
-	Fault func(op, name string) error
+	// fault is the hook SetFault sets; under mu, so a test may change it while a mount is calling.
+	fault func(op, name string) error
 	// Now stamps modification times (default time.Now).
 	Now func() time.Time
 	// Calls counts calls per op.
@@ -59,6 +58,17 @@ func New(user string) *FS {
 	return &FS{nodes: map[string]*node{"/": {id: 16385, dir: true, perm: 0o755}}, ids: 16385, user: user, PageSize: 1000, Now: time.Now, Calls: map[string]int{}}
 }
 
+// SetFault sets the hook asked before every call (nil: none); a non-nil error it returns is the call's
+// answer, wrapped as the real client wraps it, so hdfsclient.Errno classifies it the same way. It may be
+// called while the fake is in use (a mount serving requests): the hook is read under the fake's lock, so
+// every call that starts after SetFault returns sees the new hook. The hook runs without that lock and
+// from many goroutines at once; it must synchronise what it shares.
+func (f *FS) SetFault(fn func(op, name string) error) {
+	f.mu.Lock()
+	f.fault = fn
+	f.mu.Unlock()
+}
+
 func (f *FS) User() string { return f.user }
 func (f *FS) Close() error { return nil }
 
@@ -73,7 +83,7 @@ func (f *FS) enter(ctx context.Context, op, name string) error {
 	}
 	f.mu.Lock()
 	f.Calls[op]++
-	fault := f.Fault
+	fault := f.fault
 	f.mu.Unlock()
 	if fault != nil {
 		if err := fault(op, name); err != nil {

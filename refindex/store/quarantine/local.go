@@ -43,6 +43,10 @@ type Local struct {
 	// harmless here (Find stats the candidates) and is dropped by Restore, Purge and Tidy.
 	named map[string]string
 	now   func() time.Time
+	// nameMax is the longest entry name the quarantine folder's filesystem takes (its NAME_MAX, read at
+	// open: 255 on ext4 and XFS, 143 on eCryptfs): a self-describing name (EntryName) longer than that
+	// would make the staging's rename fail, so such an entry takes a plain id and a record instead.
+	nameMax int
 }
 
 // ErrClosed is returned by every operation after Close.
@@ -61,9 +65,27 @@ func (l *Local) lock() error {
 // other name in the folder is an object, named by its entry's id.
 const JournalName = "entries.jsonl"
 
-// nameLimit bounds a self-describing entry name (EntryName): NAME_MAX of Linux filesystems. A longer
-// one takes a plain id and a record in the journal.
-const nameLimit = 255
+// defaultNameMax is NAME_MAX of most Linux filesystems, the limit assumed when the quarantine
+// folder's filesystem does not report its own (folderNameMax).
+const defaultNameMax = 255
+
+// folderNameMax is the longest name the filesystem of the folder fd takes (statfs f_namelen; what
+// fpathconf(_PC_NAME_MAX) answers on Linux). A filesystem that does not say gets defaultNameMax; one
+// that reports less than a plain entry id could hold is an error (no entry could be named there).
+func folderNameMax(fd int) (int, error) {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(fd, &st); err != nil || st.Namelen <= 0 {
+		return defaultNameMax, nil
+	}
+	n := int(st.Namelen)
+	if n < minNameMax {
+		return 0, fmt.Errorf("the quarantine folder %s is on a filesystem whose names are at most %d bytes, too short for an entry id (%d bytes)", store.QuarantineDir, n, minNameMax)
+	}
+	return n, nil
+}
+
+// minNameMax is the length of a plain entry id (NewID), the name every entry can fall back to.
+const minNameMax = 19 + 1 + 16
 
 // maxRecord bounds one entry record read back (a record is a few hundred bytes; a hostile journal must
 // not make the reader allocate gigabytes for one line).
@@ -95,7 +117,11 @@ func OpenLocalAt(rootFD int, now func() time.Time) (*Local, error) {
 		return nil, fmt.Errorf("quarantine: duplicate the store root descriptor: %w", err)
 	}
 	l := &Local{root: rfd, dir: fd, now: now}
-	if l.journal, err = l.openJournal(); err == nil {
+	l.nameMax, err = folderNameMax(fd)
+	if err == nil {
+		l.journal, err = l.openJournal()
+	}
+	if err == nil {
 		l.recs, _, err = l.records()
 	}
 	if err == nil {
@@ -210,7 +236,7 @@ func (l *Local) MoveAtStat(dirfd int, name, key string, st *unix.Stat_t, d Decis
 		e.PathBytes = []byte(key)
 	}
 	named := false
-	if n := EntryName(e, nameLimit); n != "" {
+	if n := EntryName(e, l.nameMax); n != "" {
 		e.ID, named = n, true
 		// What the name holds, as ListAll reads it back.
 		e.Decision = Decision{Op: d.Op, Reason: "allowed", UID: d.UID, GID: d.GID, PID: d.PID, Comm: d.Comm}

@@ -87,9 +87,30 @@ func TestLocalStagesOnlyTheDecidedFile(t *testing.T) {
 // TestLocalNamesAtTheEdges: keys that hold the name separator, percent signs, control characters,
 // invalid UTF-8 or a 255-byte final name, and keys around the name limit, stage, list, find and restore
 // to their exact bytes; a key too long for a name falls back to a journal record written before the move.
+// The limit is the quarantine folder's own (statfs f_namelen), and a smaller one (eCryptfs: 143) moves
+// the fallback down with it: no entry name is longer than the folder's filesystem takes.
 func TestLocalNamesAtTheEdges(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		limit int // 0: the folder's own
+	}{{"folder's own limit", 0}, {"eCryptfs limit 143", 143}} {
+		t.Run(tc.name, func(t *testing.T) { testLocalNamesAtTheEdges(t, tc.limit) })
+	}
+}
+
+func testLocalNamesAtTheEdges(t *testing.T, limit int) {
 	dir, l, _ := newArea(t)
 	ctx := context.Background()
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(filepath.Join(dir, store.QuarantineDir), &sfs); err != nil {
+		t.Fatal(err)
+	}
+	if l.nameMax != int(sfs.Namelen) {
+		t.Fatalf("name limit %d, the folder's filesystem says %d", l.nameMax, sfs.Namelen)
+	}
+	if limit != 0 {
+		l.nameMax = limit
+	}
 	journal := filepath.Join(dir, store.QuarantineDir, JournalName)
 	// fits is the longest key whose self-describing name fits the limit for the comm used below.
 	d := Decision{Op: OpUnlink, UID: 4294967295, GID: 4294967295, PID: 4294967295, Comm: "~%\n\x00comm-15bytes"}
@@ -97,7 +118,7 @@ func TestLocalNamesAtTheEdges(t *testing.T) {
 	fits := 0
 	for n := 1; n < 400; n++ {
 		probe.Path = strings.Repeat("k", n)
-		if EntryName(probe, nameLimit) == "" {
+		if EntryName(probe, l.nameMax) == "" {
 			break
 		}
 		fits = n
@@ -116,7 +137,7 @@ func TestLocalNamesAtTheEdges(t *testing.T) {
 		}
 		after, _ := os.Stat(journal)
 		_, named, perr := ParseEntryName(e.ID)
-		if wantNamed := len(k) <= fits; named != wantNamed || perr != nil || len(e.ID) > nameLimit {
+		if wantNamed := len(k) <= fits; named != wantNamed || perr != nil || len(e.ID) > l.nameMax {
 			t.Errorf("key %d (%d bytes): staged as %q (self-describing %v, want %v; %v)", i, len(k), e.ID, named, wantNamed, perr)
 		}
 		if grew := after.Size() > before.Size(); grew == named {
