@@ -35,6 +35,8 @@ type Config struct {
 	// no context): a hung NameNode fails the call with ErrUnavailable instead of blocking the mount.
 	// Default 30s.
 	RPCTimeout time.Duration
+	// Logger gets the client's WARNs (a ticket cache not renewed in time); default slog.Default().
+	Logger *slog.Logger
 }
 
 // Kerberos configures Kerberos authentication (hadoop.security.authentication=kerberos).
@@ -88,6 +90,9 @@ type Client struct {
 	stop        chan struct{}                   // closed by Close: ends the ticket watch
 	reloadCache func(*credentials.CCache) error // a ticket-cache login's reload (tests)
 	closeOnce   sync.Once
+
+	ccache string           // a ticket-cache login's cache file, for the expiry errors
+	now    func() time.Time // nil: time.Now (unit tests set it)
 }
 
 var _ FS = (*Client)(nil)
@@ -132,16 +137,20 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		_ = c.Close()
 		return nil, fmt.Errorf("HDFS %s: %w", cfg.Resolved, err)
 	}
-	cl := &Client{gen: &generation{c: c, nn: nn}, user: c.User(), timeout: cfg.RPCTimeout, stop: make(chan struct{})}
+	cl := &Client{gen: &generation{c: c, nn: nn, ticketEnd: login.ticketEnd}, user: c.User(), timeout: cfg.RPCTimeout, stop: make(chan struct{}), ccache: login.ccache}
 	if _, err := cl.Stat(ctx, "/"); err != nil {
 		_ = c.Close()
 		return nil, authHint(cfg, login, fmt.Errorf("HDFS %s (NameNodes %s): %w", cfg.Resolved, strings.Join(cfg.Resolved.Addresses, ","), err))
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
 	if !login.ticketEnd.IsZero() {
-		slog.Info("HDFS Kerberos: logged in from a ticket cache; it is reread from shortly before the ticket ends (renew it with kinit -R or k5start; a keytab login renews itself)", "ccache", login.ccache, "expires", login.ticketEnd)
+		log.Info("HDFS Kerberos: logged in from a ticket cache; it is reread from shortly before the ticket ends (renew it with kinit -R or k5start; a keytab login renews itself)", "ccache", login.ccache, "expires", login.ticketEnd)
 		reload := func(cc *credentials.CCache) error { return cl.reload(opts, login, cc) }
 		cl.reloadCache = reload
-		go watchTicket(slog.Default(), login.ccache, login.ticketEnd, reload, time.Now, func(d time.Duration) bool {
+		go watchTicket(log, login.ccache, login.ticketEnd, reload, time.Now, func(d time.Duration) bool {
 			t := time.NewTimer(d)
 			defer t.Stop()
 			select {
@@ -311,7 +320,10 @@ func (c *Client) Stat(ctx context.Context, name string) (FileInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return FileInfo{}, wrap("stat", name, err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("stat", name)
+	if err != nil {
+		return FileInfo{}, err
+	}
 	defer g.release()
 	fi, err := g.c.Stat(name)
 	if err != nil {
@@ -332,7 +344,10 @@ func (c *Client) List(ctx context.Context, name string, fn func([]FileInfo) erro
 	if err := ctx.Err(); err != nil {
 		return wrap("list", name, err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("list", name)
+	if err != nil {
+		return err
+	}
 	defer g.release()
 	d, err := g.c.Open(name)
 	if err != nil {
@@ -402,7 +417,10 @@ func (c *Client) Open(ctx context.Context, name string) (Reader, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, wrap("open", name, err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("open", name)
+	if err != nil {
+		return nil, err
+	}
 	f, err := g.c.Open(name)
 	if err != nil {
 		g.release()
@@ -449,7 +467,10 @@ func (c *Client) Create(ctx context.Context, name string, perm fs.FileMode) (Wri
 	if err := ctx.Err(); err != nil {
 		return nil, wrap("create", name, err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("create", name)
+	if err != nil {
+		return nil, err
+	}
 	sd, err := g.c.ServerDefaults()
 	if err != nil {
 		g.release()
@@ -469,7 +490,10 @@ func (c *Client) Append(ctx context.Context, name string) (Writer, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, wrap("append", name, err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("append", name)
+	if err != nil {
+		return nil, err
+	}
 	f, err := g.c.Append(name)
 	if err != nil {
 		g.release()
@@ -482,7 +506,10 @@ func (c *Client) Mkdir(ctx context.Context, name string, perm fs.FileMode) error
 	if err := ctx.Err(); err != nil {
 		return wrap("mkdir", name, err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("mkdir", name)
+	if err != nil {
+		return err
+	}
 	defer g.release()
 	return wrap("mkdir", name, g.c.Mkdir(name, perm.Perm()))
 }
@@ -491,7 +518,10 @@ func (c *Client) MkdirAll(ctx context.Context, name string, perm fs.FileMode) er
 	if err := ctx.Err(); err != nil {
 		return wrap("mkdir", name, err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("mkdir", name)
+	if err != nil {
+		return err
+	}
 	defer g.release()
 	return wrap("mkdir", name, g.c.MkdirAll(name, perm.Perm()))
 }
@@ -502,7 +532,10 @@ func (c *Client) Remove(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return wrap("remove", name, err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("remove", name)
+	if err != nil {
+		return err
+	}
 	defer g.release()
 	// The NameNode's message names the cause (for a refusal: "Permission denied: user=…, access=WRITE").
 	return wrap("remove", name, withRemoteMessage(deleteOne(g.nn, name)))
@@ -516,9 +549,12 @@ func (c *Client) Rename(ctx context.Context, from, to string) error {
 	if err := ctx.Err(); err != nil {
 		return wrap("rename", from, err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("rename", from)
+	if err != nil {
+		return err
+	}
 	defer g.release()
-	err := rename2(g.nn, from, to, false)
+	err = rename2(g.nn, from, to, false)
 	if err == nil {
 		return nil
 	}
@@ -543,7 +579,10 @@ func (c *Client) Chtimes(ctx context.Context, name string, mtime time.Time) erro
 	if err := ctx.Err(); err != nil {
 		return wrap("setTimes", name, err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("setTimes", name)
+	if err != nil {
+		return err
+	}
 	defer g.release()
 	return wrap("setTimes", name, g.c.Chtimes(name, mtime, mtime))
 }
@@ -558,7 +597,10 @@ func (c *Client) Defaults(ctx context.Context) (Defaults, error) {
 	if err := ctx.Err(); err != nil {
 		return Defaults{}, wrap("getServerDefaults", "/", err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("getServerDefaults", "/")
+	if err != nil {
+		return Defaults{}, err
+	}
 	defer g.release()
 	sd, err := g.c.ServerDefaults()
 	if err != nil {

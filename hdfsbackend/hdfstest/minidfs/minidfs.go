@@ -29,7 +29,7 @@
 //
 //	launcher → READY port=PORT [realm=REALM kdc=PORT]
 //	go       → safemode enter|leave | stopnn | restartnn | upload LOCAL HDFS | settimes PATH MILLIS |
-//	           dfs ARG... | dfsas USER ARG... | kinit USER CCACHE | shutdown
+//	           dfs ARG... | dfsas USER ARG... | kinit USER CCACHE [SECONDS] | shutdown
 //	launcher → OK EXIT BASE64(stdout) BASE64(stderr) | ERR BASE64(stack trace)
 package minidfs
 

@@ -11,7 +11,9 @@ import java.util.Properties;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.minikdc.MiniKdc;
+import org.apache.kerby.KOptions;
 import org.apache.kerby.kerberos.kerb.client.KrbClient;
+import org.apache.kerby.kerberos.kerb.client.KrbOption;
 import org.apache.kerby.kerberos.kerb.type.ticket.TgtTicket;
 
 /**
@@ -145,8 +147,12 @@ final class Kdc {
     }
   }
 
-  /** Logs user in from its keytab and stores the ticket-granting ticket in the ticket cache ccache, as kinit -kt would. */
-  void kinit(String user, File ccache) throws Exception {
+  /**
+   * Logs user in from its keytab and stores the ticket-granting ticket in the ticket cache ccache, as
+   * kinit -kt would; lifetimeSeconds > 0 asks for a ticket that ends that many seconds from now (kinit
+   * -l), 0 for the KDC's default (a day).
+   */
+  void kinit(String user, File ccache, int lifetimeSeconds) throws Exception {
     KrbClient c = new KrbClient();
     c.setKdcRealm(realm);
     c.setKdcHost(HOST);
@@ -154,7 +160,14 @@ final class Kdc {
     c.setAllowUdp(false);
     c.setAllowTcp(true);
     c.init();
-    TgtTicket tgt = c.requestTgt(principal(user), keytab(user));
+    KOptions o = new KOptions();
+    o.add(KrbOption.CLIENT_PRINCIPAL, principal(user));
+    o.add(KrbOption.USE_KEYTAB, true);
+    o.add(KrbOption.KEYTAB_FILE, keytab(user));
+    if (lifetimeSeconds > 0) {
+      o.add(KrbOption.LIFE_TIME, lifetimeSeconds);
+    }
+    TgtTicket tgt = c.requestTgt(o);
     c.storeTicket(tgt, ccache);
   }
 

@@ -40,8 +40,9 @@ import org.apache.hadoop.util.ToolRunner;
  * Commands: {@code safemode enter|leave}, {@code stopnn}, {@code restartnn} (same port, same name
  * directory), {@code upload LOCAL HDFS} (a local tree, keeping file and directory mtimes),
  * {@code settimes PATH MILLIS}, {@code dfs ARG...} (Hadoop's FsShell, as `hdfs dfs ARG...`),
- * {@code dfsas USER ARG...} (the same as USER), {@code kinit USER CCACHE} (Kerberos clusters: USER's
- * ticket-granting ticket, from its keytab, stored in the ticket cache file CCACHE),
+ * {@code dfsas USER ARG...} (the same as USER), {@code kinit USER CCACHE [SECONDS]} (Kerberos clusters:
+ * USER's ticket-granting ticket, from its keytab, stored in the ticket cache file CCACHE; SECONDS > 0
+ * asks for a ticket of that lifetime),
  * {@code shutdown}. End of stdin is a shutdown too, so the cluster never outlives its Go process.
  *
  * <p>Arguments: {@code --base-dir DIR} (name and data directories), {@code --trash-minutes M}
@@ -207,7 +208,7 @@ public final class Launcher {
         if (kdc == null) {
           throw new IllegalStateException("kinit: this cluster has no Kerberos");
         }
-        kdc.kinit(a[0], new File(a[1]));
+        kdc.kinit(a[0], new File(a[1]), a.length > 2 ? Integer.parseInt(a[2]) : 0);
         return ok(0, "", "");
       }
       default -> throw new IllegalArgumentException("unknown command " + f[0]);
