@@ -16,6 +16,8 @@ import (
 
 	hdfs "github.com/colinmarc/hdfs/v2"
 	"github.com/colinmarc/hdfs/v2/hadoopconf"
+
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient/dtsasl"
 	krb "github.com/jcmturner/gokrb5/v8/client"
 	krbconfig "github.com/jcmturner/gokrb5/v8/config"
 	"github.com/jcmturner/gokrb5/v8/credentials"
@@ -111,6 +113,12 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	opts.User = cfg.User
 	dial := timeoutDialer(cfg.RPCTimeout)
 	opts.NamenodeDialFunc, opts.DatanodeDialFunc = dial, dial
+	if allowed := dataTransferQOPs(cfg.Conf); opts.DataTransferProtection != "" && len(allowed) > 0 && !strings.EqualFold(cfg.Conf["dfs.encrypt.data.transfer"], "true") {
+		// SASL on DataNode connections is ours (dtsasl), not the library's: its DIGEST-MD5 integrity and
+		// confidentiality layers lose bytes on reads (see the dtsasl package doc).
+		opts.DataTransferProtection = ""
+		opts.DatanodeDialFunc = (&dtsasl.Dialer{Dial: dial, Allowed: allowed}).DialContext
+	}
 	opts.KerberosClient = nil
 	var login krbLogin
 	if cfg.Kerberos.Enabled {
@@ -162,6 +170,18 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		})
 	}
 	return cl, nil
+}
+
+// dataTransferQOPs are the SASL qops of dfs.data.transfer.protection (a list of authentication,
+// integrity, privacy).
+func dataTransferQOPs(conf hadoopconf.HadoopConf) []string {
+	var out []string
+	for _, v := range strings.Split(conf["dfs.data.transfer.protection"], ",") {
+		if q := dtsasl.QOP(v); q != "" {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 // krbLogin is how a Kerberos client logs in, for error messages.

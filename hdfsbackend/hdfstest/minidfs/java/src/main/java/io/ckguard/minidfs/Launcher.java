@@ -51,8 +51,8 @@ import org.apache.hadoop.util.ToolRunner;
  *
  * <p>{@code --kerberos-dir DIR --protection P --users U1,U2...} secures the cluster instead (see {@link Kdc}):
  * a MiniKdc, Kerberos RPC, block access tokens and SASL data transfer, both with protection P
- * (authentication, integrity or privacy). The superuser is then the service principal's short name,
- * hdfs; {@code dfsas} logs in as USER from its keytab; {@code upload} gives what it creates to the first
+ * (authentication, integrity or privacy; {@code --no-aes}: privacy without AES). The superuser is
+ * then the service principal's short name, hdfs; {@code dfsas} logs in as USER from its keytab; {@code upload} gives what it creates to the first
  * user (the tree is that user's, as a job running as that user would have written it). The READY line
  * then also says {@code realm=REALM kdc=PORT}.
  */
@@ -81,6 +81,7 @@ public final class Launcher {
     long trashMinutes = 0;
     String krbDir = null;
     String protection = "authentication";
+    boolean aes = true;
     List<String> users = List.of();
     for (int i = 0; i < args.length; i++) {
       switch (args[i]) {
@@ -88,6 +89,7 @@ public final class Launcher {
         case "--trash-minutes" -> trashMinutes = Long.parseLong(args[++i]);
         case "--kerberos-dir" -> krbDir = args[++i];
         case "--protection" -> protection = args[++i];
+        case "--no-aes" -> aes = false;
         case "--users" -> users = Arrays.asList(args[++i].split(","));
         default -> throw new IllegalArgumentException("unknown argument " + args[i]);
       }
@@ -114,7 +116,7 @@ public final class Launcher {
         throw new IllegalArgumentException("--kerberos-dir needs --users");
       }
       kdc = Kdc.start(new File(krbDir), users);
-      kdc.secure(conf, protection, protection);
+      kdc.secure(conf, protection, protection, aes);
       conf.set("dfs.namenode.https-address", "127.0.0.1:0");
       conf.set("dfs.datanode.https.address", "127.0.0.1:0");
       kdc.writeClientConf(conf);
