@@ -4,6 +4,7 @@ package hdfscli
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -34,6 +35,8 @@ func Flags() []cli.Flag {
 type Options struct {
 	Keytab, Principal string
 	Timeout           time.Duration
+	// Logger gets the client's WARNs (a ticket cache not renewed in time); default slog.Default().
+	Logger *slog.Logger
 }
 
 // FromFlags reads the flags.
@@ -47,7 +50,7 @@ func Dial(ctx context.Context, uri string, o Options) (*hdfsclient.Client, hdfsc
 	if err != nil {
 		return nil, hdfsclient.Resolved{}, err
 	}
-	cfg.RPCTimeout = o.Timeout
+	cfg.RPCTimeout, cfg.Logger = o.Timeout, o.Logger
 	cl, err := hdfsclient.Dial(ctx, cfg)
 	if err != nil {
 		return nil, hdfsclient.Resolved{}, err

@@ -16,6 +16,8 @@ import (
 
 	hdfs "github.com/colinmarc/hdfs/v2"
 	"github.com/colinmarc/hdfs/v2/hadoopconf"
+
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient/dtsasl"
 	krb "github.com/jcmturner/gokrb5/v8/client"
 	krbconfig "github.com/jcmturner/gokrb5/v8/config"
 	"github.com/jcmturner/gokrb5/v8/credentials"
@@ -35,6 +37,8 @@ type Config struct {
 	// no context): a hung NameNode fails the call with ErrUnavailable instead of blocking the mount.
 	// Default 30s.
 	RPCTimeout time.Duration
+	// Logger gets the client's WARNs (a ticket cache not renewed in time); default slog.Default().
+	Logger *slog.Logger
 }
 
 // Kerberos configures Kerberos authentication (hadoop.security.authentication=kerberos).
@@ -88,6 +92,9 @@ type Client struct {
 	stop        chan struct{}                   // closed by Close: ends the ticket watch
 	reloadCache func(*credentials.CCache) error // a ticket-cache login's reload (tests)
 	closeOnce   sync.Once
+
+	ccache string           // a ticket-cache login's cache file, for the expiry errors
+	now    func() time.Time // nil: time.Now (unit tests set it)
 }
 
 var _ FS = (*Client)(nil)
@@ -106,6 +113,12 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	opts.User = cfg.User
 	dial := timeoutDialer(cfg.RPCTimeout)
 	opts.NamenodeDialFunc, opts.DatanodeDialFunc = dial, dial
+	if allowed := dataTransferQOPs(cfg.Conf); opts.DataTransferProtection != "" && len(allowed) > 0 && !strings.EqualFold(cfg.Conf["dfs.encrypt.data.transfer"], "true") {
+		// SASL on DataNode connections is ours (dtsasl), not the library's: its DIGEST-MD5 integrity and
+		// confidentiality layers lose bytes on reads (see the dtsasl package doc).
+		opts.DataTransferProtection = ""
+		opts.DatanodeDialFunc = (&dtsasl.Dialer{Dial: dial, Allowed: allowed}).DialContext
+	}
 	opts.KerberosClient = nil
 	var login krbLogin
 	if cfg.Kerberos.Enabled {
@@ -132,16 +145,20 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		_ = c.Close()
 		return nil, fmt.Errorf("HDFS %s: %w", cfg.Resolved, err)
 	}
-	cl := &Client{gen: &generation{c: c, nn: nn}, user: c.User(), timeout: cfg.RPCTimeout, stop: make(chan struct{})}
+	cl := &Client{gen: &generation{c: c, nn: nn, ticketEnd: login.ticketEnd}, user: c.User(), timeout: cfg.RPCTimeout, stop: make(chan struct{}), ccache: login.ccache}
 	if _, err := cl.Stat(ctx, "/"); err != nil {
 		_ = c.Close()
 		return nil, authHint(cfg, login, fmt.Errorf("HDFS %s (NameNodes %s): %w", cfg.Resolved, strings.Join(cfg.Resolved.Addresses, ","), err))
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
 	if !login.ticketEnd.IsZero() {
-		slog.Info("HDFS Kerberos: logged in from a ticket cache; it is reread from shortly before the ticket ends (renew it with kinit -R or k5start; a keytab login renews itself)", "ccache", login.ccache, "expires", login.ticketEnd)
+		log.Info("HDFS Kerberos: logged in from a ticket cache; it is reread from shortly before the ticket ends (renew it with kinit -R or k5start; a keytab login renews itself)", "ccache", login.ccache, "expires", login.ticketEnd)
 		reload := func(cc *credentials.CCache) error { return cl.reload(opts, login, cc) }
 		cl.reloadCache = reload
-		go watchTicket(slog.Default(), login.ccache, login.ticketEnd, reload, time.Now, func(d time.Duration) bool {
+		go watchTicket(log, login.ccache, login.ticketEnd, reload, time.Now, func(d time.Duration) bool {
 			t := time.NewTimer(d)
 			defer t.Stop()
 			select {
@@ -153,6 +170,18 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		})
 	}
 	return cl, nil
+}
+
+// dataTransferQOPs are the SASL qops of dfs.data.transfer.protection (a list of authentication,
+// integrity, privacy).
+func dataTransferQOPs(conf hadoopconf.HadoopConf) []string {
+	var out []string
+	for _, v := range strings.Split(conf["dfs.data.transfer.protection"], ",") {
+		if q := dtsasl.QOP(v); q != "" {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 // krbLogin is how a Kerberos client logs in, for error messages.
@@ -311,7 +340,10 @@ func (c *Client) Stat(ctx context.Context, name string) (FileInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return FileInfo{}, wrap("stat", name, err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("stat", name)
+	if err != nil {
+		return FileInfo{}, err
+	}
 	defer g.release()
 	fi, err := g.c.Stat(name)
 	if err != nil {
@@ -332,7 +364,10 @@ func (c *Client) List(ctx context.Context, name string, fn func([]FileInfo) erro
 	if err := ctx.Err(); err != nil {
 		return wrap("list", name, err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("list", name)
+	if err != nil {
+		return err
+	}
 	defer g.release()
 	d, err := g.c.Open(name)
 	if err != nil {
@@ -423,7 +458,10 @@ func (c *Client) Open(ctx context.Context, name string) (Reader, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, wrap("open", name, err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("open", name)
+	if err != nil {
+		return nil, err
+	}
 	f, err := g.c.Open(name)
 	if err != nil {
 		g.release()
@@ -470,7 +508,10 @@ func (c *Client) Create(ctx context.Context, name string, perm fs.FileMode) (Wri
 	if err := ctx.Err(); err != nil {
 		return nil, wrap("create", name, err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("create", name)
+	if err != nil {
+		return nil, err
+	}
 	sd, err := g.c.ServerDefaults()
 	if err != nil {
 		g.release()
@@ -490,7 +531,10 @@ func (c *Client) Append(ctx context.Context, name string) (Writer, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, wrap("append", name, err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("append", name)
+	if err != nil {
+		return nil, err
+	}
 	f, err := g.c.Append(name)
 	if err != nil {
 		g.release()
@@ -503,7 +547,10 @@ func (c *Client) Mkdir(ctx context.Context, name string, perm fs.FileMode) error
 	if err := ctx.Err(); err != nil {
 		return wrap("mkdir", name, err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("mkdir", name)
+	if err != nil {
+		return err
+	}
 	defer g.release()
 	return wrap("mkdir", name, g.c.Mkdir(name, perm.Perm()))
 }
@@ -512,7 +559,10 @@ func (c *Client) MkdirAll(ctx context.Context, name string, perm fs.FileMode) er
 	if err := ctx.Err(); err != nil {
 		return wrap("mkdir", name, err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("mkdir", name)
+	if err != nil {
+		return err
+	}
 	defer g.release()
 	return wrap("mkdir", name, g.c.MkdirAll(name, perm.Perm()))
 }
@@ -523,7 +573,10 @@ func (c *Client) Remove(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return wrap("remove", name, err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("remove", name)
+	if err != nil {
+		return err
+	}
 	defer g.release()
 	// The NameNode's message names the cause (for a refusal: "Permission denied: user=…, access=WRITE").
 	return wrap("remove", name, withRemoteMessage(deleteOne(g.nn, name)))
@@ -537,9 +590,12 @@ func (c *Client) Rename(ctx context.Context, from, to string) error {
 	if err := ctx.Err(); err != nil {
 		return wrap("rename", from, err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("rename", from)
+	if err != nil {
+		return err
+	}
 	defer g.release()
-	err := rename2(g.nn, from, to, false)
+	err = rename2(g.nn, from, to, false)
 	if err == nil {
 		return nil
 	}
@@ -564,7 +620,10 @@ func (c *Client) Chtimes(ctx context.Context, name string, mtime time.Time) erro
 	if err := ctx.Err(); err != nil {
 		return wrap("setTimes", name, err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("setTimes", name)
+	if err != nil {
+		return err
+	}
 	defer g.release()
 	return wrap("setTimes", name, g.c.Chtimes(name, mtime, mtime))
 }
@@ -579,7 +638,10 @@ func (c *Client) Defaults(ctx context.Context) (Defaults, error) {
 	if err := ctx.Err(); err != nil {
 		return Defaults{}, wrap("getServerDefaults", "/", err)
 	}
-	g := c.acquire()
+	g, err := c.acquire("getServerDefaults", "/")
+	if err != nil {
+		return Defaults{}, err
+	}
 	defer g.release()
 	sd, err := g.c.ServerDefaults()
 	if err != nil {

@@ -22,10 +22,12 @@ func ReloadTicketCache(c *Client, path string) (bool, error) {
 	if c.reloadCache == nil {
 		return false, errors.New("not a ticket-cache login")
 	}
-	before := c.acquire()
-	before.release()
+	current := func() *generation {
+		c.genMu.RLock()
+		defer c.genMu.RUnlock()
+		return c.gen
+	}
+	before := current()
 	err = c.reloadCache(cc)
-	after := c.acquire()
-	after.release()
-	return before != after, err
+	return before != current(), err
 }

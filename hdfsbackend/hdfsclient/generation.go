@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	hdfs "github.com/colinmarc/hdfs/v2"
 	krb "github.com/jcmturner/gokrb5/v8/client"
@@ -18,6 +19,9 @@ import (
 type generation struct {
 	c  *hdfs.Client
 	nn namenodeCall
+	// ticketEnd is when the ticket-granting ticket of a ticket-cache login's generation ends (zero for
+	// a keytab login or simple authentication, which need no outside renewal).
+	ticketEnd time.Time
 
 	mu      sync.Mutex
 	refs    int
@@ -25,15 +29,31 @@ type generation struct {
 }
 
 // acquire returns the current generation, held until release: a retired generation is not closed
-// while held.
-func (c *Client) acquire() *generation {
+// while held. A ticket-cache generation whose ticket has ended is refused (op and name for the error)
+// before any call: its NameNode connection may still be open, and the NameNode accepts tickets within
+// the Kerberos clock skew, but a login whose ticket ran out is not acted on, so after the expiry every
+// call, deletions among them, fails the same way (EIO, naming the cache and the fix) until the renewed
+// cache is reloaded.
+func (c *Client) acquire(op, name string) (*generation, error) {
 	c.genMu.RLock()
 	defer c.genMu.RUnlock()
 	g := c.gen
+	if !g.ticketEnd.IsZero() && !c.clock().Before(g.ticketEnd) {
+		return nil, &Error{Op: op, Path: name, Class: ErrUnavailable,
+			Err: fmt.Errorf("HDFS Kerberos: %w (at %s) and the ticket cache has not been renewed: no NameNode call is made: %s", errTicketExpired, g.ticketEnd.Format(time.RFC3339), ticketFix(c.ccache))}
+	}
 	g.mu.Lock()
 	g.refs++
 	g.mu.Unlock()
-	return g
+	return g, nil
+}
+
+// clock is the client's time (tests set now).
+func (c *Client) clock() time.Time {
+	if c.now != nil {
+		return c.now()
+	}
+	return time.Now()
 }
 
 func (g *generation) release() {
@@ -67,6 +87,10 @@ func (c *Client) reload(opts hdfs.ClientOptions, l krbLogin, cc *credentials.CCa
 	if err != nil {
 		return fmt.Errorf("reading %s (KRB5_CONFIG): %w", l.krb5Conf, err)
 	}
+	end, _, err := tgtTimes(cc)
+	if err != nil {
+		return fmt.Errorf("ticket cache %s: %w", l.ccache, err)
+	}
 	kc, err := krb.NewFromCCache(cc, kcfg, krb.DisablePAFXFAST(true))
 	if err != nil {
 		return fmt.Errorf("ticket cache %s: %w", l.ccache, err)
@@ -94,7 +118,7 @@ func (c *Client) reload(opts hdfs.ClientOptions, l krbLogin, cc *credentials.CCa
 	default:
 	}
 	old := c.gen
-	c.gen = &generation{c: lc, nn: nn}
+	c.gen = &generation{c: lc, nn: nn, ticketEnd: end}
 	c.genMu.Unlock()
 	old.retire()
 	return nil

@@ -77,7 +77,7 @@ func watchTicket(log *slog.Logger, ccache string, end time.Time, reload func(*cr
 				log.Warn("HDFS Kerberos: the ticket of the ticket cache the mount logged in with expires soon and the cache has not been renewed: "+ticketFix(ccache), "ccache", ccache, "expires", end)
 				warned = true
 			case left <= 0 && !expired:
-				log.Warn("HDFS Kerberos: the ticket of the ticket cache the mount logged in with has expired: NameNode calls on new connections fail (EIO; deletions are refused) until the cache is renewed: "+ticketFix(ccache), "ccache", ccache, "expired", end)
+				log.Warn("HDFS Kerberos: the ticket of the ticket cache the mount logged in with has expired: every NameNode call fails (EIO; deletions are refused) until the cache is renewed: "+ticketFix(ccache), "ccache", ccache, "expired", end)
 				warned, expired = true, true
 			}
 			d := poll

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -173,5 +174,51 @@ func TestReloadRefusesAnotherPrincipal(t *testing.T) {
 	err = c.reload(hdfs.ClientOptions{}, krbLogin{ccache: cc, principal: "flink@EX.COM"}, cache)
 	if err == nil || !strings.Contains(err.Error(), "mallory@EX.COM") || !strings.Contains(err.Error(), "flink@EX.COM") {
 		t.Errorf("reload from another principal's cache: %v", err)
+	}
+}
+
+// TestExpiredTicketRefusesEveryCall: once the ticket of a ticket-cache login has ended (and no renewed
+// cache was reloaded), every call of the client fails before it reaches the library (the generation
+// here has none: a call that reached it would panic), as EIO and "unavailable" so that a decision
+// refuses, naming the cache, KRB5CCNAME and the fixes; before the end the generation is handed out.
+func TestExpiredTicketRefusesEveryCall(t *testing.T) {
+	ctx := t.Context()
+	end := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
+	now := end.Add(-time.Second)
+	cc := "/run/user/1000/krb5cc_flink"
+	c := &Client{gen: &generation{ticketEnd: end}, ccache: cc, now: func() time.Time { return now }}
+	g, err := c.acquire("stat", "/")
+	if err != nil {
+		t.Fatalf("a second before the end: %v", err)
+	}
+	g.release()
+
+	for _, after := range []time.Duration{0, time.Hour} {
+		now = end.Add(after)
+		calls := map[string]func() error{
+			"stat":     func() error { _, err := c.Stat(ctx, "/a"); return err },
+			"list":     func() error { return c.List(ctx, "/a", func([]FileInfo) error { return nil }) },
+			"open":     func() error { _, err := c.Open(ctx, "/a"); return err },
+			"create":   func() error { _, err := c.Create(ctx, "/a", 0o644); return err },
+			"append":   func() error { _, err := c.Append(ctx, "/a"); return err },
+			"mkdir":    func() error { return c.Mkdir(ctx, "/a", 0o755) },
+			"mkdirAll": func() error { return c.MkdirAll(ctx, "/a", 0o755) },
+			"remove":   func() error { return c.Remove(ctx, "/a") },
+			"rename":   func() error { return c.Rename(ctx, "/a", "/b") },
+			"setTimes": func() error { return c.Chtimes(ctx, "/a", end) },
+			"defaults": func() error { _, err := c.Defaults(ctx); return err },
+		}
+		for name, call := range calls {
+			err := call()
+			if Errno(err) != syscall.EIO || !Unavailable(err) || !errors.Is(err, errTicketExpired) {
+				t.Errorf("%s %v after the end: %v (errno %v), want EIO, unavailable, errTicketExpired", name, after, err, Errno(err))
+				continue
+			}
+			for _, want := range []string{"KRB5CCNAME=" + cc, "kinit", "--hdfs-keytab"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("%s: %q does not name %q", name, err, want)
+				}
+			}
+		}
 	}
 }

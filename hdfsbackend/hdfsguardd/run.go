@@ -22,6 +22,9 @@ import (
 // unmounted from outside.
 func Run(ctx context.Context, c guardd.Config, o hdfscli.Options) error {
 	return guardd.Serve(ctx, c, func(ctx context.Context, c guardd.Config) (guardd.Backend, error) {
+		if o.Logger == nil {
+			o.Logger = c.Logger // the ticket-cache WARNs go where the daemon's log goes
+		}
 		st, err := hdfscli.OpenStore(ctx, c.StoreDir, o)
 		if err != nil {
 			return guardd.Backend{}, err

@@ -2,7 +2,9 @@ package minidfs
 
 import (
 	"path/filepath"
+	"strconv"
 	"testing"
+	"time"
 )
 
 // Kerberos is a Kerberos cluster's realm and the files its clients need. The files live as long as
@@ -51,4 +53,20 @@ func (k *Kerberos) Kinit(t testing.TB, user, ccache string) {
 	}
 	k.c.must(t, "kinit", user, abs)
 	t.Logf("minidfs: ticket cache of %s in %s", k.Principal(user), abs)
+}
+
+// KinitFor is Kinit with a ticket that ends lifetime from now (whole seconds, at least one), as
+// `kinit -l` would: for tests of a ticket's expiry. The KDC's maximum is a day.
+func (k *Kerberos) KinitFor(t testing.TB, user, ccache string, lifetime time.Duration) {
+	t.Helper()
+	secs := int(lifetime / time.Second)
+	if secs < 1 {
+		t.Fatalf("minidfs: KinitFor %v: want at least a second", lifetime)
+	}
+	abs, err := filepath.Abs(ccache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.c.must(t, "kinit", user, abs, strconv.Itoa(secs))
+	t.Logf("minidfs: ticket cache of %s in %s, ticket for %ds", k.Principal(user), abs, secs)
 }

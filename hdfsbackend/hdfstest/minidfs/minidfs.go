@@ -29,7 +29,7 @@
 //
 //	launcher → READY port=PORT [realm=REALM kdc=PORT]
 //	go       → safemode enter|leave | stopnn | restartnn | upload LOCAL HDFS | settimes PATH MILLIS |
-//	           dfs ARG... | dfsas USER ARG... | kinit USER CCACHE | shutdown
+//	           dfs ARG... | dfsas USER ARG... | kinit USER CCACHE [SECONDS] | shutdown
 //	launcher → OK EXIT BASE64(stdout) BASE64(stderr) | ERR BASE64(stack trace)
 package minidfs
 
@@ -66,6 +66,9 @@ type Options struct {
 	// Protection is hadoop.rpc.protection and dfs.data.transfer.protection of a Kerberos cluster:
 	// "authentication" (the default), "integrity" or "privacy".
 	Protection string
+	// NoAES leaves AES out of a privacy cluster's data transfer (no dfs.encrypt.data.transfer.cipher.
+	// suites): the DataNodes protect the data with DIGEST-MD5's own ciphers (RC4, 3DES, DES).
+	NoAES bool
 }
 
 // The principals (short names) of a Kerberos cluster's test users: User owns the tests' directories.
@@ -395,6 +398,9 @@ func launch(opt Options) (*proc, error) {
 			return nil, err
 		}
 		args = append(args, "--kerberos-dir", krbDir, "--protection", prot, "--users", User+","+Other)
+		if opt.NoAES {
+			args = append(args, "--no-aes")
+		}
 	}
 	cmd := exec.Command(java, args...)
 	// Its own process group: a hung JVM is killed with everything it started, and nothing else.

@@ -11,7 +11,9 @@ import java.util.Properties;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.minikdc.MiniKdc;
+import org.apache.kerby.KOptions;
 import org.apache.kerby.kerberos.kerb.client.KrbClient;
+import org.apache.kerby.kerberos.kerb.client.KrbOption;
 import org.apache.kerby.kerberos.kerb.type.ticket.TgtTicket;
 
 /**
@@ -100,10 +102,10 @@ final class Kdc {
 
   /**
    * Secures conf: Kerberos RPC with protection rpcProtection, block access tokens, SASL on data
-   * transfer with dataProtection (DataNode ports above 1024 are allowed for the test:
-   * ignore.secure.ports.for.testing, instead of HTTPS for the web servers).
+   * transfer with dataProtection, with AES for privacy when aes (DataNode ports above 1024 are
+   * allowed for the test: ignore.secure.ports.for.testing, instead of HTTPS for the web servers).
    */
-  void secure(Configuration conf, String rpcProtection, String dataProtection) {
+  void secure(Configuration conf, String rpcProtection, String dataProtection, boolean aes) {
     conf.set("hadoop.security.authentication", "kerberos");
     conf.set("hadoop.security.authorization", "true");
     conf.set("hadoop.rpc.protection", rpcProtection);
@@ -115,9 +117,9 @@ final class Kdc {
     conf.set("dfs.web.authentication.kerberos.keytab", serviceKeytab().getAbsolutePath());
     conf.setBoolean("dfs.block.access.token.enable", true);
     conf.set("dfs.data.transfer.protection", dataProtection);
-    if (dataProtection.equals("privacy")) {
-      // AES for the data, as privacy clusters are set up: DIGEST-MD5's own ciphers (3DES, RC4) are
-      // slow, and the Go client's wrapping of them does not interoperate with Hadoop 3.5's.
+    if (dataProtection.equals("privacy") && aes) {
+      // AES for the data, as privacy clusters are usually set up (DIGEST-MD5's own ciphers, 3DES and
+      // RC4, are slow); without it the data goes under DIGEST-MD5's confidentiality layer.
       conf.set("dfs.encrypt.data.transfer.cipher.suites", "AES/CTR/NoPadding");
     }
     conf.setBoolean("ignore.secure.ports.for.testing", true);
@@ -145,8 +147,12 @@ final class Kdc {
     }
   }
 
-  /** Logs user in from its keytab and stores the ticket-granting ticket in the ticket cache ccache, as kinit -kt would. */
-  void kinit(String user, File ccache) throws Exception {
+  /**
+   * Logs user in from its keytab and stores the ticket-granting ticket in the ticket cache ccache, as
+   * kinit -kt would; lifetimeSeconds > 0 asks for a ticket that ends that many seconds from now (kinit
+   * -l), 0 for the KDC's default (a day).
+   */
+  void kinit(String user, File ccache, int lifetimeSeconds) throws Exception {
     KrbClient c = new KrbClient();
     c.setKdcRealm(realm);
     c.setKdcHost(HOST);
@@ -154,7 +160,14 @@ final class Kdc {
     c.setAllowUdp(false);
     c.setAllowTcp(true);
     c.init();
-    TgtTicket tgt = c.requestTgt(principal(user), keytab(user));
+    KOptions o = new KOptions();
+    o.add(KrbOption.CLIENT_PRINCIPAL, principal(user));
+    o.add(KrbOption.USE_KEYTAB, true);
+    o.add(KrbOption.KEYTAB_FILE, keytab(user));
+    if (lifetimeSeconds > 0) {
+      o.add(KrbOption.LIFE_TIME, lifetimeSeconds);
+    }
+    TgtTicket tgt = c.requestTgt(o);
     c.storeTicket(tgt, ccache);
   }
 

@@ -40,8 +40,9 @@ import org.apache.hadoop.util.ToolRunner;
  * Commands: {@code safemode enter|leave}, {@code stopnn}, {@code restartnn} (same port, same name
  * directory), {@code upload LOCAL HDFS} (a local tree, keeping file and directory mtimes),
  * {@code settimes PATH MILLIS}, {@code dfs ARG...} (Hadoop's FsShell, as `hdfs dfs ARG...`),
- * {@code dfsas USER ARG...} (the same as USER), {@code kinit USER CCACHE} (Kerberos clusters: USER's
- * ticket-granting ticket, from its keytab, stored in the ticket cache file CCACHE),
+ * {@code dfsas USER ARG...} (the same as USER), {@code kinit USER CCACHE [SECONDS]} (Kerberos clusters:
+ * USER's ticket-granting ticket, from its keytab, stored in the ticket cache file CCACHE; SECONDS > 0
+ * asks for a ticket of that lifetime),
  * {@code shutdown}. End of stdin is a shutdown too, so the cluster never outlives its Go process.
  *
  * <p>Arguments: {@code --base-dir DIR} (name and data directories), {@code --trash-minutes M}
@@ -50,8 +51,8 @@ import org.apache.hadoop.util.ToolRunner;
  *
  * <p>{@code --kerberos-dir DIR --protection P --users U1,U2...} secures the cluster instead (see {@link Kdc}):
  * a MiniKdc, Kerberos RPC, block access tokens and SASL data transfer, both with protection P
- * (authentication, integrity or privacy). The superuser is then the service principal's short name,
- * hdfs; {@code dfsas} logs in as USER from its keytab; {@code upload} gives what it creates to the first
+ * (authentication, integrity or privacy; {@code --no-aes}: privacy without AES). The superuser is
+ * then the service principal's short name, hdfs; {@code dfsas} logs in as USER from its keytab; {@code upload} gives what it creates to the first
  * user (the tree is that user's, as a job running as that user would have written it). The READY line
  * then also says {@code realm=REALM kdc=PORT}.
  */
@@ -80,6 +81,7 @@ public final class Launcher {
     long trashMinutes = 0;
     String krbDir = null;
     String protection = "authentication";
+    boolean aes = true;
     List<String> users = List.of();
     for (int i = 0; i < args.length; i++) {
       switch (args[i]) {
@@ -87,6 +89,7 @@ public final class Launcher {
         case "--trash-minutes" -> trashMinutes = Long.parseLong(args[++i]);
         case "--kerberos-dir" -> krbDir = args[++i];
         case "--protection" -> protection = args[++i];
+        case "--no-aes" -> aes = false;
         case "--users" -> users = Arrays.asList(args[++i].split(","));
         default -> throw new IllegalArgumentException("unknown argument " + args[i]);
       }
@@ -113,7 +116,7 @@ public final class Launcher {
         throw new IllegalArgumentException("--kerberos-dir needs --users");
       }
       kdc = Kdc.start(new File(krbDir), users);
-      kdc.secure(conf, protection, protection);
+      kdc.secure(conf, protection, protection, aes);
       conf.set("dfs.namenode.https-address", "127.0.0.1:0");
       conf.set("dfs.datanode.https.address", "127.0.0.1:0");
       kdc.writeClientConf(conf);
@@ -207,7 +210,7 @@ public final class Launcher {
         if (kdc == null) {
           throw new IllegalStateException("kinit: this cluster has no Kerberos");
         }
-        kdc.kinit(a[0], new File(a[1]));
+        kdc.kinit(a[0], new File(a[1]), a.length > 2 ? Integer.parseInt(a[2]) : 0);
         return ok(0, "", "");
       }
       default -> throw new IllegalArgumentException("unknown command " + f[0]);
