@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"strings"
 	"syscall"
-	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -50,6 +49,12 @@ type dirHandle struct {
 	lastToken string
 	ctx       context.Context // prefetches run in it; cancelled on release
 	cancel    context.CancelFunc
+	// follow are the pages after the first listed ahead (listAhead), served before next is listed, each
+	// continuing the one before; aheadCancel stops their requests (release). gen is the walk this
+	// readdir belongs to (the one that listed its pages ahead, else a new one).
+	follow      []*aheadPage
+	aheadCancel context.CancelFunc
+	gen         *walkGen
 }
 
 type pageResult struct {
@@ -126,7 +131,7 @@ func (d *dirHandle) list(ctx context.Context, token string) (s3client.Page, erro
 
 // begin fetches the first page and decides between the one-page and the streaming mode.
 func (d *dirHandle) begin(ctx context.Context) syscall.Errno {
-	pg, err := d.first(ctx)
+	pg, a, err := d.first(ctx)
 	if err != nil {
 		return s3client.Errno(err)
 	}
@@ -139,44 +144,42 @@ func (d *dirHandle) begin(ctx context.Context) syscall.Errno {
 	}
 	d.more = true
 	d.lastToken = pg.Next
-	d.prefetch(pg.Next)
-	// The HEAD of `_metadata` runs beside the chk-* listing (both are needed before the first entry).
-	metaKey := d.prefix() + "_metadata"
-	type headResult struct {
-		o       s3client.Object
-		err     error
-		started time.Time
+	var big *aheadPage
+	if a != nil {
+		d.follow, big = a.pages[1:], a.big
 	}
-	hc := make(chan headResult, 1)
-	go func() {
-		started := time.Now()
-		o, err := d.fsys.c.Head(ctx, metaKey)
-		hc <- headResult{o, err, started}
-	}()
+	if len(d.follow) == 0 {
+		d.prefetch(pg.Next)
+	}
+	// The HEAD of `_metadata` and the chk-* listing (both needed before the first entry), listed ahead
+	// or now; one that failed ahead is listed again here.
+	var b bigFirst
+	ok := false
+	if big != nil {
+		select {
+		case <-big.done:
+			b, ok = big.big, big.big.ok()
+		case <-ctx.Done():
+			return syscall.EINTR
+		}
+	}
+	if !ok {
+		b = listBigFirst(ctx, d.fsys.c, d.prefix(), d.fsys.opts.PageSize)
+	}
 	var chk []fuse.DirEntry
-	var chkErr error
-	for tok := ""; ; {
-		cp, err := d.fsys.c.ListPage(ctx, d.prefix()+"chk-", true, tok, "", d.fsys.opts.PageSize)
-		if err != nil {
-			chkErr = err
-			break
-		}
+	for _, cp := range b.chk {
 		chk = append(chk, d.entries(cp)...)
-		if cp.Next == "" {
-			break
-		}
-		tok = cp.Next
 	}
-	h := <-hc
 	var head []fuse.DirEntry
-	if h.err == nil {
-		d.fsys.cache.PutAt(metaKey, h.o, true, h.started)
+	if b.metaErr == nil {
+		metaKey := d.prefix() + "_metadata"
+		d.fsys.cache.PutAt(metaKey, b.meta, true, b.metaStarted)
 		head = append(head, fuse.DirEntry{Name: "_metadata", Mode: syscall.S_IFREG})
-	} else if !errors.Is(h.err, fs.ErrNotExist) {
-		return s3client.Errno(h.err)
+	} else if !errors.Is(b.metaErr, fs.ErrNotExist) {
+		return s3client.Errno(b.metaErr)
 	}
-	if chkErr != nil {
-		return s3client.Errno(chkErr)
+	if b.chkErr != nil {
+		return s3client.Errno(b.chkErr)
 	}
 	listorder.SortCheckpoints(chk)
 	d.queue = append(append(head, chk...), skipOrdered(ents)...)
@@ -185,21 +188,28 @@ func (d *dirHandle) begin(ctx context.Context) syscall.Errno {
 }
 
 // first is the folder's first page: the one listed ahead when it is fresh and succeeded (it is the same
-// request as d.list(ctx, "")), else listed now.
-func (d *dirHandle) first(ctx context.Context) (s3client.Page, error) {
+// request as d.list(ctx, "")), with what was listed ahead after it, else listed now. The readdir belongs
+// to the walk that listed it ahead, else to a new walk.
+func (d *dirHandle) first(ctx context.Context) (s3client.Page, *aheadDir, error) {
 	if a := d.fsys.ahead.take(d.dir); a != nil {
+		d.gen = a.gen
+		d.aheadCancel = a.cancel
 		select {
-		case <-a.done:
-			if a.err == nil {
+		case <-a.pages[0].done:
+			if pg := a.pages[0]; pg.err == nil {
 				d.fsys.ahead.served.Add(1)
-				return a.pg, nil
+				return pg.pg, a, nil
 			}
+			a.cancel() // never served: listed again here
 		case <-ctx.Done():
 			a.cancel()
-			return s3client.Page{}, ctx.Err()
+			return s3client.Page{}, nil, ctx.Err()
 		}
+	} else {
+		d.gen = d.fsys.ahead.newWalk()
 	}
-	return d.list(ctx, "")
+	pg, err := d.list(ctx, "")
+	return pg, nil, err
 }
 
 // listAhead asks for the first pages of the subfolders just queued, in the order they are served (the
@@ -211,7 +221,7 @@ func (d *dirHandle) listAhead() {
 			dirs = append(dirs, childKey(d.dir, e.Name))
 		}
 	}
-	d.fsys.ahead.want(dirs)
+	d.fsys.ahead.want(d.gen, dirs)
 }
 
 // skipOrdered drops the names the big-folder mode returned up front.
@@ -233,6 +243,33 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		}
 	}
 	for len(d.queue) == 0 && d.more {
+		if len(d.follow) > 0 {
+			f := d.follow[0]
+			select {
+			case <-f.done:
+			case <-ctx.Done():
+				return nil, syscall.EINTR
+			}
+			d.follow = d.follow[1:]
+			if f.err != nil || f.token != d.lastToken {
+				// Never served (failed, or not the continuation of the page served last): the rest is
+				// listed here.
+				d.follow = nil
+				d.prefetch(d.lastToken)
+				continue
+			}
+			d.fsys.ahead.followed.Add(1)
+			d.more = f.pg.Next != ""
+			if d.more {
+				d.lastToken = f.pg.Next
+				if len(d.follow) == 0 {
+					d.prefetch(f.pg.Next)
+				}
+			}
+			d.queue = skipOrdered(d.entries(f.pg))
+			d.listAhead()
+			continue
+		}
 		var r pageResult
 		select {
 		case r = <-d.next:
@@ -295,5 +332,8 @@ func (d *dirHandle) release() {
 	if d.cancel != nil {
 		d.cancel()
 	}
-	d.queue = nil
+	if d.aheadCancel != nil {
+		d.aheadCancel()
+	}
+	d.queue, d.follow = nil, nil
 }

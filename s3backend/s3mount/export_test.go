@@ -34,6 +34,28 @@ func (m *Mounted) ListedAhead() int64 { return m.fsys.ahead.served.Load() }
 // ListAheadTTL replaces the age past which a page listed ahead is discarded.
 func ListAheadTTL(o *Options, d time.Duration) { o.listAheadTTL = d }
 
+// ListAheadEvents makes the list-ahead send on the returned channel (without blocking) each time one
+// of its requests ends: with ListAheadIdle, a wait for it to settle without sleeping.
+func ListAheadEvents(o *Options) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	o.listAheadEvents = func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	return ch
+}
+
+// ListAheadIdle reports whether no request listed ahead is in flight.
+func (m *Mounted) ListAheadIdle() bool { return m.fsys.ahead.idle() }
+
+// ListedAheadPages is the number of pages listed ahead and held for folder key (0: none).
+func (m *Mounted) ListedAheadPages(key string) int { return m.fsys.ahead.heldPages()[key] }
+
+// FollowedAhead is the number of pages after a folder's first an opendir took from the pages listed ahead.
+func (m *Mounted) FollowedAhead() int64 { return m.fsys.ahead.followed.Load() }
+
 // ListedAheadDone reports whether the first page of folder key is held, listed, and not yet taken.
 func (m *Mounted) ListedAheadDone(key string) bool { return m.fsys.ahead.done(key) }
 

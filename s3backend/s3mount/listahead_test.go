@@ -2,14 +2,18 @@ package s3mount_test
 
 import (
 	"fmt"
+	"maps"
+	"net/url"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ckguard/ckguard/s3backend/s3mount"
+	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
 // TestFindListsAhead: a find over a tree of folders finds most folders' first page listed ahead, with
@@ -180,5 +184,162 @@ func TestListAheadErrorNotServed(t *testing.T) {
 	}
 	if n := e.m.ListedAhead(); n != 0 {
 		t.Errorf("%d failed pages served", n)
+	}
+}
+
+// readdirPages records the readdir listings (delimiter, no start-after: the requests dirHandle and the
+// list-ahead send) the proxy answers, as "prefix token", with how often each was sent.
+type readdirPages struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func traceReaddirPages(p *s3server.Proxy) *readdirPages {
+	r := &readdirPages{n: map[string]int{}}
+	p.SetTrace(func(op, target string, _ time.Time, _ time.Duration) {
+		if op != "ListObjectsV2" {
+			return
+		}
+		u, err := url.Parse(target)
+		if err != nil {
+			return
+		}
+		q := u.Query()
+		if q.Get("delimiter") != "/" || q.Get("start-after") != "" {
+			return // a lookup's listing
+		}
+		r.mu.Lock()
+		r.n[q.Get("prefix")+" "+q.Get("continuation-token")]++
+		r.mu.Unlock()
+	})
+	return r
+}
+
+func (r *readdirPages) snapshot() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.n)
+}
+
+// waitListAheadIdle waits, on the list-ahead's events, until none of its requests is in flight.
+func waitListAheadIdle(t *testing.T, e *env, ev <-chan struct{}) {
+	t.Helper()
+	timeout := time.After(time.Minute)
+	for !e.m.ListAheadIdle() {
+		select {
+		case <-ev:
+		case <-timeout:
+			t.Fatal("the list-ahead did not settle")
+		}
+	}
+}
+
+// TestFindListsNextJobAhead: the readdir of a folder of Flink jobs lists one level further ahead: before
+// anything below it is opened, every job's checkpoint folders and its whole shared/ chain (4 pages of 3
+// keys, each continuing the one before, and bigFirst) are listed, so the find that follows sends no
+// readdir listing of its own below its starting folder; every readdir listing is sent once, and the
+// find sees every file.
+func TestFindListsNextJobAhead(t *testing.T) {
+	var ev <-chan struct{}
+	e, p := setupProxied(t, func(o *s3mount.Options) {
+		o.PageSize = 3
+		s3mount.ListAheadTTL(o, time.Minute) // nothing goes stale: each request is counted once
+		ev = s3mount.ListAheadEvents(o)
+	})
+	var want []string
+	for j := range 3 {
+		for c := 1; c <= 3; c++ {
+			want = append(want, fmt.Sprintf("job%d/chk-%d/_metadata", j, c))
+		}
+		for i := range 10 {
+			want = append(want, fmt.Sprintf("job%d/shared/sst-%04d", j, i))
+		}
+	}
+	for _, k := range want {
+		e.put(t, k, "x")
+	}
+	pages := traceReaddirPages(p)
+	p.SetLatency(5 * time.Millisecond)
+	if got := names(t, e.mnt); len(got) != 3 {
+		t.Fatalf("root: %v", got)
+	}
+	waitListAheadIdle(t, e, ev)
+	for j := range 3 {
+		if n := e.m.ListedAheadPages(fmt.Sprintf("job%d/shared", j)); n != 4 {
+			t.Errorf("job%d/shared: %d pages listed ahead before any opendir below the root, want its 4", j, n)
+		}
+	}
+	before := pages.snapshot()
+	out, err := exec.Command("find", e.mnt, "-type", "f").CombinedOutput()
+	if err != nil {
+		t.Fatalf("find: %v: %s", err, out)
+	}
+	var got []string
+	for _, l := range strings.Fields(string(out)) {
+		got = append(got, strings.TrimPrefix(l, e.mnt+"/"))
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("find found %v, want %v", got, want)
+	}
+	after := pages.snapshot()
+	const root = "flink/ " // the find's starting folder is its own readdir (the names above were another)
+	if after[root] != 2 {
+		t.Errorf("the root listed %d times, want 2 (ls, then find)", after[root])
+	}
+	delete(after, root)
+	for k, n := range after {
+		if n > 1 {
+			t.Errorf("readdir listing %q sent %d times", k, n)
+		}
+		if before[k] == 0 {
+			t.Errorf("the find sent readdir listing %q itself: it was not listed ahead", k)
+		}
+	}
+	// Each job folder is 2 pages (3 chk-* and shared/), each shared/ 4.
+	if f := e.m.FollowedAhead(); f != 3*(1+3) {
+		t.Errorf("%d pages after a folder's first served from the list-ahead, want 12", f)
+	}
+	t.Logf("%d readdir listings, %d of them before the find; ops %v", len(after), len(before), p.Ops())
+}
+
+// TestFindListAheadRequests: a find over Flink jobs through the list-ahead sends no more than 1.2 times
+// the requests of the same find without it (listing ahead lists what the walk needs, no page twice).
+func TestFindListAheadRequests(t *testing.T) {
+	counts := map[string]int64{}
+	for _, tc := range []struct {
+		name  string
+		ahead int
+	}{{"off", -1}, {"default", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, p := setupProxied(t, func(o *s3mount.Options) {
+				o.PageSize = 3
+				o.ListAhead = tc.ahead
+				s3mount.ListAheadTTL(o, time.Minute)
+			})
+			for j := range 4 {
+				for c := 1; c <= 3; c++ {
+					e.put(t, fmt.Sprintf("job%d/chk-%d/_metadata", j, c), "x")
+				}
+				for i := range 10 {
+					e.put(t, fmt.Sprintf("job%d/shared/sst-%04d", j, i), "x")
+				}
+			}
+			p.SetLatency(5 * time.Millisecond)
+			p.Ops()
+			if out, err := exec.Command("find", e.mnt, "-type", "f").CombinedOutput(); err != nil {
+				t.Fatalf("find: %v: %s", err, out)
+			}
+			var n int64
+			for _, c := range p.Ops() {
+				n += c
+			}
+			counts[tc.name] = n
+		})
+	}
+	t.Logf("requests of the find: %v", counts)
+	if counts["off"] == 0 || float64(counts["default"]) > 1.2*float64(counts["off"]) {
+		t.Errorf("the find sent %d requests with list-ahead, %d without: want at most 1.2 times", counts["default"], counts["off"])
 	}
 }

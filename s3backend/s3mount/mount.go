@@ -64,9 +64,13 @@ type Options struct {
 	UploadParallel int
 	// PageSize is the number of keys per ListObjectsV2 page in readdir (default 1000, the S3 maximum).
 	PageSize int32
-	// ListAhead is how many subfolders a readdir lists the first page of ahead of their opendir, at once
-	// (0: 8; negative: none). See listAhead.
+	// ListAhead is how many listing requests the mount sends ahead of a walk's opendirs at once (0: 8;
+	// negative: none): the first pages of the subfolders a readdir shows and, deeper, of those the pages
+	// listed ahead show, and the following pages of big folders. See listAhead.
 	ListAhead int
+	// ListAheadMemory bounds the memory of the pages listed ahead and not yet opened (default 32 MiB):
+	// beyond it no page is listed ahead, and the folder a walk would reach last is evicted.
+	ListAheadMemory int64
 	// MaxInodes bounds the file inodes the kernel (and go-fuse, and so the mount) holds: beyond it the
 	// oldest not touched since are pruned (default 50,000, about 35 MB of the mount's memory; < 0: no
 	// bound, the kernel keeps what it looked up until memory pressure). See inodes.
@@ -89,9 +93,11 @@ type Options struct {
 	// of destroying it.
 	Quarantine Area
 
-	tuneQueue    func(*deleteq.Options) // tests
-	inoHash      func(string) uint64    // tests
-	listAheadTTL time.Duration          // tests
+	tuneQueue       func(*deleteq.Options) // tests
+	inoHash         func(string) uint64    // tests
+	listAheadTTL    time.Duration          // tests
+	listAheadClock  aheadClock             // tests
+	listAheadEvents func()                 // tests
 }
 
 func (o *Options) defaults() {
@@ -188,7 +194,8 @@ func Mount(ctx context.Context, o Options) (*Mounted, error) {
 	}
 	fsys := &filesystem{opts: o, c: o.Client, g: o.Enforcer, cache: o.Attrs, log: o.Logger,
 		started: time.Now(), ownSpool: ownSpool, inos: newInodes(o.MaxInodes, o.Logger)}
-	fsys.ahead = newListAhead(fsys, o.ListAhead, o.listAheadTTL)
+	fsys.ahead = newListAhead(aheadConfig{lister: o.Client, pageSize: o.PageSize, max: o.ListAhead, ttl: o.listAheadTTL,
+		budget: o.ListAheadMemory, clock: o.listAheadClock, events: o.listAheadEvents})
 	if o.inoHash != nil {
 		fsys.inos.hash = o.inoHash
 	}

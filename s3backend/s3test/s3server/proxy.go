@@ -39,6 +39,22 @@ type Proxy struct {
 	// delFaults: how many more keys of DeleteObjects requests (delMatch ones) fail; see FailDeleteKeys.
 	delFaults int
 	delMatch  func(key string) bool
+	// trace, when set (SetTrace), is told of every request once it is answered.
+	trace atomic.Pointer[TraceFunc]
+}
+
+// TraceFunc is told of one request the proxy answered: its operation (Op), path and query, when it
+// arrived and how long it took to answer (the injected latency included).
+type TraceFunc func(op, target string, start time.Time, took time.Duration)
+
+// SetTrace makes the proxy tell f of every request once answered (nil: stop): tests count requests
+// by folder and token, benchmarks see which requests a walk waits on.
+func (p *Proxy) SetTrace(f TraceFunc) {
+	if f == nil {
+		p.trace.Store(nil)
+		return
+	}
+	p.trace.Store(&f)
 }
 
 type failPlan struct {
@@ -107,6 +123,10 @@ func StartProxy(target, addr string) (*Proxy, error) {
 	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.requests.Add(1)
 		op := Op(r)
+		if tf := p.trace.Load(); tf != nil {
+			start := time.Now()
+			defer func() { (*tf)(op, r.URL.RequestURI(), start, time.Since(start)) }()
+		}
 		p.mu.Lock()
 		p.ops[op]++
 		p.inFlight[op]++
