@@ -11,6 +11,8 @@
 //   - Every delete is conditional on the ETag the first decision judged; an entry older than VerifyAfter is
 //     HEADed first and skipped when its Last-Modified changed (a same-content rewrite keeps its ETag).
 //   - A failed deletion stays pending (and the name hidden), retried with backoff, counted and logged.
+//   - The requests sent while the guard's lock is held (apply) are sent once (s3client.OneAttempt): the
+//     retry is a later round, outside the lock, after the entry was decided again.
 package deleteq
 
 import (
@@ -506,7 +508,10 @@ func (q *Queue) round(ctx context.Context, its []*item) {
 					res[i] = result{err: errors.New("the index cannot decide now (stale, sync failed or store error); asked again later"), set: true}
 				}
 			}
-			q.delete(ctx, its, del, res)
+			// Under the guard's lock: each request is sent once (a failure is retried by a later
+			// round, decided again first), so a failing server costs the lock one request, never a
+			// retry loop.
+			q.delete(s3client.OneAttempt(ctx), its, del, res)
 		})
 		if !called {
 			for _, i := range askIdx {

@@ -377,3 +377,67 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// markingBucket is a bucket that records, for every delete request, whether its context asked for a
+// single attempt (s3client.OneAttempt).
+type markingBucket struct {
+	*bucket
+	mu       sync.Mutex
+	sent     int
+	retrying int // requests whose context lets the client retry
+}
+
+func (m *markingBucket) mark(ctx context.Context) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sent++
+	if !s3client.IsOneAttempt(ctx) {
+		m.retrying++
+	}
+}
+
+func (m *markingBucket) Delete(ctx context.Context, key, ifMatch string) error {
+	m.mark(ctx)
+	return m.bucket.Delete(ctx, key, ifMatch)
+}
+
+func (m *markingBucket) DeleteBatch(ctx context.Context, items []s3client.DeleteItem) ([]error, error) {
+	m.mark(ctx)
+	return m.bucket.DeleteBatch(ctx, items)
+}
+
+// TestApplySendsOnce: the deletes a round sends while the guard's lock is held (inside apply) each go
+// out as a single attempt (s3client.OneAttempt), so the client's retry loop never runs under the lock;
+// a failed one (503) is retried by a later round, after the entry was decided again.
+func TestApplySendsOnce(t *testing.T) {
+	for _, batch := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
+			keys := []string{"j/shared/a", "j/shared/b", "j/shared/c"}
+			b := &markingBucket{bucket: newBucket(keys...)}
+			b.fail["j/shared/b"] = 2
+			b.whole = 1
+			r := &rechecker{}
+			q := open(t, t.TempDir(), b.bucket, r, func(o *deleteq.Options) { o.Deleter, o.Batch = b, batch })
+			for _, k := range keys {
+				if !q.Add(obj(b.bucket, k)) {
+					t.Fatalf("Add %s refused", k)
+				}
+			}
+			if left := q.Flush(context.Background(), ""); left != 0 {
+				t.Fatalf("%d pending after flush", left)
+			}
+			b.mu.Lock()
+			sent, retrying := b.sent, b.retrying
+			b.mu.Unlock()
+			if retrying != 0 {
+				t.Errorf("%d of %d delete requests sent under the guard's lock may be retried by the client", retrying, sent)
+			}
+			r.mu.Lock()
+			asked := r.asked
+			r.mu.Unlock()
+			if st := q.Stats(); st.Applied != 3 || st.Failures == 0 || asked <= len(keys) {
+				t.Errorf("stats %+v, %d decisions: want 3 applied after failed rounds, each retry decided again", st, asked)
+			}
+		})
+	}
+}

@@ -63,7 +63,7 @@ func (c *Client) DeleteBatch(ctx context.Context, items []DeleteItem) ([]error, 
 	// Not quiet: every deleted key is confirmed by name, so a key the answer leaves out is not taken for
 	// deleted.
 	out, err := c.api.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: &c.loc.Bucket,
-		Delete: &types.Delete{Objects: objs, Quiet: aws.Bool(false)}})
+		Delete: &types.Delete{Objects: objs, Quiet: aws.Bool(false)}}, attempts(ctx))
 	if err != nil {
 		return nil, wrap("DeleteObjects", c.url(items[0].Key)+fmt.Sprintf(" (and %d more)", len(items)-1), err)
 	}

@@ -70,7 +70,7 @@ func quote(etag string) *string {
 func (c *Client) Check(ctx context.Context) error {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	_, err := c.api.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &c.loc.Bucket})
+	_, err := c.api.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &c.loc.Bucket}, attempts(ctx))
 	return wrap("HeadBucket", "s3://"+c.loc.Bucket, err)
 }
 
@@ -78,7 +78,7 @@ func (c *Client) Check(ctx context.Context) error {
 func (c *Client) Head(ctx context.Context, rel string) (Object, error) {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	out, err := c.api.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &c.loc.Bucket, Key: aws.String(c.full(rel))})
+	out, err := c.api.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &c.loc.Bucket, Key: aws.String(c.full(rel))}, attempts(ctx))
 	if err != nil {
 		return Object{}, wrap("HeadObject", c.url(rel), err)
 	}
@@ -99,7 +99,7 @@ func (c *Client) ReadAt(ctx context.Context, rel string, p []byte, off int64, if
 		Key:     aws.String(c.full(rel)),
 		Range:   aws.String(fmt.Sprintf("bytes=%d-%d", off, off+int64(len(p))-1)),
 		IfMatch: quote(ifMatch),
-	})
+	}, attempts(ctx))
 	if err != nil {
 		var apiErr interface{ ErrorCode() string }
 		if errors.As(err, &apiErr) && apiErr.ErrorCode() == "InvalidRange" {
@@ -162,7 +162,7 @@ func (c *Client) ListPage(ctx context.Context, relPrefix string, delim bool, tok
 // the client was told to use the SDK's.
 func (c *Client) listObjects(ctx context.Context, in *s3.ListObjectsV2Input) (listResult, error) {
 	if c.sdkList {
-		out, err := c.api.ListObjectsV2(ctx, in)
+		out, err := c.api.ListObjectsV2(ctx, in, attempts(ctx))
 		if err != nil {
 			return listResult{}, err
 		}
@@ -170,7 +170,7 @@ func (c *Client) listObjects(ctx context.Context, in *s3.ListObjectsV2Input) (li
 	}
 	var res listResult
 	var ok bool
-	if _, err := c.api.ListObjectsV2(ctx, in, withLeanList(&leanList{res: &res, ok: &ok})); err != nil {
+	if _, err := c.api.ListObjectsV2(ctx, in, withLeanList(&leanList{res: &res, ok: &ok}), attempts(ctx)); err != nil {
 		return listResult{}, err
 	}
 	if !ok {
@@ -269,7 +269,7 @@ func exactKeys(res *listResult) error {
 func (c *Client) ServerTime(ctx context.Context) (time.Time, error) {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	out, err := c.api.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &c.loc.Bucket, Prefix: aws.String(c.loc.Prefix), MaxKeys: aws.Int32(1)})
+	out, err := c.api.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &c.loc.Bucket, Prefix: aws.String(c.loc.Prefix), MaxKeys: aws.Int32(1)}, attempts(ctx))
 	if err != nil {
 		return time.Time{}, wrap("ListObjectsV2", c.url(""), err)
 	}
@@ -328,7 +328,7 @@ func (c *Client) Put(ctx context.Context, rel string, body io.ReadSeeker, size i
 	if o.IfNoneMatch {
 		in.IfNoneMatch = aws.String("*")
 	}
-	out, err := c.api.PutObject(ctx, in)
+	out, err := c.api.PutObject(ctx, in, attempts(ctx))
 	if err != nil {
 		return "", wrap("PutObject", c.url(rel), err)
 	}
@@ -349,7 +349,7 @@ func (c *Client) Upload(ctx context.Context, rel string, r io.ReaderAt, size, pa
 	}
 	key := c.full(rel)
 	cctx, cancel := c.opCtx(ctx)
-	mu, err := c.api.CreateMultipartUpload(cctx, &s3.CreateMultipartUploadInput{Bucket: &c.loc.Bucket, Key: &key})
+	mu, err := c.api.CreateMultipartUpload(cctx, &s3.CreateMultipartUploadInput{Bucket: &c.loc.Bucket, Key: &key}, attempts(cctx))
 	cancel()
 	if err != nil {
 		return "", wrap("CreateMultipartUpload", c.url(rel), err)
@@ -357,7 +357,7 @@ func (c *Client) Upload(ctx context.Context, rel string, r io.ReaderAt, size, pa
 	abort := func() {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.OpTimeout)
 		defer cancel()
-		_, _ = c.api.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{Bucket: &c.loc.Bucket, Key: &key, UploadId: mu.UploadId})
+		_, _ = c.api.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{Bucket: &c.loc.Bucket, Key: &key, UploadId: mu.UploadId}, attempts(actx))
 	}
 	nparts := int((size + partSize - 1) / partSize)
 	parts := make([]types.CompletedPart, nparts)
@@ -384,7 +384,7 @@ func (c *Client) Upload(ctx context.Context, rel string, r io.ReaderAt, size, pa
 			defer cancel()
 			num := int32(i + 1)
 			out, err := c.api.UploadPart(octx, &s3.UploadPartInput{Bucket: &c.loc.Bucket, Key: &key, UploadId: mu.UploadId,
-				PartNumber: &num, Body: io.NewSectionReader(r, off, n), ContentLength: aws.Int64(n)})
+				PartNumber: &num, Body: io.NewSectionReader(r, off, n), ContentLength: aws.Int64(n)}, attempts(octx))
 			if err != nil {
 				errOnce.Do(func() { firstErr = wrap("UploadPart", c.url(rel), err); pcancel() })
 				return
@@ -407,7 +407,7 @@ func (c *Client) Upload(ctx context.Context, rel string, r io.ReaderAt, size, pa
 	if o.IfNoneMatch {
 		in.IfNoneMatch = aws.String("*")
 	}
-	out, err := c.api.CompleteMultipartUpload(cctx, in)
+	out, err := c.api.CompleteMultipartUpload(cctx, in, attempts(cctx))
 	if err != nil {
 		abort()
 		return "", wrap("CompleteMultipartUpload", c.url(rel), err)
@@ -421,7 +421,7 @@ func (c *Client) Upload(ctx context.Context, rel string, r io.ReaderAt, size, pa
 func (c *Client) Delete(ctx context.Context, rel, ifMatch string) error {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	_, err := c.api.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &c.loc.Bucket, Key: aws.String(c.full(rel)), IfMatch: quote(ifMatch)})
+	_, err := c.api.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &c.loc.Bucket, Key: aws.String(c.full(rel)), IfMatch: quote(ifMatch)}, attempts(ctx))
 	return wrap("DeleteObject", c.url(rel), err)
 }
 
@@ -436,7 +436,7 @@ func (c *Client) Copy(ctx context.Context, src, dst, srcETag string, o PutOption
 	if o.IfNoneMatch {
 		in.IfNoneMatch = aws.String("*")
 	}
-	out, err := c.api.CopyObject(ctx, in)
+	out, err := c.api.CopyObject(ctx, in, attempts(ctx))
 	if err != nil {
 		return "", wrap("CopyObject", c.url(src)+" -> "+c.url(dst), err)
 	}

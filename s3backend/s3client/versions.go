@@ -22,7 +22,7 @@ const (
 func (c *Client) BucketVersioning(ctx context.Context) (string, error) {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	out, err := c.api.GetBucketVersioning(ctx, &s3.GetBucketVersioningInput{Bucket: &c.loc.Bucket})
+	out, err := c.api.GetBucketVersioning(ctx, &s3.GetBucketVersioningInput{Bucket: &c.loc.Bucket}, attempts(ctx))
 	if err != nil {
 		return "", wrap("GetBucketVersioning", "s3://"+c.loc.Bucket, err)
 	}
@@ -53,7 +53,7 @@ func (c *Client) Versions(ctx context.Context, rel string) ([]Version, error) {
 		// answer from a server that ignored the request and sent a key it could only have garbled (a
 		// version of rel would go unseen, or another key's be taken for rel's).
 		out, err := c.api.ListObjectVersions(octx, &s3.ListObjectVersionsInput{Bucket: &c.loc.Bucket, Prefix: aws.String(full),
-			KeyMarker: keyMarker, VersionIdMarker: idMarker, EncodingType: types.EncodingTypeUrl})
+			KeyMarker: keyMarker, VersionIdMarker: idMarker, EncodingType: types.EncodingTypeUrl}, attempts(octx))
 		cancel()
 		if err != nil {
 			return nil, wrap("ListObjectVersions", c.url(rel), err)
@@ -128,7 +128,7 @@ func exactVersionKeys(out *s3.ListObjectVersionsOutput) error {
 func (c *Client) DeleteMarking(ctx context.Context, rel, ifMatch string) (marker string, err error) {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	out, err := c.api.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &c.loc.Bucket, Key: aws.String(c.full(rel)), IfMatch: quote(ifMatch)})
+	out, err := c.api.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &c.loc.Bucket, Key: aws.String(c.full(rel)), IfMatch: quote(ifMatch)}, attempts(ctx))
 	if err != nil {
 		return "", wrap("DeleteObject", c.url(rel), err)
 	}
@@ -143,6 +143,6 @@ func (c *Client) DeleteMarking(ctx context.Context, rel, ifMatch string) (marker
 func (c *Client) DeleteVersion(ctx context.Context, rel, versionID string) error {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	_, err := c.api.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &c.loc.Bucket, Key: aws.String(c.full(rel)), VersionId: aws.String(versionID)})
+	_, err := c.api.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &c.loc.Bucket, Key: aws.String(c.full(rel)), VersionId: aws.String(versionID)}, attempts(ctx))
 	return wrap("DeleteObject", c.url(rel)+"?versionId="+versionID, err)
 }

@@ -518,14 +518,29 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 // Unlink is guarded (OpUnlink) and deletes with If-Match on the ETag seen before the decision, so an object
 // replaced in the meantime is not removed; the decision judges that same version (observed). If the ETag
 // was stale (412), it looks again and decides again, once.
+//
+// A synchronous delete (no queue, queue full, journal failing) is sent under the enforcer's shared lock
+// once (s3client.OneAttempt): a failing server costs the lock one request. A retryable failure (503,
+// timeout) is retried here, with the lock released: after the client's backoff, on a fresh look, decided
+// again; at most the client's attempts, within its operation timeout.
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	key := childKey(n.key(), name)
 	maxAge := n.fsys.opts.ETagTTL
 	if n.fsys.opts.FreshETags {
 		maxAge = 0
 	}
-	for attempt := 0; ; attempt++ {
+	deadline := time.Now().Add(n.fsys.c.OpTimeout())
+	for attempt, sent := 0, 0; ; attempt++ {
 		o, err := n.fsys.stat(ctx, key, maxAge)
+		if errors.Is(err, fs.ErrNotExist) && sent > 0 {
+			// A delete of ours failed and the object is gone now: the failed request was applied (its
+			// answer lost), or someone deleted it beside the mount. Either way the unlink happened, as it
+			// would have for the client's own retry (a delete of a missing key succeeds on S3).
+			n.fsys.g.Deleted(ctx, key)
+			n.fsys.changed(key)
+			n.retireChild(name)
+			return 0
+		}
 		if err != nil {
 			return s3client.Errno(err)
 		}
@@ -538,10 +553,16 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 			if n.fsys.enqueue(key, o) {
 				return false, 0 // acknowledged: in the durable queue, applied (and decided again) shortly
 			}
-			delErr = n.fsys.removeObject(ctx, key, o)
+			sent++
+			delErr = n.fsys.removeObject(s3client.OneAttempt(ctx), key, o)
 			return delErr == nil, s3client.Errno(delErr)
 		})
 		if errors.Is(delErr, s3client.ErrPrecondition) && attempt == 0 {
+			n.fsys.cache.Drop(key)
+			maxAge = 0
+			continue
+		}
+		if s3client.Retryable(delErr) && sent < n.fsys.c.MaxAttempts() && n.fsys.pause(ctx, sent, deadline) {
 			n.fsys.cache.Drop(key)
 			maxAge = 0
 			continue
@@ -554,6 +575,23 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 			n.retireChild(name)
 		}
 		return errno
+	}
+}
+
+// pause waits the client's backoff before retry number retry of a request sent once under the
+// enforcer's lock; false when ctx ends or the wait would pass deadline (the operation's bound).
+func (f *filesystem) pause(ctx context.Context, retry int, deadline time.Time) bool {
+	d := f.c.Backoff(retry)
+	if time.Now().Add(d).After(deadline) {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

@@ -41,6 +41,8 @@ type Proxy struct {
 	delMatch  func(key string) bool
 	// trace, when set (SetTrace), is told of every request once it is answered.
 	trace atomic.Pointer[TraceFunc]
+	// holds park matching requests until the test answers them (Hold). Under mu.
+	holds []*Held
 }
 
 // TraceFunc is told of one request the proxy answered: its operation (Op), path and query, when it
@@ -146,6 +148,9 @@ func StartProxy(target, addr string) (*Proxy, error) {
 				}
 			}
 			panic(http.ErrAbortHandler)
+		}
+		if p.catch(w, r, op) {
+			return
 		}
 		if d := time.Duration(p.latency.Load()); d > 0 {
 			// A client that gave up (timeout) closes the connection: the request is then never forwarded,
