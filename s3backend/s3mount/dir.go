@@ -55,6 +55,10 @@ type dirHandle struct {
 	follow      []*aheadPage
 	aheadCancel context.CancelFunc
 	gen         *walkGen
+	// evAdd and evCommit record the listing for Options.Listings: every page served, in order, from
+	// the first; nil once a page failed (a listing with a gap is no evidence) or without a sink.
+	evAdd    func(key string)
+	evCommit func()
 }
 
 type pageResult struct {
@@ -136,6 +140,10 @@ func (d *dirHandle) begin(ctx context.Context) syscall.Errno {
 		return s3client.Errno(err)
 	}
 	d.started = true
+	if ls := d.fsys.opts.Listings; ls != nil {
+		d.evAdd, d.evCommit = ls.BeginListing(d.dir, pg.Started)
+	}
+	d.evidence(pg)
 	ents := d.entries(pg)
 	if pg.Next == "" {
 		d.queue = listorder.Order(ents)
@@ -224,6 +232,25 @@ func (d *dirHandle) listAhead() {
 	d.fsys.ahead.want(d.gen, dirs)
 }
 
+// evidence adds a page served to the listing for Options.Listings and commits it at the last page. The
+// raw page, not the entries served: a name hidden from readdir (quarantine area, deleted through the
+// mount and not yet applied) is still in the bucket, as the loss check's own listing would show it.
+func (d *dirHandle) evidence(pg s3client.Page) {
+	if d.evAdd == nil {
+		return
+	}
+	for _, o := range pg.Objects {
+		d.evAdd(o.Key)
+	}
+	for _, p := range pg.Prefixes {
+		d.evAdd(p)
+	}
+	if pg.Next == "" {
+		d.evCommit()
+		d.evAdd, d.evCommit = nil, nil
+	}
+}
+
 // skipOrdered drops the names the big-folder mode returned up front.
 func skipOrdered(ents []fuse.DirEntry) []fuse.DirEntry {
 	out := ents[:0]
@@ -259,6 +286,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 				continue
 			}
 			d.fsys.ahead.followed.Add(1)
+			d.evidence(f.pg)
 			d.more = f.pg.Next != ""
 			if d.more {
 				d.lastToken = f.pg.Next
@@ -277,9 +305,11 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 			return nil, syscall.EINTR
 		}
 		if r.err != nil {
-			d.prefetch(d.lastToken) // a retry of readdir asks again
+			d.evAdd, d.evCommit = nil, nil // a retry continues the listing, but it is no evidence any more
+			d.prefetch(d.lastToken)        // a retry of readdir asks again
 			return nil, s3client.Errno(r.err)
 		}
+		d.evidence(r.pg)
 		d.more = r.pg.Next != ""
 		if d.more {
 			d.lastToken = r.pg.Next
