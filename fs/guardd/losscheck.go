@@ -215,16 +215,7 @@ func (w *lossWatch) run(ctx context.Context) {
 		st.Bound = evidenceBound(st.Bound, rep.LongestChunk, ev)
 	}
 	w.fitBusyRate(rep)
-	switch {
-	case w.interval > 0 && st.Bound > w.interval && !w.behind:
-		w.behind = true
-		w.log.Warn(fmt.Sprintf("loss check: a loss shows only within %s, longer than the sync interval %s (a pass took %s, %d requests): raise --loss-check-rate or --sync-interval, or look at the store's latency",
-			st.Bound.Round(time.Second), w.interval, st.Duration.Round(time.Millisecond), rep.Requests), "took", st.Duration.Round(time.Millisecond), "objects", rep.Objects, "requests", rep.Requests,
-			"bound", st.Bound.Round(time.Second), "revisit", rep.Revisit.Round(time.Millisecond))
-	case w.behind && st.Bound <= lossFitsAgain(w.interval):
-		w.behind = false
-		w.log.Info("loss check: a loss shows within the sync interval again", "bound", st.Bound.Round(time.Second), "took", st.Duration.Round(time.Millisecond))
-	}
+	w.noteBound(st, rep)
 	if rep.RoundPasses != w.passes {
 		if rep.RoundPasses > 1 {
 			w.log.Warn(fmt.Sprintf("loss check: a complete check of the %d referenced objects takes %d passes (%d requests against a budget per pass): a loss shows only within %s; raise --loss-check-budget to check everything in every pass",
@@ -250,6 +241,22 @@ func (w *lossWatch) run(ctx context.Context) {
 	}
 	w.last = st
 	w.publish(rep, st)
+}
+
+// noteBound WARNs when the bound goes above the sync interval and says so once when it fits again: a
+// sixteenth of the interval below it (lossFitsAgain), so a bound hovering at the interval logs once,
+// not a WARN and an INFO pass after pass.
+func (w *lossWatch) noteBound(st metrics.LossStats, rep *refindex.LossReport) {
+	switch {
+	case w.interval > 0 && st.Bound > w.interval && !w.behind:
+		w.behind = true
+		w.log.Warn(fmt.Sprintf("loss check: a loss shows only within %s, longer than the sync interval %s (a pass took %s, %d requests): raise --loss-check-rate or --sync-interval, or look at the store's latency",
+			st.Bound.Round(time.Second), w.interval, st.Duration.Round(time.Millisecond), rep.Requests), "took", st.Duration.Round(time.Millisecond), "objects", rep.Objects, "requests", rep.Requests,
+			"bound", st.Bound.Round(time.Second), "revisit", rep.Revisit.Round(time.Millisecond))
+	case w.behind && st.Bound <= lossFitsAgain(w.interval):
+		w.behind = false
+		w.log.Info("loss check: a loss shows within the sync interval again", "bound", st.Bound.Round(time.Second), "took", st.Duration.Round(time.Millisecond))
+	}
 }
 
 // lossMessage names the file, the checkpoint and what to do.
