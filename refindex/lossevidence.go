@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,14 +22,20 @@ import (
 //     between two checks of a unit (Stats.MaxGap), from which the daemon's bound follows, includes the
 //     listing's age, so the advertised bound never assumes a fresher check than the store answered.
 //   - Memory: listings older than MaxAge are dropped (at most the listings of the last MaxAge are held,
-//     8 bytes per key); the per-unit check times are one map entry per unit, dropped after
-//     evidenceForget of no check.
+//     8 bytes per key), and the keys held and being recorded together never exceed evidenceMaxKeys: a
+//     listing that would go beyond is abandoned (no evidence, the check sends its own requests), so
+//     readdirs of huge folders by any local user cannot grow the daemon. The per-unit check times are
+//     one map entry per unit, dropped after evidenceForget of no check.
 //   - Keys are held as 64-bit hashes with a seed of their own per listing: a collision (an absent key
 //     taken for present) has odds of about keys/2^64 and does not repeat in the next listing, which is
 //     at most MaxAge later or the unit is checked by a request of its own.
 type ListingEvidence struct {
 	maxAge time.Duration
 	now    func() time.Time
+
+	// keys counts the hashes held and being recorded (at most maxKeys: evidenceMaxKeys).
+	keys    atomic.Int64
+	maxKeys int64
 
 	mu      sync.Mutex
 	dirs    map[string]*folderListing // dir -> newest complete listing of it
@@ -64,13 +71,17 @@ type folderListing struct {
 // references any more): far above any revisit, so a live unit never loses its time.
 const evidenceForget = time.Hour
 
+// evidenceMaxKeys bounds the keys of all listings held or being recorded: 32 MiB of hashes, far above
+// what a find lists in MaxAge (an eighth of a sync interval) at 1,000,000 objects.
+const evidenceMaxKeys = 4 << 20
+
 // NewListingEvidence returns an empty evidence store: listings older than maxAge are not taken (0: no
 // listing is, the store only measures the gaps between checks). now is its clock (nil: time.Now).
 func NewListingEvidence(maxAge time.Duration, now func() time.Time) *ListingEvidence {
 	if now == nil {
 		now = time.Now
 	}
-	return &ListingEvidence{maxAge: maxAge, now: now, dirs: map[string]*folderListing{},
+	return &ListingEvidence{maxAge: maxAge, now: now, maxKeys: evidenceMaxKeys, dirs: map[string]*folderListing{},
 		checked: map[uint64]time.Time{}, unitKey: maphash.MakeSeed()}
 }
 
@@ -82,23 +93,49 @@ func (e *ListingEvidence) SetMaxAge(d time.Duration) {
 }
 
 // BeginListing starts a folder's listing whose first page was requested at started: add takes every
-// key and subfolder (as the store names them: "dir/name") of every page in order, commit hands the
-// listing over once the last page was added. A listing that failed or stopped is never committed (its
-// recorder is dropped).
-func (e *ListingEvidence) BeginListing(dir string, started time.Time) (add func(key string), commit func()) {
+// key and subfolder (as the store names them: "dir/name") of every page in order; end(true) hands the
+// listing over once the last page was added, end(false) drops a listing that failed or stopped (its
+// keys no longer count against evidenceMaxKeys). Only the first end counts.
+func (e *ListingEvidence) BeginListing(dir string, started time.Time) (add func(key string), end func(complete bool)) {
 	l := &folderListing{at: started, seed: maphash.MakeSeed()}
-	add = func(key string) { l.keys = append(l.keys, maphash.String(l.seed, key)) }
-	commit = func() {
+	dead := false
+	add = func(key string) {
+		if dead {
+			return
+		}
+		if e.keys.Add(1) > e.maxKeys {
+			dead = true
+			e.keys.Add(-int64(len(l.keys)) - 1)
+			l.keys = nil
+			return
+		}
+		l.keys = append(l.keys, maphash.String(l.seed, key))
+	}
+	end = func(complete bool) {
+		if dead {
+			return
+		}
+		dead = true
+		if !complete {
+			e.keys.Add(-int64(len(l.keys)))
+			l.keys = nil
+			return
+		}
 		slices.Sort(l.keys)
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		e.st.Listings++
 		if old := e.dirs[dir]; old == nil || old.at.Before(l.at) {
+			if old != nil {
+				e.keys.Add(-int64(len(old.keys)))
+			}
 			e.dirs[dir] = l
+		} else {
+			e.keys.Add(-int64(len(l.keys)))
 		}
 		e.pruneLocked(e.now())
 	}
-	return add, commit
+	return add, end
 }
 
 // pruneLocked drops the listings too old to be taken and the check times of units long unchecked, at
@@ -110,6 +147,7 @@ func (e *ListingEvidence) pruneLocked(now time.Time) {
 	e.pruned = now
 	for d, l := range e.dirs {
 		if now.Sub(l.at) > e.maxAge {
+			e.keys.Add(-int64(len(l.keys)))
 			delete(e.dirs, d)
 		}
 	}

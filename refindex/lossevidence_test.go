@@ -30,11 +30,11 @@ func handOver(t *testing.T, ev *refindex.ListingEvidence, root, dir string, star
 		keys = append(keys, path.Join(dir, e.Name()))
 	}
 	sort.Strings(keys)
-	add, commit := ev.BeginListing(dir, started)
+	add, end := ev.BeginListing(dir, started)
 	for _, k := range keys {
 		add(k)
 	}
-	commit()
+	end(true)
 }
 
 // TestLossCheckCountsMountListings: a folder the mount listed completely, after the unit's last check
@@ -47,14 +47,15 @@ func TestLossCheckCountsMountListings(t *testing.T) {
 		name     string
 		listedAt time.Duration // after the first pass's checks
 		checkAt  time.Duration // the second pass, after the first pass's checks
-		commit   bool
+		end      string        // "complete", "dropped", "" (never ended)
 		taken    bool
 	}{
-		{"fresh listing after the last check", time.Second, 2 * time.Second, true, true},
-		{"listing exactly MaxAge old", time.Second, time.Second + maxAge, true, true},
-		{"listing older than MaxAge", time.Second, 2*time.Second + maxAge, true, false},
-		{"listing older than the unit's last check", -time.Second, time.Second, true, false},
-		{"listing never committed", time.Second, 2 * time.Second, false, false},
+		{"fresh listing after the last check", time.Second, 2 * time.Second, "complete", true},
+		{"listing exactly MaxAge old", time.Second, time.Second + maxAge, "complete", true},
+		{"listing older than MaxAge", time.Second, 2*time.Second + maxAge, "complete", false},
+		{"listing older than the unit's last check", -time.Second, time.Second, "complete", false},
+		{"listing dropped (a page failed)", time.Second, 2 * time.Second, "dropped", false},
+		{"listing not ended (readdir under way)", time.Second, 2 * time.Second, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -74,11 +75,16 @@ func TestLossCheckCountsMountListings(t *testing.T) {
 			}
 			t0 := clk.t
 			dir := path.Dir(shared[0])
-			if tc.commit {
+			if tc.end == "complete" {
 				handOver(t, ev, root, dir, t0.Add(tc.listedAt))
 			} else {
-				add, _ := ev.BeginListing(dir, t0.Add(tc.listedAt))
-				add(shared[0])
+				add, end := ev.BeginListing(dir, t0.Add(tc.listedAt))
+				for _, k := range shared {
+					add(k)
+				}
+				if tc.end == "dropped" {
+					end(false)
+				}
 			}
 			clk.t = t0.Add(tc.checkAt)
 			lists, stats := st.lists.Load(), st.stats.Load()
@@ -191,5 +197,49 @@ func TestLossCheckMountListingFindsLoss(t *testing.T) {
 				t.Fatalf("the next pass reported %+v, want %s", rep.New, victim)
 			}
 		})
+	}
+}
+
+// TestListingEvidenceBoundsKeys: the keys held and being recorded never exceed the bound: a listing
+// that would go beyond is abandoned (never taken, what it recorded released), a dropped listing and a
+// listing replaced by a newer one release theirs, and listings past MaxAge are dropped.
+func TestListingEvidenceBoundsKeys(t *testing.T) {
+	clk := &fakeNow{t: time.Unix(1e9, 0)}
+	ev := refindex.NewListingEvidence(4*time.Second, clk.now)
+	refindex.SetEvidenceMaxKeys(ev, 10)
+	list := func(dir string, n int, complete bool) {
+		add, end := ev.BeginListing(dir, clk.t)
+		for i := range n {
+			add(dir + "/k" + string(rune('a'+i)))
+		}
+		end(complete)
+	}
+	list("a", 6, true)
+	if n := refindex.EvidenceKeys(ev); n != 6 {
+		t.Fatalf("%d keys counted, want the 6 held", n)
+	}
+	list("b", 5, true) // 11 > 10: abandoned
+	if n := refindex.EvidenceKeys(ev); n != 6 {
+		t.Errorf("%d keys counted after an abandoned listing, want 6", n)
+	}
+	if _, ok := refindex.TakeEvidence(ev, "b", []string{"b/ka", "b/kb"}); ok {
+		t.Error("an abandoned listing was taken")
+	}
+	list("c", 3, false) // dropped
+	if n := refindex.EvidenceKeys(ev); n != 6 {
+		t.Errorf("%d keys counted after a dropped listing, want 6", n)
+	}
+	clk.t = clk.t.Add(time.Second)
+	list("a", 2, true) // replaces the older listing of a
+	if n := refindex.EvidenceKeys(ev); n != 2 {
+		t.Errorf("%d keys counted after a newer listing of a, want 2", n)
+	}
+	if unseen, ok := refindex.TakeEvidence(ev, "a", []string{"a/ka", "a/kc"}); !ok || len(unseen) != 1 || unseen[0] != "a/kc" {
+		t.Errorf("take a = %v, %v; want a/kc unseen in the newer listing", unseen, ok)
+	}
+	clk.t = clk.t.Add(5 * time.Second)
+	list("d", 1, true) // prunes a, past MaxAge
+	if n := refindex.EvidenceKeys(ev); n != 1 {
+		t.Errorf("%d keys counted after a's listing aged out, want 1", n)
 	}
 }

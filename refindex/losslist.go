@@ -103,7 +103,7 @@ func roundCost(units []lossUnit) int {
 // error other than not-found fails the pass: an object that could not be checked is not known there.
 // With ev, a unit of units the mount listed lately is taken from that listing (ListingEvidence.take:
 // no request, only the objects the listing did not show are stat'ed); the known losses of single are
-// always stat'ed (only a stat says an object is back).
+// stat'ed (they are no folder's unit).
 func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []string, parallel int, pacer Pacer, ev *ListingEvidence) (map[string]bool, int, error) {
 	lister, _ := ix.st.(DirLister)
 	stat := ix.st.Stat

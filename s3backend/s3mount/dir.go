@@ -55,10 +55,11 @@ type dirHandle struct {
 	follow      []*aheadPage
 	aheadCancel context.CancelFunc
 	gen         *walkGen
-	// evAdd and evCommit record the listing for Options.Listings: every page served, in order, from
-	// the first; nil once a page failed (a listing with a gap is no evidence) or without a sink.
-	evAdd    func(key string)
-	evCommit func()
+	// evAdd and evEnd record the listing for Options.Listings: every page served, in order, from the
+	// first; nil once it was handed over or dropped (a page failed: a listing with a gap is no
+	// evidence; the handle was released or rewound before the last page), or without a sink.
+	evAdd func(key string)
+	evEnd func(complete bool)
 }
 
 type pageResult struct {
@@ -141,7 +142,7 @@ func (d *dirHandle) begin(ctx context.Context) syscall.Errno {
 	}
 	d.started = true
 	if ls := d.fsys.opts.Listings; ls != nil {
-		d.evAdd, d.evCommit = ls.BeginListing(d.dir, pg.Started)
+		d.evAdd, d.evEnd = ls.BeginListing(d.dir, pg.Started)
 	}
 	d.evidence(pg)
 	ents := d.entries(pg)
@@ -246,9 +247,17 @@ func (d *dirHandle) evidence(pg s3client.Page) {
 		d.evAdd(p)
 	}
 	if pg.Next == "" {
-		d.evCommit()
-		d.evAdd, d.evCommit = nil, nil
+		d.evEnd(true)
+		d.evAdd, d.evEnd = nil, nil
 	}
+}
+
+// dropEvidence drops a listing that will not be complete.
+func (d *dirHandle) dropEvidence() {
+	if d.evEnd != nil {
+		d.evEnd(false)
+	}
+	d.evAdd, d.evEnd = nil, nil
 }
 
 // skipOrdered drops the names the big-folder mode returned up front.
@@ -305,8 +314,8 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 			return nil, syscall.EINTR
 		}
 		if r.err != nil {
-			d.evAdd, d.evCommit = nil, nil // a retry continues the listing, but it is no evidence any more
-			d.prefetch(d.lastToken)        // a retry of readdir asks again
+			d.dropEvidence()        // a retry continues the listing, but it is no evidence any more
+			d.prefetch(d.lastToken) // a retry of readdir asks again
 			return nil, s3client.Errno(r.err)
 		}
 		d.evidence(r.pg)
@@ -359,6 +368,7 @@ func (d *dirHandle) ino(e fuse.DirEntry) uint64 {
 func (d *dirHandle) Releasedir(ctx context.Context, releaseFlags uint32) { d.release() }
 
 func (d *dirHandle) release() {
+	d.dropEvidence()
 	if d.cancel != nil {
 		d.cancel()
 	}

@@ -15,6 +15,7 @@ import (
 type listingSink struct {
 	mu        sync.Mutex
 	begun     int
+	dropped   int
 	committed map[string][][]string // dir -> the keys of each committed listing
 	started   map[string]time.Time  // dir -> the first page's request time of the last committed one
 }
@@ -23,17 +24,27 @@ func newListingSink() *listingSink {
 	return &listingSink{committed: map[string][][]string{}, started: map[string]time.Time{}}
 }
 
-func (s *listingSink) BeginListing(dir string, started time.Time) (func(string), func()) {
+func (s *listingSink) BeginListing(dir string, started time.Time) (func(string), func(bool)) {
 	s.mu.Lock()
 	s.begun++
 	s.mu.Unlock()
 	var keys []string
-	return func(k string) { keys = append(keys, k) }, func() {
+	return func(k string) { keys = append(keys, k) }, func(complete bool) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		if !complete {
+			s.dropped++
+			return
+		}
 		s.committed[dir] = append(s.committed[dir], keys)
 		s.started[dir] = started
 	}
+}
+
+func (s *listingSink) counts() (begun, dropped int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.begun, s.dropped
 }
 
 func (s *listingSink) get(dir string) ([][]string, time.Time) {
@@ -139,6 +150,10 @@ func TestMountHandsOverCompleteListings(t *testing.T) {
 			time.Sleep(100 * time.Millisecond) // the prefetched page lands, and is never served
 			if got, _ := sink.get("job/shared"); len(got) != 1 {
 				t.Errorf("%d listings of job/shared handed over after a stopped readdir, want still 1", len(got))
+			}
+			// Every listing begun was handed over or dropped (what it held is released).
+			if begun, dropped := sink.counts(); begun != dropped+len(got) {
+				t.Errorf("%d listings begun, %d dropped, %d handed over: some never ended", begun, dropped, len(got))
 			}
 		})
 	}

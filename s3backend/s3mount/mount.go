@@ -24,10 +24,10 @@ import (
 // Options configure an S3 guard mount.
 // ListingSink takes complete folder listings (refindex.ListingEvidence): BeginListing starts one whose
 // first page was requested at started; add takes each key and subfolder of each page, in order, as the
-// bucket names them; commit ends it. A listing that failed or stopped before its last page is never
-// committed.
+// bucket names them; end(true) hands it over after its last page, end(false) drops one that failed or
+// stopped before it.
 type ListingSink interface {
-	BeginListing(dir string, started time.Time) (add func(key string), commit func())
+	BeginListing(dir string, started time.Time) (add func(key string), end func(complete bool))
 }
 
 type Options struct {
