@@ -31,13 +31,16 @@ const DefaultS3LossCheckBudget = 2000
 // loss shows within lossPeriod plus a chunk (26 s), inside one sync interval, up to about 1,600,000
 // objects where the server answers as fast as the check is paced (at 50 a second a 1,000,000-object
 // pass took 24.6 s on versitygw, and the bound was the interval to the second). While the mount sends
-// requests of its own (within the last lossBusyWindow) the check runs at lossBusyRate (10 requests a
-// second) and one request at a time: a find or rm through the mount shares the server with at most one
-// listing of the check. The rate only bounds a pass's speed, not its cost (the period does).
+// requests of its own (within the last lossBusyWindow) the check slows down to the busy pace
+// (fitBusyRate: lossBusyRate, 10 requests a second one at a time, or as fast as a pass fits twice in a
+// sync interval, two at a time, when that is faster) and takes the folders the mount just listed from
+// those listings (refindex.ListingEvidence): a find or rm through the mount shares the server with at
+// most two listings of the check. The rate only bounds a pass's speed, not its cost (the period does).
 const DefaultS3LossCheckRate = 75
 
 // lossBusyRate is the loss check's rate, requests per second, while the mount's own requests flow: the
-// paced rate slowed by pace.DefaultYield, or down to this when that is faster.
+// paced rate slowed by pace.DefaultYield, or down to this when that is faster; fitBusyRate raises it
+// after a pass when a pass would not fit in the sync interval at this rate.
 const lossBusyRate = 10
 
 // Traffic is what the loss check needs of a backend's request counter (s3client.Traffic).
