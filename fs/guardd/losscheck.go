@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,9 +34,9 @@ const DefaultS3LossCheckBudget = 2000
 // pass took 24.6 s on versitygw, and the bound was the interval to the second). While the mount sends
 // requests of its own (within the last lossBusyWindow) the check slows down to the busy pace
 // (fitBusyRate: lossBusyRate, 10 requests a second one at a time, or as fast as a pass fits twice in a
-// sync interval, two at a time, when that is faster) and takes the folders the mount just listed from
-// those listings (refindex.ListingEvidence): a find or rm through the mount shares the server with at
-// most two listings of the check. The rate only bounds a pass's speed, not its cost (the period does).
+// sync interval, one request in flight per lossBusyRate, when that is faster) and takes the folders the mount just listed from
+// those listings (refindex.ListingEvidence): a find or rm through the mount shares the server with
+// fewer listings of the check than when it is idle. The rate only bounds a pass's speed, not its cost (the period does).
 const DefaultS3LossCheckRate = 75
 
 // lossBusyRate is the loss check's rate, requests per second, while the mount's own requests flow: the
@@ -312,11 +313,14 @@ func evidenceBound(bound, chunk time.Duration, ev refindex.EvidenceStats) time.D
 
 // fitBusyRate sets the pace while the mount is busy from the requests a pass takes: enough to send
 // them twice over in a sync interval (a pass fits in lossPeriod, three quarters of it, with room for
-// a server slowed down by the mount's own traffic), never below the floor and never above the idle
-// rate (lossPacer's busy pace: lossBusyRate, or a fifth of the rate when slower); above it with two requests in flight, so a listing that takes a while does not halve
-// the pace. At 1,000,000 referenced objects in shared folders (1,000 listings) and 30 s syncs: 67
-// requests a second. The competition is the server's own capacity, far above that on S3 (5,500
-// requests a second per prefix).
+// a server slowed down by the mount's own traffic), never below the floor (lossPacer's busy pace:
+// lossBusyRate, or a fifth of the rate when slower) and never above the idle rate. Requests in flight
+// grow with the pace, one per lossBusyRate (the floor's one at a time assumes a listing of up to
+// 100 ms): with a fixed few in flight the server's latency, not the pace, would set the speed (at
+// 1,000,000 objects on a loaded test server a listing took about a second, and two in flight would
+// make a pass last 500 s). At 1,000,000 referenced objects in shared folders (1,000 listings) and
+// 30 s syncs: 67 requests a second, 7 in flight, against 75 and 16 when idle. The competition is the
+// server's own capacity, far above that on S3 (5,500 requests a second per prefix).
 func (w *lossWatch) fitBusyRate(rep *refindex.LossReport) {
 	if w.pacer == nil || w.pacer.Rate <= 0 || w.interval <= 0 {
 		return
@@ -327,11 +331,7 @@ func (w *lossWatch) fitBusyRate(rep *refindex.LossReport) {
 	}
 	floor := min(lossBusyRate, w.pacer.Rate/pace.DefaultYield) // lossPacer's busy pace
 	busy := min(w.pacer.Rate, max(floor, 2*float64(perPass)/w.interval.Seconds()))
-	inflight := 1
-	if busy > floor {
-		inflight = 2
-	}
-	w.pacer.SetBusy(max(1, w.pacer.Rate/busy), inflight)
+	w.pacer.SetBusy(max(1, w.pacer.Rate/busy), max(1, int(math.Ceil(busy/lossBusyRate))))
 }
 
 // lossBusyWindow is how long after the mount's last request of its own the loss check keeps yielding

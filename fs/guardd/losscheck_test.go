@@ -442,7 +442,7 @@ func TestBoundWarnHysteresis(t *testing.T) {
 
 // TestLossBusyRateFitsStore: after a pass the pace while the mount is busy is set to send a pass's
 // requests twice over in a sync interval, never below lossPacer's busy pace (10 a second, or a fifth of
-// a slower rate) nor above the idle rate, with two requests in flight once above that floor.
+// a slower rate) nor above the idle rate, with one request in flight per 10 a second of that pace.
 func TestLossBusyRateFitsStore(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
@@ -453,9 +453,9 @@ func TestLossBusyRateFitsStore(t *testing.T) {
 		wantInflight int
 	}{
 		{"small store keeps the floor", 75, 2000, 50, 10, 1},
-		{"1,000 listings at 30 s syncs", 75, 2000, 1000, 2000.0 / 30, 2},
-		{"capped at the idle rate", 75, 2000, 1800, 75, 2},
-		{"a pass is at most the budget", 75, 500, 5000, 1000.0 / 30, 2},
+		{"1,000 listings at 30 s syncs", 75, 2000, 1000, 2000.0 / 30, 7},
+		{"capped at the idle rate", 75, 2000, 1800, 75, 8},
+		{"a pass is at most the budget", 75, 500, 5000, 1000.0 / 30, 4},
 		{"slow rate keeps a fifth of it", 20, 0, 10, 4, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
