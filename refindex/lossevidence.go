@@ -41,8 +41,10 @@ type ListingEvidence struct {
 	dirs    map[string]*folderListing // dir -> newest complete listing of it
 	checked map[uint64]time.Time      // hash of a unit's id -> its last check (a request, or a listing's time)
 	unitKey maphash.Seed
-	pruned  time.Time
-	st      EvidenceStats
+	pruned  time.Time // the last drop of aged listings
+	// prunedChecked is the last drop of check times of long unchecked units.
+	prunedChecked time.Time
+	st            EvidenceStats
 }
 
 // EvidenceStats is what the loss check took from listings since the last TakeStats.
@@ -138,8 +140,8 @@ func (e *ListingEvidence) BeginListing(dir string, started time.Time) (add func(
 	return add, end
 }
 
-// pruneLocked drops the listings too old to be taken and the check times of units long unchecked, at
-// most once per half MaxAge.
+// pruneLocked drops the listings too old to be taken, at most once per half MaxAge, and the check times
+// of units long unchecked, at most once per quarter of evidenceForget.
 func (e *ListingEvidence) pruneLocked(now time.Time) {
 	if now.Sub(e.pruned) < e.maxAge/2 {
 		return
@@ -151,6 +153,10 @@ func (e *ListingEvidence) pruneLocked(now time.Time) {
 			delete(e.dirs, d)
 		}
 	}
+	if now.Sub(e.prunedChecked) < evidenceForget/4 {
+		return // one entry per unit: a walk over them, under the lock a readdir's hand-over takes, only now and then
+	}
+	e.prunedChecked = now
 	for u, t := range e.checked {
 		if now.Sub(t) > evidenceForget {
 			delete(e.checked, u)
