@@ -109,3 +109,15 @@ func WithTxnWrites(n int) Option { return func(o *options) { o.txnWrites = n } }
 
 // SetLossClock replaces a loss checker's time source (the times of its reports and chunks).
 func SetLossClock(lc *LossChecker, now func() time.Time) { lc.now = now }
+
+// SetEvidenceMaxKeys lowers the keys a ListingEvidence holds and records at most (tests of the bound).
+func SetEvidenceMaxKeys(e *ListingEvidence, n int64) { e.maxKeys = n }
+
+// EvidenceKeys is the keys a ListingEvidence counts as held or being recorded.
+func EvidenceKeys(e *ListingEvidence) int64 { return e.keys.Load() }
+
+// TakeEvidence is the loss check's hook for a unit of dir's keys (sorted): the keys the listing did not
+// show, and whether a listing was taken.
+func TakeEvidence(e *ListingEvidence, dir string, keys []string) ([]string, bool) {
+	return e.take(lossUnit{dir: dir, keys: keys, list: len(keys) > 1})
+}

@@ -67,6 +67,10 @@ type LossCheckOptions struct {
 	// report of the losses known so far: a loss shows a chunk after its folder was listed, not a whole
 	// pass after, and LossReport.Revisit can be measured chunk by chunk.
 	Chunk int
+	// Evidence, when set, holds the mount's own complete folder listings: a unit listed lately by the
+	// mount is taken from there instead of a request (ListingEvidence), and the gaps between checks of
+	// each unit are measured there.
+	Evidence *ListingEvidence
 	// Progress receives the report after each chunk but the last (the pass's own report is Check's
 	// answer). It runs in the pass: a slow Progress delays the pass.
 	Progress func(*LossReport)
@@ -259,7 +263,7 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 		if ci == 0 {
 			alone = single // the known losses are looked at again first
 		}
-		gone, requests, err := ix.checkUnits(ctx, chunk, alone, par, lc.o.Pacer)
+		gone, requests, err := ix.checkUnits(ctx, chunk, alone, par, lc.o.Pacer, lc.o.Evidence)
 		if err != nil {
 			lc.prevChunks = nil
 			return nil, err

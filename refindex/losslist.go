@@ -101,12 +101,16 @@ func roundCost(units []lossUnit) int {
 // requests in flight. It returns the keys the store does not have and the requests made. A key a listing did
 // not show is stat'ed before it counts as gone (a listing is the cheap look, a stat the proof). Any
 // error other than not-found fails the pass: an object that could not be checked is not known there.
-func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []string, parallel int, pacer Pacer) (map[string]bool, int, error) {
+// With ev, a unit of units the mount listed lately is taken from that listing (ListingEvidence.take:
+// no request, only the objects the listing did not show are stat'ed); the known losses of single are
+// stat'ed (they are no folder's unit).
+func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []string, parallel int, pacer Pacer, ev *ListingEvidence) (map[string]bool, int, error) {
 	lister, _ := ix.st.(DirLister)
 	stat := ix.st.Stat
 	if f, ok := ix.st.(store.FreshStater); ok {
 		stat = f.StatFresh // a cached "exists" would hide a deletion beside the mount
 	}
+	planned := len(units)
 	for _, k := range single {
 		units = append(units, lossUnit{keys: []string{k}})
 	}
@@ -127,10 +131,17 @@ func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []stri
 	}
 	sem := make(chan struct{}, max(1, parallel))
 	var wg sync.WaitGroup
-	check := func(u lossUnit) {
+	check := func(u lossUnit, planned bool) {
 		toStat := u.keys
 		n := 0
-		if u.list && lister != nil {
+		fromListing := false
+		if ev != nil && planned {
+			toStat, fromListing = ev.take(u)
+			if !fromListing {
+				toStat = u.keys
+			}
+		}
+		if u.list && lister != nil && !fromListing {
 			seen := make(map[string]bool, len(u.keys))
 			// Cut off at one request per object: never dearer than stating each.
 			r, _, err := lister.ListDirRange(ctx, u.dir, u.keys[0], u.keys[len(u.keys)-1], len(u.keys), wait, func(k string) { seen[k] = true })
@@ -178,7 +189,7 @@ func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []stri
 			gone[k] = true
 		}
 	}
-	for _, u := range units {
+	for i, u := range units {
 		if ctx.Err() != nil {
 			break
 		}
@@ -186,7 +197,7 @@ func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []stri
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			check(u)
+			check(u, i < planned)
 		}()
 	}
 	wg.Wait()

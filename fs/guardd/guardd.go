@@ -101,6 +101,10 @@ type Backend struct {
 	Traffic Traffic
 	// Quarantine, when set, is asked whether a referenced object found missing is held in quarantine.
 	Quarantine refindex.QuarantineFinder
+	// Listings, when set, holds the mount's complete folder listings: the loss check takes a folder the
+	// mount listed at most lossEvidenceAge ago from there (refindex.ListingEvidence), and its bound
+	// counts the listing's age.
+	Listings *refindex.ListingEvidence
 }
 
 // Mount is a running FUSE mount, as the daemon drives it.
@@ -328,9 +332,12 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	}
 	budget := lossBudget(c.LossCheckBudget, b.LossCheckBudget)
 	pacer := lossPacer(c.LossCheckRate, b.LossCheckRate, b.Traffic)
-	lw := &lossWatch{met: met, audit: al, log: log, interval: c.SyncInterval, pacer: pacer, budget: budget}
+	if b.Listings != nil {
+		b.Listings.SetMaxAge(lossEvidenceAge(c.SyncInterval))
+	}
+	lw := &lossWatch{met: met, audit: al, log: log, interval: c.SyncInterval, pacer: pacer, budget: budget, listings: b.Listings}
 	lw.lc = ix.NewLossChecker(refindex.LossCheckOptions{Budget: budget, Quarantine: qfind, Pacer: pacer,
-		Chunk: lossChunk(c.SyncInterval, pacer), Progress: lw.progress})
+		Chunk: lossChunk(c.SyncInterval, pacer), Progress: lw.progress, Evidence: b.Listings})
 	// Passes run beside the sync loop; the running one ends before the index and the audit log close.
 	lossCtx, stopLoss := context.WithCancel(ctx)
 	if b.Traffic != nil {

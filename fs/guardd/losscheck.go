@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,13 +32,16 @@ const DefaultS3LossCheckBudget = 2000
 // loss shows within lossPeriod plus a chunk (26 s), inside one sync interval, up to about 1,600,000
 // objects where the server answers as fast as the check is paced (at 50 a second a 1,000,000-object
 // pass took 24.6 s on versitygw, and the bound was the interval to the second). While the mount sends
-// requests of its own (within the last lossBusyWindow) the check runs at lossBusyRate (10 requests a
-// second) and one request at a time: a find or rm through the mount shares the server with at most one
-// listing of the check. The rate only bounds a pass's speed, not its cost (the period does).
+// requests of its own (within the last lossBusyWindow) the check slows down to the busy pace
+// (fitBusyRate: lossBusyRate, 10 requests a second one at a time, or as fast as a pass fits twice in a
+// sync interval, one request in flight per lossBusyRate, when that is faster) and takes the folders the mount just listed from
+// those listings (refindex.ListingEvidence): a find or rm through the mount shares the server with
+// fewer listings of the check than when it is idle. The rate only bounds a pass's speed, not its cost (the period does).
 const DefaultS3LossCheckRate = 75
 
 // lossBusyRate is the loss check's rate, requests per second, while the mount's own requests flow: the
-// paced rate slowed by pace.DefaultYield, or down to this when that is faster.
+// paced rate slowed by pace.DefaultYield, or down to this when that is faster; fitBusyRate raises it
+// after a pass when a pass would not fit in the sync interval at this rate.
 const lossBusyRate = 10
 
 // Traffic is what the loss check needs of a backend's request counter (s3client.Traffic).
@@ -80,7 +84,19 @@ type lossWatch struct {
 
 	wg     sync.WaitGroup // the loop
 	passes int            // RoundPasses last logged (a WARN when it changes above 1)
+	// listings, when set, is the mount's complete folder listings the check takes units from: its
+	// figures (the listings' age, the gaps between checks of each unit) enter the bound.
+	listings *refindex.ListingEvidence
 }
+
+// lossEvidenceAge is the oldest mount listing the loss check takes instead of a request of its own: an
+// eighth of the sync interval, as long as a chunk (the bound grows by at most that much).
+func lossEvidenceAge(interval time.Duration) time.Duration { return interval / 8 }
+
+// lossFitsAgain is how far below the sync interval the bound must come before the WARN "bound above
+// interval" is called off: a sixteenth of it, so a bound near the interval does not log a WARN and an
+// INFO at every pass.
+func lossFitsAgain(interval time.Duration) time.Duration { return interval - interval/16 }
 
 // lossPeriod is the shortest time from a pass's start to the next one's: three quarters of the sync
 // interval, so that with a pass no longer than that and chunks of an eighth (lossChunk) a deletion
@@ -197,16 +213,13 @@ func (w *lossWatch) run(ctx context.Context) {
 	}
 	st := metrics.LossStats{RoundPasses: rep.RoundPasses, Duration: clk.Now().Sub(t0)}
 	st.Bound = detectionBound(w.interval, st.Duration, rep.LongestChunk, rep.Revisit, rep.RoundPasses, w.pacer == nil)
-	switch {
-	case w.interval > 0 && st.Bound > w.interval && !w.behind:
-		w.behind = true
-		w.log.Warn(fmt.Sprintf("loss check: a loss shows only within %s, longer than the sync interval %s (a pass took %s, %d requests): raise --loss-check-rate or --sync-interval, or look at the store's latency",
-			st.Bound.Round(time.Second), w.interval, st.Duration.Round(time.Millisecond), rep.Requests), "took", st.Duration.Round(time.Millisecond), "objects", rep.Objects, "requests", rep.Requests,
-			"bound", st.Bound.Round(time.Second), "revisit", rep.Revisit.Round(time.Millisecond))
-	case w.behind && st.Bound <= w.interval:
-		w.behind = false
-		w.log.Info("loss check: a loss shows within the sync interval again", "bound", st.Bound.Round(time.Second), "took", st.Duration.Round(time.Millisecond))
+	var ev refindex.EvidenceStats
+	if w.listings != nil {
+		ev = w.listings.TakeStats()
+		st.Bound = evidenceBound(st.Bound, rep.LongestChunk, ev)
 	}
+	w.fitBusyRate(rep)
+	w.noteBound(st, rep)
 	if rep.RoundPasses != w.passes {
 		if rep.RoundPasses > 1 {
 			w.log.Warn(fmt.Sprintf("loss check: a complete check of the %d referenced objects takes %d passes (%d requests against a budget per pass): a loss shows only within %s; raise --loss-check-budget to check everything in every pass",
@@ -227,11 +240,27 @@ func (w *lossWatch) run(ctx context.Context) {
 			st.Bound.Round(time.Second), rep.Objects, rep.RoundRequests, rep.RoundPasses, st.Duration.Round(time.Millisecond), rate),
 			"bound", st.Bound.Round(time.Second), "objects", rep.Objects, "round_requests", rep.RoundRequests, "round_passes", rep.RoundPasses,
 			"budget", w.budget, "took", st.Duration.Round(time.Millisecond), "longest_chunk", rep.LongestChunk.Round(time.Millisecond),
-			"revisit", rep.Revisit.Round(time.Millisecond))
+			"revisit", rep.Revisit.Round(time.Millisecond), "unit_gap", ev.MaxGap.Round(time.Millisecond), "from_listings", ev.Objects)
 		w.bound = st.Bound
 	}
 	w.last = st
 	w.publish(rep, st)
+}
+
+// noteBound WARNs when the bound goes above the sync interval and says so once when it fits again: a
+// sixteenth of the interval below it (lossFitsAgain), so a bound hovering at the interval logs once,
+// not a WARN and an INFO pass after pass.
+func (w *lossWatch) noteBound(st metrics.LossStats, rep *refindex.LossReport) {
+	switch {
+	case w.interval > 0 && st.Bound > w.interval && !w.behind:
+		w.behind = true
+		w.log.Warn(fmt.Sprintf("loss check: a loss shows only within %s, longer than the sync interval %s (a pass took %s, %d requests): raise --loss-check-rate or --sync-interval, or look at the store's latency",
+			st.Bound.Round(time.Second), w.interval, st.Duration.Round(time.Millisecond), rep.Requests), "took", st.Duration.Round(time.Millisecond), "objects", rep.Objects, "requests", rep.Requests,
+			"bound", st.Bound.Round(time.Second), "revisit", rep.Revisit.Round(time.Millisecond))
+	case w.behind && st.Bound <= lossFitsAgain(w.interval):
+		w.behind = false
+		w.log.Info("loss check: a loss shows within the sync interval again", "bound", st.Bound.Round(time.Second), "took", st.Duration.Round(time.Millisecond))
+	}
 }
 
 // lossMessage names the file, the checkpoint and what to do.
@@ -265,6 +294,44 @@ func detectionBound(interval, pass, chunk, revisit time.Duration, roundPasses in
 		est = time.Duration(roundPasses)*period + pass
 	}
 	return max(est, revisit)
+}
+
+// evidenceBound adds to the bound what the mount's listings change: a unit taken from a listing counts
+// as checked when the listing was requested, up to lossEvidenceAge before the pass got to it, so the
+// period between two checks grows by the oldest listing taken; and it is never below the longest gap
+// measured between two checks of one unit plus a chunk (the report of the chunk that held the second
+// check), which also holds when the pass's requests came slower than the chunk marks assume.
+func evidenceBound(bound, chunk time.Duration, ev refindex.EvidenceStats) time.Duration {
+	if ev.Units > 0 {
+		bound += ev.MaxAge
+	}
+	if ev.MaxGap > 0 {
+		bound = max(bound, ev.MaxGap+chunk)
+	}
+	return bound
+}
+
+// fitBusyRate sets the pace while the mount is busy from the requests a pass takes: enough to send
+// them twice over in a sync interval (a pass fits in lossPeriod, three quarters of it, with room for
+// a server slowed down by the mount's own traffic), never below the floor (lossPacer's busy pace:
+// lossBusyRate, or a fifth of the rate when slower) and never above the idle rate. Requests in flight
+// grow with the pace, one per lossBusyRate (the floor's one at a time assumes a listing of up to
+// 100 ms): with a fixed few in flight the server's latency, not the pace, would set the speed (at
+// 1,000,000 objects on a loaded test server a listing took about a second, and two in flight would
+// make a pass last 500 s). At 1,000,000 referenced objects in shared folders (1,000 listings) and
+// 30 s syncs: 67 requests a second, 7 in flight, against 75 and 16 when idle. The competition is the
+// server's own capacity, far above that on S3 (5,500 requests a second per prefix).
+func (w *lossWatch) fitBusyRate(rep *refindex.LossReport) {
+	if w.pacer == nil || w.pacer.Rate <= 0 || w.interval <= 0 {
+		return
+	}
+	perPass := rep.RoundRequests
+	if w.budget > 0 {
+		perPass = min(perPass, w.budget)
+	}
+	floor := min(lossBusyRate, w.pacer.Rate/pace.DefaultYield) // lossPacer's busy pace
+	busy := min(w.pacer.Rate, max(floor, 2*float64(perPass)/w.interval.Seconds()))
+	w.pacer.SetBusy(max(1, w.pacer.Rate/busy), max(1, int(math.Ceil(busy/lossBusyRate))))
 }
 
 // lossBusyWindow is how long after the mount's last request of its own the loss check keeps yielding

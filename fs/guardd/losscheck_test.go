@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -403,5 +404,67 @@ func TestLossPacerBusyRate(t *testing.T) {
 		if want := time.Duration(float64(n-1) / tc.busy * float64(time.Second)); clk.Slept() < want-time.Millisecond || clk.Slept() > want+time.Millisecond {
 			t.Errorf("rate %g: %d busy requests slept %s, want %s (%g a second)", tc.rate, n, clk.Slept(), want, tc.busy)
 		}
+	}
+}
+
+// TestBoundWarnHysteresis: a bound above the sync interval is WARNed once; it is called back ("within
+// the sync interval again") only once the bound is a sixteenth of the interval below it, so a bound
+// hovering at the interval does not log a WARN and an INFO pass after pass.
+func TestBoundWarnHysteresis(t *testing.T) {
+	const interval = 32 * time.Second // fits again at 30 s
+	for _, tc := range []struct {
+		name      string
+		bounds    []time.Duration // one pass each
+		warns     int
+		fitsAgain int
+	}{
+		{"within all along", []time.Duration{20 * time.Second, 32 * time.Second}, 0, 0},
+		{"hovering at the interval", []time.Duration{33 * time.Second, 31 * time.Second, 33 * time.Second, 31 * time.Second, 32 * time.Second}, 1, 0},
+		{"well back within", []time.Duration{40 * time.Second, 31 * time.Second, 30 * time.Second, 31 * time.Second}, 1, 1},
+		{"above again after fitting", []time.Duration{40 * time.Second, 29 * time.Second, 33 * time.Second}, 2, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			w := &lossWatch{log: slog.New(slog.NewTextHandler(&logs, nil)), interval: interval}
+			for _, b := range tc.bounds {
+				w.noteBound(metrics.LossStats{Bound: b}, &refindex.LossReport{})
+			}
+			out := logs.String()
+			if n := strings.Count(out, "longer than the sync interval"); n != tc.warns {
+				t.Errorf("%d WARNs of a bound above the interval, want %d:\n%s", n, tc.warns, out)
+			}
+			if n := strings.Count(out, "within the sync interval again"); n != tc.fitsAgain {
+				t.Errorf("%d lines saying it fits again, want %d:\n%s", n, tc.fitsAgain, out)
+			}
+		})
+	}
+}
+
+// TestLossBusyRateFitsStore: after a pass the pace while the mount is busy is set to send a pass's
+// requests twice over in a sync interval, never below lossPacer's busy pace (10 a second, or a fifth of
+// a slower rate) nor above the idle rate, with one request in flight per 10 a second of that pace.
+func TestLossBusyRateFitsStore(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		rate         float64
+		budget       int
+		roundReqs    int
+		wantBusy     float64
+		wantInflight int
+	}{
+		{"small store keeps the floor", 75, 2000, 50, 10, 1},
+		{"1,000 listings at 30 s syncs", 75, 2000, 1000, 2000.0 / 30, 7},
+		{"capped at the idle rate", 75, 2000, 1800, 75, 8},
+		{"a pass is at most the budget", 75, 500, 5000, 1000.0 / 30, 4},
+		{"slow rate keeps a fifth of it", 20, 0, 10, 4, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := lossPacer(0, tc.rate, nil)
+			w := &lossWatch{pacer: p, interval: 30 * time.Second, budget: tc.budget}
+			w.fitBusyRate(&refindex.LossReport{RoundRequests: tc.roundReqs})
+			if busy := p.Rate / p.Yield; math.Abs(busy-tc.wantBusy) > 1e-9 || p.BusyInflight != tc.wantInflight {
+				t.Errorf("busy pace %.3f/s with %d in flight, want %.3f/s with %d", busy, p.BusyInflight, tc.wantBusy, tc.wantInflight)
+			}
+		})
 	}
 }

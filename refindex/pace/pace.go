@@ -122,6 +122,14 @@ func (l *Limiter) Wait(ctx context.Context) (release func(), err error) {
 	}
 }
 
+// SetBusy changes Yield and BusyInflight while the limiter is in use (the daemon fits the busy pace
+// to the store's size after each pass).
+func (l *Limiter) SetBusy(yield float64, inflight int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.Yield, l.BusyInflight = yield, inflight
+}
+
 // Sent is the number of slots handed out (the requests paced so far).
 func (l *Limiter) Sent() int64 {
 	if l == nil {

@@ -92,12 +92,16 @@ func open(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func
 		}
 		area = a
 	}
+	// The mount's complete folder listings spare the loss check requests while a find walks the bucket;
+	// the daemon sets how old a listing it takes may be (guardd.Backend.Listings).
+	listings := refindex.NewListingEvidence(0, nil)
 	return guardd.Backend{
-		Store: st,
+		Store:    st,
+		Listings: listings,
 		Mount: func(ctx context.Context, enf *guard.Enforcer, met *metrics.Metrics) (guardd.Mount, error) {
 			mo := s3mount.Options{Client: st.Client(), Mountpoint: c.Mountpoint, Enforcer: enf, Metrics: met, Attrs: attrs,
 				AllowOther: c.AllowOther, Debug: c.Debug, Logger: log, FreshETags: !ifMatch,
-				DeleteQueueDir: c.IndexDir, DeleteBatch: batch, Quarantine: area}
+				DeleteQueueDir: c.IndexDir, DeleteBatch: batch, Quarantine: area, Listings: listings}
 			if tune != nil {
 				tune(&mo)
 			}

@@ -55,6 +55,11 @@ type dirHandle struct {
 	follow      []*aheadPage
 	aheadCancel context.CancelFunc
 	gen         *walkGen
+	// evAdd and evEnd record the listing for Options.Listings: every page served, in order, from the
+	// first; nil once it was handed over or dropped (a page failed: a listing with a gap is no
+	// evidence; the handle was released or rewound before the last page), or without a sink.
+	evAdd func(key string)
+	evEnd func(complete bool)
 }
 
 type pageResult struct {
@@ -136,6 +141,10 @@ func (d *dirHandle) begin(ctx context.Context) syscall.Errno {
 		return s3client.Errno(err)
 	}
 	d.started = true
+	if ls := d.fsys.opts.Listings; ls != nil {
+		d.evAdd, d.evEnd = ls.BeginListing(d.dir, pg.Started)
+	}
+	d.evidence(pg)
 	ents := d.entries(pg)
 	if pg.Next == "" {
 		d.queue = listorder.Order(ents)
@@ -224,6 +233,33 @@ func (d *dirHandle) listAhead() {
 	d.fsys.ahead.want(d.gen, dirs)
 }
 
+// evidence adds a page served to the listing for Options.Listings and commits it at the last page. The
+// raw page, not the entries served: a name hidden from readdir (quarantine area, deleted through the
+// mount and not yet applied) is still in the bucket, as the loss check's own listing would show it.
+func (d *dirHandle) evidence(pg s3client.Page) {
+	if d.evAdd == nil {
+		return
+	}
+	for _, o := range pg.Objects {
+		d.evAdd(o.Key)
+	}
+	for _, p := range pg.Prefixes {
+		d.evAdd(p)
+	}
+	if pg.Next == "" {
+		d.evEnd(true)
+		d.evAdd, d.evEnd = nil, nil
+	}
+}
+
+// dropEvidence drops a listing that will not be complete.
+func (d *dirHandle) dropEvidence() {
+	if d.evEnd != nil {
+		d.evEnd(false)
+	}
+	d.evAdd, d.evEnd = nil, nil
+}
+
 // skipOrdered drops the names the big-folder mode returned up front.
 func skipOrdered(ents []fuse.DirEntry) []fuse.DirEntry {
 	out := ents[:0]
@@ -259,6 +295,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 				continue
 			}
 			d.fsys.ahead.followed.Add(1)
+			d.evidence(f.pg)
 			d.more = f.pg.Next != ""
 			if d.more {
 				d.lastToken = f.pg.Next
@@ -277,9 +314,11 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 			return nil, syscall.EINTR
 		}
 		if r.err != nil {
+			d.dropEvidence()        // a retry continues the listing, but it is no evidence any more
 			d.prefetch(d.lastToken) // a retry of readdir asks again
 			return nil, s3client.Errno(r.err)
 		}
+		d.evidence(r.pg)
 		d.more = r.pg.Next != ""
 		if d.more {
 			d.lastToken = r.pg.Next
@@ -329,6 +368,7 @@ func (d *dirHandle) ino(e fuse.DirEntry) uint64 {
 func (d *dirHandle) Releasedir(ctx context.Context, releaseFlags uint32) { d.release() }
 
 func (d *dirHandle) release() {
+	d.dropEvidence()
 	if d.cancel != nil {
 		d.cancel()
 	}

@@ -22,6 +22,14 @@ import (
 )
 
 // Options configure an S3 guard mount.
+// ListingSink takes complete folder listings (refindex.ListingEvidence): BeginListing starts one whose
+// first page was requested at started; add takes each key and subfolder of each page, in order, as the
+// bucket names them; end(true) hands it over after its last page, end(false) drops one that failed or
+// stopped before it.
+type ListingSink interface {
+	BeginListing(dir string, started time.Time) (add func(key string), end func(complete bool))
+}
+
 type Options struct {
 	Client     *s3client.Client
 	Mountpoint string
@@ -92,6 +100,11 @@ type Options struct {
 	// (s3backend/s3quarantine: a server-side copy, or the delete marker on a versioned bucket) instead
 	// of destroying it.
 	Quarantine Area
+	// Listings, when set, receives every complete folder listing a readdir made (all pages, in order,
+	// none failed): the loss check takes them as evidence that the keys they showed existed when the
+	// first page was requested (refindex.ListingEvidence), and sends fewer requests of its own while a
+	// find or rm walks the bucket.
+	Listings ListingSink
 
 	tuneQueue       func(*deleteq.Options) // tests
 	inoHash         func(string) uint64    // tests
