@@ -141,10 +141,14 @@ type LossChecker struct {
 	// The rotation as counted by the pass that began it (objects, expected requests and passes under
 	// the same cuts): later passes of the rotation report these rather than count the table again.
 	roundObjects, roundRequests, roundPasses int
-	missing                                  map[string]bool // keys found missing and not seen back since
-	since                                    map[string]time.Time
-	reported                                 map[string]bool // "key\x00checkpoint" pairs already in a report's New
-	now                                      func() time.Time
+	seg                                      int // keys planned and checked at once (lossSegment)
+	// maxHeld is the most referenced keys the last pass held at once (its segments' units and open
+	// folders): what bounds a pass's memory.
+	maxHeld  int
+	missing  map[string]bool // keys found missing and not seen back since
+	since    map[string]time.Time
+	reported map[string]bool // "key\x00checkpoint" pairs already in a report's New
+	now      func() time.Time
 	// prevChunks are the chunks of the previous pass when it was a whole rotation on its own (nil
 	// otherwise): where each began, for LossReport.Revisit.
 	prevChunks []chunkMark
@@ -158,7 +162,7 @@ type chunkMark struct {
 
 // NewLossChecker returns a loss checker over the index's live checkpoints.
 func (ix *Index) NewLossChecker(o LossCheckOptions) *LossChecker {
-	return &LossChecker{ix: ix, o: o, missing: map[string]bool{}, since: map[string]time.Time{}, reported: map[string]bool{}, now: time.Now}
+	return &LossChecker{ix: ix, o: o, missing: map[string]bool{}, since: map[string]time.Time{}, reported: map[string]bool{}, now: time.Now, seg: lossSegment}
 }
 
 // Check runs one pass. An error (the index is closed, a stat failed other than not-found) means the
@@ -219,12 +223,13 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 	if lc.rotating {
 		after = lc.cursor
 	}
-	cut := &passCutter{p: &unitPlanner{canList: canList, keep: true}, budget: lc.o.Budget, chunk: lc.o.Chunk}
+	cut := &passCutter{p: &unitPlanner{canList: canList, keep: true}, budget: lc.o.Budget, chunk: lc.o.Chunk, seg: lc.seg}
+	defer func() { lc.maxHeld = cut.p.maxHeld }()
 	// A pass that begins a rotation also counts the whole rotation as the table stands (no key kept):
 	// its objects, requests and passes under the same cuts. Later passes of the rotation carry them.
 	var round *passCutter
 	if begins {
-		round = &passCutter{p: &unitPlanner{canList: canList}, budget: lc.o.Budget, chunk: lc.o.Chunk}
+		round = &passCutter{p: &unitPlanner{canList: canList}, budget: lc.o.Budget, chunk: lc.o.Chunk, seg: lc.seg}
 	}
 	roundLast := ""
 	countRound := func(k string) {
@@ -241,72 +246,81 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 	complete := false
 	for ci := 0; ; ci++ {
 		start := lc.now()
-		// Plan the chunk from the reverse table in one read transaction.
-		v, err := ix.acquire()
-		if err != nil {
-			lc.prevChunks = nil
-			return nil, err
-		}
-		var stop cutKind
 		first := ""
-		done, err := scanReferenced(ctx, v.snap.txn, v.st, after, func(k string) bool {
-			countRound(k)
-			if stop = cut.offer(k); stop != cutNone {
-				return false
+		var stop cutKind
+		done := false
+		for seg := 0; ; seg++ {
+			// Plan a segment of the chunk from the reverse table in one read transaction.
+			v, err := ix.acquire()
+			if err != nil {
+				lc.prevChunks = nil
+				return nil, err
 			}
-			if first == "" {
-				first = k
-			}
-			after = k
-			return true
-		})
-		if err == nil && !done && stop == cutPass && round != nil {
-			// The rest of the rotation, counted only.
-			_, err = scanReferenced(ctx, v.snap.txn, v.st, after, func(k string) bool { countRound(k); return true })
-			done = false
-		}
-		v.release()
-		if err != nil {
-			lc.prevChunks = nil
-			return nil, fmt.Errorf("loss check: read the reference index: %w", err)
-		}
-		cut.endChunk()
-		chunk := cut.p.take()
-		last := done || stop == cutPass
-		if last && round != nil {
-			round.endPass()
-			lc.roundObjects, lc.roundRequests, lc.roundPasses = round.p.keys, round.p.made, round.passes
-			rep.Objects, rep.RoundRequests, rep.RoundPasses = lc.roundObjects, lc.roundRequests, max(1, lc.roundPasses)
-		}
-		var alone []string
-		if ci == 0 {
-			alone = single
-		}
-		gone, requests, err := ix.checkUnits(ctx, chunk, alone, par, lc.o.Pacer)
-		if err != nil {
-			lc.prevChunks = nil
-			return nil, err
-		}
-		rep.Requests += requests
-		checked := alone
-		for _, u := range chunk {
-			checked = append(checked, u.keys...)
-		}
-		rep.Checked += len(checked)
-		if len(alone) > 0 {
-			rep.Checked -= len(alone) - countNotIn(alone, chunk) // a known loss in its unit counts once
-		}
-		for _, k := range checked {
-			if gone[k] {
-				if !lc.missing[k] {
-					lc.missing[k] = true
-					lc.since[k] = rep.Time
+			stop = cutNone
+			done, err = scanReferenced(ctx, v.snap.txn, v.st, after, func(k string) bool {
+				countRound(k)
+				if stop = cut.offer(k); stop != cutNone {
+					return false
 				}
+				if first == "" {
+					first = k
+				}
+				after = k
+				return true
+			})
+			v.release()
+			if err == nil && !done && stop == cutPass && round != nil {
+				err = lc.countRest(ctx, roundLast, countRound)
+			}
+			if err != nil {
+				lc.prevChunks = nil
+				return nil, fmt.Errorf("loss check: read the reference index: %w", err)
+			}
+			if stop == cutSegment {
+				cut.endSegment()
 			} else {
-				delete(lc.missing, k)
-				delete(lc.since, k)
+				cut.endChunk()
+			}
+			units := cut.p.take()
+			if (done || stop == cutPass) && round != nil {
+				round.endPass()
+				lc.roundObjects, lc.roundRequests, lc.roundPasses = round.p.keys, round.p.made, round.passes
+				rep.Objects, rep.RoundRequests, rep.RoundPasses = lc.roundObjects, lc.roundRequests, max(1, lc.roundPasses)
+			}
+			var alone []string
+			if ci == 0 && seg == 0 {
+				alone = single
+			}
+			gone, requests, err := ix.checkUnits(ctx, units, alone, par, lc.o.Pacer)
+			if err != nil {
+				lc.prevChunks = nil
+				return nil, err
+			}
+			rep.Requests += requests
+			checked := alone
+			for _, u := range units {
+				checked = append(checked, u.keys...)
+			}
+			rep.Checked += len(checked)
+			if len(alone) > 0 {
+				rep.Checked -= len(alone) - countNotIn(alone, units) // a known loss in its unit counts once
+			}
+			for _, k := range checked {
+				if gone[k] {
+					if !lc.missing[k] {
+						lc.missing[k] = true
+						lc.since[k] = rep.Time
+					}
+				} else {
+					delete(lc.missing, k)
+					delete(lc.since, k)
+				}
+			}
+			if stop != cutSegment {
+				break
 			}
 		}
+		last := done || stop == cutPass
 		if last {
 			complete = done
 			lc.cursor, lc.rotating = after, !complete
@@ -358,6 +372,37 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 		rep.Revisit = 0 // not a whole rotation: the next pass's objects were not all checked by this one
 	}
 	return rep, nil
+}
+
+// countRestStretch is how many keys the count of a rotation reads in one read transaction: a snapshot
+// held for the whole table (tens of millions of entries) would pin the memtables it reads all along.
+const countRestStretch = 1 << 20
+
+// countRest hands count every referenced key after `after`, a stretch of keys per read transaction.
+func (lc *LossChecker) countRest(ctx context.Context, after string, count func(string)) error {
+	for {
+		v, err := lc.ix.acquire()
+		if err != nil {
+			return err
+		}
+		n := 0
+		done, err := scanReferenced(ctx, v.snap.txn, v.st, after, func(k string) bool {
+			if n == countRestStretch {
+				return false
+			}
+			n++
+			count(k)
+			after = k
+			return true
+		})
+		v.release()
+		if err != nil {
+			return fmt.Errorf("loss check: count the rotation: %w", err)
+		}
+		if done {
+			return nil
+		}
+	}
 }
 
 // countNotIn counts the keys of ks that no unit of units holds.

@@ -95,6 +95,40 @@ func TestLossCheckPassMemoryFlat(t *testing.T) {
 	}
 }
 
+// TestLossCheckPassHeldKeys: the referenced keys a pass holds at once are bounded by its budget, or,
+// for a pass that checks everything (no budget, no chunks: an unpaced local store), by its segment:
+// it plans, checks and forgets one stretch of the reverse table after the other.
+func TestLossCheckPassHeldKeys(t *testing.T) {
+	ix, lr := lossIndex(t, t.TempDir(), 10, 500, 500)
+	for _, tc := range []struct {
+		name          string
+		budget, seg   int
+		complete      bool
+		checked, held int
+	}{
+		{"budget", 50, 0, false, 50, 50},
+		{"segments", 0, 100, true, lr.Distinct, 100},
+		{"budget and segments", 250, 100, false, 250, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lc := ix.NewLossChecker(refindex.LossCheckOptions{Budget: tc.budget})
+			if tc.seg > 0 {
+				refindex.SetLossSegment(lc, tc.seg)
+			}
+			for pass := range 3 {
+				rep, err := lc.Check(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				held := refindex.LossMaxHeld(lc)
+				if rep.Complete != tc.complete || rep.Checked != tc.checked || held > tc.held || len(rep.Missing) != 0 {
+					t.Fatalf("pass %d over %d objects: complete %v, %d checked, %d keys held at once; want %v, %d, at most %d", pass+1, lr.Distinct, rep.Complete, rep.Checked, held, tc.complete, tc.checked, tc.held)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkLossCheckPass measures one loss-check pass under the S3 default budget (2,000 requests)
 // over stores of 100 k and 1 M referenced objects (4 references per object), stats only: "rotating"
 // passes go on one rotation (the steady state), "begin" passes each begin a rotation (a new checker).

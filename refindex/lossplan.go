@@ -26,8 +26,8 @@ import (
 // folder may close and reopen, which splits its unit in two but never drops a key.
 //
 // Cuts. A chunk and a pass end before the key that would take their expected requests (the units
-// made plus what the open folders will cost when closed) over Chunk or Budget; the open folders are
-// then closed, so a chunk covers one contiguous range of keys, and the next chunk or pass starts after
+// made plus what the open folders will cost when closed) over Chunk or Budget, and a segment of a
+// chunk (what is planned and checked at once) after lossSegment keys; the open folders are then closed, so a chunk covers one contiguous range of keys, and the next chunk or pass starts after
 // its last key (the rotation's cursor). A cut through a folder costs at most one request more per open
 // folder (a few: one per path level that holds referenced keys), and the rotation's cost and passes
 // (LossReport.RoundRequests, RoundPasses) are counted with the same cuts.
@@ -195,14 +195,23 @@ type passCutter struct {
 	passKeys   int // keys the pass took
 	chunkKeys  int
 	passes     int // passes begun (counting a rotation)
+	seg        int // keys of a segment (0: none)
+	segKeys    int
 }
+
+// lossSegment is the most keys a pass plans before it checks them, whatever its chunk (a pass without
+// Chunk, such as an unpaced one over a local store, is one chunk): a segment is planned, checked and
+// forgotten before the next is read, and reported with its chunk. A segment cut costs what a chunk's
+// does (at most one request per open folder), once per 65,536 keys.
+const lossSegment = 1 << 16
 
 type cutKind int
 
 const (
-	cutNone  cutKind = iota // k was added
-	cutChunk                // k was not added: the chunk is full
-	cutPass                 // k was not added: the pass is full
+	cutNone    cutKind = iota // k was added
+	cutChunk                  // k was not added: the chunk is full
+	cutPass                   // k was not added: the pass is full
+	cutSegment                // k was not added: the segment is full (the chunk goes on)
 )
 
 // offer adds k unless it would take the pass over the budget or the chunk over its size; the first
@@ -216,15 +225,25 @@ func (c *passCutter) offer(k string) cutKind {
 	if c.chunk > 0 && c.chunkKeys > 0 && now-c.chunkStart+d > c.chunk {
 		return cutChunk
 	}
+	if c.seg > 0 && c.segKeys >= c.seg {
+		return cutSegment
+	}
 	c.p.add(k)
 	c.passKeys++
 	c.chunkKeys++
+	c.segKeys++
 	return cutNone
+}
+
+// endSegment cuts the open folders and starts a new segment of the chunk.
+func (c *passCutter) endSegment() {
+	c.p.cut()
+	c.segKeys = 0
 }
 
 // endChunk cuts the open folders and starts a new chunk.
 func (c *passCutter) endChunk() {
-	c.p.cut()
+	c.endSegment()
 	c.chunkStart, c.chunkKeys = c.p.cost(), 0
 }
 
@@ -241,6 +260,8 @@ func (c *passCutter) feedRotation(k string) {
 		switch c.offer(k) {
 		case cutNone:
 			return
+		case cutSegment:
+			c.endSegment()
 		case cutChunk:
 			c.endChunk()
 		case cutPass:

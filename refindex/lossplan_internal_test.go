@@ -90,22 +90,22 @@ func TestLossPlanCuts(t *testing.T) {
 	keys := append(append(append(folderKeys("j/shared", "a", 2500), folderKeys("j/chk-1", "p", 3)...), folderKeys("j/shared/sub", "k", 7)...), folderKeys("j/shared", "z", 40)...)
 	keys = append(keys, "j/top", "k/one", "root")
 	sort.Strings(keys)
-	for _, tc := range []struct{ budget, chunk int }{{1, 0}, {2, 1}, {3, 0}, {5, 2}, {7, 3}, {0, 1}, {0, 0}} {
-		t.Run(fmt.Sprintf("budget=%d,chunk=%d", tc.budget, tc.chunk), func(t *testing.T) {
-			round := &passCutter{p: &unitPlanner{canList: true}, budget: tc.budget, chunk: tc.chunk}
+	for _, tc := range []struct{ budget, chunk, seg int }{{1, 0, 0}, {2, 1, 0}, {3, 0, 0}, {5, 2, 0}, {7, 3, 0}, {0, 1, 0}, {0, 0, 0}, {0, 0, 500}, {3, 1, 700}, {0, 2, 1}} {
+		t.Run(fmt.Sprintf("budget=%d,chunk=%d,seg=%d", tc.budget, tc.chunk, tc.seg), func(t *testing.T) {
+			round := &passCutter{p: &unitPlanner{canList: true}, budget: tc.budget, chunk: tc.chunk, seg: tc.seg}
 			for _, k := range keys {
 				round.feedRotation(k)
 			}
 			round.endPass()
 			seen := map[string]int{}
 			passes, requests, chunks := 0, 0, 0
-			c := &passCutter{p: &unitPlanner{canList: true, keep: true}, budget: tc.budget, chunk: tc.chunk}
+			c := &passCutter{p: &unitPlanner{canList: true, keep: true}, budget: tc.budget, chunk: tc.chunk, seg: tc.seg}
 			i := 0
 			for i < len(keys) {
 				passes++
 				spent := 0
+				chunkCost := c.p.made
 				for {
-					chunkCost := c.p.made
 					stop := cutNone
 					for i < len(keys) {
 						if stop = c.offer(keys[i]); stop != cutNone {
@@ -113,11 +113,21 @@ func TestLossPlanCuts(t *testing.T) {
 						}
 						i++
 					}
-					c.endChunk()
+					if stop == cutSegment {
+						c.endSegment()
+					} else {
+						c.endChunk()
+					}
 					chunks++
 					units := c.p.take()
-					if tc.chunk > 0 && c.p.made-chunkCost > tc.chunk && len(units) > 1 {
-						t.Fatalf("chunk of %d expected requests over %d", c.p.made-chunkCost, tc.chunk)
+					if tc.seg > 0 && len(units) > tc.seg {
+						t.Fatalf("segment of %d units over %d keys", len(units), tc.seg)
+					}
+					if tc.chunk > 0 && stop != cutSegment {
+						if c.p.made-chunkCost > tc.chunk && c.p.made-chunkCost > 1 {
+							t.Fatalf("chunk of %d expected requests over %d", c.p.made-chunkCost, tc.chunk)
+						}
+						chunkCost = c.p.made
 					}
 					for _, u := range units {
 						spent += u.cost()
@@ -125,7 +135,7 @@ func TestLossPlanCuts(t *testing.T) {
 							seen[k]++
 						}
 					}
-					if stop != cutChunk {
+					if stop != cutChunk && stop != cutSegment {
 						break
 					}
 				}
