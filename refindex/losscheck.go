@@ -1,6 +1,7 @@
 package refindex
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -231,11 +232,11 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 	if begins {
 		round = &passCutter{p: &unitPlanner{canList: canList}, budget: lc.o.Budget, chunk: lc.o.Chunk, seg: lc.seg}
 	}
-	roundLast := ""
-	countRound := func(k string) {
-		if round != nil && (round.p.keys == 0 || k > roundLast) {
+	var roundLast []byte
+	countRound := func(k []byte) {
+		if round != nil && (round.p.keys == 0 || bytes.Compare(k, roundLast) > 0) {
 			round.feedRotation(k)
-			roundLast = k
+			roundLast = append(roundLast[:0], k...)
 		}
 	}
 	rep.Objects, rep.RoundRequests, rep.RoundPasses = lc.roundObjects, lc.roundRequests, max(1, lc.roundPasses)
@@ -244,6 +245,7 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 	prev := lc.prevChunks
 	var marks []chunkMark
 	complete := false
+	var lastKey []byte // the last key this pass took
 	for ci := 0; ; ci++ {
 		start := lc.now()
 		first := ""
@@ -257,20 +259,25 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 				return nil, err
 			}
 			stop = cutNone
-			done, err = scanReferenced(ctx, v.snap.txn, v.st, after, func(k string) bool {
+			n := 0
+			done, err = scanReferenced(ctx, v.snap.txn, v.st, after, func(k []byte) bool {
 				countRound(k)
 				if stop = cut.offer(k); stop != cutNone {
 					return false
 				}
 				if first == "" {
-					first = k
+					first = string(k)
 				}
-				after = k
+				n++
+				lastKey = append(lastKey[:0], k...)
 				return true
 			})
+			if n > 0 {
+				after = string(lastKey)
+			}
 			v.release()
 			if err == nil && !done && stop == cutPass && round != nil {
-				err = lc.countRest(ctx, roundLast, countRound)
+				err = lc.countRest(ctx, string(roundLast), countRound)
 			}
 			if err != nil {
 				lc.prevChunks = nil
@@ -379,22 +386,26 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 const countRestStretch = 1 << 20
 
 // countRest hands count every referenced key after `after`, a stretch of keys per read transaction.
-func (lc *LossChecker) countRest(ctx context.Context, after string, count func(string)) error {
+func (lc *LossChecker) countRest(ctx context.Context, after string, count func([]byte)) error {
 	for {
 		v, err := lc.ix.acquire()
 		if err != nil {
 			return err
 		}
 		n := 0
-		done, err := scanReferenced(ctx, v.snap.txn, v.st, after, func(k string) bool {
+		var last []byte
+		done, err := scanReferenced(ctx, v.snap.txn, v.st, after, func(k []byte) bool {
 			if n == countRestStretch {
 				return false
 			}
 			n++
 			count(k)
-			after = k
+			last = append(last[:0], k...)
 			return true
 		})
+		if n > 0 {
+			after = string(last)
+		}
 		v.release()
 		if err != nil {
 			return fmt.Errorf("loss check: count the rotation: %w", err)

@@ -6,7 +6,6 @@ import (
 	"path"
 	"slices"
 	"sort"
-	"strings"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -53,18 +52,48 @@ type unitPlanner struct {
 	maxHeld int        // the most keys held at once since the planner was made
 }
 
-// keyDir is the folder planUnits files a key under.
-func keyDir(k string) string {
-	d := path.Dir(k)
-	if d == "." {
-		return ""
+// keyDir is the folder planUnits files a key under (path.Dir, "" for "."). The planner reads keys as
+// the iterator's bytes, valid for one call, and allocates only what it keeps: for a key path.Dir takes
+// apart literally (every key the index derives) the folder is the bytes before the last '/'; any
+// other goes through path.Dir.
+func keyDir(k []byte) []byte {
+	i := bytes.LastIndexByte(k, '/')
+	if literalPath(k) {
+		if i < 0 {
+			return nil
+		}
+		return k[:i]
 	}
-	return d
+	d := path.Dir(string(k))
+	if d == "." {
+		return nil
+	}
+	return []byte(d)
+}
+
+// literalPath reports whether path.Clean leaves k as it is and k has no trailing '/': not rooted, no
+// empty, "." or ".." element.
+func literalPath(k []byte) bool {
+	if len(k) == 0 || k[0] == '/' || k[len(k)-1] == '/' {
+		return false
+	}
+	start := 0
+	for i := 0; i <= len(k); i++ {
+		if i < len(k) && k[i] != '/' {
+			continue
+		}
+		switch e := k[start:i]; {
+		case len(e) == 0, len(e) == 1 && e[0] == '.', len(e) == 2 && e[0] == '.' && e[1] == '.':
+			return false
+		}
+		start = i + 1
+	}
+	return true
 }
 
 // inside reports whether folder d is f or lies below it, by name.
-func inside(d, f string) bool {
-	return f == "" || d == f || strings.HasPrefix(d, f) && d[len(f)] == '/'
+func inside(d []byte, f string) bool {
+	return f == "" || string(d) == f || len(d) > len(f) && string(d[:len(f)]) == f && d[len(f)] == '/'
 }
 
 // openCost is what n keys of one folder cost once the folder closes (n <= listPage+minListKeys-1).
@@ -76,13 +105,13 @@ func (p *unitPlanner) openCost(n int) int {
 }
 
 // delta is the expected requests adding k would add (made plus owed).
-func (p *unitPlanner) delta(k string) int {
+func (p *unitPlanner) delta(k []byte) int {
 	if !p.canList {
 		return 1
 	}
 	d := keyDir(k)
 	for i := len(p.open) - 1; i >= 0; i-- {
-		if p.open[i].dir == d {
+		if p.open[i].dir == string(d) {
 			n := p.open[i].n
 			if n+1 == listPage+minListKeys {
 				return 0 // a page goes out, minListKeys stay: same cost
@@ -93,24 +122,29 @@ func (p *unitPlanner) delta(k string) int {
 	return 1
 }
 
-func (p *unitPlanner) add(k string) {
+// add adds k (read for this call only: what is kept is copied).
+func (p *unitPlanner) add(k []byte) {
 	p.keys++
 	if !p.canList {
-		p.emit(lossUnit{dir: keyDir(k), keys: p.one(k)}, 1)
+		if p.keep {
+			p.emit(lossUnit{dir: string(keyDir(k)), keys: p.one(string(k))}, 1)
+		} else {
+			p.emit(lossUnit{}, 1)
+		}
 		return
 	}
 	d := keyDir(k)
 	for len(p.open) > 0 && !inside(d, p.open[len(p.open)-1].dir) {
 		p.closeTop()
 	}
-	if len(p.open) == 0 || p.open[len(p.open)-1].dir != d {
-		p.open = append(p.open, openFolder{dir: d})
+	if len(p.open) == 0 || p.open[len(p.open)-1].dir != string(d) {
+		p.open = append(p.open, openFolder{dir: string(d)})
 	}
 	f := &p.open[len(p.open)-1]
 	p.owed -= p.openCost(f.n)
 	f.n++
 	if p.keep {
-		f.keys = append(f.keys, k)
+		f.keys = append(f.keys, string(k))
 		p.held++
 		p.maxHeld = max(p.maxHeld, p.held)
 	}
@@ -122,7 +156,7 @@ func (p *unitPlanner) add(k string) {
 			f.keys = append([]string(nil), f.keys[listPage:]...)
 		}
 		f.n -= listPage
-		p.emit(lossUnit{dir: d, keys: page, list: true}, 1)
+		p.emit(lossUnit{dir: f.dir, keys: page, list: true}, 1)
 	}
 	p.owed += p.openCost(f.n)
 }
@@ -216,7 +250,7 @@ const (
 
 // offer adds k unless it would take the pass over the budget or the chunk over its size; the first
 // key of a pass or chunk is always added, however dear.
-func (c *passCutter) offer(k string) cutKind {
+func (c *passCutter) offer(k []byte) cutKind {
 	d := c.p.delta(k)
 	now := c.p.cost()
 	if c.budget > 0 && c.passKeys > 0 && now-c.passStart+d > c.budget {
@@ -255,7 +289,7 @@ func (c *passCutter) endPass() {
 }
 
 // feedRotation offers k to a counting cutter that simulates a whole rotation's passes.
-func (c *passCutter) feedRotation(k string) {
+func (c *passCutter) feedRotation(k []byte) {
 	for {
 		switch c.offer(k) {
 		case cutNone:
@@ -273,9 +307,9 @@ func (c *passCutter) feedRotation(k string) {
 // scanReferenced calls fn, in key order, with every distinct object after `after` ("" from the
 // start) that a parseable live checkpoint of st references: the objects of the reverse table, merged
 // with the file-merging directories (d/ table, counted in st.dirRefs: few, already in memory). It stops
-// when fn returns false (that key is not consumed) or at the end (done). It retains nothing between
-// keys but the sorted directory keys.
-func scanReferenced(ctx context.Context, txn *badger.Txn, st *memState, after string, fn func(k string) bool) (done bool, err error) {
+// when fn returns false (that key is not consumed) or at the end (done). fn's key is valid for the call
+// only. It retains nothing between keys but the sorted directory keys.
+func scanReferenced(ctx context.Context, txn *badger.Txn, st *memState, after string, fn func(k []byte) bool) (done bool, err error) {
 	var dirs []string
 	for d, n := range st.dirRefs {
 		if n > 0 && (after == "" || d > after) {
@@ -291,11 +325,11 @@ func scanReferenced(ctx context.Context, txn *badger.Txn, st *memState, after st
 			if !last && d == string(k) {
 				continue // the object itself is handed below, once
 			}
-			if !fn(d) {
+			if !fn([]byte(d)) {
 				return false
 			}
 		}
-		return last || fn(string(k))
+		return last || fn(k)
 	}
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: reversePrefix})
 	defer it.Close()

@@ -3,6 +3,7 @@ package refindex
 import (
 	"fmt"
 	"math/rand/v2"
+	"path"
 	"slices"
 	"sort"
 	"strings"
@@ -13,7 +14,7 @@ import (
 func streamUnits(keys []string, canList bool) (units []lossUnit, cost int) {
 	p := &unitPlanner{canList: canList, keep: true}
 	for _, k := range keys {
-		p.add(k)
+		p.add([]byte(k))
 	}
 	p.cut()
 	return p.take(), p.made
@@ -94,7 +95,7 @@ func TestLossPlanCuts(t *testing.T) {
 		t.Run(fmt.Sprintf("budget=%d,chunk=%d,seg=%d", tc.budget, tc.chunk, tc.seg), func(t *testing.T) {
 			round := &passCutter{p: &unitPlanner{canList: true}, budget: tc.budget, chunk: tc.chunk, seg: tc.seg}
 			for _, k := range keys {
-				round.feedRotation(k)
+				round.feedRotation([]byte(k))
 			}
 			round.endPass()
 			seen := map[string]int{}
@@ -108,7 +109,7 @@ func TestLossPlanCuts(t *testing.T) {
 				for {
 					stop := cutNone
 					for i < len(keys) {
-						if stop = c.offer(keys[i]); stop != cutNone {
+						if stop = c.offer([]byte(keys[i])); stop != cutNone {
 							break
 						}
 						i++
@@ -158,5 +159,40 @@ func TestLossPlanCuts(t *testing.T) {
 				t.Fatalf("rotation of %d requests in %d chunks, planUnits %d", requests, chunks, plan)
 			}
 		})
+	}
+}
+
+// TestLossPlanKeyDir: the planner files every key under the folder planUnits does (path.Dir), the
+// literal keys without allocating, the others through path.Dir; a stream of odd keys still puts each
+// key into exactly one unit.
+func TestLossPlanKeyDir(t *testing.T) {
+	odd := []string{"a", "a/b", "a//b", "a/./b", "a/../b", "/a/b", "a/b/", ".", "..", "./a", "a/..", "a.b/c..d/e", "...", "a/.../b", ".a/b", "a/.b", "a/b..", "x/../y/z", "y/q"}
+	for _, k := range odd {
+		want := path.Dir(k)
+		if want == "." {
+			want = ""
+		}
+		if got := string(keyDir([]byte(k))); got != want {
+			t.Errorf("keyDir(%q) = %q, want %q", k, got, want)
+		}
+	}
+	keys := slices.Sorted(slices.Values(odd))
+	units, _ := streamUnits(keys, true)
+	seen := map[string]int{}
+	for _, u := range units {
+		for _, k := range u.keys {
+			seen[k]++
+			if d := keyDir([]byte(k)); string(d) != u.dir {
+				t.Errorf("%s in a unit of folder %q, not %q", k, u.dir, d)
+			}
+		}
+	}
+	for _, k := range keys {
+		if seen[k] != 1 {
+			t.Errorf("%s in %d units", k, seen[k])
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { keyDir([]byte("flink/job/shared/sst-000001")) }); n != 0 {
+		t.Errorf("keyDir of a literal key allocates %v times", n)
 	}
 }
