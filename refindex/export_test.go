@@ -115,3 +115,6 @@ func SetLossSegment(lc *LossChecker, keys int) { lc.seg = keys }
 
 // LossMaxHeld returns the most referenced keys the last pass of lc held at once.
 func LossMaxHeld(lc *LossChecker) int { return lc.maxHeld }
+
+// LossCounted returns the keys the last pass of lc fed to the count of its rotation.
+func LossCounted(lc *LossChecker) int { return lc.counted }

@@ -92,9 +92,12 @@ type LostReference struct {
 
 // LossReport is the answer of one pass.
 type LossReport struct {
-	Time    time.Time `json:"time"`
-	Objects int       `json:"objects"` // distinct referenced objects inside the store
-	Checked int       `json:"checked"` // of them checked by this pass
+	Time time.Time `json:"time"`
+	// Objects is the distinct referenced objects inside the store, as the last complete rotation
+	// found them (before one has ended: as the first pass counted them); so are RoundRequests and
+	// RoundPasses.
+	Objects int `json:"objects"`
+	Checked int `json:"checked"` // of them checked by this pass
 	// Requests is what this pass sent to the store (listings and stats); RoundRequests what a full
 	// rotation takes, and RoundPasses the passes it needs under the budget (1: every pass is complete).
 	Requests      int `json:"requests"`
@@ -139,10 +142,14 @@ type LossChecker struct {
 	cursor       string    // last key the rotation checked (meaningful while rotating)
 	rotating     bool      // a rotation is under way (cursor is meaningful)
 	lastComplete time.Time // end of the last complete rotation
-	// The rotation as counted by the pass that began it (objects, expected requests and passes under
-	// the same cuts): later passes of the rotation report these rather than count the table again.
+	// The last complete rotation (objects, expected requests and passes, cut as the passes cut), or
+	// before the first one ends, the count the first pass made of the table: what the reports say.
 	roundObjects, roundRequests, roundPasses int
-	seg                                      int // keys planned and checked at once (lossSegment)
+	// The rotation under way so far (its passes' keys, expected requests and passes).
+	rotObjects, rotRequests, rotPasses int
+	// counted is the keys the last pass fed to the count of the rotation (none once one has ended).
+	counted int
+	seg     int // keys planned and checked at once (lossSegment)
 	// maxHeld is the most referenced keys the last pass held at once (its segments' units and open
 	// folders): what bounds a pass's memory.
 	maxHeld  int
@@ -169,8 +176,9 @@ func (ix *Index) NewLossChecker(o LossCheckOptions) *LossChecker {
 // Check runs one pass. An error (the index is closed, a stat failed other than not-found) means the
 // pass proved nothing: the caller reports the failure; LastComplete does not advance.
 //
-// Memory: the pass streams the reverse table chunk by chunk (lossplan.go), one read transaction per
-// chunk, released before the chunk's requests; it holds one chunk's units, the known losses and, per
+// Memory: the pass streams the reverse table a segment of a chunk at a time (lossplan.go), one read
+// transaction per segment, released before the segment's requests; it holds one segment's units (at
+// most lossSegment keys, and no more than the budget's or the chunk's worth), the known losses and, per
 // live checkpoint, its job, never every referenced key.
 func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 	lc.mu.Lock()
@@ -226,10 +234,16 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 	}
 	cut := &passCutter{p: &unitPlanner{canList: canList, keep: true}, budget: lc.o.Budget, chunk: lc.o.Chunk, seg: lc.seg}
 	defer func() { lc.maxHeld = cut.p.maxHeld }()
-	// A pass that begins a rotation also counts the whole rotation as the table stands (no key kept):
-	// its objects, requests and passes under the same cuts. Later passes of the rotation carry them.
+	// Until a rotation has ended, the pass that begins one also counts the whole rotation as the table
+	// stands (no key kept): its objects, requests and passes under the same cuts. Afterwards each
+	// rotation reports the last complete one, which its passes added up while reading their stretches:
+	// a change of the store shows a rotation later, and no pass reads the whole table just to count.
 	var round *passCutter
+	lc.counted = 0
 	if begins {
+		lc.rotObjects, lc.rotRequests, lc.rotPasses = 0, 0, 0
+	}
+	if begins && lc.lastComplete.IsZero() {
 		round = &passCutter{p: &unitPlanner{canList: canList}, budget: lc.o.Budget, chunk: lc.o.Chunk, seg: lc.seg}
 	}
 	var roundLast []byte
@@ -237,6 +251,7 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 		if round != nil && (round.p.keys == 0 || bytes.Compare(k, roundLast) > 0) {
 			round.feedRotation(k)
 			roundLast = append(roundLast[:0], k...)
+			lc.counted++
 		}
 	}
 	rep.Objects, rep.RoundRequests, rep.RoundPasses = lc.roundObjects, lc.roundRequests, max(1, lc.roundPasses)
@@ -331,9 +346,12 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 		if last {
 			complete = done
 			lc.cursor, lc.rotating = after, !complete
+			lc.rotObjects, lc.rotRequests, lc.rotPasses = lc.rotObjects+cut.p.keys, lc.rotRequests+cut.p.made, lc.rotPasses+1
 			if complete {
 				lc.cursor = ""
 				lc.lastComplete = rep.Time
+				lc.roundObjects, lc.roundRequests, lc.roundPasses = lc.rotObjects, lc.rotRequests, lc.rotPasses
+				rep.Objects, rep.RoundRequests, rep.RoundPasses = lc.roundObjects, lc.roundRequests, max(1, lc.roundPasses)
 			}
 			rep.Complete, rep.LastComplete = complete, lc.lastComplete
 		}
