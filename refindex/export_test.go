@@ -121,3 +121,12 @@ func EvidenceKeys(e *ListingEvidence) int64 { return e.keys.Load() }
 func TakeEvidence(e *ListingEvidence, dir string, keys []string) ([]string, bool) {
 	return e.take(lossUnit{dir: dir, keys: keys, list: len(keys) > 1})
 }
+
+// SetLossSegment sets the most keys a pass of lc plans before it checks them.
+func SetLossSegment(lc *LossChecker, keys int) { lc.seg = keys }
+
+// LossMaxHeld returns the most referenced keys the last pass of lc held at once.
+func LossMaxHeld(lc *LossChecker) int { return lc.maxHeld }
+
+// LossCounted returns the keys the last pass of lc fed to the count of its rotation.
+func LossCounted(lc *LossChecker) int { return lc.counted }
