@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -38,7 +40,7 @@ func indexDir(c *cli.Context) (string, error) {
 	spellings := []string{legacySpelling(s)}
 	var guarding []guardMount
 	for _, m := range localGuardMounts() {
-		if mountOf(m, id) {
+		if mountOf(m, id) && !staleMount(m.mountpoint) {
 			guarding = append(guarding, m)
 			spellings = append(spellings, legacySpelling(m.source))
 		}
@@ -157,4 +159,21 @@ func warnedOnce(c *cli.Context, what string) bool {
 	}
 	c.App.Metadata[key] = true
 	return false
+}
+
+// staleMount reports whether the FUSE mount at mnt has no daemon any more (killed: every call fails
+// with ENOTCONN), so it guards nothing and its restart must not be refused. A mount that does not
+// answer within a few seconds counts as running: refusing is the safe side.
+func staleMount(mnt string) bool {
+	done := make(chan error, 1)
+	go func() {
+		var st syscall.Stat_t
+		done <- syscall.Stat(mnt, &st)
+	}()
+	select {
+	case err := <-done:
+		return err == syscall.ENOTCONN
+	case <-time.After(3 * time.Second):
+		return false
+	}
 }
