@@ -99,6 +99,7 @@ type mntProc struct {
 	wrap                   []string            // run the daemon under this command (e.g. setpriv dropping a capability)
 	cmd                    *exec.Cmd
 	exited                 chan struct{}
+	defaultIndex           bool // mount without --index (index is then the folder the mount is expected to choose)
 }
 
 // mntStart mounts store (index in index, "" = fresh temp dir) on a fresh mountpoint (or mnt when given
@@ -118,11 +119,29 @@ func mntStart(t testing.TB, store, index string, extra ...string) *mntProc {
 	return p
 }
 
+// mntStartDefaultIndex mounts store without --index: the mount chooses its default index folder
+// (under $XDG_CACHE_HOME/ckguard); index is where the test expects it, for the audit log and socket.
+func mntStartDefaultIndex(t testing.TB, store, index string, extra ...string) *mntProc {
+	t.Helper()
+	dir := t.TempDir()
+	p := &mntProc{t: t, store: store, index: index, mnt: filepath.Join(dir, "mnt"), log: filepath.Join(dir, "mount.log"),
+		audit: filepath.Join(index, "audit.jsonl"), sock: filepath.Join(index, "ckguard.sock"), defaultIndex: true}
+	if err := os.MkdirAll(p.mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p.start(extra...)
+	return p
+}
+
 func (p *mntProc) start(extra ...string) {
 	t := p.t
 	t.Helper()
 	mntRequire(t)
-	p.args = append([]string{"mount", "--store", p.store, "--index", p.index, "--foreground", "--sync-interval", "1s"}, extra...)
+	p.args = []string{"mount", "--store", p.store, "--index", p.index, "--foreground", "--sync-interval", "1s"}
+	if p.defaultIndex {
+		p.args = []string{"mount", "--store", p.store, "--foreground", "--sync-interval", "1s"}
+	}
+	p.args = append(p.args, extra...)
 	p.args = append(p.args, p.mnt)
 	logf, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

@@ -17,17 +17,17 @@ import (
 )
 
 // TestRedteamDefaultIndexAtAnotherPath: a mount runs with the default index (no --index) of the store
-// as given at one path, and the operator runs a command with the store spelled another way: through a
-// symlink, or through a bind mount of it. The default index directory is named after the path, so
-// the command found no running mount there and opened an index of its own: `ckguard pin` reported
-// "pinned" into an index nobody guards with, and the running mount kept the checkpoint deletable.
-// The command must reach the running mount: the pin shows in the mount's user.ckguard.state.
-//
-// Not fixed yet: it fails on the current code, so it runs only with CKGUARD_REDTEAM_OPEN_BUGS=1.
+// given at one path, and the operator runs commands with the store spelt another way: through a
+// symlink, or through a bind mount of it (two real paths, one directory). The default index folder
+// is found by the store's identity (real path, root device and inode), so:
+//   - `ckguard pin` through the other path reaches the running mount (the pin shows in the mount's
+//     user.ckguard.state), and `ckguard quarantine list` goes through the mount too;
+//   - with the mount stopped, `ckguard pin` through the other path writes the index the mount opens
+//     next (the pin is there after a restart), and no second index folder is ever made;
+//   - a mount of the store with an --index of its own, which the command cannot find, makes the
+//     command refuse, naming the mount, rather than open a second index whose pins the mount never
+//     sees.
 func TestRedteamDefaultIndexAtAnotherPath(t *testing.T) {
-	if os.Getenv("CKGUARD_REDTEAM_OPEN_BUGS") != "1" {
-		t.Skip("open bug (the default index directory is named after the store's path): set CKGUARD_REDTEAM_OPEN_BUGS=1 to reproduce")
-	}
 	mntRequire(t)
 	for _, via := range []string{"symlink", "bind-mount"} {
 		t.Run(via, func(t *testing.T) {
@@ -52,17 +52,22 @@ func TestRedteamDefaultIndexAtAnotherPath(t *testing.T) {
 					t.Fatal(err)
 				}
 				if out, err := exec.Command("mount", "--bind", real, other).CombinedOutput(); err != nil {
-					t.Skipf("bind mount: %v %s", err, out)
+					t.Fatalf("bind mount (root is required for the mount tests): %v %s", err, out)
 				}
 				t.Cleanup(func() { _ = exec.Command("umount", other).Run() })
 			}
 			cache := filepath.Join(base, "cache")
 			t.Setenv("XDG_CACHE_HOME", cache)
 			store := filepath.Join(real, "store")
-			// The mount's index is the default one of the store at this path (what `ckguard mount
-			// --store <store>` without --index uses).
+			otherStore := filepath.Join(other, "store")
+			// The mount's default index: the folder named by the store's real path (the name earlier
+			// versions gave it too).
 			h := sha256.Sum256([]byte(store))
-			p := mntStart(t, store, filepath.Join(cache, "ckguard", hex.EncodeToString(h[:8])))
+			index := filepath.Join(cache, "ckguard", hex.EncodeToString(h[:8]))
+			p := mntStartDefaultIndex(t, store, index)
+			if _, err := os.Stat(p.sock); err != nil {
+				t.Fatalf("the mount's default index is not %s: %v\n%s", index, err, p.logText())
+			}
 
 			state := func(key string) string {
 				t.Helper()
@@ -78,24 +83,72 @@ func TestRedteamDefaultIndexAtAnotherPath(t *testing.T) {
 				metas = append(metas, m)
 			}
 			sort.Strings(metas)
-			target := ""
+			var deletable []string
 			for _, m := range metas {
 				if state(m) == "deletable" {
-					target = m
-					break
+					deletable = append(deletable, m)
 				}
 			}
-			if target == "" {
-				t.Fatal("no deletable live checkpoint to pin")
+			if len(deletable) < 2 {
+				t.Fatalf("want two deletable live checkpoints to pin, have %v", deletable)
 			}
-			out, code := mntRun(t, "", mntBinary(t), "pin", "--store", filepath.Join(other, "store"), path.Dir(target))
-			t.Logf("pin through %s: exit %d: %s", via, code, strings.TrimSpace(out))
-			if code == 0 {
-				if got := state(target); got == "deletable" {
-					t.Errorf("`ckguard pin --store %s` said %q, yet the mount of %s still finds %s deletable", filepath.Join(other, "store"), strings.TrimSpace(out), store, target)
+			ckguard := func(args ...string) (string, int) {
+				t.Helper()
+				out, code := mntRun(t, "", mntBinary(t), args...)
+				t.Logf("ckguard %s: exit %d: %s", strings.Join(args, " "), code, strings.TrimSpace(out))
+				return out, code
+			}
+			folders := func() []string {
+				t.Helper()
+				ents, err := os.ReadDir(filepath.Join(cache, "ckguard"))
+				if err != nil {
+					t.Fatal(err)
 				}
-			} else if !strings.Contains(out, "mount") {
-				t.Errorf("pin through %s failed without naming the running mount: %s", via, out)
+				var names []string
+				for _, e := range ents {
+					names = append(names, e.Name())
+				}
+				return names
+			}
+
+			// Running mount: the pin goes through it.
+			if out, code := ckguard("pin", "--store", otherStore, path.Dir(deletable[0])); code != 0 {
+				t.Fatalf("pin through %s: exit %d: %s", via, code, out)
+			}
+			if got := state(deletable[0]); got == "deletable" {
+				t.Errorf("`ckguard pin --store %s` said pinned, yet the mount of %s still finds %s deletable", otherStore, store, deletable[0])
+			}
+			if out, code := ckguard("quarantine", "list", "--store", otherStore); code != 0 {
+				t.Errorf("quarantine list through %s: exit %d: %s", via, code, out)
+			}
+			if got := folders(); len(got) != 1 || got[0] != filepath.Base(index) {
+				t.Errorf("index folders %v, want the mount's %s alone", got, filepath.Base(index))
+			}
+
+			// Stopped mount: the pin lands in the index the mount opens next.
+			p.stop()
+			if out, code := ckguard("pin", "--store", otherStore, path.Dir(deletable[1])); code != 0 {
+				t.Fatalf("pin through %s with the mount stopped: exit %d: %s", via, code, out)
+			}
+			if got := folders(); len(got) != 1 || got[0] != filepath.Base(index) {
+				t.Errorf("index folders after a pin with the mount stopped: %v, want %s alone", got, filepath.Base(index))
+			}
+			p.start()
+			for _, m := range deletable[:2] {
+				if got := state(m); got == "deletable" {
+					t.Errorf("after a restart the mount finds %s deletable: the pin through %s went to another index", m, via)
+				}
+			}
+			p.stop()
+
+			// A mount of the store with an --index of its own: the command cannot reach it and refuses.
+			q := mntStart(t, store, "")
+			out, code := ckguard("unpin", "--store", otherStore, path.Dir(deletable[0]))
+			if code == 0 || !strings.Contains(out, q.mnt) {
+				t.Errorf("unpin through %s while a mount with its own --index runs: exit %d, want a refusal naming the mount %s: %s", via, code, q.mnt, out)
+			}
+			if got := folders(); len(got) != 1 {
+				t.Errorf("index folders after the refusal: %v, want one", got)
 			}
 		})
 	}

@@ -53,9 +53,10 @@ type cliResult struct {
 
 func runBinary(t *testing.T, args ...string) cliResult {
 	t.Helper()
+	bin := builtBinary(t) // built before the command's 2 minutes start: a build on a loaded machine takes longer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, builtBinary(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	cmd.Env = append(os.Environ(), "CKGUARD_STORE=", "CKGUARD_INDEX=")

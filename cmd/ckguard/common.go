@@ -6,8 +6,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -48,7 +46,7 @@ func locationFlags() []cli.Flag {
 		// Checked by requireStore (one line naming the flag) rather than urfave's Required, which prints
 		// the whole help and then misreads PATH as a command name.
 		&cli.StringFlag{Name: "store", EnvVars: []string{"CKGUARD_STORE"}, Usage: "checkpoint storage: a local/NFS directory, s3://bucket/prefix hdfs://namenode:8020/path or viewfs://cluster/path (required; or set CKGUARD_STORE)"},
-		&cli.StringFlag{Name: "index", EnvVars: []string{"CKGUARD_INDEX"}, Usage: "index directory (default: $XDG_CACHE_HOME/ckguard/<hash of --store>)"},
+		&cli.StringFlag{Name: "index", EnvVars: []string{"CKGUARD_INDEX"}, Usage: "index directory (default: the store's folder in $XDG_CACHE_HOME/ckguard, one per store whatever path names it; a running mount's when one guards the store)"},
 		&cli.StringSliceFlag{Name: "map", Usage: "prefix map `PREFIX=STOREPATH` tying URIs written in _metadata to the store (repeatable), e.g. file:/flink/ckpt= or hdfs://nn:8020/flink=flink"},
 		&cli.StringSliceFlag{Name: "external", Usage: "URI `PREFIX` of other storage that checkpoints legitimately reference (another bucket, savepoints on HDFS; repeatable): reported, not refused"},
 		&cli.StringFlag{Name: "entropy-key", Usage: "Flink's s3.entropy.key (e.g. _entropy_), when checkpoints use entropy injection"},
@@ -247,25 +245,6 @@ func openStore(c *cli.Context) (store.Store, error) {
 	return localstore.New(s)
 }
 
-// indexDir returns --index or the per-store default under the user's cache directory.
-func indexDir(c *cli.Context) (string, error) {
-	if d := c.String("index"); d != "" {
-		return filepath.Abs(d)
-	}
-	base, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("no --index given and no cache directory: %w", err)
-	}
-	s := c.String("store")
-	if !s3cli.IsURL(s) && !hdfscli.IsURL(s) {
-		if abs, err := filepath.Abs(s); err == nil {
-			s = abs
-		}
-	}
-	h := sha256.Sum256([]byte(s))
-	return filepath.Join(base, "ckguard", hex.EncodeToString(h[:8])), nil
-}
-
 // openIndex opens the index directly (no mount running), with extra options.
 func openIndex(c *cli.Context, extra ...refindex.Option) (*refindex.Index, error) {
 	st, err := openStore(c)
@@ -289,6 +268,7 @@ func openIndex(c *cli.Context, extra ...refindex.Option) (*refindex.Index, error
 	if err != nil {
 		return nil, err
 	}
+	recordIdentity(c, dir)
 	return ix, nil
 }
 

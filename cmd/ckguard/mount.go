@@ -141,6 +141,8 @@ func runMount(c *cli.Context) error {
 	if err := os.MkdirAll(indexDir, 0o700); err != nil {
 		return fmt.Errorf("index dir %s: %w", indexDir, err)
 	}
+	// The store under another path (a symlink, a bind mount) finds this index by what is recorded here.
+	recordIdentity(c, indexDir)
 
 	if logFile != "" {
 		if isTerminal(os.Stderr) {

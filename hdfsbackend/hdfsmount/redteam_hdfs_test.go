@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guard/guardtest"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsmount"
@@ -40,22 +39,7 @@ func redteamMount(t *testing.T, o minidfs.Options, ck *guardtest.Checker, quaran
 	if err := cl.MkdirAll(context.Background(), root, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	enf, err := guard.NewEnforcer(guard.Config{Checker: ck})
-	if err != nil {
-		t.Fatal(err)
-	}
-	base, err := os.MkdirTemp("", "ckguard-redteam-hdfs-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	if err := os.Chmod(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	mnt := filepath.Join(base, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	enf, mnt := redteamEnforcerAndMountpoint(t, ck)
 	mo := hdfsmount.Options{FS: cl, Dir: root, Name: c.URI(root), Mountpoint: mnt, Enforcer: enf, AllowOther: true}
 	if quarantined {
 		a, err := hdfsquarantine.Open(context.Background(), cl, root, nil)

@@ -6,12 +6,10 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guard/guardtest"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient/hdfsfake"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsmount"
@@ -70,22 +68,7 @@ func TestRedteamQuarantineAsNobody(t *testing.T) {
 	}
 	ck := guardtest.New()
 	ck.Protect("job/ref", "job/chk-1/_metadata")
-	enf, err := guard.NewEnforcer(guard.Config{Checker: ck})
-	if err != nil {
-		t.Fatal(err)
-	}
-	base, err := os.MkdirTemp("", "ckguard-redteam-hdfs-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	if err := os.Chmod(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	mnt := filepath.Join(base, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	enf, mnt := redteamEnforcerAndMountpoint(t, ck)
 	m, err := hdfsmount.Mount(ctx, hdfsmount.Options{FS: f, Dir: dir, Name: "hdfs://nn:8020" + dir, Mountpoint: mnt, Enforcer: enf, Quarantine: a, AllowOther: true})
 	if err != nil {
 		t.Fatal(err)
