@@ -139,6 +139,7 @@ fi
 [[ " $PARTS " == *" mount "* ]] || [[ " $PARTS " == *" generate "* ]] || exit 0
 go build -o "$WORK/gentree" ./refindex/treegen/gentree
 rss_mib() { awk '/VmRSS/{printf "%d", $2/1024}' "/proc/$1/status"; }
+rss_parts() { awk '/RssAnon|RssFile/{printf "%s%d", sep, $2/1024; sep=" / "}' "/proc/$1/status"; } # anonymous / file-backed (badger's mapped tables)
 hwm_mib() { awk '/VmHWM/{printf "%d", $2/1024}' "/proc/$1/status"; } # the peak RSS so far
 free_inodes() { df --output=iavail "$DATA" | tail -1 | tr -d ' '; }
 free_mb() { df -m --output=avail "$DATA" | tail -1 | tr -d ' '; }
@@ -265,6 +266,7 @@ phase() { # objects soak-seconds
 	row "$n:   requests of the first build" "$(proxy_ops)" "$(load)"
 	row "$n:   RSS when ready, peak RSS of the first build (VmHWM) (MiB)" "$(rss_mib "$ck"), $(hwm_mib "$ck")" "$(load)"
 	row "$n:   index on disk after the first build (MiB)" "$(du -sm "$idx" | cut -f1)" "$(load)"
+	row "$n:   RSS when ready: anonymous / file-backed (MiB)" "$(rss_parts "$ck")" "$(load)"
 	heap_profile "$n" ready
 	local maxlag=0 maxrss=0 r s0 c0 t1
 	s0=$(metric ckguard_sync_duration_seconds_sum); c0=$(metric ckguard_sync_duration_seconds_count)
@@ -310,6 +312,7 @@ phase() { # objects soak-seconds
 	row "$n: mount RSS after ${soak} s (max sampled) (MiB)" "$(rss_mib "$ck") ($maxrss)" "$(load)"
 	row "$n:   soak samples every ${SAMPLE} s: count, max RSS, final RSS (MiB)" "$(awk -F'\t' 'NR>1{n++; if($2>m)m=$2; f=$2} END{print n", "m", "f}' "$samples")" "$(load)"
 	row "$n:   index on disk after the soak (MiB)" "$(du -sm "$idx" | cut -f1)" "$(load)"
+	row "$n:   RSS after the soak: anonymous / file-backed (MiB)" "$(rss_parts "$ck")" "$(load)"
 	heap_profile "$n" soak
 	[ -z "$(gc_share "$WORK/mount-$n.log")" ] || row "$n:   the collector's CPU share since the start (gctrace)" "$(gc_share "$WORK/mount-$n.log")" "$(load)"
 	if [ "$FIND" = 0 ]; then
