@@ -52,6 +52,8 @@
 # the phase. The generation can run ahead, unmeasured, e.g. at nice 19 while other work runs:
 #   BENCH_S3_TREE=/work/t BENCH_S3_SMALL_N=0 BENCH_S3_SCALE_N=10000000 BENCH_S3_LINK=1 BENCH_S3_PARTS=generate \
 #     nice -n 19 scripts/bench-s3-scale.sh   # only generates (part "generate"), then exits
+# BENCH_S3_CKGUARD=FILE mounts with that ckguard binary instead of one built from this tree (a run of
+# another commit, built beforehand).
 # BENCH_S3_FIND=0 ends a phase with its soak: no wait for the loss check beyond it, no find through the
 # mount, no unmounted no-change sync (at 10 M objects they take long after the memory figures are in).
 # BENCH_S3_HEAP=1 also saves the mount's heap profile (`ckguard debug heap`) when ready and after the
@@ -189,7 +191,7 @@ if [[ " $PARTS " != *" mount "* ]]; then # "generate" alone: the kept tree only 
 	exit 0
 fi
 echo "== 3. the mount behind $LAT per request"
-go build -o "$WORK/ckguard" ./cmd/ckguard
+if [ -n "${BENCH_S3_CKGUARD:-}" ]; then cp "$BENCH_S3_CKGUARD" "$WORK/ckguard"; else go build -o "$WORK/ckguard" ./cmd/ckguard; fi
 go build -o "$WORK/s3raw" ./s3backend/internal/cmd/s3raw
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PORT=$(free_port)
