@@ -105,7 +105,7 @@ func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
 	}
 	committed = true
 	t.st.finish()
-	filt.ready.Store(true)
+	filt.markReady()
 	gen := &generation{db: db, n: next}
 	gen.filt.Store(filt)
 	ix.switchGeneration(gen, t.st, start)
