@@ -52,6 +52,8 @@
 # the phase. The generation can run ahead, unmeasured, e.g. at nice 19 while other work runs:
 #   BENCH_S3_TREE=/work/t BENCH_S3_SMALL_N=0 BENCH_S3_SCALE_N=10000000 BENCH_S3_LINK=1 BENCH_S3_PARTS=generate \
 #     nice -n 19 scripts/bench-s3-scale.sh   # only generates (part "generate"), then exits
+# BENCH_S3_DEADLINE=EPOCH-SECONDS ends a soak by then at the latest (when the first build ran long and
+# the machine is wanted back; the report says so).
 # BENCH_S3_CKGUARD=FILE mounts with that ckguard binary instead of one built from this tree (a run of
 # another commit, built beforehand).
 # BENCH_S3_FIND=0 ends a phase with its soak: no wait for the loss check beyond it, no find through the
@@ -278,6 +280,13 @@ phase() { # objects soak-seconds
 	printf 'seconds\trss_mib\tlag_s\n' >"$samples"
 	local next=0
 	victim=$(python3 -c "import json,sys; print(next(k for k in json.load(open(sys.argv[1]))['SampleReferenced'] if '/shared/' in k))" "$WORK/gen-$n.json")
+	if [ -n "${BENCH_S3_DEADLINE:-}" ]; then
+		local left=$(( BENCH_S3_DEADLINE - $(date +%s) ))
+		if [ "$left" -lt "$soak" ]; then
+			soak=$(( left > 0 ? left : 0 ))
+			row "$n: soak shortened to end by BENCH_S3_DEADLINE (s)" "$soak" "$(load)"
+		fi
+	fi
 	while python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) else 1)" "$(since "$t1")" "$soak"; do
 		lag=$(metric ckguard_index_lag_seconds); r=$(rss_mib "$ck")
 		maxlag=$(python3 -c "import sys; print(max(float(sys.argv[1]), float(sys.argv[2] or 0)))" "$maxlag" "$lag")
