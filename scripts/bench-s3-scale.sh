@@ -259,9 +259,11 @@ phase() { # objects soak-seconds
 		--s3-endpoint "$PEP" --s3-path-style --s3-region us-east-1 "$mnt" >"$WORK/mount-$n.log" 2>&1 &
 	local ck=$!
 	PIDS+=("$ck"); MOUNTS+=("$mnt")
-	local lag=""
+	local lag="" anon maxanon=0
 	for _ in $(seq 1 36000); do
 		kill -0 "$ck" 2>/dev/null || { echo "bench-s3-scale: the mount exited: $(tail -5 "$WORK/mount-$n.log")" >&2; exit 1; }
+		anon=$(awk '/RssAnon/{printf "%d", $2/1024}' "/proc/$ck/status" 2>/dev/null || echo 0)
+		[ "${anon:-0}" -gt "$maxanon" ] && maxanon=$anon
 		lag=$(metric ckguard_index_lag_seconds)
 		if [ -n "$lag" ] && python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0 else 1)" "$lag" && grep -q " $mnt fuse" /proc/mounts; then break; fi
 		sleep 0.5
@@ -271,6 +273,7 @@ phase() { # objects soak-seconds
 	row "$n:   RSS when ready, peak RSS of the first build (VmHWM) (MiB)" "$(rss_mib "$ck"), $(hwm_mib "$ck")" "$(load)"
 	row "$n:   index on disk after the first build (MiB)" "$(du -sm "$idx" | cut -f1)" "$(load)"
 	row "$n:   RSS when ready: anonymous / file-backed (MiB)" "$(rss_parts "$ck")" "$(load)"
+	row "$n:   highest anonymous RSS sampled during the first build (MiB)" "$maxanon" "$(load)"
 	heap_profile "$n" ready
 	local maxlag=0 maxrss=0 r s0 c0 t1
 	s0=$(metric ckguard_sync_duration_seconds_sum); c0=$(metric ckguard_sync_duration_seconds_count)
