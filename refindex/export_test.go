@@ -112,3 +112,9 @@ func WithTxnWrites(n int) Option { return func(o *options) { o.txnWrites = n } }
 
 // SetLossClock replaces a loss checker's time source (the times of its reports and chunks).
 func SetLossClock(lc *LossChecker, now func() time.Time) { lc.now = now }
+
+// SetLossSegment sets the most keys a pass of lc plans before it checks them.
+func SetLossSegment(lc *LossChecker, keys int) { lc.seg = keys }
+
+// LossMaxHeld returns the most referenced keys the last pass of lc held at once.
+func LossMaxHeld(lc *LossChecker) int { return lc.maxHeld }

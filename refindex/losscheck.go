@@ -1,6 +1,7 @@
 package refindex
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,8 +10,6 @@ import (
 	"sort"
 	"sync"
 	"time"
-
-	"github.com/dgraph-io/badger/v4"
 )
 
 // The loss check notices a referenced object that vanished outside the mount (a lifecycle rule, a
@@ -23,8 +22,9 @@ import (
 // holding several referenced objects is listed (DirLister, the range from its first to its last
 // referenced key, cut off at one request per object so it is never dearer than the stats), a folder
 // holding one is stat'ed, and an object a listing did not show is stat'ed before it counts as gone.
-// A pass may be given a budget of requests: it then checks whole folders of a rotation over the sorted
-// folders, plus every object an earlier pass found missing (so a loss, once seen, stays reported until
+// A pass may be given a budget of requests: it then checks the next stretch of a rotation over the
+// sorted referenced keys, from where the previous pass stopped, plus every object an earlier pass found
+// missing (so a loss, once seen, stays reported until
 // the object is back or no live checkpoint references it). LossReport.RoundPasses says how many passes
 // a full rotation takes, LastComplete when the last one ended, and nothing is called intact that no
 // pass of the current rotation has checked.
@@ -51,9 +51,10 @@ type QuarantineFinder interface {
 
 // LossCheckOptions tune a LossChecker.
 type LossCheckOptions struct {
-	// Budget caps the requests a pass sends to the store (stats, and listings of folders on stores
-	// that list: DirLister) besides one stat per known-missing object (0: every referenced object at
-	// every pass). A pass checks whole folders: at least one, however dear.
+	// Budget caps the requests a pass is expected to send to the store (stats, and listings of
+	// folders on stores that list: DirLister) besides one stat per known-missing object (0: every
+	// referenced object at every pass). A pass checks at least one object, however dear; it may end
+	// inside a folder (the next pass lists the rest).
 	Budget int
 	// Parallel bounds the requests in flight (0: DefaultLossParallel).
 	Parallel int
@@ -135,19 +136,26 @@ type LossChecker struct {
 	o  LossCheckOptions
 
 	mu           sync.Mutex
-	cursor       string          // id of the last unit the rotation checked (meaningful while rotating)
-	rotating     bool            // a rotation is under way (cursor is meaningful)
-	lastComplete time.Time       // end of the last complete rotation
-	missing      map[string]bool // keys found missing and not seen back since
-	since        map[string]time.Time
-	reported     map[string]bool // "key\x00checkpoint" pairs already in a report's New
-	now          func() time.Time
+	cursor       string    // last key the rotation checked (meaningful while rotating)
+	rotating     bool      // a rotation is under way (cursor is meaningful)
+	lastComplete time.Time // end of the last complete rotation
+	// The rotation as counted by the pass that began it (objects, expected requests and passes under
+	// the same cuts): later passes of the rotation report these rather than count the table again.
+	roundObjects, roundRequests, roundPasses int
+	seg                                      int // keys planned and checked at once (lossSegment)
+	// maxHeld is the most referenced keys the last pass held at once (its segments' units and open
+	// folders): what bounds a pass's memory.
+	maxHeld  int
+	missing  map[string]bool // keys found missing and not seen back since
+	since    map[string]time.Time
+	reported map[string]bool // "key\x00checkpoint" pairs already in a report's New
+	now      func() time.Time
 	// prevChunks are the chunks of the previous pass when it was a whole rotation on its own (nil
 	// otherwise): where each began, for LossReport.Revisit.
 	prevChunks []chunkMark
 }
 
-// chunkMark is where a chunk of a pass began: the id of its first unit and the time.
+// chunkMark is where a chunk of a pass began: its first key and the time.
 type chunkMark struct {
 	first string
 	start time.Time
@@ -155,16 +163,15 @@ type chunkMark struct {
 
 // NewLossChecker returns a loss checker over the index's live checkpoints.
 func (ix *Index) NewLossChecker(o LossCheckOptions) *LossChecker {
-	return &LossChecker{ix: ix, o: o, missing: map[string]bool{}, since: map[string]time.Time{}, reported: map[string]bool{}, now: time.Now}
-}
-
-// lossTarget is one live checkpoint whose references a pass checks.
-type lossTarget struct {
-	rec *checkpointRecord
+	return &LossChecker{ix: ix, o: o, missing: map[string]bool{}, since: map[string]time.Time{}, reported: map[string]bool{}, now: time.Now, seg: lossSegment}
 }
 
 // Check runs one pass. An error (the index is closed, a stat failed other than not-found) means the
 // pass proved nothing: the caller reports the failure; LastComplete does not advance.
+//
+// Memory: the pass streams the reverse table chunk by chunk (lossplan.go), one read transaction per
+// chunk, released before the chunk's requests; it holds one chunk's units, the known losses and, per
+// live checkpoint, its job, never every referenced key.
 func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
@@ -175,116 +182,157 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 		return nil, err
 	}
 	rep := &LossReport{Time: lc.now(), Missing: []LostReference{}, New: []LostReference{}, Jobs: map[string]JobLoss{}}
-	var targets []lossTarget
-	byKey := map[string][]int{} // referenced key -> indexes into targets
-	err = v.g.db.View(func(txn *badger.Txn) error {
-		for _, k := range v.st.sorted {
-			c := v.st.ckpts[k]
-			rep.Jobs[c.Job] = JobLoss{}
-			if c.Err != "" {
-				continue // unparseable: what it references is unknown (reported and refused elsewhere)
-			}
-			refs, err := readRefs(txn, k)
-			if err != nil {
-				return err
-			}
-			t := lossTarget{rec: c}
-			for _, r := range refs {
-				if !r.Inside {
-					rep.Unchecked++
-					continue
-				}
-				if n := byKey[r.Key]; len(n) > 0 && n[len(n)-1] == len(targets) {
-					continue
-				}
-				byKey[r.Key] = append(byKey[r.Key], len(targets))
-			}
-			targets = append(targets, t)
+	// The records as the pass began: a loss counts only for a checkpoint still the same record after
+	// the stats (fill). A memState is never changed once installed.
+	began := v.st
+	for _, k := range began.sorted {
+		c := began.ckpts[k]
+		rep.Jobs[c.Job] = JobLoss{}
+		if c.Err == "" {
+			rep.Unchecked += c.Outside // unparseable: what it references is unknown (reported and refused elsewhere)
 		}
-		return nil
-	})
-	v.release()
-	if err != nil {
-		return nil, err
 	}
-	keys := make([]string, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	rep.Objects = len(keys)
-
 	// Known losses no checkpoint references any more are forgotten.
 	for k := range lc.missing {
-		if _, ok := byKey[k]; !ok {
+		live := false
+		for _, m := range referencingMetas(v.snap.txn, k) {
+			if liveRef(began, []byte(m)) {
+				live = true
+				break
+			}
+		}
+		if !live {
 			delete(lc.missing, k)
 			delete(lc.since, k)
 		}
 	}
-	_, canList := ix.st.(DirLister)
-	units := planUnits(keys, canList)
-	whole := !lc.rotating // this pass begins a rotation; whole if it also ends it
-	batch, next, complete := lc.slice(units)
-	whole = whole && complete
-	var single []string
-	inBatch := make(map[string]bool, len(keys))
-	for _, u := range batch {
-		for _, k := range u.keys {
-			inBatch[k] = true
-		}
-	}
+	v.release()
+	// The known losses are looked at again first, by a stat of their own (not counted in the budget);
+	// they still ride in their folder's unit, so a pass's chunks cover contiguous key ranges (Revisit).
+	single := make([]string, 0, len(lc.missing))
 	for k := range lc.missing {
-		if !inBatch[k] {
-			single = append(single, k)
-		}
+		single = append(single, k)
 	}
 	sort.Strings(single)
 	par := lc.o.Parallel
 	if par <= 0 {
 		par = DefaultLossParallel
 	}
-	rep.RoundRequests = roundCost(units)
-	rep.RoundPasses = 1
-	if lc.o.Budget > 0 && rep.RoundRequests > lc.o.Budget {
-		rep.RoundPasses = (rep.RoundRequests + lc.o.Budget - 1) / lc.o.Budget
+	_, canList := ix.st.(DirLister)
+	begins := !lc.rotating // this pass begins a rotation; whole if it also ends it
+	after := ""
+	if lc.rotating {
+		after = lc.cursor
 	}
+	cut := &passCutter{p: &unitPlanner{canList: canList, keep: true}, budget: lc.o.Budget, chunk: lc.o.Chunk, seg: lc.seg}
+	defer func() { lc.maxHeld = cut.p.maxHeld }()
+	// A pass that begins a rotation also counts the whole rotation as the table stands (no key kept):
+	// its objects, requests and passes under the same cuts. Later passes of the rotation carry them.
+	var round *passCutter
+	if begins {
+		round = &passCutter{p: &unitPlanner{canList: canList}, budget: lc.o.Budget, chunk: lc.o.Chunk, seg: lc.seg}
+	}
+	var roundLast []byte
+	countRound := func(k []byte) {
+		if round != nil && (round.p.keys == 0 || bytes.Compare(k, roundLast) > 0) {
+			round.feedRotation(k)
+			roundLast = append(roundLast[:0], k...)
+		}
+	}
+	rep.Objects, rep.RoundRequests, rep.RoundPasses = lc.roundObjects, lc.roundRequests, max(1, lc.roundPasses)
 	rep.LastComplete = lc.lastComplete
 	base := rep.Jobs
 	prev := lc.prevChunks
 	var marks []chunkMark
-	chunks := splitChunks(batch, lc.o.Chunk)
-	for ci, chunk := range chunks {
+	complete := false
+	var lastKey []byte // the last key this pass took
+	for ci := 0; ; ci++ {
 		start := lc.now()
-		var alone []string
-		if ci == 0 {
-			alone = single // the known losses are looked at again first
-		}
-		gone, requests, err := ix.checkUnits(ctx, chunk, alone, par, lc.o.Pacer)
-		if err != nil {
-			lc.prevChunks = nil
-			return nil, err
-		}
-		rep.Requests += requests
-		checked := alone
-		for _, u := range chunk {
-			checked = append(checked, u.keys...)
-		}
-		rep.Checked += len(checked)
-		for _, k := range checked {
-			if gone[k] {
-				if !lc.missing[k] {
-					lc.missing[k] = true
-					lc.since[k] = rep.Time
+		first := ""
+		var stop cutKind
+		done := false
+		for seg := 0; ; seg++ {
+			// Plan a segment of the chunk from the reverse table in one read transaction.
+			v, err := ix.acquire()
+			if err != nil {
+				lc.prevChunks = nil
+				return nil, err
+			}
+			stop = cutNone
+			n := 0
+			done, err = scanReferenced(ctx, v.snap.txn, v.st, after, func(k []byte) bool {
+				countRound(k)
+				if stop = cut.offer(k); stop != cutNone {
+					return false
 				}
+				if first == "" {
+					first = string(k)
+				}
+				n++
+				lastKey = append(lastKey[:0], k...)
+				return true
+			})
+			if n > 0 {
+				after = string(lastKey)
+			}
+			v.release()
+			if err == nil && !done && stop == cutPass && round != nil {
+				err = lc.countRest(ctx, string(roundLast), countRound)
+			}
+			if err != nil {
+				lc.prevChunks = nil
+				return nil, fmt.Errorf("loss check: read the reference index: %w", err)
+			}
+			if stop == cutSegment {
+				cut.endSegment()
 			} else {
-				delete(lc.missing, k)
-				delete(lc.since, k)
+				cut.endChunk()
+			}
+			units := cut.p.take()
+			if (done || stop == cutPass) && round != nil {
+				round.endPass()
+				lc.roundObjects, lc.roundRequests, lc.roundPasses = round.p.keys, round.p.made, round.passes
+				rep.Objects, rep.RoundRequests, rep.RoundPasses = lc.roundObjects, lc.roundRequests, max(1, lc.roundPasses)
+			}
+			var alone []string
+			if ci == 0 && seg == 0 {
+				alone = single
+			}
+			gone, requests, err := ix.checkUnits(ctx, units, alone, par, lc.o.Pacer)
+			if err != nil {
+				lc.prevChunks = nil
+				return nil, err
+			}
+			rep.Requests += requests
+			checked := alone
+			for _, u := range units {
+				checked = append(checked, u.keys...)
+			}
+			rep.Checked += len(checked)
+			if len(alone) > 0 {
+				rep.Checked -= len(alone) - countNotIn(alone, units) // a known loss in its unit counts once
+			}
+			for _, k := range checked {
+				if gone[k] {
+					if !lc.missing[k] {
+						lc.missing[k] = true
+						lc.since[k] = rep.Time
+					}
+				} else {
+					delete(lc.missing, k)
+					delete(lc.since, k)
+				}
+			}
+			if stop != cutSegment {
+				break
 			}
 		}
-		last := ci == len(chunks)-1
+		last := done || stop == cutPass
 		if last {
-			lc.cursor, lc.rotating = next, !complete
+			complete = done
+			lc.cursor, lc.rotating = after, !complete
 			if complete {
+				lc.cursor = ""
 				lc.lastComplete = rep.Time
 			}
 			rep.Complete, rep.LastComplete = complete, lc.lastComplete
@@ -299,19 +347,20 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 			out = &cp
 		}
 		out.Jobs = maps.Clone(base)
-		if err := lc.fill(ctx, out, byKey, targets); err != nil {
+		if err := lc.fill(ctx, out, began); err != nil {
 			lc.prevChunks = nil
 			return nil, err
 		}
 		end := lc.now()
 		rep.LongestChunk = max(rep.LongestChunk, end.Sub(start))
-		if len(chunk) > 0 {
-			m := chunkMark{first: chunk[0].id(), start: start}
+		if first != "" {
+			m := chunkMark{first: first, start: start}
 			marks = append(marks, m)
-			if whole && len(prev) > 0 {
-				// Every object of this chunk the previous pass knew was checked there no sooner than
-				// the start of the last chunk beginning at or before this chunk's first unit (keys are
-				// checked in order; a unit that sorts before all of them was in the first chunk).
+			if begins && len(prev) > 0 {
+				// A chunk covers a contiguous range of keys (lossplan.go): every object of this chunk
+				// the previous pass (a whole rotation) knew was checked there no sooner than the start
+				// of the last chunk beginning at or before this chunk's first key (an object before all
+				// of them was in the first chunk).
 				i := max(0, sort.Search(len(prev), func(i int) bool { return prev[i].first > m.first })-1)
 				rep.Revisit = max(rep.Revisit, end.Sub(prev[i].start))
 			}
@@ -319,37 +368,75 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 		if !last {
 			out.LongestChunk, out.Revisit = rep.LongestChunk, rep.Revisit
 			lc.o.Progress(out)
+			continue
 		}
+		break
 	}
-	if whole {
+	if begins && complete {
 		lc.prevChunks = marks
 	} else {
 		lc.prevChunks = nil
+		rep.Revisit = 0 // not a whole rotation: the next pass's objects were not all checked by this one
 	}
 	return rep, nil
 }
 
-// splitChunks cuts units into runs of about chunk expected requests each, in order, at least one unit
-// per run and at least one run (chunk <= 0: all of them in one).
-func splitChunks(units []lossUnit, chunk int) [][]lossUnit {
-	if chunk <= 0 || len(units) == 0 {
-		return [][]lossUnit{units}
-	}
-	var out [][]lossUnit
-	from, spent := 0, 0
-	for i, u := range units {
-		if i > from && spent+u.cost() > chunk {
-			out = append(out, units[from:i])
-			from, spent = i, 0
+// countRestStretch is how many keys the count of a rotation reads in one read transaction: a snapshot
+// held for the whole table (tens of millions of entries) would pin the memtables it reads all along.
+const countRestStretch = 1 << 20
+
+// countRest hands count every referenced key after `after`, a stretch of keys per read transaction.
+func (lc *LossChecker) countRest(ctx context.Context, after string, count func([]byte)) error {
+	for {
+		v, err := lc.ix.acquire()
+		if err != nil {
+			return err
 		}
-		spent += u.cost()
+		n := 0
+		var last []byte
+		done, err := scanReferenced(ctx, v.snap.txn, v.st, after, func(k []byte) bool {
+			if n == countRestStretch {
+				return false
+			}
+			n++
+			count(k)
+			last = append(last[:0], k...)
+			return true
+		})
+		if n > 0 {
+			after = string(last)
+		}
+		v.release()
+		if err != nil {
+			return fmt.Errorf("loss check: count the rotation: %w", err)
+		}
+		if done {
+			return nil
+		}
 	}
-	return append(out, units[from:])
+}
+
+// countNotIn counts the keys of ks that no unit of units holds.
+func countNotIn(ks []string, units []lossUnit) int {
+	in := map[string]bool{}
+	for _, u := range units {
+		for _, k := range u.keys {
+			in[k] = true
+		}
+	}
+	n := 0
+	for _, k := range ks {
+		if !in[k] {
+			n++
+		}
+	}
+	return n
 }
 
 // fill reports in rep every (object, checkpoint) pair known missing now, per job, and those no earlier
-// report named in rep.New.
-func (lc *LossChecker) fill(ctx context.Context, rep *LossReport, byKey map[string][]int, targets []lossTarget) error {
+// report named in rep.New. began is the state the pass began with: the referencing checkpoints of each
+// missing object are read from the reverse table now and count only as the same records as then.
+func (lc *LossChecker) fill(ctx context.Context, rep *LossReport, began *memState) error {
 	ix := lc.ix
 	rep.Missing, rep.New = []LostReference{}, []LostReference{}
 	// A loss counts only for a checkpoint still live as the same record after the stats.
@@ -357,13 +444,27 @@ func (lc *LossChecker) fill(ctx context.Context, rep *LossReport, byKey map[stri
 	if err != nil {
 		return err
 	}
+	lost := []string{}
+	for k := range lc.missing {
+		lost = append(lost, k)
+	}
+	sort.Strings(lost)
+	refs := make([][]*checkpointRecord, len(lost))
+	for i, k := range lost {
+		for _, m := range referencingMetas(v.snap.txn, k) {
+			c := began.ckpts[m]
+			if c == nil || c.Err != "" || v.st.ckpts[m] != c {
+				continue
+			}
+			refs[i] = append(refs[i], c)
+		}
+	}
 	// Flink deletes a subsumed checkpoint's `_metadata` first and its files after: a checkpoint whose
 	// `_metadata` is gone from the store by now is being retired (the next sync does it), not broken.
 	metaGone := map[string]bool{}
-	for k := range lc.missing {
-		for _, ti := range byKey[k] {
-			c := targets[ti].rec
-			if _, done := metaGone[c.Key]; done || v.st.ckpts[c.Key] != c {
+	for _, cs := range refs {
+		for _, c := range cs {
+			if _, done := metaGone[c.Key]; done {
 				continue
 			}
 			_, err := ix.st.Stat(ctx, c.Key)
@@ -374,20 +475,14 @@ func (lc *LossChecker) fill(ctx context.Context, rep *LossReport, byKey map[stri
 			metaGone[c.Key] = err != nil
 		}
 	}
-	still := func(c *checkpointRecord) bool { return v.st.ckpts[c.Key] == c && !metaGone[c.Key] }
+	v.release()
 	broken := map[string]bool{}
 	seen := map[string]bool{}
-	lost := []string{}
 	var fresh []int // indexes into rep.Missing of pairs no earlier report named
-	for k := range lc.missing {
-		lost = append(lost, k)
-	}
-	sort.Strings(lost)
-	for _, k := range lost {
+	for i, k := range lost {
 		counted := map[string]bool{}
-		for _, ti := range byKey[k] {
-			c := targets[ti].rec
-			if !still(c) {
+		for _, c := range refs[i] {
+			if metaGone[c.Key] {
 				continue
 			}
 			lr := LostReference{Path: k, Checkpoint: c.Key, Job: c.Job, Since: lc.since[k]}
@@ -409,7 +504,6 @@ func (lc *LossChecker) fill(ctx context.Context, rep *LossReport, byKey map[stri
 			}
 		}
 	}
-	v.release()
 	if lc.o.Quarantine != nil {
 		// A chunk's report looks up only what it names first (rep.New: the WARN line and the audit
 		// record say how to restore it); the pass's own report, every missing object, once per path.
@@ -455,27 +549,4 @@ func (lc *LossChecker) fill(ctx context.Context, rep *LossReport, byKey map[stri
 		lc.reported[p] = true
 	}
 	return nil
-}
-
-// slice picks the units this pass checks: all of them without a budget, else those after the
-// cursor up to Budget expected requests, at least one. next is the cursor for the
-// following pass; complete is set when the rotation ends with this pass.
-func (lc *LossChecker) slice(units []lossUnit) (batch []lossUnit, next string, complete bool) {
-	if lc.o.Budget <= 0 || roundCost(units) <= lc.o.Budget && !lc.rotating {
-		return units, "", true
-	}
-	start := 0
-	if lc.rotating {
-		start = sort.Search(len(units), func(i int) bool { return units[i].id() > lc.cursor })
-	}
-	end, spent := start, 0
-	for end < len(units) && (end == start || spent+units[end].cost() <= lc.o.Budget) {
-		spent += units[end].cost()
-		end++
-	}
-	batch = units[start:end]
-	if end == len(units) {
-		return batch, "", true
-	}
-	return batch, units[end-1].id(), false
 }
