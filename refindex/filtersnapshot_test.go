@@ -76,7 +76,7 @@ func TestFilterDecOfZeroDisablesFilter(t *testing.T) {
 	}
 	f.dec(h)
 	f.dec(h)
-	if got := f.slots[h&f.mask].Load(); got != 0 {
+	if got := f.count(h); got != 0 {
 		t.Fatalf("a decrement of a zero slot left it at %d", got)
 	}
 	f.inc(h)
@@ -86,7 +86,7 @@ func TestFilterDecOfZeroDisablesFilter(t *testing.T) {
 	if n := strings.Count(logged.String(), "level=ERROR"); n != 1 {
 		t.Fatalf("want one error log for the broken filter, got %d: %s", n, logged.String())
 	}
-	if f.slots[h&f.mask].Load() != 1 {
+	if f.count(h) != 1 {
 		t.Fatal("increments still count")
 	}
 }
@@ -131,7 +131,7 @@ func TestFilterFillSplitsKeysAsApply(t *testing.T) {
 		for it.Rewind(); it.Valid(); it.Next() {
 			if k := it.Item().Key(); !bytes.Contains(k, []byte(evil)) {
 				obj, _ := splitPair(k, tblReverse)
-				want[f.hash(obj)&f.mask]++
+				want[f.slot(f.hash(obj))]++
 			}
 		}
 		return nil
@@ -148,8 +148,8 @@ func TestFilterFillSplitsKeysAsApply(t *testing.T) {
 	if f.broken.Load() {
 		t.Fatal("retiring the checkpoint decremented a slot the fill did not count")
 	}
-	for i := range f.slots {
-		if got := f.slots[i].Load(); got != want[uint64(i)] {
+	for i := uint64(0); i < f.n; i++ {
+		if got := f.countAt(i); got != want[i] {
 			t.Fatalf("after retiring %s slot %d holds %d, the other checkpoints' entries %d", evil, i, got, want[uint64(i)])
 		}
 	}
@@ -325,7 +325,7 @@ func TestFillToleratesDecrementsAheadOfIt(t *testing.T) {
 	seed = full
 	never := ""
 	for i := 0; never == ""; i++ {
-		if k := "flink/never/referenced-" + strconv.Itoa(i); full.slots[full.hash(k)&full.mask].Load() == 0 {
+		if k := "flink/never/referenced-" + strconv.Itoa(i); full.count(full.hash(k)) == 0 {
 			never = k
 		}
 	}
@@ -333,7 +333,7 @@ func TestFillToleratesDecrementsAheadOfIt(t *testing.T) {
 	if f.broken.Load() {
 		t.Fatalf("a decrement of %s ahead of the fill disabled the filter", only)
 	}
-	if got, want := f.slots[f.hash(only)&f.mask].Load(), full.slots[full.hash(only)&full.mask].Load()-1; got != want {
+	if got, want := f.count(f.hash(only)), full.count(full.hash(only))-1; got != want {
 		t.Fatalf("slot of %s after the early decrement: %d, want %d", only, got, want)
 	}
 	if f := fill(never); !f.broken.Load() {

@@ -158,7 +158,7 @@ func (ix *Index) openCurrent() error {
 	ix.removeStaleGenerations(next)
 	g := &generation{db: db, n: next}
 	f := newRefFilter(0, ix.log) // empty generation: nothing is referenced
-	f.ready.Store(true)
+	f.markReady()
 	g.filt.Store(f)
 	ix.mu.cur, ix.mu.snap, ix.mu.needRebuild = g, ix.newSnapshot(g), true
 	return nil

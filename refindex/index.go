@@ -262,8 +262,7 @@ func (ix *Index) startFilter(g *generation) {
 		defer ix.beginWork()()
 		t0 := time.Now()
 		if f.fill(txn, ix.done) {
-			f.ready.Store(true)
-			ix.log.Debug("reference filter built", "generation", g.n, "slots", len(f.slots), "took", time.Since(t0).Round(time.Millisecond))
+			ix.log.Debug("reference filter built", "generation", g.n, "slots", f.n, "bytes", f.bytes(), "took", time.Since(t0).Round(time.Millisecond))
 		}
 	}()
 }

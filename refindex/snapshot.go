@@ -131,15 +131,28 @@ func (s *snapshot) release() {
 // the state before that commit (snapshot.release); a rebuild fills the new generation's filter before
 // the switch. Counts that are too high only cost the fallback scan. Directory handles (dirRefs) and
 // the "anything below" scans of directories do not use the filter.
+//
+// Memory (issue 15: the S3 mount within 1 GiB at 10 M objects): a slot is one byte, four to an
+// atomic word, about 8 slots per distinct referenced object (8 bytes per object, 80 MiB at 10 M; it
+// was a 4-byte counter with the slot count rounded up to a power of two, 512 MiB). A slot saturates
+// at filterSaturated and then stays there: increments and decrements no longer change it, so it
+// answers "maybe referenced" (the exact scan) until the filter is built again (next rebuild or
+// reopen). A saturated slot can therefore never come back to zero, whatever the true count does.
 type refFilter struct {
 	seed  maphash.Seed
-	mask  uint64
-	slots []atomic.Uint32
-	ready atomic.Bool // counts complete (a filter built in the background is not consulted before)
+	n     uint64          // slots
+	words []atomic.Uint32 // slot i is byte i%4 of words[i/4]
+	ready atomic.Bool     // counts complete (a filter built in the background is not consulted before)
 	// seq: the counts are those of snapshot seq plus every later commit, so only views of snapshot
 	// seq or later may consult the filter (0: every snapshot of the generation, a filter that
 	// counted the generation from its first state).
 	seq uint64
+	// pending holds the decrements that arrive before the filter is ready (a background fill reads the
+	// snapshot before a commit whose decrements are applied meanwhile): a slot of one byte cannot go
+	// below zero and come back, so they wait here and markReady applies them once every entry is
+	// counted. pendMu orders them against markReady.
+	pendMu  sync.Mutex
+	pending []uint64
 	// broken: a decrement found its slot at zero, so some count is wrong (a bug: counting that does
 	// not match the reverse table). The filter is never consulted again; every decision takes the
 	// exact scan.
@@ -148,51 +161,105 @@ type refFilter struct {
 	log        *slog.Logger
 }
 
-// newRefFilter sizes the filter for about objects distinct referenced objects: ≥ 8 slots per object
-// keeps the share of unreferenced objects that collide with a referenced one near 1/8 or below.
+// filterSaturated is the count at which a slot stops counting (sticky "maybe referenced").
+const filterSaturated = 0xff
+
+// filterSlotsPerObject keeps the share of unreferenced objects that collide with a referenced one near
+// 1 - e^(-1/8), about 12 %, or below; filterMaxSlots caps the filter at 256 MiB (beyond it collisions
+// only cost fallback scans).
+const (
+	filterSlotsPerObject = 8
+	filterMaxSlots       = 1 << 28
+)
+
+// newRefFilter sizes the filter for about objects distinct referenced objects.
 func newRefFilter(objects int, log *slog.Logger) *refFilter {
-	n := uint64(1) << 12
-	if want := uint64(objects) * 8; want > n {
-		n = uint64(1) << bits.Len64(want-1)
-	}
-	n = min(n, 1<<28) // 1 GiB of counters: beyond it collisions only cost fallback scans
-	return &refFilter{seed: maphash.MakeSeed(), mask: n - 1, slots: make([]atomic.Uint32, n), log: log}
+	n := max(uint64(objects)*filterSlotsPerObject, 1<<12)
+	n = min(n, filterMaxSlots)
+	n = (n + 3) &^ 3 // whole words
+	return &refFilter{seed: maphash.MakeSeed(), n: n, words: make([]atomic.Uint32, n/4), log: log}
 }
+
+// bytes is the memory the slots take.
+func (f *refFilter) bytes() int64 { return int64(len(f.words)) * 4 }
 
 func (f *refFilter) hash(obj string) uint64      { return maphash.String(f.seed, obj) }
 func (f *refFilter) hashBytes(obj []byte) uint64 { return maphash.Bytes(f.seed, obj) }
-func (f *refFilter) inc(h uint64)                { f.slots[h&f.mask].Add(1) }
 
-// wrapped: a slot at or above it went below zero (no slot counts 2^31 reverse entries).
-const wrapped = 1 << 31
+// slot maps a hash onto [0, n) (the high word of h×n: uniform for a uniform h, any n).
+func (f *refFilter) slot(h uint64) uint64 {
+	hi, _ := bits.Mul64(h, f.n)
+	return hi
+}
 
-// dec uncounts one reverse entry. Once the filter is ready, a slot that is already zero is never
-// wrapped (to 2^32-1, and a later increment back to 0 would prove a referenced object unreferenced):
-// the filter is marked broken instead.
-//
-// While a background fill still counts, a decrement may legitimately reach a slot before the fill
-// has counted the entry it uncounts (the fill reads the snapshot before that commit): counts are
-// sums, so the slot is right once the fill has passed it. Such a decrement wraps; the fill checks
-// every slot when it ends, and a wrap seen after ready is an under-count.
-func (f *refFilter) dec(h uint64) {
-	s := &f.slots[h&f.mask]
-	if !f.ready.Load() {
-		s.Add(^uint32(0))
-		if f.ready.Load() && s.Load() >= wrapped {
-			f.markBroken()
-		}
-		return
-	}
+// countAt is slot i's count.
+func (f *refFilter) countAt(i uint64) uint32 { return f.words[i/4].Load() >> (8 * (i % 4)) & 0xff }
+
+// count is the count of the slot h maps to.
+func (f *refFilter) count(h uint64) uint32 { return f.countAt(f.slot(h)) }
+
+// inc counts one reverse entry; a saturated slot stays saturated.
+func (f *refFilter) inc(h uint64) {
+	i := f.slot(h)
+	w, sh := &f.words[i/4], 8*(i%4)
 	for {
-		c := s.Load()
+		v := w.Load()
+		if v>>sh&0xff == filterSaturated {
+			return
+		}
+		if w.CompareAndSwap(v, v+1<<sh) {
+			return
+		}
+	}
+}
+
+// dec uncounts one reverse entry. A saturated slot stays saturated (its true count is unknown). A
+// slot at zero is never decremented (a wrapped slot would return to zero after increments while a
+// referenced object hashes there): the filter is marked broken instead. Before the filter is ready
+// the decrement waits in pending (see there).
+func (f *refFilter) dec(h uint64) {
+	if !f.ready.Load() {
+		f.pendMu.Lock()
+		if !f.ready.Load() {
+			f.pending = append(f.pending, h)
+			f.pendMu.Unlock()
+			return
+		}
+		f.pendMu.Unlock()
+	}
+	f.decNow(h)
+}
+
+func (f *refFilter) decNow(h uint64) {
+	i := f.slot(h)
+	w, sh := &f.words[i/4], 8*(i%4)
+	for {
+		v := w.Load()
+		c := v >> sh & 0xff
+		if c == filterSaturated {
+			return
+		}
 		if c == 0 {
 			f.markBroken()
 			return
 		}
-		if s.CompareAndSwap(c, c-1) {
+		if w.CompareAndSwap(v, v-1<<sh) {
 			return
 		}
 	}
+}
+
+// markReady applies the decrements that waited for the counting to end (a decrement of a zero slot
+// among them is an under-count: the entry it uncounts was never counted) and makes the filter
+// consultable.
+func (f *refFilter) markReady() {
+	f.pendMu.Lock()
+	defer f.pendMu.Unlock()
+	for _, h := range f.pending {
+		f.decNow(h)
+	}
+	f.pending = nil
+	f.ready.Store(true)
 }
 
 func (f *refFilter) markBroken() {
@@ -207,12 +274,12 @@ func (f *refFilter) markBroken() {
 // unreferenced reports whether no reverse entry of obj can exist in the state of snapshot seq
 // (false when unsure).
 func (f *refFilter) unreferenced(obj string, seq uint64) bool {
-	return f != nil && f.ready.Load() && seq >= f.seq && !f.broken.Load() && f.slots[f.hash(obj)&f.mask].Load() == 0
+	return f != nil && f.ready.Load() && seq >= f.seq && !f.broken.Load() && f.count(f.hash(obj)) == 0
 }
 
-// fill counts every reverse entry visible in txn (a background build of an existing generation).
-// Entries are sorted by object, so each object is hashed once. It stops early (false) when stop is
-// closed.
+// fill counts every reverse entry visible in txn (a background build of an existing generation)
+// and makes the filter ready. Entries are sorted by object, so each object is hashed once. It stops
+// early (false, not ready) when stop is closed.
 func (f *refFilter) fill(txn *badger.Txn, stop <-chan struct{}) bool {
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: reversePrefix})
 	defer it.Close()
@@ -237,13 +304,8 @@ func (f *refFilter) fill(txn *badger.Txn, stop <-chan struct{}) bool {
 		}
 		f.inc(h)
 	}
-	// Every entry is counted: a slot still below zero had a decrement without its entry.
-	for i := range f.slots {
-		if f.slots[i].Load() >= wrapped {
-			f.markBroken()
-			break
-		}
-	}
+	// Every entry is counted: the decrements that came meanwhile apply now.
+	f.markReady()
 	return true
 }
 

@@ -61,7 +61,7 @@ func TestFilterDecrementsWaitForOlderViews(t *testing.T) {
 		t.Fatalf("scenario has no two checkpoints with exclusive files: %v", owners)
 	}
 	f := ix.mu.cur.filt.Load()
-	slot := func(k string) uint32 { return f.slots[f.hash(k)&f.mask].Load() }
+	slot := func(k string) uint32 { return f.count(f.hash(k)) }
 	before := []uint32{slot(only[0]), slot(only[1])}
 	if before[0] == 0 || before[1] == 0 {
 		t.Fatalf("filter slots of referenced files: %v", before)

@@ -44,6 +44,24 @@
 # BENCH_S3_MIN_FREE_MB (2,048) MiB are left on the scratch file system, and refuses to start when the
 # store would not fit above those. After each mount phase, one no-change `ckguard index sync` on the
 # unmounted index: its time, requests, peak RSS, and the index's size on disk.
+# BENCH_S3_TREE=DIR keeps the generated store for later runs instead of the scratch folder: versitygw
+# serves DIR/data (the bucket is DIR/data/bench); a phase whose DIR/gen-N.json exists (written only once
+# its generation completed) reuses the tree as it is, otherwise it is generated there first (it must
+# then be empty). One size per DIR: set BENCH_S3_SMALL_N=0 (or another DIR per size); the same
+# BENCH_S3_LINK as when it was generated. The object the loss check removes is put back at the end of
+# the phase. The generation can run ahead, unmeasured, e.g. at nice 19 while other work runs:
+#   BENCH_S3_TREE=/work/t BENCH_S3_SMALL_N=0 BENCH_S3_SCALE_N=10000000 BENCH_S3_LINK=1 BENCH_S3_PARTS=generate \
+#     nice -n 19 scripts/bench-s3-scale.sh   # only generates (part "generate"), then exits
+# BENCH_S3_DEADLINE=EPOCH-SECONDS ends a soak by then at the latest (when the first build ran long and
+# the machine is wanted back; the report says so).
+# BENCH_S3_CKGUARD=FILE mounts with that ckguard binary instead of one built from this tree (a run of
+# another commit, built beforehand).
+# BENCH_S3_FIND=0 ends a phase with its soak: no wait for the loss check beyond it, no find through the
+# mount, no unmounted no-change sync (at 10 M objects they take long after the memory figures are in).
+# BENCH_S3_HEAP=1 also saves the mount's heap profile (`ckguard debug heap`) when ready and after the
+# soak into BENCH_S3_OUT (heap-N-ready.pb.gz, heap-N-soak.pb.gz) and reports their in-use totals and top
+# entries; the collector's CPU share is the "N%" of the last gc line in the mount's log with
+# BENCH_S3_MOUNT_ENV="GODEBUG=gctrace=1" (reported when present).
 # BENCH_S3_PARTS (default "index checkpoints mount"; also "losscheck": one complete loss check pass,
 # listings against a HEAD per object, BenchmarkS3LossCheck) selects the parts; a size of 0 skips that mount
 # phase. Disk: about 5 GB per 1 M objects
@@ -70,16 +88,31 @@ MIN_INODES=${BENCH_S3_MIN_INODES:-1500000}
 LINK=${BENCH_S3_LINK:-0}
 MIN_FREE_MB=${BENCH_S3_MIN_FREE_MB:-2048}
 PARTS=${BENCH_S3_PARTS:-index checkpoints mount}
+TREE=${BENCH_S3_TREE:-}
+HEAP=${BENCH_S3_HEAP:-0}
+FIND=${BENCH_S3_FIND:-1}
 VGW=${CKGUARD_VERSITYGW:-$ROOT/.tools/bin/versitygw}
 for tool in "$VGW" fusermount3 python3 curl go; do
 	command -v "$tool" >/dev/null || { echo "bench-s3-scale: $tool missing (run make setup)" >&2; exit 1; }
 done
 
 WORK=$(mktemp -d "${BENCH_S3_TMP:-/tmp}/ckguard-bench-s3-scale.XXXXXX")
+DATA=$WORK/data # versitygw's posix folder (the bucket is DATA/bench)
+if [ -n "$TREE" ]; then
+	mkdir -p "$TREE/data"
+	TREE=$(cd "$TREE" && pwd)
+	DATA=$TREE/data
+	if [ "$SMALL_N" -gt 0 ] && [ "$SCALE_N" -gt 0 ]; then
+		echo "bench-s3-scale: BENCH_S3_TREE holds one size: set BENCH_S3_SMALL_N=0 (or run each size with its own BENCH_S3_TREE)" >&2
+		exit 2
+	fi
+fi
+RESTORE=() # "saved-copy original" pairs: objects the loss check removed from a kept tree
 PIDS=()
 MOUNTS=()
 cleanup() {
-	if [ -n "$OUT" ]; then mkdir -p "$OUT" && cp "$WORK"/report "$WORK"/soak-*.tsv "$WORK"/mount-*.log "$WORK"/gen-*.json "$WORK"/sync-*.txt "$OUT"/ 2>/dev/null || true; fi
+	if [ -n "$OUT" ]; then mkdir -p "$OUT" && cp "$WORK"/report "$WORK"/soak-*.tsv "$WORK"/mount-*.log "$WORK"/gen-*.json "$WORK"/sync-*.txt "$WORK"/heap-*.pb.gz "$WORK"/heap-*.txt "$OUT"/ 2>/dev/null || true; fi
+	for r in ${RESTORE[@]+"${RESTORE[@]}"}; do mv -f "${r% *}" "${r#* }" 2>/dev/null || true; done
 	for m in "${MOUNTS[@]}"; do fusermount3 -uz "$m" 2>/dev/null || true; done
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
 	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
@@ -107,34 +140,29 @@ if [[ " $PARTS " == *" losscheck "* ]]; then
 	echo "== 2b. one complete loss check on $SCALE_N objects at 20 ms: folder listings against a HEAD each (BenchmarkS3LossCheck)"
 	CKGUARD_BENCH_S3_OBJECTS=$SCALE_N TMPDIR=$WORK go test ./s3backend/s3store/ -run '^$' -bench 'S3LossCheck$' -benchtime 1x -timeout 3h | tee "$WORK/loss.txt"
 fi
-[[ " $PARTS " == *" mount "* ]] || exit 0
-
-echo "== 3. the mount behind $LAT per request"
-go build -o "$WORK/ckguard" ./cmd/ckguard
-go build -o "$WORK/s3raw" ./s3backend/internal/cmd/s3raw
+[[ " $PARTS " == *" mount "* ]] || [[ " $PARTS " == *" generate "* ]] || exit 0
 go build -o "$WORK/gentree" ./refindex/treegen/gentree
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-PORT=$(free_port)
-EP=http://127.0.0.1:$PORT
-mkdir -p "$WORK/data/bench"
-# --keep-alive: S3 services keep connections open; versitygw closes each one by default.
-"$VGW" --access testkey --secret testsecret --port "127.0.0.1:$PORT" --health /health --quiet --keep-alive posix "$WORK/data" &
-PIDS+=($!)
-for _ in $(seq 1 200); do curl -fsS "$EP/health" >/dev/null 2>&1 && break; sleep 0.05; done
-export AWS_ACCESS_KEY_ID=testkey AWS_SECRET_ACCESS_KEY=testsecret AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1 \
-	AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null AWS_EC2_METADATA_DISABLED=true
-coproc PROXY { exec "$WORK/s3raw" proxy --endpoint "$EP" --latency "$LAT"; }
-PIDS+=("$PROXY_PID")
-read -r PEP <&"${PROXY[0]}"
-proxy_ops() { kill -USR1 "$PROXY_PID"; read -r line <&"${PROXY[0]}"; echo "$line"; }
-
 rss_mib() { awk '/VmRSS/{printf "%d", $2/1024}' "/proc/$1/status"; }
+rss_parts() { awk '/RssAnon|RssFile/{printf "%s%d", sep, $2/1024; sep=" / "}' "/proc/$1/status"; } # anonymous / file-backed (badger's mapped tables)
 hwm_mib() { awk '/VmHWM/{printf "%d", $2/1024}' "/proc/$1/status"; } # the peak RSS so far
-free_inodes() { df --output=iavail "$WORK" | tail -1 | tr -d ' '; }
-free_mb() { df -m --output=avail "$WORK" | tail -1 | tr -d ' '; }
+free_inodes() { df --output=iavail "$DATA" | tail -1 | tr -d ' '; }
+free_mb() { df -m --output=avail "$DATA" | tail -1 | tr -d ' '; }
 # generate dir jobs: gentree, stopped when the scratch file system runs low on inodes or space (a full
 # disk would fail other work on the machine, and half a store measures nothing).
-generate() {
+generate() { # dir jobs objects: reuses a kept tree (BENCH_S3_TREE) whose generation completed
+	if [ -n "$TREE" ] && [ -s "$TREE/gen-$3.json" ]; then
+		echo "bench-s3-scale: reusing the tree of $3 objects in $1 ($TREE/gen-$3.json)" >&2
+		cp "$TREE/gen-$3.json" "$WORK/gen-$3.json"
+		return 0
+	fi
+	if [ -n "$TREE" ] && [ -n "$(ls -A "$1" 2>/dev/null)" ]; then
+		echo "bench-s3-scale: $1 holds a tree without $TREE/gen-$3.json (an interrupted generation or another size): empty it or choose another BENCH_S3_TREE" >&2
+		return 1
+	fi
+	generate_new "$@" >"$WORK/gen-$3.json"
+	if [ -n "$TREE" ]; then cp "$WORK/gen-$3.json" "$TREE/gen-$3.json.tmp" && mv "$TREE/gen-$3.json.tmp" "$TREE/gen-$3.json"; fi
+}
+generate_new() {
 	local need_inodes=$(( $2 * 5010 + $2 * 12 )) need_mb=$(( $2 * 5010 * 45 / 10000 )) link=()
 	if [ "$LINK" != 0 ]; then need_inodes=$(( $2 * 25 )); need_mb=$(( $2 * 4 )); link=(-link); fi
 	if [ $(( $(free_inodes) - need_inodes )) -lt "$MIN_INODES" ] || [ $(( $(free_mb) - need_mb )) -lt "$MIN_FREE_MB" ]; then
@@ -153,6 +181,49 @@ generate() {
 	done
 	wait "$g"
 }
+if [[ " $PARTS " != *" mount "* ]]; then # "generate" alone: the kept tree only (BENCH_S3_TREE)
+	[ -n "$TREE" ] || { echo "bench-s3-scale: part generate needs BENCH_S3_TREE" >&2; exit 2; }
+	for n in "$SMALL_N" "$SCALE_N"; do
+		[ "$n" -gt 0 ] || continue
+		mkdir -p "$DATA/bench"
+		t0=$(now)
+		generate "$DATA/bench" $(( n / 5000 )) "$n"
+		echo "bench-s3-scale: $n objects in $DATA/bench after $(since "$t0") s"
+	done
+	exit 0
+fi
+echo "== 3. the mount behind $LAT per request"
+if [ -n "${BENCH_S3_CKGUARD:-}" ]; then cp "$BENCH_S3_CKGUARD" "$WORK/ckguard"; else go build -o "$WORK/ckguard" ./cmd/ckguard; fi
+go build -o "$WORK/s3raw" ./s3backend/internal/cmd/s3raw
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PORT=$(free_port)
+EP=http://127.0.0.1:$PORT
+mkdir -p "$DATA/bench"
+# --keep-alive: S3 services keep connections open; versitygw closes each one by default.
+"$VGW" --access testkey --secret testsecret --port "127.0.0.1:$PORT" --health /health --quiet --keep-alive posix "$DATA" &
+PIDS+=($!)
+for _ in $(seq 1 200); do curl -fsS "$EP/health" >/dev/null 2>&1 && break; sleep 0.05; done
+export AWS_ACCESS_KEY_ID=testkey AWS_SECRET_ACCESS_KEY=testsecret AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1 \
+	AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null AWS_EC2_METADATA_DISABLED=true
+coproc PROXY { exec "$WORK/s3raw" proxy --endpoint "$EP" --latency "$LAT"; }
+PIDS+=("$PROXY_PID")
+read -r PEP <&"${PROXY[0]}"
+proxy_ops() { kill -USR1 "$PROXY_PID"; read -r line <&"${PROXY[0]}"; echo "$line"; }
+
+heap_profile() { # objects when: the mount's heap profile (BENCH_S3_HEAP=1), its in-use total and top entries
+	[ "$HEAP" != 0 ] || return 0
+	local f=$WORK/heap-$1-$2
+	if ! "$WORK/ckguard" debug heap --index "$WORK/index-$1" >"$f.pb.gz" 2>"$f.err"; then
+		row "$1: heap profile $2: FAILED" "$(tail -1 "$f.err")" "$(load)"
+		return 0
+	fi
+	go tool pprof -top -sample_index=inuse_space "$WORK/ckguard" "$f.pb.gz" 2>/dev/null | head -30 >"$f.txt" || true
+	row "$1: heap profile $2: in use after a collection (pprof total)" "$(awk '/^Showing nodes/{print $(NF-1); exit}' "$f.txt")" "$(load)"
+	sed -n '/flat%/,$p' "$f.txt" | head -13 | sed "s/^/  $1 heap $2: /" | tee -a "$REPORT"
+}
+gc_share() { # log: the collector's CPU share so far, from the last gctrace line ("gc N @Ts P%: ...")
+	awk '$1=="gc" && $4 ~ /%:$/ {p=$4} END{sub(/:$/, "", p); print p}' "$1"
+}
 metric() { # name: the first sample's value, or empty
 	{ curl -fsS "http://$MADDR/metrics" 2>/dev/null || true; } | awk -v n="$1" '$1==n{print $2; exit}'
 }
@@ -166,9 +237,9 @@ phase() { # objects soak-seconds
 	local t0 mnt=$WORK/mnt-$1 idx=$WORK/index-$1
 	echo "-- $n objects ($jobs jobs x 10 checkpoints x 2,000 references)"
 	t0=$(now)
-	generate "$WORK/data/bench" "$jobs" >"$WORK/gen-$n.json"
+	generate "$DATA/bench" "$jobs" "$n"
 	row "$n: generated in versitygw's folder (s)" "$(since "$t0")" "$(load)"
-	row "$n:   scratch file system: inodes used by the store, MiB used" "$(du -s --inodes "$WORK/data/bench" | cut -f1), $(du -sm "$WORK/data/bench" | cut -f1)" "$(load)"
+	row "$n:   scratch file system: inodes used by the store, MiB used" "$(du -s --inodes "$DATA/bench" | cut -f1), $(du -sm "$DATA/bench" | cut -f1)" "$(load)"
 	local l raw="" rawsdk=""
 	if [ "$RAW_WALK" != 0 ]; then
 		l=$(load)
@@ -183,14 +254,16 @@ phase() { # objects soak-seconds
 	MADDR=127.0.0.1:$(free_port)
 	mkdir -p "$mnt"
 	t0=$(now)
-	env ${MOUNT_ENV[@]+"${MOUNT_ENV[@]}"} "$WORK/ckguard" mount --foreground --store s3://bench --index "$idx" --map "file:$WORK/data/bench=" \
+	env ${MOUNT_ENV[@]+"${MOUNT_ENV[@]}"} "$WORK/ckguard" mount --foreground --store s3://bench --index "$idx" --map "file:$DATA/bench=" \
 		--sync-interval "$SYNC" --metrics-addr "$MADDR" ${MOUNT_FLAGS[@]+"${MOUNT_FLAGS[@]}"} \
 		--s3-endpoint "$PEP" --s3-path-style --s3-region us-east-1 "$mnt" >"$WORK/mount-$n.log" 2>&1 &
 	local ck=$!
 	PIDS+=("$ck"); MOUNTS+=("$mnt")
-	local lag=""
+	local lag="" anon maxanon=0
 	for _ in $(seq 1 36000); do
 		kill -0 "$ck" 2>/dev/null || { echo "bench-s3-scale: the mount exited: $(tail -5 "$WORK/mount-$n.log")" >&2; exit 1; }
+		anon=$(awk '/RssAnon/{printf "%d", $2/1024}' "/proc/$ck/status" 2>/dev/null || echo 0)
+		[ "${anon:-0}" -gt "$maxanon" ] && maxanon=$anon
 		lag=$(metric ckguard_index_lag_seconds)
 		if [ -n "$lag" ] && python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0 else 1)" "$lag" && grep -q " $mnt fuse" /proc/mounts; then break; fi
 		sleep 0.5
@@ -199,6 +272,9 @@ phase() { # objects soak-seconds
 	row "$n:   requests of the first build" "$(proxy_ops)" "$(load)"
 	row "$n:   RSS when ready, peak RSS of the first build (VmHWM) (MiB)" "$(rss_mib "$ck"), $(hwm_mib "$ck")" "$(load)"
 	row "$n:   index on disk after the first build (MiB)" "$(du -sm "$idx" | cut -f1)" "$(load)"
+	row "$n:   RSS when ready: anonymous / file-backed (MiB)" "$(rss_parts "$ck")" "$(load)"
+	row "$n:   highest anonymous RSS sampled during the first build (MiB)" "$maxanon" "$(load)"
+	heap_profile "$n" ready
 	local maxlag=0 maxrss=0 r s0 c0 t1
 	s0=$(metric ckguard_sync_duration_seconds_sum); c0=$(metric ckguard_sync_duration_seconds_count)
 	t1=$(now)
@@ -207,6 +283,13 @@ phase() { # objects soak-seconds
 	printf 'seconds\trss_mib\tlag_s\n' >"$samples"
 	local next=0
 	victim=$(python3 -c "import json,sys; print(next(k for k in json.load(open(sys.argv[1]))['SampleReferenced'] if '/shared/' in k))" "$WORK/gen-$n.json")
+	if [ -n "${BENCH_S3_DEADLINE:-}" ]; then
+		local left=$(( BENCH_S3_DEADLINE - $(date +%s) ))
+		if [ "$left" -lt "$soak" ]; then
+			soak=$(( left > 0 ? left : 0 ))
+			row "$n: soak shortened to end by BENCH_S3_DEADLINE (s)" "$soak" "$(load)"
+		fi
+	fi
 	while python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) else 1)" "$(since "$t1")" "$soak"; do
 		lag=$(metric ckguard_index_lag_seconds); r=$(rss_mib "$ck")
 		maxlag=$(python3 -c "import sys; print(max(float(sys.argv[1]), float(sys.argv[2] or 0)))" "$maxlag" "$lag")
@@ -219,7 +302,12 @@ phase() { # objects soak-seconds
 		if [ -z "$tl" ] && nonneg "$(metric ckguard_loss_check_age_seconds)"; then
 			bound=$(metric ckguard_loss_check_bound_seconds)
 			row "$n: loss check: first complete check $(since "$t1") s into the soak; advertised bound (s)" "$bound" "$(load)"
-			rm -f "$WORK/data/bench/$victim"
+			if [ -n "$TREE" ]; then # a kept tree gets it back at the end (cleanup)
+				mv "$DATA/bench/$victim" "$WORK/victim-$n"
+				RESTORE+=("$WORK/victim-$n $DATA/bench/$victim")
+			else
+				rm -f "$DATA/bench/$victim"
+			fi
 			tl=$(now)
 		fi
 		if [ -n "$tl" ] && [ "$tl" != done ] && [ "$(metric_sum ckguard_missing_referenced_objects)" != 0 ]; then
@@ -238,6 +326,16 @@ phase() { # objects soak-seconds
 	row "$n: mount RSS after ${soak} s (max sampled) (MiB)" "$(rss_mib "$ck") ($maxrss)" "$(load)"
 	row "$n:   soak samples every ${SAMPLE} s: count, max RSS, final RSS (MiB)" "$(awk -F'\t' 'NR>1{n++; if($2>m)m=$2; f=$2} END{print n", "m", "f}' "$samples")" "$(load)"
 	row "$n:   index on disk after the soak (MiB)" "$(du -sm "$idx" | cut -f1)" "$(load)"
+	row "$n:   RSS after the soak: anonymous / file-backed (MiB)" "$(rss_parts "$ck")" "$(load)"
+	heap_profile "$n" soak
+	[ -z "$(gc_share "$WORK/mount-$n.log")" ] || row "$n:   the collector's CPU share since the start (gctrace)" "$(gc_share "$WORK/mount-$n.log")" "$(load)"
+	if [ "$FIND" = 0 ]; then
+		[ "$tl" = done ] || row "$n: loss check: removed object not shown during the soak (not waited for: BENCH_S3_FIND=0)" "${tl:+removed}" "$(load)"
+		fusermount3 -u "$mnt" 2>/dev/null || fusermount3 -uz "$mnt" || true
+		kill "$ck" 2>/dev/null || true
+		wait "$ck" 2>/dev/null || true
+		return 0
+	fi
 	if [ -n "$tl" ] && [ "$tl" != done ]; then
 		# Not shown during the soak: wait for it up to the advertised bound and a minute.
 		while python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) + 60 else 1)" "$(since "$tl")" "${bound:-0}"; do
@@ -306,7 +404,7 @@ phase() { # objects soak-seconds
 	proxy_ops >/dev/null
 	l=$(load); t0=$(now)
 	/usr/bin/time -f 'maxrss_kib %M' -o "$WORK/sync-$n.time" "$WORK/ckguard" index sync --store s3://bench --index "$idx" \
-		--map "file:$WORK/data/bench=" --s3-endpoint "$PEP" --s3-path-style --s3-region us-east-1 >"$WORK/sync-$n.txt" 2>&1 ||
+		--map "file:$DATA/bench=" --s3-endpoint "$PEP" --s3-path-style --s3-region us-east-1 >"$WORK/sync-$n.txt" 2>&1 ||
 		{ echo "bench-s3-scale: index sync failed: $(tail -5 "$WORK/sync-$n.txt")" >&2; exit 1; }
 	row "$n: no-change index sync at $LAT, unmounted (s)" "$(since "$t0")" "$l"
 	row "$n:   its requests, peak RSS (MiB)" "$(proxy_ops), $(awk '/maxrss_kib/{printf "%d", $2/1024}' "$WORK/sync-$n.time")" "$(load)"

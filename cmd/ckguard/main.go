@@ -51,6 +51,7 @@ func newApp() *cli.App {
 			graphCommand(),
 			demoCommand(),
 			versionCommand(),
+			debugCommand(),
 		},
 		// `ckguard` alone is a usage error (README "Exit codes"): the help, then exit 2.
 		Action: func(c *cli.Context) error {

@@ -98,6 +98,7 @@ func Listen(path string, impl any, iface reflect.Type, log *slog.Logger) (*Serve
 	s.ln = ln
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/{method}", s.handle)
+	mux.HandleFunc("GET "+heapPath, s.heap)
 	s.srv = ServerLimits().Server(mux)
 	s.srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
 		return context.WithValue(ctx, peerKey{}, peerUID(c))
@@ -139,15 +140,24 @@ func peerUID(c net.Conn) int {
 	return uid
 }
 
-func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
+// permitted answers 403 and reports false unless the caller is root or the mount's own user (every
+// request: the socket's mode alone is not trusted).
+func permitted(w http.ResponseWriter, r *http.Request) bool {
 	uid, ok := r.Context().Value(peerKey{}).(int)
 	if !ok || uid < 0 {
 		// No credentials for the peer: never assume root (fail closed).
 		writeErr(w, http.StatusForbidden, errors.New("the control socket could not identify the caller (SO_PEERCRED); refusing"))
-		return
+		return false
 	}
 	if uid != 0 && uid != os.Geteuid() {
 		writeErr(w, http.StatusForbidden, fmt.Errorf("uid %d may not use this control socket (owner uid %d)", uid, os.Geteuid()))
+		return false
+	}
+	return true
+}
+
+func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
+	if !permitted(w, r) {
 		return
 	}
 	name := r.PathValue("method")
@@ -359,12 +369,7 @@ func (c *Client) Call(ctx context.Context, method string, args []any, results ..
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		var e struct{ Error string }
-		_ = json.NewDecoder(resp.Body).Decode(&e)
-		if e.Error == "" {
-			e.Error = resp.Status
-		}
-		return &RemoteError{Method: method, Msg: e.Error, Status: resp.StatusCode}
+		return remoteError(resp, method)
 	}
 	var raw []json.RawMessage
 	if err := json.NewDecoder(resp.Body).Decode(&raw); err != nil {
@@ -386,6 +391,16 @@ func (c *Client) Call(ctx context.Context, method string, args []any, results ..
 		}
 	}
 	return nil
+}
+
+// remoteError is the error answer of resp to method.
+func remoteError(resp *http.Response, method string) error {
+	var e struct{ Error string }
+	_ = json.NewDecoder(resp.Body).Decode(&e)
+	if e.Error == "" {
+		e.Error = resp.Status
+	}
+	return &RemoteError{Method: method, Msg: e.Error, Status: resp.StatusCode}
 }
 
 // Close releases idle connections.
