@@ -210,8 +210,7 @@ func (p *mntProc) stop() {
 			p.t.Errorf("ckguard mount exited with %v after SIGTERM:\n%s", p.cmd.ProcessState, p.logText())
 		}
 	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
+		p.kill9() // bounded: aborts the FUSE connection if the killed daemon cannot exit
 		_ = mountutil.Unmount(p.mnt, true)
 		p.t.Errorf("ckguard mount did not exit within 30s of SIGTERM:\n%s", p.logText())
 	}
@@ -219,12 +218,6 @@ func (p *mntProc) stop() {
 		p.t.Errorf("%s still mounted after the daemon exited", p.mnt)
 		_ = mountutil.Unmount(p.mnt, true)
 	}
-}
-
-// kill9 kills the daemon without any chance to clean up.
-func (p *mntProc) kill9() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.exited
 }
 
 func (p *mntProc) m(rel string) string { return filepath.Join(p.mnt, filepath.FromSlash(rel)) }

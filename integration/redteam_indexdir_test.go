@@ -26,7 +26,8 @@ import (
 //     next (the pin is there after a restart), and no second index folder is ever made;
 //   - a mount of the store with an --index of its own, which the command cannot find, makes the
 //     command refuse, naming the mount, rather than open a second index whose pins the mount never
-//     sees.
+//     sees; the stale mount-table entry of a mount killed by kill -9 does not (and the killed
+//     daemon exits: it holds no file open on a FUSE mount).
 func TestRedteamDefaultIndexAtAnotherPath(t *testing.T) {
 	mntRequire(t)
 	for _, via := range []string{"symlink", "bind-mount"} {
@@ -149,6 +150,18 @@ func TestRedteamDefaultIndexAtAnotherPath(t *testing.T) {
 			}
 			if got := folders(); len(got) != 1 {
 				t.Errorf("index folders after the refusal: %v, want one", got)
+			}
+			q.stop()
+
+			// A mount killed by kill -9 guards nothing: its stale entry in the mount table does not
+			// make the command refuse (nor a restart of the mount), and the pin lands in its index.
+			p.start()
+			p.kill9()
+			if out, code := ckguard("unpin", "--store", otherStore, path.Dir(deletable[0])); code != 0 {
+				t.Errorf("unpin through %s after the mount was killed: exit %d: %s", via, code, out)
+			}
+			if got := folders(); len(got) != 1 || got[0] != filepath.Base(index) {
+				t.Errorf("index folders after the kill: %v, want %s alone", got, filepath.Base(index))
 			}
 		})
 	}

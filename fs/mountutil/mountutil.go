@@ -19,6 +19,7 @@ type MountInfo struct {
 	Mountpoint string
 	FSType     string
 	Source     string
+	Dev        string // "major:minor" of the mounted filesystem (a FUSE mount's minor is its connection number)
 }
 
 // Lookup returns the mount whose mountpoint is exactly path, if any.
@@ -53,7 +54,7 @@ func Lookup(path string) (*MountInfo, error) {
 		}
 		if unescape(fields[4]) == abs {
 			// The last match wins: it is the top of the stack.
-			found = &MountInfo{Mountpoint: abs, FSType: fields[sep+1], Source: unescape(fields[sep+2])}
+			found = &MountInfo{Mountpoint: abs, FSType: fields[sep+1], Source: unescape(fields[sep+2]), Dev: fields[2]}
 		}
 	}
 	return found, sc.Err()

@@ -4,9 +4,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // SetKernelReadAhead sets read_ahead_kb of the FUSE mount's backing device info
@@ -17,10 +14,15 @@ func SetKernelReadAhead(mnt string, bytes int64) error {
 	if bytes < 0 {
 		return nil
 	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(mnt, &st); err != nil {
+	// The device is read from the mount table, not by a stat of mnt: the daemon calling this serves
+	// mnt, and never makes a request to its own mount (killed while waiting on one, it cannot exit).
+	mi, err := Lookup(mnt)
+	if err != nil {
 		return err
 	}
-	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	if mi == nil || mi.Dev == "" {
+		return fmt.Errorf("read-ahead of %s: not in the mount table", mnt)
+	}
+	p := fmt.Sprintf("/sys/class/bdi/%s/read_ahead_kb", mi.Dev)
 	return os.WriteFile(p, []byte(strconv.FormatInt(bytes>>10, 10)), 0o644)
 }

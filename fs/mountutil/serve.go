@@ -65,10 +65,12 @@ func Serve(root fs.InodeEmbedder, mnt string, opts *fs.Options, met *metrics.Met
 	if err != nil {
 		return nil, fmt.Errorf("mount %s on %s: %w", what, mnt, err)
 	}
+	// NewServer returns once the kernel has the mount and its INIT is answered. server.WaitMount is
+	// not called: it only adds go-fuse's "poll hack", which opens a file on this very mount from the
+	// daemon. The daemon never touches its own mount: a kill -9 while it holds such a file (or waits on
+	// any request to its own mount) leaves it unkillable, its exit closing the file with a FLUSH that
+	// its dead threads never answer (fixed only by aborting the FUSE connection). Without the hack the
+	// kernel learns that POLL is unsupported from the first client that polls (go-fuse answers ENOSYS).
 	go server.Serve()
-	if err := server.WaitMount(); err != nil {
-		_ = server.Unmount()
-		return nil, fmt.Errorf("mount %s on %s: %w", what, mnt, err)
-	}
 	return server, nil
 }
