@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"testing"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -65,12 +66,24 @@ func Serve(root fs.InodeEmbedder, mnt string, opts *fs.Options, met *metrics.Met
 	if err != nil {
 		return nil, fmt.Errorf("mount %s on %s: %w", what, mnt, err)
 	}
-	// NewServer returns once the kernel has the mount and its INIT is answered. server.WaitMount is
-	// not called: it only adds go-fuse's "poll hack", which opens a file on this very mount from the
-	// daemon. The daemon never touches its own mount: a kill -9 while it holds such a file (or waits on
-	// any request to its own mount) leaves it unkillable, its exit closing the file with a FLUSH that
-	// its dead threads never answer (fixed only by aborting the FUSE connection). Without the hack the
-	// kernel learns that POLL is unsupported from the first client that polls (go-fuse answers ENOSYS).
+	// NewServer returns once the kernel has the mount and its INIT is answered. The daemon does not
+	// call server.WaitMount: it only adds go-fuse's "poll hack", which opens a file on this very mount
+	// from the mounting process. The daemon never touches its own mount: a kill -9 while it holds such a
+	// file (or waits on any request to its own mount) leaves it unkillable, its exit closing the file
+	// with a FLUSH that its dead threads never answer (fixed only by aborting the FUSE connection).
+	// Without the hack the kernel learns that POLL is unsupported from the first client that polls
+	// (go-fuse answers ENOSYS).
+	//
+	// A test binary is the one process that does open files on a mount it serves itself (in-process
+	// mounts of the package tests): there the Go runtime's epoll registration of such a file sends a
+	// POLL the server must answer while epoll is held, which deadlocks unless the kernel already knows
+	// POLL is unsupported. So in a test binary the hack still runs, before anything else opens a file.
 	go server.Serve()
+	if testing.Testing() {
+		if err := server.WaitMount(); err != nil {
+			_ = server.Unmount()
+			return nil, fmt.Errorf("mount %s on %s: %w", what, mnt, err)
+		}
+	}
 	return server, nil
 }
