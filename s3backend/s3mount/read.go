@@ -13,7 +13,8 @@ import (
 
 // readHandle reads one object version (pinned by ETag) with ranged GETs. A sequential reader gets
 // ReadAhead chunks of ReadChunk bytes fetched in parallel ahead of it; a random reader fetches exactly
-// what it asks for. Memory per sequential reader: at most (ReadAhead+2) × ReadChunk, in buffers the mount
+// what it asks for. Memory per sequential reader: at most (ReadAhead+2) × ReadChunk (chunks are dropped as
+// they are read; a reader that leaves chunks partly unread holds up to (2×ReadAhead+2) × ReadChunk), in buffers the mount
 // reuses (bufPool): a fresh 8 MiB buffer per chunk cost page faults and zeroing of every byte read.
 // Invariant: the chunks of all open files together hold at most ReadMemory bytes (filesystem.chunkBytes);
 // a read that would need a chunk past that reads exactly its range, and no chunk is fetched ahead, so
@@ -43,6 +44,7 @@ type chunk struct {
 	// under readHandle.mu
 	buf     *[]byte
 	size    int64 // the bytes of buf counted in filesystem.chunkBytes
+	served  int64 // the bytes READ replies took from it: all of them, and it has nothing left to give
 	fetched bool
 	dropped bool
 	refs    int
@@ -141,10 +143,16 @@ func (r *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	}
 	r.nextOff = max(r.nextOff, end)
 	first, last := off/cs, (end-1)/cs
-	// The window moves first, so chunks it left give their bytes back before new ones count against
-	// ReadMemory.
+	// The window is anchored at the stream's head (next: the chunk of the first byte past the furthest
+	// read), not at this read, because READs arrive in any order: a READ that arrives late must neither
+	// fetch again, as readahead, the chunks later READs consumed, nor see its own chunks dropped by a
+	// READ further on that arrived first. So a chunk leaves the window when READs have taken every byte
+	// of it (see served), or when it is further than the sequential window behind the head, or beyond
+	// the readahead. The window moves first, so chunks it left give their bytes back before new ones
+	// count against ReadMemory.
+	next := r.nextOff / cs
 	for i := range r.chunks {
-		if i < first-1 || i > last+ahead { // keep one chunk behind for reads that arrive late
+		if i < next-ahead-1 || i > next+ahead {
 			r.drop(i)
 		}
 	}
@@ -163,7 +171,7 @@ func (r *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 		c.refs++
 		want = append(want, c)
 	}
-	for i := last + 1; i <= last+ahead && i*cs < r.size; i++ {
+	for i := max(last+1, next); i <= next+ahead && i*cs < r.size && r.nextOff < r.size; i++ {
 		if r.start(i) == nil {
 			break
 		}
@@ -199,6 +207,7 @@ func (r *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 		if from >= to {
 			return fuse.ReadResultData(nil), 0
 		}
+		r.served(first, c, to-from)
 		held = nil // the reply's Done releases it
 		return &chunkResult{r: r, c: c, data: c.data[from:to]}, 0
 	}
@@ -209,9 +218,22 @@ func (r *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 		to := min(end-cOff, int64(len(c.data)))
 		if from < to {
 			n += copy(dest[n:], c.data[from:to])
+			r.served(first+int64(k), c, to-from)
 		}
 	}
 	return fuse.ReadResultData(dest[:n]), 0
+}
+
+// served counts n bytes of chunk i given to a READ reply and drops the chunk once every byte of it was:
+// the kernel caches what it read, so nothing will ask for them again (a rare re-read fetches the
+// chunk anew).
+func (r *readHandle) served(i int64, c *chunk, n int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c.served += n
+	if c.served >= int64(len(c.data)) && r.chunks[i] == c {
+		r.drop(i)
+	}
 }
 
 // readRange reads exactly [off, end) into dest with one ranged GET, holding no chunk.
