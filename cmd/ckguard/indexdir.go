@@ -8,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -38,10 +36,10 @@ func indexDir(c *cli.Context) (string, error) {
 	s := c.String("store")
 	id := storeIdentity(s)
 	spellings := []string{legacySpelling(s)}
-	var guarding []guardMount
+	var mounts []guardMount
 	for _, m := range localGuardMounts() {
-		if mountOf(m, id) && !staleMount(m.mountpoint) {
-			guarding = append(guarding, m)
+		if mountOf(m, id) {
+			mounts = append(mounts, m)
 			spellings = append(spellings, legacySpelling(m.source))
 		}
 	}
@@ -49,11 +47,10 @@ func indexDir(c *cli.Context) (string, error) {
 	if err != nil {
 		return "", exitf(exitUsage, "ckguard: %v", err)
 	}
-	if !found.Live && len(guarding) > 0 {
-		m := guarding[0]
-		return "", exitf(exitUsage, "ckguard: store %s is guarded by the running mount on %s (mounted as %s), whose index this command cannot reach (not in %s: it was mounted with --index, or by another user); "+
-			"run the command as the user running the mount with that mount's --index (or --control-socket), so it goes through the mount; opening an index of its own would keep pins the mount never sees",
-			s, m.mountpoint, m.source, filepath.Join(base, "ckguard"))
+	if !found.Live && len(mounts) > 0 {
+		if err := refuseUnreachableMounts(s, filepath.Join(base, "ckguard"), mounts); err != nil {
+			return "", err
+		}
 	}
 	for _, o := range found.Others {
 		if warnedOnce(c, "second index folder "+o) {
@@ -161,19 +158,41 @@ func warnedOnce(c *cli.Context, what string) bool {
 	return false
 }
 
-// staleMount reports whether the FUSE mount at mnt has no daemon any more (killed: every call fails
-// with ENOTCONN), so it guards nothing and its restart must not be refused. A mount that does not
-// answer within a few seconds counts as running: refusing is the safe side.
-func staleMount(mnt string) bool {
-	done := make(chan error, 1)
-	go func() {
-		var st syscall.Stat_t
-		done <- syscall.Stat(mnt, &st)
-	}()
-	select {
-	case err := <-done:
-		return err == syscall.ENOTCONN
-	case <-time.After(3 * time.Second):
-		return false
+// refuseUnreachableMounts is the refusal for mounts of store whose index the command did not find
+// under cache: a mount whose daemon still runs (or that cannot be shown to be gone) would keep its own
+// pins, so the command must not open an index of its own beside it. A mount killed by kill -9 (its
+// mountpoint says ENOTCONN) guards nothing and does not count. The mountpoints are probed by child
+// processes (probeMounts), so a hung mount costs at most probeTimeout and is named as unchecked.
+func refuseUnreachableMounts(store, cache string, mounts []guardMount) error {
+	mnts := make([]string, len(mounts))
+	for i, m := range mounts {
+		mnts[i] = m.mountpoint
 	}
+	var running, unchecked []guardMount
+	var why []string
+	for i, r := range probeMounts(mnts) {
+		switch r.state {
+		case mountRunning:
+			running = append(running, mounts[i])
+		case mountUnchecked:
+			unchecked = append(unchecked, mounts[i])
+			why = append(why, mounts[i].mountpoint+": "+r.why)
+		}
+	}
+	var msg string
+	switch {
+	case len(running) > 0:
+		msg = fmt.Sprintf("store %s is guarded by the running mount on %s (mounted as %s)", store, running[0].mountpoint, running[0].source)
+	case len(unchecked) > 0:
+		msg = fmt.Sprintf("store %s has a mount on %s (mounted as %s) that counts as running", store, unchecked[0].mountpoint, unchecked[0].source)
+	default:
+		return nil
+	}
+	msg += ", whose index this command cannot reach (not in " + cache + ": it was mounted with --index, or by another user); " +
+		"run the command as the user running the mount with that mount's --index (or --control-socket), so it goes through the mount; opening an index of its own would keep pins the mount never sees"
+	if len(unchecked) > 0 {
+		msg += ". Not checked: " + strings.Join(why, "; ") + "; whether its daemon still runs could not be checked, so it counts as running. " +
+			"A mount whose daemon is stuck can be freed (OPERATIONS.md, \"A killed mount daemon does not go away\")"
+	}
+	return exitf(exitUsage, "ckguard: %s", msg)
 }

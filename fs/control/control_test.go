@@ -28,6 +28,24 @@ func (impl) Get(ctx context.Context, key string, n int) (answer, error) {
 }
 func (impl) Fail(ctx context.Context) error { return errors.New("index is stale") }
 
+// serveAndDial serves impl (methods of iface) on a fresh socket and dials it; the server and the
+// client are closed when the test ends.
+func serveAndDial(t *testing.T, impl any, iface reflect.Type) *Client {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), SocketName)
+	s, err := Listen(sock, impl, iface, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	c, err := Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func TestRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, SocketName)

@@ -22,17 +22,7 @@ func TestHeapProfileParses(t *testing.T) {
 	if err != nil {
 		t.Skip("no go tool to read the profile with")
 	}
-	sock := filepath.Join(t.TempDir(), SocketName)
-	s, err := Listen(sock, impl{}, reflect.TypeFor[api](), slog.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	c, err := Dial(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := serveAndDial(t, impl{}, reflect.TypeFor[api]())
 	keep := make([][]byte, 0, 64)
 	for range 64 {
 		keep = append(keep, make([]byte, 1<<20)) // 64 MiB in use, sampled for sure

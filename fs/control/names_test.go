@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -33,17 +31,7 @@ func (namesImpl) Echo(ctx context.Context, path string) (*named, error) {
 // another name, a listing show a file that does not exist). A client of an older version (no
 // Ckguard-Strings header) still gets plain JSON.
 func TestNamesKeepTheirBytes(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), SocketName)
-	s, err := Listen(sock, namesImpl{}, reflect.TypeFor[namesAPI](), slog.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	c, err := Dial(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := serveAndDial(t, namesImpl{}, reflect.TypeFor[namesAPI]())
 	for _, p := range []string{"job/chk-\xff\x01", "job/\x00b64:looks-escaped", "job/plain"} {
 		var r *named
 		if err := c.Call(context.Background(), "Echo", []any{p}, &r); err != nil {
