@@ -102,7 +102,7 @@ printf '  daemon CPU per file (median): off %.1f us, on %.1f us; ratio on/off pe
 
 if [ -n "${BENCH_STRACE:-}" ]; then
 	# One more pair, untimed (strace slows every syscall): the daemon's syscalls per deleted file.
-	declare -A S=()
+	command -v strace >/dev/null || { echo "BENCH_STRACE needs strace" >&2; exit 1; }
 	for q in 0s 24h; do
 		store="$WORK/store-$q-strace"
 		make_files "$store" "$N"
