@@ -5,8 +5,12 @@
 # the same layout made before either is timed, the order alternating per pair; prints each pair's ratio
 # on/off with the load, their median, min and max (target <= 1.2), the medians in seconds, and the
 # daemon's CPU time per file (user + system, from /proc: what the
-# quarantine adds, less sensitive to the load than the wall time). Needs root (or /dev/fuse access) and fuse3.
-# Env: CKGUARD (binary, default bin/ckguard), N (10000), RUNS (5), BENCH_DIR (default a temp dir under /tmp).
+# quarantine adds, less sensitive to the load than the wall time) with its ratio on/off per pair.
+# BENCH_STRACE=1 adds one untimed pair under `strace -f -c` and prints the daemon's syscalls per file
+# with the quarantine off and on (those made at least once per 20 files), to see what a staging costs
+# beyond the unlinkat it replaces. Needs root (or /dev/fuse access) and fuse3 (and strace for BENCH_STRACE).
+# Env: CKGUARD (binary, default bin/ckguard), N (10000), RUNS (5), BENCH_STRACE, BENCH_DIR (default a temp
+# dir under /tmp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CKGUARD=${CKGUARD:-bin/ckguard}
@@ -48,6 +52,7 @@ TICK=$(getconf CLK_TCK)
 
 declare -A T C
 RATIOS=""
+CRATIOS=""
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq 1 "$RUNS"); do
 	# Both stores of a pair are made (same layout) and synced before either is timed, so the two runs
@@ -57,7 +62,7 @@ for r in $(seq 1 "$RUNS"); do
 	[ $((r % 2)) -eq 0 ] && order="24h 0s"
 	for q in 0s 24h; do make_files "$WORK/store-$q-$r" "$N"; done
 	sync
-	declare -A P=()
+	declare -A P=() PC=()
 	for q in $order; do
 		store="$WORK/store-$q-$r"
 		start "$q" "$store"
@@ -73,12 +78,16 @@ for r in $(seq 1 "$RUNS"); do
 		if [ "$q" = 24h ] && [ "$staged" -ne "$N" ]; then echo "quarantine 24h: $staged staged, want $N" >&2; exit 1; fi
 		P[$q]=$(python3 -c "print($t1 - $t0)")
 		T[$q]="${T[$q]:-} ${P[$q]}"
-		C[$q]="${C[$q]:-} $(python3 -c "print(($c1 - $c0) / $TICK * 1e6 / $N)")"
+		PC[$q]=$(python3 -c "print(($c1 - $c0) / $TICK * 1e6 / $N)")
+		C[$q]="${C[$q]:-} ${PC[$q]}"
 		rm -rf "$store"
 	done
 	ratio=$(python3 -c "print(${P[24h]} / ${P[0s]})")
+	cratio=$(python3 -c "print(${PC[24h]} / max(${PC[0s]}, 1e-9))")
 	RATIOS="$RATIOS $ratio"
-	printf 'pair %d (%s): off %.3f s, on %.3f s, ratio %.2f, load %s\n' "$r" "$order" "${P[0s]}" "${P[24h]}" "$ratio" "$(cut -d' ' -f1 /proc/loadavg)"
+	CRATIOS="$CRATIOS $cratio"
+	printf 'pair %d (%s): off %.3f s, on %.3f s, ratio %.2f; CPU per file off %.1f us, on %.1f us, ratio %.2f; load %s\n' \
+		"$r" "$order" "${P[0s]}" "${P[24h]}" "$ratio" "${PC[0s]}" "${PC[24h]}" "$cratio" "$(cut -d' ' -f1 /proc/loadavg)"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 off_m=$(median ${T[0s]}); on_m=$(median ${T[24h]})
@@ -87,4 +96,40 @@ printf '  --quarantine 0s   median %.3f s\n' "$off_m"
 printf '  --quarantine 24h  median %.3f s\n' "$on_m"
 printf '  ratio on/off per pair: median %.2f, min %.2f, max %.2f; target <= 1.2\n' \
 	"$(median $RATIOS)" "$(best $RATIOS)" "$(python3 -c 'import sys; print(max(float(x) for x in sys.argv[1:]))' $RATIOS)"
-printf '  daemon CPU per file (median): off %.1f us, on %.1f us\n' "$(median ${C[0s]})" "$(median ${C[24h]})"
+printf '  daemon CPU per file (median): off %.1f us, on %.1f us; ratio on/off per pair: median %.2f, min %.2f, max %.2f\n' \
+	"$(median ${C[0s]})" "$(median ${C[24h]})" "$(median $CRATIOS)" "$(best $CRATIOS)" \
+	"$(python3 -c 'import sys; print(max(float(x) for x in sys.argv[1:]))' $CRATIOS)"
+
+if [ -n "${BENCH_STRACE:-}" ]; then
+	# One more pair, untimed (strace slows every syscall): the daemon's syscalls per deleted file.
+	command -v strace >/dev/null || { echo "BENCH_STRACE needs strace" >&2; exit 1; }
+	for q in 0s 24h; do
+		store="$WORK/store-$q-strace"
+		make_files "$store" "$N"
+		sync
+		start "$q" "$store"
+		strace -f -c -o "$WORK/strace-$q" -p "$PID" 2>/dev/null & SPID=$!
+		sleep 1 # strace attaches to every thread asynchronously
+		rm -rf "$MNT/job_old"
+		kill -INT "$SPID"; wait "$SPID" || true
+		stop
+		rm -rf "$store"
+	done
+	echo "daemon syscalls per deleted file (strace -f -c, one untimed pair):"
+	python3 - "$N" "$WORK/strace-0s" "$WORK/strace-24h" <<'PY'
+import sys
+n = int(sys.argv[1])
+def calls(path):
+    out = {}
+    for line in open(path):
+        f = line.split()
+        # % time, seconds, usecs/call, calls, [errors,] syscall
+        if len(f) >= 5 and f[0][0].isdigit() and f[-1] != "total":
+            out[f[-1]] = int(f[3])
+    return out
+off, on = calls(sys.argv[2]), calls(sys.argv[3])
+names = sorted(k for k in set(off) | set(on) if max(off.get(k, 0), on.get(k, 0)) * 20 >= n)
+for k in names:
+    print("  %-16s off %5.2f  on %5.2f" % (k, off.get(k, 0) / n, on.get(k, 0) / n))
+PY
+fi
