@@ -97,14 +97,14 @@ func roundCost(units []lossUnit) int {
 	return n
 }
 
-// checkUnits checks every unit, and every key of single as a stat of its own, at most parallel
-// requests in flight. It returns the keys the store does not have and the requests made. A key a listing did
+// checkUnits checks every unit, and every key of single as a stat of its own, at most cap(sem)
+// requests in flight (sem is shared by the segments of a pass that are checked at once). It returns the keys the store does not have and the requests made. A key a listing did
 // not show is stat'ed before it counts as gone (a listing is the cheap look, a stat the proof). Any
 // error other than not-found fails the pass: an object that could not be checked is not known there.
 // With ev, a unit of units the mount listed lately is taken from that listing (ListingEvidence.take:
 // no request, only the objects the listing did not show are stat'ed); the known losses of single are
 // stat'ed (they are no folder's unit).
-func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []string, parallel int, pacer Pacer, ev *ListingEvidence) (map[string]bool, int, error) {
+func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []string, sem chan struct{}, pacer Pacer, ev *ListingEvidence) (map[string]bool, int, error) {
 	lister, _ := ix.st.(DirLister)
 	stat := ix.st.Stat
 	if f, ok := ix.st.(store.FreshStater); ok {
@@ -129,7 +129,6 @@ func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []stri
 			firstErr = err
 		}
 	}
-	sem := make(chan struct{}, max(1, parallel))
 	var wg sync.WaitGroup
 	check := func(u lossUnit, planned bool) {
 		toStat := u.keys

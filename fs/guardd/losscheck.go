@@ -240,7 +240,8 @@ func (w *lossWatch) run(ctx context.Context) {
 			st.Bound.Round(time.Second), rep.Objects, rep.RoundRequests, rep.RoundPasses, st.Duration.Round(time.Millisecond), rate),
 			"bound", st.Bound.Round(time.Second), "objects", rep.Objects, "round_requests", rep.RoundRequests, "round_passes", rep.RoundPasses,
 			"budget", w.budget, "took", st.Duration.Round(time.Millisecond), "longest_chunk", rep.LongestChunk.Round(time.Millisecond),
-			"revisit", rep.Revisit.Round(time.Millisecond), "unit_gap", ev.MaxGap.Round(time.Millisecond), "from_listings", ev.Objects)
+			"revisit", rep.Revisit.Round(time.Millisecond), "unit_gap", ev.MaxGap.Round(time.Millisecond), "from_listings", ev.Objects,
+			"planning", rep.Planning.Round(time.Millisecond))
 		w.bound = st.Bound
 	}
 	w.last = st
