@@ -131,6 +131,8 @@ type LossReport struct {
 	// Planning is the time this pass spent reading the reverse table for its plan (while the previous
 	// segment's requests were under way, but for each chunk's first segment).
 	Planning time.Duration `json:"planning_ns,omitempty"`
+	// Latency is the mean time of this pass's requests, each from its pacer slot to its answer.
+	Latency time.Duration `json:"latency_ns,omitempty"`
 }
 
 // JobLoss counts one job's losses.
@@ -270,6 +272,7 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 	var lastKey []byte // the last key this pass took
 	// The pass's requests share one bound on those in flight, whichever segment they belong to.
 	sem := make(chan struct{}, max(1, par))
+	rt := &requestTimes{}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var pending *segmentCheck // the segment whose requests are under way
@@ -346,7 +349,7 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 			// This segment's requests start beside the previous one's last (one semaphore bounds
 			// both); the previous one's results are taken before the next segment is planned, so a
 			// pass holds at most two segments: one planned, one still in flight.
-			next := lc.launch(cctx, units, alone, sem)
+			next := lc.launch(cctx, units, alone, sem, rt)
 			if pending != nil {
 				if err := lc.finish(rep, pending); err != nil {
 					lc.prevChunks = nil
@@ -414,6 +417,7 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 		}
 		break
 	}
+	rep.Latency = rt.mean()
 	if begins && complete {
 		lc.prevChunks = marks
 	} else {
@@ -435,14 +439,14 @@ type segmentCheck struct {
 }
 
 // launch starts the requests of a segment's units and known losses (alone) and returns at once.
-func (lc *LossChecker) launch(ctx context.Context, units []lossUnit, alone []string, sem chan struct{}) *segmentCheck {
+func (lc *LossChecker) launch(ctx context.Context, units []lossUnit, alone []string, sem chan struct{}, rt *requestTimes) *segmentCheck {
 	c := &segmentCheck{units: units, alone: alone, done: make(chan struct{})}
 	for _, u := range units {
 		c.keys += len(u.keys)
 	}
 	go func() {
 		defer close(c.done)
-		c.gone, c.requests, c.err = lc.ix.checkUnits(ctx, units, alone, sem, lc.o.Pacer, lc.o.Evidence)
+		c.gone, c.requests, c.err = lc.ix.checkUnits(ctx, units, alone, sem, lc.o.Pacer, lc.o.Evidence, rt)
 	}()
 	return c
 }

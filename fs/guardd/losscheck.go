@@ -241,7 +241,7 @@ func (w *lossWatch) run(ctx context.Context) {
 			"bound", st.Bound.Round(time.Second), "objects", rep.Objects, "round_requests", rep.RoundRequests, "round_passes", rep.RoundPasses,
 			"budget", w.budget, "took", st.Duration.Round(time.Millisecond), "longest_chunk", rep.LongestChunk.Round(time.Millisecond),
 			"revisit", rep.Revisit.Round(time.Millisecond), "unit_gap", ev.MaxGap.Round(time.Millisecond), "from_listings", ev.Objects,
-			"planning", rep.Planning.Round(time.Millisecond))
+			"planning", rep.Planning.Round(time.Millisecond), "latency", rep.Latency.Round(time.Millisecond))
 		w.bound = st.Bound
 	}
 	w.last = st
