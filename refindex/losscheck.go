@@ -128,6 +128,11 @@ type LossReport struct {
 	Revisit time.Duration `json:"revisit_ns,omitempty"`
 	// LongestChunk is the longest chunk of this pass, its stats and its report included.
 	LongestChunk time.Duration `json:"longest_chunk_ns,omitempty"`
+	// Planning is the time this pass spent reading the reverse table for its plan (while the previous
+	// segment's requests were under way, but for each chunk's first segment).
+	Planning time.Duration `json:"planning_ns,omitempty"`
+	// Latency is the mean time of this pass's requests, each from its pacer slot to its answer.
+	Latency time.Duration `json:"latency_ns,omitempty"`
 }
 
 // JobLoss counts one job's losses.
@@ -265,20 +270,42 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 	var marks []chunkMark
 	complete := false
 	var lastKey []byte // the last key this pass took
+	// The pass's requests share one bound on those in flight, whichever segment they belong to.
+	sem := make(chan struct{}, max(1, par))
+	rt := &requestTimes{}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var pending *segmentCheck // the segment whose requests are under way
+	// drain ends a failing pass: its requests in flight are called off and waited for (nothing of a
+	// pass runs past Check).
+	drain := func() {
+		cancel()
+		if pending != nil {
+			<-pending.done
+			pending = nil
+		}
+	}
 	for ci := 0; ; ci++ {
 		start := lc.now()
 		first := ""
 		var stop cutKind
 		done := false
 		for seg := 0; ; seg++ {
-			// Plan a segment of the chunk from the reverse table in one read transaction.
+			// Plan a segment of the chunk from the reverse table in one read transaction, while the
+			// previous segment's requests are under way (the pacer, not the planning, sets the pace).
+			t0 := lc.now()
 			v, err := ix.acquire()
 			if err != nil {
 				lc.prevChunks = nil
+				drain()
 				return nil, err
 			}
 			stop = cutNone
 			n := 0
+			cut.p.outside = 0
+			if pending != nil {
+				cut.p.outside = pending.keys
+			}
 			done, err = scanReferenced(ctx, v.snap.txn, v.st, after, func(k []byte) bool {
 				countRound(k)
 				if stop = cut.offer(k); stop != cutNone {
@@ -298,8 +325,10 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 			if err == nil && !done && stop == cutPass && round != nil {
 				err = lc.countRest(ctx, string(roundLast), countRound)
 			}
+			rep.Planning += lc.now().Sub(t0)
 			if err != nil {
 				lc.prevChunks = nil
+				drain()
 				return nil, fmt.Errorf("loss check: read the reference index: %w", err)
 			}
 			if stop == cutSegment {
@@ -317,35 +346,29 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 			if ci == 0 && seg == 0 {
 				alone = single
 			}
-			gone, requests, err := ix.checkUnits(ctx, units, alone, par, lc.o.Pacer, lc.o.Evidence)
-			if err != nil {
-				lc.prevChunks = nil
-				return nil, err
-			}
-			rep.Requests += requests
-			checked := alone
-			for _, u := range units {
-				checked = append(checked, u.keys...)
-			}
-			rep.Checked += len(checked)
-			if len(alone) > 0 {
-				rep.Checked -= len(alone) - countNotIn(alone, units) // a known loss in its unit counts once
-			}
-			for _, k := range checked {
-				if gone[k] {
-					if !lc.missing[k] {
-						lc.missing[k] = true
-						lc.since[k] = rep.Time
-					}
-				} else {
-					delete(lc.missing, k)
-					delete(lc.since, k)
+			// This segment's requests start beside the previous one's last (one semaphore bounds
+			// both); the previous one's results are taken before the next segment is planned, so a
+			// pass holds at most two segments: one planned, one still in flight.
+			next := lc.launch(cctx, units, alone, sem, rt)
+			if pending != nil {
+				if err := lc.finish(rep, pending); err != nil {
+					lc.prevChunks = nil
+					pending = next
+					drain()
+					return nil, err
 				}
 			}
+			pending = next
 			if stop != cutSegment {
 				break
 			}
 		}
+		// A chunk's report waits for every request of the chunk.
+		if err := lc.finish(rep, pending); err != nil {
+			lc.prevChunks = nil
+			return nil, err
+		}
+		pending = nil
 		last := done || stop == cutPass
 		if last {
 			complete = done
@@ -394,6 +417,7 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 		}
 		break
 	}
+	rep.Latency = rt.mean()
 	if begins && complete {
 		lc.prevChunks = marks
 	} else {
@@ -401,6 +425,59 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 		rep.Revisit = 0 // not a whole rotation: the next pass's objects were not all checked by this one
 	}
 	return rep, nil
+}
+
+// segmentCheck is a segment of a pass whose requests are under way (launch) and its answer.
+type segmentCheck struct {
+	units    []lossUnit
+	alone    []string
+	keys     int // referenced keys of the units
+	done     chan struct{}
+	gone     map[string]bool
+	requests int
+	err      error
+}
+
+// launch starts the requests of a segment's units and known losses (alone) and returns at once.
+func (lc *LossChecker) launch(ctx context.Context, units []lossUnit, alone []string, sem chan struct{}, rt *requestTimes) *segmentCheck {
+	c := &segmentCheck{units: units, alone: alone, done: make(chan struct{})}
+	for _, u := range units {
+		c.keys += len(u.keys)
+	}
+	go func() {
+		defer close(c.done)
+		c.gone, c.requests, c.err = lc.ix.checkUnits(ctx, units, alone, sem, lc.o.Pacer, lc.o.Evidence, rt)
+	}()
+	return c
+}
+
+// finish waits for a launched segment and takes its answer into rep and the known losses.
+func (lc *LossChecker) finish(rep *LossReport, c *segmentCheck) error {
+	<-c.done
+	if c.err != nil {
+		return c.err
+	}
+	rep.Requests += c.requests
+	checked := c.alone
+	for _, u := range c.units {
+		checked = append(checked, u.keys...)
+	}
+	rep.Checked += len(checked)
+	if len(c.alone) > 0 {
+		rep.Checked -= len(c.alone) - countNotIn(c.alone, c.units) // a known loss in its unit counts once
+	}
+	for _, k := range checked {
+		if c.gone[k] {
+			if !lc.missing[k] {
+				lc.missing[k] = true
+				lc.since[k] = rep.Time
+			}
+		} else {
+			delete(lc.missing, k)
+			delete(lc.since, k)
+		}
+	}
+	return nil
 }
 
 // countRestStretch is how many keys the count of a rotation reads in one read transaction: a snapshot

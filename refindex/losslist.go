@@ -8,6 +8,8 @@ import (
 	"path"
 	"sort"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/ckguard/ckguard/refindex/store"
 )
@@ -97,14 +99,34 @@ func roundCost(units []lossUnit) int {
 	return n
 }
 
-// checkUnits checks every unit, and every key of single as a stat of its own, at most parallel
-// requests in flight. It returns the keys the store does not have and the requests made. A key a listing did
+// requestTimes adds up how long a pass's requests were under way, each from its pacer slot to its
+// answer: their mean is the store's latency as the pass saw it (LossReport.Latency).
+type requestTimes struct{ n, total atomic.Int64 }
+
+func (r *requestTimes) add(d time.Duration) {
+	if r != nil {
+		r.n.Add(1)
+		r.total.Add(int64(d))
+	}
+}
+
+// mean is the mean time of the requests added (0: none).
+func (r *requestTimes) mean() time.Duration {
+	n := r.n.Load()
+	if n == 0 {
+		return 0
+	}
+	return time.Duration(r.total.Load() / n)
+}
+
+// checkUnits checks every unit, and every key of single as a stat of its own, at most cap(sem)
+// requests in flight (sem is shared by the segments of a pass that are checked at once). It returns the keys the store does not have and the requests made. A key a listing did
 // not show is stat'ed before it counts as gone (a listing is the cheap look, a stat the proof). Any
 // error other than not-found fails the pass: an object that could not be checked is not known there.
 // With ev, a unit of units the mount listed lately is taken from that listing (ListingEvidence.take:
 // no request, only the objects the listing did not show are stat'ed); the known losses of single are
 // stat'ed (they are no folder's unit).
-func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []string, parallel int, pacer Pacer, ev *ListingEvidence) (map[string]bool, int, error) {
+func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []string, sem chan struct{}, pacer Pacer, ev *ListingEvidence, rt *requestTimes) (map[string]bool, int, error) {
 	lister, _ := ix.st.(DirLister)
 	stat := ix.st.Stat
 	if f, ok := ix.st.(store.FreshStater); ok {
@@ -114,9 +136,22 @@ func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []stri
 	for _, k := range single {
 		units = append(units, lossUnit{keys: []string{k}})
 	}
-	var wait func(context.Context) (func(), error)
-	if pacer != nil {
-		wait = pacer.Wait
+	// Every request waits on the pacer (when set) and is timed from its slot to its answer.
+	wait := func(ctx context.Context) (func(), error) {
+		release := func() {}
+		if pacer != nil {
+			r, err := pacer.Wait(ctx)
+			if err != nil {
+				return nil, err
+			}
+			release = r
+		}
+		t0 := time.Now()
+		var once sync.Once
+		return func() {
+			once.Do(func() { rt.add(time.Since(t0)) })
+			release()
+		}, nil
 	}
 	var mu sync.Mutex
 	gone := map[string]bool{}
@@ -129,7 +164,6 @@ func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []stri
 			firstErr = err
 		}
 	}
-	sem := make(chan struct{}, max(1, parallel))
 	var wg sync.WaitGroup
 	check := func(u lossUnit, planned bool) {
 		toStat := u.keys
@@ -162,15 +196,12 @@ func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []stri
 			if ctx.Err() != nil {
 				return
 			}
-			release := func() {}
-			if wait != nil {
-				var err error
-				if release, err = wait(ctx); err != nil {
-					fail(fmt.Errorf("loss check: stat %s: %w", k, err))
-					return
-				}
+			release, err := wait(ctx)
+			if err != nil {
+				fail(fmt.Errorf("loss check: stat %s: %w", k, err))
+				return
 			}
-			_, err := stat(ctx, k)
+			_, err = stat(ctx, k)
 			release()
 			n++
 			switch {

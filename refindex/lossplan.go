@@ -49,7 +49,8 @@ type unitPlanner struct {
 	owed    int        // expected requests of the open folders' keys once closed
 	keys    int        // keys added
 	held    int        // keys held now in open folders and units not taken (keep)
-	maxHeld int        // the most keys held at once since the planner was made
+	outside int        // keys the pass holds outside the planner meanwhile (a segment in flight)
+	maxHeld int        // the most keys held at once since the planner was made, outside included
 }
 
 // keyDir is the folder planUnits files a key under (path.Dir, "" for "."). The planner reads keys as
@@ -146,7 +147,7 @@ func (p *unitPlanner) add(k []byte) {
 	if p.keep {
 		f.keys = append(f.keys, string(k))
 		p.held++
-		p.maxHeld = max(p.maxHeld, p.held)
+		p.maxHeld = max(p.maxHeld, p.held+p.outside)
 	}
 	if f.n == listPage+minListKeys {
 		// Enough keys for a full page with minListKeys left over: planUnits cuts the same unit.
@@ -166,7 +167,7 @@ func (p *unitPlanner) one(k string) []string {
 		return nil
 	}
 	p.held++
-	p.maxHeld = max(p.maxHeld, p.held)
+	p.maxHeld = max(p.maxHeld, p.held+p.outside)
 	return []string{k}
 }
 

@@ -25,7 +25,9 @@
 # folder is removed beside the mount (from versitygw's folder, as `aws s3 rm` would): the time until
 # ckguard_missing_referenced_objects shows it (during the soak, else up to the advertised bound after it),
 # against the bound the mount advertises (ckguard_loss_check_bound_seconds); the soak's and the find's
-# requests include the loss check's listings.
+# requests include the loss check's listings. The soak's samples also hold the advertised bound and the
+# last pass's duration, and each find samples them every 2 s (find-N-ROUND.tsv): their ranges after the
+# first pass and during the find are reported (the find's listings slow the check to its busy pace).
 #
 # Sizes (environment): BENCH_S3_SCALE_N (1000000), BENCH_S3_SMALL_N (100000), BENCH_S3_CKPT_N (20000),
 # BENCH_S3_EXCLUSIVE (0),
@@ -111,7 +113,7 @@ RESTORE=() # "saved-copy original" pairs: objects the loss check removed from a 
 PIDS=()
 MOUNTS=()
 cleanup() {
-	if [ -n "$OUT" ]; then mkdir -p "$OUT" && cp "$WORK"/report "$WORK"/soak-*.tsv "$WORK"/mount-*.log "$WORK"/gen-*.json "$WORK"/sync-*.txt "$WORK"/heap-*.pb.gz "$WORK"/heap-*.txt "$OUT"/ 2>/dev/null || true; fi
+	if [ -n "$OUT" ]; then mkdir -p "$OUT" && cp "$WORK"/report "$WORK"/soak-*.tsv "$WORK"/find-*.tsv "$WORK"/mount-*.log "$WORK"/gen-*.json "$WORK"/sync-*.txt "$WORK"/heap-*.pb.gz "$WORK"/heap-*.txt "$OUT"/ 2>/dev/null || true; fi
 	for r in ${RESTORE[@]+"${RESTORE[@]}"}; do mv -f "${r% *}" "${r#* }" 2>/dev/null || true; done
 	for m in "${MOUNTS[@]}"; do fusermount3 -uz "$m" 2>/dev/null || true; done
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -232,6 +234,19 @@ metric_sum() { # name: the sum over its labelled series
 }
 nonneg() { python3 -c "import sys; sys.exit(0 if sys.argv[1] and float(sys.argv[1]) >= 0 else 1)" "${1:-}"; }
 
+# The loss check's advertised bound and pass durations sampled every 2 s during a find (its listings
+# slow the check down to the busy pace): seconds, bound, last pass.
+find_samples() { # name
+	printf 'seconds\tloss_bound_s\tloss_pass_s\n' >"$WORK/find-$1.tsv"
+	while :; do
+		printf '%s\t%s\t%s\n' "$(date +%s)" "$(metric ckguard_loss_check_bound_seconds)" "$(metric ckguard_loss_check_duration_seconds)" >>"$WORK/find-$1.tsv"
+		sleep 2
+	done
+}
+bounds() { # tsv bound-column pass-column [skip-first]: "min-max, min-max" over the samples with a pass (bound > 0), with skip-first set after the first pass's
+	awk -F'\t' -v b="$2" -v p="$3" -v skip="${4:-}" 'NR>1 && $b+0>0 && skip!="" && first=="" {first=$p} NR>1 && $b+0>0 && !(skip!="" && $p==first) {if(n==0||$b<bl)bl=$b; if($b>bh)bh=$b; if(n==0||$p<pl)pl=$p; if($p>ph)ph=$p; n++}
+		END{if(n) printf "%.1f-%.1f, %.1f-%.1f\n", bl, bh, pl, ph; else print "none"}' "$1"
+}
 phase() { # objects soak-seconds
 	local n=$1 soak=$2 jobs=$(( $1 / 5000 ))
 	local t0 mnt=$WORK/mnt-$1 idx=$WORK/index-$1
@@ -280,7 +295,7 @@ phase() { # objects soak-seconds
 	t1=$(now)
 	local victim tl="" bound=""
 	local samples=$WORK/soak-$n.tsv
-	printf 'seconds\trss_mib\tlag_s\n' >"$samples"
+	printf 'seconds\trss_mib\tlag_s\tloss_bound_s\tloss_pass_s\n' >"$samples"
 	local next=0
 	victim=$(python3 -c "import json,sys; print(next(k for k in json.load(open(sys.argv[1]))['SampleReferenced'] if '/shared/' in k))" "$WORK/gen-$n.json")
 	if [ -n "${BENCH_S3_DEADLINE:-}" ]; then
@@ -296,7 +311,7 @@ phase() { # objects soak-seconds
 		[ "$r" -gt "$maxrss" ] && maxrss=$r
 		local el; el=$(since "$t1")
 		if python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)" "$el" "$next"; then
-			printf '%s\t%s\t%s\n' "$el" "$r" "$lag" >>"$samples"
+			printf '%s\t%s\t%s\t%s\t%s\n' "$el" "$r" "$lag" "$(metric ckguard_loss_check_bound_seconds)" "$(metric ckguard_loss_check_duration_seconds)" >>"$samples"
 			next=$(python3 -c "import sys; print(float(sys.argv[1]) + float(sys.argv[2]))" "$next" "$SAMPLE")
 		fi
 		if [ -z "$tl" ] && nonneg "$(metric ckguard_loss_check_age_seconds)"; then
@@ -320,6 +335,7 @@ phase() { # objects soak-seconds
 	local s1 c1 ops
 	s1=$(metric ckguard_sync_duration_seconds_sum); c1=$(metric ckguard_sync_duration_seconds_count)
 	ops=$(proxy_ops)
+	row "$n: loss check bound during the soak after its first pass: min-max (s), passes min-max (s)" "$(bounds "$samples" 4 5 skip)" "$(load)"
 	row "$n: syncs during ${soak} s, mean sync (s)" "$(python3 -c "import sys; s0,s1,c0,c1=map(float,sys.argv[1:]); print(f'{int(c1-c0)} x {(s1-s0)/max(c1-c0,1):.2f}')" "${s0:-0}" "${s1:-0}" "${c0:-0}" "${c1:-0}")" "$(load)"
 	row "$n:   requests during the soak" "$ops" "$(load)"
 	row "$n: max index lag during the soak (s), --sync-interval $SYNC" "$maxlag" "$(load)"
@@ -380,8 +396,12 @@ phase() { # objects soak-seconds
 		row "$n: round $round: raw ListObjectsV2 walk (s)" "$rw" "$lr"
 		row "$n: round $round:   requests of the raw walk" "$(proxy_ops)" "$(load)"
 		l=$(load); t0=$(now)
+		find_samples "$n-$round" &
+		local fsp=$!
 		found=$(find "$mnt" -type f | wc -l)
 		tf=$(since "$t0"); l2=$(load)
+		kill "$fsp" 2>/dev/null || true; wait "$fsp" 2>/dev/null || true
+		row "$n: round $round:   loss check bound during the find: min-max (s), passes min-max (s)" "$(bounds "$WORK/find-$n-$round.tsv" 2 3)" "$(load)"
 		row "$n: round $round: find -type f through the mount at $LAT, $found files (s)" "$tf" "$l -> $l2"
 		row "$n: round $round:   requests of the find" "$(proxy_ops)" "$(load)"
 		row "$n: round $round:   find / raw walk" "$(ratio "$tf" "$rw")" "$(load)"

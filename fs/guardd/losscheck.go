@@ -240,7 +240,8 @@ func (w *lossWatch) run(ctx context.Context) {
 			st.Bound.Round(time.Second), rep.Objects, rep.RoundRequests, rep.RoundPasses, st.Duration.Round(time.Millisecond), rate),
 			"bound", st.Bound.Round(time.Second), "objects", rep.Objects, "round_requests", rep.RoundRequests, "round_passes", rep.RoundPasses,
 			"budget", w.budget, "took", st.Duration.Round(time.Millisecond), "longest_chunk", rep.LongestChunk.Round(time.Millisecond),
-			"revisit", rep.Revisit.Round(time.Millisecond), "unit_gap", ev.MaxGap.Round(time.Millisecond), "from_listings", ev.Objects)
+			"revisit", rep.Revisit.Round(time.Millisecond), "unit_gap", ev.MaxGap.Round(time.Millisecond), "from_listings", ev.Objects,
+			"planning", rep.Planning.Round(time.Millisecond), "latency", rep.Latency.Round(time.Millisecond))
 		w.bound = st.Bound
 	}
 	w.last = st
@@ -318,8 +319,11 @@ func evidenceBound(bound, chunk time.Duration, ev refindex.EvidenceStats) time.D
 // grow with the pace, one per lossBusyRate (the floor's one at a time assumes a listing of up to
 // 100 ms): with a fixed few in flight the server's latency, not the pace, would set the speed (at
 // 1,000,000 objects on a loaded test server a listing took about a second, and two in flight would
-// make a pass last 500 s). At 1,000,000 referenced objects in shared folders (1,000 listings) and
-// 30 s syncs: 67 requests a second, 7 in flight, against 75 and 16 when idle. The competition is the
+// make a pass last 500 s), or more when the last pass measured a slower store (pace × its mean
+// latency, at most DefaultLossParallel: at 1,000,000 objects during a find on a loaded test server a
+// pass reached 25 of the 67 requests a second with 7 in flight). At 1,000,000 referenced objects in
+// shared folders (1,000 listings) and 30 s syncs: 67 requests a second, 7 in flight (up to 16 on a
+// slow store), against 75 and 16 when idle. The competition is the
 // server's own capacity, far above that on S3 (5,500 requests a second per prefix).
 func (w *lossWatch) fitBusyRate(rep *refindex.LossReport) {
 	if w.pacer == nil || w.pacer.Rate <= 0 || w.interval <= 0 {
@@ -331,7 +335,15 @@ func (w *lossWatch) fitBusyRate(rep *refindex.LossReport) {
 	}
 	floor := min(lossBusyRate, w.pacer.Rate/pace.DefaultYield) // lossPacer's busy pace
 	busy := min(w.pacer.Rate, max(floor, 2*float64(perPass)/w.interval.Seconds()))
-	w.pacer.SetBusy(max(1, w.pacer.Rate/busy), max(1, int(math.Ceil(busy/lossBusyRate))))
+	// The pace is reached only with pace × latency requests in flight: when the last pass measured
+	// the store slower than the 100 ms one per lossBusyRate assumes, as many as that takes, never more
+	// than the idle pass's DefaultLossParallel. The pace, not the requests in flight, caps what the
+	// check asks of the store.
+	inflight := int(math.Ceil(busy / lossBusyRate))
+	if rep.Latency > 0 {
+		inflight = max(inflight, int(math.Ceil(busy*rep.Latency.Seconds())))
+	}
+	w.pacer.SetBusy(max(1, w.pacer.Rate/busy), max(1, min(inflight, refindex.DefaultLossParallel)))
 }
 
 // lossBusyWindow is how long after the mount's last request of its own the loss check keeps yielding

@@ -451,19 +451,24 @@ func TestLossBusyRateFitsStore(t *testing.T) {
 		rate         float64
 		budget       int
 		roundReqs    int
+		latency      time.Duration // the last pass's mean request time (0: unknown)
 		wantBusy     float64
 		wantInflight int
 	}{
-		{"small store keeps the floor", 75, 2000, 50, 10, 1},
-		{"1,000 listings at 30 s syncs", 75, 2000, 1000, 2000.0 / 30, 7},
-		{"capped at the idle rate", 75, 2000, 1800, 75, 8},
-		{"a pass is at most the budget", 75, 500, 5000, 1000.0 / 30, 4},
-		{"slow rate keeps a fifth of it", 20, 0, 10, 4, 1},
+		{"small store keeps the floor", 75, 2000, 50, 0, 10, 1},
+		{"1,000 listings at 30 s syncs", 75, 2000, 1000, 0, 2000.0 / 30, 7},
+		{"capped at the idle rate", 75, 2000, 1800, 0, 75, 8},
+		{"a pass is at most the budget", 75, 500, 5000, 0, 1000.0 / 30, 4},
+		{"slow rate keeps a fifth of it", 20, 0, 10, 0, 4, 1},
+		{"fast store keeps one per 10/s", 75, 2000, 1000, 20 * time.Millisecond, 2000.0 / 30, 7},
+		{"slow store: enough in flight for the pace", 75, 2000, 1000, 200 * time.Millisecond, 2000.0 / 30, 14},
+		{"very slow store: at most the idle parallelism", 75, 2000, 1000, 2 * time.Second, 2000.0 / 30, refindex.DefaultLossParallel},
+		{"small store on a slow server", 75, 2000, 50, 250 * time.Millisecond, 10, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := lossPacer(0, tc.rate, nil)
 			w := &lossWatch{pacer: p, interval: 30 * time.Second, budget: tc.budget}
-			w.fitBusyRate(&refindex.LossReport{RoundRequests: tc.roundReqs})
+			w.fitBusyRate(&refindex.LossReport{RoundRequests: tc.roundReqs, Latency: tc.latency})
 			if busy := p.Rate / p.Yield; math.Abs(busy-tc.wantBusy) > 1e-9 || p.BusyInflight != tc.wantInflight {
 				t.Errorf("busy pace %.3f/s with %d in flight, want %.3f/s with %d", busy, p.BusyInflight, tc.wantBusy, tc.wantInflight)
 			}
