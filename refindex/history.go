@@ -185,6 +185,9 @@ func (ix *Index) afterSync(ctx context.Context, err *error) {
 	if *err == nil {
 		ix.recordHistory(ctx)
 	}
+	// A rebuild wrote every table through its mapping and a sync's commits read and write some:
+	// those pages are done with until a decision or pass reads them again.
+	ix.releaseTablePages()
 }
 
 // recordHistory brings the history up to date with the live checkpoints: copies new and changed
