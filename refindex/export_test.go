@@ -11,6 +11,10 @@ import (
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
+// WithValueThreshold opens the index's generations with badger's ValueThreshold n (1 KiB: an index as
+// written before values went inline, its forward references in the value log).
+func WithValueThreshold(n int64) Option { return func(o *options) { o.valueThresh = n } }
+
 // SetReadWholeMax lowers the size up to which a _metadata is read whole (tests of the streaming
 // path); call the returned function to restore it.
 func SetReadWholeMax(n int64) (restore func()) {

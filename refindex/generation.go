@@ -30,8 +30,16 @@ func genName(n int) string { return fmt.Sprintf("gen-%08d", n) }
 
 func (ix *Index) badgerOptions(path string) badger.Options {
 	// Memory is bounded for stores of millions of references: small memtables (each costs its arena
-	// plus a mapped write-ahead file of twice its size), a modest block cache for decisions, table
-	// indices kept in memory (they are small), and 256 MiB value-log files.
+	// plus a mapped write-ahead file of twice its size), a modest block cache for decisions, and
+	// values up to 1 MiB (a checkpoint's forward references, tens of KB) inline in the tables rather
+	// than in the value log: the tables' pages are given back after each pass (releaseTablePages),
+	// while the value log is written through a mapping that stays resident (a rebuild at 10 M objects
+	// wrote most of a GB there). An index written with the old threshold opens as it is: badger
+	// records per entry whether its value is inline or a value-log pointer.
+	threshold := int64(1 << 20)
+	if ix.opt.valueThresh > 0 {
+		threshold = ix.opt.valueThresh
+	}
 	return badger.DefaultOptions(path).
 		WithLogger(nil).
 		WithNumVersionsToKeep(1).
@@ -41,7 +49,7 @@ func (ix *Index) badgerOptions(path string) badger.Options {
 		WithNumLevelZeroTablesStall(16).
 		WithBlockCacheSize(64 << 20).
 		WithIndexCacheSize(0).
-		WithValueThreshold(1 << 10).
+		WithValueThreshold(threshold).
 		WithValueLogFileSize(256 << 20).
 		// Bottom-level tables are BaseTableSize×2^5; a rebuild's StreamWriter builds up to 16 of them
 		// at once in memory, so keep them at 8 MiB.

@@ -210,3 +210,82 @@ func TestConcurrentDecideAndSync(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestIndexWithValuesInValueLogOpens: an index written when values above 1 KiB went to badger's value
+// log (the checkpoints' forward references) opens and reads as before with values inline: a verify
+// reads every forward reference list, and retiring a checkpoint (its forward references read back
+// to remove its reverse entries) leaves the reference filter exact.
+func TestIndexWithValuesInValueLogOpens(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	root := filepath.Join(dir, "store")
+	lr, err := treegen.Large(root, treegen.LargeSpec{Jobs: 1, CheckpointsPerJob: 6, RefsPerCheckpoint: 500, NewPerCheckpoint: 100, Seed: "vlog"}, time.Now().Add(-48*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := pathnorm.ParseMapping("file:" + root + "=")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := presentStore{localStore(t, root)}
+	index := filepath.Join(dir, "index")
+	open := func(opts ...refindex.Option) *refindex.Index {
+		t.Helper()
+		ix, err := refindex.Open(index, ls, refindex.DefaultPolicy(), append([]refindex.Option{refindex.WithLogger(quiet), refindex.WithPathMap([]pathnorm.Mapping{m}, "")}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ix
+	}
+	verify := func(ix *refindex.Index, what string) int {
+		t.Helper()
+		res, err := ix.Verify(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if !res.OK || len(res.Broken) != 0 {
+			t.Fatalf("%s: verify %+v", what, res)
+		}
+		if err := refindex.CheckFilter(ix); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return res.Objects
+	}
+	ix := open(refindex.WithValueThreshold(1 << 10))
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := verify(ix, "written with values in the value log")
+	if err := ix.Close(); err != nil {
+		t.Fatal(err)
+	}
+	vlogs, _ := filepath.Glob(filepath.Join(index, "gen-*", "*.vlog"))
+	var inLog int64
+	for _, f := range vlogs {
+		if fi, err := os.Stat(f); err == nil {
+			inLog += fi.Size()
+		}
+	}
+	if inLog < 10<<10 {
+		t.Fatalf("the old layout's value log holds %d bytes: the forward references were not written there", inLog)
+	}
+	ix = open()
+	defer ix.Close()
+	if got := verify(ix, "reopened with values inline"); got != before {
+		t.Fatalf("reopened with values inline: verify checked %d objects, want %d as written", got, before)
+	}
+	metas, _ := filepath.Glob(filepath.Join(root, "flink", "*", "chk-*", "_metadata"))
+	slices.Sort(metas)
+	if len(metas) != lr.Checkpoints {
+		t.Fatalf("%d _metadata in the store, want %d", len(metas), lr.Checkpoints)
+	}
+	if err := os.Remove(metas[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := verify(ix, "after retiring a checkpoint written in the old layout"); got >= before {
+		t.Fatalf("after retiring %s: verify checked %d objects, want fewer than %d", metas[0], got, before)
+	}
+}

@@ -182,6 +182,10 @@ func (h *history) blob(sum string) string { return filepath.Join(h.dir, "blobs",
 
 // afterSync records the metadata history after a successful sync or rebuild (syncMu held).
 func (ix *Index) afterSync(ctx context.Context, err *error) {
+	// A rebuild wrote every table through its mapping and a sync's commits read and write some:
+	// those pages are done with until a decision or pass reads them again. First: the history's
+	// copies after a first build at 10 M objects take minutes.
+	ix.releaseTablePages()
 	if *err == nil {
 		ix.recordHistory(ctx)
 	}

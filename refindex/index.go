@@ -78,6 +78,7 @@ type Index struct {
 
 	// Safe for concurrent use by themselves.
 	bg             sync.WaitGroup // closing of previous generations, filter builds (Close waits for them)
+	releasing      atomic.Bool    // a releaseTablePages runs (tablepages.go)
 	done           chan struct{}  // closed by Close: stops background work (filter builds)
 	snapSeq        atomic.Uint64  // sequence of the last snapshot (newSnapshot)
 	inferredWarned sync.Map       // inferred prefix maps already logged (resolveOutside warns once each)
@@ -264,6 +265,8 @@ func (ix *Index) startFilter(g *generation) {
 		if f.fill(txn, ix.done) {
 			ix.log.Debug("reference filter built", "generation", g.n, "slots", f.n, "bytes", f.bytes(), "took", time.Since(t0).Round(time.Millisecond))
 		}
+		ix.releaseGenerationPages(g) // the fill read the whole reverse table
+
 	}()
 }
 

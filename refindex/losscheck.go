@@ -322,6 +322,10 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 				after = string(lastKey)
 			}
 			v.release()
+			// The segment's stretch of the reverse table is read: its pages need not stay
+			// resident while the requests run (a pass over the whole table would otherwise keep
+			// the table mapped in full, the mount's largest share of RSS).
+			ix.releaseTablePages()
 			if err == nil && !done && stop == cutPass && round != nil {
 				err = lc.countRest(ctx, string(roundLast), countRound)
 			}
@@ -506,6 +510,7 @@ func (lc *LossChecker) countRest(ctx context.Context, after string, count func([
 			after = string(last)
 		}
 		v.release()
+		lc.ix.releaseTablePages()
 		if err != nil {
 			return fmt.Errorf("loss check: count the rotation: %w", err)
 		}

@@ -64,6 +64,12 @@
 # soak into BENCH_S3_OUT (heap-N-ready.pb.gz, heap-N-soak.pb.gz) and reports their in-use totals and top
 # entries; the collector's CPU share is the "N%" of the last gc line in the mount's log with
 # BENCH_S3_MOUNT_ENV="GODEBUG=gctrace=1" (reported when present).
+# BENCH_S3_MEMLIMIT=SIZE (e.g. 1G) moves the mount, once it is ready, into a memory cgroup (v1, below
+# this shell's own; charges of its mapped pages moved with it) limited to SIZE, as systemd's MemoryMax
+# would: the report gives the cgroup's usage, peak, failcnt, OOM kills, cache and major faults after
+# the soak, and whether the mount still decides (a referenced object's rm through it is refused).
+# The RSS by mapping kind (.sst tables, .vlog, .mem, other files, anonymous; scripts/smaps-split.py)
+# is reported when ready and after the soak (smaps-N-ready.txt, smaps-N-soak.txt list the files).
 # BENCH_S3_PARTS (default "index checkpoints mount"; also "losscheck": one complete loss check pass,
 # listings against a HEAD per object, BenchmarkS3LossCheck) selects the parts; a size of 0 skips that mount
 # phase. Disk: about 5 GB per 1 M objects
@@ -93,6 +99,7 @@ PARTS=${BENCH_S3_PARTS:-index checkpoints mount}
 TREE=${BENCH_S3_TREE:-}
 HEAP=${BENCH_S3_HEAP:-0}
 FIND=${BENCH_S3_FIND:-1}
+MEMLIMIT=${BENCH_S3_MEMLIMIT:-}
 VGW=${CKGUARD_VERSITYGW:-$ROOT/.tools/bin/versitygw}
 for tool in "$VGW" fusermount3 python3 curl go; do
 	command -v "$tool" >/dev/null || { echo "bench-s3-scale: $tool missing (run make setup)" >&2; exit 1; }
@@ -113,11 +120,12 @@ RESTORE=() # "saved-copy original" pairs: objects the loss check removed from a 
 PIDS=()
 MOUNTS=()
 cleanup() {
-	if [ -n "$OUT" ]; then mkdir -p "$OUT" && cp "$WORK"/report "$WORK"/soak-*.tsv "$WORK"/find-*.tsv "$WORK"/mount-*.log "$WORK"/gen-*.json "$WORK"/sync-*.txt "$WORK"/heap-*.pb.gz "$WORK"/heap-*.txt "$OUT"/ 2>/dev/null || true; fi
+	if [ -n "$OUT" ]; then mkdir -p "$OUT" && cp "$WORK"/report "$WORK"/soak-*.tsv "$WORK"/find-*.tsv "$WORK"/mount-*.log "$WORK"/gen-*.json "$WORK"/sync-*.txt "$WORK"/heap-*.pb.gz "$WORK"/heap-*.txt "$WORK"/smaps-*.txt "$OUT"/ 2>/dev/null || true; fi
 	for r in ${RESTORE[@]+"${RESTORE[@]}"}; do mv -f "${r% *}" "${r#* }" 2>/dev/null || true; done
 	for m in "${MOUNTS[@]}"; do fusermount3 -uz "$m" 2>/dev/null || true; done
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
 	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+	[ -z "${CG:-}" ] || rmdir "$CG" 2>/dev/null || true
 	rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -146,6 +154,11 @@ fi
 go build -o "$WORK/gentree" ./refindex/treegen/gentree
 rss_mib() { awk '/VmRSS/{printf "%d", $2/1024}' "/proc/$1/status"; }
 rss_parts() { awk '/RssAnon|RssFile/{printf "%s%d", sep, $2/1024; sep=" / "}' "/proc/$1/status"; } # anonymous / file-backed (badger's mapped tables)
+majflt() { awk '{print $12}' "/proc/$1/stat"; } # major faults so far (pages read back from disk)
+smaps_split() { # objects when pid: the RSS by mapping kind (.sst, .vlog, .mem, other files, anonymous), in the report and smaps-N-when.txt
+	/usr/bin/python3 "$ROOT/scripts/smaps-split.py" "$3" -v >"$WORK/smaps-$1-$2.txt" 2>&1 || true
+	head -5 "$WORK/smaps-$1-$2.txt" | sed "s/^/  $1 smaps $2: /" | tee -a "$REPORT"
+}
 hwm_mib() { awk '/VmHWM/{printf "%d", $2/1024}' "/proc/$1/status"; } # the peak RSS so far
 free_inodes() { df --output=iavail "$DATA" | tail -1 | tr -d ' '; }
 free_mb() { df -m --output=avail "$DATA" | tail -1 | tr -d ' '; }
@@ -247,6 +260,38 @@ bounds() { # tsv bound-column pass-column [skip-first]: "min-max, min-max" over 
 	awk -F'\t' -v b="$2" -v p="$3" -v skip="${4:-}" 'NR>1 && $b+0>0 && skip!="" && first=="" {first=$p} NR>1 && $b+0>0 && !(skip!="" && $p==first) {if(n==0||$b<bl)bl=$b; if($b>bh)bh=$b; if(n==0||$p<pl)pl=$p; if($p>ph)ph=$p; n++}
 		END{if(n) printf "%.1f-%.1f, %.1f-%.1f\n", bl, bh, pl, ph; else print "none"}' "$1"
 }
+
+CG=""
+memlimit() { # objects pid: move the ready mount into a memory cgroup limited to MEMLIMIT (cgroup v1)
+	local own
+	own=$(awk -F: '$2=="memory"{print $3}' /proc/self/cgroup)
+	CG=/sys/fs/cgroup/memory${own%/}/ckguard-bench-$$-$1
+	mkdir "$CG" || { echo "bench-s3-scale: BENCH_S3_MEMLIMIT needs cgroup v1's memory controller (mkdir $CG failed)" >&2; exit 1; }
+	echo 3 >"$CG/memory.move_charge_at_immigrate" # the anonymous and mapped file pages it has come along
+	echo "$MEMLIMIT" >"$CG/memory.limit_in_bytes"
+	if ! echo "$2" >"$CG/cgroup.procs"; then
+		row "$1: moved into a memory cgroup of $MEMLIMIT: FAILED (its charges do not fit)" "" "$(load)"
+		exit 1
+	fi
+	row "$1: moved into a memory cgroup of $MEMLIMIT; usage then (MiB)" "$(( $(cat "$CG/memory.usage_in_bytes") >> 20 ))" "$(load)"
+}
+memlimit_report() { # objects pid: the cgroup after the soak, and a decision through the mount
+	local n=$1 ck=$2 st=$CG/memory.stat
+	stat_mib() { awk -v k="$1" '$1==k{printf "%d", $2/1048576}' "$st"; }
+	row "$n: cgroup $MEMLIMIT after the soak: usage, peak (MiB)" "$(( $(cat "$CG/memory.usage_in_bytes") >> 20 )), $(( $(cat "$CG/memory.max_usage_in_bytes") >> 20 ))" "$(load)"
+	row "$n:   cgroup rss / cache / mapped_file (MiB)" "$(stat_mib rss) / $(stat_mib cache) / $(stat_mib mapped_file)" "$(load)"
+	row "$n:   cgroup failcnt, oom_kill, pgmajfault" "$(cat "$CG/memory.failcnt"), $(awk '$1=="oom_kill"{print $2}' "$CG/memory.oom_control"), $(awk '$1=="pgmajfault"{print $2}' "$st")" "$(load)"
+	if ! kill -0 "$ck" 2>/dev/null; then
+		row "$n:   the mount is GONE (killed under the limit?): $(dmesg 2>/dev/null | grep -i -m1 'killed process' || true)" "" "$(load)"
+		exit 1
+	fi
+	# A decision under the limit: a referenced object (not the loss check's victim) must be refused.
+	local ref out
+	ref=$(python3 -c "import json,sys; print([k for k in json.load(open(sys.argv[1]))['SampleReferenced'] if '/shared/' in k][1])" "$WORK/gen-$n.json")
+	out=$(rm "$WORK/mnt-$n/$ref" 2>&1 || true)
+	case "$out" in *"not permitted"*) row "$n:   rm of a referenced object through the mount under the limit" "EPERM" "$(load)" ;; *) echo "bench-s3-scale: rm $ref through the mount under the limit: '${out:-allowed}', want EPERM" >&2; exit 1 ;; esac
+}
+
 phase() { # objects soak-seconds
 	local n=$1 soak=$2 jobs=$(( $1 / 5000 ))
 	local t0 mnt=$WORK/mnt-$1 idx=$WORK/index-$1
@@ -289,13 +334,16 @@ phase() { # objects soak-seconds
 	row "$n:   index on disk after the first build (MiB)" "$(du -sm "$idx" | cut -f1)" "$(load)"
 	row "$n:   RSS when ready: anonymous / file-backed (MiB)" "$(rss_parts "$ck")" "$(load)"
 	row "$n:   highest anonymous RSS sampled during the first build (MiB)" "$maxanon" "$(load)"
+	row "$n:   major faults of the mount so far" "$(majflt "$ck")" "$(load)"
+	smaps_split "$n" ready "$ck"
+	if [ -n "$MEMLIMIT" ]; then memlimit "$n" "$ck"; fi
 	heap_profile "$n" ready
 	local maxlag=0 maxrss=0 r s0 c0 t1
 	s0=$(metric ckguard_sync_duration_seconds_sum); c0=$(metric ckguard_sync_duration_seconds_count)
 	t1=$(now)
 	local victim tl="" bound=""
 	local samples=$WORK/soak-$n.tsv
-	printf 'seconds\trss_mib\tlag_s\tloss_bound_s\tloss_pass_s\n' >"$samples"
+	printf 'seconds\trss_mib\tlag_s\tloss_bound_s\tloss_pass_s\tanon_mib\tfile_mib\tmajflt\n' >"$samples"
 	local next=0
 	victim=$(python3 -c "import json,sys; print(next(k for k in json.load(open(sys.argv[1]))['SampleReferenced'] if '/shared/' in k))" "$WORK/gen-$n.json")
 	if [ -n "${BENCH_S3_DEADLINE:-}" ]; then
@@ -311,7 +359,7 @@ phase() { # objects soak-seconds
 		[ "$r" -gt "$maxrss" ] && maxrss=$r
 		local el; el=$(since "$t1")
 		if python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)" "$el" "$next"; then
-			printf '%s\t%s\t%s\t%s\t%s\n' "$el" "$r" "$lag" "$(metric ckguard_loss_check_bound_seconds)" "$(metric ckguard_loss_check_duration_seconds)" >>"$samples"
+			printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$el" "$r" "$lag" "$(metric ckguard_loss_check_bound_seconds)" "$(metric ckguard_loss_check_duration_seconds)" "$(rss_parts "$ck" | tr -d ' ' | tr / '\t')" "$(majflt "$ck")" >>"$samples"
 			next=$(python3 -c "import sys; print(float(sys.argv[1]) + float(sys.argv[2]))" "$next" "$SAMPLE")
 		fi
 		if [ -z "$tl" ] && nonneg "$(metric ckguard_loss_check_age_seconds)"; then
@@ -343,6 +391,9 @@ phase() { # objects soak-seconds
 	row "$n:   soak samples every ${SAMPLE} s: count, max RSS, final RSS (MiB)" "$(awk -F'\t' 'NR>1{n++; if($2>m)m=$2; f=$2} END{print n", "m", "f}' "$samples")" "$(load)"
 	row "$n:   index on disk after the soak (MiB)" "$(du -sm "$idx" | cut -f1)" "$(load)"
 	row "$n:   RSS after the soak: anonymous / file-backed (MiB)" "$(rss_parts "$ck")" "$(load)"
+	row "$n:   major faults of the mount so far" "$(majflt "$ck")" "$(load)"
+	smaps_split "$n" soak "$ck"
+	if [ -n "$MEMLIMIT" ]; then memlimit_report "$n" "$ck"; fi
 	heap_profile "$n" soak
 	[ -z "$(gc_share "$WORK/mount-$n.log")" ] || row "$n:   the collector's CPU share since the start (gctrace)" "$(gc_share "$WORK/mount-$n.log")" "$(load)"
 	if [ "$FIND" = 0 ]; then
