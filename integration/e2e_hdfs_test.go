@@ -22,9 +22,9 @@ var hdfsFlinkVersions = map[string]bool{"1.20": true, "2.2": true}
 // TestE2EHDFSIncidentWithoutGuard is the HDFS incident, reproduced with real Flink and no guard: job
 // A writes RocksDB incremental checkpoints to hdfs:// on a MiniDFSCluster through Flink's own Hadoop
 // file system, job B is restored from A's latest checkpoint (CLAIM, LEGACY) and references A's SSTs;
-// the ops cleanup `hdfs dfs -rm -r -skipTrash` of A's job folder then deletes them, `ckguard verify`
-// (once the store speaks hdfs://) is red, and B's next failover cannot restore: the missing-file
-// error names A's file.
+// the ops cleanup `hdfs dfs -rm -r -skipTrash` of A's job folder then deletes them, B's next
+// failover cannot restore (the missing-file error names A's file), and `ckguard verify` (once the
+// store speaks hdfs://) is red.
 func TestE2EHDFSIncidentWithoutGuard(t *testing.T) {
 	e2eRequire(t)
 	for _, v := range flinkVersions() {
