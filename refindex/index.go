@@ -197,7 +197,7 @@ type view struct {
 	remap bool
 	// interrupted: the remap is due to a large change stopped half-way (rolling.go).
 	interrupted bool
-	skew        time.Duration // see Index.mu.skew
+	skew        time.Duration    // see Index.mu.skew
 	unknown     []UnknownSubtree // see Index.mu.unknown
 }
 
