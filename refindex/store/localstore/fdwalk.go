@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"io/fs"
+	"sort"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -153,7 +154,11 @@ func (f *dirFrame) readBatch() error {
 		f.eof = true
 		return nil
 	}
+	// Sorted within a batch: a folder that fits one batch (hundreds of names) is walked in name
+	// order, as filepath.WalkDir did, so walks are reproducible; a larger one batch by batch.
+	n0 := len(f.ents)
 	f.ents = parseDirents(f.buf[:n], f.ents)
+	sort.Slice(f.ents[n0:], func(i, j int) bool { return f.ents[n0+i].name < f.ents[n0+j].name })
 	return nil
 }
 
@@ -263,6 +268,7 @@ func (s *Store) walkFd(ctx context.Context, base string, fn func(store.ObjectInf
 				return unknown(key, err, st)
 			}
 		}
+		sort.Slice(f.ents, func(i, j int) bool { return f.ents[i].name < f.ents[j].name })
 		for i := range f.ents {
 			var est unix.Stat_t
 			if err := retryEINTR(func() error { return unix.Fstatat(fd, f.ents[i].name, &est, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
