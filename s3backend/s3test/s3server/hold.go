@@ -19,7 +19,7 @@ type Held struct {
 	parked   []chan bool // one per parked request: true forwards it, false answers 503
 	arrived  int         // requests the hold caught so far
 	released bool
-	failAll  bool // every matching request is answered 503 at once (FailAll)
+	failAll  bool          // every matching request is answered 503 at once (FailAll)
 	notify   chan struct{} // closed (and replaced) when a request arrives
 }
 
