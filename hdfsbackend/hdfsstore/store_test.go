@@ -34,6 +34,15 @@ func TestConformanceFake(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
 		s, f := fakeStore(t, 2)
 		return storetest.Harness{Store: s, ModTimeSettable: true,
+			Unreadable: func(t *testing.T, key string) func() {
+				f.SetFault(func(op, name string) error {
+					if op == "list" && name == "/flink/checkpoints/"+key {
+						return fs.ErrPermission
+					}
+					return nil
+				})
+				return func() { f.SetFault(nil) }
+			},
 			Put: func(_ context.Context, key string, data []byte, mt time.Time) error {
 				return f.Put("/flink/checkpoints/"+key, data, mt)
 			}}
