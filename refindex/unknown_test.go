@@ -257,3 +257,47 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
+
+// TestUnknownSubtreeMakesVerifyAndOrphansIncomplete: while an unknown subtree may hide checkpoints (not
+// confined), verify is not OK (Untrusted names it: exit 3) and orphans leaves out what the subtree may
+// protect; a confined one leaves verify alone. Orphans names every entry it could not read (exit 3).
+func TestUnknownSubtreeMakesVerifyAndOrphansIncomplete(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name       string
+		uid        int64
+		incomplete bool
+	}{
+		{"trusted owner", 0, true},
+		{"another user's (confined)", 65534, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, _, _ := youngOrphan(t)
+			const job = "flink/fedcba9876543210fedcba9876543210"
+			ds := &darkStore{Store: localStore(t, tr.Root)}
+			ix := openSynced(t, ds)
+			ds.set(map[string]int64{job + "/chk-78": tc.uid})
+			syncIndex(t, ix)
+			v, err := ix.Verify(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := v.Untrusted != ""; got != tc.incomplete || (tc.incomplete && !strings.Contains(v.Untrusted, job+"/chk-78")) {
+				t.Errorf("verify untrusted %q, want incomplete %v", v.Untrusted, tc.incomplete)
+			}
+			o, err := ix.Orphans(ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Orphans skipped what it could not read either way: never a silent gap.
+			if o.Unknown == "" || !strings.Contains(o.Unknown, job+"/chk-78") {
+				t.Errorf("orphans unknown %q, want it named", o.Unknown)
+			}
+			for _, f := range o.Files {
+				if tc.incomplete && strings.HasPrefix(f.Path, job+"/") {
+					t.Errorf("orphans lists %s of the job folder the unknown subtree lies in", f.Path)
+				}
+			}
+		})
+	}
+}
