@@ -153,6 +153,9 @@ attempt("rmdir_scratch", lambda: os.rmdir(sys.argv[3]))
 	if res["old"] != "OK" || res["ref"] != errnoOf(1) || res["rmdir_scratch"] != errnoOf(1) {
 		t.Errorf("as nobody: unlink old %s (want OK), unlink referenced %s (want EPERM), rmdir scratch %s (want EPERM)\n%s", res["old"], res["ref"], res["rmdir_scratch"], p.logText())
 	}
+	if out, code := p.cli("orphans"); code != 3 || !strings.Contains(out, "scratch/dark") {
+		t.Errorf("orphans while scratch/dark is unreadable: exit %d, want 3 naming it\n%s", code, out)
+	}
 	if strings.Count(p.logText(), "store entry cannot be read") != 1 {
 		t.Errorf("the unreadable folder is not logged exactly once over several syncs:\n%s", p.logText())
 	}

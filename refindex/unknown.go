@@ -213,6 +213,9 @@ func isBelow(key, dir string) bool {
 // rules at the top of this file).
 func (ix *Index) decideUnknown(v *view, key string, op verdict.Op, what string, maybeDir bool) (verdict.Decision, bool) {
 	removes := op == verdict.OpRmdir || op == verdict.OpRename || op == verdict.OpReplace
+	// The tombstone scope of every unconfined entry at once: the one read longest ago bounds them all
+	// (one tombstone lookup or scan per decision, however many entries are unknown).
+	var earliest *UnknownSubtree
 	for i := range v.unknown {
 		u := &v.unknown[i]
 		switch {
@@ -227,8 +230,13 @@ func (ix *Index) decideUnknown(v *view, key string, op verdict.Op, what string, 
 		case u.JobFolder != "" && isBelow(key, u.JobFolder):
 			return ix.unknownRefusal(op, what, u, "it belongs to the job folder "+orRoot(u.JobFolder)+" of"), true
 		}
-		if f, ok := ix.retiredSince(v, key, maybeDir, u.LastReadable); ok {
-			return ix.unknownRefusal(op, what, u, "the last known reference to "+f+" was retired after the store last read"), true
+		if earliest == nil || u.LastReadable.Before(earliest.LastReadable) {
+			earliest = u
+		}
+	}
+	if earliest != nil {
+		if f, ok := ix.retiredSince(v, key, maybeDir, earliest.LastReadable); ok {
+			return ix.unknownRefusal(op, what, earliest, "the last known reference to "+f+" was retired after the store last read"), true
 		}
 	}
 	return verdict.Decision{}, false
