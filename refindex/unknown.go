@@ -151,6 +151,9 @@ func (ix *Index) installUnknown(found map[string]store.UnknownSubtree, listedAt,
 			ix.log.Info("store entry readable again (or gone): no longer refused as unknown", "subtree", orRoot(u.Key), "unknown_since", u.Since)
 		}
 	}
+	if len(next) == 0 && len(old) == 0 {
+		return // the common case: nothing to write at every sync
+	}
 	b, err := json.Marshal(next)
 	if err == nil {
 		err = g.db.Update(func(txn *badger.Txn) error {

@@ -59,7 +59,11 @@ func printStats(w io.Writer, s *refindex.StatsResult) {
 	if s.SyncError != "" {
 		rows = append(rows, [2]string{"SYNC FAILED", s.SyncError})
 	}
-	for _, u := range s.UnknownSubtrees {
+	for i, u := range s.UnknownSubtrees {
+		if i == 10 {
+			rows = append(rows, [2]string{"UNREADABLE", fmt.Sprintf("and %d more (`ckguard stats --json` lists them all)", len(s.UnknownSubtrees)-10)})
+			break
+		}
 		scope := "refused: it, its ancestors' rmdir/rename, and what it may reference"
 		if u.Confined {
 			scope = "refused: it and its ancestors' rmdir/rename (owned by a user who wrote no indexed _metadata there)"
