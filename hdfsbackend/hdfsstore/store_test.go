@@ -218,8 +218,8 @@ func TestDiscoverySkipsQuarantine(t *testing.T) {
 
 // TestUnreadableFolderIsUnknownSubtree: one folder the guard's user may not list (permission denied by
 // the NameNode: another user's folder, mode 700) is an unknown subtree when the caller takes them (the
-// index's syncs): every other folder is listed. (The fake's answer; not checked on a
-// MiniDFSCluster yet.)
+// index's syncs): every other folder is listed. The real NameNode's answer: TestUnreadableFolderOnHDFS (tag
+// hdfs).
 func TestUnreadableFolderIsUnknownSubtree(t *testing.T) {
 	s, f := fakeStore(t, 1)
 	for _, k := range []string{"j1/chk-1/_metadata", "j2/chk-1/_metadata", "j2/chk-1/a", "j3/chk-2/_metadata"} {
