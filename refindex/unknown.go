@@ -36,7 +36,7 @@ import (
 //     when the subtree was last read, and a checkpoint written later references only files its job
 //     writes (its job folder) or files a live checkpoint references (rule 3, or b once retired).
 //
-// Confined: where the store has owners, a subtree owned by a user who owns no indexed `_metadata` of
+// Confined: where the store reports owners (store.ObjectInfo.UID: local stores), a subtree owned by a user who owns no indexed `_metadata` of
 // the enclosing job folder (or, outside a job folder, of the store) cannot hold a checkpoint Flink
 // wrote (only root can give a file away; Flink writes its checkpoints as its own user, into folders
 // it creates): it protects only itself (1 and 2).
