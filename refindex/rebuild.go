@@ -113,7 +113,7 @@ func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
 	gen := &generation{db: db, n: next}
 	gen.filt.Store(filt)
 	ix.switchGeneration(gen, t.st, start)
-	ix.installUnknown(unknown, start, prevList)
+	ix.installUnknown(unknown, start, prevList, true)
 	ix.log.Info("index rebuilt", "generation", next, "checkpoints", len(t.st.ckpts), "references", len(t.pairs)+len(t.dirKeys)+len(t.outKeys),
 		"objects", len(t.objs), "unparseable", len(t.st.unparseable), "took", time.Since(t0).Round(time.Millisecond))
 	// The rebuild's tables (every distinct object key, 8 bytes per reference: gigabytes at 10 M

@@ -130,7 +130,7 @@ func (ix *Index) Sync(ctx context.Context) (err error) {
 	if err != nil {
 		return ix.failSync(fmt.Errorf("write index: %w", err))
 	}
-	ix.installUnknown(unk.found, start, prevList)
+	ix.installUnknown(unk.found, start, prevList, false)
 	ix.log.Info("index synced", "added_or_changed", len(puts), "removed", len(removed), "checkpoints", len(ix.mu.state.ckpts), "took", time.Since(t0).Round(time.Millisecond))
 	return nil
 }

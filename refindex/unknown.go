@@ -117,7 +117,11 @@ func jobFolderOf(key string) string {
 // listedAt (prevList: the start of the listing before it), once the state that listing read is
 // installed (confinement compares owners with it). Entries still unknown keep their Since and
 // LastReadable; each new one and each cleared one is logged once. Persisted in the current generation.
-func (ix *Index) installUnknown(found map[string]store.UnknownSubtree, listedAt, prevList time.Time) {
+//
+// rebuilt: the index was rebuilt from this listing; a rebuild keeps no tombstones, so what was retired
+// since an entry was last read is no longer known: every entry counts as never readable (refuses
+// everything unless confined) until it is read again.
+func (ix *Index) installUnknown(found map[string]store.UnknownSubtree, listedAt, prevList time.Time, rebuilt bool) {
 	ix.mu.Lock()
 	old := ix.mu.unknown
 	st := ix.mu.state
@@ -130,6 +134,9 @@ func (ix *Index) installUnknown(found map[string]store.UnknownSubtree, listedAt,
 		}
 		if i := sort.Search(len(old), func(i int) bool { return old[i].Key >= k }); i < len(old) && old[i].Key == k {
 			rec.Since, rec.LastReadable = old[i].Since, old[i].LastReadable
+		}
+		if rebuilt {
+			rec.LastReadable = time.Time{}
 		}
 		rec.Confined = confined(st, rec)
 		next = append(next, rec)
@@ -166,6 +173,20 @@ func (ix *Index) installUnknown(found map[string]store.UnknownSubtree, listedAt,
 	if err != nil {
 		ix.log.Warn("persisting the unknown subtrees", "err", err)
 	}
+}
+
+// keepTombstonesFrom returns the purge cutoff for tombstones: before, or earlier while an unknown
+// subtree that is not confined was last read before it (its scope refuses the files retired since:
+// their tombstones must outlive --grace for as long as it stays unknown).
+func (ix *Index) keepTombstonesFrom(before time.Time) time.Time {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	for _, u := range ix.mu.unknown {
+		if !u.Confined && !u.LastReadable.IsZero() && u.LastReadable.Before(before) {
+			before = u.LastReadable
+		}
+	}
+	return before
 }
 
 // loadUnknown reads the persisted unknown subtrees of a generation (none when absent or unreadable).

@@ -301,3 +301,35 @@ func TestUnknownSubtreeMakesVerifyAndOrphansIncomplete(t *testing.T) {
 		})
 	}
 }
+
+// TestUnknownSubtreeAfterRebuild: a rebuild keeps no tombstones, so the files retired since an unknown
+// subtree was last read are no longer known: after it, the subtree counts as never read (everything is
+// refused unless it is confined) until a sync reads it again.
+func TestUnknownSubtreeAfterRebuild(t *testing.T) {
+	ctx := context.Background()
+	tr, _, _ := youngOrphan(t)
+	if err := tr.Write("scratch/old", 10, testNow.Add(-10*24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	ds := &darkStore{Store: localStore(t, tr.Root)}
+	ix := openSynced(t, ds)
+	ds.set(map[string]int64{"flink/bbbb/chk-5": 0})
+	syncIndex(t, ix)
+	if d := ix.Decide(ctx, "scratch/old", verdict.OpUnlink); !d.Allow {
+		t.Fatalf("before the rebuild: %s", d.Message)
+	}
+	if err := ix.Rebuild(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if us := ix.UnknownSubtrees(); len(us) != 1 || !us[0].LastReadable.IsZero() {
+		t.Fatalf("after the rebuild: %+v, want one never read", us)
+	}
+	if d := ix.Decide(ctx, "scratch/old", verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonUnknownSubtree {
+		t.Errorf("after the rebuild: %s %s, want unknown-subtree", d.Reason, d.Message)
+	}
+	ds.set(nil)
+	syncIndex(t, ix)
+	if d := ix.Decide(ctx, "scratch/old", verdict.OpUnlink); !d.Allow {
+		t.Errorf("once readable: %s", d.Message)
+	}
+}
