@@ -173,7 +173,9 @@ func (w *changeWriter) remove(k string) error {
 // markSynced drops old tombstones and records the sync's listing time; the persisted sync error is
 // cleared only by a sync whose listing began after the failure.
 func (w *changeWriter) markSynced(ch change) error {
-	if err := purgeTombstones(w.rt, ch.synced.Add(-ch.tombstoneTTL)); err != nil {
+	// Tombstones an unknown subtree's scope relies on (retired since it was last read) are kept while
+	// it is unknown (unknown.go).
+	if err := purgeTombstones(w.rt, w.ix.keepTombstonesFrom(ch.synced.Add(-ch.tombstoneTTL))); err != nil {
 		return err
 	}
 	if err := w.rt.Set(keyLastSync, encodeTime(ch.synced)); err != nil {

@@ -54,7 +54,7 @@ func TestConfirmGoneFailsOnKeysNotStated(t *testing.T) {
 		t.Fatalf("the scenario indexes %d _metadata, want at least 3", len(keys))
 	}
 	cs.cancel = cancel
-	gone, restat, kept, err := ix.confirmGone(ctx, cur, keys)
+	gone, restat, kept, err := ix.confirmGone(ctx, cur, keys, nil)
 	if err == nil {
 		t.Fatalf("confirmGone after the walk was stopped: no error; gone %v, changed %d, kept %d of %d", gone, len(restat), len(kept), len(keys))
 	}

@@ -154,6 +154,14 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op verdict.Op,
 		}
 	}
 
+	// 2c. An entry the last sync could not read: refused in the smallest scope that holds what it
+	// may hide (unknown.go).
+	if len(v.unknown) > 0 {
+		if d, refused := ix.decideUnknown(v, key, op, what, maybeDir); refused {
+			return d
+		}
+	}
+
 	// 3. Referenced by a live checkpoint or savepoint (directly, or by a directory handle).
 	refs, n, bounded, err := ix.referencing(v, key, maybeDir, limit)
 	if err != nil {

@@ -193,11 +193,13 @@ func (ix *Index) openExisting(cur int) error {
 	var schema, fp string
 	var last time.Time
 	var syncErr string
+	var unknown []UnknownSubtree
 	pending := false
 	err = db.View(func(txn *badger.Txn) error {
 		schema = getString(txn, keySchema)
 		fp = getString(txn, keyFingerprint)
 		syncErr = getString(txn, keySyncErr)
+		unknown = loadUnknown(txn)
 		if _, err := txn.Get(keySyncPending); err == nil {
 			pending = true
 		}
@@ -222,6 +224,7 @@ func (ix *Index) openExisting(cur int) error {
 	}
 	g := &generation{db: db, n: cur}
 	ix.mu.cur, ix.mu.snap, ix.mu.state, ix.mu.lastSync, ix.mu.syncErr = g, ix.newSnapshot(g), st, last, syncErr
+	ix.mu.unknown = unknown
 	if fp != ix.norm.Fingerprint() {
 		ix.log.Info("path mapping changed since the index was built; the next sync rebuilds it", "index", ix.dir)
 		ix.mu.needRebuild = true

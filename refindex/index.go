@@ -74,6 +74,7 @@ type Index struct {
 		clock       clockState    // the readings skew is derived from
 
 		listedJobs map[string][]string // job folder name → parents, from the last listing (jobParents)
+		unknown    []UnknownSubtree    // entries the last listing could not read, sorted (unknown.go)
 	}
 
 	// Safe for concurrent use by themselves.
@@ -196,7 +197,8 @@ type view struct {
 	remap bool
 	// interrupted: the remap is due to a large change stopped half-way (rolling.go).
 	interrupted bool
-	skew        time.Duration // see Index.mu.skew
+	skew        time.Duration    // see Index.mu.skew
+	unknown     []UnknownSubtree // see Index.mu.unknown
 }
 
 // acquire returns the committed state Decide and the queries read; call release when done.
@@ -208,7 +210,7 @@ func (ix *Index) acquire() (*view, error) {
 	}
 	ix.mu.cur.users.Add(1)
 	ix.mu.snap.acquire()
-	return &view{g: ix.mu.cur, snap: ix.mu.snap, filt: ix.mu.cur.filt.Load(), st: ix.mu.state, pol: ix.mu.pol, last: ix.mu.lastSync, syncErr: ix.mu.syncErr, pins: ix.mu.pins, remap: ix.mu.needRebuild && !ix.mu.lastSync.IsZero(), interrupted: ix.mu.interrupted, skew: ix.mu.skew}, nil
+	return &view{g: ix.mu.cur, snap: ix.mu.snap, filt: ix.mu.cur.filt.Load(), st: ix.mu.state, pol: ix.mu.pol, last: ix.mu.lastSync, syncErr: ix.mu.syncErr, pins: ix.mu.pins, remap: ix.mu.needRebuild && !ix.mu.lastSync.IsZero(), interrupted: ix.mu.interrupted, skew: ix.mu.skew, unknown: ix.mu.unknown}, nil
 }
 
 // release ends the view: the snapshot first (finishing it may discard its transaction), then the

@@ -109,7 +109,7 @@ func (ix *Index) Deleted(ctx context.Context, p string) error {
 	// S3 folder marker removes only the marker; and a _metadata may have been indexed below a folder after
 	// its emptiness was checked. Retiring a checkpoint that still exists would make its
 	// files deletable.
-	gone, _, _, err := ix.confirmGone(ctx, cur, removes)
+	gone, _, _, err := ix.confirmGone(ctx, cur, removes, nil)
 	if err != nil {
 		return fmt.Errorf("confirm that %s and the checkpoints below it are gone: %w", key, err)
 	}
@@ -189,7 +189,7 @@ func (ix *Index) Renamed(ctx context.Context, from, to string) error {
 	}
 	// As for a deletion, only what the store confirms gone is retired (an S3 rename is a copy and a
 	// delete, and a failed delete leaves the source).
-	gone, _, _, err := ix.confirmGone(ctx, cur, rm)
+	gone, _, _, err := ix.confirmGone(ctx, cur, rm, nil)
 	if err != nil {
 		return fail(err)
 	}

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
 
 	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // Orphans lists every object the guard would let a script delete that no checkpoint needs:
@@ -35,6 +37,7 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 		return res, nil
 	}
 	now := v.storeNow(v.now())
+	var walkUnknown []store.UnknownSubtree
 	err = v.g.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{})
 		defer it.Close()
@@ -65,8 +68,17 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 		}
 		bar := ix.newCounter("scanning the store for orphans")
 		defer bar.Finish()
-		return ix.st.Walk(ctx, "", func(o store.ObjectInfo) error {
+		// An entry this walk cannot read is left out and named (exit 3), never an error that loses
+		// the whole list, nor a silent gap.
+		wctx := store.WithUnknown(ctx, func(u store.UnknownSubtree) error {
+			walkUnknown = append(walkUnknown, u)
+			return nil
+		})
+		return ix.st.Walk(wctx, "", func(o store.ObjectInfo) error {
 			if o.IsDir {
+				return nil
+			}
+			if _, refused := ix.decideUnknown(v, o.Path, verdict.OpUnlink, o.Path, false); refused {
 				return nil
 			}
 			_ = bar.Add(1)
@@ -106,6 +118,11 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 		return nil, err
 	}
 	sort.Slice(res.Files, func(a, b int) bool { return res.Files[a].Path < res.Files[b].Path })
+	res.Unknown = unknownHides(v.unknown)
+	if len(walkUnknown) > 0 {
+		u := walkUnknown[0]
+		res.Unknown = strings.TrimPrefix(res.Unknown+"; ", "; ") + fmt.Sprintf("%d entr(ies) could not be read by this walk, e.g. %s (%v): what they hold is not listed", len(walkUnknown), orRoot(u.Key), u.Err)
+	}
 	return res, nil
 }
 

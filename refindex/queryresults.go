@@ -125,6 +125,10 @@ type OrphansResult struct {
 	// PendingDeletion counts unreferenced objects left out of Files because an S3 mount has acknowledged
 	// their deletion and its queue has not applied it yet (they are gone from the mount already).
 	PendingDeletion int `json:"pending_deletion,omitempty"`
+	// Unknown names the store entries that could not be read (at the last sync or by this walk) and may
+	// hide references: the files they may protect are left out of Files, and the list is not complete
+	// (exit 3). Empty when there are none.
+	Unknown string `json:"unknown,omitempty"`
 }
 
 // PendingDeletes describes an S3 mount's queue of acknowledged deletions not applied to the bucket yet
@@ -199,6 +203,8 @@ type StatsResult struct {
 	// StoreClockBehind is how far the store's clock was behind this host's at the last sync (0 when
 	// within a couple of seconds); ages are then measured by the store's clock.
 	StoreClockBehind duration.D `json:"store_clock_behind,omitempty"`
+	// UnknownSubtrees are the store entries the last sync could not read (refindex/unknown.go).
+	UnknownSubtrees []UnknownSubtree `json:"unknown_subtrees,omitempty"`
 	// PendingDeletes is the S3 mount's delete queue, when it holds anything (filled by the CLI from the
 	// journal beside the index).
 	PendingDeletes *PendingDeletes `json:"pending_deletes,omitempty"`

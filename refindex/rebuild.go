@@ -51,7 +51,10 @@ func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
 	defer ix.beginWork()()
 	t0 := time.Now()
 	start := t0
-	infos, err := ix.listForRebuild(ctx)
+	ix.mu.RLock()
+	prevList := ix.mu.lastSync
+	ix.mu.RUnlock()
+	infos, unknown, err := ix.listForRebuild(ctx)
 	if err != nil {
 		return ix.failSync(err)
 	}
@@ -110,6 +113,7 @@ func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
 	gen := &generation{db: db, n: next}
 	gen.filt.Store(filt)
 	ix.switchGeneration(gen, t.st, start)
+	ix.installUnknown(unknown, start, prevList, true)
 	ix.log.Info("index rebuilt", "generation", next, "checkpoints", len(t.st.ckpts), "references", len(t.pairs)+len(t.dirKeys)+len(t.outKeys),
 		"objects", len(t.objs), "unparseable", len(t.st.unparseable), "took", time.Since(t0).Round(time.Millisecond))
 	// The rebuild's tables (every distinct object key, 8 bytes per reference: gigabytes at 10 M
@@ -125,11 +129,13 @@ func (ix *Index) rebuildLocked(ctx context.Context) (err error) {
 // listForRebuild lists every `_metadata` of the store, sorted by key (the order the tables stream
 // out in). Belt and braces for a store whose listing misses something: every indexed `_metadata`
 // that still exists is kept.
-func (ix *Index) listForRebuild(ctx context.Context) ([]store.ObjectInfo, error) {
+func (ix *Index) listForRebuild(ctx context.Context) ([]store.ObjectInfo, map[string]store.UnknownSubtree, error) {
 	var infos []store.ObjectInfo
 	listed := map[string]bool{}
 	// The listing of a big bucket takes minutes: its progress is the _metadata found so far.
 	listBar := ix.newCounter("listing the store for _metadata")
+	var unk unknownCollector
+	ctx = unk.withUnknown(ctx)
 	err := ix.listAll(ctx, func(oi store.ObjectInfo) error {
 		infos = append(infos, oi)
 		listed[oi.Path] = true
@@ -138,15 +144,15 @@ func (ix *Index) listForRebuild(ctx context.Context) ([]store.ObjectInfo, error)
 	})
 	listBar.Finish()
 	if err != nil {
-		return nil, fmt.Errorf("list _metadata in %s: %w", ix.st.Root(), err)
+		return nil, nil, fmt.Errorf("list _metadata in %s: %w", ix.st.Root(), err)
 	}
 	ix.mu.RLock()
 	cur := ix.mu.state
 	ix.mu.RUnlock()
 	unlisted := cur.unlisted(listed)
-	gone, restat, kept, err := ix.confirmGone(ctx, cur, unlisted)
+	gone, restat, kept, err := ix.confirmGone(ctx, cur, unlisted, nil) // a rebuild keeps only what it reads: a stat error fails it
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	infos = append(append(infos, restat...), kept...)
 	if len(gone) > 0 {
@@ -164,7 +170,7 @@ func (ix *Index) listForRebuild(ctx context.Context) ([]store.ObjectInfo, error)
 			return nil
 		})
 		if err != nil {
-			return nil, fmt.Errorf("list _metadata in %s again before dropping %d checkpoint(s) it no longer holds: %w", ix.st.Root(), len(gone), err)
+			return nil, nil, fmt.Errorf("list _metadata in %s again before dropping %d checkpoint(s) it no longer holds: %w", ix.st.Root(), len(gone), err)
 		}
 	}
 	sort.Slice(infos, func(i, j int) bool { return infos[i].Path < infos[j].Path })
@@ -173,7 +179,7 @@ func (ix *Index) listForRebuild(ctx context.Context) ([]store.ObjectInfo, error)
 		keys[i] = oi.Path
 	}
 	ix.noteListedJobs(keys)
-	return infos, nil
+	return infos, unk.found, nil
 }
 
 // streamBuf batches a rebuild's key-value pairs for the StreamWriter, writing every 4 MiB.

@@ -47,7 +47,7 @@ func (ix *Index) Sync(ctx context.Context) (err error) {
 	defer ix.beginWork()()
 	ix.readStoreClock(ctx)
 	ix.mu.RLock()
-	need, cur, gen := ix.mu.needRebuild, ix.mu.state, ix.mu.cur
+	need, cur, gen, prevList := ix.mu.needRebuild, ix.mu.state, ix.mu.cur, ix.mu.lastSync
 	ix.mu.RUnlock()
 	if need {
 		return ix.rebuildExclusive(ctx)
@@ -56,7 +56,10 @@ func (ix *Index) Sync(ctx context.Context) (err error) {
 	start := t0
 	var changed []store.ObjectInfo
 	listed := map[string]bool{}
-	err = ix.st.ListMetadata(ctx, func(oi store.ObjectInfo) error {
+	// An entry the listing cannot read is an unknown subtree (unknown.go), not a failed sync.
+	var unk unknownCollector
+	lctx := unk.withUnknown(ctx)
+	err = ix.st.ListMetadata(lctx, func(oi store.ObjectInfo) error {
 		listed[oi.Path] = true
 		// A _metadata with unmapped references is read again at every sync: the store may prove their
 		// place now (a copy that was still running, a file restored).
@@ -72,7 +75,7 @@ func (ix *Index) Sync(ctx context.Context) (err error) {
 	unlisted := cur.unlisted(listed)
 	// A listing may be partial (S3 targeted discovery only looks where it found checkpoints at its
 	// last full walk): an indexed _metadata is retired only when the store says it is gone.
-	removed, restat, _, err := ix.confirmGone(ctx, cur, unlisted)
+	removed, restat, _, err := ix.confirmGone(ctx, cur, unlisted, &unk)
 	if err != nil {
 		return ix.failSync(err)
 	}
@@ -87,7 +90,7 @@ func (ix *Index) Sync(ctx context.Context) (err error) {
 		return ix.failSync(err)
 	}
 	if len(removed) > 0 {
-		more, err := ix.relistAfterRetire(ctx, cur, listed, changed, &removed)
+		more, err := ix.relistAfterRetire(lctx, cur, listed, changed, &removed)
 		if err != nil {
 			return ix.failSync(err)
 		}
@@ -127,6 +130,7 @@ func (ix *Index) Sync(ctx context.Context) (err error) {
 	if err != nil {
 		return ix.failSync(fmt.Errorf("write index: %w", err))
 	}
+	ix.installUnknown(unk.found, start, prevList, false)
 	ix.log.Info("index synced", "added_or_changed", len(puts), "removed", len(removed), "checkpoints", len(ix.mu.state.ckpts), "took", time.Since(t0).Round(time.Millisecond))
 	return nil
 }
@@ -161,9 +165,10 @@ func sameVersion(c *checkpointRecord, oi store.ObjectInfo) bool {
 
 // confirmGone stats indexed `_metadata` keys a listing did not report. It returns the keys the store
 // says do not exist (to retire), the ones that exist in another version than indexed (to re-read)
-// and the unchanged ones (kept). Any other stat error fails: the index cannot tell whether they are
-// live.
-func (ix *Index) confirmGone(ctx context.Context, cur *memState, keys []string) (gone []string, restat, kept []store.ObjectInfo, err error) {
+// and the unchanged ones (kept). Any other stat error keeps the key as indexed (its references stay
+// protected) and makes it an unknown subtree of unk (scoped: the rest of the sync goes on); without unk
+// it fails: the index cannot tell whether they are live.
+func (ix *Index) confirmGone(ctx context.Context, cur *memState, keys []string, unk *unknownCollector) (gone []string, restat, kept []store.ObjectInfo, err error) {
 	if len(keys) == 0 {
 		return nil, nil, nil, nil
 	}
@@ -186,6 +191,9 @@ func (ix *Index) confirmGone(ctx context.Context, cur *memState, keys []string) 
 		switch {
 		case errors.Is(r.err, fs.ErrNotExist):
 			gone = append(gone, r.key)
+		case r.err != nil && unk != nil && ctx.Err() == nil:
+			unk.addUncovered(store.UnknownSubtree{Key: r.key, Err: fmt.Errorf("stat of the indexed _metadata: %w", r.err)})
+			kept = append(kept, store.ObjectInfo{Path: r.key})
 		case r.err != nil:
 			return nil, nil, nil, fmt.Errorf("stat %s (indexed; checking whether it is gone from %s): %w", r.key, ix.st.Root(), r.err)
 		case r.oi.IsDir || r.oi.Special:

@@ -81,14 +81,18 @@ func TestPartialListingKeepsIndexedCheckpoint(t *testing.T) {
 			t.Fatalf("sync %d with a partial listing retired the checkpoint: %+v", i, d)
 		}
 	}
-	// A stat error on an unlisted key fails the sync (closed), it does not retire the key.
+	// A stat error on an unlisted key does not retire the key: it is kept as indexed and is an unknown
+	// subtree (scoped, issue 29: the rest of the store is still decided), its references refused.
 	ps.mu.Lock()
 	ps.statErr = errors.New("503 Slow Down")
 	ps.mu.Unlock()
-	if err := ix.Sync(ctx); err == nil {
-		t.Fatal("sync succeeded although an unlisted indexed _metadata could not be stat'ed")
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatalf("a stat error on one unlisted _metadata failed the whole sync: %v", err)
 	}
-	if d := ix.Decide(ctx, ref, verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonSyncFailed {
+	if us := ix.UnknownSubtrees(); len(us) != 1 || us[0].Key != meta {
+		t.Fatalf("unknown subtrees %+v, want %s", us, meta)
+	}
+	if d := ix.Decide(ctx, ref, verdict.OpUnlink); d.Allow {
 		t.Fatalf("after failed stat: %+v", d)
 	}
 	ps.mu.Lock()

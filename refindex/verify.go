@@ -108,6 +108,8 @@ func (ix *Index) Verify(ctx context.Context) (*VerifyResult, error) {
 	switch b := v.blocked(); {
 	case b != "" && len(v.st.unparseable) == 0:
 		res.Untrusted = b
+	case unknownHides(v.unknown) != "":
+		res.Untrusted = unknownHides(v.unknown)
 	case res.UnmappedSkipped > 0:
 		res.Untrusted = fmt.Sprintf("%d reference(s) could not be checked: %s", res.UnmappedSkipped, ix.unmappedBlock(v))
 	}

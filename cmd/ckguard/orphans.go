@@ -50,6 +50,9 @@ func runOrphans(c *cli.Context) error {
 	if res.Blocked != "" {
 		return exitf(exitUntrusted, "no object can be called an orphan: %s", res.Blocked)
 	}
+	if res.Unknown != "" {
+		return exitf(exitUntrusted, "the list is not complete: %s", res.Unknown)
+	}
 	return nil
 }
 

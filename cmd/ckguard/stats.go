@@ -59,6 +59,17 @@ func printStats(w io.Writer, s *refindex.StatsResult) {
 	if s.SyncError != "" {
 		rows = append(rows, [2]string{"SYNC FAILED", s.SyncError})
 	}
+	for i, u := range s.UnknownSubtrees {
+		if i == 10 {
+			rows = append(rows, [2]string{"UNREADABLE", fmt.Sprintf("and %d more (`ckguard stats --json` lists them all)", len(s.UnknownSubtrees)-10)})
+			break
+		}
+		scope := "refused: it, its ancestors' rmdir/rename, and what it may reference"
+		if u.Confined {
+			scope = "refused: it and its ancestors' rmdir/rename (owned by a user who wrote no indexed _metadata there)"
+		}
+		rows = append(rows, [2]string{"UNREADABLE", fmt.Sprintf("%s since %s: %s; %s", shown(u.Key), fmtTime(u.Since), u.Cause, scope)})
+	}
 	if s.StoreClockBehind > 0 {
 		rows = append(rows, [2]string{"STORE CLOCK BEHIND", fmt.Sprintf("by %s: file ages are measured by the store's clock; fix the clocks (NTP)", duration.Format(time.Duration(s.StoreClockBehind).Round(time.Second)))})
 	}

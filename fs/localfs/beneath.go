@@ -7,6 +7,7 @@ import (
 	"path"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -199,8 +200,37 @@ func (r *storeRoot) openat2(rel string, flags int, mode uint32) (int, error) {
 	if r.noOpenat2 {
 		return unix.Openat(r.fd, rel, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 	}
+	// A key past PATH_MAX (any user can make one: 18 nested folders of 250 bytes) is resolved in
+	// chunks of at most maxKeyChunk bytes, each beneath the folder the previous one opened, with the
+	// same resolve flags: no symlink on the way, never above the root.
+	at := r.fd
+	for len(rel) > maxKeyChunk {
+		i := strings.LastIndexByte(rel[:maxKeyChunk+1], '/')
+		if i <= 0 {
+			return -1, unix.ENAMETOOLONG
+		}
+		fd, err := r.openat2At(at, rel[:i], unix.O_PATH|unix.O_DIRECTORY, 0)
+		if at != r.fd {
+			unix.Close(at)
+		}
+		if err != nil {
+			return -1, err
+		}
+		at, rel = fd, rel[i+1:]
+	}
+	if at != r.fd {
+		defer unix.Close(at)
+	}
+	return r.openat2At(at, rel, flags, mode)
+}
+
+// maxKeyChunk is the longest path one openat2 call is given (PATH_MAX is 4,096 with the NUL).
+const maxKeyChunk = 3072
+
+// openat2At is one openat2 call beneath dirfd (a folder at or below the root).
+func (r *storeRoot) openat2At(dirfd int, rel string, flags int, mode uint32) (int, error) {
 	for try := 0; ; try++ {
-		fd, err := r.sysOpenat2(r.fd, rel, &unix.OpenHow{Flags: uint64(flags) | unix.O_CLOEXEC, Mode: uint64(mode), Resolve: resolveBeneath})
+		fd, err := r.sysOpenat2(dirfd, rel, &unix.OpenHow{Flags: uint64(flags) | unix.O_CLOEXEC, Mode: uint64(mode), Resolve: resolveBeneath})
 		if err == unix.EAGAIN && try < 8 {
 			// RESOLVE_BENEATH may ask to retry when a rename raced the lookup of a ".." component (keys
 			// have none, so this is only defensive).

@@ -289,16 +289,61 @@ func TestHardLinkedFailsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := newRoot(t.TempDir(), enf, slog.Default())
+	dir := t.TempDir()
+	root, err := newRoot(dir, enf, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := root.hardLinked(verdict.OpWrite, "missing"); d != nil {
 		t.Errorf("missing file: %+v, want no decision", d)
 	}
-	long := strings.Repeat(strings.Repeat("d", 200)+"/", 25) + "f" // longer than PATH_MAX: ENAMETOOLONG
-	if d := root.hardLinked(verdict.OpWrite, long); d == nil || d.Allow || d.Reason != verdict.ReasonStoreError {
+	// A folder on the way that is a symlink: ELOOP (a key past PATH_MAX, the old way to get an
+	// error here, is resolved in chunks now: TestLongKeyResolved).
+	if err := os.Symlink("/", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if d := root.hardLinked(verdict.OpWrite, "link/etc/passwd"); d == nil || d.Allow || d.Reason != verdict.ReasonStoreError {
 		t.Errorf("unreadable link count: %+v, want a store-error refusal", d)
+	}
+}
+
+// TestLongKeyResolved: a key past PATH_MAX (25 folders of 200 bytes) is resolved beneath the root in
+// chunks: the link count of a file there is read, a missing one is no decision.
+func TestLongKeyResolved(t *testing.T) {
+	enf, err := guard.NewEnforcer(guard.Config{Checker: guardtest.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	root, err := newRoot(dir, enf, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat(strings.Repeat("d", 200)+"/", 25)
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 25; i++ {
+		unix.Mkdirat(fd, strings.Repeat("d", 200), 0o755)
+		nfd, err := unix.Openat(fd, strings.Repeat("d", 200), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd = nfd
+	}
+	ffd, err := unix.Openat(fd, "f", unix.O_CREAT|unix.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(ffd)
+	unix.Close(fd)
+	if d := root.hardLinked(verdict.OpWrite, long+"f"); d != nil {
+		t.Errorf("file below a key of %d bytes: %+v, want no decision (one name)", len(long)+1, d)
+	}
+	if d := root.hardLinked(verdict.OpWrite, long+"missing"); d != nil {
+		t.Errorf("missing file below a long key: %+v", d)
 	}
 }
 

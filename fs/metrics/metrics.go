@@ -33,6 +33,9 @@ type IndexStats struct {
 	// they could be are refused); InferredMaps: prefix maps the store proved.
 	UnmappedReferences int64
 	InferredMaps       int64
+	// UnknownSubtrees: store entries the last sync could not read (refused in their scope; no per-path
+	// label: their number is bounded by what users create, their keys are in `ckguard stats`).
+	UnknownSubtrees int64
 }
 
 // Metrics is the set of collectors of one mount.
@@ -53,6 +56,7 @@ type Metrics struct {
 	clockBehind    prometheus.Gauge
 	unmappedRefs   prometheus.Gauge
 	inferredMaps   prometheus.Gauge
+	unknownTrees   prometheus.Gauge
 	loss           lossMetrics
 	qObjects       prometheus.Gauge
 	qBytes         prometheus.Gauge
@@ -118,6 +122,7 @@ func New() *Metrics {
 		{&m.orphanBytes, prometheus.GaugeOpts{Name: "ckguard_orphaned_bytes", Help: "Bytes of unreferenced store objects past the grace period."}},
 		{&m.unmappedRefs, prometheus.GaugeOpts{Name: "ckguard_unmapped_references", Help: "References of live checkpoints that no --map ties to the store, the store does not place and no --external declares: every store file that could be one of them is refused, and verify cannot be green."}},
 		{&m.inferredMaps, prometheus.GaugeOpts{Name: "ckguard_inferred_maps", Help: "Prefix maps the store proved for references no --map covers (applied; add them as --map to make them explicit)."}},
+		{&m.unknownTrees, prometheus.GaugeOpts{Name: "ckguard_unknown_subtrees", Help: "Store entries the last index sync could not read (unreadable folders, listing errors): deletions that could touch what they may hold are refused; `ckguard stats` names them."}},
 		{&m.clockBehind, prometheus.GaugeOpts{Name: "ckguard_store_clock_behind_seconds", Help: "How far ages of store files are corrected because the store's clock is (or was, within --grace) behind this host's; 0 when the clocks agree."}},
 		{&m.qObjects, prometheus.GaugeOpts{Name: "ckguard_quarantine_objects", Help: "Objects staged in the store's quarantine folder by deletions through the mount (--quarantine), awaiting restore or purge."}},
 		{&m.qBytes, prometheus.GaugeOpts{Name: "ckguard_quarantine_bytes", Help: "Bytes of the objects staged in the quarantine folder."}},
@@ -250,6 +255,7 @@ func (m *Metrics) SetIndexCounts(s IndexStats) {
 	m.clockBehind.Set(s.ClockBehind.Seconds())
 	m.unmappedRefs.Set(float64(s.UnmappedReferences))
 	m.inferredMaps.Set(float64(s.InferredMaps))
+	m.unknownTrees.Set(float64(s.UnknownSubtrees))
 	m.mu.Lock()
 	if !s.LastSync.IsZero() {
 		m.lastSync = s.LastSync

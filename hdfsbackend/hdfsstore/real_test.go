@@ -140,3 +140,57 @@ func TestNameNodeTroubleOnHDFS(t *testing.T) {
 		t.Errorf("discovery after the restart: %v, %v", got, err)
 	}
 }
+
+// TestUnreadableFolderOnHDFS: on a real NameNode, a folder another user (minidfs.Other) made with mode
+// 700 in a 777 scratch folder cannot be listed by the store's user (minidfs.User, no superuser): the
+// walk reports it as an unknown subtree (permission denied) and lists the rest of the store; without a
+// callback the listing fails as before.
+func TestUnreadableFolderOnHDFS(t *testing.T) {
+	ctx := context.Background()
+	c := minidfs.Start(t, minidfs.Options{})
+	dir := c.Root() + "/flink/checkpoints"
+	su, _ := c.DialSuperuser(t, dir)
+	put := putReal(su, dir)
+	for _, k := range []string{"j1/chk-1/_metadata", "scratch/keep"} {
+		if err := put(ctx, k, []byte("m"), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := c.DFS(t, "-chown", "-R", minidfs.User, c.Root()); err != nil {
+		t.Fatalf("chown: %v %s", err, out)
+	}
+	if out, err := c.DFS(t, "-chmod", "777", dir+"/scratch"); err != nil {
+		t.Fatalf("chmod: %v %s", err, out)
+	}
+	for _, args := range [][]string{{"-mkdir", "-p", dir + "/scratch/dark/chk-9"}, {"-touchz", dir + "/scratch/dark/chk-9/_metadata"}, {"-chmod", "700", dir + "/scratch/dark"}} {
+		if out, err := c.DFSAs(t, minidfs.Other, args...); err != nil {
+			t.Fatalf("%v as %s: %v %s", args, minidfs.Other, err, out)
+		}
+	}
+	l, err := hdfsclient.ParseLocation(c.URI(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := hdfsclient.Resolve(l, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := hdfsclient.Dial(ctx, hdfsclient.Config{Resolved: res, User: minidfs.User, RPCTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	s := hdfsstore.New(cl, res, hdfsstore.Options{})
+	if err := s.ListMetadata(ctx, func(store.ObjectInfo) error { return nil }); err == nil {
+		t.Errorf("ListMetadata without a callback succeeded over an unreadable folder")
+	}
+	var unknown []store.UnknownSubtree
+	uctx := store.WithUnknown(ctx, func(u store.UnknownSubtree) error { unknown = append(unknown, u); return nil })
+	var got []string
+	if err := s.ListMetadata(uctx, func(oi store.ObjectInfo) error { got = append(got, oi.Path); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0] != "j1/chk-1/_metadata" || len(unknown) != 1 || unknown[0].Key != "scratch/dark" || !errors.Is(unknown[0].Err, fs.ErrPermission) {
+		t.Errorf("listed %v, unknown %+v; want j1/chk-1/_metadata, unknown scratch/dark (permission denied)", got, unknown)
+	}
+}

@@ -34,6 +34,15 @@ func TestConformanceFake(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
 		s, f := fakeStore(t, 2)
 		return storetest.Harness{Store: s, ModTimeSettable: true,
+			Unreadable: func(t *testing.T, key string) func() {
+				f.SetFault(func(op, name string) error {
+					if op == "list" && name == "/flink/checkpoints/"+key {
+						return fs.ErrPermission
+					}
+					return nil
+				})
+				return func() { f.SetFault(nil) }
+			},
 			Put: func(_ context.Context, key string, data []byte, mt time.Time) error {
 				return f.Put("/flink/checkpoints/"+key, data, mt)
 			}}
@@ -204,5 +213,43 @@ func TestDiscoverySkipsQuarantine(t *testing.T) {
 		if err != nil {
 			t.Errorf("Walk(%q): %v", prefix, err)
 		}
+	}
+}
+
+// TestUnreadableFolderIsUnknownSubtree: one folder the guard's user may not list (permission denied by
+// the NameNode: another user's folder, mode 700) is an unknown subtree when the caller takes them (the
+// index's syncs): every other folder is listed. The real NameNode's answer: TestUnreadableFolderOnHDFS (tag
+// hdfs).
+func TestUnreadableFolderIsUnknownSubtree(t *testing.T) {
+	s, f := fakeStore(t, 1)
+	for _, k := range []string{"j1/chk-1/_metadata", "j2/chk-1/_metadata", "j2/chk-1/a", "j3/chk-2/_metadata"} {
+		if err := f.Put("/flink/checkpoints/"+k, []byte("m"), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.SetFault(func(op, name string) error {
+		if op == "list" && name == "/flink/checkpoints/j2" {
+			return fs.ErrPermission
+		}
+		return nil
+	})
+	var unknown []store.UnknownSubtree
+	var mu sync.Mutex
+	ctx := store.WithUnknown(context.Background(), func(u store.UnknownSubtree) error {
+		mu.Lock()
+		unknown = append(unknown, u)
+		mu.Unlock()
+		return nil
+	})
+	var got []string
+	if err := s.ListMetadata(ctx, func(oi store.ObjectInfo) error { got = append(got, oi.Path); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(got)
+	if strings.Join(got, ",") != "j1/chk-1/_metadata,j3/chk-2/_metadata" || len(unknown) != 1 || unknown[0].Key != "j2" || !errors.Is(unknown[0].Err, fs.ErrPermission) {
+		t.Errorf("listed %v, unknown %+v; want j1 and j3, unknown j2 (permission)", got, unknown)
+	}
+	if _, err := listMeta(s); err == nil {
+		t.Errorf("without a callback the listing succeeded")
 	}
 }

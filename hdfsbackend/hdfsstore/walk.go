@@ -67,7 +67,15 @@ func (s *Store) walk(ctx context.Context, key string, fn func(store.ObjectInfo) 
 				startGone := dir == key && key != "" && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrInvalid))
 				belowGone := dir != key && errors.Is(err, fs.ErrNotExist)
 				if err != nil && !startGone && !belowGone {
-					cancel(err)
+					// A folder that cannot be listed (permission denied for the guard's user, a name
+					// that is no valid key, an error of the NameNode on that folder) is an unknown
+					// subtree when the caller takes them: the rest of the walk goes on.
+					if ctx.Err() == nil {
+						err = store.ReportUnknown(ctx, store.UnknownSubtree{Key: dir, Err: fmt.Errorf("listing %s: %w", s.abs(dir), err)})
+					}
+					if err != nil {
+						cancel(err)
+					}
 				}
 				q.done()
 			}

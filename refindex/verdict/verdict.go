@@ -69,6 +69,9 @@ const (
 	// the store, that the store does not hold at the same relative place and that no --external
 	// declares; the refused file could be that object (it has the URI's name).
 	ReasonUnmappedReferences Reason = "unmapped-references"
+	// ReasonUnknownSubtree: an entry of the store the last sync could not read (unreadable folder,
+	// listing error) may hold what the refused op would touch (refindex/unknown.go).
+	ReasonUnknownSubtree Reason = "unknown-subtree"
 	// ReasonOutsideStore: `why` of a URI that names no object of the guarded store; this guard neither
 	// protects nor deletes it, so there is no decision (Why only, never a mount's answer).
 	ReasonOutsideStore Reason = "outside-store"

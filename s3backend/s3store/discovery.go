@@ -62,8 +62,12 @@ import (
 // Options.FullWalk keeps the old behaviour: every ListMetadata is a full walk (complete for any layout at
 // every sync, at the cost above).
 //
-// Every S3 error aborts ListMetadata with that error: the index then treats the sync as failed and refuses
-// deletions (fail closed). A missing `_metadata` (404 on HEAD) just means "not a live checkpoint".
+// An S3 error on one folder's listing or one HEAD (after the client's retries) is an unknown subtree of
+// that prefix when the caller takes them (store.WithUnknown: the index's syncs): the rest of the descent
+// goes on, and the index refuses only what that prefix may hold. Without the callback, and for a full
+// walk (ListAllMetadata, reconciliation), every S3 error aborts the listing with that error: the index
+// then treats the sync as failed and refuses deletions (fail closed). A missing `_metadata` (404 on
+// HEAD) just means "not a live checkpoint".
 
 // Stats counts discoveries (for logs, metrics and tests).
 type Stats struct {
@@ -432,11 +436,22 @@ func (d *descent) head(key string) {
 			return nil
 		}
 		if err != nil {
-			return err
+			return d.unknown(ctx, key, err)
 		}
 		d.report(o)
 		return nil
 	})
+}
+
+// unknown reports a prefix (or key) whose listing or HEAD failed, after the client's retries, as an
+// unknown subtree (store.ReportUnknown): the rest of the descent goes on when the caller takes unknown
+// subtrees (the index refuses only what it may hold); otherwise, and when ctx is done, it is the error.
+func (d *descent) unknown(ctx context.Context, prefix string, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	return store.ReportUnknown(ctx, store.UnknownSubtree{Key: strings.TrimSuffix(prefix, "/"),
+		Err: fmt.Errorf("listing %s/%s: %w", d.s.Root(), prefix, err)})
 }
 
 // visit lists the folder prefix one level deep and goes on below it (see the notes at the top).
@@ -456,7 +471,7 @@ func (d *descent) visit(prefix string) {
 		for {
 			pg, err := d.s.c.ListPage(ctx, prefix, true, token, "", 1000)
 			if err != nil {
-				return err
+				return d.unknown(ctx, prefix, err)
 			}
 			d.count(&d.listings, 1)
 			for _, p := range pg.Prefixes {
@@ -522,7 +537,7 @@ func (d *descent) savepoint(folder string) {
 		case errors.Is(err, fs.ErrNotExist):
 			d.visit(folder)
 		default:
-			return err
+			return d.unknown(ctx, folder, err)
 		}
 		return nil
 	})

@@ -83,7 +83,13 @@ func (d *descent) flat(ctx context.Context, job string, ckpts []string) error {
 		want := min(1000, listKeysPerRequest*(len(ckpts)-next))
 		pg, err := d.s.c.ListPage(ctx, prefix, false, token, "", int32(want))
 		if err != nil {
-			return err
+			// The checkpoint folders not resolved yet are unknown (each its own subtree).
+			for _, c := range ckpts[next:] {
+				if uerr := d.unknown(ctx, c, err); uerr != nil {
+					return uerr
+				}
+			}
+			return nil
 		}
 		d.mu.Lock()
 		d.flatPages++

@@ -5,3 +5,14 @@ import "time"
 // StoreTimeNamed reads the store's clock through the named probe file (the path taken on file systems
 // without O_TMPFILE, such as NFS).
 func StoreTimeNamed(s *Store) (time.Time, error) { return s.probeNamed() }
+
+// SetOpenDirHook makes every folder open of a walk ask hook first (an error it returns is the open's),
+// for the unreadable folders a test running as root cannot make (root bypasses file modes).
+func SetOpenDirHook(hook func(key string) error) (restore func()) {
+	old := openDirHook
+	openDirHook = hook
+	return func() { openDirHook = old }
+}
+
+// MaxOpenDirs is how many folder descriptors one walk keeps open.
+const MaxOpenDirs = maxOpenDirs

@@ -81,17 +81,6 @@ func (s *Store) osPath(k string) string {
 	return s.root + "/" + filepath.FromSlash(k)
 }
 
-func (s *Store) info(key string, fi fs.FileInfo) store.ObjectInfo {
-	oi := store.ObjectInfo{Path: key, ModTime: fi.ModTime(), IsDir: fi.IsDir(), Special: !fi.IsDir() && !fi.Mode().IsRegular()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		oi.UID, oi.HasUID = st.Uid, true
-	}
-	if !fi.IsDir() {
-		oi.Size = fi.Size()
-	}
-	return oi
-}
-
 // Stat describes key without following a symlink, neither the final name nor a folder on the way: a
 // folder replaced by a symlink makes the key unreachable (an error naming the symlink), as Walk, which
 // reports the link itself, and Open see it. Following it would describe a file outside the store, or one
@@ -119,31 +108,19 @@ func (s *Store) Stat(ctx context.Context, key string) (store.ObjectInfo, error) 
 }
 
 // lstatNoSymlinks is lstat(2) of key k (clean) beneath the root through no symlink
-// (openat2 O_PATH|O_NOFOLLOW, RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, which opens a final symlink itself),
-// into a stack buffer: Stat is on the path of every guarded unlink. A kernel without openat2 (before
-// 5.6) gets lstat(2) of the path.
+// (openat2 O_PATH|O_NOFOLLOW, RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, which opens a final symlink itself;
+// in chunks below PATH_MAX, so a key of any length is reached: fdwalk.go), into a stack buffer: Stat is
+// on the path of every guarded unlink.
 func (s *Store) lstatNoSymlinks(k string, st *unix.Stat_t) error {
 	if k == "" {
 		return retryEINTR(func() error { return unix.Lstat(s.root, st) })
 	}
-	var rfd int
-	err := retryEINTR(func() (err error) {
-		rfd, err = unix.Open(s.root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		return err
-	})
+	rfd, err := s.rootFd(unix.O_PATH)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(rfd)
-	var fd int
-	err = retryEINTR(func() (err error) {
-		fd, err = unix.Openat2(rfd, k, &unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS})
-		return err
-	})
-	if err == unix.ENOSYS {
-		return retryEINTR(func() error { return unix.Lstat(s.osPath(k), st) })
-	}
+	fd, err := openBeneath(rfd, k, unix.O_PATH)
 	if err != nil {
 		return err
 	}
@@ -212,24 +189,15 @@ func (s *Store) Open(ctx context.Context, key string) (store.Reader, error) {
 }
 
 // openNoSymlinks opens key k (clean) beneath the root without following a symlink on the way or at
-// the name (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS). A kernel without openat2 (before 5.6) gets
-// the path, with only the name itself not followed.
+// the name (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, in chunks below PATH_MAX: fdwalk.go).
 func (s *Store) openNoSymlinks(k string, flags int) (*os.File, error) {
 	p := s.osPath(k)
-	rfd, err := unix.Open(s.root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	rfd, err := s.rootFd(unix.O_PATH)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: s.root, Err: err}
 	}
 	defer unix.Close(rfd)
-	name := k
-	if name == "" {
-		name = "."
-	}
-	fd, err := unix.Openat2(rfd, name, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC | unix.O_NOFOLLOW),
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS})
-	if err == unix.ENOSYS {
-		return os.OpenFile(p, flags|syscall.O_NOFOLLOW, 0)
-	}
+	fd, err := openBeneath(rfd, k, flags)
 	if err == unix.ELOOP || err == unix.EXDEV {
 		return nil, &fs.PathError{Op: "open", Path: p, Err: fmt.Errorf("a symlink on the way (the store's files are read through real folders only): %w", err)}
 	}
@@ -239,69 +207,27 @@ func (s *Store) openNoSymlinks(k string, flags int) (*os.File, error) {
 	return os.NewFile(uintptr(fd), p), nil
 }
 
-// Walk reports every file and directory strictly below prefix. A missing prefix is not an error
-// (an S3 prefix with no objects does not exist either).
+// Walk reports every file and directory strictly below prefix, walking by descriptors (fdwalk.go):
+// no path length limit, no symlink followed. A missing prefix is not an error (an S3 prefix with no
+// objects does not exist either). A folder or entry that cannot be read is an unknown subtree
+// (store.ReportUnknown).
 func (s *Store) Walk(ctx context.Context, prefix string, fn func(store.ObjectInfo) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	k, err := store.CleanKey(prefix)
 	if err != nil {
 		return err
 	}
-	base, _ := s.OSPath(k)
-	return s.walk(ctx, base, fn, nil)
-}
-
-func (s *Store) walk(ctx context.Context, base string, fn func(store.ObjectInfo) error, filter func(d fs.DirEntry) bool) error {
-	err := filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
-		if cerr := ctx.Err(); cerr != nil {
-			return cerr
-		}
-		if err != nil {
-			if p == base && errors.Is(err, fs.ErrNotExist) {
-				return filepath.SkipAll
-			}
-			// A file removed between readdir and lstat is simply gone.
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return fmt.Errorf("walk %s: %w", p, err)
-		}
-		if p == base {
-			if !d.IsDir() {
-				return filepath.SkipAll
-			}
-			return nil
-		}
-		if d.IsDir() && d.Name() == store.QuarantineDir && filepath.Dir(p) == s.root {
-			// Staged deletions are not store data (store.QuarantineDir).
-			return filepath.SkipDir
-		}
-		if filter != nil && !filter(d) {
-			return nil
-		}
-		fi, err := d.Info()
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return fmt.Errorf("walk %s: %w", p, err)
-		}
-		rel, err := filepath.Rel(s.root, p)
-		if err != nil {
-			return err
-		}
-		return fn(s.info(filepath.ToSlash(rel), fi))
-	})
-	if err != nil && !errors.Is(err, filepath.SkipAll) {
-		return err
-	}
-	return nil
+	return s.walkFd(ctx, k, fn, false)
 }
 
 // ListMetadata reports every regular file named `_metadata` below the root.
 func (s *Store) ListMetadata(ctx context.Context, fn func(store.ObjectInfo) error) error {
-	return s.walk(ctx, s.root, fn, func(d fs.DirEntry) bool {
-		return d.Type().IsRegular() && d.Name() == store.MetadataName
-	})
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.walkFd(ctx, "", fn, true)
 }
 
 // String is for logs.

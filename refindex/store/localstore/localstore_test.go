@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +25,14 @@ func TestConformance(t *testing.T) {
 		return storetest.Harness{
 			Store:           st,
 			ModTimeSettable: true,
+			Unreadable: func(t *testing.T, key string) func() {
+				return localstore.SetOpenDirHook(func(k string) error {
+					if k == key {
+						return syscall.EACCES
+					}
+					return nil
+				})
+			},
 			Put: func(_ context.Context, key string, data []byte, mt time.Time) error {
 				p := filepath.Join(dir, filepath.FromSlash(key))
 				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {

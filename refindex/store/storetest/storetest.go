@@ -26,6 +26,9 @@ type Harness struct {
 	// backends that cannot set it (S3) ignore it and report ModTimeSettable=false.
 	Put             func(ctx context.Context, key string, data []byte, modTime time.Time) error
 	ModTimeSettable bool
+	// Unreadable, when the backend can fake it, makes the folder key unreadable to the store (its
+	// listing fails: EACCES, a failing prefix) until restore is called.
+	Unreadable func(t *testing.T, key string) (restore func())
 }
 
 // Run runs the whole suite; newHarness must return an empty store each time it is called.
@@ -37,6 +40,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	t.Run("Cancel", func(t *testing.T) { testCancel(t, newHarness(t)) })
 	t.Run("OddNames", func(t *testing.T) { testOddNames(t, newHarness(t)) })
 	t.Run("Clock", func(t *testing.T) { testClock(t, newHarness(t)) })
+	t.Run("UnknownSubtree", func(t *testing.T) { testUnknownSubtree(t, newHarness(t)) })
 }
 
 // testClock: a store that reads its own clock (store.Clock) reads it rounded down, never ahead. The
@@ -253,5 +257,56 @@ func testOddNames(t *testing.T, h Harness) {
 		if _, err := h.Store.Stat(context.Background(), k); err != nil {
 			t.Errorf("stat %q: %v", k, err)
 		}
+	}
+}
+
+// testUnknownSubtree: a folder the store cannot read fails a walk and a listing with an error wrapping
+// *store.UnknownSubtree naming it, unless the caller takes unknown subtrees (store.WithUnknown): then it
+// is reported, once, and everything else is listed. Once readable again, nothing is unknown.
+func testUnknownSubtree(t *testing.T, h Harness) {
+	if h.Unreadable == nil {
+		t.Skip("the harness cannot make a folder unreadable")
+	}
+	ctx := context.Background()
+	for _, k := range []string{"a/_metadata", "b/x/_metadata", "b/y", "c/_metadata"} {
+		if err := h.Put(ctx, k, []byte("m"), time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restore := h.Unreadable(t, "b")
+	var u *store.UnknownSubtree
+	if err := h.Store.ListMetadata(ctx, func(store.ObjectInfo) error { return nil }); !errors.As(err, &u) || u.Key != "b" {
+		t.Errorf("ListMetadata without a callback = %v, want an UnknownSubtree b", err)
+	}
+	if err := h.Store.Walk(ctx, "", func(store.ObjectInfo) error { return nil }); !errors.As(err, &u) || u.Key != "b" {
+		t.Errorf("Walk without a callback = %v, want an UnknownSubtree b", err)
+	}
+	var unknown []string
+	uctx := store.WithUnknown(ctx, func(u store.UnknownSubtree) error { unknown = append(unknown, u.Key); return nil })
+	var got []string
+	if err := h.Store.ListMetadata(uctx, func(oi store.ObjectInfo) error { got = append(got, oi.Path); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(got)
+	if strings.Join(got, ",") != "a/_metadata,c/_metadata" || strings.Join(unknown, ",") != "b" {
+		t.Errorf("ListMetadata with a callback = %v, unknown %v; want a and c, unknown b", got, unknown)
+	}
+	unknown = nil
+	files := 0
+	if err := h.Store.Walk(uctx, "", func(oi store.ObjectInfo) error {
+		if strings.HasPrefix(oi.Path, "b/") {
+			t.Errorf("Walk reported %s below the unreadable folder", oi.Path)
+		}
+		if !oi.IsDir {
+			files++
+		}
+		return nil
+	}); err != nil || files != 2 || strings.Join(unknown, ",") != "b" {
+		t.Errorf("Walk with a callback = %d files, unknown %v, %v; want 2, b", files, unknown, err)
+	}
+	restore()
+	unknown, got = nil, nil
+	if err := h.Store.ListMetadata(uctx, func(oi store.ObjectInfo) error { got = append(got, oi.Path); return nil }); err != nil || len(got) != 3 || len(unknown) != 0 {
+		t.Errorf("readable again: %v, unknown %v, %v", got, unknown, err)
 	}
 }

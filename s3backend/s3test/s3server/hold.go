@@ -19,6 +19,7 @@ type Held struct {
 	parked   []chan bool // one per parked request: true forwards it, false answers 503
 	arrived  int         // requests the hold caught so far
 	released bool
+	failAll  bool          // every matching request is answered 503 at once (FailAll)
 	notify   chan struct{} // closed (and replaced) when a request arrives
 }
 
@@ -53,6 +54,15 @@ func (p *Proxy) catch(w http.ResponseWriter, r *http.Request, op string) (answer
 		h.mu.Unlock()
 		return false
 	}
+	if h.failAll {
+		h.arrived++
+		h.mu.Unlock()
+		p.failed.Add(1)
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(slowDown))
+		return true
+	}
 	ch := make(chan bool, 1)
 	h.parked = append(h.parked, ch)
 	h.arrived++
@@ -74,6 +84,19 @@ func (p *Proxy) catch(w http.ResponseWriter, r *http.Request, op string) (answer
 		h.parked = slices.DeleteFunc(h.parked, func(c chan bool) bool { return c == ch })
 		h.mu.Unlock()
 		return true
+	}
+}
+
+// FailAll answers every matching request with 503 from now on, the parked ones too, until Release: a
+// prefix whose listing keeps failing (a broken shard, a policy denying it) while the rest answers.
+func (h *Held) FailAll() {
+	h.mu.Lock()
+	h.failAll = true
+	parked := h.parked
+	h.parked = nil
+	h.mu.Unlock()
+	for _, ch := range parked {
+		ch <- false
 	}
 }
 

@@ -1,0 +1,381 @@
+package localstore
+
+import (
+	"context"
+	"encoding/binary"
+	"io/fs"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ckguard/ckguard/refindex/store"
+)
+
+// The store is walked and resolved through descriptors, never by path: a path longer than PATH_MAX
+// (4,096 bytes), which any user who may create folders can make, must not fail a walk or a stat.
+//
+// Invariants:
+//   - every name is resolved relative to an open folder descriptor (openat/openat2/fstatat), never
+//     following a symlink (O_NOFOLLOW, RESOLVE_NO_SYMLINKS|RESOLVE_BENEATH), and no single call is
+//     given more than maxChunk bytes of path;
+//   - one walk holds at most maxOpenDirs folder descriptors plus two (the one being opened and the
+//     anchor's chunked chain), however deep the tree: folders deeper than that are read whole when
+//     opened (names and their lstat), their descriptor closed at once, and a folder below them is
+//     opened from the deepest folder still open, by the relative chain of names (no "..": a clean key
+//     has none), in chunks of at most maxChunk bytes. A 1,000-level tree costs O(depth²) name lookups
+//     in the kernel past depth maxOpenDirs, and no recursion of the Go stack;
+//   - memory is bounded by one getdents buffer per open folder plus the entries of the fully read
+//     deep folders on the current chain (a 1 M-entry folder near the top is read in batches).
+const (
+	maxOpenDirs = 64
+	maxChunk    = 3072 // < PATH_MAX with room for the kernel's terminating NUL
+	direntBuf   = 32 << 10
+)
+
+// openDirHook, when set (tests), is asked before each folder is opened; an error it returns is the
+// open's. It can be set by tests to inject an unreadable folder (root bypasses file modes on a
+// local file system, so EACCES cannot be made for real by a test running as root).
+var openDirHook func(key string) error
+
+// openBeneath opens rel (a clean relative key, "" = dirfd itself) below dirfd with flags, through no
+// symlink, in chunks of at most maxChunk bytes so that no call is given a path over PATH_MAX.
+func openBeneath(dirfd int, rel string, flags int) (int, error) {
+	if rel == "" {
+		rel = "."
+	}
+	cur, owned := dirfd, false
+	defer func() {
+		if owned {
+			unix.Close(cur)
+		}
+	}()
+	for {
+		chunk, rest := rel, ""
+		if len(rel) > maxChunk {
+			i := strings.LastIndexByte(rel[:maxChunk+1], '/')
+			if i <= 0 {
+				return -1, unix.ENAMETOOLONG
+			}
+			chunk, rest = rel[:i], rel[i+1:]
+		}
+		fl := flags
+		if rest != "" {
+			fl = unix.O_PATH | unix.O_DIRECTORY
+		}
+		fd, err := openat2(cur, chunk, fl)
+		if err != nil {
+			return -1, err
+		}
+		if owned {
+			unix.Close(cur)
+		}
+		if rest == "" {
+			owned = false
+			return fd, nil
+		}
+		cur, owned, rel = fd, true, rest
+	}
+}
+
+// openat2 opens name below dirfd through no symlink; a kernel without openat2 (before 5.6) gets
+// openat(2) of each name with O_NOFOLLOW.
+func openat2(dirfd int, name string, flags int) (int, error) {
+	var fd int
+	err := retryEINTR(func() (err error) {
+		fd, err = unix.Openat2(dirfd, name, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC | unix.O_NOFOLLOW),
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS})
+		return err
+	})
+	if err != unix.ENOSYS {
+		return fd, err
+	}
+	segs := strings.Split(name, "/")
+	cur := dirfd
+	for i, s := range segs {
+		fl := unix.O_PATH | unix.O_DIRECTORY
+		if i == len(segs)-1 {
+			fl = flags
+		}
+		err = retryEINTR(func() (err error) {
+			fd, err = unix.Openat(cur, s, fl|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+			return err
+		})
+		if cur != dirfd {
+			unix.Close(cur)
+		}
+		if err != nil {
+			return -1, err
+		}
+		cur = fd
+	}
+	return cur, nil
+}
+
+// rootFd opens the store root as a folder.
+func (s *Store) rootFd(flags int) (int, error) {
+	var fd int
+	err := retryEINTR(func() (err error) {
+		fd, err = unix.Open(s.root, flags|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		return err
+	})
+	return fd, err
+}
+
+type dent struct {
+	name string
+	typ  uint8
+	st   *unix.Stat_t // lstat, for folders read whole (their descriptor is closed)
+	err  error        // the lstat's error, likewise
+}
+
+type dirFrame struct {
+	key  string
+	fd   int // -1 once read whole and closed
+	buf  []byte
+	ents []dent
+	eof  bool
+}
+
+// readBatch reads the next getdents batch of f.
+func (f *dirFrame) readBatch() error {
+	if f.buf == nil {
+		f.buf = make([]byte, direntBuf)
+	}
+	var n int
+	err := retryEINTR(func() (err error) {
+		n, err = unix.Getdents(f.fd, f.buf)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		f.eof = true
+		return nil
+	}
+	// Sorted within a batch: a folder that fits one batch (hundreds of names) is walked in name
+	// order, as filepath.WalkDir did, so walks are reproducible; a larger one batch by batch.
+	n0 := len(f.ents)
+	f.ents = parseDirents(f.buf[:n], f.ents)
+	sort.Slice(f.ents[n0:], func(i, j int) bool { return f.ents[n0+i].name < f.ents[n0+j].name })
+	return nil
+}
+
+// parseDirents appends the entries of a linux_dirent64 buffer (name, d_type), "." and ".." left out.
+func parseDirents(b []byte, out []dent) []dent {
+	for len(b) >= 19 {
+		reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+		if reclen < 19 || reclen > len(b) {
+			break
+		}
+		typ := b[18]
+		name := b[19:reclen]
+		if i := indexNUL(name); i >= 0 {
+			name = name[:i]
+		}
+		if s := string(name); s != "." && s != ".." {
+			out = append(out, dent{name: s, typ: typ})
+		}
+		b = b[reclen:]
+	}
+	return out
+}
+
+func indexNUL(b []byte) int {
+	for i, c := range b {
+		if c == 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+func joinKey(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+// walkFd walks the folder at clean key base, reporting every entry below it (only regular
+// `_metadata` when metaOnly) to fn. An entry that cannot be read is reported by
+// store.ReportUnknown (the walk goes on when the caller takes unknown subtrees).
+func (s *Store) walkFd(ctx context.Context, base string, fn func(store.ObjectInfo) error, metaOnly bool) error {
+	rfd, err := s.rootFd(unix.O_PATH)
+	if err != nil {
+		return store.ReportUnknown(ctx, store.UnknownSubtree{Key: "", Err: &fs.PathError{Op: "open", Path: s.root, Err: err}})
+	}
+	defer unix.Close(rfd)
+	var stack []*dirFrame
+	open := 0 // frames holding a descriptor
+	defer func() {
+		for _, f := range stack {
+			if f.fd >= 0 {
+				unix.Close(f.fd)
+			}
+		}
+	}()
+	unknown := func(key string, err error, st *unix.Stat_t) error {
+		u := store.UnknownSubtree{Key: key, Err: &fs.PathError{Op: "walk", Path: s.osPath(key), Err: err}}
+		if st != nil {
+			u.UID, u.HasUID = st.Uid, true
+		}
+		return store.ReportUnknown(ctx, u)
+	}
+	// push opens the folder key (its lstat st, if known) relative to the deepest open frame.
+	push := func(key string, st *unix.Stat_t) error {
+		anchor, akey := rfd, ""
+		for i := len(stack) - 1; i >= 0; i-- {
+			if stack[i].fd >= 0 {
+				anchor, akey = stack[i].fd, stack[i].key
+				break
+			}
+		}
+		rel := key
+		if akey != "" {
+			rel = key[len(akey)+1:]
+		}
+		if openDirHook != nil {
+			if err := openDirHook(key); err != nil {
+				return unknown(key, err, st)
+			}
+		}
+		fd, err := openBeneath(anchor, rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK)
+		switch {
+		case err == unix.ENOENT:
+			return nil // removed meanwhile
+		case (err == unix.ENOTDIR || err == unix.ELOOP) && !strings.Contains(rel, "/"):
+			return nil // replaced by a file or a symlink meanwhile: no subtree (a symlink is never followed)
+		case err != nil:
+			if key == base && base != "" && (err == unix.ENOTDIR || err == unix.ENOENT) {
+				return nil
+			}
+			return unknown(key, err, st)
+		}
+		f := &dirFrame{key: key, fd: fd}
+		if open < maxOpenDirs {
+			open++
+			stack = append(stack, f)
+			return nil
+		}
+		// Too deep to keep open: read it whole, with the lstat of each entry, and close it.
+		for !f.eof {
+			if err := f.readBatch(); err != nil {
+				unix.Close(fd)
+				f.fd = -1
+				stack = append(stack, f) // what was read is still reported
+				return unknown(key, err, st)
+			}
+		}
+		sort.Slice(f.ents, func(i, j int) bool { return f.ents[i].name < f.ents[j].name })
+		for i := range f.ents {
+			var est unix.Stat_t
+			if err := retryEINTR(func() error { return unix.Fstatat(fd, f.ents[i].name, &est, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+				f.ents[i].err = err
+			} else {
+				f.ents[i].st = &est
+			}
+		}
+		unix.Close(fd)
+		f.fd = -1
+		f.buf = nil
+		stack = append(stack, f)
+		return nil
+	}
+	if base == "" {
+		fd, err := s.rootFd(unix.O_RDONLY)
+		if err != nil {
+			return unknown("", err, nil)
+		}
+		stack = append(stack, &dirFrame{key: "", fd: fd})
+		open++
+	} else {
+		var st unix.Stat_t
+		fd, err := openBeneath(rfd, base, unix.O_PATH)
+		if err == unix.ENOENT || err == unix.ENOTDIR {
+			return nil // a missing prefix is no error (an S3 prefix with no objects does not exist either)
+		}
+		if err == nil {
+			err = unix.Fstat(fd, &st)
+			unix.Close(fd)
+		}
+		if err != nil {
+			return unknown(base, err, nil)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return nil
+		}
+		if err := push(base, &st); err != nil {
+			return err
+		}
+	}
+	visited := 0
+	for len(stack) > 0 {
+		top := stack[len(stack)-1]
+		if len(top.ents) == 0 {
+			if top.eof || top.fd < 0 {
+				if top.fd >= 0 {
+					unix.Close(top.fd)
+					open--
+				}
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			top.ents = top.ents[:0]
+			if err := top.readBatch(); err != nil {
+				top.eof = true
+				if uerr := unknown(top.key, err, nil); uerr != nil {
+					return uerr
+				}
+			}
+			continue
+		}
+		e := top.ents[0]
+		top.ents = top.ents[1:]
+		if visited++; visited%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		key := joinKey(top.key, e.name)
+		if top.key == "" && e.name == store.QuarantineDir && (e.typ == unix.DT_DIR || e.typ == unix.DT_UNKNOWN) {
+			// Staged deletions are not store data (store.QuarantineDir). A file of that name is
+			// skipped too: it is no checkpoint data either.
+			continue
+		}
+		isMeta := e.name == store.MetadataName
+		if metaOnly && e.typ != unix.DT_DIR && e.typ != unix.DT_UNKNOWN && !(isMeta && e.typ == unix.DT_REG) {
+			continue
+		}
+		st, serr := e.st, e.err
+		if st == nil && serr == nil {
+			var est unix.Stat_t
+			serr = retryEINTR(func() error { return unix.Fstatat(top.fd, e.name, &est, unix.AT_SYMLINK_NOFOLLOW) })
+			if serr == nil {
+				st = &est
+			}
+		}
+		if serr == unix.ENOENT {
+			continue // removed between readdir and lstat: simply gone
+		}
+		if serr != nil {
+			if err := unknown(key, serr, nil); err != nil {
+				return err
+			}
+			continue
+		}
+		oi := InfoFromStat(key, st)
+		if !metaOnly || store.IsCheckpointFile(oi) {
+			if err := fn(oi); err != nil {
+				return err
+			}
+		}
+		if oi.IsDir {
+			if err := push(key, st); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
