@@ -110,6 +110,7 @@ func (ix *Index) forstRoots(p Policy) ([]string, error) {
 type forstActivity struct {
 	active bool
 	signal string // "newest checkpoint flink/<job>/chk-12 3m ago", "<file> modified 2h ago"
+	meta   string // the newest checkpoint's _metadata when it is the signal
 }
 
 // forstCache keeps the working-folder walks of a sync (keyed by the job's working root), so that a
@@ -149,7 +150,7 @@ func (ix *Index) forstActive(ctx context.Context, v *view, d forstDir, storeNow 
 		}
 	}
 	if newest != nil && storeNow.Sub(newest.ModTime) < win {
-		return forstActivity{true, fmt.Sprintf("newest checkpoint %s %s ago", strings.TrimSuffix(newest.Key, "/"+store.MetadataName), duration.Format(storeNow.Sub(newest.ModTime).Round(time.Second)))}, nil
+		return forstActivity{true, fmt.Sprintf("newest checkpoint %s %s ago", strings.TrimSuffix(newest.Key, "/"+store.MetadataName), duration.Format(storeNow.Sub(newest.ModTime).Round(time.Second))), newest.Key}, nil
 	}
 	ttl := min(forstCacheTTL, v.pol.Grace/2)
 	ix.forst.mu.Lock()
@@ -164,7 +165,7 @@ func (ix *Index) forstActive(ctx context.Context, v *view, d forstDir, storeNow 
 			return nil
 		}
 		if age := storeNow.Sub(o.ModTime); age < win {
-			act = forstActivity{true, fmt.Sprintf("%s modified %s ago", o.Path, duration.Format(max(age, 0).Round(time.Second)))}
+			act = forstActivity{active: true, signal: fmt.Sprintf("%s modified %s ago", o.Path, duration.Format(max(age, 0).Round(time.Second)))}
 			return errStop
 		}
 		return nil
@@ -237,7 +238,13 @@ func (ix *Index) forstRefusal(ctx context.Context, v *view, d forstDir, key stri
 	}
 	msg := fmt.Sprintf("refusing to %s %s: job %s is active (%s, within --active-window %s); %s is in its ForSt working directory %s/db in %s, which the running job's database needs whatever the files' age (files written since its last checkpoint are referenced by no _metadata, and after a restore a newer attempt uses files in older attempt folders). Stop or cancel the job first; once it is inactive for --active-window the folder is judged by the other rules",
 		op, what, jobName, act.signal, duration.Format(v.pol.ActiveWindow), where, path.Base(d.Attempt), layout)
-	return verdict.Decision{Reason: verdict.ReasonForStWorkingDir, Referencing: d.Jobs, RefCount: len(d.Jobs), Message: msg}, true
+	// Referencing names the _metadata whose age keeps the job active, when that is the signal: `why`
+	// lists it as what protects the file.
+	dec := verdict.Decision{Reason: verdict.ReasonForStWorkingDir, Message: msg}
+	if act.meta != "" {
+		dec.Referencing, dec.RefCount = []string{act.meta}, 1
+	}
+	return dec, true
 }
 
 // forstBelow is rule 6's check of one object o below a folder being removed or renamed (what): refused
