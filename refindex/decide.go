@@ -228,6 +228,11 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op verdict.Op,
 		}
 	}
 
+	// 4c. ForSt working directories of active jobs (forst.go), whatever the files' age.
+	if d, refused := ix.decideForst(ctx, v, key, op, what, storeNow); refused {
+		return d
+	}
+
 	// 5. --protect globs.
 	if g := v.pol.protectedBy(key); g != "" {
 		return refuse(verdict.ReasonProtectGlob, fmt.Sprintf("refusing to %s %s: it matches --protect %q", op, what, g))
@@ -258,6 +263,10 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op verdict.Op,
 			}
 			if o.IsDir {
 				return nil
+			}
+			if d, refused := ix.forstBelow(ctx, v, o, op, what, storeNow); refused {
+				blocked = &d
+				return errStop
 			}
 			if young, age := ix.inGrace(v, o, storeNow); young {
 				d := refuse(verdict.ReasonGrace, v.graceMsg(op, what, o.Path, age))
@@ -506,7 +515,7 @@ func stateOf(r verdict.Reason) string {
 		return verdict.StateDeletable
 	case verdict.ReasonReferenced:
 		return verdict.StateReferenced
-	case verdict.ReasonProtectedMetadata, verdict.ReasonProtectedSavepoint, verdict.ReasonPinned, verdict.ReasonProtectGlob:
+	case verdict.ReasonProtectedMetadata, verdict.ReasonProtectedSavepoint, verdict.ReasonPinned, verdict.ReasonProtectGlob, verdict.ReasonForStWorkingDir:
 		return verdict.StateProtected
 	case verdict.ReasonGrace:
 		return verdict.StateInGrace

@@ -36,6 +36,8 @@ type Index struct {
 	log  *slog.Logger
 	lock *os.File // holds the index directory's flock: one process per index
 
+	forst forstCache // working-folder walks of ForSt jobs (forst.go)
+
 	histOnce  sync.Once
 	histState *history // the metadata history (history.go)
 
@@ -133,6 +135,10 @@ func Open(dir string, st store.Store, pol Policy, opts ...Option) (*Index, error
 	}
 	ix := &Index{dir: dir, st: st, norm: norm, opt: o, log: o.log, lock: lock, done: make(chan struct{})}
 	ix.mu.pol, ix.mu.state = pol, newMemState()
+	if _, err := ix.forstRoots(pol); err != nil {
+		lock.Close()
+		return nil, err
+	}
 	if err := ix.openCurrent(); err != nil {
 		lock.Close()
 		return nil, err
@@ -143,6 +149,9 @@ func Open(dir string, st store.Store, pol Policy, opts ...Option) (*Index, error
 // SetPolicy replaces the decision policy (for example after a configuration reload).
 func (ix *Index) SetPolicy(p Policy) error {
 	if err := p.Validate(); err != nil {
+		return err
+	}
+	if _, err := ix.forstRoots(p); err != nil {
 		return err
 	}
 	ix.mu.Lock()

@@ -30,6 +30,11 @@ type Policy struct {
 	// a/b/savepoint-x and everything in it; "ha" every folder named ha); a glob with "/" matches store
 	// keys from the store root ("flink/ha", "*/ha"); a leading "/" anchors a name at the root ("/ha").
 	Protect []string
+	// ForStPrimary lists ForSt primary dirs configured apart from the checkpoint dir
+	// (state.backend.forst.primary-dir; --forst-primary): store-relative folders or URIs that map into
+	// the store. Working folders <primary>/<job id>/op_…_attempt_…/ below them are protected while
+	// their job is active (forst.go); those below <job>/shared/ are recognised without it.
+	ForStPrimary []string `json:",omitempty"`
 	// Now is the clock (nil = time.Now); tests set it.
 	Now func() time.Time `json:"-"`
 }

@@ -86,6 +86,7 @@ func policyFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "protect", Usage: "never remove store paths matching this `GLOB` or anything below them (repeatable); a glob without / matches a file or folder name at any depth (ha, savepoint-*), one with / matches paths from the store root (flink/ha, */ha, /ha)"},
 		&cli.BoolFlag{Name: "savepoint-keep-newest", Value: d.SavepointKeepNewest, Usage: "protect the _metadata of the newest savepoint of every job, whatever its age (--savepoint-keep-newest=false to dispose of one through the mount)"},
 		durationFlag("savepoint-retention", d.SavepointRetention, "protect the _metadata of every savepoint completed within this period, e.g. 30d (0s = off)"),
+		&cli.StringSliceFlag{Name: "forst-primary", Usage: "a ForSt primary dir set apart from the checkpoint dir (state.backend.forst.primary-dir), as a `FOLDER` relative to the store root or the URI Flink has (repeatable): its <job id>/op_*_attempt_*/ working folders are protected while their job is active (working folders in <job>/shared/ are recognised without it)"},
 	}
 }
 
@@ -99,6 +100,7 @@ func policyFrom(c *cli.Context) (refindex.Policy, error) {
 		p.Protect = c.StringSlice("protect")
 		p.SavepointKeepNewest = c.Bool("savepoint-keep-newest")
 		p.SavepointRetention = c.Duration("savepoint-retention")
+		p.ForStPrimary = c.StringSlice("forst-primary")
 		if err := protectNotHostPaths(p.Protect, c.String("store"), c.Args().First()); err != nil {
 			return p, err
 		}

@@ -64,7 +64,10 @@ const (
 	ReasonProtectedSavepoint Reason = "protected-savepoint"
 	ReasonProtectGlob        Reason = "protect-glob" // matches a --protect glob
 	ReasonGrace              Reason = "grace"        // unreferenced but younger than --grace
-	ReasonStoreError         Reason = "store-error"  // storage error while deciding: fail closed
+	// ReasonForStWorkingDir: in a ForSt working directory (op_…_attempt_…/db) of a job the store shows
+	// active (its newest checkpoint, or a file of its working directories, within --active-window).
+	ReasonForStWorkingDir Reason = "forst-working-dir"
+	ReasonStoreError      Reason = "store-error" // storage error while deciding: fail closed
 	// ReasonUnmappedReferences: a live _metadata references an object by a URI that no --map ties to
 	// the store, that the store does not hold at the same relative place and that no --external
 	// declares; the refused file could be that object (it has the URI's name).
