@@ -53,3 +53,18 @@ func mkdirs(dirs ...string) error {
 	}
 	return nil
 }
+
+// ObjectLockBucket creates a bucket with Object Lock enabled (which enables versioning) and returns its
+// name. Start the server with StartVersioned.
+func (s *Server) ObjectLockBucket(t testing.TB, name string) string {
+	t.Helper()
+	c, err := s3client.New(context.Background(), s.Config(), s3client.Location{Bucket: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.API().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String(name),
+		ObjectLockEnabledForBucket: aws.Bool(true)}); err != nil {
+		t.Fatalf("create bucket %s with Object Lock: %v", name, err)
+	}
+	return name
+}
