@@ -36,6 +36,11 @@ type Index struct {
 	log  *slog.Logger
 	lock *os.File // holds the index directory's flock: one process per index
 
+	// badMu guards badLogged: the bad `_metadata` logged, with the error they were logged with
+	// (readmeta.go logBad: once per file, not per sync).
+	badMu     sync.Mutex
+	badLogged map[string]string
+
 	histOnce  sync.Once
 	histState *history // the metadata history (history.go)
 
