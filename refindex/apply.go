@@ -56,7 +56,10 @@ func (ix *Index) apply(ch change) error {
 	if err != nil {
 		return err
 	}
-	w := &changeWriter{ix: ix, rt: rt, cur: cur, next: cur.clone(), now: time.Now(), filt: filterDelta{f: g.filt.Load()}}
+	ix.mu.RLock()
+	grace, skew := ix.mu.pol.Grace, ix.mu.skew
+	ix.mu.RUnlock()
+	w := &changeWriter{ix: ix, rt: rt, cur: cur, next: cur.clone(), now: time.Now(), grace: grace, skew: skew, filt: filterDelta{f: g.filt.Load()}}
 	committed := false
 	defer func() {
 		rt.discard()
@@ -102,6 +105,8 @@ type changeWriter struct {
 	rt        *rollingTxn
 	cur, next *memState
 	now       time.Time // the time of the tombstones the change writes
+	grace     time.Duration
+	skew      time.Duration // the store clock's correction (Index.mu.skew)
 	filt      filterDelta
 }
 
@@ -133,6 +138,13 @@ func (w *changeWriter) put(e *entry) error {
 			return err
 		}
 	}
+	if old := w.cur.ckpts[e.rec.Key]; old != nil && w.holdsPrevious(old, e) {
+		// A rewrite read half-way (or garbage over a checkpoint): within grace the previous
+		// version's references stay, so a transient read frees nothing; past it they go, as when
+		// the file is deleted (Flink never rewrites a completed _metadata).
+		e.refs = oldRefs
+		e.rec.HeldRefs, e.rec.Refs, e.rec.Outside = true, old.Refs, old.Outside
+	}
 	w.filt.count(e.rec.Key, oldRefs, e.refs)
 	if err := putEntry(w.rt, e, true); err != nil {
 		return err
@@ -150,6 +162,16 @@ func (w *changeWriter) put(e *entry) error {
 	adjustDirRefs(w.next, e.refs, +1)
 	w.next.ckpts[e.rec.Key] = e.rec
 	return nil
+}
+
+// holdsPrevious reports whether the damaged new version e of a `_metadata` keeps the references of
+// its previous version old: old was parseable (or itself held them), and e is younger than --grace by
+// the store's clock.
+func (w *changeWriter) holdsPrevious(old *checkpointRecord, e *entry) bool {
+	if !e.rec.damaged() || old.Err != "" && !old.HeldRefs || w.grace <= 0 {
+		return false
+	}
+	return w.now.Add(w.skew).Sub(e.rec.ModTime) < w.grace
 }
 
 // remove retires the checkpoint of `_metadata` key k (nothing when it is not indexed).

@@ -25,8 +25,10 @@ const maxNamed = 5
 const maxRefScan = 200_000
 
 // Decide answers whether op may happen to path (a store key). Rules, in this order: a stale index or
-// a failed sync refuses everything; an unparseable `_metadata` refuses every operation except on that
-// file itself; a live `_metadata` referencing an object by a URI that no mapping ties to the store,
+// a failed sync refuses everything; a `_metadata` that cannot be parsed refuses nothing but itself when
+// it is damaged (Flink cannot load it either), and when its references cannot be judged (newer
+// format, too large) every operation but on itself where its writer is trusted for its job folder,
+// else those in its own folder (badmeta.go); a live `_metadata` referencing an object by a URI that no mapping ties to the store,
 // the store does not place and no --external declares (resolveOutside) refuses every file with that
 // URI's name and every folder holding one; objects referenced by a live checkpoint/savepoint are
 // refused; protected `_metadata` (pinned, newest checkpoint of an active job, newest savepoint of a
@@ -126,23 +128,33 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op verdict.Op,
 	// name, so rule 6 does not apply to it.
 	st := v.st
 
-	// 2. An unparseable _metadata may reference anything. Deleting that file itself is not refused
-	// here (it is how the user fixes it), but rules 3–6 still apply to it.
-	if len(st.unparseable) > 0 {
+	// 2. A `_metadata` that cannot be parsed (badmeta.go). A damaged one (Flink cannot load it
+	// either) refuses nothing here: it is no live checkpoint; rules 4–6 keep it while young. One whose
+	// references cannot be judged although Flink may load it (a newer format version, over the size
+	// limit, an unaddressable key) may reference anything: from a writer the store trusts for its job
+	// folder it refuses everything; from another writer only what lies in its own folder. Deleting
+	// the file itself is not refused here (it is how the user fixes it), but rules 3–6 still apply.
+	if len(st.global) > 0 {
 		self := false
-		for _, u := range st.unparseable {
+		for _, u := range st.global {
 			if u == key && !isDir {
 				self = true
 			}
 		}
 		if !self {
-			u := st.unparseable[0]
+			u := st.global[0]
 			more := ""
-			if n := len(st.unparseable); n > 1 {
-				more = fmt.Sprintf(" (and %d more unparseable _metadata)", n-1)
+			if n := len(st.global); n > 1 {
+				more = fmt.Sprintf(" (and %d more such _metadata)", n-1)
 			}
-			return verdict.Decision{Reason: verdict.ReasonUnparseable, Referencing: []string{u}, RefCount: len(st.unparseable),
-				Message: fmt.Sprintf("refusing to %s %s: %s cannot be parsed (%s)%s, so what it references is unknown; inspect it with `%s`, delete or replace it, then run `ckguard index sync`", op, what, u, st.ckpts[u].Err, more, inspectHint(ix.st.Root(), u))}
+			return verdict.Decision{Reason: verdict.ReasonUnparseable, Referencing: []string{u}, RefCount: len(st.global),
+				Message: fmt.Sprintf("refusing to %s %s: %s cannot be parsed (%s; %s)%s, and its writer is trusted for its job folder, so it may be a live checkpoint whose references lie anywhere; inspect it with `%s`, delete or replace it (or upgrade ckguard when it is a newer format), then run `ckguard index sync`", op, what, u, badClassText(st.ckpts[u]), st.ckpts[u].Err, more, inspectHint(ix.st.Root(), u))}
+		}
+	}
+	if len(st.confined) > 0 {
+		if u := st.confinedFor(key, isDir, maybeDir); u != "" {
+			return verdict.Decision{Reason: verdict.ReasonUnparseable, Referencing: []string{u}, RefCount: 1,
+				Message: fmt.Sprintf("refusing to %s %s: %s in the same folder cannot be parsed (%s; %s), so what it references there is unknown; its writer does not own the job folder, so only its folder %s is refused: delete it (allowed once past --grace), then run `ckguard index sync`", op, what, u, badClassText(st.ckpts[u]), st.ckpts[u].Err, confinedScope(u))}
 		}
 	}
 

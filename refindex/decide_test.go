@@ -265,10 +265,18 @@ func TestThroughTheMount(t *testing.T) {
 			t.Errorf("after subsumption %s: allow=%v (%s), still referenced=%v", r, d.Allow, d.Message, want)
 		}
 	}
-	// Writing an unparseable _metadata through the mount blocks everything at once.
+	// Writing a damaged _metadata through the mount blocks nothing else.
 	bad := job + "/chk-79/_metadata"
 	os.MkdirAll(filepath.Join(tr.Root, job, "chk-79"), 0o755)
 	os.WriteFile(filepath.Join(tr.Root, bad), []byte("not a checkpoint"), 0o644)
+	if err := chk.Written(ctx, bad); err != nil {
+		t.Fatalf("closing a damaged _metadata through the mount: %v", err)
+	}
+	if d := chk.Decide(ctx, prev.Refs[2], verdict.OpUnlink); !d.Allow {
+		t.Fatalf("a damaged _metadata blocks an unrelated deletion: %+v", d)
+	}
+	// One of a newer format version (this test's user owns the job folder) blocks everything at once.
+	os.WriteFile(filepath.Join(tr.Root, bad), []byte("\x49\x60\x67\x2d\x00\x00\x00\x09rest"), 0o644)
 	// The close succeeds (failing it would fail the Flink checkpoint); the file is
 	// recorded as unparseable.
 	if err := chk.Written(ctx, bad); err != nil {

@@ -84,7 +84,7 @@ func (ix *Index) Drill(ctx context.Context, o DrillOptions) (*DrillResult, error
 	}
 	var infos []CheckpointInfo
 	blocked := ""
-	if b := v.blocked(); b != "" && len(v.st.unparseable) == 0 {
+	if b := v.blocked(); b != "" {
 		blocked = b
 	}
 	unmappedWhy := ix.unmappedBlock(v)
@@ -110,12 +110,14 @@ func (ix *Index) Drill(ctx context.Context, o DrillOptions) (*DrillResult, error
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		j := &job{ci: ci}
-		jobs = append(jobs, j)
 		if ci.Error != "" {
-			j.broken = &BrokenCheckpoint{Metadata: ci.Metadata, Error: ci.Error}
+			// Unparseable: no checkpoint to check (reported, verify not green: unparseableUntrusted).
+			c := v.st.ckpts[ci.Metadata]
+			res.Unparseable = append(res.Unparseable, BrokenCheckpoint{Metadata: ci.Metadata, Error: ci.Error, Class: c.Bad, Scope: badScope(c)})
 			continue
 		}
+		j := &job{ci: ci}
+		jobs = append(jobs, j)
 		refs, err := ix.drillRefs(ctx, ci.Metadata, ci.InferredMaps)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
@@ -269,6 +271,8 @@ func (ix *Index) Drill(ctx context.Context, o DrillOptions) (*DrillResult, error
 		res.Untrusted = blocked
 	case res.UnmappedSkipped > 0:
 		res.Untrusted = fmt.Sprintf("%d reference(s) could not be checked: %s", res.UnmappedSkipped, unmappedWhy)
+	case len(res.Unparseable) > 0:
+		res.Untrusted = unparseableUntrusted(v.st)
 	}
 	res.OK = len(res.Broken) == 0 && res.Untrusted == ""
 	return res, nil

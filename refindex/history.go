@@ -187,6 +187,12 @@ func (ix *Index) afterSync(ctx context.Context, err *error) {
 	// copies after a first build at 10 M objects take minutes.
 	ix.releaseTablePages()
 	if *err == nil {
+		ix.mu.RLock()
+		st := ix.mu.state
+		ix.mu.RUnlock()
+		if st != nil {
+			ix.forgetBad(st)
+		}
 		ix.recordHistory(ctx)
 	}
 }

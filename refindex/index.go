@@ -38,6 +38,11 @@ type Index struct {
 
 	forst forstCache // working-folder walks of ForSt jobs (forst.go)
 
+	// badMu guards badLogged: the bad `_metadata` logged, with the error they were logged with
+	// (readmeta.go logBad: once per file, not per sync).
+	badMu     sync.Mutex
+	badLogged map[string]string
+
 	histOnce  sync.Once
 	histState *history // the metadata history (history.go)
 

@@ -214,6 +214,14 @@ type checkpointRecord struct {
 	Outside int       `json:"outside,omitempty"`
 	// Err is set when the file could not be parsed: the index cannot know what it references.
 	Err string `json:"err,omitempty"`
+	// Bad classifies a record with Err (badDamaged, badNewerFormat, badTooLarge, badUnaddressable;
+	// empty in records an older version wrote, which count as unjudgeable until read again). See
+	// unjudgeable and damaged.
+	Bad string `json:"bad,omitempty"`
+	// HeldRefs: a damaged version of a `_metadata` that was parseable before keeps the references of
+	// that previous version while it is younger than --grace (it may be a rewrite in progress, read
+	// half-written); the sync reads it again until it parses or is past grace.
+	HeldRefs bool `json:"held_refs,omitempty"`
 	// Inferred lists the prefix maps ("PREFIX=STOREPATH") the store proved for references no --map
 	// covers (see resolveOutside); the references they cover are inside the store and protect files.
 	Inferred []string `json:"inferred,omitempty"`

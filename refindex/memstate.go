@@ -12,7 +12,10 @@ type memState struct {
 	ckpts       map[string]*checkpointRecord // _metadata key → record (parseable or not)
 	sorted      []string                     // keys of ckpts, sorted (prefix searches for directories)
 	unparseable []string                     // sorted keys of records with Err
-	unmapped    []string                     // sorted keys of records with Unmapped references
+	// Of those: global (unjudgeable, a trusted writer: every deletion refused), confined (unjudgeable,
+	// an untrusted writer: its folder refused), damaged (nothing refused but itself). See badmeta.go.
+	global, confined, damaged []string
+	unmapped                  []string // sorted keys of records with Unmapped references
 	// unproven: base name of an unmapped file reference → the first (sorted) record naming it;
 	// unprovenDirs: sorted keys of records with unmapped directory handles (see unprovenFor).
 	unproven     map[string]string
@@ -39,6 +42,7 @@ func newMemState() *memState {
 func (s *memState) finish() {
 	s.sorted = s.sorted[:0]
 	s.unparseable = s.unparseable[:0]
+	s.global, s.confined, s.damaged = s.global[:0], s.confined[:0], s.damaged[:0]
 	s.unmapped = s.unmapped[:0]
 	s.unproven = nil
 	s.unprovenDirs = s.unprovenDirs[:0]
@@ -51,9 +55,15 @@ func (s *memState) finish() {
 	for k, c := range s.ckpts {
 		s.sorted = append(s.sorted, k)
 		if c.Err != "" {
-			// Still a candidate for the newest checkpoint of its job (its id comes from the chk-N
-			// folder): an unparseable newest _metadata must not lose the active-window protection.
 			s.unparseable = append(s.unparseable, k)
+			switch {
+			case c.damaged():
+				s.damaged = append(s.damaged, k)
+			case c.trustedWriter():
+				s.global = append(s.global, k)
+			default:
+				s.confined = append(s.confined, k)
+			}
 		}
 		if len(c.Inferred) > 0 {
 			s.inferred = append(s.inferred, k)
@@ -98,6 +108,9 @@ func (s *memState) finish() {
 	}
 	sort.Strings(s.sorted)
 	sort.Strings(s.unparseable)
+	sort.Strings(s.global)
+	sort.Strings(s.confined)
+	sort.Strings(s.damaged)
 	sort.Strings(s.unmapped)
 	sort.Strings(s.unprovenDirs)
 	sort.Strings(s.inferred)
@@ -148,8 +161,14 @@ func (c *checkpointRecord) owner() string {
 // (cp -r chk-10 chk-10.bak, a _metadata copied aside to inspect it, the first half of a move done as copy
 // and delete, a copy into a made-up chk-11) holds the copied id and a later mtime, and would otherwise take
 // the protection away from the checkpoint it copies.
+//
+// A damaged `_metadata` (Flink could not load it: a JobManager that crashed mid-write, garbage) and
+// an unjudgeable one of an untrusted writer never compete: they are no checkpoint the job could
+// restart from, so the job's previous good checkpoint stays its newest and keeps its protection.
+// An unjudgeable one of the trusted writer (a newer format after a Flink upgrade) competes by its
+// folder's id: it is most likely the checkpoint the job restarts from.
 func (c *checkpointRecord) candidateID() (int64, bool) {
-	if c.Kind == "savepoint" {
+	if c.Kind == "savepoint" || c.damaged() || c.Err != "" && !c.trustedWriter() {
 		return 0, false
 	}
 	_, folderID, _ := layoutOf(c.Key)

@@ -10,12 +10,12 @@ import (
 )
 
 // ErrUnparseable is wrapped by IndexMetadata when the file was recorded as unparseable: the index
-// then fails closed (every deletion is refused), so for the writer this is no failure.
+// then refuses what its class and writer call for (badmeta.go), so for the writer this is no failure.
 var ErrUnparseable = errors.New("unparseable _metadata")
 
 // IndexMetadata parses and indexes one `_metadata` synchronously (a guarded filesystem calls it when
 // a `_metadata` was written and closed, or renamed into place, through the mount). A file that cannot
-// be parsed is recorded as unparseable (every deletion is then refused) and the parse error returned.
+// be parsed is recorded as unparseable (see badmeta.go for what it refuses) and the parse error returned.
 func (ix *Index) IndexMetadata(ctx context.Context, p string) error {
 	key, err := store.CleanKey(p)
 	if err != nil {
@@ -59,7 +59,7 @@ func (ix *Index) IndexMetadata(ctx context.Context, p string) error {
 		return err
 	}
 	if e.rec.Err != "" {
-		return fmt.Errorf("index %s: %w, every deletion is refused until it is fixed or removed: %s", key, ErrUnparseable, e.rec.Err)
+		return fmt.Errorf("index %s: %w (%s; refuses: %s) until it is fixed or removed: %s", key, ErrUnparseable, badClassText(e.rec), badScopeText(e.rec), e.rec.Err)
 	}
 	return nil
 }

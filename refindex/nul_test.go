@@ -14,8 +14,9 @@ import (
 )
 
 // TestNULInReferenceFailsClosed: a _metadata naming a file with a NUL byte (hostile or corrupt: no file
-// system or S3 key can hold one, and the index's keys use NUL as a separator) is unparseable, so every
-// deletion except of that _metadata is refused and the message names the file and the fix.
+// system or S3 key can hold one, and the index's keys use NUL as a separator) is unparseable and
+// damaged (Flink could not restore that reference either): it protects nothing but itself, and stats
+// names it and why.
 func TestNULInReferenceFailsClosed(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -48,11 +49,19 @@ func TestNULInReferenceFailsClosed(t *testing.T) {
 			break
 		}
 	}
-	d := ix.Decide(ctx, other, verdict.OpUnlink)
-	if d.Allow || d.Reason != verdict.ReasonUnparseable || !strings.Contains(d.Message, evil.Metadata) || !strings.Contains(d.Message, "NUL") {
-		t.Fatalf("unlink %s with a NUL reference in %s: %+v, want refused as unparseable naming it", other, evil.Metadata, d)
+	// Damaged: no file system can hold the name, so Flink could not restore it either; it refuses
+	// nothing else, and stats names it and the NUL.
+	if d := ix.Decide(ctx, other, verdict.OpUnlink); !d.Allow && d.Reason == verdict.ReasonUnparseable {
+		t.Fatalf("unlink %s with a NUL reference in %s: %+v, want decided as without it", other, evil.Metadata, d)
 	}
-	if d := ix.Decide(ctx, evil.Metadata, verdict.OpUnlink); d.Reason == verdict.ReasonUnparseable {
-		t.Fatalf("deleting the unparseable _metadata itself must not be blocked by itself: %+v", d)
+	s, err := ix.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.DamagedMetadata != 1 || len(s.BadMetadata) != 1 || s.BadMetadata[0].Metadata != evil.Metadata || !strings.Contains(s.BadMetadata[0].Error, "NUL") || s.BadMetadata[0].Scope != "itself" {
+		t.Fatalf("stats of the _metadata with a NUL reference: %+v", s)
+	}
+	if d := ix.Decide(ctx, evil.Metadata, verdict.OpUnlink); !d.Allow {
+		t.Fatalf("deleting the damaged _metadata itself (48 h old) refused: %+v", d)
 	}
 }

@@ -26,7 +26,9 @@ var flinkSavepointDir = regexp.MustCompile(`^savepoint-([0-9a-f]{6})-[0-9a-f]{12
 // the only savepoint of its job, so it is always its job's newest. As for checkpoints, savepoints
 // compete only with those of the same owner, so no other user's copy takes the protection away.
 func (c *checkpointRecord) savepointGroup() (string, bool) {
-	if c.Kind != "savepoint" {
+	// A damaged `_metadata` in a savepoint folder is no savepoint anyone can restore from, nor is an
+	// unjudgeable one of an untrusted writer (see candidateID): neither is kept as a job's newest.
+	if c.Kind != "savepoint" || c.damaged() || c.Err != "" && !c.trustedWriter() {
 		return "", false
 	}
 	dir := path.Dir(c.Key)

@@ -258,8 +258,8 @@ func (v *view) blocked() string {
 		return "the path mapping changed since the index was built (run `ckguard index sync`)"
 	case v.pol.MaxStaleness > 0 && now.Sub(v.last) > v.pol.MaxStaleness:
 		return fmt.Sprintf("the index was last synced %s ago (more than --max-staleness %s)", now.Sub(v.last).Round(time.Second), v.pol.MaxStaleness)
-	case len(v.st.unparseable) > 0:
-		return fmt.Sprintf("%s cannot be parsed (%s), so what it references is unknown", v.st.unparseable[0], v.st.ckpts[v.st.unparseable[0]].Err)
+	case len(v.st.global) > 0:
+		return fmt.Sprintf("%s cannot be parsed (%s; %s) and its writer is trusted for its job folder, so what it references is unknown", v.st.global[0], badClassText(v.st.ckpts[v.st.global[0]]), v.st.ckpts[v.st.global[0]].Err)
 	}
 	return ""
 }
@@ -293,7 +293,15 @@ func (ix *Index) Stats(ctx context.Context) (*StatsResult, error) {
 			SavepointKeepNewest: v.pol.SavepointKeepNewest, SavepointRetention: duration.Format(v.pol.SavepointRetention)},
 		StoreClockBehind: duration.D(-v.skew), UnknownSubtrees: v.unknown}
 	b := v.blocked()
-	s.Stale = b != "" && len(v.st.unparseable) == 0
+	s.Stale = b != "" && len(v.st.global) == 0
+	s.DamagedMetadata, s.BlockingMetadata, s.ConfinedMetadata = len(v.st.damaged), len(v.st.global), len(v.st.confined)
+	for _, k := range v.st.unparseable {
+		if len(s.BadMetadata) == 100 {
+			break
+		}
+		c := v.st.ckpts[k]
+		s.BadMetadata = append(s.BadMetadata, BadMetadata{Metadata: k, Class: c.Bad, Scope: badScope(c), Error: c.Err, ModTime: c.ModTime, HeldRefs: c.HeldRefs})
+	}
 	jobs, savepointFolders := map[string]bool{}, map[string]bool{}
 	for _, c := range v.st.ckpts {
 		switch {

@@ -143,6 +143,9 @@ type PendingDeletes struct {
 
 // BrokenCheckpoint is a live checkpoint that cannot be restored.
 type BrokenCheckpoint struct {
+	// Class and Scope: for an unparseable `_metadata` (VerifyResult.Unparseable), see BadMetadata.
+	Class        string   `json:"class,omitempty"`
+	Scope        string   `json:"scope,omitempty"`
 	Metadata     string   `json:"metadata"`
 	Missing      []string `json:"missing,omitempty"`
 	MissingCount int      `json:"missing_count"`
@@ -165,6 +168,10 @@ type VerifyResult struct {
 	// Untrusted says why the answer cannot be trusted even if nothing is broken: references it could
 	// not check (unmapped), or an index that has not seen the store recently. OK is then false.
 	Untrusted string `json:"untrusted,omitempty"`
+	// Unparseable are the `_metadata` the index cannot parse (Error says why, Class and Scope what
+	// they are and refuse): no checkpoint was checked for them, so verify is not green (Untrusted,
+	// exit 3) until they are removed; they are no broken checkpoints (a damaged one is none at all).
+	Unparseable []BrokenCheckpoint `json:"unparseable,omitempty"`
 	// RetiredDuringCheck are checkpoints the index still held whose `_metadata` was deleted from the
 	// store while verify ran (Flink subsuming them): no longer live, so not broken.
 	RetiredDuringCheck []string `json:"retired_during_check,omitempty"`
@@ -183,12 +190,20 @@ type StatsResult struct {
 	Jobs       int       `json:"jobs"` // job folders with a live checkpoint
 	// SavepointFolders counts folders that hold live savepoints and no checkpoint (a savepoint
 	// directory such as state.savepoints.dir): they are not jobs.
-	SavepointFolders  int `json:"savepoint_folders"`
-	Checkpoints       int `json:"checkpoints"`
-	Savepoints        int `json:"savepoints"`
-	Unparseable       int `json:"unparseable"`
-	References        int `json:"references"`
-	OutsideReferences int `json:"outside_references"`
+	SavepointFolders int `json:"savepoint_folders"`
+	Checkpoints      int `json:"checkpoints"`
+	Savepoints       int `json:"savepoints"`
+	Unparseable      int `json:"unparseable"`
+	// Of Unparseable: DamagedMetadata protect nothing but themselves (Flink cannot load them either);
+	// BlockingMetadata refuse every deletion (a newer format or too large, from a trusted writer);
+	// ConfinedMetadata refuse those in their own folder (the same from another writer). BadMetadata
+	// lists them (the first 100, sorted).
+	DamagedMetadata   int           `json:"damaged_metadata"`
+	BlockingMetadata  int           `json:"blocking_metadata"`
+	ConfinedMetadata  int           `json:"confined_metadata"`
+	BadMetadata       []BadMetadata `json:"bad_metadata,omitempty"`
+	References        int           `json:"references"`
+	OutsideReferences int           `json:"outside_references"`
 	// InferredMaps are the distinct prefix maps the store proved (see CheckpointInfo.InferredMaps);
 	// UnmappedReferences and ExternalReferences split OutsideReferences.
 	InferredMaps       []string `json:"inferred_maps,omitempty"`
@@ -208,6 +223,17 @@ type StatsResult struct {
 	// PendingDeletes is the S3 mount's delete queue, when it holds anything (filled by the CLI from the
 	// journal beside the index).
 	PendingDeletes *PendingDeletes `json:"pending_deletes,omitempty"`
+}
+
+// BadMetadata is one `_metadata` the index cannot parse, in stats.
+type BadMetadata struct {
+	Metadata string    `json:"metadata"`
+	Class    string    `json:"class"` // damaged, newer-format, too-large, unaddressable ("" from an older index)
+	Scope    string    `json:"scope"` // what it refuses: itself, folder, store
+	Error    string    `json:"error"`
+	ModTime  time.Time `json:"mtime"`
+	// HeldRefs: it replaced a parseable version within --grace, whose references it keeps meanwhile.
+	HeldRefs bool `json:"held_refs,omitempty"`
 }
 
 // PolicyInfo is Policy in JSON-friendly form: durations in the flags' syntax ("1h", "7d").

@@ -19,7 +19,8 @@ import (
 // maxMetadataSize bounds the `_metadata` the index reads (Flink's are KBs to a few MB; 1,000,000
 // references take about 120 MB). Parsing holds every reference in memory, about 1 KB each at the peak
 // (128 MiB: under 1.2 GB), and a larger file (anyone who can create one through the mount can make it
-// as large as they like) is unparseable: every deletion is refused until it is removed.
+// as large as they like) is not read: what it references cannot be judged (badTooLarge), so it
+// refuses every deletion when its writer is trusted for its job folder, else those in its folder.
 const maxMetadataSize = 128 << 20
 
 // readWholeMax is the size up to which a `_metadata` is read into memory in one request before
@@ -84,7 +85,7 @@ func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, er
 		// never writes such a key) cannot be opened by its canonical key, which names another object or
 		// none: it used to count as gone at every sync, its references unprotected. Kept
 		// as unparseable, it fails the index closed and says how to fix it.
-		return ix.unparseable(oi, oi.Size, fmt.Errorf("a _metadata at the key %q, which ckguard cannot address (an empty, . or .. segment): what it references is unknown; move it to a clean key or delete it with an S3 tool, then run `ckguard index sync`", oi.Path)), nil
+		return ix.unparseable(ctx, oi, oi.Size, badUnaddressable, fmt.Errorf("a _metadata at the key %q, which ckguard cannot address (an empty, . or .. segment): what it references is unknown; move it to a clean key or delete it with an S3 tool, then run `ckguard index sync`", oi.Path)), nil
 	}
 	r, err := ix.st.Open(ctx, oi.Path)
 	if err != nil {
@@ -93,7 +94,7 @@ func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, er
 	defer r.Close()
 	size := r.Size()
 	if size > maxMetadataSize {
-		return ix.unparseable(oi, size, fmt.Errorf("%s is %d bytes, larger than the %d bytes (128 MiB, about a million references) a _metadata may have: remove it, or replace it by the real checkpoint's", oi.Path, size, maxMetadataSize)), nil
+		return ix.unparseable(ctx, oi, size, badTooLarge, fmt.Errorf("%s is %d bytes, larger than the %d bytes (128 MiB, about a million references) a _metadata may have: remove it, or replace it by the real checkpoint's", oi.Path, size, maxMetadataSize)), nil
 	}
 	// Small files (nearly all) are read in one request; larger ones are parsed through the reader
 	// (the parser buffers), so a parse worker never holds a whole large file.
@@ -120,7 +121,7 @@ func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, er
 		if watched.err != nil {
 			return nil, fmt.Errorf("read %s: %w", oi.Path, watched.err)
 		}
-		return ix.unparseable(oi, size, err), nil
+		return ix.unparseable(ctx, oi, size, classifyParseError(err), err), nil
 	}
 	rec.Format = pm.Format
 	if pm.Kind == "checkpoint" || pm.Kind == "savepoint" {
@@ -162,12 +163,52 @@ func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, er
 	return e, nil
 }
 
-// unparseable is the record of a `_metadata` that cannot be read as one: its Err fails the index
-// closed.
-func (ix *Index) unparseable(oi store.ObjectInfo, size int64, err error) *entry {
+// unparseable is the record of a `_metadata` that cannot be read as one, of class bad (badmeta.go:
+// what it refuses follows from the class and its writer). It is logged once per file and error,
+// not at every read.
+func (ix *Index) unparseable(ctx context.Context, oi store.ObjectInfo, size int64, bad string, err error) *entry {
 	job, id, kind := layoutOf(oi.Path)
-	ix.log.Warn("unparseable _metadata: every deletion is refused until it is fixed or removed", "file", oi.Path, "err", err)
-	return &entry{rec: &checkpointRecord{Key: oi.Path, Job: job, ID: id, Kind: kind, ModTime: oi.ModTime, Size: size, ETag: oi.ETag, UID: uidOf(oi), Err: err.Error()}}
+	rec := &checkpointRecord{Key: oi.Path, Job: job, ID: id, Kind: kind, ModTime: oi.ModTime, Size: size, ETag: oi.ETag, UID: uidOf(oi), Err: err.Error(), Bad: bad}
+	if oi.HasUID {
+		rec.JobOwner = ix.ownsJobFolder(ctx, job, oi.UID)
+	}
+	ix.logBad(rec)
+	return &entry{rec: rec}
+}
+
+// logBad logs a bad `_metadata` the first time it is read with this error (a sync reads a file again
+// only when it changed, a held one at every sync; a rebuild reads everything again).
+func (ix *Index) logBad(rec *checkpointRecord) {
+	ix.badMu.Lock()
+	if ix.badLogged == nil {
+		ix.badLogged = map[string]string{}
+	}
+	seen := ix.badLogged[rec.Key] == rec.Err
+	ix.badLogged[rec.Key] = rec.Err
+	ix.badMu.Unlock()
+	if seen {
+		return
+	}
+	switch badScope(rec) {
+	case "store":
+		ix.log.Warn("unparseable _metadata: what it references cannot be judged and its writer is trusted for its job folder, so every deletion in the store is refused until it is fixed or removed", "file", rec.Key, "class", rec.Bad, "err", rec.Err)
+	case "folder":
+		ix.log.Warn("unparseable _metadata of a writer who does not own its job folder: deletions in its folder are refused until it is removed", "file", rec.Key, "class", rec.Bad, "folder", confinedScope(rec.Key), "err", rec.Err)
+	default:
+		ix.log.Warn("damaged _metadata: Flink cannot restore from it, so it protects nothing but itself (kept within --grace, then removable); remove it", "file", rec.Key, "class", rec.Bad, "err", rec.Err)
+	}
+}
+
+// forgetBad drops the log memory of bad `_metadata` no longer in state, so that one coming back is
+// logged again.
+func (ix *Index) forgetBad(st *memState) {
+	ix.badMu.Lock()
+	defer ix.badMu.Unlock()
+	for k := range ix.badLogged {
+		if c := st.ckpts[k]; c == nil || c.Err == "" {
+			delete(ix.badLogged, k)
+		}
+	}
 }
 
 // readAll reads infos with bounded concurrency, calling fn (serially) for each entry and gone for

@@ -18,17 +18,23 @@ import (
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
-// TestUnparseableNewestProtected: the newest checkpoint of an active job stays protected when its
-// _metadata cannot be parsed (its id comes from the chk-N folder); otherwise deleting it would lift
-// the unparseable block and then its files.
-func TestUnparseableNewestProtected(t *testing.T) {
+// TestDamagedNewestNotProtected: a damaged _metadata in the job's highest chk-N folder (a JobManager
+// that crashed mid-write) is no checkpoint the job can restart from: it does not take the active-window
+// protection away from the job's previous good checkpoint, is not protected itself, and once past
+// --grace it (and its folder) may be deleted; it refuses nothing else. (It used to count as the newest
+// and block every deletion for the active window.)
+func TestDamagedNewestNotProtected(t *testing.T) {
 	ctx := context.Background()
 	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
 	if err != nil {
 		t.Fatal(err)
 	}
 	job := "flink/fedcba9876543210fedcba9876543210"
-	c, err := tr.Checkpoint(treegen.Spec{Dir: job + "/chk-78", ID: 78, Completed: testNow.Add(-2 * time.Hour), Private: []string{"p"}})
+	good, err := tr.Checkpoint(treegen.Spec{Dir: job + "/chk-78", ID: 78, Completed: testNow.Add(-3 * time.Hour), Private: []string{"p78"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tr.Checkpoint(treegen.Spec{Dir: job + "/chk-79", ID: 79, Completed: testNow.Add(-2 * time.Hour), Private: []string{"p"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,29 +43,34 @@ func TestUnparseableNewestProtected(t *testing.T) {
 	}
 	ix := openTree(t, tr)
 	for _, op := range []verdict.Op{verdict.OpUnlink, verdict.OpRename, verdict.OpTruncate} {
-		if d := ix.Decide(ctx, c.Metadata, op); d.Allow || d.Reason != verdict.ReasonProtectedMetadata {
-			t.Errorf("%s of the unparseable newest _metadata: %+v", op, d)
+		if d := ix.Decide(ctx, c.Metadata, op); !d.Allow {
+			t.Errorf("%s of the damaged newest _metadata, past --grace: %+v", op, d)
+		}
+		if d := ix.Decide(ctx, good.Metadata, op); d.Allow || d.Reason != verdict.ReasonProtectedMetadata {
+			t.Errorf("%s of the previous good checkpoint (the job's newest): %+v", op, d)
 		}
 	}
-	if d := ix.Decide(ctx, job+"/chk-78", verdict.OpRmdir); d.Allow {
-		t.Errorf("rmdir of the unparseable newest checkpoint: %+v", d)
+	if d := ix.Decide(ctx, job+"/chk-79", verdict.OpRmdir); !d.Allow {
+		t.Errorf("rmdir of the damaged checkpoint's folder: %+v", d)
+	}
+	if d := ix.Decide(ctx, good.Refs[0], verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonReferenced {
+		t.Errorf("a file of the good checkpoint: %+v", d)
 	}
 	cs, err := ix.Checkpoints(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cs.Unparseable) != 1 || !cs.Unparseable[0].Protected {
-		t.Errorf("checkpoints does not show the unparseable newest one as protected: %+v", cs.Unparseable)
+	if len(cs.Unparseable) != 1 || cs.Unparseable[0].Protected {
+		t.Errorf("checkpoints shows the damaged one as protected: %+v", cs.Unparseable)
 	}
-	// Outside the active window the damaged file itself may go (that is how it is fixed).
+	// Within --grace (just written) it is kept.
 	pol := testPolicy()
-	pol.Now = func() time.Time { return testNow.Add(8 * 24 * time.Hour) }
-	pol.Grace = time.Hour
+	pol.Grace = 3 * time.Hour
 	if err := ix.SetPolicy(pol); err != nil {
 		t.Fatal(err)
 	}
-	if d := ix.Decide(ctx, c.Metadata, verdict.OpUnlink); !d.Allow {
-		t.Errorf("unparseable _metadata outside the active window refused: %+v", d)
+	if d := ix.Decide(ctx, c.Metadata, verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonGrace {
+		t.Errorf("damaged _metadata within --grace: %+v", d)
 	}
 }
 
@@ -97,7 +108,8 @@ func TestSymlinkedStoreRoot(t *testing.T) {
 }
 
 // TestInFlightWriteAndLinkRefused: opening an in-flight (young, unreferenced) file for writing is
-// refused like deleting it, and with an unparseable _metadata nothing may be written to or linked.
+// refused like deleting it; with a newer-format _metadata nothing may be written to or linked, with
+// a damaged one everything else stays as it was.
 func TestInFlightWriteAndLinkRefused(t *testing.T) {
 	ctx := context.Background()
 	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
@@ -119,7 +131,7 @@ func TestInFlightWriteAndLinkRefused(t *testing.T) {
 	if d := ix.Decide(ctx, old[0], verdict.OpWrite); !d.Allow {
 		t.Errorf("write of an old orphan: %+v", d)
 	}
-	// An unparseable _metadata: writes and links are refused too.
+	// A damaged _metadata refuses nothing else: writes and links stay allowed.
 	if err := tr.WriteBytes("flink/fedcba9876543210fedcba9876543210/chk-76/_metadata", []byte("broken"), testNow.Add(-9*24*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
@@ -127,11 +139,28 @@ func TestInFlightWriteAndLinkRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, op := range []verdict.Op{verdict.OpWrite, verdict.OpLink} {
+		if d := ix.Decide(ctx, old[0], op); !d.Allow {
+			t.Errorf("%s with a damaged _metadata: %+v", op, d)
+		}
+	}
+	// One of a newer format version, from the job folder's owner (this test's user): writes and
+	// links are refused too.
+	if err := tr.WriteBytes("flink/fedcba9876543210fedcba9876543210/chk-76/_metadata", newerFormat, testNow.Add(-9*24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []verdict.Op{verdict.OpWrite, verdict.OpLink} {
 		if d := ix.Decide(ctx, old[0], op); d.Allow || d.Reason != verdict.ReasonUnparseable {
-			t.Errorf("%s with an unparseable _metadata: %+v", op, d)
+			t.Errorf("%s with a newer-format _metadata: %+v", op, d)
 		}
 	}
 }
+
+// newerFormat is the start of a `_metadata` of a format version the parser does not know (Flink's
+// magic number, version 9).
+var newerFormat = []byte("\x49\x60\x67\x2d\x00\x00\x00\x09\x00\x00\x00\x00\x00\x00\x00\x01")
 
 // TestNewestByTimeToo: a job resubmitted with a fixed job id restarts its checkpoint ids in the
 // same folder; its newest checkpoint (chk-51, completed after the old chk-100) is protected too.
@@ -166,8 +195,8 @@ func TestNewestByTimeToo(t *testing.T) {
 }
 
 // TestUnparseableWriteIsNoError: a _metadata written directly (not renamed into place) that cannot
-// be parsed is recorded as unparseable — every deletion refused — and its close through the mount
-// succeeds.
+// be parsed is recorded as unparseable (damaged: refusing nothing else; a newer format from the job
+// folder's owner: every deletion refused) and its close through the mount succeeds.
 func TestUnparseableWriteIsNoError(t *testing.T) {
 	ctx := context.Background()
 	tr, err := treegen.YoungOrphan(t.TempDir(), testNow)
@@ -186,8 +215,22 @@ func TestUnparseableWriteIsNoError(t *testing.T) {
 		t.Fatalf("IndexMetadata = %v, want ErrUnparseable", err)
 	}
 	old := tr.Orphans(treegen.DefaultPolicy, 0)
+	// Damaged (half a file): it refuses nothing but itself.
+	if d := ix.Decide(ctx, old[0], verdict.OpUnlink); !d.Allow {
+		t.Errorf("with the damaged _metadata recorded: %+v", d)
+	}
+	if d := ix.Decide(ctx, meta, verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonGrace {
+		t.Errorf("the young damaged _metadata itself: %+v", d)
+	}
+	// A newer format from the job folder's owner: every deletion refused, and still no error.
+	if err := tr.WriteBytes(meta, newerFormat, testNow.Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Written(ctx, meta); err != nil {
+		t.Fatalf("close of a newer-format _metadata through the mount: %v", err)
+	}
 	if d := ix.Decide(ctx, old[0], verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonUnparseable {
-		t.Errorf("with the unparseable _metadata recorded: %+v", d)
+		t.Errorf("with the newer-format _metadata recorded: %+v", d)
 	}
 }
 

@@ -14,10 +14,11 @@ import (
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
-// A _metadata over the size limit (128 MiB) is not read at all: it is unparseable, so every deletion is
-// refused with a message naming it, its size and the limit. Anyone who can create a file can make one as
-// large as they like; parsing it would hold every reference in memory. The file is sparse, so the test
-// writes nothing.
+// A _metadata over the size limit (128 MiB) is not read at all: what it references cannot be judged, and
+// from the job folder's owner (this test's user) every deletion is refused with a message naming it,
+// its size and the limit. At the limit it is read: zeros are damaged (no Flink magic number) and refuse
+// nothing else. Anyone who can create a file can make one as large as they like; parsing it would hold
+// every reference in memory. The file is sparse, so the test writes nothing.
 func TestMetadataOverSizeLimitFailsClosed(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
@@ -60,6 +61,12 @@ func TestMetadataOverSizeLimitFailsClosed(t *testing.T) {
 		}
 		d := ix.Decide(ctx, other, verdict.OpUnlink)
 		ix.Close()
+		if !tc.closed {
+			if d.Reason == verdict.ReasonUnparseable {
+				t.Fatalf("%d-byte damaged _metadata: deletion decided %+v, want decided without it", tc.size, d)
+			}
+			continue
+		}
 		if d.Allow || d.Reason != verdict.ReasonUnparseable || !strings.Contains(d.Message, big) {
 			t.Fatalf("%d-byte _metadata: deletion decided %+v, want refused as unparseable naming %s", tc.size, d, big)
 		}

@@ -63,7 +63,9 @@ func (ix *Index) Sync(ctx context.Context) (err error) {
 		listed[oi.Path] = true
 		// A _metadata with unmapped references is read again at every sync: the store may prove their
 		// place now (a copy that was still running, a file restored).
-		if c := cur.ckpts[oi.Path]; c == nil || !sameVersion(c, oi) || c.Unmapped > 0 {
+		// So is a damaged one holding its previous version's references (until it parses or is past
+		// --grace), and a record of an older version without a class (Bad) for a bad _metadata.
+		if c := cur.ckpts[oi.Path]; c == nil || !sameVersion(c, oi) || c.Unmapped > 0 || c.HeldRefs || c.Err != "" && c.Bad == "" {
 			changed = append(changed, oi)
 		}
 		return nil
@@ -270,7 +272,9 @@ func (ix *Index) relistAfterRetire(ctx context.Context, cur *memState, listed ma
 			return nil
 		}
 		listed[oi.Path] = true
-		if c := cur.ckpts[oi.Path]; c == nil || !sameVersion(c, oi) || c.Unmapped > 0 {
+		// So is a damaged one holding its previous version's references (until it parses or is past
+		// --grace), and a record of an older version without a class (Bad) for a bad _metadata.
+		if c := cur.ckpts[oi.Path]; c == nil || !sameVersion(c, oi) || c.Unmapped > 0 || c.HeldRefs || c.Err != "" && c.Bad == "" {
 			more = append(more, oi)
 		}
 		return nil

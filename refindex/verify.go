@@ -30,7 +30,7 @@ func (ix *Index) Verify(ctx context.Context) (*VerifyResult, error) {
 		for _, k := range v.st.sorted {
 			c := v.st.ckpts[k]
 			if c.Err != "" {
-				res.Broken = append(res.Broken, BrokenCheckpoint{Metadata: k, Error: c.Err})
+				res.Unparseable = append(res.Unparseable, BrokenCheckpoint{Metadata: k, Error: c.Err, Class: c.Bad, Scope: badScope(c)})
 				continue
 			}
 			refs, err := readRefs(txn, k)
@@ -106,12 +106,14 @@ func (ix *Index) Verify(ctx context.Context) (*VerifyResult, error) {
 	}
 	sort.Slice(res.Broken, func(a, b int) bool { return res.Broken[a].Metadata < res.Broken[b].Metadata })
 	switch b := v.blocked(); {
-	case b != "" && len(v.st.unparseable) == 0:
+	case b != "":
 		res.Untrusted = b
 	case unknownHides(v.unknown) != "":
 		res.Untrusted = unknownHides(v.unknown)
 	case res.UnmappedSkipped > 0:
 		res.Untrusted = fmt.Sprintf("%d reference(s) could not be checked: %s", res.UnmappedSkipped, ix.unmappedBlock(v))
+	case len(res.Unparseable) > 0:
+		res.Untrusted = unparseableUntrusted(v.st)
 	}
 	res.OK = len(res.Broken) == 0 && res.Untrusted == ""
 	return res, nil
@@ -140,4 +142,14 @@ func (ix *Index) dropRetired(ctx context.Context, broken []BrokenCheckpoint, res
 		}
 	}
 	return kept, nil
+}
+
+// unparseableUntrusted says why a verify is not green while bad `_metadata` exist.
+func unparseableUntrusted(st *memState) string {
+	u := st.unparseable[0]
+	more := ""
+	if n := len(st.unparseable); n > 1 {
+		more = fmt.Sprintf(" (and %d more)", n-1)
+	}
+	return fmt.Sprintf("%d _metadata cannot be parsed, e.g. %s (%s)%s; nothing of them was checked: remove them (a damaged one is no checkpoint Flink can restore from) or replace them by the real checkpoint's, then run `ckguard index sync`", len(st.unparseable), u, badClassText(st.ckpts[u]), more)
 }

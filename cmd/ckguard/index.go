@@ -85,7 +85,7 @@ func runIndex(c *cli.Context, rebuild bool) error {
 		what, time.Since(t0).Round(time.Millisecond), plural(s.Jobs, "job folder"), plural(s.SavepointFolders, "savepoint folder"), plural(s.Checkpoints, "checkpoint"),
 		plural(s.Savepoints, "savepoint"), plural(s.References, "reference"), s.OutsideReferences, s.Unparseable, s.IndexDir, s.Generation, humanBytes(s.IndexBytes))
 	if s.Unparseable > 0 {
-		fmt.Fprintln(c.App.ErrWriter, "warning: unparseable _metadata block every deletion; see `ckguard checkpoints`")
+		fmt.Fprintf(c.App.ErrWriter, "warning: %d unparseable _metadata (%d damaged, protecting nothing but themselves; %d refusing deletions in their folder; %d refusing every deletion); see `ckguard stats`\n", s.Unparseable, s.DamagedMetadata, s.ConfinedMetadata, s.BlockingMetadata)
 	}
 	return nil
 }

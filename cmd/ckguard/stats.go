@@ -51,7 +51,8 @@ func printStats(w io.Writer, s *refindex.StatsResult) {
 		{"store", s.Store}, {"index", fmt.Sprintf("%s (schema %d, generation %d, %s on disk)", s.IndexDir, s.Schema, s.Generation, humanBytes(s.IndexBytes))},
 		{"last sync", last}, {"job folders", fmt.Sprint(s.Jobs)}, {"savepoint folders", fmt.Sprint(s.SavepointFolders)},
 		{"checkpoints", fmt.Sprint(s.Checkpoints)}, {"savepoints", fmt.Sprint(s.Savepoints)},
-		{"unparseable _metadata", fmt.Sprint(s.Unparseable)}, {"references", fmt.Sprint(s.References)},
+		{"unparseable _metadata", fmt.Sprintf("%d (%d damaged: protect only themselves; %d refusing in their folder; %d refusing every deletion)", s.Unparseable, s.DamagedMetadata, s.ConfinedMetadata, s.BlockingMetadata)},
+		{"references", fmt.Sprint(s.References)},
 		{"outside the guarded store", fmt.Sprint(s.OutsideReferences)}, {"directory handles", fmt.Sprint(s.DirectoryHandles)},
 		{"pins", fmt.Sprint(s.Pins)},
 		{"policy", fmt.Sprintf("--grace %s, --active-window %s, --max-staleness %s, --protect %v", s.Policy.Grace, s.Policy.ActiveWindow, s.Policy.MaxStaleness, s.Policy.Protect)},
@@ -76,6 +77,13 @@ func printStats(w io.Writer, s *refindex.StatsResult) {
 	if s.PendingDeletes != nil {
 		rows = append(rows, pendingRow(s.PendingDeletes))
 	}
+	for _, b := range s.BadMetadata {
+		held := ""
+		if b.HeldRefs {
+			held = "; keeps its previous version's references while younger than --grace"
+		}
+		rows = append(rows, [2]string{"UNPARSEABLE", fmt.Sprintf("%s (%s, refuses %s%s): %s; remove it", shown(b.Metadata), orUnknown(b.Class), b.Scope, held, shown(b.Error))})
+	}
 	if s.Stale {
 		rows = append(rows, [2]string{"STALE", "every deletion is refused until the index is synced"})
 	}
@@ -89,4 +97,11 @@ func printStats(w io.Writer, s *refindex.StatsResult) {
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
 	}
 	tw.Flush()
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unclassified"
+	}
+	return s
 }

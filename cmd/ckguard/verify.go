@@ -15,7 +15,7 @@ func verifyCommand() *cli.Command {
 		Name:  "verify",
 		Usage: "check that every object each live checkpoint references exists; exit 1 when any checkpoint is broken, 3 when it could not check everything",
 		Flags: append(storeFlags(), drillFlags()...),
-		Description: "Lists broken checkpoints and their missing files. Unparseable _metadata count as broken.\n" +
+		Description: "Lists broken checkpoints and their missing files. Unparseable _metadata are listed (UNPARSEABLE) and make it exit 3.\n" +
 			"Run it after every cleanup; exit status 1 means a restore from a listed checkpoint would fail, 3 that\n" +
 			"the answer cannot be trusted: references it could not check (no --map ties them to the store, and they\n" +
 			"are not below an --external prefix) or an index that has not seen the store recently.\n" +
@@ -81,6 +81,9 @@ func printVerify(w io.Writer, res *refindex.VerifyResult) {
 		if b.MissingCount > len(b.Missing) {
 			fmt.Fprintf(w, "  … and %d more\n", b.MissingCount-len(b.Missing))
 		}
+	}
+	for _, u := range res.Unparseable {
+		fmt.Fprintf(w, "UNPARSEABLE %s (%s, refuses %s): %s\n", shown(u.Metadata), orUnknown(u.Class), u.Scope, shown(u.Error))
 	}
 	for _, m := range res.RetiredDuringCheck {
 		fmt.Fprintf(w, "retired while verifying (its _metadata is gone from the store, so it is no longer live): %s\n", shown(m))

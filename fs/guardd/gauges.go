@@ -51,7 +51,8 @@ func (g *gauges) refresh(ctx context.Context, q refindex.Querier, met *metrics.M
 		return
 	}
 	met.SetIndexCounts(metrics.IndexStats{LiveCheckpoints: int64(s.Checkpoints), LiveSavepoints: int64(s.Savepoints), LastSync: s.LastSync, ClockBehind: time.Duration(s.StoreClockBehind),
-		UnmappedReferences: int64(s.UnmappedReferences), InferredMaps: int64(len(s.InferredMaps)), UnknownSubtrees: int64(len(s.UnknownSubtrees))})
+		UnmappedReferences: int64(s.UnmappedReferences), InferredMaps: int64(len(s.InferredMaps)), UnknownSubtrees: int64(len(s.UnknownSubtrees)),
+		DamagedMetadata: int64(s.DamagedMetadata), ConfinedMetadata: int64(s.ConfinedMetadata), BlockingMetadata: int64(s.BlockingMetadata)})
 	if !g.startWalk() {
 		return
 	}

@@ -36,6 +36,9 @@ type IndexStats struct {
 	// UnknownSubtrees: store entries the last sync could not read (refused in their scope; no per-path
 	// label: their number is bounded by what users create, their keys are in `ckguard stats`).
 	UnknownSubtrees int64
+	// Unparseable `_metadata` by what they refuse: Damaged only themselves (Flink cannot load them
+	// either), Confined their own folder (an untrusted writer), Blocking every deletion.
+	DamagedMetadata, ConfinedMetadata, BlockingMetadata int64
 }
 
 // Metrics is the set of collectors of one mount.
@@ -55,6 +58,7 @@ type Metrics struct {
 	orphanBytes    prometheus.Gauge
 	clockBehind    prometheus.Gauge
 	unmappedRefs   prometheus.Gauge
+	unparseable    *prometheus.GaugeVec
 	inferredMaps   prometheus.Gauge
 	unknownTrees   prometheus.Gauge
 	loss           lossMetrics
@@ -114,6 +118,11 @@ func New() *Metrics {
 		Help:    "Time the index took to decide a guarded operation, by operation (part of the FUSE latency).",
 		Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10),
 	}, []string{"op"})
+	// One series per scope (itself, folder, store), never per path: any user can make bad files.
+	m.unparseable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "ckguard_unparseable_metadata",
+		Help: "_metadata files the index cannot parse, by what they refuse: scope=\"itself\" (damaged: Flink cannot restore from them either, so they protect nothing but themselves), \"folder\" (a newer format or too large, written by a user who does not own the job folder: deletions in its folder), \"store\" (the same from the job folder's owner: every deletion). `ckguard stats` names them.",
+	}, []string{"scope"})
 	// The plain gauges, set from what the index and the quarantine report: made and registered here.
 	registerGauges(m.Registry, []gaugeSpec{
 		{&m.liveCkpt, prometheus.GaugeOpts{Name: "ckguard_live_checkpoints", Help: "Live checkpoints in the index."}},
@@ -143,6 +152,10 @@ func New() *Metrics {
 		}
 		return time.Since(time.Unix(0, t)).Seconds()
 	})
+	m.Registry.MustRegister(m.unparseable)
+	for _, sc := range []string{"itself", "folder", "store"} {
+		m.unparseable.WithLabelValues(sc).Set(0)
+	}
 	m.Registry.MustRegister(m.refusals, m.allowed, m.notifyErrors, m.syncDuration, m.syncFailures,
 		m.fuseLatency, m.decideLatency, lag, inflight, qOldest,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -256,6 +269,9 @@ func (m *Metrics) SetIndexCounts(s IndexStats) {
 	m.unmappedRefs.Set(float64(s.UnmappedReferences))
 	m.inferredMaps.Set(float64(s.InferredMaps))
 	m.unknownTrees.Set(float64(s.UnknownSubtrees))
+	m.unparseable.WithLabelValues("itself").Set(float64(s.DamagedMetadata))
+	m.unparseable.WithLabelValues("folder").Set(float64(s.ConfinedMetadata))
+	m.unparseable.WithLabelValues("store").Set(float64(s.BlockingMetadata))
 	m.mu.Lock()
 	if !s.LastSync.IsZero() {
 		m.lastSync = s.LastSync

@@ -317,8 +317,8 @@ func SchemeAliasing(dir string, now time.Time) (*Tree, error) {
 }
 
 // Unparseable writes a small healthy job plus one chk-N/_metadata with a damaged (truncated) body,
-// followed by a newer healthy checkpoint: every deletion except of the damaged file must be refused,
-// and orphans must list nothing.
+// followed by a newer healthy checkpoint: the damaged file is no checkpoint Flink could restore, so it
+// protects nothing (its files go unless another checkpoint references them) and refuses nothing else.
 func Unparseable(dir string, now time.Time, opts ...Options) (*Tree, error) {
 	t, err := newTree("unparseable", dir, first(opts).URIPrefix, now)
 	if err != nil {
@@ -353,8 +353,7 @@ func Unparseable(dir string, now time.Time, opts ...Options) (*Tree, error) {
 	}
 	delete(t.Live, c2.Metadata)
 	t.Unparseable = append(t.Unparseable, c2.Metadata)
-	// chk-3 completed after it: the damaged chk-2 is not the job's newest checkpoint, so deleting it
-	// is allowed (a damaged newest one is protected by the active window like any newest one).
+	// chk-3 completed after it (a damaged chk-N is never its job's newest anyway).
 	c3, err := t.Checkpoint(Spec{Dir: job + "/chk-3", ID: 3, Completed: now.Add(-1 * day), Shared: prefixAll(job+"/shared/", uuids("unp/sst", 2)),
 		Private: uuids("unp/chk-3", 1)})
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -382,16 +383,14 @@ func (t *Tree) InGrace(p Policy) []string {
 
 // Orphans lists what `ckguard orphans --older-than olderThan` must list: files that are not
 // referenced, not a live or unparseable _metadata, and older than both olderThan and the grace period.
-// With an unparseable _metadata in the tree nothing is an orphan (the index cannot know).
+// The unparseable ones of a tree are damaged (Flink could not load them): they protect nothing, and
+// are reported by stats and verify rather than listed as orphans.
 func (t *Tree) Orphans(p Policy, olderThan time.Duration) []string {
-	if len(t.Unparseable) > 0 {
-		return []string{}
-	}
 	ref := t.referencedBy(t.live())
 	set := map[string]bool{}
 	for k, f := range t.Files {
 		age := t.Now.Sub(f.ModTime)
-		if !ref[k] && t.Live[k] == nil && age >= p.Grace && age >= olderThan {
+		if !ref[k] && t.Live[k] == nil && !slices.Contains(t.Unparseable, k) && age >= p.Grace && age >= olderThan {
 			set[k] = true
 		}
 	}
@@ -404,23 +403,8 @@ func (t *Tree) Orphans(p Policy, olderThan time.Duration) []string {
 // inside), and young unreferenced files. Files only retired checkpoints referenced are deletable
 // (retiring a checkpoint at once makes its files deletable, even young ones).
 func (t *Tree) Survivors(dir string, p Policy) []string {
-	blocked := false
-	for _, u := range t.Unparseable {
-		blocked = blocked || !under(u, dir)
-	}
-	if blocked {
-		// An unparseable _metadata outside dir blocks every deletion but its own.
-		set := map[string]bool{}
-		for k := range t.Files {
-			if under(k, dir) {
-				set[k] = true
-			}
-		}
-		for _, u := range t.Unparseable {
-			delete(set, u)
-		}
-		return sorted(set)
-	}
+	// The unparseable _metadata of a tree are damaged: they block nothing, and go like any old
+	// unreferenced file (young ones stay, by InGrace).
 	prot := map[string]bool{}
 	for _, k := range t.ProtectedMetadata(p) {
 		prot[k] = true
@@ -436,8 +420,6 @@ func (t *Tree) Survivors(dir string, p Policy) []string {
 			}
 		}
 	}
-	// Unparseable _metadata inside dir are deleted first (the only deletions they allow), which
-	// unblocks the rest.
 	keep := t.referencedBy(stay)
 	for _, c := range stay {
 		keep[c.Metadata] = true
