@@ -180,4 +180,3 @@ func TestPurgeWith(t *testing.T) {
 		})
 	}
 }
-
