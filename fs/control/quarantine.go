@@ -48,3 +48,8 @@ func (q *QuarantineClient) Purge(ctx context.Context, ids []string) (*quarantine
 	var r *quarantine.PurgeResult
 	return r, q.c.Call(ctx, "Purge", []any{ids}, &r)
 }
+
+func (q *QuarantineClient) PurgeWith(ctx context.Context, req quarantine.PurgeRequest) (*quarantine.PurgeResult, error) {
+	var r *quarantine.PurgeResult
+	return r, q.c.Call(ctx, "PurgeWith", []any{req}, &r)
+}

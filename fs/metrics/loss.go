@@ -89,14 +89,21 @@ func (m *Metrics) SetLoss(s LossStats) {
 	l := &m.loss
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	jobs, folded := FoldLabels(s.Jobs, MaxLabelValues, func(a, b JobLoss) JobLoss {
+		return JobLoss{BrokenCheckpoints: a.BrokenCheckpoints + b.BrokenCheckpoints, MissingObjects: a.MissingObjects + b.MissingObjects}
+	}, func(n JobLoss) int { return n.BrokenCheckpoints + n.MissingObjects })
 	for j := range l.jobs {
-		if _, ok := s.Jobs[j]; !ok {
+		if _, ok := jobs[j]; !ok {
 			l.broken.DeleteLabelValues(j)
 			l.missing.DeleteLabelValues(j)
 		}
 	}
+	if folded > 0 {
+		m.labelsFolded.WithLabelValues("ckguard_broken_checkpoints").Add(float64(folded))
+		m.labelsFolded.WithLabelValues("ckguard_missing_referenced_objects").Add(float64(folded))
+	}
 	l.jobs = map[string]bool{}
-	for j, n := range s.Jobs {
+	for j, n := range jobs {
 		l.jobs[j] = true
 		l.broken.WithLabelValues(j).Set(float64(n.BrokenCheckpoints))
 		l.missing.WithLabelValues(j).Set(float64(n.MissingObjects))

@@ -806,3 +806,28 @@ func (l *Local) Find(ctx context.Context, key string) (Entry, bool, error) {
 	}
 	return Entry{}, false, ctx.Err()
 }
+
+// Space is the room of the store's filesystem (statfs on the store root's descriptor: the bytes an
+// unprivileged writer may still use, as Flink's JobManager and TaskManagers write).
+func (l *Local) Space(_ context.Context) (Space, error) {
+	if err := l.lock(); err != nil {
+		return Space{}, err
+	}
+	defer l.mu.RUnlock()
+	return FDSpace(l.root)
+}
+
+// FDSpace is the room of the filesystem that holds the open file fd.
+func FDSpace(fd int) (Space, error) {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(fd, &st); err != nil {
+		return Space{}, fmt.Errorf("statfs of the store: %w", err)
+	}
+	bs := int64(st.Bsize)
+	if st.Frsize > 0 {
+		bs = int64(st.Frsize)
+	}
+	return Space{Size: int64(st.Blocks) * bs, Free: int64(st.Bavail) * bs}, nil
+}
+
+var _ Spacer = (*Local)(nil)

@@ -156,6 +156,15 @@ func PurgeExpired(ctx context.Context, a Area, es []Entry, ttl time.Duration, no
 	if ttl <= 0 {
 		return PurgeResult{}, fmt.Errorf("quarantine purge: TTL %v: a purge needs a positive TTL (entries younger than it are kept)", ttl)
 	}
+	return PurgeAged(ctx, a, es, ttl, now, referenced)
+}
+
+// PurgeAged is PurgeExpired for entries at least age old, any age when age is 0 (purge --all). The
+// entries a live checkpoint references again stay whatever their age.
+func PurgeAged(ctx context.Context, a Area, es []Entry, age time.Duration, now time.Time, referenced Referenced) (PurgeResult, error) {
+	if age < 0 {
+		return PurgeResult{}, fmt.Errorf("quarantine purge: age %v is negative", age)
+	}
 	if es == nil {
 		var err error
 		if es, err = a.List(ctx); err != nil {
@@ -167,20 +176,13 @@ func PurgeExpired(ctx context.Context, a Area, es []Entry, ttl time.Duration, no
 		if err := ctx.Err(); err != nil {
 			return r, err
 		}
-		if age := now.Sub(e.DeletedAt); age < ttl {
-			r.Kept = append(r.Kept, Kept{Entry: e, Reason: "young", Left: duration.D(ttl - age)})
+		if got := now.Sub(e.DeletedAt); age > 0 && got < age {
+			r.Kept = append(r.Kept, Kept{Entry: e, Reason: "young", Left: duration.D(age - got)})
 			continue
 		}
-		if referenced != nil {
-			ref, err := referenced(ctx, e.Key())
-			if err != nil {
-				r.Kept = append(r.Kept, Kept{Entry: e, Reason: "error", Detail: "cannot ask the index whether a live checkpoint references it: " + err.Error()})
-				continue
-			}
-			if ref {
-				r.Kept = append(r.Kept, Kept{Entry: e, Reason: "referenced", Detail: "a live checkpoint references " + e.Path + " again; restore it with ckguard quarantine restore " + e.Path})
-				continue
-			}
+		if k, keep := stillReferenced(ctx, e, referenced); keep {
+			r.Kept = append(r.Kept, k)
+			continue
 		}
 		if err := a.Purge(ctx, e.ID); err != nil {
 			r.Kept = append(r.Kept, Kept{Entry: e, Reason: "error", Detail: err.Error()})

@@ -19,6 +19,9 @@ type Service interface {
 	// Purge destroys those of the entries ids (all entries when ids is empty) older than the TTL that no
 	// live checkpoint references again.
 	Purge(ctx context.Context, ids []string) (*PurgeResult, error)
+	// PurgeWith is an operator's purge: Purge with the age of req (req.Age) instead of the TTL, each
+	// purge audited with req.By as the requester.
+	PurgeWith(ctx context.Context, req PurgeRequest) (*PurgeResult, error)
 }
 
 // ListResult is the quarantine's content.
@@ -71,6 +74,10 @@ type Direct struct {
 	Referenced Referenced       // nil: nothing is asked (no index)
 	// RestoreOne restores one entry; nil: Area.Restore.
 	RestoreOne func(ctx context.Context, id string) (Entry, error)
+	// Purged, when set, is told of every entry a purge destroyed, why and at whose request (the mount
+	// logs and audits it; the CLI on a store no mount holds audits it). It is called after the entry
+	// went, so a failure to record it loses nothing of the store.
+	Purged func(ctx context.Context, e Entry, cause PurgeCause, by Decision)
 }
 
 var _ Service = (*Direct)(nil)
@@ -160,14 +167,41 @@ func (d *Direct) Restore(ctx context.Context, ids []string) (*RestoreResult, err
 }
 
 func (d *Direct) Purge(ctx context.Context, ids []string) (*PurgeResult, error) {
-	es, missing, err := d.pick(ctx, ids)
+	return d.purge(ctx, PurgeRequest{IDs: ids}, CauseTTL)
+}
+
+func (d *Direct) PurgeWith(ctx context.Context, req PurgeRequest) (*PurgeResult, error) {
+	cause := CauseTTL
+	if req.All || req.OlderThan > 0 {
+		cause = CauseOperator
+	}
+	return d.purge(ctx, req, cause)
+}
+
+func (d *Direct) purge(ctx context.Context, req PurgeRequest, cause PurgeCause) (*PurgeResult, error) {
+	es, missing, err := d.pick(ctx, req.IDs)
 	if err != nil {
 		return nil, err
 	}
 	if es == nil {
 		es = []Entry{}
 	}
-	r, err := PurgeExpired(ctx, d.Area, es, d.TTL, d.now(), d.Referenced)
+	age := req.Age(d.TTL)
+	var r PurgeResult
+	if age <= 0 && !req.All {
+		r, err = PurgeExpired(ctx, d.Area, es, age, d.now(), d.Referenced) // the error names the missing TTL
+	} else {
+		r, err = PurgeAged(ctx, d.Area, es, age, d.now(), d.Referenced)
+	}
+	if d.Purged != nil {
+		for _, e := range r.Purged {
+			c := cause
+			if c == CauseOperator && d.TTL > 0 && d.now().Sub(e.DeletedAt) >= d.TTL {
+				c = CauseTTL // past the TTL anyway: nothing early about it
+			}
+			d.Purged(ctx, e, c, req.By)
+		}
+	}
 	for _, m := range missing {
 		r.Kept = append(r.Kept, Kept{Entry: m.Entry, Reason: "error", Detail: m.Error})
 	}
