@@ -65,12 +65,7 @@ type Metrics struct {
 	qObjects       prometheus.Gauge
 	qBytes         prometheus.Gauge
 	qOldest        atomic.Int64 // unix nanoseconds of the oldest quarantine entry; 0: none
-	qOverBound     prometheus.Gauge
-	qEarly         *prometheus.CounterVec
-	storeFree      prometheus.Gauge
-	storeSize      prometheus.Gauge
 	labelsFolded   *prometheus.CounterVec
-	spaceOnce      sync.Once
 
 	// Children resolved once per label set: WithLabelValues hashes the labels and takes the vector's lock
 	// on every call, and these are counted on the path of every guarded operation.
@@ -141,7 +136,6 @@ func New() *Metrics {
 		{&m.clockBehind, prometheus.GaugeOpts{Name: "ckguard_store_clock_behind_seconds", Help: "How far ages of store files are corrected because the store's clock is (or was, within --grace) behind this host's; 0 when the clocks agree."}},
 		{&m.qObjects, prometheus.GaugeOpts{Name: "ckguard_quarantine_objects", Help: "Objects staged in the store's quarantine folder by deletions through the mount (--quarantine), awaiting restore or purge."}},
 		{&m.qBytes, prometheus.GaugeOpts{Name: "ckguard_quarantine_bytes", Help: "Bytes of the objects staged in the quarantine folder."}},
-		{&m.qOverBound, prometheus.GaugeOpts{Name: "ckguard_quarantine_over_bound_bytes", Help: "Bytes the quarantine could not free to get within --quarantine-max-bytes / --quarantine-min-free after its last early purge (0: within its bound); above 0 the store fills for reasons the quarantine cannot make up for, or its entries are referenced again."}},
 	})
 	lag := sinceGauge(prometheus.GaugeOpts{Name: "ckguard_index_lag_seconds",
 		Help: "Seconds since the last successful index sync (-1 before the first)."}, &m.mu, &m.lastSync)
@@ -163,19 +157,11 @@ func New() *Metrics {
 	for _, sc := range []string{"itself", "folder", "store"} {
 		m.unparseable.WithLabelValues(sc).Set(0)
 	}
-	m.qEarly = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "ckguard_quarantine_early_purges_total",
-		Help: "Quarantine entries purged before their TTL, by cause: space (the quarantine was over --quarantine-max-bytes or the store under --quarantine-min-free) or operator (ckguard quarantine purge --older-than / --all).",
-	}, []string{"cause"})
 	m.labelsFolded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ckguard_metric_label_values_folded_total",
 		Help: "Label values (job folders, which any user who can write the store can create) beyond MaxLabelValues of a metric, exported folded into the value \"" + OtherLabel + "\" instead of a series each, by metric; counted once per export.",
 	}, []string{"metric"})
-	// Registered at the first SetStoreSpace: a store without a filesystem (S3) exports no free space
-	// (a 0 would read as a full disk).
-	m.storeFree = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ckguard_store_free_bytes", Help: "Bytes still available to writers on the store's filesystem (statfs f_bavail of the store root; HDFS: the space quota left, else the cluster's remaining space); not exported for S3."})
-	m.storeSize = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ckguard_store_size_bytes", Help: "Size in bytes of the store's filesystem (HDFS: its space quota, else the cluster's capacity); not exported for S3."})
-	m.Registry.MustRegister(m.qEarly, m.labelsFolded)
+	m.Registry.MustRegister(m.labelsFolded)
 	m.Registry.MustRegister(m.refusals, m.allowed, m.notifyErrors, m.syncDuration, m.syncFailures,
 		m.fuseLatency, m.decideLatency, lag, inflight, qOldest,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -257,32 +243,6 @@ func (m *Metrics) SetQuarantine(objects int, bytes int64, oldest time.Time) {
 	} else {
 		m.qOldest.Store(oldest.UnixNano())
 	}
-}
-
-// QuarantineEarlyPurge counts one entry purged before its TTL; cause is "space" or "operator".
-func (m *Metrics) QuarantineEarlyPurge(cause string) {
-	if m == nil {
-		return
-	}
-	m.qEarly.WithLabelValues(cause).Inc()
-}
-
-// SetQuarantineOverBound sets the bytes the quarantine could not free to get within its bound.
-func (m *Metrics) SetQuarantineOverBound(bytes int64) {
-	if m == nil {
-		return
-	}
-	m.qOverBound.Set(float64(max(bytes, 0)))
-}
-
-// SetStoreSpace updates the size and free space of the store's filesystem.
-func (m *Metrics) SetStoreSpace(size, free int64) {
-	if m == nil {
-		return
-	}
-	m.spaceOnce.Do(func() { m.Registry.MustRegister(m.storeFree, m.storeSize) })
-	m.storeSize.Set(float64(size))
-	m.storeFree.Set(float64(free))
 }
 
 // SetIndexStats updates the index gauges.
