@@ -43,10 +43,6 @@ func classifyParseError(err error) string {
 // itself.
 func (c *checkpointRecord) damaged() bool { return c.Err != "" && c.Bad == badDamaged }
 
-// unjudgeable reports whether c is a `_metadata` whose references cannot be known although Flink
-// may load it (a record written by an older version without a class counts as one until re-read).
-func (c *checkpointRecord) unjudgeable() bool { return c.Err != "" && c.Bad != badDamaged }
-
 // trustedWriter reports whether c's writer is one the store trusts for its job folder: the owner
 // of the job folder and of the folder around it (JobOwner, as Flink's JobManager that made them),
 // or any writer where the store has no owners (S3: writing needs the bucket's credentials or the

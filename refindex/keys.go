@@ -216,7 +216,7 @@ type checkpointRecord struct {
 	Err string `json:"err,omitempty"`
 	// Bad classifies a record with Err (badDamaged, badNewerFormat, badTooLarge, badUnaddressable;
 	// empty in records an older version wrote, which count as unjudgeable until read again). See
-	// unjudgeable and damaged.
+	// damaged.
 	Bad string `json:"bad,omitempty"`
 	// HeldRefs: a damaged version of a `_metadata` that was parseable before keeps the references of
 	// that previous version while it is younger than --grace (it may be a rewrite in progress, read
