@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
+	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
@@ -21,9 +26,15 @@ func quarantinePurgeCommand() *cli.Command {
 			"running mount purges the same way in the background after every sync.\n\n" +
 			"EXAMPLES:\n" +
 			"   ckguard quarantine purge --store /srv/flink/checkpoints --index /var/lib/ckguard/flink\n" +
-			"   ckguard quarantine purge --store /srv/flink/checkpoints --index /var/lib/ckguard/flink --ttl 7d   # no mount running",
+			"   ckguard quarantine purge --store /srv/flink/checkpoints --index /var/lib/ckguard/flink --ttl 7d   # no mount running\n" +
+			"   ckguard quarantine purge --store /srv/flink/checkpoints --older-than 2h   # the disk is full: free space now\n\n" +
+			"--older-than and --all purge before the TTL; a running mount logs and audits every purge with its cause\n" +
+			"(quarantine-purge-ttl or quarantine-purge-operator) and the requesting process.",
 		Flags: quarantineFlags(
 			durationFlag("ttl", defaultQuarantine, "when no mount holds the index: purge entries older than this (a running mount uses its --quarantine)"),
+			durationFlag("older-than", 0, "purge the entries deleted at least this long ago, before the TTL (to free space now; a running mount does it without a remount)"),
+			&cli.BoolFlag{Name: "all", Usage: "purge every entry whatever its age (asks for confirmation on a terminal unless --yes)"},
+			&cli.BoolFlag{Name: "yes", Usage: "with --all: do not ask"},
 		),
 		Before: requireStore,
 		Action: runQuarantinePurge,
@@ -31,6 +42,20 @@ func quarantinePurgeCommand() *cli.Command {
 }
 
 func runQuarantinePurge(c *cli.Context) error {
+	all, olderThan := c.Bool("all"), c.Duration("older-than")
+	if all && olderThan > 0 {
+		return cli.Exit("ckguard quarantine purge: give --all or --older-than, not both", exitUsage)
+	}
+	if all && !c.Bool("yes") {
+		if !stdinIsTTY() {
+			return cli.Exit("ckguard quarantine purge --all destroys every staged deletion for good and stdin is no terminal to ask: add --yes", exitUsage)
+		}
+		fmt.Fprint(c.App.ErrWriter, "purge EVERY quarantine entry for good (entries a live checkpoint references again stay)? [y/N] ")
+		line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+		if a := strings.TrimSpace(strings.ToLower(line)); a != "y" && a != "yes" {
+			return cli.Exit("ckguard quarantine purge: not confirmed, nothing purged", exitUsage)
+		}
+	}
 	svc, viaMount, closeFn, err := openQuarantine(c, c.Duration("ttl"))
 	if err != nil {
 		return err
@@ -78,7 +103,12 @@ func runQuarantinePurge(c *cli.Context) error {
 			}
 		}
 	}
-	r, err := svc.Purge(c.Context, ids)
+	var r *quarantine.PurgeResult
+	if all || olderThan > 0 {
+		r, err = svc.PurgeWith(c.Context, quarantine.PurgeRequest{IDs: ids, OlderThan: duration.D(olderThan), All: all, By: selfAsRequester()})
+	} else {
+		r, err = svc.Purge(c.Context, ids)
+	}
 	if err != nil {
 		return err
 	}
@@ -105,4 +135,20 @@ func runQuarantinePurge(c *cli.Context) error {
 		return cli.Exit("", exitFound)
 	}
 	return nil
+}
+
+// selfAsRequester names this process for the audit record of an operator's purge.
+func selfAsRequester() quarantine.Decision {
+	comm := "ckguard"
+	if b, err := os.ReadFile("/proc/self/comm"); err == nil {
+		comm = strings.TrimSpace(string(b))
+	}
+	return quarantine.Decision{Op: "purge", Reason: "operator", PID: uint32(os.Getpid()), UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Comm: comm}
+}
+
+// stdinIsTTY reports whether standard input is a terminal someone can answer at (a character
+// device such as /dev/null is not).
+func stdinIsTTY() bool {
+	_, err := unix.IoctlGetTermios(int(os.Stdin.Fd()), unix.TCGETS)
+	return err == nil
 }

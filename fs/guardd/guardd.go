@@ -376,7 +376,7 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	}
 	var stage *stager
 	if area := stagingOf(m); area != nil {
-		stage = newStager(c, area, enf, met, log)
+		stage = newStager(c, area, enf, al, met, log)
 		if staged != nil {
 			staged.area.Store(&stagingBox{area})
 		}

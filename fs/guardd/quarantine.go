@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync/atomic"
+	"time"
 
+	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/metrics"
@@ -53,7 +55,7 @@ type stager struct {
 // the index would allow is refused until then); if it cannot be indexed the object goes back into
 // quarantine, so nothing live is left unknown to the index. A purge asks the index whether a live
 // checkpoint references an entry again (any answer but "deletable" keeps it).
-func newStager(c Config, area quarantine.Staging, enf *guard.Enforcer, met *metrics.Metrics, log *slog.Logger) *stager {
+func newStager(c Config, area quarantine.Staging, enf *guard.Enforcer, sink audit.Sink, met *metrics.Metrics, log *slog.Logger) *stager {
 	svc := &quarantine.Direct{Area: area, TTL: c.Quarantine, Now: c.QuarantineNow,
 		Referenced: func(ctx context.Context, key string) (bool, error) {
 			state, refs, err := enf.Explain(ctx, key)
@@ -102,6 +104,22 @@ func newStager(c Config, area quarantine.Staging, enf *guard.Enforcer, met *metr
 			log.Info("restored from quarantine", "path", got.Key(), "entry", got.ID, "deleted_at", got.DeletedAt)
 			return got, nil
 		}}
+	// Every purge destroys data for good: each is logged and audited with its cause (ttl, or operator
+	// for purge --older-than/--all) and, for an operator's purge, the process that asked (as its
+	// client reported it over the root-only quarantine socket).
+	svc.Purged = func(_ context.Context, e quarantine.Entry, cause quarantine.PurgeCause, by quarantine.Decision) {
+		log.Info("purged from quarantine", "path", e.Key(), "entry", e.ID, "deleted_at", e.DeletedAt, "bytes", e.Size, "cause", string(cause), "by_uid", by.UID, "by_comm", by.Comm)
+		if sink == nil {
+			return
+		}
+		rec := &audit.Record{Time: time.Now(), Op: "quarantine-purge", Decision: "allow", Reason: "quarantine-purge-" + string(cause),
+			Message: fmt.Sprintf("entry %s (%d bytes, deleted %s) purged for good", e.ID, e.Size, e.DeletedAt.UTC().Format(time.RFC3339)),
+			PID:     by.PID, UID: by.UID, GID: by.GID, Comm: by.Comm}
+		rec.SetNames(e.Key(), "")
+		if err := sink.Record(rec); err != nil {
+			log.Error("audit log write failed", "op", rec.Op, "path", e.Key(), "err", err)
+		}
+	}
 	return &stager{svc: svc, met: met, log: log, warned: map[string]bool{}}
 }
 
