@@ -29,6 +29,7 @@ import (
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
 // Config is everything a mount needs.
@@ -101,6 +102,9 @@ type Backend struct {
 	Traffic Traffic
 	// Quarantine, when set, is asked whether a referenced object found missing is held in quarantine.
 	Quarantine refindex.QuarantineFinder
+	// Space, when set, reads the size and free space of the store's filesystem after every sync
+	// (ckguard_store_free_bytes; a WARN when under lowSpaceFraction): local and NFS stores.
+	Space func(ctx context.Context) (quarantine.Space, error)
 	// Listings, when set, holds the mount's complete folder listings: the loss check takes a folder the
 	// mount listed at most lossEvidenceAge ago from there (refindex.ListingEvidence), and its bound
 	// counts the listing's age.
@@ -125,7 +129,7 @@ func Run(ctx context.Context, c Config) error {
 		if err != nil {
 			return Backend{}, fmt.Errorf("store %s: %w", c.StoreDir, err)
 		}
-		return Backend{Store: st,
+		return Backend{Store: st, Space: func(context.Context) (quarantine.Space, error) { return dirSpace(c.StoreDir) },
 			Mount: func(_ context.Context, enf *guard.Enforcer, met *metrics.Metrics) (Mount, error) {
 				return localfs.Mount(localfs.Options{Store: c.StoreDir, Mountpoint: c.Mountpoint, Enforcer: enf,
 					Metrics: met, AllowOther: c.AllowOther, Debug: c.Debug, Logger: c.Logger,
@@ -273,6 +277,7 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	// during it. The GCs that do run are forced by go-fuse (debug.FreeOSMemory when its inode table has
 	// shrunk 100-fold), which no GC setting changes; a higher GOGC would only raise the daemon's footprint.
 	stats := &gauges{walk: !b.NoIndexGauges}
+	var space spaceWatch
 	var q refindex.Querier = ix
 	syncOnce := func() error {
 		t0 := time.Now()
@@ -289,6 +294,9 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 		}
 		if c.MetricsAddr != "" {
 			stats.refresh(ctx, q, met, gov, log)
+		}
+		if b.Space != nil {
+			space.check(ctx, b.Space, met, log)
 		}
 		return serr
 	}

@@ -66,6 +66,9 @@ type Metrics struct {
 	qBytes         prometheus.Gauge
 	qOldest        atomic.Int64 // unix nanoseconds of the oldest quarantine entry; 0: none
 	labelsFolded   *prometheus.CounterVec
+	storeFree      prometheus.Gauge
+	storeSize      prometheus.Gauge
+	spaceOnce      sync.Once
 
 	// Children resolved once per label set: WithLabelValues hashes the labels and takes the vector's lock
 	// on every call, and these are counted on the path of every guarded operation.
@@ -161,6 +164,10 @@ func New() *Metrics {
 		Name: "ckguard_metric_label_values_folded_total",
 		Help: "Label values (job folders, which any user who can write the store can create) beyond MaxLabelValues of a metric, exported folded into the value \"" + OtherLabel + "\" instead of a series each, by metric; counted once per export.",
 	}, []string{"metric"})
+	// Registered at the first SetStoreSpace: a store without a filesystem (S3) exports no free space
+	// (a 0 would read as a full disk).
+	m.storeFree = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ckguard_store_free_bytes", Help: "Bytes still available to writers on the store's filesystem (statfs f_bavail of the store root); not exported for S3 or HDFS."})
+	m.storeSize = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ckguard_store_size_bytes", Help: "Size in bytes of the store's filesystem (statfs of the store root); not exported for S3 or HDFS."})
 	m.Registry.MustRegister(m.labelsFolded)
 	m.Registry.MustRegister(m.refusals, m.allowed, m.notifyErrors, m.syncDuration, m.syncFailures,
 		m.fuseLatency, m.decideLatency, lag, inflight, qOldest,
@@ -243,6 +250,16 @@ func (m *Metrics) SetQuarantine(objects int, bytes int64, oldest time.Time) {
 	} else {
 		m.qOldest.Store(oldest.UnixNano())
 	}
+}
+
+// SetStoreSpace updates the size and free space of the store's filesystem.
+func (m *Metrics) SetStoreSpace(size, free int64) {
+	if m == nil {
+		return
+	}
+	m.spaceOnce.Do(func() { m.Registry.MustRegister(m.storeFree, m.storeSize) })
+	m.storeSize.Set(float64(size))
+	m.storeFree.Set(float64(free))
 }
 
 // SetIndexStats updates the index gauges.
