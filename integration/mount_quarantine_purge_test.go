@@ -74,3 +74,46 @@ func TestMountQuarantinePurgeEarly(t *testing.T) {
 		t.Errorf("the purges are not in the mount's log:\n%s", p.logText())
 	}
 }
+
+// TestMountQuarantineSpaceBound: a quarantine over --quarantine-max-bytes is purged, oldest first,
+// before its TTL at the next sync, each purge audited with cause space and logged.
+func TestMountQuarantineSpaceBound(t *testing.T) {
+	mntRequire(t)
+	base, err := os.MkdirTemp("", "ckguard-qbound-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	tr, err := treegen.IncidentOne(filepath.Join(base, "store"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := sharedMount(t, base, tr.Root, "--quarantine", "24h", "--quarantine-max-bytes", "1")
+	garbage := "flink-checkpoints/" + treegen.IncidentOneOldJob + "/chk-100270"
+	if out, code := mntRun(t, "", "rm", "-rf", p.m(garbage)); code != 0 {
+		t.Fatalf("rm -rf %s: exit %d\n%s", garbage, code, out)
+	}
+	waitSyncAfter(t, p, time.Now())
+	waitSyncAfter(t, p, time.Now())
+	if es := qList(t, p); len(es) > 1 {
+		t.Fatalf("quarantine over --quarantine-max-bytes 1 after two syncs: %d entries left, want at most 1 (the sweep stops once within the bound)", len(es))
+	}
+	n := 0
+	for _, r := range p.auditRecords() {
+		if r.Op == "quarantine-purge" {
+			if r.Reason != "quarantine-purge-space" {
+				t.Errorf("audit record of an early purge: reason %q, want quarantine-purge-space", r.Reason)
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		t.Errorf("no audit record of the early purges")
+	}
+	if !strings.Contains(p.logText(), "over its space bound") {
+		t.Errorf("the early purge is not logged:\n%s", p.logText())
+	}
+	if _, err := os.Stat(filepath.Join(tr.Root, filepath.FromSlash(garbage))); !os.IsNotExist(err) {
+		t.Errorf("%s is back: %v", garbage, err)
+	}
+}

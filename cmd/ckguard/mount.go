@@ -16,8 +16,10 @@ import (
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsguardd"
+	"github.com/ckguard/ckguard/internal/bytesize"
 	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/s3backend/s3cli"
 	"github.com/ckguard/ckguard/s3backend/s3guardd"
 )
@@ -42,6 +44,8 @@ func mountCommand() *cli.Command {
 		&cli.IntFlag{Name: "loss-check-budget", Usage: "from the first sync on the mount checks, pass after pass beside the sync loop, that the objects live checkpoints reference are still in the store: at most this many requests per pass (a stat per object; on S3 a listing per 1,000 referenced keys of a folder), in a rotation of passes beyond that, besides one stat per object already found missing. Default: everything on a local store, 2000 requests on S3 (about 2,000,000 referenced objects in shared folders). -1: everything in every pass"},
 		&cli.Float64Flag{Name: "loss-check-rate", Usage: "the loss check's requests per second to the store (10 a second or a fifth of it when slower, one at a time, while the mount sends requests of its own), so that it never competes with the mount for the server. Passes start three quarters of --sync-interval apart (back to back when one takes longer) and report after every chunk of an eighth of the interval, so a loss shows within 7/8 of the interval while a pass fits in 3/4 of it: at 75 requests/s and 30 s syncs up to about 1,600,000 referenced objects in shared folders (ckguard_loss_check_bound_seconds says what the store measures). Default: 75 on S3, unpaced on a local store (a pass rests nine times its duration instead). -1: unpaced"},
 		durationFlag("quarantine", defaultQuarantine, "stage every deletion the guard allows in the store's quarantine folder (invisible in the mount) for this long before it is purged; `ckguard quarantine list|restore|purge`. 0s: deletions are final. Default 0s on S3 (opt-in: staging there is a server-side copy per deletion) and on HDFS (opt-in: there deletions go to the HDFS trash when the NameNode has one; with --quarantine they are staged instead, a rename per deletion)"),
+		&cli.StringFlag{Name: "quarantine-max-bytes", Usage: "with --quarantine: the quarantine holds at most this many bytes (e.g. 50GiB); over it the mount purges the oldest entries first, before their TTL, each logged and audited. Default: no bound"},
+		&cli.StringFlag{Name: "quarantine-min-free", Value: "5%", Usage: "with --quarantine, on a local or NFS store: while the store's filesystem has less free than this (bytes, or a percentage of its size), the mount purges the oldest quarantine entries first, before their TTL, each logged and audited, so that the safety net never fills the disk Flink checkpoints to. 0: no bound"},
 		&cli.IntFlag{Name: "serve-procs", Value: 1, Usage: "GOMAXPROCS while the mount only answers requests (index syncs and queries raise it back); fewer idle Go threads make each request cheaper, rm -rf about 30% faster on 2 cores. 0: leave GOMAXPROCS alone. Local stores only, unless given explicitly"},
 	}
 	// --store, --index, --map, --entropy-key and the S3 flags are shared with every index command
@@ -202,6 +206,13 @@ func runMount(c *cli.Context) error {
 		// and staging writes a record file per deletion through a DataNode).
 		cfg.Quarantine = 0
 	}
+	if cfg.Quarantine > 0 {
+		b, err := quarantineBound(c)
+		if err != nil {
+			return err
+		}
+		cfg.QuarantineBound = b
+	}
 	run := guardd.Run
 	if s3cli.IsURL(cfg.StoreDir) { // s3://bucket/prefix: the S3 backend (s3backend/), same daemon behaviour
 		if !c.IsSet("serve-procs") {
@@ -233,4 +244,24 @@ func runMount(c *cli.Context) error {
 // local store's (a rename costs nothing); on S3 and HDFS staging is opt-in.
 func storeStagesDeletions(store string) bool {
 	return !s3cli.IsURL(store) && !hdfscli.IsURL(store)
+}
+
+// quarantineBound reads --quarantine-max-bytes and --quarantine-min-free.
+func quarantineBound(c *cli.Context) (quarantine.Bound, error) {
+	var b quarantine.Bound
+	if v := c.String("quarantine-max-bytes"); v != "" {
+		n, err := bytesize.Parse(v)
+		if err != nil {
+			return b, cli.Exit(fmt.Sprintf("--quarantine-max-bytes %q: %v", v, err), exitUsage)
+		}
+		b.MaxBytes = n
+	}
+	if v := c.String("quarantine-min-free"); v != "" && v != "0" {
+		mf, err := bytesize.ParseBound(v)
+		if err != nil {
+			return b, cli.Exit(fmt.Sprintf("--quarantine-min-free %q: %v", v, err), exitUsage)
+		}
+		b.MinFree = mf
+	}
+	return b, nil
 }

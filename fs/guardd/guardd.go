@@ -66,6 +66,9 @@ type Config struct {
 	Quarantine time.Duration
 	// QuarantineNow is the quarantine's clock (nil: time.Now).
 	QuarantineNow func() time.Time
+	// QuarantineBound bounds the quarantine's space: over it, the sweeper purges the oldest entries
+	// first, before their TTL, each logged and audited (cause space). Zero: the TTL alone.
+	QuarantineBound quarantine.Bound
 }
 
 // Mounted describes a running mount, for the Ready callback and tests.

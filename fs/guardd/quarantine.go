@@ -48,6 +48,10 @@ type stager struct {
 	log *slog.Logger
 	// warned are the entries past the TTL already logged as kept (once each, not after every sync).
 	warned map[string]bool
+	// bound is the quarantine's space bound (enforceBound); overBound: the last sweep could not get
+	// within it (said once until it is within again).
+	bound     quarantine.Bound
+	overBound bool
 }
 
 // newStager serves the quarantine of area on its socket. A restore through it runs under the enforcer's
@@ -120,7 +124,7 @@ func newStager(c Config, area quarantine.Staging, enf *guard.Enforcer, sink audi
 			log.Error("audit log write failed", "op", rec.Op, "path", e.Key(), "err", err)
 		}
 	}
-	return &stager{svc: svc, met: met, log: log, warned: map[string]bool{}}
+	return &stager{svc: svc, met: met, log: log, warned: map[string]bool{}, bound: c.QuarantineBound}
 }
 
 // tick purges what is past the TTL and refreshes the gauges; the mount runs it after every sync (it
@@ -131,9 +135,7 @@ func (s *stager) tick(ctx context.Context) {
 		s.log.Error("quarantine purge failed", "err", err)
 	}
 	if r != nil {
-		for _, e := range r.Purged {
-			s.log.Info("purged from quarantine", "path", e.Path, "entry", e.ID, "deleted_at", e.DeletedAt)
-		}
+		// Each purge is logged and audited by svc.Purged.
 		for _, k := range r.Kept {
 			if k.Reason != "young" && !s.warned[k.Entry.ID] {
 				s.warned[k.Entry.ID] = true
@@ -141,7 +143,59 @@ func (s *stager) tick(ctx context.Context) {
 			}
 		}
 	}
+	if !s.bound.IsZero() {
+		s.enforceBound(ctx)
+	}
 	s.refresh(ctx)
+}
+
+// enforceBound purges the oldest entries, before their TTL, while the quarantine is over its bound
+// (--quarantine-max-bytes, or the store's filesystem under --quarantine-min-free): the safety net must
+// not be what fills the store. Entries a live checkpoint references again are never purged.
+func (s *stager) enforceBound(ctx context.Context) {
+	es, err := s.svc.Area.List(ctx)
+	if err != nil {
+		s.log.Error("quarantine: cannot list the quarantine folder to check its space bound", "err", err)
+		return
+	}
+	var sp *quarantine.Space
+	if a, ok := s.svc.Area.(quarantine.Spacer); ok {
+		if got, err := a.Space(ctx); err == nil {
+			sp = &got
+		} else {
+			s.log.Warn("quarantine: cannot read the store filesystem's free space; only --quarantine-max-bytes applies", "err", err)
+		}
+	}
+	need := s.bound.Need(quarantine.Summarise(es).Bytes, sp)
+	if need <= 0 {
+		if s.overBound {
+			s.log.Info("quarantine within its space bound again")
+		}
+		s.overBound = false
+		return
+	}
+	r, err := quarantine.PurgeOldest(ctx, s.svc.Area, es, need, s.svc.Referenced)
+	var freed int64
+	for _, e := range r.Purged {
+		freed += e.Size
+		if s.svc.Purged != nil {
+			s.svc.Purged(ctx, e, quarantine.CauseSpace, quarantine.Decision{Op: "purge", Reason: "space", Comm: "ckguard-mount"})
+		}
+	}
+	if len(r.Purged) > 0 {
+		s.log.Warn("quarantine over its space bound: purged the oldest entries before their TTL", "entries", len(r.Purged), "freed_bytes", freed, "needed_bytes", need,
+			"max_bytes", s.bound.MaxBytes, "min_free", s.bound.MinFree.String())
+	}
+	if err != nil {
+		s.log.Error("quarantine: early purge stopped", "err", err)
+	}
+	if freed < need && !s.overBound {
+		s.overBound = true
+		s.log.Error("quarantine cannot get within its space bound: what is left in it is referenced again or cannot be purged, or the store is full for other reasons; free space through the mount",
+			"short_bytes", need-freed, "kept", len(r.Kept))
+	} else if freed >= need {
+		s.overBound = false
+	}
 }
 
 func (s *stager) refresh(ctx context.Context) {
