@@ -6,6 +6,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/mountutil"
+	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store"
 )
 
@@ -343,6 +345,17 @@ func mntHTTPGet(t testing.TB, url string) string {
 func mntHead(s []string) []string {
 	if len(s) > 20 {
 		return s[:20]
+	}
+	return s
+}
+
+// stats is `ckguard stats --json` of the mount's index.
+func (p *mntProc) stats() refindex.StatsResult {
+	p.t.Helper()
+	out, _ := p.cli("stats", "--json")
+	var s refindex.StatsResult
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		p.t.Fatalf("stats --json: %v\n%s", err, out)
 	}
 	return s
 }

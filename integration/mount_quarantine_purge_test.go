@@ -16,15 +16,7 @@ import (
 // in the mount's audit log with its cause and the requesting process.
 func TestMountQuarantinePurgeEarly(t *testing.T) {
 	mntRequire(t)
-	base, err := os.MkdirTemp("", "ckguard-qpurge-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	tr, err := treegen.IncidentOne(filepath.Join(base, "store"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	base, tr := incidentOneStore(t, "ckguard-qpurge-")
 	p := sharedMount(t, base, tr.Root, "--quarantine", "24h")
 	garbage := "flink-checkpoints/" + treegen.IncidentOneOldJob + "/chk-100270"
 	if out, code := mntRun(t, "", "rm", "-rf", p.m(garbage)); code != 0 {
@@ -79,15 +71,7 @@ func TestMountQuarantinePurgeEarly(t *testing.T) {
 // before its TTL at the next sync, each purge audited with cause space and logged.
 func TestMountQuarantineSpaceBound(t *testing.T) {
 	mntRequire(t)
-	base, err := os.MkdirTemp("", "ckguard-qbound-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	tr, err := treegen.IncidentOne(filepath.Join(base, "store"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	base, tr := incidentOneStore(t, "ckguard-qbound-")
 	p := sharedMount(t, base, tr.Root, "--quarantine", "24h", "--quarantine-max-bytes", "1")
 	garbage := "flink-checkpoints/" + treegen.IncidentOneOldJob + "/chk-100270"
 	if out, code := mntRun(t, "", "rm", "-rf", p.m(garbage)); code != 0 {
@@ -116,4 +100,20 @@ func TestMountQuarantineSpaceBound(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(tr.Root, filepath.FromSlash(garbage))); !os.IsNotExist(err) {
 		t.Errorf("%s is back: %v", garbage, err)
 	}
+}
+
+// incidentOneStore generates IncidentOne in <base>/store, base a fresh folder below the system's temp
+// folder (removed at the end).
+func incidentOneStore(t *testing.T, prefix string) (string, *treegen.Tree) {
+	t.Helper()
+	base, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	tr, err := treegen.IncidentOne(filepath.Join(base, "store"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base, tr
 }

@@ -2,15 +2,12 @@ package integration
 
 import (
 	"encoding/hex"
-	"encoding/json"
 	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/ckguard/ckguard/refindex"
 )
 
 // realFlinkMetadata returns a `_metadata` a real Flink (1.20, RocksDB) wrote, from the shared fixtures
@@ -78,16 +75,7 @@ with open(sys.argv[2], "wb") as dst:
 			waitSyncAfter(t, p, time.Now())
 			waitSyncAfter(t, p, time.Now())
 
-			stats := func() refindex.StatsResult {
-				t.Helper()
-				out, _ := p.cli("stats", "--json")
-				var s refindex.StatsResult
-				if err := json.Unmarshal([]byte(out), &s); err != nil {
-					t.Fatalf("stats --json: %v\n%s", err, out)
-				}
-				return s
-			}
-			s := stats()
+			s := p.stats()
 			if s.SyncError != "" || s.DamagedMetadata != 1 || s.BlockingMetadata != 0 || len(s.BadMetadata) != 1 ||
 				s.BadMetadata[0].Metadata != bad || s.BadMetadata[0].Scope != "itself" {
 				t.Fatalf("stats after the bad _metadata: sync error %q, damaged %d, blocking %d, listed %+v; want %s damaged, refusing only itself\n%s",
@@ -113,7 +101,7 @@ attempt("bad_young", lambda: os.unlink(sys.argv[3]))
 				t.Errorf("rm -rf of the bad checkpoint folder past --grace: exit %d\n%s", code, out)
 			}
 			waitSyncAfter(t, p, time.Now())
-			if s := stats(); s.DamagedMetadata != 0 || len(s.BadMetadata) != 0 {
+			if s := p.stats(); s.DamagedMetadata != 0 || len(s.BadMetadata) != 0 {
 				t.Errorf("after its removal: damaged %d, listed %+v", s.DamagedMetadata, s.BadMetadata)
 			}
 			mustExist(t, tr.Root, ref)

@@ -129,16 +129,7 @@ func TestUnprivUnreadableFolderConfined(t *testing.T) {
 	waitSyncAfter(t, p, time.Now())
 	waitSyncAfter(t, p, time.Now())
 
-	stats := func() refindex.StatsResult {
-		t.Helper()
-		out, _ := p.cli("stats", "--json")
-		var s refindex.StatsResult
-		if err := json.Unmarshal([]byte(out), &s); err != nil {
-			t.Fatalf("stats --json: %v\n%s", err, out)
-		}
-		return s
-	}
-	s := stats()
+	s := p.stats()
 	if s.SyncError != "" || len(s.UnknownSubtrees) != 1 || s.UnknownSubtrees[0].Key != "scratch/dark" || !s.UnknownSubtrees[0].Confined ||
 		s.UnknownSubtrees[0].UID == nil || *s.UnknownSubtrees[0].UID != 1 || !strings.Contains(s.UnknownSubtrees[0].Cause, "permission denied") {
 		t.Fatalf("stats: sync error %q, unknown subtrees %+v; want scratch/dark, uid 1, confined\n%s", s.SyncError, s.UnknownSubtrees, p.logText())
@@ -167,7 +158,7 @@ attempt("rmdir_scratch", lambda: os.rmdir(sys.argv[3]))
 		t.Fatal(err)
 	}
 	waitSyncAfter(t, p, time.Now())
-	if s := stats(); len(s.UnknownSubtrees) != 0 {
+	if s := p.stats(); len(s.UnknownSubtrees) != 0 {
 		t.Errorf("after chmod: unknown subtrees %+v", s.UnknownSubtrees)
 	}
 	if out, code := asNobody(t, "rm", "-rf", p.m("scratch/dark")); code != 0 {
