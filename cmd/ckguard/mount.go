@@ -41,6 +41,7 @@ func mountCommand() *cli.Command {
 		&cli.BoolFlag{Name: "debug", Usage: "log every FUSE request"},
 		&cli.IntFlag{Name: "loss-check-budget", Usage: "from the first sync on the mount checks, pass after pass beside the sync loop, that the objects live checkpoints reference are still in the store: at most this many requests per pass (a stat per object; on S3 a listing per 1,000 referenced keys of a folder), in a rotation of passes beyond that, besides one stat per object already found missing. Default: everything on a local store, 2000 requests on S3 (about 2,000,000 referenced objects in shared folders). -1: everything in every pass"},
 		&cli.Float64Flag{Name: "loss-check-rate", Usage: "the loss check's requests per second to the store (10 a second or a fifth of it when slower, one at a time, while the mount sends requests of its own), so that it never competes with the mount for the server. Passes start three quarters of --sync-interval apart (back to back when one takes longer) and report after every chunk of an eighth of the interval, so a loss shows within 7/8 of the interval while a pass fits in 3/4 of it: at 75 requests/s and 30 s syncs up to about 1,600,000 referenced objects in shared folders (ckguard_loss_check_bound_seconds says what the store measures). Default: 75 on S3, unpaced on a local store (a pass rests nine times its duration instead). -1: unpaced"},
+		&cli.StringFlag{Name: "hold", Value: "off", Usage: "server-side holds on what live checkpoints reference (S3: a legal hold on the current version of every referenced object and _metadata, released once the guard would allow the deletion; a delete marker put on a held object beside the mount is removed): off, best-effort (run without them, loudly, where the bucket cannot hold) or required (refuse to start where it cannot)"},
 		durationFlag("quarantine", defaultQuarantine, "stage every deletion the guard allows in the store's quarantine folder (invisible in the mount) for this long before it is purged; `ckguard quarantine list|restore|purge`. 0s: deletions are final. Default 0s on S3 (opt-in: staging there is a server-side copy per deletion) and on HDFS (opt-in: there deletions go to the HDFS trash when the NameNode has one; with --quarantine they are staged instead, a rename per deletion)"),
 		&cli.IntFlag{Name: "serve-procs", Value: 1, Usage: "GOMAXPROCS while the mount only answers requests (index syncs and queries raise it back); fewer idle Go threads make each request cheaper, rm -rf about 30% faster on 2 cores. 0: leave GOMAXPROCS alone. Local stores only, unless given explicitly"},
 	}
@@ -195,6 +196,7 @@ func runMount(c *cli.Context) error {
 			daemon.Ready(fmt.Sprintf("guarding %s on %s", c.String("store"), m.Mountpoint))
 		},
 	}
+	cfg.Hold = c.String("hold")
 	cfg.Quarantine = c.Duration("quarantine")
 	if !c.IsSet("quarantine") && !storeStagesDeletions(cfg.StoreDir) {
 		// On S3 staging is opt-in (a server-side copy per deletion, billed and taking time with the
