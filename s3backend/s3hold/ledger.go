@@ -84,6 +84,9 @@ type Ledger struct {
 // OpenLedger reads (or creates) the ledger in dir and compacts it: one line per entry.
 func OpenLedger(dir string) (*Ledger, error) {
 	l := &Ledger{path: filepath.Join(dir, LedgerName), entries: map[string]*Entry{}}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("hold ledger %s: %w", l.path, err)
+	}
 	b, err := os.ReadFile(l.path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("hold ledger %s: %w", l.path, err)
