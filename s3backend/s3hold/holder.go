@@ -255,7 +255,7 @@ func (h *Holder) Pass(ctx context.Context) error {
 	}
 	var firstErr error
 	for i := 0; i < len(todo); i += h.o.Batch {
-		if err := h.holdBatch(ctx, todo[i:min(i+h.o.Batch, len(todo))]); err != nil {
+		if err := h.holdBatch(ctx, epoch, todo[i:min(i+h.o.Batch, len(todo))]); err != nil {
 			firstErr = err
 			break // the ledger cannot be written: send no more requests
 		}
@@ -327,8 +327,11 @@ func (h *Holder) each(ctx context.Context, jobs []job, fn func(*job) error) {
 
 // holdBatch holds one batch: a HEAD for each key whose version is not known yet (the current version
 // is what is held), the intents on disk, then the holds. It fails only when the ledger cannot be
-// written; a request's failure is recorded on its key.
-func (h *Holder) holdBatch(ctx context.Context, batch []job) error {
+// written; a request's failure is recorded on its key. Every entry its intents create is marked seen
+// in epoch: the key was found protected by this pass, so releaseUnseen must not take it for one the
+// index no longer protects (a live `_metadata` is deletable by the guard's own rules, so Decide would
+// let its fresh hold be released at once).
+func (h *Holder) holdBatch(ctx context.Context, epoch uint64, batch []job) error {
 	var unknown []job
 	for _, j := range batch {
 		if j.version == "" {
@@ -369,6 +372,11 @@ func (h *Holder) holdBatch(ctx context.Context, batch []job) error {
 	}
 	h.mu.Lock()
 	err := h.o.Ledger.write(true, intents...)
+	for _, j := range send {
+		if e := h.o.Ledger.Get(j.key); e != nil {
+			e.seen = epoch
+		}
+	}
 	h.mu.Unlock()
 	if err != nil {
 		return err
