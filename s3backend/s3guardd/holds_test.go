@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,10 +120,28 @@ func TestS3HoldsOnVersitygw(t *testing.T) {
 		t.Errorf("versioned delete of held %s: %v, want AccessDenied", victim, err)
 	}
 
-	// The incident: the old job purged beside the mount.
+	// The incident: the old job purged beside the mount. The CLI goes through a proxy that notes when
+	// its first deletion arrived: the heal is timed from that deletion, not from the CLI's start (its
+	// Python start-up takes seconds on a busy machine and deletes nothing).
 	oldJob := "flink-checkpoints/" + treegen.IncidentOneOldJob
-	t0 := time.Now()
-	s3server.AWS(t, srv.Endpoint, "s3", "rm", "--recursive", "--only-show-errors", root+"/"+oldJob+"/")
+	cli := s3server.NewProxy(t, srv.Endpoint)
+	var firstDelete atomic.Int64
+	cli.SetTrace(func(op, _ string, start time.Time, _ time.Duration) {
+		if op != "DeleteObject" && op != "DeleteObjects" {
+			return
+		}
+		for {
+			old := firstDelete.Load()
+			if (old != 0 && old <= start.UnixNano()) || firstDelete.CompareAndSwap(old, start.UnixNano()) {
+				return
+			}
+		}
+	})
+	s3server.AWS(t, cli.URL, "s3", "rm", "--recursive", "--only-show-errors", root+"/"+oldJob+"/")
+	if firstDelete.Load() == 0 {
+		t.Fatal("aws s3 rm sent no deletion")
+	}
+	t0 := time.Unix(0, firstDelete.Load())
 	var missing []string
 	for deadline := t0.Add(2 * interval * 3); ; time.Sleep(100 * time.Millisecond) {
 		missing = missing[:0]
