@@ -42,6 +42,7 @@ func newApp() *cli.App {
 			verifyCommand(),
 			latestCommand(),
 			statsCommand(),
+			holdCommand(),
 			pinCommand(),
 			quarantineCommand(),
 			unpinCommand(),

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/s3backend/s3hold"
 )
 
 func statsCommand() *cli.Command {
@@ -34,6 +35,9 @@ func runStats(c *cli.Context) error {
 		if err == nil {
 			if s.PendingDeletes, _, err = pendingDeletes(s.IndexDir); err != nil {
 				return nil, err
+			}
+			if hs, herr := s3hold.ReadStatus(s.IndexDir); herr == nil {
+				s.Holds = &hs
 			}
 		}
 		return s, err
@@ -83,6 +87,9 @@ func printStats(w io.Writer, s *refindex.StatsResult) {
 			held = "; keeps its previous version's references while younger than --grace"
 		}
 		rows = append(rows, [2]string{"UNPARSEABLE", fmt.Sprintf("%s (%s, refuses %s%s): %s; remove it", shown(b.Metadata), orUnknown(b.Class), b.Scope, held, shown(b.Error))})
+	}
+	if hs, ok := s.Holds.(*s3hold.Status); ok {
+		rows = append(rows, holdRow(hs))
 	}
 	if s.Stale {
 		rows = append(rows, [2]string{"STALE", "every deletion is refused until the index is synced"})

@@ -64,6 +64,9 @@ type Config struct {
 	// Quarantine, when positive, stages every deletion the guard allows in the store's quarantine folder
 	// and purges entries older than it (package quarantine); 0: deletions are final.
 	Quarantine time.Duration
+	// Hold is --hold: off (""), best-effort or required: server-side holds on what live checkpoints
+	// reference, where the backend has them (Backend.Holds).
+	Hold string
 	// QuarantineNow is the quarantine's clock (nil: time.Now).
 	QuarantineNow func() time.Time
 	// QuarantineBound bounds the quarantine's space: over it, the sweeper purges the oldest entries
@@ -112,6 +115,9 @@ type Backend struct {
 	// mount listed at most lossEvidenceAge ago from there (refindex.ListingEvidence), and its bound
 	// counts the listing's age.
 	Listings *refindex.ListingEvidence
+	// Holds, when set, starts the backend's server-side holds (--hold): kicked after every successful
+	// sync, asked to heal every missing object the loss check reports.
+	Holds func(HoldEnv) Holds
 }
 
 // Mount is a running FUSE mount, as the daemon drives it.
@@ -128,6 +134,13 @@ type passthrougher interface{ Passthrough() bool }
 // unmounted from outside.
 func Run(ctx context.Context, c Config) error {
 	return Serve(ctx, c, func(_ context.Context, c Config) (Backend, error) {
+		switch c.Hold {
+		case "", "off":
+		case "best-effort":
+			c.Logger.Error("--hold best-effort: this store kind has no server-side holds in this version (the immutable flag is not implemented yet); referenced files are protected only by the mount's own decisions", "store", c.StoreDir)
+		default:
+			return Backend{}, fmt.Errorf("--hold %s: server-side holds exist only for S3 stores in this version (a local store's immutable flag is not implemented yet); mount with --hold off or best-effort", c.Hold)
+		}
 		st, err := localstore.New(c.StoreDir)
 		if err != nil {
 			return Backend{}, fmt.Errorf("store %s: %w", c.StoreDir, err)
@@ -354,7 +367,13 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	if b.Traffic != nil {
 		lossCtx = b.Traffic.Background(lossCtx)
 	}
-	defer func() { stopLoss(); lw.wait() }()
+	var holds *holdRunner
+	if b.Holds != nil {
+		h := b.Holds(HoldEnv{Index: ix, Audit: al, Metrics: met, Pacer: pacer})
+		lw.heal = h.Heal
+		holds = startHolds(lossCtx, h)
+	}
+	defer func() { stopLoss(); lw.wait(); holds.wait() }()
 	enf, err := guard.NewEnforcer(guard.Config{Checker: ix, Audit: al, Metrics: met,
 		RefuseErrno: c.RefuseErrno, Logger: log})
 	if err != nil {
@@ -414,12 +433,14 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	gone := make(chan struct{})
 	go func() { m.Wait(); close(gone) }()
 	if firstSync == nil {
+		holds.kick()
 		lw.kick(lossCtx) // after Ready: on a large store it takes a while, and the mount serves meanwhile
 	}
 	// The next sync is due an interval after the initial one STARTED (syncLoop says why): a long first
 	// build is followed by a sync at once, not a full interval after it ended.
 	loop := &syncLoop{interval: c.SyncInterval, clk: realClock{}, last: t0, sync: func(ctx context.Context) {
 		if syncOnce() == nil {
+			holds.kick()
 			lw.kick(lossCtx)
 		}
 		if stage != nil {

@@ -87,6 +87,10 @@ type lossWatch struct {
 	// listings, when set, is the mount's complete folder listings the check takes units from: its
 	// figures (the listings' age, the gaps between checks of each unit) enter the bound.
 	listings *refindex.ListingEvidence
+	// heal, when set (--hold), is asked about every missing object of every report: a held object a
+	// delete marker hides is brought back (Holds.Heal audits and counts it).
+	heal func(ctx context.Context, key, checkpoint string) (bool, error)
+	ctx  context.Context // the loop's, for heal
 }
 
 // lossEvidenceAge is the oldest mount listing the loss check takes instead of a request of its own: an
@@ -144,6 +148,7 @@ func (w *lossWatch) clock() pace.Clock {
 // loop runs passes until ctx ends: each starts lossPeriod after the previous one's start, or when it
 // ended if it took longer (unpaced: after its rest, see lossDuty).
 func (w *lossWatch) loop(ctx context.Context) {
+	w.ctx = ctx
 	clk := w.clock()
 	for ctx.Err() == nil {
 		t0 := clk.Now()
@@ -176,6 +181,7 @@ func (w *lossWatch) publish(rep *refindex.LossReport, st metrics.LossStats) {
 	}
 	st.Objects, st.LastComplete = rep.Objects, rep.LastComplete
 	w.met.SetLoss(st)
+	w.healMissing(rep)
 	for _, m := range rep.New {
 		msg := lossMessage(m)
 		attrs := []any{"file", m.Path, "checkpoint", m.Checkpoint, "job", m.Job}
@@ -392,4 +398,22 @@ func lossBudget(flag, backend int) int {
 		return flag
 	}
 	return backend
+}
+
+// healMissing asks heal about each missing object of rep, once per object. It runs in the pass, outside
+// any lock of the enforcer; a failure is logged and retried at the next report that still lists it.
+func (w *lossWatch) healMissing(rep *refindex.LossReport) {
+	if w.heal == nil || w.ctx == nil {
+		return
+	}
+	done := map[string]bool{}
+	for _, m := range rep.Missing {
+		if done[m.Path] {
+			continue
+		}
+		done[m.Path] = true
+		if _, err := w.heal(w.ctx, m.Path, m.Checkpoint); err != nil && w.ctx.Err() == nil {
+			w.log.Warn("could not bring back a held referenced object hidden by a delete marker; retried at the next loss check pass", "file", m.Path, "checkpoint", m.Checkpoint, "err", err)
+		}
+	}
 }

@@ -92,6 +92,10 @@ func open(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func
 		}
 		area = a
 	}
+	holds, err := setupHolds(ctx, c, st.Client())
+	if err != nil {
+		return guardd.Backend{}, err
+	}
 	// The mount's complete folder listings spare the loss check requests while a find walks the bucket;
 	// the daemon sets how old a listing it takes may be (guardd.Backend.Listings).
 	listings := refindex.NewListingEvidence(0, nil)
@@ -117,5 +121,6 @@ func open(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func
 		LossCheckRate:   guardd.DefaultS3LossCheckRate,
 		Traffic:         traffic,
 		Quarantine:      markers,
+		Holds:           holds,
 	}, nil
 }

@@ -1,0 +1,57 @@
+package guardd
+
+import (
+	"context"
+	"sync"
+
+	"github.com/ckguard/ckguard/fs/audit"
+	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/refindex"
+)
+
+// HoldEnv is what a backend's server-side holds get when the daemon starts them (after the index is
+// open and the audit log too).
+type HoldEnv struct {
+	Index   *refindex.Index
+	Audit   audit.Sink
+	Metrics *metrics.Metrics
+	// Pacer is the loss check's limiter: holds share its request budget.
+	Pacer refindex.Pacer
+}
+
+// Holds is a backend's second line of defence outside the mount (s3backend/s3hold): it runs beside
+// the sync loop, never under the enforcer's lock, and the mount's decisions never wait for it.
+type Holds interface {
+	// Kick asks for a reconciliation after a successful sync.
+	Kick()
+	// Run reconciles once per Kick until ctx ends.
+	Run(ctx context.Context)
+	// Heal is asked about every referenced object the loss check finds missing: it brings back what
+	// it held (healed: it did).
+	Heal(ctx context.Context, key, checkpoint string) (healed bool, err error)
+}
+
+// holdRunner runs a backend's Holds beside the daemon.
+type holdRunner struct {
+	h  Holds
+	wg sync.WaitGroup
+}
+
+func startHolds(ctx context.Context, h Holds) *holdRunner {
+	r := &holdRunner{h: h}
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); h.Run(ctx) }()
+	return r
+}
+
+func (r *holdRunner) kick() {
+	if r != nil {
+		r.h.Kick()
+	}
+}
+
+func (r *holdRunner) wait() {
+	if r != nil {
+		r.wg.Wait()
+	}
+}
