@@ -103,16 +103,16 @@ func ReadStatus(dir string) (Status, error) {
 
 // Register adds the holds' metrics to reg, read from h's Status at every scrape.
 func Register(reg prometheus.Registerer, h *Holder) error {
-	g := func(name, help string, f func(Status) float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(h.Status()) })
+	g := func(opts prometheus.GaugeOpts, f func(Status) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(opts, func() float64 { return f(h.Status()) })
 	}
 	cs := []prometheus.Collector{
-		g("ckguard_hold_active", "1 when legal holds are applied (--hold and a bucket with Object Lock), 0 when --hold best-effort runs without them.",
+		g(prometheus.GaugeOpts{Name: "ckguard_hold_active", Help: "1 when legal holds are applied (--hold and a bucket with Object Lock), 0 when --hold best-effort runs without them."},
 			func(s Status) float64 { return b2f(s.Active) }),
-		g("ckguard_held_objects", "Objects whose current version the mount holds with an S3 legal hold.", func(s Status) float64 { return float64(s.Held) }),
-		g("ckguard_held_bytes", "Bytes of the objects the mount holds.", func(s Status) float64 { return float64(s.HeldBytes) }),
-		g("ckguard_holds_pending", "Protected objects whose hold (or release) was announced and not answered yet.", func(s Status) float64 { return float64(s.Pending + s.Releasing) }),
-		g("ckguard_holds_failed", "Objects whose last hold or release attempt the server refused or failed (retried every pass).", func(s Status) float64 { return float64(s.Failed) }),
+		g(prometheus.GaugeOpts{Name: "ckguard_held_objects", Help: "Objects whose current version the mount holds with an S3 legal hold."}, func(s Status) float64 { return float64(s.Held) }),
+		g(prometheus.GaugeOpts{Name: "ckguard_held_bytes", Help: "Bytes of the objects the mount holds."}, func(s Status) float64 { return float64(s.HeldBytes) }),
+		g(prometheus.GaugeOpts{Name: "ckguard_holds_pending", Help: "Protected objects whose hold (or release) was announced and not answered yet."}, func(s Status) float64 { return float64(s.Pending + s.Releasing) }),
+		g(prometheus.GaugeOpts{Name: "ckguard_holds_failed", Help: "Objects whose last hold or release attempt the server refused or failed (retried every pass)."}, func(s Status) float64 { return float64(s.Failed) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ckguard_healed_objects_total", Help: "Held referenced objects brought back by removing a delete marker a client beside the mount put on them."},
 			func() float64 { return float64(h.healed.Load()) }),
 	}
