@@ -143,6 +143,9 @@ func (ix *Index) listForRebuild(ctx context.Context) ([]store.ObjectInfo, map[st
 		return nil
 	})
 	listBar.Finish()
+	if err == nil {
+		err = unk.rootUnreadable()
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("list _metadata in %s: %w", ix.st.Root(), err)
 	}

@@ -70,6 +70,9 @@ func (ix *Index) Sync(ctx context.Context) (err error) {
 		}
 		return nil
 	})
+	if err == nil {
+		err = unk.rootUnreadable()
+	}
 	if err != nil {
 		return ix.failSync(fmt.Errorf("list _metadata in %s: %w", ix.st.Root(), err))
 	}

@@ -331,3 +331,15 @@ func unknownHides(us []UnknownSubtree) string {
 	return fmt.Sprintf("%d store entr(ies) could not be read at the last sync and may hold `_metadata` not checked, e.g. %s (%s, since %s): make it readable to the guard or remove it, then sync",
 		n, orRoot(u.Key), u.Cause, u.Since.UTC().Format(time.RFC3339))
 }
+
+// rootUnreadable returns an error when the store root itself could not be read: that is no single
+// entry but the whole store (credentials expired, the NameNode or bucket unreachable), so the sync
+// fails as a whole (every decision refused until one succeeds), as it did before unknown subtrees.
+func (c *unknownCollector) rootUnreadable() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if u, ok := c.found[""]; ok {
+		return fmt.Errorf("the store root cannot be read: %w", u.Err)
+	}
+	return nil
+}

@@ -333,3 +333,29 @@ func TestUnknownSubtreeAfterRebuild(t *testing.T) {
 		t.Errorf("once readable: %s", d.Message)
 	}
 }
+
+// TestUnreadableStoreRootFailsTheSync: the store root itself unreadable (an expired Kerberos ticket,
+// revoked credentials) is no single entry but the whole store: the sync fails and every decision says
+// so (sync-failed), as before unknown subtrees; the next readable sync lifts it.
+func TestUnreadableStoreRootFailsTheSync(t *testing.T) {
+	tr, _, _ := youngOrphan(t)
+	ds := &darkStore{Store: localStore(t, tr.Root)}
+	ix := openIndex(t, t.TempDir(), ds)
+	defer ix.Close()
+	syncIndex(t, ix)
+	ds.set(map[string]int64{"": -1})
+	if err := ix.Sync(context.Background()); err == nil || !strings.Contains(err.Error(), "store root cannot be read") {
+		t.Fatalf("sync with the store root unreadable: %v, want an error naming the root", err)
+	}
+	if d := ix.Decide(context.Background(), tr.Referenced()[0], verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonSyncFailed {
+		t.Errorf("decision with the root unreadable: %+v, want sync-failed", d)
+	}
+	if us := ix.UnknownSubtrees(); len(us) != 0 {
+		t.Errorf("the root recorded as an unknown subtree: %+v", us)
+	}
+	ds.set(nil)
+	syncIndex(t, ix)
+	if d := ix.Decide(context.Background(), tr.Referenced()[0], verdict.OpUnlink); d.Reason == verdict.ReasonSyncFailed {
+		t.Errorf("after a readable sync: still %+v", d)
+	}
+}
