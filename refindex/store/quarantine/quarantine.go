@@ -180,17 +180,24 @@ func PurgeAged(ctx context.Context, a Area, es []Entry, age time.Duration, now t
 			r.Kept = append(r.Kept, Kept{Entry: e, Reason: "young", Left: duration.D(age - got)})
 			continue
 		}
-		if k, keep := stillReferenced(ctx, e, referenced); keep {
-			r.Kept = append(r.Kept, k)
-			continue
-		}
-		if err := a.Purge(ctx, e.ID); err != nil {
-			r.Kept = append(r.Kept, Kept{Entry: e, Reason: "error", Detail: err.Error()})
-			continue
-		}
-		r.Purged = append(r.Purged, e)
+		r.purgeOne(ctx, a, e, referenced)
 	}
 	return r, nil
+}
+
+// purgeOne destroys e unless a live checkpoint references it again (or the index cannot say), and
+// records the outcome in r: Purged, or Kept with the reason. It reports whether e was purged.
+func (r *PurgeResult) purgeOne(ctx context.Context, a Area, e Entry, referenced Referenced) bool {
+	if k, keep := stillReferenced(ctx, e, referenced); keep {
+		r.Kept = append(r.Kept, k)
+		return false
+	}
+	if err := a.Purge(ctx, e.ID); err != nil {
+		r.Kept = append(r.Kept, Kept{Entry: e, Reason: "error", Detail: err.Error()})
+		return false
+	}
+	r.Purged = append(r.Purged, e)
+	return true
 }
 
 // SortEntries orders es oldest first (ties by id).

@@ -64,16 +64,9 @@ func PurgeOldest(ctx context.Context, a Area, es []Entry, need int64, referenced
 		if err := ctx.Err(); err != nil {
 			return r, err
 		}
-		if k, keep := stillReferenced(ctx, e, referenced); keep {
-			r.Kept = append(r.Kept, k)
-			continue
+		if r.purgeOne(ctx, a, e, referenced) {
+			freed += e.Size
 		}
-		if err := a.Purge(ctx, e.ID); err != nil {
-			r.Kept = append(r.Kept, Kept{Entry: e, Reason: "error", Detail: err.Error()})
-			continue
-		}
-		r.Purged = append(r.Purged, e)
-		freed += e.Size
 	}
 	return r, nil
 }
