@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/ckguard/ckguard/internal/demo"
+	"github.com/ckguard/ckguard/cmd/ckguard/demo"
 )
 
 func demoCommand() *cli.Command {

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckguard/ckguard/internal/demo"
+	"github.com/ckguard/ckguard/cmd/ckguard/demo"
 )
 
 var (

@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/ckguard/ckguard/internal/graph"
+	"github.com/ckguard/ckguard/cmd/ckguard/graph"
 )
 
 func graphCommand() *cli.Command {
