@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 )
 
@@ -14,7 +15,7 @@ import (
 // With Decide, Deleted, Renamed and Explain it makes *Index the Checker a guarded filesystem asks.
 func (ix *Index) Written(ctx context.Context, path string) error {
 	k, err := store.CleanKey(path)
-	if err != nil || !store.IsMetadata(k) {
+	if err != nil || !flinklayout.IsMetadata(k) {
 		return err
 	}
 	if err := ix.IndexMetadata(ctx, k); err != nil && !errors.Is(err, ErrUnparseable) {

@@ -13,6 +13,7 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 
 	"github.com/ckguard/ckguard/internal/duration"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
@@ -492,7 +493,7 @@ func writeCheckpoints(b *strings.Builder, refs []string, n int) {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(strings.TrimSuffix(r, "/"+store.MetadataName))
+		b.WriteString(strings.TrimSuffix(r, "/"+flinklayout.MetadataName))
 	}
 	if n > len(refs) {
 		b.WriteString(" and ")

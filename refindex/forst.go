@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/internal/duration"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
@@ -30,9 +31,6 @@ import (
 // under an older attempt's folder (a restore reuses the restored checkpoint's files where they lie
 // rather than copying them), so every attempt folder of a job counts as its working directory, not
 // only the newest.
-
-// forstAttemptDir matches the name of a ForSt working folder.
-var forstAttemptDir = regexp.MustCompile(`^op_[A-Za-z0-9_-]+_attempt_[0-9]+$`)
 
 // forstJobID matches a Flink job id as ForSt names its folder under an explicit primary dir.
 var forstJobID = regexp.MustCompile(`^[0-9a-f]{32}$`)
@@ -56,9 +54,9 @@ type forstDir struct {
 func (s *memState) matchForst(key string, primaries []string) (forstDir, bool) {
 	segs := strings.Split(key, "/")
 	for i := 2; i < len(segs); i++ {
-		if segs[i-1] == "shared" && forstAttemptDir.MatchString(segs[i]) {
+		if segs[i-1] == flinklayout.SharedDir && flinklayout.IsForStAttemptDir(segs[i]) {
 			job := strings.Join(segs[:i-1], "/")
-			return forstDir{Attempt: strings.Join(segs[:i+1], "/"), Root: job + "/shared", Jobs: []string{job}}, true
+			return forstDir{Attempt: strings.Join(segs[:i+1], "/"), Root: job + "/" + flinklayout.SharedDir, Jobs: []string{job}}, true
 		}
 	}
 	for _, p := range primaries {
@@ -70,7 +68,7 @@ func (s *memState) matchForst(key string, primaries []string) (forstDir, bool) {
 			rest = key[len(p)+1:]
 		}
 		r := strings.Split(rest, "/")
-		if len(r) < 2 || !forstJobID.MatchString(r[0]) || !forstAttemptDir.MatchString(r[1]) {
+		if len(r) < 2 || !forstJobID.MatchString(r[0]) || !flinklayout.IsForStAttemptDir(r[1]) {
 			continue
 		}
 		root := path.Join(p, r[0])
@@ -150,7 +148,7 @@ func (ix *Index) forstActive(ctx context.Context, v *view, d forstDir, storeNow 
 		}
 	}
 	if newest != nil && storeNow.Sub(newest.ModTime) < win {
-		return forstActivity{true, fmt.Sprintf("newest checkpoint %s %s ago", strings.TrimSuffix(newest.Key, "/"+store.MetadataName), duration.Format(storeNow.Sub(newest.ModTime).Round(time.Second))), newest.Key}, nil
+		return forstActivity{true, fmt.Sprintf("newest checkpoint %s %s ago", strings.TrimSuffix(newest.Key, "/"+flinklayout.MetadataName), duration.Format(storeNow.Sub(newest.ModTime).Round(time.Second))), newest.Key}, nil
 	}
 	ttl := min(forstCacheTTL, v.pol.Grace/2)
 	ix.forst.mu.Lock()
@@ -174,7 +172,7 @@ func (ix *Index) forstActive(ctx context.Context, v *view, d forstDir, storeNow 
 		return forstActivity{}, err
 	}
 	if newest != nil && !act.active {
-		act.signal = fmt.Sprintf("newest checkpoint %s %s ago", strings.TrimSuffix(newest.Key, "/"+store.MetadataName), duration.Format(storeNow.Sub(newest.ModTime).Round(time.Second)))
+		act.signal = fmt.Sprintf("newest checkpoint %s %s ago", strings.TrimSuffix(newest.Key, "/"+flinklayout.MetadataName), duration.Format(storeNow.Sub(newest.ModTime).Round(time.Second)))
 	}
 	if ttl > 0 {
 		ix.forst.mu.Lock()
@@ -194,7 +192,7 @@ func inForstAttempt(root, key string) bool {
 		return false
 	}
 	first, _, below := strings.Cut(rest, "/")
-	return below && forstAttemptDir.MatchString(first)
+	return below && flinklayout.IsForStAttemptDir(first)
 }
 
 // decideForst refuses op on key when key lies in (or is) a ForSt working folder of a job the store

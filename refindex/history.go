@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/internal/duration"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 )
 
@@ -442,8 +443,8 @@ func (ix *Index) RestoreMetadata(ctx context.Context, checkpoint string) (*Resto
 	if err != nil {
 		return nil, err
 	}
-	if !store.IsMetadata(key) {
-		key = strings.TrimSuffix(key, "/") + "/" + store.MetadataName
+	if !flinklayout.IsMetadata(key) {
+		key = strings.TrimSuffix(key, "/") + "/" + flinklayout.MetadataName
 	}
 	cr, ok := ix.st.(MetadataCreator)
 	if !ok {

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/pathnorm"
 	"github.com/ckguard/ckguard/refindex/store"
 )
@@ -266,7 +267,7 @@ func (s *memState) unprovenFor(key string) (meta, uri string, ok bool) {
 	if i := strings.LastIndexByte(key, '/'); i >= 0 {
 		b = key[i+1:]
 	}
-	if b == store.MetadataName {
+	if b == flinklayout.MetadataName {
 		return "", "", false
 	}
 	if len(s.unprovenDirs) > 0 {

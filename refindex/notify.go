@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 )
 
@@ -21,8 +22,8 @@ func (ix *Index) IndexMetadata(ctx context.Context, p string) error {
 	if err != nil {
 		return err
 	}
-	if !store.IsMetadata(key) {
-		return fmt.Errorf("index %s: not a %s file", key, store.MetadataName)
+	if !flinklayout.IsMetadata(key) {
+		return fmt.Errorf("index %s: not a %s file", key, flinklayout.MetadataName)
 	}
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()

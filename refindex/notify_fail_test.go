@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
@@ -102,7 +103,7 @@ func (e *extraListingStore) ListMetadata(ctx context.Context, fn func(store.Obje
 		return err
 	}
 	for _, oi := range e.extra {
-		if store.IsMetadata(oi.Path) {
+		if flinklayout.IsMetadata(oi.Path) {
 			if err := fn(oi); err != nil {
 				return err
 			}

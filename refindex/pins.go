@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 )
 
@@ -59,12 +60,12 @@ func (ix *Index) pinKey(ctx context.Context, p string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if store.IsMetadata(key) {
+	if flinklayout.IsMetadata(key) {
 		return key, nil
 	}
-	mk := store.MetadataName
+	mk := flinklayout.MetadataName
 	if key != "" {
-		mk = key + "/" + store.MetadataName
+		mk = key + "/" + flinklayout.MetadataName
 	}
 	if _, err := ix.st.Stat(ctx, mk); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -109,8 +110,8 @@ func (ix *Index) Unpin(ctx context.Context, p string) (*PinResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !store.IsMetadata(key) {
-		key = filepath.ToSlash(filepath.Join(key, store.MetadataName))
+	if !flinklayout.IsMetadata(key) {
+		key = filepath.ToSlash(filepath.Join(key, flinklayout.MetadataName))
 	}
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()

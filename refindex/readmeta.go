@@ -8,10 +8,9 @@ import (
 	"io"
 	"io/fs"
 	"path"
-	"strconv"
-	"strings"
 	"sync"
 
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/pathnorm"
 	"github.com/ckguard/ckguard/refindex/store"
 )
@@ -65,13 +64,13 @@ func layoutOf(key string) (job string, id int64, kind string) {
 		parent = ""
 	}
 	switch {
-	case pathnorm.IsCheckpointDir(base):
-		n, err := strconv.ParseInt(base[4:], 10, 64)
-		if err != nil {
+	case flinklayout.IsCheckpointDir(base):
+		n, ok := flinklayout.CheckpointNumber(base)
+		if !ok {
 			n = -1
 		}
 		return parent, n, "checkpoint"
-	case strings.HasPrefix(base, "savepoint-"):
+	case flinklayout.IsSavepointDir(base):
 		return parent, -1, "savepoint"
 	}
 	return parent, -1, "unknown"

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/treegen"
 	"github.com/ckguard/ckguard/refindex/verdict"
@@ -235,7 +236,7 @@ func cleanup(t *testing.T, ix *refindex.Index, root, dir string) {
 			return nil
 		})
 		sort.SliceStable(files, func(a, b int) bool {
-			return store.IsMetadata(files[a]) && !store.IsMetadata(files[b])
+			return flinklayout.IsMetadata(files[a]) && !flinklayout.IsMetadata(files[b])
 		})
 		n := 0
 		for _, k := range files {

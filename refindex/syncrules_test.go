@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/treegen"
 	"github.com/ckguard/ckguard/refindex/verdict"
@@ -44,7 +45,7 @@ func (p *partialStore) Stat(ctx context.Context, key string) (store.ObjectInfo, 
 	p.mu.Lock()
 	err := p.statErr
 	p.mu.Unlock()
-	if err != nil && store.IsMetadata(key) {
+	if err != nil && flinklayout.IsMetadata(key) {
 		return store.ObjectInfo{}, err
 	}
 	return p.Store.Stat(ctx, key)

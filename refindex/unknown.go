@@ -11,7 +11,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
-	"github.com/ckguard/ckguard/refindex/pathnorm"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
@@ -106,7 +106,7 @@ func jobFolderOf(key string) string {
 	segs := strings.Split(key, "/")
 	for i := len(segs) - 1; i >= 0; i-- {
 		s := segs[i]
-		if pathnorm.IsCheckpointDir(s) || s == "shared" || s == "taskowned" || strings.HasPrefix(s, "savepoint-") {
+		if flinklayout.IsJobFolderEntry(s) || flinklayout.IsSavepointDir(s) {
 			return strings.Join(segs[:i], "/")
 		}
 	}

@@ -20,10 +20,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ckguard/ckguard/cmd/ckguard/graph"
 	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
 	"github.com/ckguard/ckguard/internal/duration"
-	"github.com/ckguard/ckguard/cmd/ckguard/graph"
 	"github.com/ckguard/ckguard/internal/jsonbytes"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/pathnorm"

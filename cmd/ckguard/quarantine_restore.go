@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ckguard/ckguard/internal/duration"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
@@ -92,7 +93,7 @@ func runQuarantineRestore(c *cli.Context) error {
 			return usageError(c, "%s is inside the quarantine folder; name the original path", a)
 		}
 		sel := k
-		if store.IsMetadata(k) {
+		if flinklayout.IsMetadata(k) {
 			// A checkpoint named by its _metadata: its whole folder, like the checkpoint named by it.
 			sel = path.Dir(k)
 		}
@@ -101,7 +102,7 @@ func runQuarantineRestore(c *cli.Context) error {
 			if below(e.Key(), sel) {
 				pick(e)
 				n++
-				if store.IsMetadata(e.Key()) {
+				if flinklayout.IsMetadata(e.Key()) {
 					checkpoints = append(checkpoints, e.Key())
 				}
 			}

@@ -1,11 +1,15 @@
 package guard
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/ckguard/ckguard/refindex/flinklayout"
+)
 
 // MetadataInProgressPrefix starts the temporary name under which Flink's recoverable writer (local file
 // system, HDFS) writes a _metadata before committing it by a rename in the same folder:
 // "._metadata.inprogress.<uuid>".
-const MetadataInProgressPrefix = "." + MetadataName + ".inprogress."
+const MetadataInProgressPrefix = "." + flinklayout.MetadataName + ".inprogress."
 
 // RenameFacts is what a filesystem knows about a rename when it asks IsMetadataCommit. Both mounts fill it
 // from their own view of the source (Lstat on a local store; on S3 a source is always a plain object).
@@ -26,7 +30,7 @@ type RenameFacts struct {
 // set: a grace refusal of the source (and only that) becomes an allow; an existing _metadata at the target
 // still gets its own OpReplace check.
 func IsMetadataCommit(r RenameFacts) bool {
-	return !r.Exchange && r.SameDir && r.NewName == MetadataName &&
+	return !r.Exchange && r.SameDir && r.NewName == flinklayout.MetadataName &&
 		strings.HasPrefix(r.OldName, MetadataInProgressPrefix) && len(r.OldName) > len(MetadataInProgressPrefix) &&
 		r.Regular && r.Nlink == 1
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,15 +17,10 @@ import (
 
 	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
-
-// MetadataName is the file whose presence makes a checkpoint live.
-const MetadataName = "_metadata"
-
-// IsMetadata reports whether the store key names a checkpoint's _metadata file.
-func IsMetadata(key string) bool { return path.Base(key) == MetadataName }
 
 // Check is one question to the index: may Op happen to Path? Decided, when set, is a decision the filesystem
 // took itself (StoreChanged, HardLinked: see rules.go); it is recorded exactly like one from the index.
@@ -299,7 +293,7 @@ func (e *Enforcer) Deleted(ctx context.Context, p string) {
 // otherwise be unprotected while the writer believes it is safely stored.
 func (e *Enforcer) Written(ctx context.Context, p string) syscall.Errno {
 	run := func(ctx context.Context) error { return e.checker.Written(ctx, p) }
-	if !IsMetadata(p) {
+	if !flinklayout.IsMetadata(p) {
 		// Nothing to index (the checker only looks at _metadata): no pending window.
 		if err := run(context.WithoutCancel(ctx)); err != nil {
 			e.notifyFailed(ctx, "written", p, "", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guard/guardtest"
 	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
@@ -246,7 +247,7 @@ func (b *blockingIndex) wait(p string) error {
 }
 
 func (b *blockingIndex) Written(ctx context.Context, p string) error {
-	if !guard.IsMetadata(p) {
+	if !flinklayout.IsMetadata(p) {
 		return b.Checker.Written(ctx, p)
 	}
 	return b.wait(p)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"syscall"
 
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
@@ -94,7 +95,7 @@ func (e *Enforcer) Change(ctx context.Context, checks []Check, act func() syscal
 		return errno
 	}
 	for _, c := range checks {
-		if c.Op == verdict.OpTruncate && IsMetadata(c.Path) {
+		if c.Op == verdict.OpTruncate && flinklayout.IsMetadata(c.Path) {
 			return e.Written(ctx, c.Path)
 		}
 	}
@@ -116,7 +117,7 @@ func (e *Enforcer) Open(ctx context.Context, c Check, open func() syscall.Errno)
 // still pending, so nothing live is left unknown to the index, and Link returns EIO. It returns the
 // refusal errno, act's, or that EIO.
 func (e *Enforcer) Link(ctx context.Context, c Check, act func() syscall.Errno, undo func()) syscall.Errno {
-	if !IsMetadata(c.To) {
+	if !flinklayout.IsMetadata(c.To) {
 		return e.Mutate(ctx, []Check{c}, act)
 	}
 	return e.MutateExclusive(ctx, []Check{c}, func() syscall.Errno {

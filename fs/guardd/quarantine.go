@@ -13,6 +13,7 @@ import (
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/metrics"
 	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
@@ -83,7 +84,7 @@ func newStager(c Config, area quarantine.Staging, enf *guard.Enforcer, sink audi
 			}
 			var got quarantine.Entry
 			var rerr error
-			if !guard.IsMetadata(key) {
+			if !flinklayout.IsMetadata(key) {
 				got, rerr = area.Restore(ctx, id)
 				if rerr != nil {
 					return quarantine.Entry{}, rerr

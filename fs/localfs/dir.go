@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/fs/listorder"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 )
 
@@ -61,7 +62,7 @@ func openOrderedDir(n *node) (*orderedDir, syscall.Errno) {
 
 // isFirst reports whether an entry belongs to the sorted head of the listing.
 func isFirst(name string) bool {
-	return name == "." || name == ".." || name == "_metadata" || listorder.IsCheckpoint(name)
+	return flinklayout.Class(name) < 3
 }
 
 // start runs the first pass and rewinds for the streaming pass.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"syscall"
 
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"golang.org/x/sys/unix"
 )
@@ -44,7 +45,7 @@ func (f *file) Flush(ctx context.Context) syscall.Errno {
 		return errno
 	}
 	key := f.n.key()
-	if !isMetadataKey(key) {
+	if !flinklayout.IsMetadata(key) {
 		return 0
 	}
 	var st syscall.Stat_t

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
@@ -80,7 +81,7 @@ func removeCreated(dirfd int, name string, fd, flags int) {
 // daemon that is not root refuses other users a new `_metadata` (EACCES); its own user (Flink writing
 // through the mount) is unaffected, and a root daemon gives every new entry to its caller instead.
 func othersMetadata(ctx context.Context, name string) bool {
-	if name != guard.MetadataName {
+	if name != flinklayout.MetadataName {
 		return false
 	}
 	euid := os.Geteuid()

@@ -18,7 +18,6 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"path"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -497,6 +496,3 @@ func itoa(v uint64) string {
 	}
 	return string(b[i:])
 }
-
-// isMetadataKey is guard.IsMetadata, local for readability.
-func isMetadataKey(key string) bool { return path.Base(key) == guard.MetadataName }

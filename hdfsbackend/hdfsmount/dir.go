@@ -10,6 +10,7 @@ import (
 
 	"github.com/ckguard/ckguard/fs/listorder"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 )
 
 var (
@@ -122,7 +123,7 @@ func (f *filesystem) entries(key string, page []hdfsclient.FileInfo, at time.Tim
 // pastOrdered reports whether a listing in name order that reached name has listed every `_metadata`
 // and chk-* entry of the directory.
 func pastOrdered(name string) bool {
-	return name > "chk-" && !listorder.IsCheckpoint(name)
+	return name > flinklayout.CheckpointPrefix && flinklayout.Class(name) == 3
 }
 
 // next receives one message of the listing; false when it has ended (d.errno set on failure) or ctx

@@ -1,6 +1,10 @@
 package pathnorm
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/ckguard/ckguard/refindex/flinklayout"
+)
 
 // Candidate is one place a reference outside the store may name a store object at: the URI's path
 // below Prefix, placed below the store folder Dir ("" = the store root). See Candidates.
@@ -84,13 +88,13 @@ func (n *Normalizer) Candidates(uri, metadataKey string, jobParents func(job str
 	// Job folder content.
 	for i := len(u.Segs) - 2; i >= 1; i-- {
 		s := u.Segs[i]
-		if s != "shared" && s != "taskowned" && !IsCheckpointDir(s) {
+		if !flinklayout.IsJobFolderEntry(s) {
 			continue
 		}
 		// The folder holding the `_metadata`'s own job folder first (<dirs>/<job>/chk-N/_metadata,
 		// <dirs>/savepoint-x/_metadata), then every other folder above it, deepest first.
 		top := len(dirs) - 1
-		if top >= 0 && IsCheckpointDir(dirs[top]) {
+		if top >= 0 && flinklayout.IsCheckpointDir(dirs[top]) {
 			top--
 		}
 		for _, k := range append([]int{max(top, 0)}, descending(len(dirs))...) {

@@ -1,6 +1,10 @@
 package pathnorm
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/ckguard/ckguard/refindex/flinklayout"
+)
 
 // JobFolder returns the job folder a store key belongs to by layout (the directory holding chk-N/,
 // shared/, taskowned/), or "" when the key does not follow the layout. With an entropy key
@@ -10,7 +14,7 @@ func (n *Normalizer) JobFolder(key string, known func(string) bool) string {
 	segs := strings.Split(key, "/")
 	pos := -1
 	for i, s := range segs[:max(0, len(segs)-1)] {
-		if s == "shared" || s == "taskowned" || IsCheckpointDir(s) {
+		if flinklayout.IsJobFolderEntry(s) {
 			pos = i
 			break
 		}
@@ -29,17 +33,4 @@ func (n *Normalizer) JobFolder(key string, known func(string) bool) string {
 		}
 	}
 	return folder
-}
-
-// IsCheckpointDir reports whether a directory name is chk-<n>.
-func IsCheckpointDir(name string) bool {
-	if !strings.HasPrefix(name, "chk-") || len(name) == 4 {
-		return false
-	}
-	for _, c := range name[4:] {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
 }

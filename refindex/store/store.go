@@ -12,13 +12,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"path"
 	"strings"
 	"time"
-)
 
-// MetadataName is the file name of a checkpoint's or savepoint's metadata (the root of its references).
-const MetadataName = "_metadata"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
+)
 
 // ObjectInfo describes one object (or directory) of a store.
 type ObjectInfo struct {
@@ -39,7 +37,9 @@ type ObjectInfo struct {
 }
 
 // IsCheckpointFile reports whether oi can be a checkpoint's `_metadata`: a regular file of that name.
-func IsCheckpointFile(oi ObjectInfo) bool { return !oi.IsDir && !oi.Special && IsMetadata(oi.Path) }
+func IsCheckpointFile(oi ObjectInfo) bool {
+	return !oi.IsDir && !oi.Special && flinklayout.IsMetadata(oi.Path)
+}
 
 // Reader reads one object.
 type Reader interface {
@@ -109,12 +109,6 @@ type Clock interface {
 // every alias to the store root like Root itself.
 type RootAliaser interface {
 	RootAliases() []string
-}
-
-// IsMetadata reports whether key names a `_metadata` file.
-// A key ending in "/" is an S3 folder marker (a folder named _metadata), never a file.
-func IsMetadata(key string) bool {
-	return key != "" && key[len(key)-1] != '/' && path.Base(key) == MetadataName
 }
 
 // ErrInvalidPath is wrapped by errors for keys that are not clean store-relative keys.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/verdict"
 	"github.com/ckguard/ckguard/s3backend/deleteq"
 	"github.com/ckguard/ckguard/s3backend/s3client"
@@ -46,7 +47,7 @@ func (f *filesystem) hidden(key string) bool {
 // deletes synchronously. A _metadata is never queued: its deletion retires a checkpoint in the index
 // (Checker.Deleted), which must only follow the object really being gone.
 func (f *filesystem) enqueue(key string, o s3client.Object) bool {
-	if f.q == nil || guard.IsMetadata(key) {
+	if f.q == nil || flinklayout.IsMetadata(key) {
 		return false
 	}
 	o.Key = key

@@ -11,6 +11,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ckguard/ckguard/fs/listorder"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
 
@@ -264,7 +265,7 @@ func (d *dirHandle) dropEvidence() {
 func skipOrdered(ents []fuse.DirEntry) []fuse.DirEntry {
 	out := ents[:0]
 	for _, e := range ents {
-		if e.Name == "_metadata" || listorder.IsCheckpoint(e.Name) {
+		if c := flinklayout.Class(e.Name); c == 1 || c == 2 {
 			continue
 		}
 		out = append(out, e)

@@ -14,6 +14,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/verdict"
@@ -297,7 +298,7 @@ func (w *writeHandle) upload(ctx context.Context) syscall.Errno {
 	fsys.kept(kept, s3client.Errno(err))
 	if err != nil {
 		fsys.log.Error("upload failed", "key", w.key, "err", err)
-		if guard.IsMetadata(w.key) {
+		if flinklayout.IsMetadata(w.key) {
 			// The server may have stored it all the same (a retried request whose first attempt was
 			// applied, an interrupted one it completed): the index looks, so a checkpoint that did
 			// appear is never unknown to it.

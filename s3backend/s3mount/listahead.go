@@ -5,13 +5,12 @@ import (
 	"errors"
 	"io/fs"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/ckguard/ckguard/fs/listorder"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
 
@@ -344,16 +343,16 @@ func dfsBefore(a, b string) bool {
 	}
 }
 
-// nameBefore is listorder's order of two different names of one folder: `_metadata`, chk-* newest
-// first, then the rest in the bucket's (byte) order of the folders' prefixes.
+// nameBefore is the cleanup order of two different names of one folder (flinklayout.Class):
+// `_metadata`, chk-* newest first, then the rest in the bucket's (byte) order of the folders' prefixes.
 func nameBefore(a, b string) bool {
-	ca, cb := nameClass(a), nameClass(b)
+	ca, cb := flinklayout.Class(a), flinklayout.Class(b)
 	if ca != cb {
 		return ca < cb
 	}
-	if ca == 1 {
-		na, aok := chkNumber(a)
-		nb, bok := chkNumber(b)
+	if ca == 2 {
+		na, aok := flinklayout.CheckpointNumber(a)
+		nb, bok := flinklayout.CheckpointNumber(b)
 		switch {
 		case aok && bok && na != nb:
 			return na > nb
@@ -362,22 +361,6 @@ func nameBefore(a, b string) bool {
 		}
 	}
 	return a+"/" < b+"/"
-}
-
-// chkNumber is N of a chk-N name (listorder.SortCheckpoints's order: numbered ones newest first).
-func chkNumber(name string) (int64, bool) {
-	n, err := strconv.ParseInt(strings.TrimPrefix(name, "chk-"), 10, 64)
-	return n, err == nil && n >= 0
-}
-
-func nameClass(n string) int {
-	switch {
-	case n == "_metadata":
-		return 0
-	case listorder.IsCheckpoint(n):
-		return 1
-	}
-	return 2
 }
 
 // queueLocked inserts w in pending, dropping the last ask beyond listAheadMaxPending.

@@ -307,6 +307,9 @@ func TestFindListsNextJobAhead(t *testing.T) {
 // TestFindListAheadRequests: a find over Flink jobs through the list-ahead sends no more than 1.2 times
 // the requests of the same find without it (listing ahead lists what the walk needs, no page twice).
 func TestFindListAheadRequests(t *testing.T) {
+	if testing.Short() {
+		t.Skip("FUSE mount not run in -short mode")
+	}
 	counts := map[string]int64{}
 	for _, tc := range []struct {
 		name  string

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ckguard/ckguard/refindex/pathnorm"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
@@ -122,7 +122,7 @@ const descentRetry = 20
 // written): when the descent does not look where it is, every later listing HEADs it, so it is not missed
 // until the next reconciliation walk. Open calls it for every `_metadata` it opens.
 func (s *Store) Learn(key string) {
-	if !store.IsMetadata(key) || s.descentSees(key) {
+	if !flinklayout.IsMetadata(key) || s.descentSees(key) {
 		return
 	}
 	s.mu.Lock()
@@ -145,11 +145,11 @@ func (s *Store) descentSees(key string) bool {
 	for i, seg := range folders {
 		last := i == len(folders)-1
 		switch {
-		case pathnorm.IsCheckpointDir(seg), strings.HasPrefix(seg, "savepoint-"):
+		case flinklayout.IsCheckpointDir(seg), flinklayout.IsSavepointDir(seg):
 			// HEADed: only its own _metadata is seen (a savepoint folder without one is listed, but
 			// that is not guaranteed).
 			return last
-		case seg == "shared" || seg == "taskowned":
+		case seg == flinklayout.SharedDir || seg == flinklayout.TaskOwnedDir:
 			return false // skipped when beside a chk-<n> folder
 		}
 	}
@@ -334,7 +334,7 @@ func (s *Store) fullWalk(ctx context.Context, fn func(store.ObjectInfo) error) (
 	var objects atomic.Int64
 	pages, err := s.parallelWalk(ctx, "", func(o s3client.Object) error {
 		objects.Add(1)
-		if !store.IsMetadata(o.Key) || store.InQuarantine(o.Key) { // a staged _metadata is no live checkpoint
+		if !flinklayout.IsMetadata(o.Key) || store.InQuarantine(o.Key) { // a staged _metadata is no live checkpoint
 			return nil
 		}
 		mu.Lock()
@@ -460,7 +460,7 @@ func (d *descent) visit(prefix string) {
 		if !cleanPrefix(prefix) {
 			// HEAD and the SDK would name another object: walk it flat and report raw keys.
 			return d.s.c.Walk(ctx, prefix, func(o s3client.Object) error {
-				if store.IsMetadata(o.Key) {
+				if flinklayout.IsMetadata(o.Key) {
 					d.report(o)
 				}
 				return nil
@@ -489,7 +489,7 @@ func (d *descent) visit(prefix string) {
 					}
 					continue
 				}
-				if store.IsMetadata(o.Key) {
+				if flinklayout.IsMetadata(o.Key) {
 					d.report(o) // a _metadata directly in a listed folder, wherever that is
 				}
 			}
@@ -501,18 +501,18 @@ func (d *descent) visit(prefix string) {
 		children = dedupe(children)
 		var checkpoints []string
 		for _, c := range children {
-			if pathnorm.IsCheckpointDir(childName(prefix, c)) {
+			if flinklayout.IsCheckpointDir(childName(prefix, c)) {
 				checkpoints = append(checkpoints, c)
 			}
 		}
 		for _, c := range children {
 			name := childName(prefix, c)
 			switch {
-			case pathnorm.IsCheckpointDir(name):
+			case flinklayout.IsCheckpointDir(name):
 				// Below, with the folder's other checkpoints.
-			case strings.HasPrefix(name, "savepoint-"):
+			case flinklayout.IsSavepointDir(name):
 				d.savepoint(c)
-			case (name == "shared" || name == "taskowned") && len(checkpoints) > 0:
+			case (name == flinklayout.SharedDir || name == flinklayout.TaskOwnedDir) && len(checkpoints) > 0:
 				// The job's SSTs: never listed per sync.
 			default:
 				d.visit(c)
@@ -525,12 +525,12 @@ func (d *descent) visit(prefix string) {
 
 // savepoint HEADs a savepoint folder's `_metadata`; a folder without one is listed like any other.
 func (d *descent) savepoint(folder string) {
-	if d.known != nil && d.known(folder+store.MetadataName) {
+	if d.known != nil && d.known(folder+flinklayout.MetadataName) {
 		return // it has one: nothing below it is listed
 	}
 	d.g.Go(func(ctx context.Context) error {
 		d.count(&d.heads, 1)
-		o, err := d.s.c.Head(ctx, folder+store.MetadataName)
+		o, err := d.s.c.Head(ctx, folder+flinklayout.MetadataName)
 		switch {
 		case err == nil:
 			d.report(o)

@@ -17,6 +17,7 @@ import (
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3store"
@@ -277,7 +278,7 @@ func TestParallelWalkComplete(t *testing.T) {
 	putKeys(t, c, keys...)
 	var want []string
 	if err := c.Walk(context.Background(), "", func(o s3client.Object) error {
-		if store.IsMetadata(o.Key) {
+		if flinklayout.IsMetadata(o.Key) {
 			want = append(want, o.Key)
 		}
 		return nil

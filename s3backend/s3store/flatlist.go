@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 )
 
@@ -51,7 +52,7 @@ func (d *descent) checkpoints(job string, ckpts []string) {
 	if d.known != nil {
 		var unknown []string
 		for _, c := range ckpts {
-			if !d.known(c + store.MetadataName) {
+			if !d.known(c + flinklayout.MetadataName) {
 				unknown = append(unknown, c)
 			}
 		}
@@ -67,7 +68,7 @@ func (d *descent) checkpoints(job string, ckpts []string) {
 			d.mu.Unlock()
 		}
 		for _, c := range ckpts {
-			d.head(c + store.MetadataName)
+			d.head(c + flinklayout.MetadataName)
 		}
 		return
 	}
@@ -76,7 +77,7 @@ func (d *descent) checkpoints(job string, ckpts []string) {
 
 // flat lists "<job>/chk-" page by page and resolves ckpts (sorted) against it; see the notes above.
 func (d *descent) flat(ctx context.Context, job string, ckpts []string) error {
-	prefix := job + "chk-"
+	prefix := job + flinklayout.CheckpointPrefix
 	next := 0 // ckpts[:next] are resolved
 	last, token := "", ""
 	for {
@@ -105,15 +106,15 @@ func (d *descent) flat(ctx context.Context, job string, ckpts []string) error {
 			}
 			last = o.Key
 			// Every checkpoint whose _metadata sorts before this key and was not listed has none.
-			for next < len(ckpts) && ckpts[next]+store.MetadataName < o.Key {
+			for next < len(ckpts) && ckpts[next]+flinklayout.MetadataName < o.Key {
 				next++
 			}
-			if next < len(ckpts) && ckpts[next]+store.MetadataName == o.Key {
+			if next < len(ckpts) && ckpts[next]+flinklayout.MetadataName == o.Key {
 				d.report(o)
 				next++
 				continue
 			}
-			if store.IsMetadata(o.Key) {
+			if flinklayout.IsMetadata(o.Key) {
 				d.report(o)
 				d.s.learnListed(o.Key)
 			}
@@ -139,7 +140,7 @@ func (d *descent) fallBack(job string, ckpts []string) {
 	d.nextHeadJobs[job] = descentRetry
 	d.mu.Unlock()
 	for _, c := range ckpts {
-		d.head(c + store.MetadataName)
+		d.head(c + flinklayout.MetadataName)
 	}
 }
 

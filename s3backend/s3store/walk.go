@@ -2,10 +2,9 @@ package s3store
 
 import (
 	"context"
-	"strings"
 	"sync/atomic"
 
-	"github.com/ckguard/ckguard/refindex/pathnorm"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
 
@@ -51,7 +50,7 @@ func (s *Store) parallelWalk(ctx context.Context, prefix string, fn func(s3clien
 						children = append(children, c)
 						name := childName(prefix, c)
 						// Once direct objects were reported, the folder is expanded, never walked flat.
-						job = job || !flushed && (pathnorm.IsCheckpointDir(name) || strings.HasPrefix(name, "savepoint-") || name == "shared" || name == "taskowned")
+						job = job || !flushed && (flinklayout.IsJobFolderEntry(name) || flinklayout.IsSavepointDir(name))
 					}
 				}
 				if job {

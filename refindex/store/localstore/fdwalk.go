@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 )
 
@@ -344,7 +345,7 @@ func (s *Store) walkFd(ctx context.Context, base string, fn func(store.ObjectInf
 			// skipped too: it is no checkpoint data either.
 			continue
 		}
-		isMeta := e.name == store.MetadataName
+		isMeta := e.name == flinklayout.MetadataName
 		if metaOnly && e.typ != unix.DT_DIR && e.typ != unix.DT_UNKNOWN && !(isMeta && e.typ == unix.DT_REG) {
 			continue
 		}

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 )
@@ -56,7 +57,7 @@ func mkdirDeep(t testing.TB, dir string, levels, nameLen int, file string) strin
 // now reach every entry by descriptors.
 func TestWalkPastPathMax(t *testing.T) {
 	dir := t.TempDir()
-	deep := mkdirDeep(t, dir, 18, 250, store.MetadataName)
+	deep := mkdirDeep(t, dir, 18, 250, flinklayout.MetadataName)
 	if len(dir)+len(deep) <= 4096 {
 		t.Fatalf("path only %d bytes", len(dir)+len(deep))
 	}
@@ -117,7 +118,7 @@ func openFds(t testing.TB) int {
 func TestWalkDeepTreeBoundedFds(t *testing.T) {
 	dir := t.TempDir()
 	const levels = 1200
-	deep := mkdirDeep(t, dir, levels, 3, store.MetadataName)
+	deep := mkdirDeep(t, dir, levels, 3, flinklayout.MetadataName)
 	// A side folder with a file at a level past the descriptor bound, to check the buffered folders.
 	segs := strings.Split(deep, "/")
 	side := strings.Join(segs[:200], "/") + "/side"
@@ -198,7 +199,7 @@ func TestWalkOddNames(t *testing.T) {
 		if err := os.MkdirAll(filepath.Join(dir, n), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, n, store.MetadataName), []byte(n), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, n, flinklayout.MetadataName), []byte(n), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -208,7 +209,7 @@ func TestWalkOddNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range names {
-		k := n + "/" + store.MetadataName
+		k := n + "/" + flinklayout.MetadataName
 		if !got[k] {
 			t.Errorf("ListMetadata missed %q", k)
 		}

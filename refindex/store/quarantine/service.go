@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/internal/duration"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 )
 
 // Service is what a running mount answers about its quarantine on its quarantine control socket
@@ -49,20 +50,12 @@ func RestoreOrder(es []Entry) []Entry {
 	out := make([]Entry, 0, len(es))
 	for _, meta := range []bool{false, true} {
 		for _, e := range es {
-			if isMetadata(e.Key()) == meta {
+			if flinklayout.IsMetadata(e.Key()) == meta {
 				out = append(out, e)
 			}
 		}
 	}
 	return out
-}
-
-func isMetadata(key string) bool {
-	i := len(key) - 1
-	for i >= 0 && key[i] != '/' {
-		i--
-	}
-	return key[i+1:] == "_metadata"
 }
 
 // Direct is the Service of an area opened by this process: the CLI's on a store no mount holds, and the
