@@ -19,6 +19,7 @@ import (
 	"github.com/ckguard/ckguard/fs/metrics"
 	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
@@ -401,6 +402,21 @@ func ParseErrno(s string) (syscall.Errno, error) {
 
 // Comm is the command name of process pid as the audit records name it ("" for pid 0).
 func (e *Enforcer) Comm(pid uint32) string { return e.comms.get(pid, time.Now()) }
+
+// Staged is the quarantine record of a change of kind op (quarantine.OpUnlink, OpReplace, OpTruncate,
+// OpAllocate) staged for the FUSE request in ctx: the decision's reason and message and the caller's
+// identity, built here once for every mount, as the audit record is.
+func (e *Enforcer) Staged(ctx context.Context, op, reason, message string) quarantine.Decision {
+	rec := quarantine.Decision{Op: op, Reason: reason, Message: message}
+	if rec.Reason == "" {
+		rec.Reason = quarantine.ReasonAllowed
+	}
+	if c, ok := fuse.FromContext(ctx); ok && c != nil {
+		rec.PID, rec.UID, rec.GID = c.Pid, c.Uid, c.Gid
+		rec.Comm = e.comms.get(c.Pid, time.Now())
+	}
+	return rec
+}
 
 // commCache remembers /proc/<pid>/comm for a short while: one rm -rf makes thousands of decisions, and reading
 // /proc for each would cost more than the decision itself. Entries expire so a reused pid is not misnamed for

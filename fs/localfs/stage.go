@@ -7,7 +7,6 @@ import (
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
-	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/fs/guard"
@@ -22,15 +21,10 @@ import (
 // quarantine.Prepare) and commits the copy under the lock right before the cut. Nothing that takes
 // long runs under the lock: the copy is made before it, the commit is a stat, a record and a rename.
 
-// stagedRecord is the quarantine record of the change of kind op (quarantine.OpUnlink, OpReplace,
-// OpTruncate, OpAllocate) allowed by d, with the caller's identity.
+// stagedRecord is the quarantine record of the change of kind op allowed by d, with the caller's
+// identity (guard.Enforcer.Staged).
 func (n *node) stagedRecord(ctx context.Context, op string, d verdict.Decision) quarantine.Decision {
-	rec := quarantine.Decision{Op: op, Reason: string(d.Reason), Message: d.Message}
-	if c, ok := fuse.FromContext(ctx); ok && c != nil {
-		rec.PID, rec.UID, rec.GID = c.Pid, c.Uid, c.Gid
-		rec.Comm = n.enf.Comm(c.Pid)
-	}
-	return rec
+	return n.enf.Staged(ctx, op, string(d.Reason), d.Message)
 }
 
 // stagingErrno is the errno of a change that could not be staged (so it was not made).

@@ -4,8 +4,6 @@ import (
 	"context"
 	"syscall"
 
-	"github.com/hanwen/go-fuse/v2/fuse"
-
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsquarantine"
 	"github.com/ckguard/ckguard/refindex/store"
@@ -44,11 +42,7 @@ func (f *filesystem) prepare(ctx context.Context, op verdict.Op, key string, fi 
 	if f.q == nil || fi.IsDir || (op != verdict.OpUnlink && fi.Size == 0) {
 		return nil, 0
 	}
-	d := quarantine.Decision{Op: op.String(), Reason: "allowed"}
-	if c, ok := fuse.FromContext(ctx); ok && c != nil {
-		d.PID, d.UID, d.GID = c.Pid, c.Uid, c.Gid
-		d.Comm = f.g.Comm(c.Pid)
-	}
+	d := f.g.Staged(ctx, op.String(), quarantine.ReasonAllowed, "")
 	p, err := f.q.Prepare(ctx, key, &fi, d)
 	if err != nil {
 		f.log.Error("quarantine: the file the change would delete could not be staged, so nothing was changed", "path", key, "change", op.String(), "err", err)

@@ -12,6 +12,8 @@ import (
 	"sort"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
 // JournalName is the journal's file name in the index directory.
@@ -33,6 +35,8 @@ type record struct {
 	ModTime time.Time `json:"mtime,omitzero"`
 	At      time.Time `json:"at,omitzero"`
 	Err     string    `json:"err,omitempty"`
+	// Who is the record of the deletion a quarantine keeps with the staged object (who asked; "q" only).
+	Who quarantine.Decision `json:"who,omitzero"`
 }
 
 // Entry is one acknowledged deletion: the object the decision judged, and its progress.
@@ -45,6 +49,9 @@ type Entry struct {
 	Queued   time.Time
 	Attempts int    // failed attempts so far
 	LastErr  string // the last failure
+	// Who asked for the deletion (the caller the mount saw): a quarantine records it with the staged
+	// object, however late the queue applies it. Zero in journals written before it was kept.
+	Who quarantine.Decision
 }
 
 // Replay is what a journal says: the deletions still pending (acknowledged, not applied), in queue order,
@@ -129,7 +136,7 @@ func decode(line []byte, tooLong bool) (record, bool) {
 func apply(pending map[uint64]*Entry, rec record) {
 	switch rec.Op {
 	case "q":
-		pending[rec.ID] = &Entry{ID: rec.ID, Key: rec.Key, ETag: rec.ETag, Size: rec.Size, ModTime: rec.ModTime, Queued: rec.At}
+		pending[rec.ID] = &Entry{ID: rec.ID, Key: rec.Key, ETag: rec.ETag, Size: rec.Size, ModTime: rec.ModTime, Queued: rec.At, Who: rec.Who}
 	case "f":
 		if e := pending[rec.ID]; e != nil {
 			e.Attempts++
@@ -216,7 +223,7 @@ func (j *journal) rewrite(pending []Entry) error {
 	w := bufio.NewWriter(f)
 	var size int64
 	for _, e := range pending {
-		recs := []record{{Op: "q", ID: e.ID, Key: e.Key, ETag: e.ETag, Size: e.Size, ModTime: e.ModTime, At: e.Queued}}
+		recs := []record{{Op: "q", ID: e.ID, Key: e.Key, ETag: e.ETag, Size: e.Size, ModTime: e.ModTime, At: e.Queued, Who: e.Who}}
 		for i := 0; i < e.Attempts; i++ {
 			recs = append(recs, record{Op: "f", ID: e.ID, Err: e.LastErr})
 		}

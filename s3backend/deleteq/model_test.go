@@ -9,6 +9,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/s3backend/deleteq"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
@@ -126,7 +127,7 @@ func TestQueueModel(t *testing.T) {
 				w.mu.Lock()
 				w.acked[k] = o.ETag
 				w.mu.Unlock()
-				if !q.Add(o) {
+				if !q.Add(o, quarantine.Decision{}) {
 					rt.Fatalf("Add %s refused", k)
 				}
 				acked[k] = true

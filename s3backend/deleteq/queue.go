@@ -29,6 +29,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
 
@@ -232,10 +233,10 @@ func (q *Queue) register(r *prometheus.Registry) {
 	)
 }
 
-// Add queues the deletion of o (the version the guard's decision judged) and returns once it is in the
-// journal. false: not queued (queue full, journal failed, key not representable): the caller deletes
-// synchronously.
-func (q *Queue) Add(o s3client.Object) bool {
+// Add queues the deletion of o (the version the guard's decision judged), asked for by who, and returns
+// once it is in the journal. false: not queued (queue full, journal failed, key not representable): the
+// caller deletes synchronously.
+func (q *Queue) Add(o s3client.Object, who quarantine.Decision) bool {
 	if o.ETag == "" || o.IsDir || !utf8.ValidString(o.Key) {
 		return false
 	}
@@ -250,8 +251,8 @@ func (q *Queue) Add(o s3client.Object) bool {
 		q.stats.Fallbacks++
 		return false
 	}
-	e := Entry{ID: q.nextID, Key: o.Key, ETag: o.ETag, Size: o.Size, ModTime: o.ModTime, Queued: q.o.Now()}
-	if err := q.j.append(record{Op: "q", ID: e.ID, Key: e.Key, ETag: e.ETag, Size: e.Size, ModTime: e.ModTime, At: e.Queued}); err != nil {
+	e := Entry{ID: q.nextID, Key: o.Key, ETag: o.ETag, Size: o.Size, ModTime: o.ModTime, Queued: q.o.Now(), Who: who}
+	if err := q.j.append(record{Op: "q", ID: e.ID, Key: e.Key, ETag: e.ETag, Size: e.Size, ModTime: e.ModTime, At: e.Queued, Who: e.Who}); err != nil {
 		q.o.Logger.Error("delete queue: cannot write the journal; deleting synchronously", "key", o.Key, "err", err)
 		q.stats.Fallbacks++
 		return false
@@ -544,7 +545,11 @@ func (q *Queue) delete(ctx context.Context, its []*item, idx []int, res []result
 	}
 	q.parallel(len(idx), func(k int) {
 		i := idx[k]
-		res[i] = classify(q.o.Deleter.Delete(ctx, its[i].Key, its[i].ETag))
+		ictx := ctx
+		if its[i].Who.Op != "" {
+			ictx = quarantine.WithDecision(ctx, its[i].Who) // a staging deleter records who asked
+		}
+		res[i] = classify(q.o.Deleter.Delete(ictx, its[i].Key, its[i].ETag))
 	})
 }
 

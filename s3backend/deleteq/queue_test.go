@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/s3backend/deleteq"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
@@ -28,11 +29,12 @@ type bucket struct {
 	perm    map[string]error // key -> a permanent per-key error
 	batches int
 	singles int
-	whole   int // how many more whole DeleteObjects requests fail
+	whole   int                            // how many more whole DeleteObjects requests fail
+	who     map[string]quarantine.Decision // key -> the record a single delete of it carried
 }
 
 func newBucket(keys ...string) *bucket {
-	b := &bucket{objs: map[string]s3client.Object{}, fail: map[string]int{}, perm: map[string]error{}}
+	b := &bucket{objs: map[string]s3client.Object{}, fail: map[string]int{}, perm: map[string]error{}, who: map[string]quarantine.Decision{}}
 	for _, k := range keys {
 		b.objs[k] = s3client.Object{Key: k, ETag: "e-" + k, ModTime: time.Unix(1000, 0)}
 	}
@@ -70,10 +72,11 @@ func (b *bucket) del(key, ifMatch string) error {
 	return nil
 }
 
-func (b *bucket) Delete(_ context.Context, key, ifMatch string) error {
+func (b *bucket) Delete(ctx context.Context, key, ifMatch string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.singles++
+	b.who[key] = quarantine.DecisionFrom(ctx, "")
 	return b.del(key, ifMatch)
 }
 
@@ -183,7 +186,7 @@ func TestQueueOutcomes(t *testing.T) {
 			delete(b.objs, gone)
 			b.mu.Unlock()
 			for _, k := range keys {
-				if !q.Add(decided[k]) {
+				if !q.Add(decided[k], quarantine.Decision{}) {
 					t.Fatalf("Add %s refused", k)
 				}
 			}
@@ -224,8 +227,8 @@ func TestQueueLaterThenApply(t *testing.T) {
 	b := newBucket("a", "b")
 	r := &rechecker{later: true}
 	q := open(t, t.TempDir(), b, r, nil)
-	q.Add(obj(b, "a"))
-	q.Add(obj(b, "b"))
+	q.Add(obj(b, "a"), quarantine.Decision{})
+	q.Add(obj(b, "b"), quarantine.Decision{})
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	q.Flush(ctx, "")
@@ -245,13 +248,13 @@ func TestQueueBackpressure(t *testing.T) {
 	b := newBucket("a", "b", "c")
 	r := &rechecker{later: true}
 	q := open(t, t.TempDir(), b, r, func(o *deleteq.Options) { o.Limit = 2 })
-	if !q.Add(obj(b, "a")) || !q.Add(obj(b, "b")) {
+	if !q.Add(obj(b, "a"), quarantine.Decision{}) || !q.Add(obj(b, "b"), quarantine.Decision{}) {
 		t.Fatal("Add refused below the limit")
 	}
-	if q.Add(obj(b, "c")) {
+	if q.Add(obj(b, "c"), quarantine.Decision{}) {
 		t.Fatal("Add accepted beyond the limit")
 	}
-	if q.Add(obj(b, "a")) {
+	if q.Add(obj(b, "a"), quarantine.Decision{}) {
 		t.Fatal("a second entry for a queued key accepted")
 	}
 	if st := q.Stats(); st.Fallbacks != 2 || st.Pending != 2 {
@@ -268,8 +271,8 @@ func TestQueueVerifiesOldEntries(t *testing.T) {
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	r := &rechecker{later: true}
 	q := open(t, t.TempDir(), b, r, func(o *deleteq.Options) { o.Now = clock; o.VerifyAfter = time.Minute })
-	q.Add(obj(b, "same"))
-	q.Add(obj(b, "untouched"))
+	q.Add(obj(b, "same"), quarantine.Decision{})
+	q.Add(obj(b, "untouched"), quarantine.Decision{})
 	b.mu.Lock()
 	o := b.objs["same"]
 	o.ModTime = o.ModTime.Add(time.Hour) // rewritten: same bytes, same ETag
@@ -290,20 +293,23 @@ func TestQueueVerifiesOldEntries(t *testing.T) {
 	}
 }
 
-// TestQueueReopen: entries acknowledged before Close are pending after Open, with their attempts.
+// TestQueueReopen: entries acknowledged before Close are pending after Open, with their attempts and
+// who asked for them: the delete applied after the reopen still carries the caller (a staging deleter
+// records it with the staged object).
 func TestQueueReopen(t *testing.T) {
 	dir := t.TempDir()
 	b := newBucket("a", "b")
 	r := &rechecker{later: true}
 	q := open(t, dir, b, r, nil)
-	q.Add(obj(b, "a"))
-	q.Add(obj(b, "b"))
+	rm := quarantine.Decision{Op: quarantine.OpUnlink, Reason: quarantine.ReasonAllowed, PID: 4242, UID: 65534, GID: 65534, Comm: "rm"}
+	q.Add(obj(b, "a"), rm)
+	q.Add(obj(b, "b"), quarantine.Decision{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	q.Flush(ctx, "")
 	cancel()
 	q.Close()
 	rp, err := deleteq.ReadJournal(dir)
-	if err != nil || len(rp.Pending) != 2 || rp.Pending[0].Key != "a" || rp.Pending[0].Attempts == 0 {
+	if err != nil || len(rp.Pending) != 2 || rp.Pending[0].Key != "a" || rp.Pending[0].Attempts == 0 || rp.Pending[0].Who != rm {
 		t.Fatalf("journal after close: %+v %v", rp, err)
 	}
 	r2 := &rechecker{}
@@ -314,6 +320,9 @@ func TestQueueReopen(t *testing.T) {
 	q2.Flush(context.Background(), "")
 	if b.has("a") || b.has("b") {
 		t.Error("not applied after reopen")
+	}
+	if b.who["a"] != rm || b.who["b"].Comm != "" {
+		t.Errorf("the deletes applied after reopen carried %+v and %+v; want %+v and no caller", b.who["a"], b.who["b"], rm)
 	}
 	if fi, err := os.Stat(filepath.Join(dir, deleteq.JournalName)); err != nil || fi.Size() != 0 {
 		t.Errorf("journal not compacted once empty: %v %v", fi.Size(), err)
@@ -419,7 +428,7 @@ func TestApplySendsOnce(t *testing.T) {
 			r := &rechecker{}
 			q := open(t, t.TempDir(), b.bucket, r, func(o *deleteq.Options) { o.Deleter, o.Batch = b, batch })
 			for _, k := range keys {
-				if !q.Add(obj(b.bucket, k)) {
+				if !q.Add(obj(b.bucket, k), quarantine.Decision{}) {
 					t.Fatalf("Add %s refused", k)
 				}
 			}

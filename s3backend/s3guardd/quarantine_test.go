@@ -23,7 +23,7 @@ import (
 
 // TestS3QuarantinePurgeKeepsReferenced: on a versitygw bucket, rm -rf of the live job through a mount
 // with a wrong policy (no grace, no active window) stages every object it lets go; once a staged
-// _metadata is restored its checkpoint is live again, and past the TTL the background purge and an
+// _metadata is restored its checkpoint is live again (each entry records the rm that deleted it), and past the TTL the background purge and an
 // explicit purge take everything else but never an entry that checkpoint references.
 func TestS3QuarantinePurgeKeepsReferenced(t *testing.T) {
 	if testing.Short() {
@@ -104,6 +104,13 @@ func TestS3QuarantinePurgeKeepsReferenced(t *testing.T) {
 	}
 	if gone == 0 || len(l.Entries) != gone {
 		t.Fatalf("%d entries in quarantine for %d objects gone", len(l.Entries), gone)
+	}
+	// Every entry names who deleted it, as the local mount's do: the queued deletions (data files, staged
+	// in a later round of the delete queue) and the synchronous ones (each _metadata) alike.
+	for _, e := range l.Entries {
+		if d := e.Decision; d.Op != quarantine.OpUnlink || d.Comm != "rm" || d.PID == 0 || d.UID != uint32(os.Getuid()) {
+			t.Errorf("entry %s records %+v; want an unlink by rm (pid set, uid %d)", e.Path, d, os.Getuid())
+		}
 	}
 
 	// Young entries are never purged.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/refindex/flinklayout"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/verdict"
 	"github.com/ckguard/ckguard/s3backend/deleteq"
 	"github.com/ckguard/ckguard/s3backend/s3client"
@@ -46,12 +47,12 @@ func (f *filesystem) hidden(key string) bool {
 // enqueue acknowledges the allowed deletion of o (the version judged) by queueing it; false: the caller
 // deletes synchronously. A _metadata is never queued: its deletion retires a checkpoint in the index
 // (Checker.Deleted), which must only follow the object really being gone.
-func (f *filesystem) enqueue(key string, o s3client.Object) bool {
+func (f *filesystem) enqueue(key string, o s3client.Object, who quarantine.Decision) bool {
 	if f.q == nil || flinklayout.IsMetadata(key) {
 		return false
 	}
 	o.Key = key
-	if !f.q.Add(o) {
+	if !f.q.Add(o, who) {
 		return false
 	}
 	f.cache.Put(key, s3client.Object{Key: key}, false)

@@ -549,12 +549,13 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		}
 		var delErr error
 		c := guard.Check{Op: verdict.OpUnlink, Path: key, Observed: n.fsys.observed(key, o)}
+		who := n.fsys.g.Staged(ctx, quarantine.OpUnlink, quarantine.ReasonAllowed, "")
 		errno := n.fsys.g.Remove(ctx, c, func() (bool, syscall.Errno) {
-			if n.fsys.enqueue(key, o) {
+			if n.fsys.enqueue(key, o, who) {
 				return false, 0 // acknowledged: in the durable queue, applied (and decided again) shortly
 			}
 			sent++
-			delErr = n.fsys.removeObject(s3client.OneAttempt(ctx), key, o)
+			delErr = n.fsys.removeObject(quarantine.WithDecision(s3client.OneAttempt(ctx), who), key, o)
 			return delErr == nil, s3client.Errno(delErr)
 		})
 		if errors.Is(delErr, s3client.ErrPrecondition) && attempt == 0 {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"syscall"
 
-	"github.com/hanwen/go-fuse/v2/fuse"
-
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/s3backend/deleteq"
@@ -54,7 +52,7 @@ func (s stagingDeleter) Head(ctx context.Context, key string) (s3client.Object, 
 }
 
 func (s stagingDeleter) Delete(ctx context.Context, key, ifMatch string) error {
-	_, err := s.area.Stage(ctx, key, ifMatch, quarantine.Decision{Op: "unlink", Reason: "allowed"})
+	_, err := s.area.Stage(ctx, key, ifMatch, quarantine.DecisionFrom(ctx, quarantine.OpUnlink))
 	return err
 }
 
@@ -97,11 +95,7 @@ func (f *filesystem) keep(ctx context.Context, op, key string, o s3client.Object
 	if area == nil || o.Size == 0 {
 		return nil, 0 // an empty object holds nothing to lose
 	}
-	d := quarantine.Decision{Op: op, Reason: "allowed"}
-	if c, ok := fuse.FromContext(ctx); ok && c != nil {
-		d.PID, d.UID, d.GID = c.Pid, c.Uid, c.Gid
-		d.Comm = f.g.Comm(c.Pid)
-	}
+	d := f.g.Staged(ctx, op, quarantine.ReasonAllowed, "")
 	e, err := area.Keep(ctx, key, o, d)
 	if err != nil {
 		f.log.Error("quarantine: the object a change would replace could not be staged, so nothing was changed", "key", key, "change", op, "err", err)

@@ -222,3 +222,23 @@ func IDTime(id string) time.Time {
 	}
 	return time.Unix(0, n)
 }
+
+// ReasonAllowed is the reason of a staging recorded before its decision was known to the record (the
+// change is made only when the guard allows it, so a staged entry always was allowed).
+const ReasonAllowed = "allowed"
+
+type decisionKey struct{}
+
+// WithDecision returns ctx carrying d, the record of the change a staging below it makes: a deletion
+// applied later (the S3 delete queue) keeps who asked for it.
+func WithDecision(ctx context.Context, d Decision) context.Context {
+	return context.WithValue(ctx, decisionKey{}, d)
+}
+
+// DecisionFrom returns the record WithDecision put in ctx, or one of op with no caller.
+func DecisionFrom(ctx context.Context, op string) Decision {
+	if d, ok := ctx.Value(decisionKey{}).(Decision); ok {
+		return d
+	}
+	return Decision{Op: op, Reason: ReasonAllowed}
+}
