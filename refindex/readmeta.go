@@ -76,9 +76,45 @@ func layoutOf(key string) (job string, id int64, kind string) {
 	return parent, -1, "unknown"
 }
 
+// readChangeAttempts is how often a `_metadata` that changed while it was read is read again before it
+// is judged damaged (Flink writes a `_metadata` once; one that keeps changing is no checkpoint yet).
+const readChangeAttempts = 3
+
 // readEntry reads and parses one `_metadata`. A file that cannot be parsed yields a record with Err
 // (fail closed); a file that vanished yields fs.ErrNotExist; other read errors are returned.
+//
+// Invariant: no reference is taken from a read during which the file changed (rewritten or resized
+// between the open and the end of the parse, by anyone who may write it: a short read, a parse of a
+// mix of two contents; store.ErrChanged). Such a read is discarded and the file read again, up to
+// readChangeAttempts times; a file that changes at every read is judged damaged (it protects only
+// itself, within grace; Flink's own writes are young, in grace anyway), and read again at the next
+// sync. A change is no store error: it does not fail the sync.
 func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, error) {
+	for attempt := 1; ; attempt++ {
+		e, err := ix.readOnce(ctx, oi)
+		if !errors.Is(err, store.ErrChanged) {
+			return e, err
+		}
+		if attempt == readChangeAttempts {
+			return ix.unparseable(ctx, oi, oi.Size, badDamaged, fmt.Errorf("%s changed while it was read, at each of %d reads (Flink writes a _metadata once): judged damaged until it stops changing; the next sync reads it again", oi.Path, readChangeAttempts)), nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		// Read again what is there now (its new size and time, for the record).
+		now, serr := ix.st.Stat(ctx, oi.Path)
+		switch {
+		case errors.Is(serr, fs.ErrNotExist):
+			return nil, serr
+		case serr == nil:
+			now.Path = oi.Path
+			oi = now
+		}
+	}
+}
+
+// readOnce is one read of readEntry; an error wrapping store.ErrChanged when the file changed meanwhile.
+func (ix *Index) readOnce(ctx context.Context, oi store.ObjectInfo) (*entry, error) {
 	if k, err := store.CleanKey(oi.Path); err != nil || k != oi.Path {
 		// A listed _metadata at a key with "//", "." or ".." segments (S3 keys are plain strings; Flink
 		// never writes such a key) cannot be opened by its canonical key, which names another object or
@@ -102,8 +138,8 @@ func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, er
 	if size <= readWholeMax {
 		buf := make([]byte, size)
 		if n, err := r.ReadAt(buf, 0); n != int(size) {
-			if err == nil {
-				err = io.ErrUnexpectedEOF
+			if err == nil || errors.Is(err, io.EOF) || errors.Is(err, store.ErrChanged) {
+				return nil, fmt.Errorf("read %s: %d of %d bytes: %w", oi.Path, n, size, store.ErrChanged) // shrunk or replaced meanwhile
 			}
 			return nil, fmt.Errorf("read %s: %w", oi.Path, err)
 		}
@@ -116,6 +152,11 @@ func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, er
 		rec.JobOwner = ix.ownsJobFolder(ctx, job, oi.UID)
 	}
 	pm, err := ix.opt.parse(src, size, oi.Path)
+	if changed, cerr := readerChanged(r); cerr != nil {
+		return nil, fmt.Errorf("read %s: %w", oi.Path, cerr)
+	} else if changed || errors.Is(watched.err, store.ErrChanged) {
+		return nil, fmt.Errorf("read %s: %w", oi.Path, store.ErrChanged)
+	}
 	if err != nil {
 		if watched.err != nil {
 			return nil, fmt.Errorf("read %s: %w", oi.Path, watched.err)
@@ -160,6 +201,16 @@ func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, er
 		}
 	}
 	return e, nil
+}
+
+// readerChanged reports whether the file r reads changed since it was opened, by the reader's own
+// check (store.ChangeReporter: the local store). Other stores tell by their read errors
+// (store.ErrChanged: an S3 ranged GET carries the ETag the open saw).
+func readerChanged(r store.Reader) (bool, error) {
+	if cr, ok := r.(store.ChangeReporter); ok {
+		return cr.Changed()
+	}
+	return false, nil
 }
 
 // unparseable is the record of a `_metadata` that cannot be read as one, of class bad (badmeta.go:

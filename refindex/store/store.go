@@ -48,6 +48,18 @@ type Reader interface {
 	Size() int64
 }
 
+// ErrChanged is wrapped by a Reader's error when the object it reads was replaced or changed since it
+// was opened (an S3 ranged GET whose If-Match failed), and by the index's own check (ChangeReporter):
+// what was read is a mix of two contents and must not be used.
+var ErrChanged = errors.New("the object changed while it was read")
+
+// ChangeReporter is implemented by Readers that can tell whether the object changed since it was
+// opened (the local store: the open file's size, mtime and ctime, to the nanosecond). Without it an
+// index reading a `_metadata` has only the reader's own errors (ErrChanged) to go by.
+type ChangeReporter interface {
+	Changed() (bool, error)
+}
+
 // Store is the storage the index is derived from.
 type Store interface {
 	// Root names the store as Flink would see it: an absolute directory ("/srv/flink") for a local

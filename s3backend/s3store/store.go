@@ -279,8 +279,13 @@ func (r *reader) ReadAt(p []byte, off int64) (int, error) {
 			m, err := r.c.ReadAt(r.ctx, r.key, b, start, r.etag)
 			if err != nil && (err != io.EOF || int64(m) != want) {
 				r.mu.Unlock()
-				if err == io.EOF {
+				switch {
+				case err == io.EOF:
 					err = fmt.Errorf("read %s: object shorter than its size %d: %w", r.key, r.size, io.ErrUnexpectedEOF)
+				case errors.Is(err, s3client.ErrPrecondition):
+					// Replaced since the open (If-Match of its ETag failed): blocks read so far are of
+					// another object.
+					err = fmt.Errorf("read %s: %w (%w)", r.key, store.ErrChanged, err)
 				}
 				return n, err
 			}

@@ -151,9 +151,21 @@ func InfoFromStat(key string, st *unix.Stat_t) store.ObjectInfo {
 type reader struct {
 	*os.File
 	size int64
+	at   unix.Stat_t // the open file's fstat when opened
 }
 
 func (r reader) Size() int64 { return r.size }
+
+// Changed reports whether the open file's size, mtime or ctime (to the nanosecond) differ from when it
+// was opened: it was written, truncated or had its times set meanwhile (store.ChangeReporter), so what
+// was read may be a mix of two contents.
+func (r reader) Changed() (bool, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(r.Fd()), &st); err != nil {
+		return false, err
+	}
+	return st.Size != r.at.Size || st.Mtim != r.at.Mtim || st.Ctim != r.at.Ctim, nil
+}
 
 // Open opens a regular file for reading.
 func (s *Store) Open(ctx context.Context, key string) (store.Reader, error) {
@@ -176,16 +188,16 @@ func (s *Store) Open(ctx context.Context, key string) (store.Reader, error) {
 		}
 		return nil, fmt.Errorf("open %s: %w", k, err)
 	}
-	fi, err := f.Stat()
-	if err != nil {
+	var at unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &at); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("open %s: %w", k, err)
+		return nil, fmt.Errorf("open %s: %w", k, &fs.PathError{Op: "fstat", Path: s.osPath(k), Err: err})
 	}
-	if !fi.Mode().IsRegular() {
+	if at.Mode&unix.S_IFMT != unix.S_IFREG {
 		f.Close()
-		return nil, fmt.Errorf("open %s: not a regular file (%s)", k, fi.Mode().Type())
+		return nil, fmt.Errorf("open %s: not a regular file (mode %#o)", k, at.Mode&unix.S_IFMT)
 	}
-	return reader{File: f, size: fi.Size()}, nil
+	return reader{File: f, size: at.Size, at: at}, nil
 }
 
 // openNoSymlinks opens key k (clean) beneath the root without following a symlink on the way or at
