@@ -5,11 +5,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/ckguard/ckguard/fs/audit"
+	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/verdict"
@@ -28,13 +31,16 @@ func quarantinePurgeCommand() *cli.Command {
 			"   ckguard quarantine purge --store /srv/flink/checkpoints --index /var/lib/ckguard/flink\n" +
 			"   ckguard quarantine purge --store /srv/flink/checkpoints --index /var/lib/ckguard/flink --ttl 7d   # no mount running\n" +
 			"   ckguard quarantine purge --store /srv/flink/checkpoints --older-than 2h   # the disk is full: free space now\n\n" +
-			"--older-than and --all purge before the TTL; a running mount logs and audits every purge with its cause\n" +
-			"(quarantine-purge-ttl or quarantine-purge-operator) and the requesting process.",
+			"--older-than and --all purge before the TTL. Every purge is audited with its cause (quarantine-purge-ttl or\n" +
+			"quarantine-purge-operator) and the requesting process: by the running mount in its audit log, or, when no\n" +
+			"mount holds the index, by this command in --audit-log (the mount's default, INDEX/audit.jsonl); a purge\n" +
+			"that cannot be audited is not done.",
 		Flags: quarantineFlags(
 			durationFlag("ttl", defaultQuarantine, "when no mount holds the index: purge entries older than this (a running mount uses its --quarantine)"),
 			durationFlag("older-than", 0, "purge the entries deleted at least this long ago, before the TTL (to free space now; a running mount does it without a remount)"),
 			&cli.BoolFlag{Name: "all", Usage: "purge every entry whatever its age (asks for confirmation on a terminal unless --yes)"},
 			&cli.BoolFlag{Name: "yes", Usage: "with --all: do not ask"},
+			&cli.StringFlag{Name: "audit-log", Usage: "when no mount holds the index: the audit log each purge is recorded in, as the mount's --audit-log (default INDEX/audit.jsonl)"},
 		),
 		Before: requireStore,
 		Action: runQuarantinePurge,
@@ -69,6 +75,18 @@ func runQuarantinePurge(c *cli.Context) error {
 			return fmt.Errorf("cannot ask the index whether a live checkpoint references a staged object again, so nothing is purged: %w", err)
 		}
 		defer qclose()
+		// A purge destroys data for good: without a mount it is audited here, in the mount's audit log,
+		// with the same records the mount writes; one that cannot be audited is not done.
+		al, err := openPurgeAudit(c)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := al.Close(); err != nil {
+				fmt.Fprintf(c.App.ErrWriter, "ckguard: %v: the last purge records may be lost\n", err)
+			}
+		}()
+		d.Purged = guardd.PurgeRecorder(cliLogger(), al)
 		d.Referenced = func(ctx context.Context, key string) (bool, error) {
 			w, err := q.Why(ctx, key)
 			if err != nil {
@@ -103,12 +121,8 @@ func runQuarantinePurge(c *cli.Context) error {
 			}
 		}
 	}
-	var r *quarantine.PurgeResult
-	if all || olderThan > 0 {
-		r, err = svc.PurgeWith(c.Context, quarantine.PurgeRequest{IDs: ids, OlderThan: duration.D(olderThan), All: all, By: selfAsRequester()})
-	} else {
-		r, err = svc.Purge(c.Context, ids)
-	}
+	// Always PurgeWith, so that the audit record names who asked also for a purge past the TTL.
+	r, err := svc.PurgeWith(c.Context, quarantine.PurgeRequest{IDs: ids, OlderThan: duration.D(olderThan), All: all, By: selfAsRequester()})
 	if err != nil {
 		return err
 	}
@@ -135,6 +149,25 @@ func runQuarantinePurge(c *cli.Context) error {
 		return cli.Exit("", exitFound)
 	}
 	return nil
+}
+
+// openPurgeAudit opens the audit log a purge without a mount records into: --audit-log, else the
+// mount's default INDEX/audit.jsonl. Every record is fsynced before the next purge (few records, and
+// each stands for data destroyed for good).
+func openPurgeAudit(c *cli.Context) (*audit.Log, error) {
+	p := c.String("audit-log")
+	if p == "" {
+		dir, err := indexDir(c)
+		if err != nil {
+			return nil, err
+		}
+		p = filepath.Join(dir, "audit.jsonl")
+	}
+	al, err := audit.Open(p, audit.Options{FsyncInterval: -1})
+	if err != nil {
+		return nil, fmt.Errorf("every purge is audited and %v, so nothing is purged: give --audit-log a file this user may append to (the mount's --audit-log)", err)
+	}
+	return al, nil
 }
 
 // selfAsRequester names this process for the audit record of an operator's purge.

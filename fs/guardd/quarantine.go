@@ -109,10 +109,17 @@ func newStager(c Config, area quarantine.Staging, enf *guard.Enforcer, sink audi
 			log.Info("restored from quarantine", "path", got.Key(), "entry", got.ID, "deleted_at", got.DeletedAt)
 			return got, nil
 		}}
-	// Every purge destroys data for good: each is logged and audited with its cause (ttl, or operator
-	// for purge --older-than/--all) and, for an operator's purge, the process that asked (as its
-	// client reported it over the root-only quarantine socket).
-	svc.Purged = func(_ context.Context, e quarantine.Entry, cause quarantine.PurgeCause, by quarantine.Decision) {
+	svc.Purged = PurgeRecorder(log, sink)
+	return &stager{svc: svc, met: met, log: log, warned: map[string]bool{}, bound: c.QuarantineBound}
+}
+
+// PurgeRecorder is the quarantine.Direct.Purged of a mount and of `ckguard quarantine purge` on a store
+// no mount holds: every purge destroys data for good, so each is logged and audited the same way
+// wherever it ran, with its cause (ttl, space, or operator for purge --older-than/--all) and the
+// process that asked (as its client reported it over the root-only quarantine socket, or the CLI
+// itself). sink nil: logged only.
+func PurgeRecorder(log *slog.Logger, sink audit.Sink) func(context.Context, quarantine.Entry, quarantine.PurgeCause, quarantine.Decision) {
+	return func(_ context.Context, e quarantine.Entry, cause quarantine.PurgeCause, by quarantine.Decision) {
 		log.Info("purged from quarantine", "path", e.Key(), "entry", e.ID, "deleted_at", e.DeletedAt, "bytes", e.Size, "cause", string(cause), "by_uid", by.UID, "by_comm", by.Comm)
 		if sink == nil {
 			return
@@ -125,7 +132,6 @@ func newStager(c Config, area quarantine.Staging, enf *guard.Enforcer, sink audi
 			log.Error("audit log write failed", "op", rec.Op, "path", e.Key(), "err", err)
 		}
 	}
-	return &stager{svc: svc, met: met, log: log, warned: map[string]bool{}, bound: c.QuarantineBound}
 }
 
 // tick purges what is past the TTL and refreshes the gauges; the mount runs it after every sync (it

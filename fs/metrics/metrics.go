@@ -321,6 +321,7 @@ func (m *Metrics) ServeWithin(ctx context.Context, addr string, lim connlimit.Li
 	if err != nil {
 		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
 	}
+	warnIfExposed(tcp.Addr(), addr, log)
 	ln := connlimit.Listen(tcp, lim.MaxConns)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
@@ -337,6 +338,22 @@ func (m *Metrics) ServeWithin(ctx context.Context, addr string, lim connlimit.Li
 		}
 	}()
 	return ln.Addr(), nil
+}
+
+// warnIfExposed says (WARN, at start) when the endpoint listens beyond the loopback interface: the
+// metrics carry job folder names, sizes and refusal counts of the store, and the endpoint has no
+// authentication, so anyone who reaches the port reads them.
+func warnIfExposed(bound net.Addr, asked string, log *slog.Logger) {
+	ta, ok := bound.(*net.TCPAddr)
+	if !ok || ta.IP.IsLoopback() {
+		return
+	}
+	where := "address " + ta.String()
+	if ta.IP.IsUnspecified() {
+		where = "every interface (" + ta.String() + ")"
+	}
+	log.Warn("the metrics endpoint listens on "+where+", not on the loopback: anyone who can reach the port reads the store's job names, sizes and refusal counts, unauthenticated; bind it to 127.0.0.1 (--metrics-addr 127.0.0.1:PORT) or protect it (a firewall, or a TLS/authenticating proxy in front)",
+		"metrics_addr", asked, "bound", ta.String())
 }
 
 // sinceGauge exports the seconds since *t, read under mu at each scrape; -1 while *t is zero (never

@@ -1,9 +1,11 @@
 package metrics
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -133,4 +135,65 @@ func TestConcurrency(t *testing.T) {
 	if begun, overlapped := m.Concurrency(); begun != 1 || overlapped != 0 || m.inflight.Load() != 0 {
 		t.Errorf("after one request alone: %d begun, %d overlapped, %d in flight; want 1, 0, 0", begun, overlapped, m.inflight.Load())
 	}
+}
+
+// TestServeWarnsWhenNotOnLoopback: the endpoint is unauthenticated, so listening beyond the loopback is
+// said at start (WARN), naming the address and the fix; on the loopback nothing is said.
+func TestServeWarnsWhenNotOnLoopback(t *testing.T) {
+	type row struct {
+		name, addr string
+		warn       bool
+		want       string // in the warning
+	}
+	rows := []row{
+		{"loopback v4", "127.0.0.1:0", false, ""},
+		{"localhost", "localhost:0", false, ""},
+		{"every interface, no host", ":0", true, "every interface"},
+		{"every interface v4", "0.0.0.0:0", true, "every interface"},
+	}
+	if l, err := net.Listen("tcp", "[::1]:0"); err == nil {
+		l.Close()
+		rows = append(rows, row{"loopback v6", "[::1]:0", false, ""})
+	}
+	if ip := nonLoopbackIP(); ip != "" {
+		rows = append(rows, row{"one interface", net.JoinHostPort(ip, "0"), true, "address " + ip})
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			addr, err := New().Serve(ctx, r.addr, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := buf.String()
+			if !r.warn {
+				if out != "" {
+					t.Errorf("listening on %s (%s) logged:\n%s", addr, r.addr, out)
+				}
+				return
+			}
+			for _, want := range []string{"level=WARN", r.want, "127.0.0.1", "protect it", "metrics_addr=" + r.addr, "bound=" + addr.String()} {
+				if !strings.Contains(out, want) {
+					t.Errorf("listening on %s (%s): the warning lacks %q:\n%s", addr, r.addr, want, out)
+				}
+			}
+		})
+	}
+}
+
+// nonLoopbackIP is an address of this host that is not on the loopback ("" if it has none).
+func nonLoopbackIP() string {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return ""
+	}
+	for _, a := range as {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil && !n.IP.IsLinkLocalUnicast() {
+			return n.IP.String()
+		}
+	}
+	return ""
 }
