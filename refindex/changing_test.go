@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
@@ -25,7 +26,7 @@ type changingStore struct {
 
 func (s *changingStore) Open(ctx context.Context, key string) (store.Reader, error) {
 	r, err := s.Store.Open(ctx, key)
-	if err == nil && store.IsMetadata(key) && s.change != nil {
+	if err == nil && flinklayout.IsMetadata(key) && s.change != nil {
 		s.change(key)
 	}
 	return r, err
