@@ -1,13 +1,11 @@
 package quarantine
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"strings"
@@ -316,94 +314,6 @@ func (l *Local) forget(id string) {
 	l.recMu.Unlock()
 }
 
-// writeRecord appends e's record to the journal with one write(2).
-func (l *Local) writeRecord(e Entry) error {
-	b, err := json.Marshal(e)
-	if err != nil {
-		return err
-	}
-	l.recMu.Lock()
-	defer l.recMu.Unlock()
-	if _, err := l.journal.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("write the quarantine record for /%s: %w", e.Path, err)
-	}
-	l.recs[e.ID] = e
-	return nil
-}
-
-// records reads the journal: every well-formed record by id (the last one wins), and how many lines
-// were not records (a line torn by a crash, or not ckguard's, is skipped).
-func (l *Local) records() (map[string]Entry, int, error) {
-	fd, err := unix.Openat(l.dir, JournalName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, 0, fmt.Errorf("read the quarantine journal: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), JournalName)
-	defer f.Close()
-	return parseJournal(f)
-}
-
-// parseJournal reads JSON-lines records from r; a line longer than maxRecord or not a record is
-// skipped and counted.
-func parseJournal(r io.Reader) (map[string]Entry, int, error) {
-	recs := map[string]Entry{}
-	bad := 0
-	br := bufio.NewReaderSize(r, 64<<10)
-	for {
-		line, long, err := readLine(br)
-		if long {
-			bad++
-		} else if len(line) > 0 {
-			var e Entry
-			if json.Unmarshal(line, &e) != nil || !validID(e.ID) {
-				bad++
-			} else {
-				recs[e.ID] = e
-			}
-		}
-		if err == io.EOF {
-			return recs, bad, nil
-		}
-		if err != nil {
-			return nil, 0, fmt.Errorf("read the quarantine journal: %w", err)
-		}
-	}
-}
-
-// readLine returns the next line without its newline; a line longer than maxRecord is discarded as it
-// is read (never held) and reported as long.
-func readLine(br *bufio.Reader) (line []byte, long bool, err error) {
-	for {
-		frag, err := br.ReadSlice('\n')
-		if !long && len(line)+len(frag) > maxRecord {
-			long, line = true, nil
-		}
-		if !long {
-			line = append(line, frag...)
-		}
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		return bytes.TrimSuffix(line, []byte("\n")), long, err
-	}
-}
-
-// validID reports whether id can name an object in the folder.
-func validID(id string) bool {
-	return id != "" && id != "." && id != ".." && id != JournalName && !strings.ContainsAny(id, "/\x00")
-}
-
-// names lists the folder.
-func (l *Local) names() ([]string, error) {
-	fd, err := unix.Openat(l.dir, ".", unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(fd), store.QuarantineDir)
-	defer f.Close()
-	return f.Readdirnames(-1)
-}
-
 // Problem is an object in the folder that is no complete entry: a record that cannot be read, or an
 // object without a record (after a power failure). List reports them rather than hiding them; purge
 // never destroys them.
@@ -601,111 +511,6 @@ func (l *Local) entry(id string) (Entry, error) {
 	return e, nil
 }
 
-// Restore moves the entry's object back to its original key (creating the folders on the way mode 0700, given the
-// object's owner when this process is root) with renameat2(RENAME_NOREPLACE): whatever is at the key
-// now is never replaced (ErrOccupied). The record goes after the move.
-func (l *Local) Restore(ctx context.Context, id string) (Entry, error) {
-	if err := l.lock(); err != nil {
-		return Entry{}, err
-	}
-	defer l.mu.RUnlock()
-	e, err := l.entry(id)
-	if err != nil {
-		return Entry{}, err
-	}
-	if err := l.restore(e); err != nil {
-		return Entry{}, err
-	}
-	l.forget(e.ID)
-	return e, nil
-}
-
-func (l *Local) restore(e Entry) error {
-	key := e.Key()
-	k, err := store.CleanKey(key)
-	if err != nil || k == "" || k != key || store.InQuarantine(k) {
-		return fmt.Errorf("restore %s: the entry's original path %q is not a store key outside the quarantine folder", e.ID, key)
-	}
-	var st unix.Stat_t
-	if err := unix.Fstatat(l.dir, e.ID, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return fmt.Errorf("restore /%s: %w", key, err)
-	}
-	dir, name := path.Split(k)
-	pfd, err := l.mkdirs(strings.TrimSuffix(dir, "/"), int(st.Uid), int(st.Gid))
-	if err != nil {
-		return fmt.Errorf("restore /%s: create its folder: %w", key, err)
-	}
-	defer func() {
-		if pfd != l.root {
-			unix.Close(pfd)
-		}
-	}()
-	err = unix.Renameat2(l.dir, e.ID, pfd, name, unix.RENAME_NOREPLACE)
-	if err == unix.EINVAL {
-		// No renameat2 flags on this filesystem: a hard link fails on an existing name, then the
-		// quarantine name goes.
-		if err = unix.Linkat(l.dir, e.ID, pfd, name, 0); err == nil {
-			err = unix.Unlinkat(l.dir, e.ID, 0)
-		}
-	}
-	if err == unix.EEXIST {
-		return fmt.Errorf("restore /%s: %w: something is there now, and a restore never replaces it; move it away first (entry %s stays in quarantine)", key, ErrOccupied, e.ID)
-	}
-	if err != nil {
-		return fmt.Errorf("restore /%s: %w", key, err)
-	}
-	// The record stays until Tidy: without its object it is no entry.
-	return nil
-}
-
-// mkdirs opens folder key beneath the root, creating what is missing, never following a symlink. A
-// created folder is mode 0700 and, when this process is root, owned by the restored object's owner
-// (uid/gid): the area keeps no record of the folders' modes, and the folder the object sat in may have
-// been 0700, so a folder made any more open would let every user read what its owner had shut away. The
-// owner can open it up again with chmod.
-// newFolderMode is the mode of a folder a restore creates (see mkdirs).
-const newFolderMode = 0o700
-
-func (l *Local) mkdirs(key string, uid, gid int) (int, error) {
-	fd := l.root
-	if key == "" {
-		return fd, nil
-	}
-	for _, seg := range strings.Split(key, "/") {
-		nfd, err := unix.Openat(fd, seg, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err == unix.ENOENT {
-			if merr := unix.Mkdirat(fd, seg, newFolderMode); merr != nil && merr != unix.EEXIST {
-				err = merr
-			} else {
-				nfd, err = unix.Openat(fd, seg, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-				if err == nil && merr == nil && os.Geteuid() == 0 {
-					giveFolder(nfd, uid, gid)
-				}
-			}
-		}
-		if fd != l.root {
-			unix.Close(fd)
-		}
-		if err != nil {
-			return -1, fmt.Errorf("%s: %w", seg, err)
-		}
-		fd = nfd
-	}
-	return fd, nil
-}
-
-// giveFolder gives the folder a restore just created (open as fd) to the restored object's owner. It
-// acts on the descriptor, never by name: a user writing in the parent could swap the new name for a
-// hard link or another folder between the mkdir and the chown, and root must not chown that. A folder
-// that is not root's (another one renamed in meanwhile) is left as it is.
-func giveFolder(fd, uid, gid int) {
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || st.Uid != 0 {
-		return
-	}
-	_ = unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH)
-}
-
 // Purge destroys the entry's object, then its record.
 func (l *Local) Purge(ctx context.Context, id string) error {
 	if err := l.lock(); err != nil {
@@ -770,64 +575,6 @@ func (l *Local) openDirLocked(key string) (int, error) {
 		fd = nfd
 	}
 	return fd, nil
-}
-
-// Find returns the newest entry staged from key (an object in the folder with its record), without
-// listing the folder: the records are in memory, and only the candidates' objects are stat'ed.
-func (l *Local) Find(ctx context.Context, key string) (Entry, bool, error) {
-	if err := l.lock(); err != nil {
-		return Entry{}, false, err
-	}
-	defer l.mu.RUnlock()
-	l.recMu.Lock()
-	var cands []Entry
-	for _, e := range l.recs {
-		if e.Key() == key {
-			cands = append(cands, e)
-		}
-	}
-	for id, k := range l.named {
-		if k == key {
-			if e, ok, err := ParseEntryName(id); ok && err == nil {
-				cands = append(cands, e)
-			}
-		}
-	}
-	l.recMu.Unlock()
-	SortEntries(cands)
-	for i := len(cands) - 1; i >= 0; i-- {
-		var st unix.Stat_t
-		if unix.Fstatat(l.dir, cands[i].ID, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
-			if _, named, _ := ParseEntryName(cands[i].ID); named {
-				return fromStat(cands[i], &st), true, nil
-			}
-			return cands[i], true, nil
-		}
-	}
-	return Entry{}, false, ctx.Err()
-}
-
-// Space is the room of the store's filesystem (statfs on the store root's descriptor: the bytes an
-// unprivileged writer may still use, as Flink's JobManager and TaskManagers write).
-func (l *Local) Space(_ context.Context) (Space, error) {
-	if err := l.lock(); err != nil {
-		return Space{}, err
-	}
-	defer l.mu.RUnlock()
-	return FDSpace(l.root)
-}
-
-// FDSpace is the room of the filesystem that holds the open file fd.
-func FDSpace(fd int) (Space, error) {
-	var st unix.Statfs_t
-	if err := unix.Fstatfs(fd, &st); err != nil {
-		return Space{}, fmt.Errorf("statfs of the store: %w", err)
-	}
-	bs := int64(st.Bsize)
-	if st.Frsize > 0 {
-		bs = int64(st.Frsize)
-	}
-	return Space{Size: int64(st.Blocks) * bs, Free: int64(st.Bavail) * bs}, nil
 }
 
 var _ Spacer = (*Local)(nil)

@@ -1,0 +1,66 @@
+package quarantine
+
+import (
+	"context"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// Find returns the newest entry staged from key (an object in the folder with its record), without
+// listing the folder: the records are in memory, and only the candidates' objects are stat'ed.
+func (l *Local) Find(ctx context.Context, key string) (Entry, bool, error) {
+	if err := l.lock(); err != nil {
+		return Entry{}, false, err
+	}
+	defer l.mu.RUnlock()
+	l.recMu.Lock()
+	var cands []Entry
+	for _, e := range l.recs {
+		if e.Key() == key {
+			cands = append(cands, e)
+		}
+	}
+	for id, k := range l.named {
+		if k == key {
+			if e, ok, err := ParseEntryName(id); ok && err == nil {
+				cands = append(cands, e)
+			}
+		}
+	}
+	l.recMu.Unlock()
+	SortEntries(cands)
+	for i := len(cands) - 1; i >= 0; i-- {
+		var st unix.Stat_t
+		if unix.Fstatat(l.dir, cands[i].ID, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			if _, named, _ := ParseEntryName(cands[i].ID); named {
+				return fromStat(cands[i], &st), true, nil
+			}
+			return cands[i], true, nil
+		}
+	}
+	return Entry{}, false, ctx.Err()
+}
+
+// Space is the room of the store's filesystem (statfs on the store root's descriptor: the bytes an
+// unprivileged writer may still use, as Flink's JobManager and TaskManagers write).
+func (l *Local) Space(_ context.Context) (Space, error) {
+	if err := l.lock(); err != nil {
+		return Space{}, err
+	}
+	defer l.mu.RUnlock()
+	return FDSpace(l.root)
+}
+
+// FDSpace is the room of the filesystem that holds the open file fd.
+func FDSpace(fd int) (Space, error) {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(fd, &st); err != nil {
+		return Space{}, fmt.Errorf("statfs of the store: %w", err)
+	}
+	bs := int64(st.Bsize)
+	if st.Frsize > 0 {
+		bs = int64(st.Frsize)
+	}
+	return Space{Size: int64(st.Blocks) * bs, Free: int64(st.Bavail) * bs}, nil
+}
