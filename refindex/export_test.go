@@ -137,3 +137,11 @@ func LossMaxHeld(lc *LossChecker) int { return lc.maxHeld }
 
 // LossCounted returns the keys the last pass of lc fed to the count of its rotation.
 func LossCounted(lc *LossChecker) int { return lc.counted }
+
+// SetMaxUnknownSubtrees sets how many unknown subtrees an index keeps before collapsing them into
+// their folders; restore puts the default back.
+func SetMaxUnknownSubtrees(n int) (restore func()) {
+	old := maxUnknownSubtrees
+	maxUnknownSubtrees = n
+	return func() { maxUnknownSubtrees = old }
+}

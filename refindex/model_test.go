@@ -42,6 +42,11 @@ type model struct {
 	// recheck: "apply" decides each queued deletion again before deleting (false only in the test that
 	// proves the model catches an apply without it).
 	recheck bool
+	// st is the store the index reads (modelDarkStore: it can make subtrees unreadable); bad the bad
+	// entries present (key → damaged `_metadata`, else an unreadable subtree), badSeq their count.
+	st     *modelDarkStore
+	bad    map[string]bool
+	badSeq int
 }
 
 // foreignUID is the other local user who writes `_metadata` into the store.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path"
 	"sort"
 	"strings"
 	"sync"
@@ -57,7 +58,16 @@ type UnknownSubtree struct {
 	JobFolder string `json:"job_folder,omitempty"`
 	// Confined: owned by a user who wrote no indexed `_metadata` there, so it protects only itself.
 	Confined bool `json:"confined,omitempty"`
+	// Collapsed counts the unreadable entries this one stands for when more than maxUnknownSubtrees
+	// were found (collapseUnknown: their common folder); 0 for an entry as the store reported it.
+	Collapsed int    `json:"collapsed,omitempty"`
+	example   string // of a collapsed entry: one of the entries it stands for and its cause
 }
+
+// maxUnknownSubtrees bounds the unknown subtrees an index keeps (every decision loops over them, and
+// they are persisted as one value): beyond it, entries are replaced by their common folders
+// (collapseUnknown). A variable for tests (export_test.go).
+var maxUnknownSubtrees = 1000
 
 // keyUnknown persists the unknown subtrees of the last sync beside the other sync facts.
 var keyUnknown = []byte("m/unknown")
@@ -134,6 +144,10 @@ func (ix *Index) installUnknown(found map[string]store.UnknownSubtree, listedAt,
 		}
 		if i := sort.Search(len(old), func(i int) bool { return old[i].Key >= k }); i < len(old) && old[i].Key == k {
 			rec.Since, rec.LastReadable = old[i].Since, old[i].LastReadable
+		} else if c := coveringCollapsed(old, k); c != nil {
+			// Unknown at the last sync as part of a collapsed folder: what it holds was last read
+			// then, not at the listing before this one.
+			rec.Since, rec.LastReadable = c.Since, c.LastReadable
 		}
 		if rebuilt {
 			rec.LastReadable = time.Time{}
@@ -141,7 +155,25 @@ func (ix *Index) installUnknown(found map[string]store.UnknownSubtree, listedAt,
 		rec.Confined = confined(st, rec)
 		next = append(next, rec)
 	}
+	if len(next) > maxUnknownSubtrees {
+		next = collapseUnknown(next, st, maxUnknownSubtrees)
+		for i := range next {
+			if next[i].Collapsed == 0 {
+				continue
+			}
+			// A folder collapsed at the last sync too keeps when it was first unknown and the
+			// earliest time what it holds was last read.
+			k := next[i].Key
+			if j := sort.Search(len(old), func(j int) bool { return old[j].Key >= k }); j < len(old) && old[j].Key == k {
+				mergeUnknownTimes(&next[i], old[j])
+			}
+		}
+	}
 	sort.Slice(next, func(i, j int) bool { return next[i].Key < next[j].Key })
+	nextKeys := make(map[string]bool, len(next))
+	for _, u := range next {
+		nextKeys[u.Key] = true
+	}
 	ix.mu.unknown = next
 	g := ix.mu.cur
 	g.users.Add(1)
@@ -154,7 +186,7 @@ func (ix *Index) installUnknown(found map[string]store.UnknownSubtree, listedAt,
 		ix.log.Warn("store entry cannot be read: refusing what it may hold, deciding the rest of the store as usual", "subtree", orRoot(u.Key), "cause", u.Cause, "confined", u.Confined, "job_folder", u.JobFolder)
 	}
 	for _, u := range old {
-		if _, ok := found[u.Key]; !ok {
+		if !nextKeys[u.Key] {
 			ix.log.Info("store entry readable again (or gone): no longer refused as unknown", "subtree", orRoot(u.Key), "unknown_since", u.Since)
 		}
 	}
@@ -173,6 +205,140 @@ func (ix *Index) installUnknown(found map[string]store.UnknownSubtree, listedAt,
 	if err != nil {
 		ix.log.Warn("persisting the unknown subtrees", "err", err)
 	}
+}
+
+// collapseUnknown bounds recs (more than max entries) by replacing the deepest entries by their
+// folders, level by level, until at most max remain or only entries directly below the store root
+// are left (those stay, however many: collapsing them into the root would refuse every deletion of
+// the store, the outage this file exists to prevent; only the decision cost grows).
+//
+// Invariant: the collapsed set refuses at least what the entries refused. A folder's subtree holds
+// each entry's (rule 1), its ancestors are theirs (rule 2), its job folder is the one of each entry
+// below it unless an entry's key ends in a chk-N/shared/taskowned segment, whose job folder is then
+// the folder itself (rule 3a, held by rule 1); it is confined only when every entry it stands for
+// was, with one owner, and it is still confined for its own job folder; it was last read at the
+// earliest time any of them was (zero, never read, when one was) (rules 3b, 3c).
+func collapseUnknown(recs []UnknownSubtree, st *memState, max int) []UnknownSubtree {
+	depth := func(k string) int { return strings.Count(k, "/") + 1 }
+	deepest := 0
+	for _, r := range recs {
+		deepest = maxInt(deepest, depth(r.Key))
+	}
+	// First only entries that share their folder with another at the same depth, deepest first (a
+	// lone entry keeps its own, narrower scope); then, while still too many, every entry of the
+	// deepest level.
+	for _, force := range []bool{false, true} {
+		for d := deepest; d >= 2 && len(recs) > max; d-- {
+			if force {
+				d = 0
+				for _, r := range recs {
+					d = maxInt(d, depth(r.Key))
+				}
+				if d < 2 {
+					break
+				}
+			}
+			siblings := map[string]int{}
+			for _, r := range recs {
+				if depth(r.Key) == d {
+					siblings[path.Dir(r.Key)]++
+				}
+			}
+			for i := range recs {
+				if dir := path.Dir(recs[i].Key); depth(recs[i].Key) == d && (force || siblings[dir] > 1) {
+					recs[i] = asFolder(recs[i], dir)
+				}
+			}
+			recs = mergeCovered(recs, st)
+			if force {
+				d = deepest + 1 // the loop's d-- keeps it going; d is recomputed above
+			}
+		}
+	}
+	return recs
+}
+
+// asFolder is r standing for its folder dir.
+func asFolder(r UnknownSubtree, dir string) UnknownSubtree {
+	n := maxInt(r.Collapsed, 1)
+	ex := r.example
+	if ex == "" {
+		ex = r.Key + ": " + r.Cause
+	}
+	return UnknownSubtree{Key: dir, JobFolder: jobFolderOf(dir), Since: r.Since, LastReadable: r.LastReadable, UID: r.UID,
+		Confined: r.Confined, Collapsed: n, example: ex}
+}
+
+// mergeCovered merges every entry at or below another into that one (sorted so that a folder comes
+// right before what lies below it).
+func mergeCovered(recs []UnknownSubtree, st *memState) []UnknownSubtree {
+	sortKey := func(k string) string { return strings.ReplaceAll(k, "/", "\x00") }
+	sort.Slice(recs, func(i, j int) bool { return sortKey(recs[i].Key) < sortKey(recs[j].Key) })
+	out := recs[:0:0]
+	var stack []int // indexes into out of the folders enclosing the current key
+	for _, r := range recs {
+		for len(stack) > 0 && !isBelow(r.Key, out[stack[len(stack)-1]].Key) {
+			stack = stack[:len(stack)-1]
+		}
+		if len(stack) > 0 {
+			d := &out[stack[len(stack)-1]]
+			n := maxInt(d.Collapsed, 1) + maxInt(r.Collapsed, 1)
+			if d.example == "" {
+				d.example = r.example
+			}
+			d.Collapsed = n
+			if d.UID != nil && (r.UID == nil || *r.UID != *d.UID) {
+				d.UID = nil
+			}
+			d.Confined = d.Confined && r.Confined && d.UID != nil
+			mergeUnknownTimes(d, r)
+			continue
+		}
+		out = append(out, r)
+		stack = append(stack, len(out)-1)
+	}
+	for i := range out {
+		if out[i].Collapsed == 0 {
+			continue
+		}
+		if out[i].Confined {
+			out[i].Confined = confined(st, out[i])
+		}
+		if out[i].example == "" {
+			out[i].example = out[i].Key + ": " + out[i].Cause
+		}
+		out[i].Cause = fmt.Sprintf("%d entr(ies) at or below it could not be read (more than %d unknown subtrees are kept as their folders), e.g. %s",
+			out[i].Collapsed, maxUnknownSubtrees, out[i].example)
+	}
+	return out
+}
+
+// coveringCollapsed returns the collapsed entry of old at or above key, nil when there is none.
+func coveringCollapsed(old []UnknownSubtree, key string) *UnknownSubtree {
+	for i := range old {
+		if old[i].Collapsed > 0 && isBelow(key, old[i].Key) {
+			return &old[i]
+		}
+	}
+	return nil
+}
+
+// mergeUnknownTimes makes d first unknown at the earlier Since of d and r, and last read at the
+// earlier LastReadable (zero, never read, dominates).
+func mergeUnknownTimes(d *UnknownSubtree, r UnknownSubtree) {
+	if r.Since.Before(d.Since) {
+		d.Since = r.Since
+	}
+	if r.LastReadable.IsZero() || (!d.LastReadable.IsZero() && r.LastReadable.Before(d.LastReadable)) {
+		d.LastReadable = r.LastReadable
+	}
+}
+
+func maxInt(a, b int) int {
+	if a > b {
+		return a
+	}
+	return b
 }
 
 // keepTombstonesFrom returns the purge cutoff for tombstones: before, or earlier while an unknown

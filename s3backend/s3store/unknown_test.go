@@ -66,3 +66,39 @@ func TestPrefixListingFailureIsUnknownSubtree(t *testing.T) {
 		t.Errorf("after the prefix answers again: %d listed, unknown %v, %v", len(got), unknown, err)
 	}
 }
+
+// TestReaderReplacedWhileReadIsChanged (issue 29, a `_metadata` changing while read, on S3): an
+// object replaced between the open (which saw its ETag) and a later ranged read is reported as
+// store.ErrChanged (the GET's If-Match fails on versitygw), not as a store failure, so the index
+// reads it again instead of failing the sync or parsing blocks of two objects.
+func TestReaderReplacedWhileReadIsChanged(t *testing.T) {
+	srv := s3server.Start(t)
+	srv.Bucket(t, "bkt")
+	ctx := context.Background()
+	c, err := s3client.New(ctx, srv.Config(), s3client.Location{Bucket: "bkt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := strings.Repeat("a", 3<<20), strings.Repeat("b", 3<<20)
+	if _, err := c.Put(ctx, "j/chk-1/_metadata", strings.NewReader(a), int64(len(a)), s3client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st := s3store.New(c, s3store.Options{ReconcileEvery: -1})
+	defer st.Close()
+	r, err := st.Open(ctx, "j/chk-1/_metadata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p := make([]byte, 16)
+	if _, err := r.ReadAt(p, 0); err != nil || string(p) != a[:16] {
+		t.Fatalf("first read: %q %v", p, err)
+	}
+	if _, err := c.Put(ctx, "j/chk-1/_metadata", strings.NewReader(b), int64(len(b)), s3client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.ReadAt(p, int64(len(a))-16) // another block than the first read's
+	if !errors.Is(err, store.ErrChanged) {
+		t.Fatalf("read after the object was replaced: %v (%q), want store.ErrChanged", err, p)
+	}
+}
