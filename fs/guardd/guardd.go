@@ -109,7 +109,7 @@ type Backend struct {
 	// Quarantine, when set, is asked whether a referenced object found missing is held in quarantine.
 	Quarantine refindex.QuarantineFinder
 	// Space, when set, reads the size and free space of the store's filesystem after every sync
-	// (ckguard_store_free_bytes; a WARN when under lowSpaceFraction): local and NFS stores.
+	// (ckguard_store_free_bytes; a WARN when under lowSpaceFraction): local, NFS and HDFS stores.
 	Space func(ctx context.Context) (quarantine.Space, error)
 	// Listings, when set, holds the mount's complete folder listings: the loss check takes a folder the
 	// mount listed at most lossEvidenceAge ago from there (refindex.ListingEvidence), and its bound

@@ -53,6 +53,8 @@ type stager struct {
 	// within it (said once until it is within again).
 	bound     quarantine.Bound
 	overBound bool
+	// spaceFailed: the last read of the store's free space failed (said once until it succeeds).
+	spaceFailed bool
 }
 
 // newStager serves the quarantine of area on its socket. A restore through it runs under the enforcer's
@@ -169,8 +171,12 @@ func (s *stager) enforceBound(ctx context.Context) {
 	if a, ok := s.svc.Area.(quarantine.Spacer); ok {
 		if got, err := a.Space(ctx); err == nil {
 			sp = &got
-		} else {
-			s.log.Warn("quarantine: cannot read the store filesystem's free space; only --quarantine-max-bytes applies", "err", err)
+			s.spaceFailed = false
+		} else if !s.spaceFailed {
+			// Once until it can be read again, not after every sync (an HDFS store with a folder the
+			// daemon may not read fails its getContentSummary until the folder goes).
+			s.spaceFailed = true
+			s.log.Warn("quarantine: cannot read the store filesystem's free space; until it can be read only --quarantine-max-bytes applies", "err", err)
 		}
 	}
 	need := s.bound.Need(quarantine.Summarise(es).Bytes, sp)

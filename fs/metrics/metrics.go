@@ -166,8 +166,8 @@ func New() *Metrics {
 	}, []string{"metric"})
 	// Registered at the first SetStoreSpace: a store without a filesystem (S3) exports no free space
 	// (a 0 would read as a full disk).
-	m.storeFree = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ckguard_store_free_bytes", Help: "Bytes still available to writers on the store's filesystem (statfs f_bavail of the store root); not exported for S3 or HDFS."})
-	m.storeSize = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ckguard_store_size_bytes", Help: "Size in bytes of the store's filesystem (statfs of the store root); not exported for S3 or HDFS."})
+	m.storeFree = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ckguard_store_free_bytes", Help: "Bytes still available to writers on the store's filesystem (statfs f_bavail of the store root; HDFS: the cluster's remaining space or the store folder's space quota left, whichever is less, over its replication); not exported for S3."})
+	m.storeSize = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ckguard_store_size_bytes", Help: "Size in bytes of the store's filesystem (statfs of the store root; HDFS: the cluster's capacity or the store folder's space quota, as for ckguard_store_free_bytes); not exported for S3."})
 	m.Registry.MustRegister(m.labelsFolded)
 	m.Registry.MustRegister(m.refusals, m.allowed, m.notifyErrors, m.syncDuration, m.syncFailures,
 		m.fuseLatency, m.decideLatency, lag, inflight, qOldest,

@@ -647,7 +647,7 @@ func (c *Client) Defaults(ctx context.Context) (Defaults, error) {
 	if err != nil {
 		return Defaults{}, wrap("getServerDefaults", "/", err)
 	}
-	c.defaults = &Defaults{TrashInterval: time.Duration(sd.TrashInterval) * time.Minute}
+	c.defaults = &Defaults{TrashInterval: time.Duration(sd.TrashInterval) * time.Minute, Replication: sd.Replication}
 	return *c.defaults, nil
 }
 

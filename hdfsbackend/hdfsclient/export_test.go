@@ -2,8 +2,12 @@ package hdfsclient
 
 import (
 	"errors"
+	"fmt"
+	"math"
 
 	"github.com/jcmturner/gokrb5/v8/credentials"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
 // Rename2 sends the NameNode's rename2 with the given overwriteDest and nothing else (no look at the
@@ -30,4 +34,35 @@ func ReloadTicketCache(c *Client, path string) (bool, error) {
 	before := current()
 	err = c.reloadCache(cc)
 	return before != current(), err
+}
+
+// SetSpaceQuota sets (bytes > 0) or clears (bytes <= 0) dir's space quota in raw bytes, as `hdfs
+// dfsadmin -setSpaceQuota/-clrSpaceQuota` (superuser only), leaving its name quota: ClientProtocol's
+// setQuota, with the library's own message types (registered globally by its generated code).
+func SetSpaceQuota(c *Client, dir string, bytes int64) error {
+	newMsg := func(name string) (protoreflect.Message, error) {
+		mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName("hadoop.hdfs." + name))
+		if err != nil {
+			return nil, fmt.Errorf("setQuota: %s: %w", name, err)
+		}
+		return mt.New(), nil
+	}
+	req, err := newMsg("SetQuotaRequestProto")
+	if err != nil {
+		return err
+	}
+	resp, err := newMsg("SetQuotaResponseProto")
+	if err != nil {
+		return err
+	}
+	const dontSet = math.MaxInt64   // HdfsConstants.QUOTA_DONT_SET
+	space := uint64(math.MaxUint64) // QUOTA_RESET (-1)
+	if bytes > 0 {
+		space = uint64(bytes)
+	}
+	f := req.Descriptor().Fields()
+	req.Set(f.ByName("path"), protoreflect.ValueOfString(dir))
+	req.Set(f.ByName("namespaceQuota"), protoreflect.ValueOfUint64(dontSet))
+	req.Set(f.ByName("storagespaceQuota"), protoreflect.ValueOfUint64(space))
+	return wrap("setQuota", dir, c.gen.nn("setQuota", req.Interface(), resp.Interface()))
 }

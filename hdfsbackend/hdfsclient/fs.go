@@ -59,6 +59,8 @@ type Writer interface {
 type Defaults struct {
 	// TrashInterval is fs.trash.interval: > 0 means deletions by the FS shell go to the user's .Trash.
 	TrashInterval time.Duration
+	// Replication is dfs.replication, the replication of new files (0: not reported).
+	Replication int
 }
 
 // FS is an HDFS namespace. Implementations are safe for concurrent use.

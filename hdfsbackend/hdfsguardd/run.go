@@ -16,6 +16,7 @@ import (
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsmount"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsquarantine"
 	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
 // Run mounts c.StoreDir (an hdfs:// URI) and serves until ctx is cancelled or the filesystem is
@@ -47,6 +48,11 @@ func Run(ctx context.Context, c guardd.Config, o hdfscli.Options) error {
 			},
 			// The referenced/orphaned-bytes gauges walk the whole store: not at every sync over HDFS.
 			NoIndexGauges: true,
+			// The cluster's free space or the store root's space quota, whichever is tighter
+			// (ckguard_store_free_bytes; the low-space WARN).
+			Space: func(ctx context.Context) (quarantine.Space, error) {
+				return hdfsquarantine.StoreSpace(ctx, st.FS(), st.Dir())
+			},
 		}, nil
 	})
 }

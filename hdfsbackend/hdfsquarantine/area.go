@@ -771,3 +771,25 @@ func (a *Area) Tidy(ctx context.Context, minAge time.Duration) error {
 	}
 	return nil
 }
+
+var _ quarantine.Spacer = (*Area)(nil)
+
+// Space is the room of the store root (hdfsclient.Room: the cluster's free space or the root's own
+// space quota, whichever is tighter, in file bytes), for --quarantine-min-free.
+func (a *Area) Space(ctx context.Context) (quarantine.Space, error) {
+	return StoreSpace(ctx, a.fs, a.root)
+}
+
+// StoreSpace is the room of the store whose root is root, as a quarantine.Space: the mount's
+// ckguard_store_free_bytes and the quarantine's --quarantine-min-free.
+func StoreSpace(ctx context.Context, f hdfsclient.FS, root string) (quarantine.Space, error) {
+	sp, ok := f.(hdfsclient.Spacer)
+	if !ok {
+		return quarantine.Space{}, fmt.Errorf("store %s: the HDFS client (%T) reports no free space", root, f)
+	}
+	r, err := sp.Space(ctx, root)
+	if err != nil {
+		return quarantine.Space{}, fmt.Errorf("store %s: free space: %w", root, err)
+	}
+	return quarantine.Space{Size: r.Size, Free: r.Free}, nil
+}

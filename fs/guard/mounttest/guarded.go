@@ -119,7 +119,7 @@ func refusedWhenReferenced(t *testing.T, h Harness) {
 		{"open for reading and writing", func(e *env) error { return openClose(e.path(refKey), os.O_RDWR) }, e.refuse, refused("write", refKey)},
 		{"rename", func(e *env) error { return os.Rename(e.path(refKey), e.path("job/moved.sst")) }, e.refuse, refused("rename", refKey)},
 		{"rename onto", func(e *env) error { return os.Rename(e.path(freeKey), e.path(refKey)) }, e.refuse, refused("replace", refKey)},
-		{"rmdir of the folder", func(e *env) error { return syscall.Rmdir(e.path("job/shared")) }, rmdirErrno, rmdirAudit},
+		{"rmdir of the folder", func(e *env) error { return retryEINTR(func() error { return syscall.Rmdir(e.path("job/shared")) }) }, rmdirErrno, rmdirAudit},
 		{"rename of the folder", func(e *env) error { return os.Rename(e.path("job/shared"), e.path("job/shared2")) }, dirRenameErrno, dirRenameAudit},
 		{"hard link", func(e *env) error { return os.Link(e.path(refKey), e.path("job/alias")) }, linkErrno, linkAudit},
 		{"read", func(e *env) error { _, err := os.ReadFile(e.path(refKey)); return err }, 0, audited{}},
@@ -161,7 +161,7 @@ func allowedWhenUnreferenced(t *testing.T, h Harness) {
 			if err := os.Remove(e.path("j/emptied/x")); err != nil {
 				return err
 			}
-			return syscall.Rmdir(e.path("j/emptied"))
+			return retryEINTR(func() error { return syscall.Rmdir(e.path("j/emptied")) })
 		}, 0, allowed("rmdir", "j/emptied")},
 		{"mkdir", func(e *env) error { return os.Mkdir(e.path("j/newdir"), 0o755) }, 0, audited{}},
 		{"utimes forward", func(e *env) error { return os.Chtimes(e.path("j/times"), time.Now(), time.Now().Add(time.Hour)) }, 0, audited{}},

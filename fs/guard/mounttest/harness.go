@@ -232,3 +232,20 @@ func wantErrText(t *testing.T, tool string, out []byte, err error, errno syscall
 		t.Errorf("%s: %v, output %q: want a failure saying %q", tool, err, out, errno.Error())
 	}
 }
+
+// retryEINTR runs a system call the os package has no wrapper for (rmdir(2) itself, setxattr(2)) as
+// the os package runs its own: again while it fails with EINTR. Go's runtime interrupts a thread
+// blocked in a system call with a signal (SIGURG, goroutine preemption), the kernel then sends
+// FUSE_INTERRUPT, and the daemon answers EINTR when the request's context was cancelled before it did
+// anything (hdfsclient checks the context before each NameNode call; guard.refusalErrno): the caller is
+// to retry, as os.Remove and os.Rename do. Bounded: a daemon that answers EINTR to every attempt fails
+// the test.
+func retryEINTR(call func() error) error {
+	var err error
+	for range 50 {
+		if err = call(); !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+	}
+	return err
+}

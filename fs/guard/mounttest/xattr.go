@@ -54,12 +54,12 @@ func guardXattrs(t *testing.T, h Harness) {
 	if n, err := unix.Getxattr(e.path("j/s/ref"), xattrState, nil); err != nil || n != len("referenced") {
 		t.Errorf("getxattr size query: %d %v, want %d", n, err, len("referenced"))
 	}
-	want(t, "setxattr of "+xattrState, unix.Setxattr(e.path("j/s/free"), xattrState, []byte("deletable"), 0), syscall.EPERM)
-	want(t, "removexattr of "+xattrState, unix.Removexattr(e.path("j/s/ref"), xattrState), syscall.EPERM)
+	want(t, "setxattr of "+xattrState, retryEINTR(func() error { return unix.Setxattr(e.path("j/s/free"), xattrState, []byte("deletable"), 0) }), syscall.EPERM)
+	want(t, "removexattr of "+xattrState, retryEINTR(func() error { return unix.Removexattr(e.path("j/s/ref"), xattrState) }), syscall.EPERM)
 	e.intact(t, "after setxattr", "j/s/ref", "r")
 
 	if h.UserXattrs {
-		want(t, "setxattr user.note", unix.Setxattr(e.path("j/s/free"), "user.note", []byte("x"), 0), 0)
+		want(t, "setxattr user.note", retryEINTR(func() error { return unix.Setxattr(e.path("j/s/free"), "user.note", []byte("x"), 0) }), 0)
 		if got := get("j/s/free", "user.note"); got != "x" {
 			t.Errorf("user.note read back %q, want x", got)
 		}

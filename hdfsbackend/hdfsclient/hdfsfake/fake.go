@@ -49,9 +49,16 @@ type FS struct {
 	// into a directory holding that many entries fails (MaxDirectoryItemsExceededException, which the
 	// client reports as ErrUnavailable).
 	MaxItems int
+	// Capacity is the cluster's size in bytes Space reports (replication 1): free is Capacity minus
+	// every file's bytes; SpaceQuota, when > 0, is the space quota of every directory Space is asked
+	// about. Capacity 0: Space fails (no DataNodes).
+	Capacity, SpaceQuota int64
 }
 
-var _ hdfsclient.FS = (*FS)(nil)
+var (
+	_ hdfsclient.FS     = (*FS)(nil)
+	_ hdfsclient.Spacer = (*FS)(nil)
+)
 
 // New returns an empty namespace (only "/") acting as user.
 func New(user string) *FS {
@@ -414,6 +421,28 @@ func (f *FS) Defaults(ctx context.Context) (hdfsclient.Defaults, error) {
 		return hdfsclient.Defaults{}, err
 	}
 	return hdfsclient.Defaults{TrashInterval: f.Trash}, nil
+}
+
+// Space reports dir's room from Capacity, SpaceQuota and the bytes of the files held.
+func (f *FS) Space(ctx context.Context, dir string) (hdfsclient.Room, error) {
+	if err := f.enter(ctx, "getContentSummary", dir); err != nil {
+		return hdfsclient.Room{}, err
+	}
+	f.mu.Lock()
+	var all, below int64
+	prefix := strings.TrimSuffix(dir, "/") + "/"
+	for name, n := range f.nodes {
+		if n.dir {
+			continue
+		}
+		all += int64(len(n.data))
+		if strings.HasPrefix(name, prefix) {
+			below += int64(len(n.data))
+		}
+	}
+	c, q := f.Capacity, f.SpaceQuota
+	f.mu.Unlock()
+	return hdfsclient.RoomOf(hdfsclient.RawSpace{Capacity: c, Remaining: c - all, Length: below, Consumed: below, SpaceQuota: q, DefaultReplication: 1})
 }
 
 // Put creates name with data and mtime, creating parents (test setup; no fault hook).
