@@ -114,6 +114,10 @@ type Holder struct {
 	mu    sync.Mutex
 	st    s3hold.Status
 	epoch uint64
+
+	// failing: keys whose last attempt failed (owned by pass): a failure is logged when it starts,
+	// not at every pass.
+	failing map[string]bool
 }
 
 // New opens (or creates) the ledger in o.Dir and returns a Holder that trusts it: every key it names
@@ -125,7 +129,7 @@ func New(o Options) (*Holder, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	h := &Holder{o: o, kick: make(chan struct{}, 1), held: map[string]*held{}, touched: map[string]struct{}{}}
+	h := &Holder{o: o, kick: make(chan struct{}, 1), held: map[string]*held{}, touched: map[string]struct{}{}, failing: map[string]bool{}}
 	h.st = s3hold.Status{Mode: o.Mode, Active: !o.Inactive, Note: o.Note}
 	if err := h.openLedger(); err != nil {
 		return nil, err
@@ -453,6 +457,9 @@ func (h *Holder) flagBatch(ctx context.Context, epoch uint64, keys []string, fai
 			h.held[k] = &held{size: sizes[i], seen: epoch}
 		}
 		h.flagMu.Unlock()
+		if err == nil || errors.Is(err, errSkipped) || errors.Is(err, fs.ErrNotExist) {
+			delete(h.failing, k)
+		}
 		switch {
 		case err == nil:
 			done = append(done, record{Op: "h", Key: k, Size: sizes[i], At: h.o.Now()})
@@ -462,7 +469,10 @@ func (h *Holder) flagBatch(ctx context.Context, epoch uint64, keys []string, fai
 			done = append(done, record{Op: "x", Key: k})
 		default:
 			*failed++
-			h.o.Logger.Warn("immutable flag: could not flag a protected file; retried at the next pass", "file", k, "err", err)
+			if !h.failing[k] {
+				h.failing[k] = true
+				h.o.Logger.Warn("immutable flag: could not flag a protected file; retried at every pass (logged again only after it worked once)", "file", k, "err", err)
+			}
 			done = append(done, record{Op: "x", Key: k}, record{Op: "f", Key: k, Err: err.Error()})
 		}
 	}
@@ -503,9 +513,13 @@ func (h *Holder) releaseUnseen(ctx context.Context, epoch uint64, failed *int) (
 		h.flagMu.Unlock()
 		if err != nil {
 			*failed++
-			h.o.Logger.Warn("immutable flag: could not clear the flag of a file no longer referenced; retried at the next pass", "file", k, "err", err)
+			if !h.failing[k] {
+				h.failing[k] = true
+				h.o.Logger.Warn("immutable flag: could not clear the flag of a file no longer referenced; retried at every pass (logged again only after it worked once)", "file", k, "err", err)
+			}
 			continue
 		}
+		delete(h.failing, k)
 		done = append(done, record{Op: "x", Key: k})
 	}
 	return kept, h.write(false, done...)
