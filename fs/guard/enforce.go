@@ -65,6 +65,10 @@ type Config struct {
 	// being read) before it is taken; one still pending then refuses what the index would allow.
 	// 0: 10 s; negative: no wait.
 	PendingWait time.Duration
+	// BeforeChange, when set, is called under the lock for every path of an allowed change, right
+	// before the mount makes it (the local store's immutable flag is cleared there: fs/localhold). It
+	// must not block: a map lookup, at most a syscall or two on a local file.
+	BeforeChange func(op verdict.Op, key string)
 }
 
 // Enforcer is the single place where guarded operations are decided: it asks the Checker, writes the audit
@@ -95,6 +99,8 @@ type Enforcer struct {
 
 	comms commCache
 
+	beforeChange func(op verdict.Op, key string)
+
 	// records recycles audit records: one is built for every decision, and a steady stream of them
 	// (rm -rf of a job folder) would otherwise be garbage the daemon pays for in GC cycles.
 	records sync.Pool
@@ -106,7 +112,7 @@ func NewEnforcer(cfg Config) (*Enforcer, error) {
 		return nil, errors.New("guard: no Checker: the filesystem cannot decide anything without the index")
 	}
 	e := &Enforcer{checker: cfg.Checker, audit: cfg.Audit, metrics: cfg.Metrics, refuse: cfg.RefuseErrno, log: cfg.Logger,
-		pendingWait: cfg.PendingWait}
+		pendingWait: cfg.PendingWait, beforeChange: cfg.BeforeChange}
 	if e.pendingWait == 0 {
 		e.pendingWait = defaultPendingWait
 	}
@@ -198,6 +204,11 @@ func (e *Enforcer) mutateLocked(ctx context.Context, checks []Check, do func() s
 	}
 	if do == nil {
 		return 0
+	}
+	if e.beforeChange != nil {
+		for _, c := range checks {
+			e.beforeChange(c.Op, c.Path)
+		}
 	}
 	return do()
 }

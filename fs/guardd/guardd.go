@@ -30,6 +30,7 @@ import (
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // Config is everything a mount needs.
@@ -134,18 +135,15 @@ type passthrougher interface{ Passthrough() bool }
 // unmounted from outside.
 func Run(ctx context.Context, c Config) error {
 	return Serve(ctx, c, func(_ context.Context, c Config) (Backend, error) {
-		switch c.Hold {
-		case "", "off":
-		case "best-effort":
-			c.Logger.Error("--hold best-effort: this store kind has no server-side holds in this version (the immutable flag is not implemented yet); referenced files are protected only by the mount's own decisions", "store", c.StoreDir)
-		default:
-			return Backend{}, fmt.Errorf("--hold %s: server-side holds exist only for S3 stores in this version (a local store's immutable flag is not implemented yet); mount with --hold off or best-effort", c.Hold)
-		}
 		st, err := localstore.New(c.StoreDir)
 		if err != nil {
 			return Backend{}, fmt.Errorf("store %s: %w", c.StoreDir, err)
 		}
-		return Backend{Store: st, Space: func(context.Context) (quarantine.Space, error) { return dirSpace(c.StoreDir) },
+		holds, err := setupLocalHolds(c, st)
+		if err != nil {
+			return Backend{}, err
+		}
+		return Backend{Store: st, Holds: holds, Space: func(context.Context) (quarantine.Space, error) { return dirSpace(c.StoreDir) },
 			Mount: func(_ context.Context, enf *guard.Enforcer, met *metrics.Metrics) (Mount, error) {
 				return localfs.Mount(localfs.Options{Store: c.StoreDir, Mountpoint: c.Mountpoint, Enforcer: enf,
 					Metrics: met, AllowOther: c.AllowOther, Debug: c.Debug, Logger: c.Logger,
@@ -368,14 +366,18 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 		lossCtx = b.Traffic.Background(lossCtx)
 	}
 	var holds *holdRunner
+	var beforeChange func(verdict.Op, string)
 	if b.Holds != nil {
 		h := b.Holds(HoldEnv{Index: ix, Audit: al, Metrics: met, Pacer: pacer})
 		lw.heal = h.Heal
+		if bc, ok := h.(changeHook); ok {
+			beforeChange = bc.BeforeChange
+		}
 		holds = startHolds(lossCtx, h)
 	}
 	defer func() { stopLoss(); lw.wait(); holds.wait() }()
 	enf, err := guard.NewEnforcer(guard.Config{Checker: ix, Audit: al, Metrics: met,
-		RefuseErrno: c.RefuseErrno, Logger: log})
+		RefuseErrno: c.RefuseErrno, Logger: log, BeforeChange: beforeChange})
 	if err != nil {
 		return err
 	}

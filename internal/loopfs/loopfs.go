@@ -1,7 +1,7 @@
 // Package loopfs gives tests a real, small filesystem of their own: an ext4 image under the system's
 // temp folder, loop-mounted for the test and unmounted and removed by t.Cleanup. It exists for what a
 // test cannot get from the machine's own /tmp: a filesystem that fills up (a full store, the
-// quarantine's space bound) and one whose inode flags are known (FS_IMMUTABLE_FL: tmpfs has none).
+// quarantine's space bound) and one whose inode flags are known (FS_IMMUTABLE_FL; Ramfs gives one without them).
 //
 // Ext4 needs root (mount(2), a loop device) and mkfs.ext4 (Debian e2fsprogs, installed by
 // scripts/setup.sh); without them the test is skipped, saying which is missing. Any other failure
@@ -135,4 +135,23 @@ func run(t testing.TB, name string, args ...string) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("loopfs: %s %s: %v\n%s", name, strings.Join(args, " "), err, out.String())
 	}
+}
+
+// Ramfs mounts a ramfs for the test (a filesystem without inode flags: FS_IOC_GETFLAGS fails with
+// ENOTTY; tmpfs has FS_IMMUTABLE_FL since Linux 6.0) and unmounts it when the test ends. Root only.
+func Ramfs(t testing.TB, prefix string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("loopfs: a ramfs of the test's own needs root")
+	}
+	base, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
+	if err := unix.Mount("ramfs", base, "ramfs", 0, "mode=0755"); err != nil {
+		t.Fatalf("loopfs: mount ramfs on %s: %v", base, err)
+	}
+	t.Cleanup(func() { Unmount(t, base) })
+	return base
 }

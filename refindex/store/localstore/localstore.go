@@ -200,6 +200,34 @@ func (s *Store) Open(ctx context.Context, key string) (store.Reader, error) {
 	return reader{File: f, size: at.Size, at: at}, nil
 }
 
+// OpenInode opens the regular file at key beneath the root, through no symlink on the way or at the
+// name, read-only and without blocking (O_RDONLY|O_NONBLOCK|O_NOFOLLOW: an O_PATH descriptor cannot
+// take an ioctl), for a change of the inode's own attributes (the immutable flag). Anything but a
+// regular file is refused: a FIFO or device swapped in is never opened for more than the check.
+func (s *Store) OpenInode(key string) (*os.File, error) {
+	k, err := store.CleanKey(key)
+	if err != nil {
+		return nil, err
+	}
+	f, err := s.openNoSymlinks(k, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, store.NotExist("open", k)
+		}
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open %s: %w", k, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		f.Close()
+		return nil, fmt.Errorf("open %s: not a regular file (mode %#o)", k, st.Mode&unix.S_IFMT)
+	}
+	return f, nil
+}
+
 // openNoSymlinks opens key k (clean) beneath the root without following a symlink on the way or at
 // the name (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, in chunks below PATH_MAX: fdwalk.go).
 func (s *Store) openNoSymlinks(k string, flags int) (*os.File, error) {
