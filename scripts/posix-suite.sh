@@ -3,7 +3,7 @@
 # .tools/bin) in a fresh folder of each filesystem named on the command line, prints the counts, and checks:
 #   - every run ran at least MIN_PASSED tests (a suite that found nothing to run never passes);
 #   - the guard fails only the tests listed in scripts/posix-expected-failures.txt (deliberate refusals,
-#     docs/MOUNT.md), so it passes every other test the stock loopback passes; with the loopback run
+#     docs/SEMANTICS.md, "What passes through"), so it passes every other test the stock loopback passes; with the loopback run
 #     too, it says which of the listed ones the loopback passes.
 # Kinds: plain (the store folder itself, on whatever filesystem holds BENCH_DIR), loopback (go-fuse's stock
 # loopback, fs/internal/cmd/plainloop), guard (`ckguard mount` over a local store), s3 (`ckguard mount`
