@@ -11,7 +11,7 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 STAMP := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 LDFLAGS := -s -w $(STAMP)
 
-.PHONY: setup setup-test setup-lint setup-e2e setup-bench setup-hdfs setup-demo build test test-hdfs unit lint bench fuzz e2e demo release clean
+.PHONY: setup setup-test setup-lint setup-e2e setup-bench setup-hdfs setup-demo build docs test test-hdfs unit lint bench fuzz e2e demo release clean
 
 # Everything the build, tests, benchmarks and demo need (Debian packages, Go modules, versitygw,
 # staticcheck, Flink artifacts). Idempotent: a second run only checks.
@@ -91,6 +91,11 @@ e2e: setup-e2e setup-hdfs build
 demo: setup-demo build
 	./bin/ckguard demo
 	@echo "make demo: the binary is ./bin/ckguard; run 'export PATH=\$$PWD/bin:\$$PATH' here to use the README's ckguard commands as written"
+
+# Regenerate what is generated from the code: docs/CONFIG.md from the CLI's flags (cmd/ckguard
+# TestConfigReference fails until it matches). Run after adding or changing a flag.
+docs:
+	$(GO) test -count=1 -run '^TestConfigReference$$' ./cmd/ckguard/ -update
 
 release:
 	mkdir -p dist

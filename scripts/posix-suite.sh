@@ -3,7 +3,7 @@
 # .tools/bin) in a fresh folder of each filesystem named on the command line, prints the counts, and checks:
 #   - every run ran at least MIN_PASSED tests (a suite that found nothing to run never passes);
 #   - the guard fails only the tests listed in scripts/posix-expected-failures.txt (deliberate refusals,
-#     docs/MOUNT.md), so it passes every other test the stock loopback passes; with the loopback run
+#     docs/SEMANTICS.md, "What passes through"), so it passes every other test the stock loopback passes; with the loopback run
 #     too, every test the loopback passes must pass on the guard (not fail, not be skipped, not be missing
 #     because the suite or the mount died half-way) unless listed, and it says which listed ones the
 #     loopback passes;

@@ -306,3 +306,25 @@ func TestReadmeRun(t *testing.T) {
 		t.Fatalf("only %d README commands ran", ran)
 	}
 }
+
+// TestReadmeFitsAFirstRead keeps the README a newcomer's first read: what ckguard is, the incident, the
+// two commands, one mount per store, the first three questions, links. Reference material belongs in
+// docs/OPERATIONS.md, docs/SEMANTICS.md, docs/CONFIG.md and docs/monitoring/ (DEVELOPING.md, "Docs: who
+// reads what"); a section that grows the README past the bound goes there.
+func TestReadmeFitsAFirstRead(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const maxLines = 200
+	if n := strings.Count(string(b), "\n"); n > maxLines {
+		t.Errorf("README.md has %d lines, more than %d: move reference text to docs/OPERATIONS.md or docs/SEMANTICS.md and link it", n, maxLines)
+	}
+	for _, want := range []string{"## The incident, in five lines", "make demo", "make test", "--store s3://", "--store hdfs://",
+		"ckguard why", "ckguard orphans", "ckguard verify", "docs/ckguard@.service",
+		"docs/OPERATIONS.md", "docs/SEMANTICS.md", "docs/CONFIG.md", "docs/DEVELOPING.md"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("README.md lost %q, which a newcomer's first read needs", want)
+		}
+	}
+}

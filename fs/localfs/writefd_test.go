@@ -11,7 +11,7 @@ import (
 // TestWriteFdAfterReferenced pins what happens to a descriptor opened for writing while its file was not
 // referenced, once a checkpoint references the file: its writes go on (with FUSE passthrough the kernel
 // writes to the store's file directly, and nothing can take a backing file back from an open descriptor;
-// docs/MOUNT.md says so), but everything else that would destroy the file is decided again and refused:
+// docs/SEMANTICS.md says so), but everything else that would destroy the file is decided again and refused:
 // ftruncate and hole punching through that same descriptor, a new open for writing, unlink, rename.
 func TestWriteFdAfterReferenced(t *testing.T) {
 	e := mountFake(t)
@@ -30,7 +30,7 @@ func TestWriteFdAfterReferenced(t *testing.T) {
 	e.checker.Protect("job/shared/late.sst", "job/chk-9/_metadata")
 
 	if _, err := f.Write([]byte(" after")); err != nil {
-		t.Errorf("write through a descriptor opened before the file became referenced: %v (docs/MOUNT.md says it goes on)", err)
+		t.Errorf("write through a descriptor opened before the file became referenced: %v (docs/SEMANTICS.md says it goes on)", err)
 	}
 	refused := []struct {
 		name string
