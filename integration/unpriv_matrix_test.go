@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The pathological-case matrix of issue 29, part 3 (the rows are in docs/MOUNT.md, "Pathological
+// The pathological-case matrix of issue 29, part 3 (the rows are in docs/SEMANTICS.md, "Pathological
 // store content"): each case on an --allow-other local mount with user nobody as the client.
 
 // matrixStore is unprivStore with an unreferenced 10-day-old file elsewhere and a 1777 scratch

@@ -21,7 +21,7 @@ import (
 // folder) beside a live checkpoint. Outcome: the index's first build, a sync and orphans finish, with
 // no sync error and no unknown subtree; the live checkpoint's files stay referenced; the Go heap in
 // use after each stays bounded (the sync's walk lists only `_metadata`: it keeps no per-entry
-// state; orphans walks every entry and reports what it finds). Figures are logged (docs/MOUNT.md,
+// state; orphans walks every entry and reports what it finds). Figures are logged (docs/SEMANTICS.md,
 // "Pathological store content").
 func TestMillionEntryFolder(t *testing.T) {
 	if testing.Short() {
