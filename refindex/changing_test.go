@@ -145,10 +145,28 @@ func TestMetadataChangingWhileRead(t *testing.T) {
 			if d := ix.Decide(ctx, c78.Refs[0], verdict.OpUnlink); d.Allow {
 				t.Errorf("a file of the untouched chk-78: %+v", d)
 			}
-			// Once it stops changing, the next sync reads what is there.
+			// Once it stops changing, the next sync reads what is there: for the one judged damaged
+			// after changing at every read, also with the size and time it was recorded with.
 			st.change = nil
-			rewriteInPlace(t, p79, b79)
-			os.Chtimes(p79, testNow.Add(-time.Hour), testNow.Add(-time.Hour))
+			if tc.name == "always" {
+				cs, _ := ix.Checkpoints(ctx, "")
+				var size int64
+				var mtime time.Time
+				for _, u := range cs.Unparseable {
+					if u.Metadata == c79.Metadata {
+						size, mtime = u.Size, u.Completed
+					}
+				}
+				b := append([]byte{}, b79...)
+				if int64(len(b)) != size {
+					t.Fatalf("recorded size %d, not chk-79's %d (the loop ended on chk-79's content)", size, len(b))
+				}
+				rewriteInPlace(t, p79, b)
+				os.Chtimes(p79, mtime, mtime)
+			} else {
+				rewriteInPlace(t, p79, b79)
+				os.Chtimes(p79, testNow.Add(-time.Hour), testNow.Add(-time.Hour))
+			}
 			if err := ix.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}

@@ -222,6 +222,9 @@ type checkpointRecord struct {
 	// that previous version while it is younger than --grace (it may be a rewrite in progress, read
 	// half-written); the sync reads it again until it parses or is past grace.
 	HeldRefs bool `json:"held_refs,omitempty"`
+	// Changing: judged damaged because it changed at each read of a sync (readEntry); the next sync
+	// reads it again whatever its size and time (a rewrite in place can keep both to the second).
+	Changing bool `json:"changing,omitempty"`
 	// Inferred lists the prefix maps ("PREFIX=STOREPATH") the store proved for references no --map
 	// covers (see resolveOutside); the references they cover are inside the store and protect files.
 	Inferred []string `json:"inferred,omitempty"`

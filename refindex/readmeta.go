@@ -96,7 +96,9 @@ func (ix *Index) readEntry(ctx context.Context, oi store.ObjectInfo) (*entry, er
 			return e, err
 		}
 		if attempt == readChangeAttempts {
-			return ix.unparseable(ctx, oi, oi.Size, badDamaged, fmt.Errorf("%s changed while it was read, at each of %d reads (Flink writes a _metadata once): judged damaged until it stops changing; the next sync reads it again", oi.Path, readChangeAttempts)), nil
+			e := ix.unparseable(ctx, oi, oi.Size, badDamaged, fmt.Errorf("%s changed while it was read, at each of %d reads (Flink writes a _metadata once): judged damaged until it stops changing; the next sync reads it again", oi.Path, readChangeAttempts))
+			e.rec.Changing = true
+			return e, nil
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err

@@ -65,7 +65,7 @@ func (ix *Index) Sync(ctx context.Context) (err error) {
 		// place now (a copy that was still running, a file restored).
 		// So is a damaged one holding its previous version's references (until it parses or is past
 		// --grace), and a record of an older version without a class (Bad) for a bad _metadata.
-		if c := cur.ckpts[oi.Path]; c == nil || !sameVersion(c, oi) || c.Unmapped > 0 || c.HeldRefs || c.Err != "" && c.Bad == "" {
+		if c := cur.ckpts[oi.Path]; c == nil || !sameVersion(c, oi) || c.Unmapped > 0 || c.HeldRefs || c.Changing || c.Err != "" && c.Bad == "" {
 			changed = append(changed, oi)
 		}
 		return nil
@@ -277,7 +277,7 @@ func (ix *Index) relistAfterRetire(ctx context.Context, cur *memState, listed ma
 		listed[oi.Path] = true
 		// So is a damaged one holding its previous version's references (until it parses or is past
 		// --grace), and a record of an older version without a class (Bad) for a bad _metadata.
-		if c := cur.ckpts[oi.Path]; c == nil || !sameVersion(c, oi) || c.Unmapped > 0 || c.HeldRefs || c.Err != "" && c.Bad == "" {
+		if c := cur.ckpts[oi.Path]; c == nil || !sameVersion(c, oi) || c.Unmapped > 0 || c.HeldRefs || c.Changing || c.Err != "" && c.Bad == "" {
 			more = append(more, oi)
 		}
 		return nil
