@@ -293,3 +293,89 @@ func TestMountHoldImmutableUnsupported(t *testing.T) {
 		t.Errorf("ckguard_hold_active = %v (%v), want 0", v, ok)
 	}
 }
+
+// TestMountHoldImmutableFlinkThroughTheMount: what Flink does through the mount works with every
+// referenced file flagged. With no sync after the first (1 h interval), a retired checkpoint's
+// _metadata and then its exclusive files, all still flagged, are deleted through the mount (the mount
+// clears each flag right before its own unlink), and a new checkpoint is written into folders full of
+// flagged files.
+func TestMountHoldImmutableFlinkThroughTheMount(t *testing.T) {
+	mntRequire(t)
+	base, tr := immutableStore(t)
+	p := sharedMount(t, base, tr.Root, "--hold", "required", "--sync-interval", "1h", "--max-staleness", "3h")
+	all := tr.AllFiles()
+	prot := protectedSet(tr)
+	waitFlags(t, p, tr, all, prot, "after the first sync")
+	cur := "flink-checkpoints/" + treegen.IncidentOneNewJob
+	var older, newer string
+	var olderID int64
+	for k, c := range tr.Live {
+		if c.Job != cur {
+			continue
+		}
+		if older == "" || c.ID < olderID {
+			if older != "" {
+				newer = older
+			}
+			older, olderID = k, c.ID
+		} else {
+			newer = k
+		}
+	}
+	delete(tr.Live, older)
+	freed := setMinus(prot, protectedSet(tr), older)
+	if len(freed) == 0 {
+		t.Fatalf("retiring %s frees no file", older)
+	}
+	for _, k := range append([]string{older}, freed...) {
+		if !immutable(t, tr, k) {
+			t.Fatalf("%s is not flagged before the mount deletes it: the test would not show the flag cleared", k)
+		}
+		if out, code := mntRun(t, "", "rm", p.m(k)); code != 0 {
+			t.Fatalf("rm %s through the mount (allowed, flagged): exit %d\n%s", k, code, out)
+		}
+		if _, err := os.Lstat(filepath.Join(tr.Root, filepath.FromSlash(k))); !os.IsNotExist(err) {
+			t.Fatalf("%s still in the store after rm through the mount: %v", k, err)
+		}
+	}
+	// A new checkpoint beside flagged files: data files in shared/ and the checkpoint folder, its
+	// _metadata (a copy of the newest).
+	newDir := cur + "/chk-100275"
+	if err := os.MkdirAll(p.m(newDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{cur + "/shared/new-sst", newDir + "/private"} {
+		if err := os.WriteFile(p.m(k), []byte("new state"), 0o644); err != nil {
+			t.Fatalf("write %s through the mount: %v", k, err)
+		}
+	}
+	b, err := os.ReadFile(p.m(newer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p.m(newDir+"/_metadata"), b, 0o644); err != nil {
+		t.Fatalf("write %s/_metadata through the mount: %v", newDir, err)
+	}
+	// A flagged file that is still referenced stays refused through the mount (the guard's refusal,
+	// not the flag's).
+	var ref string
+	for _, k := range prot {
+		if strings.Contains(k, "/shared/") && !strings.HasPrefix(k, older) {
+			if _, err := os.Lstat(filepath.Join(tr.Root, filepath.FromSlash(k))); err == nil {
+				ref = k
+				break
+			}
+		}
+	}
+	if ref != "" {
+		if out, code := mntRun(t, "", "rm", "-f", p.m(ref)); code == 0 {
+			t.Errorf("rm %s (referenced) through the mount: exit 0\n%s", ref, out)
+		}
+		if !immutable(t, tr, ref) {
+			t.Errorf("the refused rm of %s cleared its flag", ref)
+		}
+	}
+	if strings.Contains(p.logText(), "could not clear the flag") {
+		t.Errorf("a flag could not be cleared:\n%s", p.logText())
+	}
+}
