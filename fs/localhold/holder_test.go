@@ -140,8 +140,9 @@ func TestPassFlagsAndReleases(t *testing.T) {
 	if err := os.Remove(filepath.Join(f.root, "job/shared/a")); err == nil || !strings.Contains(err.Error(), "operation not permitted") {
 		t.Errorf("unlink of a flagged file beside the holder: %v, want EPERM", err)
 	}
-	if s := h.Status(); s.Held != 3 || !s.Active {
-		t.Errorf("status %+v, want 3 held", s)
+	wantBytes := int64(len("data of job/shared/a") + len("data of job/shared/b") + len("data of job/chk-1/_metadata"))
+	if s := h.Status(); s.Held != 3 || !s.Active || s.HeldBytes != wantBytes {
+		t.Errorf("status %+v, want 3 held, %d bytes", s, wantBytes)
 	}
 	// chk-1 retired: b and _metadata unprotected; b still refused by the guard's rules (grace, say).
 	f.ix.prot = map[string]bool{"job/shared/a": true}
@@ -150,7 +151,7 @@ func TestPassFlagsAndReleases(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.want(map[string]bool{"job/shared/a": true, "job/shared/b": true}, all...)
-	if s := h.Status(); s.Held != 2 || s.Kept != 1 {
+	if s := h.Status(); s.Held != 2 || s.Kept != 1 || s.HeldBytes != int64(len("data of job/shared/a")+len("data of job/shared/b")) {
 		t.Errorf("status %+v, want 2 held, 1 kept by the rules", s)
 	}
 	f.ix.refuse = nil
