@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -259,7 +260,8 @@ func setMinus(a, b []string, skip string) []string {
 
 // TestMountHoldImmutableUnsupported: on a filesystem without the flag (ramfs), --hold required
 // refuses to start, naming the reason and the alternatives; --hold best-effort runs, says so as an
-// ERROR, and hold status and ckguard_hold_active show it off.
+// ERROR, and hold status and ckguard_hold_active show it off. On ext4 a daemon without
+// CAP_LINUX_IMMUTABLE is refused, the capability named.
 func TestMountHoldImmutableUnsupported(t *testing.T) {
 	mntRequire(t)
 	root := loopfs.Ramfs(t, "ckguard-ext4-ramfs-")
@@ -275,6 +277,20 @@ func TestMountHoldImmutableUnsupported(t *testing.T) {
 		"--hold", "required", filepath.Join(dir, "mnt"))
 	if code == 0 || !strings.Contains(out, "--hold required") || !strings.Contains(out, "no immutable flag") || !strings.Contains(out, "best-effort") {
 		t.Fatalf("mount --hold required on ramfs: exit %d, want a refusal naming the missing flag and --hold best-effort\n%s", code, out)
+	}
+	// On ext4, a daemon without CAP_LINUX_IMMUTABLE (dropped from its bounding set) is refused with the
+	// capability named.
+	ext, err := treegen.IncidentOne(filepath.Join(loopfs.Ext4(t, loopfs.Options{Size: 16 << 20, Prefix: "ckguard-ext4-nocap-"}), "store"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("setpriv"); err == nil {
+		out, code = mntRun(t, "", "timeout", "60", "setpriv", "--bounding-set", "-linux_immutable", "--inh-caps", "-linux_immutable", "--",
+			mntBinary(t), "mount", "--store", ext.Root, "--index", filepath.Join(dir, "index2"), "--foreground",
+			"--hold", "required", filepath.Join(dir, "mnt"))
+		if code == 0 || !strings.Contains(out, "CAP_LINUX_IMMUTABLE") {
+			t.Errorf("mount --hold required without CAP_LINUX_IMMUTABLE: exit %d, want a refusal naming the capability\n%s", code, out)
+		}
 	}
 	base, err := os.MkdirTemp("", "ckguard-ext4-ramfs-base-")
 	if err != nil {
