@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -259,7 +260,8 @@ func setMinus(a, b []string, skip string) []string {
 
 // TestMountHoldImmutableUnsupported: on a filesystem without the flag (ramfs), --hold required
 // refuses to start, naming the reason and the alternatives; --hold best-effort runs, says so as an
-// ERROR, and hold status and ckguard_hold_active show it off.
+// ERROR, and hold status and ckguard_hold_active show it off. On ext4 a daemon without
+// CAP_LINUX_IMMUTABLE is refused, the capability named.
 func TestMountHoldImmutableUnsupported(t *testing.T) {
 	mntRequire(t)
 	root := loopfs.Ramfs(t, "ckguard-ext4-ramfs-")
@@ -276,6 +278,20 @@ func TestMountHoldImmutableUnsupported(t *testing.T) {
 	if code == 0 || !strings.Contains(out, "--hold required") || !strings.Contains(out, "no immutable flag") || !strings.Contains(out, "best-effort") {
 		t.Fatalf("mount --hold required on ramfs: exit %d, want a refusal naming the missing flag and --hold best-effort\n%s", code, out)
 	}
+	// On ext4, a daemon without CAP_LINUX_IMMUTABLE (dropped from its bounding set) is refused with the
+	// capability named.
+	ext, err := treegen.IncidentOne(filepath.Join(loopfs.Ext4(t, loopfs.Options{Size: 16 << 20, Prefix: "ckguard-ext4-nocap-"}), "store"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("setpriv"); err == nil {
+		out, code = mntRun(t, "", "timeout", "60", "setpriv", "--bounding-set", "-linux_immutable", "--inh-caps", "-linux_immutable", "--",
+			mntBinary(t), "mount", "--store", ext.Root, "--index", filepath.Join(dir, "index2"), "--foreground",
+			"--hold", "required", filepath.Join(dir, "mnt"))
+		if code == 0 || !strings.Contains(out, "CAP_LINUX_IMMUTABLE") {
+			t.Errorf("mount --hold required without CAP_LINUX_IMMUTABLE: exit %d, want a refusal naming the capability\n%s", code, out)
+		}
+	}
 	base, err := os.MkdirTemp("", "ckguard-ext4-ramfs-base-")
 	if err != nil {
 		t.Fatal(err)
@@ -291,5 +307,91 @@ func TestMountHoldImmutableUnsupported(t *testing.T) {
 	}
 	if v, ok := metricValue(mntHTTPGet(t, "http://"+addr+"/metrics"), "ckguard_hold_active"); !ok || v != 0 {
 		t.Errorf("ckguard_hold_active = %v (%v), want 0", v, ok)
+	}
+}
+
+// TestMountHoldImmutableFlinkThroughTheMount: what Flink does through the mount works with every
+// referenced file flagged. With no sync after the first (1 h interval), a retired checkpoint's
+// _metadata and then its exclusive files, all still flagged, are deleted through the mount (the mount
+// clears each flag right before its own unlink), and a new checkpoint is written into folders full of
+// flagged files.
+func TestMountHoldImmutableFlinkThroughTheMount(t *testing.T) {
+	mntRequire(t)
+	base, tr := immutableStore(t)
+	p := sharedMount(t, base, tr.Root, "--hold", "required", "--sync-interval", "1h", "--max-staleness", "3h")
+	all := tr.AllFiles()
+	prot := protectedSet(tr)
+	waitFlags(t, p, tr, all, prot, "after the first sync")
+	cur := "flink-checkpoints/" + treegen.IncidentOneNewJob
+	var older, newer string
+	var olderID int64
+	for k, c := range tr.Live {
+		if c.Job != cur {
+			continue
+		}
+		if older == "" || c.ID < olderID {
+			if older != "" {
+				newer = older
+			}
+			older, olderID = k, c.ID
+		} else {
+			newer = k
+		}
+	}
+	delete(tr.Live, older)
+	freed := setMinus(prot, protectedSet(tr), older)
+	if len(freed) == 0 {
+		t.Fatalf("retiring %s frees no file", older)
+	}
+	for _, k := range append([]string{older}, freed...) {
+		if !immutable(t, tr, k) {
+			t.Fatalf("%s is not flagged before the mount deletes it: the test would not show the flag cleared", k)
+		}
+		if out, code := mntRun(t, "", "rm", p.m(k)); code != 0 {
+			t.Fatalf("rm %s through the mount (allowed, flagged): exit %d\n%s", k, code, out)
+		}
+		if _, err := os.Lstat(filepath.Join(tr.Root, filepath.FromSlash(k))); !os.IsNotExist(err) {
+			t.Fatalf("%s still in the store after rm through the mount: %v", k, err)
+		}
+	}
+	// A new checkpoint beside flagged files: data files in shared/ and the checkpoint folder, its
+	// _metadata (a copy of the newest).
+	newDir := cur + "/chk-100275"
+	if err := os.MkdirAll(p.m(newDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{cur + "/shared/new-sst", newDir + "/private"} {
+		if err := os.WriteFile(p.m(k), []byte("new state"), 0o644); err != nil {
+			t.Fatalf("write %s through the mount: %v", k, err)
+		}
+	}
+	b, err := os.ReadFile(p.m(newer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p.m(newDir+"/_metadata"), b, 0o644); err != nil {
+		t.Fatalf("write %s/_metadata through the mount: %v", newDir, err)
+	}
+	// A flagged file that is still referenced stays refused through the mount (the guard's refusal,
+	// not the flag's).
+	var ref string
+	for _, k := range prot {
+		if strings.Contains(k, "/shared/") && !strings.HasPrefix(k, older) {
+			if _, err := os.Lstat(filepath.Join(tr.Root, filepath.FromSlash(k))); err == nil {
+				ref = k
+				break
+			}
+		}
+	}
+	if ref != "" {
+		if out, code := mntRun(t, "", "rm", "-f", p.m(ref)); code == 0 {
+			t.Errorf("rm %s (referenced) through the mount: exit 0\n%s", ref, out)
+		}
+		if !immutable(t, tr, ref) {
+			t.Errorf("the refused rm of %s cleared its flag", ref)
+		}
+	}
+	if strings.Contains(p.logText(), "could not clear the flag") {
+		t.Errorf("a flag could not be cleared:\n%s", p.logText())
 	}
 }

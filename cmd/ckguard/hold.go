@@ -14,12 +14,12 @@ import (
 func holdCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "hold",
-		Usage: "server-side legal holds of an S3 mount with --hold",
+		Usage: "holds outside the mount of a mount with --hold (S3 legal holds, a local store's immutable flag)",
 		Subcommands: []*cli.Command{{
 			Name:  "status",
 			Usage: "show the mount's legal holds: held objects and bytes, pending, failed, healed",
 			Description: "Reads the status the mount with --hold writes beside the index after every reconciliation pass,\n" +
-				"and the hold ledger (what the mount asked the server to hold).\n\n" +
+				"and the hold ledger (what the mount asked the server to hold, or flagged immutable on a local store).\n\n" +
 				"EXAMPLES:\n" +
 				"   ckguard hold status --store s3://bucket/flink --index /var/lib/ckguard/flink",
 			Flags:  append(storeFlags(), &cli.BoolFlag{Name: "list", Usage: "list every held key with its version"}),

@@ -3,6 +3,7 @@ package guard_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -172,6 +173,52 @@ func TestRemoveResolvedJudgesTheResolvedObject(t *testing.T) {
 		}
 		if len(c.seen) != 1 || c.seen[0].Size != 7 || !c.seen[0].ModTime.Equal(seenAt) {
 			t.Errorf("the decision saw %+v, want the resolver's observation", c.seen)
+		}
+	}
+}
+
+// TestBeforeChange: the hook sees every path of an allowed change (a rename's source and the target
+// it replaces) right before the change runs, under the lock, and nothing of a refused one.
+func TestBeforeChange(t *testing.T) {
+	const free, other, prot = "job/shared/free", "job/shared/other", "job/shared/ref"
+	c := guardtest.New()
+	c.Protect(prot, "job/chk-1/_metadata")
+	var seen []string
+	ranAfter := true
+	e, err := guard.NewEnforcer(guard.Config{Checker: c, BeforeChange: func(op verdict.Op, key string) {
+		seen = append(seen, op.String()+" "+key)
+		ranAfter = false
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	act := func() (bool, syscall.Errno) { ranAfter = len(seen) > 0; return true, 0 }
+	cases := []struct {
+		name string
+		do   func() syscall.Errno
+		want []string
+	}{
+		{"unlink", func() syscall.Errno {
+			return e.Remove(context.Background(), guard.Check{Op: verdict.OpUnlink, Path: free}, act)
+		}, []string{"unlink " + free}},
+		{"rename replacing", func() syscall.Errno {
+			return e.Rename(context.Background(), []guard.Check{{Op: verdict.OpRename, Path: free, To: other}, {Op: verdict.OpReplace, Path: other, To: free}}, act)
+		}, []string{"rename " + free, "replace " + other}},
+		{"truncate", func() syscall.Errno {
+			return e.Change(context.Background(), []guard.Check{{Op: verdict.OpTruncate, Path: free}}, func() syscall.Errno { _, errno := act(); return errno })
+		}, []string{"truncate " + free}},
+		{"refused", func() syscall.Errno {
+			return e.Remove(context.Background(), guard.Check{Op: verdict.OpUnlink, Path: prot}, act)
+		}, nil},
+	}
+	for _, tc := range cases {
+		seen, ranAfter = nil, true
+		errno := tc.do()
+		if strings.Join(seen, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("%s: hook saw %q, want %q", tc.name, seen, tc.want)
+		}
+		if tc.want != nil && (errno != 0 || !ranAfter) {
+			t.Errorf("%s: errno %v, change ran after the hook %v", tc.name, errno, ranAfter)
 		}
 	}
 }

@@ -97,6 +97,12 @@ type Holder struct {
 	// flagMu orders a pass's flag changes against the mount's BeforeChange, and guards what follows.
 	flagMu sync.Mutex
 	held   map[string]*held
+	// heldBytes is the sum of held's sizes; seenN counts the entries of held seen by the current (or
+	// last) pass: while it equals len(held) no flag waits for a release and the pass scans nothing.
+	// Both keep what runs under flagMu O(1) per key: it is taken under the enforcer's lock.
+	heldBytes int64
+	seenN     int
+	curEpoch  uint64
 	// cleared: keys BeforeChange cleared (their "x" lines are written by the next pass).
 	cleared []string
 	// passing: a pass is setting flags from a view of the index taken at its start; touched: keys
@@ -183,12 +189,27 @@ func (h *Holder) openLedger() error {
 		}
 		switch r.Op {
 		case "p", "h":
+			h.forget(r.Key)
 			h.held[r.Key] = &held{size: r.Size}
+			h.heldBytes += r.Size
 		case "x":
-			delete(h.held, r.Key)
+			h.forget(r.Key)
 		}
 	}
 	return h.compact()
+}
+
+// forget drops key from held, keeping heldBytes and seenN (under flagMu, or before the holder is shared).
+func (h *Holder) forget(key string) {
+	e, ok := h.held[key]
+	if !ok {
+		return
+	}
+	h.heldBytes -= e.size
+	if e.seen == h.curEpoch && h.curEpoch != 0 {
+		h.seenN--
+	}
+	delete(h.held, key)
 }
 
 // compact rewrites the ledger with one "h" line per key that may be flagged (atomically).
@@ -307,7 +328,7 @@ func (h *Holder) BeforeChange(_ verdict.Op, key string) {
 		h.o.Logger.Warn("immutable flag: could not clear the flag before the mount's own change of the file; the change fails", "file", key, "err", err)
 		return
 	}
-	delete(h.held, key)
+	h.forget(key)
 	h.cleared = append(h.cleared, key)
 }
 
@@ -373,6 +394,7 @@ func (h *Holder) Pass(ctx context.Context) error {
 	cleared := h.cleared
 	h.cleared = nil
 	h.passing = true
+	h.curEpoch, h.seenN = epoch, 0
 	clear(h.touched)
 	h.flagMu.Unlock()
 	defer func() {
@@ -399,8 +421,9 @@ func (h *Holder) Pass(ctx context.Context) error {
 		}
 		h.flagMu.Lock()
 		e := h.held[k]
-		if e != nil {
+		if e != nil && e.seen != epoch {
 			e.seen = epoch
+			h.seenN++
 		}
 		h.flagMu.Unlock()
 		if e == nil {
@@ -454,7 +477,10 @@ func (h *Holder) flagBatch(ctx context.Context, epoch uint64, keys []string, fai
 		if _, touched := h.touched[k]; touched {
 			err = errSkipped
 		} else if err = h.set(k, true); err == nil {
+			h.forget(k)
 			h.held[k] = &held{size: sizes[i], seen: epoch}
+			h.heldBytes += sizes[i]
+			h.seenN++
 		}
 		h.flagMu.Unlock()
 		if err == nil || errors.Is(err, errSkipped) || errors.Is(err, fs.ErrNotExist) {
@@ -485,6 +511,10 @@ var errSkipped = errors.New("changed through the mount since the pass began")
 // decision for an unlink allows the deletion; kept counts those it refuses.
 func (h *Holder) releaseUnseen(ctx context.Context, epoch uint64, failed *int) (kept int, err error) {
 	h.flagMu.Lock()
+	if h.seenN >= len(h.held) {
+		h.flagMu.Unlock()
+		return 0, nil // every flagged file is still protected: nothing to scan
+	}
 	var cands []string
 	for k, e := range h.held {
 		if e.seen != epoch {
@@ -507,7 +537,7 @@ func (h *Holder) releaseUnseen(ctx context.Context, epoch uint64, failed *int) (
 		if _, ok := h.held[k]; ok { // BeforeChange may have cleared it meanwhile
 			if err = h.set(k, false); err == nil || errors.Is(err, fs.ErrNotExist) {
 				err = nil
-				delete(h.held, k)
+				h.forget(k)
 			}
 		}
 		h.flagMu.Unlock()
@@ -528,11 +558,7 @@ func (h *Holder) releaseUnseen(ctx context.Context, epoch uint64, failed *int) (
 // finish refreshes the status and writes it for the commands (kept < 0: not counted this pass).
 func (h *Holder) finish(t0 time.Time, dirs, kept int, err error) {
 	h.flagMu.Lock()
-	n := len(h.held)
-	var bytes int64
-	for _, e := range h.held {
-		bytes += e.size
-	}
+	n, bytes := len(h.held), h.heldBytes
 	h.flagMu.Unlock()
 	h.mu.Lock()
 	defer h.mu.Unlock()

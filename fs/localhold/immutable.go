@@ -91,7 +91,7 @@ func Probe(dir string) error {
 func explain(dir string, err error) error {
 	switch {
 	case errors.Is(err, unix.EPERM):
-		return fmt.Errorf("setting the immutable flag in %s was refused (%w): the mount needs CAP_LINUX_IMMUTABLE (run it as root, or grant the capability: AmbientCapabilities=CAP_LINUX_IMMUTABLE)", dir, err)
+		return fmt.Errorf("setting the immutable flag in %s was refused (%w): the mount needs CAP_LINUX_IMMUTABLE (run it as root, or grant it with CAP_FOWNER and CAP_DAC_READ_SEARCH for files of other users: AmbientCapabilities=CAP_LINUX_IMMUTABLE CAP_FOWNER CAP_DAC_READ_SEARCH)", dir, err)
 	case errors.Is(err, unix.ENOTTY), errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOSYS):
 		var st unix.Statfs_t
 		kind := ""
