@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -125,6 +126,13 @@ func e2eFlinkREST(t *testing.T, version string) {
 	out, _ := p.cli("why", rel(bGarbage))
 	if !strings.Contains(out, "job "+bID) || !strings.Contains(out, "is RUNNING on "+endpoint) {
 		t.Errorf("why %s does not name the REST fact:\n%s", rel(bGarbage), out)
+	}
+	// ckguard jobs through the running mount: B running on the endpoint beside its folder; A known
+	// to no cluster.
+	out, _ = p.cli("jobs")
+	if !regexp.MustCompile(bID + `\s+RUNNING on ` + regexp.QuoteMeta(endpoint) + `\s+ck/` + bID).MatchString(out) ||
+		!regexp.MustCompile(aID + `\s+-\s+ck/` + aID + `.*no cluster reports it`).MatchString(out) {
+		t.Errorf("ckguard jobs:\n%s", out)
 	}
 	flinkRunning := 0
 	for _, r := range p.auditRecords() {
