@@ -33,18 +33,26 @@ func TestE2EFlinkREST(t *testing.T) {
 	e2eRequire(t)
 	mntRequire(t)
 	for _, v := range flinkVersions() {
-		t.Run(v, func(t *testing.T) { e2eFlinkREST(t, v) })
+		t.Run(v, func(t *testing.T) { e2eFlinkREST(t, v, nil) })
+		if strings.HasPrefix(v, "2.") {
+			// ForSt on the asynchronous state API: the running job's database in
+			// <job>/shared/op_*_attempt_*/db/ (the default primary dir).
+			t.Run(v+"+forst", func(t *testing.T) {
+				buildFlinkVariant(t, v, "forst")
+				e2eFlinkREST(t, v+"+forst", []string{"--async-state", "-Dstate.backend.type=forst"})
+			})
+		}
 	}
 }
 
-func e2eFlinkREST(t *testing.T, version string) {
+func e2eFlinkREST(t *testing.T, version string, backend []string) {
 	base := t.TempDir()
 	store := filepath.Join(base, "store")
 	ck := filepath.Join(store, "ck")
 	if err := os.MkdirAll(ck, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	a := startJob(t, version, "A", jobOpts{CheckpointDir: ck, StopAfter: 4})
+	a := startJob(t, version, "A", jobOpts{CheckpointDir: ck, StopAfter: 4, Extra: backend})
 	a.waitDone(3 * time.Minute)
 	aLast, ok := a.lastCheckpoint()
 	if !ok {
@@ -57,7 +65,7 @@ func e2eFlinkREST(t *testing.T, version string) {
 	port := addr[strings.LastIndexByte(addr, ':')+1:]
 	restFlags := []string{"-Drest.port=" + port, "-Drest.bind-port=" + port, "-Drest.address=127.0.0.1", "-Drest.bind-address=127.0.0.1"}
 	endpoint := "http://" + addr
-	b := startJob(t, version, "B", jobOpts{CheckpointDir: ck, Restore: aRestore, ClaimMode: "NO_CLAIM", Extra: restFlags})
+	b := startJob(t, version, "B", jobOpts{CheckpointDir: ck, Restore: aRestore, ClaimMode: "NO_CLAIM", Extra: append(append([]string{}, backend...), restFlags...)})
 	bID := b.jobID()
 	b.waitCheckpoints(0, 3, 2*time.Minute)
 	cl, err := flinkrest.New(flinkrest.Config{URL: endpoint})
@@ -93,8 +101,23 @@ func e2eFlinkREST(t *testing.T, version string) {
 	if aOlder == "" {
 		t.Fatalf("job A retained no checkpoint besides %s", aRestore)
 	}
+	// ForSt: B's working folders (every file in them backdated above), each removed with rm -rf.
+	attempts, _ := filepath.Glob(filepath.Join(bFolder, "shared", "op_*_attempt_*"))
+	if backend != nil && len(attempts) == 0 {
+		t.Fatalf("no ForSt working folder in %s/shared", bFolder)
+	}
+	working := 0
+	for _, at := range attempts {
+		working += len(e2eFilesUnder(t, at))
+	}
+	t.Logf("ForSt working folders of B: %d, %d files", len(attempts), working)
 	mark := b.mark()
 	mntRun(t, "", "find", p.mnt, "-mtime", "+7", "-delete")
+	for _, at := range attempts {
+		if out, code := mntRun(t, "", "rm", "-rf", p.m(rel(at))); code == 0 {
+			t.Errorf("rm -rf of running job B's ForSt working folder %s: exit 0 (%s)", rel(at), out)
+		}
+	}
 	if out, code := mntRun(t, "", "rm", "-rf", p.m(rel(bFolder))); code == 0 {
 		t.Errorf("rm -rf of running job B's folder through the mount: exit 0 (%s)", out)
 	}
