@@ -153,8 +153,8 @@ func e2eFlinkREST(t *testing.T, version string, backend []string) {
 	// ckguard jobs through the running mount: B running on the endpoint beside its folder; A known
 	// to no cluster.
 	out, _ = p.cli("jobs")
-	if !regexp.MustCompile(bID + `\s+RUNNING on ` + regexp.QuoteMeta(endpoint) + `\s+ck/` + bID).MatchString(out) ||
-		!regexp.MustCompile(aID + `\s+-\s+ck/` + aID + `.*no cluster reports it`).MatchString(out) {
+	if !regexp.MustCompile(bID+`\s+RUNNING on `+regexp.QuoteMeta(endpoint)+`\s+ck/`+bID).MatchString(out) ||
+		!regexp.MustCompile(aID+`\s+-\s+ck/`+aID+`.*no cluster reports it`).MatchString(out) {
 		t.Errorf("ckguard jobs:\n%s", out)
 	}
 	flinkRunning := 0
