@@ -41,6 +41,11 @@ func TestE2EFlinkREST(t *testing.T) {
 				buildFlinkVariant(t, v, "forst")
 				e2eFlinkREST(t, v+"+forst", []string{"--async-state", "-Dstate.backend.type=forst"})
 			})
+			// The same with an explicit primary dir under the store: <store>/forst/<job id>/op_*_attempt_*/.
+			t.Run(v+"+forst-primary", func(t *testing.T) {
+				buildFlinkVariant(t, v, "forst")
+				e2eFlinkREST(t, v+"+forst", []string{"--async-state", "-Dstate.backend.type=forst", "-Dstate.backend.forst.primary-dir=file://STORE/forst"})
+			})
 		}
 	}
 }
@@ -51,6 +56,14 @@ func e2eFlinkREST(t *testing.T, version string, backend []string) {
 	ck := filepath.Join(store, "ck")
 	if err := os.MkdirAll(ck, 0o755); err != nil {
 		t.Fatal(err)
+	}
+	primary := ""
+	backend = append([]string(nil), backend...)
+	for i, f := range backend {
+		if strings.Contains(f, "STORE") {
+			backend[i] = strings.Replace(f, "STORE", store, 1)
+			primary = filepath.Join(store, "forst")
+		}
 	}
 	a := startJob(t, version, "A", jobOpts{CheckpointDir: ck, StopAfter: 4, Extra: backend})
 	a.waitDone(3 * time.Minute)
@@ -102,9 +115,13 @@ func e2eFlinkREST(t *testing.T, version string, backend []string) {
 		t.Fatalf("job A retained no checkpoint besides %s", aRestore)
 	}
 	// ForSt: B's working folders (every file in them backdated above), each removed with rm -rf.
-	attempts, _ := filepath.Glob(filepath.Join(bFolder, "shared", "op_*_attempt_*"))
+	workRoot := filepath.Join(bFolder, "shared")
+	if primary != "" {
+		workRoot = filepath.Join(primary, bID)
+	}
+	attempts, _ := filepath.Glob(filepath.Join(workRoot, "op_*_attempt_*"))
 	if backend != nil && len(attempts) == 0 {
-		t.Fatalf("no ForSt working folder in %s/shared", bFolder)
+		t.Fatalf("no ForSt working folder in %s", workRoot)
 	}
 	working := 0
 	for _, at := range attempts {
@@ -123,11 +140,14 @@ func e2eFlinkREST(t *testing.T, version string, backend []string) {
 	}
 	// Flink itself discards B's subsumed checkpoints beside the mount, so the files are not compared:
 	// the audit shows that the mount allowed nothing below B's folder, and A's restore point stays.
-	bKey := rel(bFolder) + "/"
+	bKeys := []string{rel(bFolder) + "/"}
+	if primary != "" {
+		bKeys = append(bKeys, rel(workRoot)+"/")
+	}
 	allowedInB := func() []string {
 		var out []string
 		for _, r := range p.auditRecords() {
-			if r.Decision == "allow" && strings.HasPrefix(r.Path+"/", bKey) {
+			if r.Decision == "allow" && (strings.HasPrefix(r.Path+"/", bKeys[0]) || strings.HasPrefix(r.Path+"/", bKeys[len(bKeys)-1])) {
 				out = append(out, r.Op+" "+r.Path)
 			}
 		}
