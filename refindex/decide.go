@@ -32,7 +32,9 @@ const maxRefScan = 200_000
 // else those in its own folder (badmeta.go); a live `_metadata` referencing an object by a URI that no mapping ties to the store,
 // the store does not place and no --external declares (resolveOutside) refuses every file with that
 // URI's name and every folder holding one; objects referenced by a live checkpoint/savepoint are
-// refused; protected `_metadata` (pinned, newest checkpoint of an active job, newest savepoint of a
+// refused; what Flink's REST API reports a job not terminated needs (its folders, restore point and
+// latest checkpoint; fail closed in scope while an endpoint does not answer: flinkjobs.go) is refused;
+// protected `_metadata` (pinned, newest checkpoint of an active job, newest savepoint of a
 // job, savepoint within --savepoint-retention) is refused; --protect
 // globs are refused; unreferenced objects younger than --grace are refused (except OpLink,
 // OpChmod and OpAppend); everything else is allowed. For a directory (OpRmdir, OpRename/OpReplace/OpChmod of a
@@ -216,6 +218,12 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op verdict.Op,
 		return verdict.Decision{Reason: verdict.ReasonReferenced, Referencing: refs, RefCount: n, Message: b.String()}
 	}
 
+	// 3b. What Flink's REST API reports running (flinkjobs.go): a job's folders, restore point and
+	// latest checkpoint, whatever their age; fail closed in scope while an endpoint does not answer.
+	if d, refused := ix.decideFlink(v, key, op, what, maybeDir, storeNow); refused {
+		return d
+	}
+
 	// 4. Protected _metadata: pinned, the newest checkpoint of an active job, a protected savepoint.
 	cands := []string{key}
 	if maybeDir {
@@ -276,6 +284,10 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op verdict.Op,
 			}
 			if o.IsDir {
 				return nil
+			}
+			if d, refused := ix.flinkBelow(v, o, op, what, storeNow); refused {
+				blocked = &d
+				return errStop
 			}
 			if d, refused := ix.forstBelow(ctx, v, o, op, what, storeNow); refused {
 				blocked = &d
@@ -528,7 +540,7 @@ func stateOf(r verdict.Reason) string {
 		return verdict.StateDeletable
 	case verdict.ReasonReferenced:
 		return verdict.StateReferenced
-	case verdict.ReasonProtectedMetadata, verdict.ReasonProtectedSavepoint, verdict.ReasonPinned, verdict.ReasonProtectGlob, verdict.ReasonForStWorkingDir:
+	case verdict.ReasonProtectedMetadata, verdict.ReasonProtectedSavepoint, verdict.ReasonPinned, verdict.ReasonProtectGlob, verdict.ReasonForStWorkingDir, verdict.ReasonFlinkRunning:
 		return verdict.StateProtected
 	case verdict.ReasonGrace:
 		return verdict.StateInGrace

@@ -36,7 +36,8 @@ type Index struct {
 	log  *slog.Logger
 	lock *os.File // holds the index directory's flock: one process per index
 
-	forst forstCache // working-folder walks of ForSt jobs (forst.go)
+	forst forstCache                 // working-folder walks of ForSt jobs (forst.go)
+	flink atomic.Pointer[flinkFacts] // the last Flink REST poll (flinkjobs.go); nil: none yet
 
 	// badMu guards badLogged: the bad `_metadata` logged, with the error they were logged with
 	// (readmeta.go logBad: once per file, not per sync).

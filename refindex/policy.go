@@ -35,6 +35,10 @@ type Policy struct {
 	// the store. Working folders <primary>/<job id>/op_…_attempt_…/ below them are protected while
 	// their job is active (forst.go); those below <job>/shared/ are recognised without it.
 	ForStPrimary []string `json:",omitempty"`
+	// FlinkREST lists the Flink REST endpoints (--flink-rest, as flinkrest.Client.URL names them)
+	// whose reports the mount installs with SetFlink. While one has never answered, every folder
+	// named by a job id no answering endpoint reports is protected (flinkjobs.go).
+	FlinkREST []string `json:",omitempty"`
 	// Now is the clock (nil = time.Now); tests set it.
 	Now func() time.Time `json:"-"`
 }

@@ -291,7 +291,7 @@ func (ix *Index) Stats(ctx context.Context) (*StatsResult, error) {
 		Policy: PolicyInfo{Grace: duration.Format(v.pol.Grace), ActiveWindow: duration.Format(v.pol.ActiveWindow),
 			MaxStaleness: duration.Format(v.pol.MaxStaleness), Protect: v.pol.Protect,
 			SavepointKeepNewest: v.pol.SavepointKeepNewest, SavepointRetention: duration.Format(v.pol.SavepointRetention)},
-		StoreClockBehind: duration.D(-v.skew), UnknownSubtrees: v.unknown}
+		StoreClockBehind: duration.D(-v.skew), UnknownSubtrees: v.unknown, Flink: ix.FlinkStatus()}
 	b := v.blocked()
 	s.Stale = b != "" && len(v.st.global) == 0
 	s.DamagedMetadata, s.BlockingMetadata, s.ConfinedMetadata = len(v.st.damaged), len(v.st.global), len(v.st.confined)

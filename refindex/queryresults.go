@@ -220,6 +220,8 @@ type StatsResult struct {
 	StoreClockBehind duration.D `json:"store_clock_behind,omitempty"`
 	// UnknownSubtrees are the store entries the last sync could not read (refindex/unknown.go).
 	UnknownSubtrees []UnknownSubtree `json:"unknown_subtrees,omitempty"`
+	// Flink is what the --flink-rest endpoints report (nil without --flink-rest; flinkjobs.go).
+	Flink *FlinkStatus `json:"flink,omitempty"`
 	// PendingDeletes is the S3 mount's delete queue, when it holds anything (filled by the CLI from the
 	// journal beside the index).
 	PendingDeletes *PendingDeletes `json:"pending_deletes,omitempty"`

@@ -38,6 +38,7 @@ func newApp() *cli.App {
 			indexCommand(),
 			whyCommand(),
 			checkpointsCommand(),
+			jobsCommand(),
 			orphansCommand(),
 			verifyCommand(),
 			latestCommand(),

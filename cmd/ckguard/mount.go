@@ -53,7 +53,7 @@ func mountCommand() *cli.Command {
 	// (common.go), as are the policy flags; --json and --no-sync mean nothing here, and --control-socket
 	// is where the mount serves the query commands.
 	flags = append(append(append(locationFlags(), policyFlags()...),
-		&cli.StringFlag{Name: "control-socket", Usage: "serve the query commands (why, checkpoints, stats, …) on this socket (default: INDEX/" + control.SocketName + ")"}), flags...)
+		&cli.StringFlag{Name: "control-socket", Usage: "serve the query commands (why, checkpoints, stats, …) on this socket (default: INDEX/" + control.SocketName + ")"}), append(flinkRESTFlags(), flags...)...)
 	return &cli.Command{
 		Name:      "mount",
 		Usage:     "mount the store through the guard: cleanup tools then delete only what no live checkpoint needs",
@@ -122,6 +122,13 @@ func runMount(c *cli.Context) error {
 	pol, err := policyFrom(c)
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
+	}
+	flinkREST, err := flinkClients(c)
+	if err != nil {
+		return cli.Exit("ckguard mount: "+err.Error(), 2)
+	}
+	for _, cl := range flinkREST {
+		pol.FlinkREST = append(pol.FlinkREST, cl.URL())
 	}
 	if err := checkMountConfig(c, pol); err != nil {
 		return err
@@ -193,6 +200,7 @@ func runMount(c *cli.Context) error {
 		ServeProcs:      c.Int("serve-procs"),
 		LossCheckBudget: c.Int("loss-check-budget"),
 		LossCheckRate:   c.Float64("loss-check-rate"),
+		FlinkREST:       flinkREST,
 		Ready: func(m *guardd.Mounted) {
 			log.Info("a refused deletion fails with \"Operation not permitted\"; to learn why: `ckguard why --store S --index I PATH` or `getfattr -n user.ckguard.state PATH`",
 				"why", whyCommandLine(c, m.Mountpoint, "PATH"))

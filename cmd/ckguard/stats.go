@@ -75,6 +75,7 @@ func printStats(w io.Writer, s *refindex.StatsResult) {
 		}
 		rows = append(rows, [2]string{"UNREADABLE", fmt.Sprintf("%s since %s: %s; %s", shown(u.Key), fmtTime(u.Since), u.Cause, scope)})
 	}
+	rows = append(rows, flinkStatsRows(s.Flink)...)
 	if s.StoreClockBehind > 0 {
 		rows = append(rows, [2]string{"STORE CLOCK BEHIND", fmt.Sprintf("by %s: file ages are measured by the store's clock; fix the clocks (NTP)", duration.Format(time.Duration(s.StoreClockBehind).Round(time.Second)))})
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/ckguard/ckguard/fs/mountutil"
 	"github.com/ckguard/ckguard/fs/procs"
 	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/flinkrest"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
@@ -73,6 +74,9 @@ type Config struct {
 	// QuarantineBound bounds the quarantine's space: over it, the sweeper purges the oldest entries
 	// first, before their TTL, each logged and audited (cause space). Zero: the TTL alone.
 	QuarantineBound quarantine.Bound
+	// FlinkREST are the --flink-rest endpoints, polled before every sync (flink.go); their URLs must
+	// be Policy.FlinkREST.
+	FlinkREST []*flinkrest.Client
 }
 
 // Mounted describes a running mount, for the Ready callback and tests.
@@ -293,8 +297,11 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	stats := &gauges{walk: !b.NoIndexGauges}
 	var space spaceWatch
 	var q refindex.Querier = ix
+	fw := newFlinkWatch(c.FlinkREST, ix, met, log)
 	syncOnce := func() error {
 		t0 := time.Now()
+		// Flink's report first: a job that started before the listing is known when the listing is.
+		fw.poll(ctx)
 		serr := ix.Sync(ctx)
 		met.Sync(time.Since(t0), serr)
 		if serr != nil {

@@ -62,6 +62,7 @@ type Metrics struct {
 	inferredMaps   prometheus.Gauge
 	unknownTrees   prometheus.Gauge
 	loss           lossMetrics
+	flink          flinkMetrics // --flink-rest endpoints (flink.go)
 	qObjects       prometheus.Gauge
 	qBytes         prometheus.Gauge
 	qOldest        atomic.Int64 // unix nanoseconds of the oldest quarantine entry; 0: none
@@ -173,6 +174,7 @@ func New() *Metrics {
 		m.fuseLatency, m.decideLatency, lag, inflight, qOldest,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.loss.register(m.Registry)
+	m.flink.register(m.Registry)
 	return m
 }
 

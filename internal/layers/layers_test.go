@@ -49,6 +49,7 @@ var rules = []struct {
 	{"refindex", index},
 	{"fs/", framework},
 	{"fs/localfs", backend},
+	{"fs/localhold", backend},
 	{"fs/internal/cmd", test},
 	{"localbackend", backend},
 	{"s3backend", backend},
@@ -68,7 +69,7 @@ func backendOf(pkg string) string {
 		return "s3"
 	case strings.HasPrefix(pkg, "hdfsbackend"):
 		return "hdfs"
-	case strings.HasPrefix(pkg, "localbackend"), strings.HasPrefix(pkg, "fs/localfs"),
+	case strings.HasPrefix(pkg, "localbackend"), strings.HasPrefix(pkg, "fs/localfs"), strings.HasPrefix(pkg, "fs/localhold"),
 		strings.HasPrefix(pkg, "refindex/store/localstore"):
 		return "local"
 	}
@@ -93,6 +94,10 @@ var allowedBackward = map[string]string{
 	// The shared daemon starts the local mount itself; it moves to the local backend's daemon.
 	"fs/guardd -> fs/localfs":                "local backend daemon",
 	"fs/guardd -> refindex/store/localstore": "local backend daemon",
+	// The local immutable flag reuses the S3 holds' ledger and status; they move to a package both share.
+	"fs/localhold -> s3backend/s3hold": "shared hold ledger",
+	"fs/guardd -> s3backend/s3hold":    "shared hold ledger",
+	"fs/guardd -> fs/localhold":        "local backend daemon",
 }
 
 // backwardImports returns, for go list lines "pkg imp imp ...", the imports that run back up (minus
@@ -191,6 +196,7 @@ func TestLayerRules(t *testing.T) {
 		{"refindex/store/localstore", backend},
 		{"fs/guard", framework},
 		{"fs/localfs", backend},
+		{"fs/localhold", backend},
 		{"s3backend/s3mount", backend},
 		{"cmd/ckguard/demo", command},
 		{"integration", test},

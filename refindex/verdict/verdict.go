@@ -68,6 +68,9 @@ const (
 	// active (its newest checkpoint, or a file of its working directories, within --active-window).
 	ReasonForStWorkingDir Reason = "forst-working-dir"
 	ReasonStoreError      Reason = "store-error" // storage error while deciding: fail closed
+	// ReasonFlinkRunning: Flink's REST API reports (or, an endpoint not answering, may run) a job not in
+	// a terminal state whose folder, restore point or latest checkpoint this is (--flink-rest).
+	ReasonFlinkRunning Reason = "flink-running"
 	// ReasonUnmappedReferences: a live _metadata references an object by a URI that no --map ties to
 	// the store, that the store does not hold at the same relative place and that no --external
 	// declares; the refused file could be that object (it has the URI's name).

@@ -21,6 +21,8 @@ import org.apache.flink.connector.datagen.source.DataGeneratorSource;
 import org.apache.flink.core.execution.JobClient;
 import org.apache.flink.core.fs.FileSystem;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.streaming.api.datastream.KeyedStream;
+import org.apache.flink.streaming.api.datastream.SingleOutputStreamOperator;
 import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
 
 /**
@@ -46,7 +48,7 @@ public final class Job {
       if (k.startsWith("-D") && k.contains("=")) {
         int eq = k.indexOf('=');
         extra.put(k.substring(2, eq), k.substring(eq + 1));
-      } else if (k.equals("--file-merging") || k.equals("--changelog")) {
+      } else if (k.equals("--file-merging") || k.equals("--changelog") || k.equals("--async-state")) {
         a.put(k, "true");
       } else if (k.startsWith("--") && i + 1 < argv.length) {
         a.put(k, argv[++i]);
@@ -137,11 +139,18 @@ public final class Job {
     DataGeneratorSource<Long> source =
         new DataGeneratorSource<>(
             n -> n, Long.MAX_VALUE, RateLimiterStrategy.perSecond(rate), Types.LONG);
-    env.fromSource(source, WatermarkStrategy.noWatermarks(), "ckguard-source")
-        .uid("ckguard-source")
-        .name("ckguard-source")
-        .keyBy(new KeyOf(keys))
-        .process(new StatefulFunction(valueBytes, failFile, cpDir))
+    KeyedStream<Long, Long> keyed =
+        env.fromSource(source, WatermarkStrategy.noWatermarks(), "ckguard-source")
+            .uid("ckguard-source")
+            .name("ckguard-source")
+            .keyBy(new KeyOf(keys));
+    // --async-state: Flink 2.x's asynchronous state API (with ForSt, the database on the checkpoint
+    // file system); otherwise the synchronous StatefulFunction.
+    SingleOutputStreamOperator<Long> stateful =
+        a.containsKey("--async-state")
+            ? AsyncState.apply(keyed, valueBytes, cpDir)
+            : keyed.process(new StatefulFunction(valueBytes, failFile, cpDir));
+    stateful
         .uid("ckguard-state")
         .name("ckguard-state")
         .sinkTo(new DiscardingSink<>())
