@@ -47,6 +47,7 @@ func newApp() *cli.App {
 			quarantineCommand(),
 			unpinCommand(),
 			restoreMetadataCommand(),
+			restoreLostCommand(),
 			mountCommand(),
 			umountCommand(),
 			graphCommand(),
