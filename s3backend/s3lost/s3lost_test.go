@@ -55,7 +55,9 @@ func (f *fake) Location() s3client.Location { return s3client.Location{Bucket: "
 
 func TestChooseAndRestore(t *testing.T) {
 	t0 := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
-	dm := func(id string) s3client.Version { return s3client.Version{VersionID: id, DeleteMarker: true, ModTime: t0} }
+	dm := func(id string) s3client.Version {
+		return s3client.Version{VersionID: id, DeleteMarker: true, ModTime: t0}
+	}
 	ov := func(id string) s3client.Version { return s3client.Version{VersionID: id, Size: 7, ModTime: t0} }
 	cases := []struct {
 		name        string
