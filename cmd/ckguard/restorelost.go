@@ -12,6 +12,7 @@ import (
 
 	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfssnap"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store/lostfound"
 	"github.com/ckguard/ckguard/s3backend/s3cli"
@@ -309,5 +310,14 @@ func hdfsLostSource(c *cli.Context) (src lostfound.Source, closeFn func(), ok bo
 	if !hdfscli.IsURL(c.String("store")) {
 		return nil, nil, false, nil
 	}
-	return nil, nil, true, fmt.Errorf("store %s: restore-lost on HDFS is not built yet", c.String("store"))
+	st, err := hdfscli.OpenStore(c.Context, c.String("store"), hdfscli.FromFlags(c))
+	if err != nil {
+		return nil, nil, true, err
+	}
+	src, err = hdfssnap.NewSource(c.Context, st.FS(), st.Dir())
+	if err != nil {
+		_ = st.FS().Close()
+		return nil, nil, true, err
+	}
+	return src, func() { _ = st.FS().Close() }, true, nil
 }

@@ -371,6 +371,9 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	if b.Holds != nil {
 		h := b.Holds(HoldEnv{Index: ix, Audit: al, Metrics: met, Pacer: pacer})
 		lw.heal = h.Heal
+		if o, ok := h.(LossObserver); ok {
+			lw.observe = o.ObserveLoss
+		}
 		holds = startHolds(lossCtx, h)
 	}
 	defer func() { stopLoss(); lw.wait(); holds.wait() }()

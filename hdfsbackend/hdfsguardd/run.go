@@ -29,6 +29,10 @@ func Run(ctx context.Context, c guardd.Config, o hdfscli.Options) error {
 		if err != nil {
 			return guardd.Backend{}, err
 		}
+		holds, err := setupSnapshots(ctx, c, st)
+		if err != nil {
+			return guardd.Backend{}, err
+		}
 		var area *hdfsquarantine.Area
 		if c.Quarantine > 0 {
 			if area, err = hdfsquarantine.Open(ctx, st.FS(), st.Dir(), c.QuarantineNow); err != nil {
@@ -47,6 +51,7 @@ func Run(ctx context.Context, c guardd.Config, o hdfscli.Options) error {
 			},
 			// The referenced/orphaned-bytes gauges walk the whole store: not at every sync over HDFS.
 			NoIndexGauges: true,
+			Holds:         holds,
 		}, nil
 	})
 }
