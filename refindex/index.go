@@ -38,6 +38,8 @@ type Index struct {
 
 	forst forstCache // working-folder walks of ForSt jobs (forst.go)
 
+	retire retireGuard // asked before a sync retires `_metadata` gone from the store (retireguard.go)
+
 	// badMu guards badLogged: the bad `_metadata` logged, with the error they were logged with
 	// (readmeta.go logBad: once per file, not per sync).
 	badMu     sync.Mutex

@@ -38,6 +38,12 @@ type LossObserver interface {
 	ObserveLoss(rep *refindex.LossReport)
 }
 
+// RetireGuarder is implemented by Holds that bring back a `_metadata` deleted beside the mount before
+// a sync retires it (refindex.RetireGuard): the daemon sets it on the index.
+type RetireGuarder interface {
+	GuardRetire(ctx context.Context, gone, incoming []string)
+}
+
 // holdRunner runs a backend's Holds beside the daemon.
 type holdRunner struct {
 	h  Holds

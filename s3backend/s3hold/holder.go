@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"path"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -464,6 +465,57 @@ const (
 // is current again. It does nothing for a key the ledger does not hold. healed is whether a marker was
 // removed; each heal is audited.
 func (h *Holder) Heal(ctx context.Context, key, checkpoint string) (healed bool, err error) {
+	return h.heal(ctx, key, func(marker, held string) string {
+		return fmt.Sprintf("referenced object %s of live checkpoint %s was deleted beside the mount (delete marker %s); the held version %s is current again (the marker was removed)", key, checkpoint, marker, held)
+	}, checkpoint)
+}
+
+// GuardRetire is the index's RetireGuard: a held `_metadata` a sync found gone is brought back (its
+// delete markers removed, as Heal does) before it is retired, when the guard's own rules would have
+// refused its deletion through the mount: pinned, a protected savepoint, a --protect glob, or the
+// newest checkpoint of an active job while no newer checkpoint of that job arrives in the same sync
+// (one that does is Flink subsuming it: retired as before, so Flink's retention is not undone). Its
+// files' holds then stay, since the checkpoint stays live.
+func (h *Holder) GuardRetire(ctx context.Context, gone, incoming []string) {
+	if h.o.Inactive {
+		return
+	}
+	newer := map[string]bool{} // job folders with a checkpoint arriving in this sync
+	for _, k := range incoming {
+		newer[jobOf(k)] = true
+	}
+	for _, k := range gone {
+		h.mu.Lock()
+		e := h.o.Ledger.Get(k)
+		held := e != nil && e.State == Held
+		h.mu.Unlock()
+		if !held {
+			continue
+		}
+		d := h.o.Index.Decide(ctx, k, verdict.OpUnlink)
+		switch d.Reason {
+		case verdict.ReasonPinned, verdict.ReasonProtectedSavepoint, verdict.ReasonProtectGlob:
+		case verdict.ReasonProtectedMetadata:
+			if newer[jobOf(k)] {
+				continue
+			}
+		default:
+			continue // the rules would have let it go through the mount: retired as before
+		}
+		why := d.Message
+		if _, err := h.heal(ctx, k, func(marker, held string) string {
+			return fmt.Sprintf("live checkpoint %s: its _metadata was deleted beside the mount (delete marker %s), but the guard's rules protect it (%s); the held version %s is current again (the marker was removed), so the checkpoint stays live", k, marker, why, held)
+		}, k); err != nil && ctx.Err() == nil {
+			h.o.Logger.Warn("legal holds: could not bring back a protected _metadata deleted beside the mount; the sync retires it", "file", k, "err", err)
+		}
+	}
+}
+
+// jobOf is the job folder of a checkpoint's `_metadata` key (job/chk-N/_metadata → job).
+func jobOf(meta string) string { return path.Dir(path.Dir(meta)) }
+
+// heal removes the delete markers above key's held version; msg words the audit record and log line.
+func (h *Holder) heal(ctx context.Context, key string, msgf func(marker, held string) string, checkpoint string) (healed bool, err error) {
 	if h.o.Inactive {
 		return false, nil
 	}
@@ -508,7 +560,7 @@ func (h *Holder) Heal(ctx context.Context, key, checkpoint string) (healed bool,
 			return healed, fmt.Errorf("heal %s: remove delete marker %s: %w", key, m, err)
 		}
 		healed = true
-		msg := fmt.Sprintf("referenced object %s of live checkpoint %s was deleted beside the mount (delete marker %s); the held version %s is current again (the marker was removed)", key, checkpoint, m, held)
+		msg := msgf(m, held)
 		h.o.Logger.Warn(msg, "file", key, "checkpoint", checkpoint, "delete_marker", m, "version", held)
 		if h.o.Audit != nil {
 			rec := audit.Record{Time: h.o.Now(), Op: HealOp, Decision: HealDecision, Reason: HealReason, Message: msg, Referencing: []string{checkpoint}, RefCount: 1}
