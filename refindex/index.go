@@ -91,6 +91,7 @@ type Index struct {
 	releasing      atomic.Bool    // a releaseTablePages runs (tablepages.go)
 	done           chan struct{}  // closed by Close: stops background work (filter builds)
 	snapSeq        atomic.Uint64  // sequence of the last snapshot (newSnapshot)
+	protChanges    atomic.Uint64  // commits that changed the live checkpoints or the pins (ProtectedVersion)
 	inferredWarned sync.Map       // inferred prefix maps already logged (resolveOutside warns once each)
 }
 
@@ -297,6 +298,7 @@ func (ix *Index) switchGeneration(g *generation, st *memState, last time.Time) {
 	old, oldSnap := ix.mu.cur, ix.mu.snap
 	ix.mu.cur, ix.mu.snap, ix.mu.state, ix.mu.lastSync, ix.mu.syncErr, ix.mu.needRebuild, ix.mu.interrupted = g, snap, st, last, "", false, false
 	ix.mu.Unlock()
+	ix.protChanges.Add(1) // another generation: another protected set (ProtectedVersion)
 	oldSnap.retire()
 	oldSnap.release() // no longer current; finished with its last view
 	ix.bg.Add(1)

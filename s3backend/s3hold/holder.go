@@ -127,7 +127,22 @@ type Holder struct {
 	healed   atomic.Int64
 	requests atomic.Int64
 	kick     chan struct{}
+
+	// The last pass that left nothing to do (every protected key held, nothing to release or kept by
+	// the rules, no failure), under mu: a pass with the same index version skips the scan.
+	settled    bool
+	settledVer uint64
+	settledAt  time.Time
 }
+
+// versionedIndex is an Index that names the state of its protected set (*refindex.Index is one).
+type versionedIndex interface {
+	ProtectedVersion() uint64
+}
+
+// fullPassEvery bounds how long passes are skipped on an unchanged index: a full scan at least this
+// often, whatever the version says.
+const fullPassEvery = 10 * time.Minute
 
 // New returns a Holder.
 func New(o Options) *Holder {
@@ -224,7 +239,19 @@ func (h *Holder) Pass(ctx context.Context) error {
 	h.pass.Lock()
 	defer h.pass.Unlock()
 	t0 := h.o.Now()
+	var ver uint64
+	vi, versioned := h.o.Index.(versionedIndex)
+	if versioned {
+		ver = vi.ProtectedVersion() // before the scan (see refindex.Index.ProtectedVersion)
+	}
 	h.mu.Lock()
+	if versioned && h.settled && ver == h.settledVer && t0.Sub(h.settledAt) < fullPassEvery {
+		// Nothing changed since a pass that left nothing to do: the same scan would find nothing.
+		h.st.LastPass, h.st.LastTook = t0, "0s (index unchanged)"
+		h.mu.Unlock()
+		return nil
+	}
+	h.settled = false
 	h.epoch++
 	epoch := h.epoch
 	h.mu.Unlock()
@@ -266,6 +293,18 @@ func (h *Holder) Pass(ctx context.Context) error {
 		kept, firstErr = h.releaseUnseen(ctx, epoch)
 	}
 	h.finish(t0, dirs, kept, firstErr)
+	if versioned && firstErr == nil && kept == 0 {
+		h.mu.Lock()
+		settled := h.st.Pending == 0 && h.st.Releasing == 0 && h.st.Failed == 0
+		for _, j := range todo {
+			if e := h.o.Ledger.Get(j.key); e == nil || e.State != Held {
+				settled = false // gone (the loss check reports it) or refused: the next pass tries again
+				break
+			}
+		}
+		h.settled, h.settledVer, h.settledAt = settled, ver, t0
+		h.mu.Unlock()
+	}
 	return firstErr
 }
 
