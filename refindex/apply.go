@@ -95,6 +95,11 @@ func (ix *Index) apply(ch change) error {
 	}
 	w.next.finish()
 	ix.install(g, w.next, w.filt, ch.synced)
+	if len(ch.puts)+len(ch.removes) > 0 {
+		// After install: a reader takes the version before it reads the keys, so a version it records
+		// is never newer than the state it read (at worst older: one reconciliation more).
+		ix.protChanges.Add(1)
+	}
 	return nil
 }
 

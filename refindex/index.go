@@ -39,6 +39,8 @@ type Index struct {
 	forst forstCache                 // working-folder walks of ForSt jobs (forst.go)
 	flink atomic.Pointer[flinkFacts] // the last Flink REST poll (flinkjobs.go); nil: none yet
 
+	retire retireGuard // asked before a sync retires `_metadata` gone from the store (retireguard.go)
+
 	// badMu guards badLogged: the bad `_metadata` logged, with the error they were logged with
 	// (readmeta.go logBad: once per file, not per sync).
 	badMu     sync.Mutex
@@ -90,6 +92,7 @@ type Index struct {
 	releasing      atomic.Bool    // a releaseTablePages runs (tablepages.go)
 	done           chan struct{}  // closed by Close: stops background work (filter builds)
 	snapSeq        atomic.Uint64  // sequence of the last snapshot (newSnapshot)
+	protChanges    atomic.Uint64  // commits that changed the live checkpoints or the pins (ProtectedVersion)
 	inferredWarned sync.Map       // inferred prefix maps already logged (resolveOutside warns once each)
 }
 
@@ -296,6 +299,7 @@ func (ix *Index) switchGeneration(g *generation, st *memState, last time.Time) {
 	old, oldSnap := ix.mu.cur, ix.mu.snap
 	ix.mu.cur, ix.mu.snap, ix.mu.state, ix.mu.lastSync, ix.mu.syncErr, ix.mu.needRebuild, ix.mu.interrupted = g, snap, st, last, "", false, false
 	ix.mu.Unlock()
+	ix.protChanges.Add(1) // another generation: another protected set (ProtectedVersion)
 	oldSnap.retire()
 	oldSnap.release() // no longer current; finished with its last view
 	ix.bg.Add(1)

@@ -99,6 +99,7 @@ func (ix *Index) Pin(ctx context.Context, p string) (*PinResult, error) {
 		}
 		ix.mu.Lock()
 		ix.mu.pins = next
+		ix.protChanges.Add(1)
 		ix.mu.Unlock()
 	}
 	return &PinResult{Checkpoint: key, Pinned: true, Since: since}, nil
@@ -134,6 +135,7 @@ func (ix *Index) Unpin(ctx context.Context, p string) (*PinResult, error) {
 	}
 	ix.mu.Lock()
 	ix.mu.pins = next
+	ix.protChanges.Add(1)
 	ix.mu.Unlock()
 	return &PinResult{Checkpoint: key, Pinned: false}, nil
 }

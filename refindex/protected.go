@@ -62,3 +62,11 @@ func (ix *Index) ProtectedKeys(ctx context.Context, fn func(key string, kind Pro
 	}
 	return nil
 }
+
+// ProtectedVersion names the state of the protected set: it moves after every commit that changed
+// which checkpoints are live (a put or a retirement), every pin change and every generation switch, so
+// while it stays the same ProtectedKeys hands out the same keys. Take it before ProtectedKeys: it moves
+// after the state it counts is installed, so the version taken is never newer than the keys read after
+// it (at worst older: one reconciliation more). A second line of defence (s3hold) skips a
+// reconciliation whose input has not changed.
+func (ix *Index) ProtectedVersion() uint64 { return ix.protChanges.Load() }

@@ -95,6 +95,14 @@ func (ix *Index) Sync(ctx context.Context) (err error) {
 		return ix.failSync(err)
 	}
 	if len(removed) > 0 {
+		incoming := make([]string, 0, len(changed))
+		for _, oi := range changed {
+			if cur.ckpts[oi.Path] == nil {
+				incoming = append(incoming, oi.Path) // new, not re-read
+			}
+		}
+		// Before the second listing, so that what the guard brings back is found there and kept.
+		ix.guardRetire(ctx, slices.Clone(removed), incoming)
 		more, err := ix.relistAfterRetire(lctx, cur, listed, changed, &removed)
 		if err != nil {
 			return ix.failSync(err)

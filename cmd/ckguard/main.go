@@ -48,6 +48,7 @@ func newApp() *cli.App {
 			quarantineCommand(),
 			unpinCommand(),
 			restoreMetadataCommand(),
+			restoreLostCommand(),
 			mountCommand(),
 			umountCommand(),
 			graphCommand(),

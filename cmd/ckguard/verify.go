@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ckguard/ckguard/fs/lostfound"
 	"github.com/ckguard/ckguard/refindex"
 )
 
@@ -35,13 +36,41 @@ func runVerify(c *cli.Context) error {
 	if c.Bool("deep") || c.Bool("read") {
 		return runDrill(c)
 	}
-	res, err := query(c, func(ctx context.Context, q refindex.Querier) (*refindex.VerifyResult, error) {
-		return q.Verify(ctx)
-	}, printVerify)
+	res, err := query(c, func(ctx context.Context, q refindex.Querier) (*verifyOutput, error) {
+		v, err := q.Verify(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := &verifyOutput{VerifyResult: v}
+		if len(v.Broken) > 0 {
+			// Where each missing object can come back from (S3 versions, HDFS snapshots): looked up
+			// after the index answered, by this command, with read requests only.
+			r, err := restorableFor(c, v)
+			if err != nil {
+				out.RestorableErr = err.Error()
+			}
+			out.Restorable = r
+		}
+		return out, nil
+	}, printVerifyOutput)
 	if err != nil {
 		return err
 	}
-	return verifyExit("verify", res)
+	return verifyExit("verify", res.VerifyResult)
+}
+
+// verifyOutput is verify's answer with, for each missing object, where it can be restored from.
+type verifyOutput struct {
+	*refindex.VerifyResult
+	Restorable    map[string]lostfound.Candidate `json:"restorable,omitempty"`
+	RestorableErr string                         `json:"restorable_error,omitempty"`
+}
+
+func printVerifyOutput(w io.Writer, o *verifyOutput) {
+	printVerifyWith(w, o.VerifyResult, o.Restorable)
+	if o.RestorableErr != "" {
+		fmt.Fprintf(w, "restorable versions not looked up: %s\n", shown(o.RestorableErr))
+	}
 }
 
 // verifyExit is the exit status of a verify: 1 when a checkpoint is broken, else 3 when something
@@ -58,7 +87,12 @@ func verifyExit(what string, res *refindex.VerifyResult) error {
 	return nil
 }
 
-func printVerify(w io.Writer, res *refindex.VerifyResult) {
+func printVerify(w io.Writer, res *refindex.VerifyResult) { printVerifyWith(w, res, nil) }
+
+// printVerifyWith prints a verify, naming for each missing object in rest where it can be restored
+// from.
+func printVerifyWith(w io.Writer, res *refindex.VerifyResult, rest map[string]lostfound.Candidate) {
+	nrest := 0
 	for _, b := range res.Broken {
 		if b.Error != "" {
 			fmt.Fprintf(w, "BROKEN %s: unparseable: %s\n", shown(b.Metadata), shown(b.Error))
@@ -76,7 +110,16 @@ func printVerify(w io.Writer, res *refindex.VerifyResult) {
 			fmt.Fprintf(w, "  unreadable %s: %s\n", shown(u.Path), shown(u.Error))
 		}
 		for _, m := range b.Missing {
-			fmt.Fprintf(w, "  missing %s\n", shown(m))
+			cand, ok := rest[m]
+			switch {
+			case !ok:
+				fmt.Fprintf(w, "  missing %s\n", shown(m))
+			case cand.Restorable:
+				nrest++
+				fmt.Fprintf(w, "  missing %s: restorable from %s\n", shown(m), shown(cand.Describe()))
+			default:
+				fmt.Fprintf(w, "  missing %s: %s\n", shown(m), shown(cand.Describe()))
+			}
 		}
 		if b.MissingCount > len(b.Missing) {
 			fmt.Fprintf(w, "  … and %d more\n", b.MissingCount-len(b.Missing))
@@ -96,6 +139,9 @@ func printVerify(w io.Writer, res *refindex.VerifyResult) {
 		status = "UNTRUSTED"
 	case !res.OK:
 		status = "FAILED"
+	}
+	if nrest > 0 {
+		fmt.Fprintf(w, "%s restorable: `ckguard restore-lost` lists them, `ckguard restore-lost --apply` restores them\n", plural(nrest, "missing object"))
 	}
 	fmt.Fprintf(w, "verify %s: %s checked, %s, %d broken, %s outside the guarded store not checked (%d unmapped, %d below --external)\n",
 		status, plural(res.Checked, "checkpoint"), plural(res.Objects, "object"), len(res.Broken), plural(res.OutsideSkipped, "reference"), res.UnmappedSkipped, res.ExternalSkipped)

@@ -380,6 +380,13 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 		if bc, ok := h.(changeHook); ok {
 			beforeChange = bc.BeforeChange
 		}
+		if o, ok := h.(LossObserver); ok {
+			lw.observe = o.ObserveLoss
+		}
+		if g, ok := h.(RetireGuarder); ok {
+			ix.SetRetireGuard(g.GuardRetire)
+			defer ix.SetRetireGuard(nil)
+		}
 		holds = startHolds(lossCtx, h)
 	}
 	defer func() { stopLoss(); lw.wait(); holds.wait() }()

@@ -36,6 +36,19 @@ type Holds interface {
 	Heal(ctx context.Context, key, checkpoint string) (healed bool, err error)
 }
 
+// LossObserver is implemented by Holds that need every loss-check report (HDFS snapshots: which
+// referenced files are missing now, and when a pass was complete, decide which snapshot may go).
+// ObserveLoss must not block: it runs in the pass.
+type LossObserver interface {
+	ObserveLoss(rep *refindex.LossReport)
+}
+
+// RetireGuarder is implemented by Holds that bring back a `_metadata` deleted beside the mount before
+// a sync retires it (refindex.RetireGuard): the daemon sets it on the index.
+type RetireGuarder interface {
+	GuardRetire(ctx context.Context, gone, incoming []string)
+}
+
 // holdRunner runs a backend's Holds beside the daemon.
 type holdRunner struct {
 	h  Holds

@@ -90,7 +90,9 @@ type lossWatch struct {
 	// heal, when set (--hold), is asked about every missing object of every report: a held object a
 	// delete marker hides is brought back (Holds.Heal audits and counts it).
 	heal func(ctx context.Context, key, checkpoint string) (bool, error)
-	ctx  context.Context // the loop's, for heal
+	// observe, when set (a backend's Holds implementing LossObserver), gets every report.
+	observe func(rep *refindex.LossReport)
+	ctx     context.Context // the loop's, for heal
 }
 
 // lossEvidenceAge is the oldest mount listing the loss check takes instead of a request of its own: an
@@ -182,6 +184,9 @@ func (w *lossWatch) publish(rep *refindex.LossReport, st metrics.LossStats) {
 	st.Objects, st.LastComplete = rep.Objects, rep.LastComplete
 	w.met.SetLoss(st)
 	w.healMissing(rep)
+	if w.observe != nil {
+		w.observe(rep)
+	}
 	for _, m := range rep.New {
 		msg := lossMessage(m)
 		attrs := []any{"file", m.Path, "checkpoint", m.Checkpoint, "job", m.Job}

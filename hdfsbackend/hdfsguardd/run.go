@@ -30,6 +30,10 @@ func Run(ctx context.Context, c guardd.Config, o hdfscli.Options) error {
 		if err != nil {
 			return guardd.Backend{}, err
 		}
+		holds, err := setupSnapshots(ctx, c, st)
+		if err != nil {
+			return guardd.Backend{}, err
+		}
 		var area *hdfsquarantine.Area
 		if c.Quarantine > 0 {
 			if area, err = hdfsquarantine.Open(ctx, st.FS(), st.Dir(), c.QuarantineNow); err != nil {
@@ -53,6 +57,7 @@ func Run(ctx context.Context, c guardd.Config, o hdfscli.Options) error {
 			Space: func(ctx context.Context) (quarantine.Space, error) {
 				return hdfsquarantine.StoreSpace(ctx, st.FS(), st.Dir())
 			},
+			Holds: holds,
 		}, nil
 	})
 }

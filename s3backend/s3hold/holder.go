@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"path"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -126,7 +127,22 @@ type Holder struct {
 	healed   atomic.Int64
 	requests atomic.Int64
 	kick     chan struct{}
+
+	// The last pass that left nothing to do (every protected key held, nothing to release or kept by
+	// the rules, no failure), under mu: a pass with the same index version skips the scan.
+	settled    bool
+	settledVer uint64
+	settledAt  time.Time
 }
+
+// versionedIndex is an Index that names the state of its protected set (*refindex.Index is one).
+type versionedIndex interface {
+	ProtectedVersion() uint64
+}
+
+// fullPassEvery bounds how long passes are skipped on an unchanged index: a full scan at least this
+// often, whatever the version says.
+const fullPassEvery = 10 * time.Minute
 
 // New returns a Holder.
 func New(o Options) *Holder {
@@ -223,7 +239,19 @@ func (h *Holder) Pass(ctx context.Context) error {
 	h.pass.Lock()
 	defer h.pass.Unlock()
 	t0 := h.o.Now()
+	var ver uint64
+	vi, versioned := h.o.Index.(versionedIndex)
+	if versioned {
+		ver = vi.ProtectedVersion() // before the scan (see refindex.Index.ProtectedVersion)
+	}
 	h.mu.Lock()
+	if versioned && h.settled && ver == h.settledVer && t0.Sub(h.settledAt) < fullPassEvery {
+		// Nothing changed since a pass that left nothing to do: the same scan would find nothing.
+		h.st.LastPass, h.st.LastTook = t0, "0s (index unchanged)"
+		h.mu.Unlock()
+		return nil
+	}
+	h.settled = false
 	h.epoch++
 	epoch := h.epoch
 	h.mu.Unlock()
@@ -265,6 +293,18 @@ func (h *Holder) Pass(ctx context.Context) error {
 		kept, firstErr = h.releaseUnseen(ctx, epoch)
 	}
 	h.finish(t0, dirs, kept, firstErr)
+	if versioned && firstErr == nil && kept == 0 {
+		h.mu.Lock()
+		settled := h.st.Pending == 0 && h.st.Releasing == 0 && h.st.Failed == 0
+		for _, j := range todo {
+			if e := h.o.Ledger.Get(j.key); e == nil || e.State != Held {
+				settled = false // gone (the loss check reports it) or refused: the next pass tries again
+				break
+			}
+		}
+		h.settled, h.settledVer, h.settledAt = settled, ver, t0
+		h.mu.Unlock()
+	}
 	return firstErr
 }
 
@@ -464,6 +504,57 @@ const (
 // is current again. It does nothing for a key the ledger does not hold. healed is whether a marker was
 // removed; each heal is audited.
 func (h *Holder) Heal(ctx context.Context, key, checkpoint string) (healed bool, err error) {
+	return h.heal(ctx, key, func(marker, held string) string {
+		return fmt.Sprintf("referenced object %s of live checkpoint %s was deleted beside the mount (delete marker %s); the held version %s is current again (the marker was removed)", key, checkpoint, marker, held)
+	}, checkpoint)
+}
+
+// GuardRetire is the index's RetireGuard: a held `_metadata` a sync found gone is brought back (its
+// delete markers removed, as Heal does) before it is retired, when the guard's own rules would have
+// refused its deletion through the mount: pinned, a protected savepoint, a --protect glob, or the
+// newest checkpoint of an active job while no newer checkpoint of that job arrives in the same sync
+// (one that does is Flink subsuming it: retired as before, so Flink's retention is not undone). Its
+// files' holds then stay, since the checkpoint stays live.
+func (h *Holder) GuardRetire(ctx context.Context, gone, incoming []string) {
+	if h.o.Inactive {
+		return
+	}
+	newer := map[string]bool{} // job folders with a checkpoint arriving in this sync
+	for _, k := range incoming {
+		newer[jobOf(k)] = true
+	}
+	for _, k := range gone {
+		h.mu.Lock()
+		e := h.o.Ledger.Get(k)
+		held := e != nil && e.State == Held
+		h.mu.Unlock()
+		if !held {
+			continue
+		}
+		d := h.o.Index.Decide(ctx, k, verdict.OpUnlink)
+		switch d.Reason {
+		case verdict.ReasonPinned, verdict.ReasonProtectedSavepoint, verdict.ReasonProtectGlob:
+		case verdict.ReasonProtectedMetadata:
+			if newer[jobOf(k)] {
+				continue
+			}
+		default:
+			continue // the rules would have let it go through the mount: retired as before
+		}
+		why := d.Message
+		if _, err := h.heal(ctx, k, func(marker, held string) string {
+			return fmt.Sprintf("live checkpoint %s: its _metadata was deleted beside the mount (delete marker %s), but the guard's rules protect it (%s); the held version %s is current again (the marker was removed), so the checkpoint stays live", k, marker, why, held)
+		}, k); err != nil && ctx.Err() == nil {
+			h.o.Logger.Warn("legal holds: could not bring back a protected _metadata deleted beside the mount; the sync retires it", "file", k, "err", err)
+		}
+	}
+}
+
+// jobOf is the job folder of a checkpoint's `_metadata` key (job/chk-N/_metadata → job).
+func jobOf(meta string) string { return path.Dir(path.Dir(meta)) }
+
+// heal removes the delete markers above key's held version; msg words the audit record and log line.
+func (h *Holder) heal(ctx context.Context, key string, msgf func(marker, held string) string, checkpoint string) (healed bool, err error) {
 	if h.o.Inactive {
 		return false, nil
 	}
@@ -508,7 +599,7 @@ func (h *Holder) Heal(ctx context.Context, key, checkpoint string) (healed bool,
 			return healed, fmt.Errorf("heal %s: remove delete marker %s: %w", key, m, err)
 		}
 		healed = true
-		msg := fmt.Sprintf("referenced object %s of live checkpoint %s was deleted beside the mount (delete marker %s); the held version %s is current again (the marker was removed)", key, checkpoint, m, held)
+		msg := msgf(m, held)
 		h.o.Logger.Warn(msg, "file", key, "checkpoint", checkpoint, "delete_marker", m, "version", held)
 		if h.o.Audit != nil {
 			rec := audit.Record{Time: h.o.Now(), Op: HealOp, Decision: HealDecision, Reason: HealReason, Message: msg, Referencing: []string{checkpoint}, RefCount: 1}

@@ -178,3 +178,61 @@ func equal(a, b []string) bool {
 	}
 	return true
 }
+
+// versionedFake is a fakeIndex naming its state: the test moves ver when it changes the keys, and
+// counts the scans.
+type versionedFake struct {
+	fakeIndex
+	ver   uint64
+	scans int
+}
+
+func (ix *versionedFake) ProtectedVersion() uint64 { return ix.ver }
+func (ix *versionedFake) ProtectedKeys(ctx context.Context, fn func(string, refindex.ProtectedKind) bool) error {
+	ix.scans++
+	return ix.fakeIndex.ProtectedKeys(ctx, fn)
+}
+
+// TestPassSkipsUnchangedIndex: after a pass that left nothing to do, a pass on the same index version
+// scans nothing and sends nothing; a key the pass could not hold (gone from the server) keeps the next
+// passes scanning until it is held.
+func TestPassSkipsUnchangedIndex(t *testing.T) {
+	const a, b = "job/shared/a", "job/shared/b"
+	srv := newFakeServer(a)
+	l, err := OpenLedger(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ix := &versionedFake{fakeIndex: fakeIndex{protected: map[string]refindex.ProtectedKind{a: refindex.ProtectedObject, b: refindex.ProtectedObject}}}
+	h := New(Options{Server: srv, Index: ix, Ledger: l, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx := context.Background()
+	for i, want := range []int{1, 2, 3} { // b is missing on the server: every pass scans again
+		if err := h.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if ix.scans != want {
+			t.Fatalf("pass %d: %d scans, want %d (a key not held yet must be retried)", i, ix.scans, want)
+		}
+	}
+	srv.mu.Lock()
+	srv.vers[b] = "v-" + b
+	srv.mu.Unlock()
+	if err := h.Pass(ctx); err != nil || ix.scans != 4 || h.Status().Held != 2 {
+		t.Fatalf("pass holding b: %v, %d scans, %+v", err, ix.scans, h.Status())
+	}
+	ons := srv.ons[a] + srv.ons[b]
+	for range 3 {
+		if err := h.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ix.scans != 4 || srv.ons[a]+srv.ons[b] != ons {
+		t.Fatalf("passes on an unchanged, settled index: %d scans (want 4), %d holds sent (want %d)", ix.scans, srv.ons[a]+srv.ons[b], ons)
+	}
+	delete(ix.protected, a)
+	ix.ver++
+	if err := h.Pass(ctx); err != nil || ix.scans != 5 || h.Status().Held != 1 {
+		t.Fatalf("pass after a change: %v, %d scans, %+v; want a scan and a's hold released", err, ix.scans, h.Status())
+	}
+}
