@@ -44,6 +44,7 @@ func newApp() *cli.App {
 			statsCommand(),
 			holdCommand(),
 			pinCommand(),
+			fleetCommand(),
 			quarantineCommand(),
 			unpinCommand(),
 			restoreMetadataCommand(),
