@@ -32,12 +32,9 @@ func sharedArea(ctx context.Context, storeArg string, st store.Store) (shared.CA
 			return nil, nil
 		}
 		cas := s3shared.New(s.Client())
-		es, err := cas.List(ctx, "")
-		if err != nil {
-			return nil, fmt.Errorf("look for the shared state of %s: %w", storeArg, err)
-		}
-		if len(es) == 0 {
-			return nil, nil
+		ok, err := cas.Exists(ctx)
+		if err != nil || !ok {
+			return nil, err
 		}
 		return cas, nil
 	case hdfscli.IsURL(storeArg):
@@ -47,7 +44,9 @@ func sharedArea(ctx context.Context, storeArg string, st store.Store) (shared.CA
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("look for the shared state of %s: %w", storeArg, err)
+		// Pins made on other hosts live there: answering without them could call a pinned checkpoint
+		// deletable, so the command stops and says how to get a full answer.
+		return nil, fmt.Errorf("cannot read the store's shared state folder %s, which holds the pins of every --shared mount (%w): run the command as the mount's user (root), or while the mount runs (it answers through its socket)", filepath.Join(storeArg, shared.Dir), err)
 	}
 	return shared.NewLocal(storeArg)
 }

@@ -77,11 +77,16 @@ func notePin(c *cli.Context, key string, pinned bool) error {
 		return err
 	}
 	area, err := sharedArea(c.Context, c.String("store"), st)
-	if err != nil || area == nil {
-		if area == nil && err == nil && (c.IsSet("why") || c.IsSet("expires")) {
+	if err != nil {
+		// The pin itself is set (by the mount or the index); only the note is missing.
+		fmt.Fprintf(c.App.ErrWriter, "note: %s is set, but who, why and the expiry could not be added to it: %v\n", key, err)
+		return nil
+	}
+	if area == nil {
+		if c.IsSet("why") || c.IsSet("expires") {
 			fmt.Fprintln(c.App.ErrWriter, "note: --why and --expires are kept only on a store with a shared state folder (--shared mounts); this pin has neither")
 		}
-		return err
+		return nil
 	}
 	host, _ := os.Hostname()
 	want := shared.Pin{Key: key, Pinned: pinned, By: whoAmI()}
@@ -91,6 +96,11 @@ func notePin(c *cli.Context, key string, pinned bool) error {
 			want.Expires = time.Now().Add(d).UTC().Truncate(time.Second)
 		}
 	}
-	_, err = shared.NewPins(area, host).Change(c.Context, want)
-	return err
+	if _, err := shared.NewPins(area, host).Change(c.Context, want); err != nil {
+		if c.IsSet("why") || c.IsSet("expires") {
+			return fmt.Errorf("%s is set, but --why/--expires could not be recorded: %w", key, err)
+		}
+		fmt.Fprintf(c.App.ErrWriter, "note: %s is set, but who made it could not be recorded: %v\n", key, err)
+	}
+	return nil
 }

@@ -97,3 +97,12 @@ func (s *CAS) List(ctx context.Context, prefix string) ([]shared.Entry, error) {
 	}
 	return out, nil
 }
+
+// Exists reports whether the area holds any record (one listing request of one key).
+func (s *CAS) Exists(ctx context.Context) (bool, error) {
+	pg, err := s.c.ListPage(ctx, shared.Prefix, false, "", "", 1)
+	if err != nil {
+		return false, fmt.Errorf("look for the shared state %s: %w", s.Where(), err)
+	}
+	return len(pg.Objects) > 0, nil
+}
