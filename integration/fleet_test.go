@@ -17,6 +17,28 @@ import (
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
 
+// fleetBackend is a store kind TestFleetSharedPins runs on (the hdfs tag adds HDFS).
+type fleetBackend struct {
+	name   string
+	mounts int
+	setup  func(t *testing.T) (store string, tr *treegen.Tree, flags []string)
+}
+
+var fleetBackends = []fleetBackend{
+	{"local", 3, func(t *testing.T) (string, *treegen.Tree, []string) {
+		tr, err := treegen.IncidentTwo(filepath.Join(t.TempDir(), "store"), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Root, tr, nil
+	}},
+	{"s3", 3, func(t *testing.T) (string, *treegen.Tree, []string) {
+		e := s3Start(t)
+		tr := e.tree(t, incident{"IncidentTwo", treegen.IncidentTwo}, s3Root)
+		return s3Root, tr, e.mountArgs()
+	}},
+}
+
 // TestFleetSharedPins: three mounts (three processes, three index folders) of one store with
 // --shared, on a local store and on one versitygw bucket. A pin made through mount 1 refuses the
 // checkpoint's deletion on mounts 2 and 3 after one sync; `ckguard fleet` lists the three mounts and
@@ -24,29 +46,13 @@ import (
 // is invisible and untouchable through every mount.
 func TestFleetSharedPins(t *testing.T) {
 	mntRequire(t)
-	for _, tc := range []struct {
-		name  string
-		setup func(t *testing.T) (store string, tr *treegen.Tree, flags []string)
-	}{
-		{"local", func(t *testing.T) (string, *treegen.Tree, []string) {
-			tr, err := treegen.IncidentTwo(filepath.Join(t.TempDir(), "store"), time.Now())
-			if err != nil {
-				t.Fatal(err)
-			}
-			return tr.Root, tr, nil
-		}},
-		{"s3", func(t *testing.T) (string, *treegen.Tree, []string) {
-			e := s3Start(t)
-			tr := e.tree(t, incident{"IncidentTwo", treegen.IncidentTwo}, s3Root)
-			return s3Root, tr, e.mountArgs()
-		}},
-	} {
+	for _, tc := range fleetBackends {
 		t.Run(tc.name, func(t *testing.T) {
 			store, tr, flags := tc.setup(t)
 			const interval = 2 * time.Second
 			mflags := append(append([]string{}, flags...), "--shared", "--sync-interval", interval.String())
 			var ps []*mntProc
-			for range 3 {
+			for range tc.mounts {
 				ps = append(ps, mntStart(t, store, "", mflags...))
 			}
 			cli := func(p *mntProc, args ...string) (string, int) {
@@ -159,22 +165,23 @@ func TestFleetSharedPins(t *testing.T) {
 				t.Errorf("fleet does not show the pin's reason:\n%s", out)
 			}
 
-			// Unpin through mount 3: released on 1 and 2 within one sync.
+			// Unpin through the last mount: released on the others within one sync.
 			unpinned := time.Now()
-			if out, code := cli(ps[2], "unpin", path.Dir(target)); code != 0 {
+			last := len(ps) - 1
+			if out, code := cli(ps[last], "unpin", path.Dir(target)); code != 0 {
 				t.Fatalf("unpin: exit %d: %s", code, out)
 			}
-			for i, p := range ps[:2] {
+			for i, p := range ps[:last] {
 				deadline := unpinned.Add(2*interval + 5*time.Second)
 				for state(p, target) != "deletable" {
 					if time.Now().After(deadline) {
-						t.Fatalf("mount %d still protects %s %s after the unpin on mount 3", i+1, target, time.Since(unpinned).Round(time.Millisecond))
+						t.Fatalf("mount %d still protects %s %s after the unpin on mount %d", i+1, target, time.Since(unpinned).Round(time.Millisecond), last+1)
 					}
 					time.Sleep(20 * time.Millisecond)
 				}
 			}
-			if err := os.Remove(ps[1].m(target)); err != nil {
-				t.Errorf("rm %s on mount 2 after the unpin: %v", target, err)
+			if err := os.Remove(ps[0].m(target)); err != nil {
+				t.Errorf("rm %s on mount 1 after the unpin: %v", target, err)
 			}
 			for _, p := range ps {
 				p.stop()

@@ -15,6 +15,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsshared"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/shared"
 	"github.com/ckguard/ckguard/s3backend/s3cli"
@@ -38,7 +40,20 @@ func sharedArea(ctx context.Context, storeArg string, st store.Store) (shared.CA
 		}
 		return cas, nil
 	case hdfscli.IsURL(storeArg):
-		return nil, nil
+		s, ok := st.(interface {
+			FS() hdfsclient.FS
+			Dir() string
+		})
+		if !ok {
+			return nil, nil
+		}
+		if _, err := s.FS().Stat(ctx, hdfsclient.Join(s.Dir(), shared.Dir+"/"+shared.Version)); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("look for the shared state of %s: %w", storeArg, err)
+		}
+		return hdfsshared.Open(ctx, s.FS(), s.Dir())
 	}
 	if _, err := os.Stat(filepath.Join(storeArg, shared.Dir, shared.Version)); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
