@@ -120,17 +120,19 @@ func TestFleetSharedPins(t *testing.T) {
 			}
 			for i, p := range ps[1:] {
 				deadline := pinned.Add(2*interval + 5*time.Second) // one sync after the pin, however they are phased, plus the sync's own time
-				for state(p, target) == "deletable" {
+				// A pin shows as protected-by-policy (a transient "blocked" during a sync is no protection to wait for).
+				for state(p, target) != "protected-by-policy" {
 					if time.Now().After(deadline) {
-						t.Fatalf("mount %d still finds %s deletable %s after the pin on mount 1:\n%s", i+2, target, time.Since(pinned).Round(time.Millisecond), p.logText())
+						t.Fatalf("mount %d still finds %s %s %s after the pin on mount 1:\n%s", i+2, target, state(p, target), time.Since(pinned).Round(time.Millisecond), p.logText())
 					}
 					time.Sleep(20 * time.Millisecond)
 				}
-				t.Logf("pin on mount 1 → protected on mount %d after %s (sync interval %s)", i+2, time.Since(pinned).Round(time.Millisecond), interval)
+				t.Logf("pin on mount 1 → protected on mount %d after %s (sync interval %s): %s", i+2, time.Since(pinned).Round(time.Millisecond), interval, state(p, target))
 			}
 			for i, p := range ps[1:] {
 				if err := os.Remove(p.m(target)); !errors.Is(err, syscall.EPERM) {
-					t.Errorf("rm %s on mount %d: %v, want EPERM (pinned on mount 1)", target, i+2, err)
+					recs := p.auditRecords()
+				t.Errorf("rm %s on mount %d: %v, want EPERM (pinned on mount 1); last audit record %+v", target, i+2, err, recs[len(recs)-1])
 				}
 			}
 
