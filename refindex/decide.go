@@ -235,6 +235,11 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op verdict.Op,
 		}
 	}
 	for _, k := range cands {
+		if v.pinsUnknown != "" && st.ckpts[k] != nil {
+			// Fail closed in the pins' scope: a pin made on another mount may hold this checkpoint.
+			return verdict.Decision{Reason: verdict.ReasonPinned, Referencing: []string{k}, RefCount: 1,
+				Message: fmt.Sprintf("refusing to %s %s: %s may be pinned from another mount: %s; no checkpoint is retired until they are read (see `ckguard fleet`)", op, what, k, v.pinsUnknown)}
+		}
 		if t, ok := v.pins[k]; ok {
 			return verdict.Decision{Reason: verdict.ReasonPinned, Referencing: []string{k}, RefCount: 1,
 				Message: fmt.Sprintf("refusing to %s %s: %s is pinned (since %s); run `ckguard unpin %s` first", op, what, k, t.UTC().Format(time.RFC3339), path.Dir(k))}

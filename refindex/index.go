@@ -85,6 +85,7 @@ type Index struct {
 
 		listedJobs map[string][]string // job folder name → parents, from the last listing (jobParents)
 		unknown    []UnknownSubtree    // entries the last listing could not read, sorted (unknown.go)
+		shared     sharedPinsState     // the last load of the shared pins (sharedpins.go)
 	}
 
 	// Safe for concurrent use by themselves.
@@ -211,6 +212,8 @@ type view struct {
 	last    time.Time
 	syncErr string
 	pins    map[string]time.Time
+	// pinsUnknown: the shared pins cannot be judged (sharedpins.go); no checkpoint is retired.
+	pinsUnknown string
 	// remap: the index was derived with another path mapping (fingerprint) and not rebuilt yet.
 	remap bool
 	// interrupted: the remap is due to a large change stopped half-way (rolling.go).
@@ -228,7 +231,7 @@ func (ix *Index) acquire() (*view, error) {
 	}
 	ix.mu.cur.users.Add(1)
 	ix.mu.snap.acquire()
-	return &view{g: ix.mu.cur, snap: ix.mu.snap, filt: ix.mu.cur.filt.Load(), st: ix.mu.state, pol: ix.mu.pol, last: ix.mu.lastSync, syncErr: ix.mu.syncErr, pins: ix.mu.pins, remap: ix.mu.needRebuild && !ix.mu.lastSync.IsZero(), interrupted: ix.mu.interrupted, skew: ix.mu.skew, unknown: ix.mu.unknown}, nil
+	return &view{g: ix.mu.cur, snap: ix.mu.snap, filt: ix.mu.cur.filt.Load(), st: ix.mu.state, pol: ix.mu.pol, last: ix.mu.lastSync, syncErr: ix.mu.syncErr, pins: ix.mu.pins, remap: ix.mu.needRebuild && !ix.mu.lastSync.IsZero(), interrupted: ix.mu.interrupted, skew: ix.mu.skew, unknown: ix.mu.unknown, pinsUnknown: ix.sharedPinsUnknownLocked()}, nil
 }
 
 // release ends the view: the snapshot first (finishing it may discard its transaction), then the

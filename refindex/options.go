@@ -26,7 +26,8 @@ type options struct {
 	work        func() (done func())
 	txnWrites   int // > 0: an apply commits after this many writes (tests of multi-transaction changes)
 	history     HistoryLimits
-	valueThresh int64 // > 0: badger's ValueThreshold instead of the index's (tests: an index written with values in the value log)
+	sharedPins  SharedPins // pins from the store's shared area (sharedpins.go)
+	valueThresh int64      // > 0: badger's ValueThreshold instead of the index's (tests: an index written with values in the value log)
 }
 
 // WithPathMap sets the prefix maps (--map) and the S3 entropy key (--entropy-key) used to normalise

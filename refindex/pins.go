@@ -23,23 +23,31 @@ type pinsDoc struct {
 }
 
 func (ix *Index) loadPins() error {
+	p, err := ix.readPinsFile()
+	if err != nil {
+		return err
+	}
+	ix.mu.pins = p
+	return nil
+}
+
+// readPinsFile reads pins.json (an empty map when there is none).
+func (ix *Index) readPinsFile() (map[string]time.Time, error) {
 	b, err := os.ReadFile(filepath.Join(ix.dir, pinsFile))
 	if errors.Is(err, fs.ErrNotExist) {
-		ix.mu.pins = map[string]time.Time{}
-		return nil
+		return map[string]time.Time{}, nil
 	}
 	if err != nil {
-		return fmt.Errorf("read pins: %w", err)
+		return nil, fmt.Errorf("read pins: %w", err)
 	}
 	var d pinsDoc
 	if err := json.Unmarshal(b, &d); err != nil {
-		return fmt.Errorf("%s: %w (fix or remove the file; it holds `ckguard pin` decisions)", filepath.Join(ix.dir, pinsFile), err)
+		return nil, fmt.Errorf("%s: %w (fix or remove the file; it holds `ckguard pin` decisions)", filepath.Join(ix.dir, pinsFile), err)
 	}
 	if d.Pins == nil {
 		d.Pins = map[string]time.Time{}
 	}
-	ix.mu.pins = d.Pins
-	return nil
+	return d.Pins, nil
 }
 
 func (ix *Index) savePins(p map[string]time.Time) error {
@@ -82,6 +90,14 @@ func (ix *Index) Pin(ctx context.Context, p string) (*PinResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	var shared time.Time
+	if src := ix.opt.sharedPins; src != nil {
+		// The shared area is the pins' truth: written first (outside writeMu: it is a network
+		// request), then this index's copy (the next sync loads it anyway).
+		if shared, err = src.Set(ctx, key, true, ""); err != nil {
+			return nil, fmt.Errorf("pin %s: %w", key, err)
+		}
+	}
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()
 	ix.mu.RLock()
@@ -91,15 +107,23 @@ func (ix *Index) Pin(ctx context.Context, p string) (*PinResult, error) {
 	}
 	ix.mu.RUnlock()
 	since, ok := next[key]
+	if ix.opt.sharedPins != nil {
+		since, ok = shared, false
+	}
 	if !ok {
-		since = time.Now().UTC().Truncate(time.Second)
+		if since.IsZero() {
+			since = time.Now().UTC().Truncate(time.Second)
+		}
 		next[key] = since
-		if err := ix.savePins(next); err != nil {
-			return nil, fmt.Errorf("pin %s: %w", key, err)
+		if ix.opt.sharedPins == nil {
+			if err := ix.savePins(next); err != nil {
+				return nil, fmt.Errorf("pin %s: %w", key, err)
+			}
 		}
 		ix.mu.Lock()
 		ix.mu.pins = next
 		ix.protChanges.Add(1)
+		ix.mu.shared.seq++
 		ix.mu.Unlock()
 	}
 	return &PinResult{Checkpoint: key, Pinned: true, Since: since}, nil
@@ -114,6 +138,11 @@ func (ix *Index) Unpin(ctx context.Context, p string) (*PinResult, error) {
 	if !flinklayout.IsMetadata(key) {
 		key = filepath.ToSlash(filepath.Join(key, flinklayout.MetadataName))
 	}
+	if src := ix.opt.sharedPins; src != nil {
+		if _, err := src.Set(ctx, key, false, ""); err != nil {
+			return nil, fmt.Errorf("unpin %s: %w", key, err)
+		}
+	}
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()
 	ix.mu.RLock()
@@ -125,6 +154,13 @@ func (ix *Index) Unpin(ctx context.Context, p string) (*PinResult, error) {
 		}
 	}
 	ix.mu.RUnlock()
+	if ix.opt.sharedPins != nil {
+		ix.mu.Lock()
+		ix.mu.pins = next
+		ix.mu.shared.seq++
+		ix.mu.Unlock()
+		return &PinResult{Checkpoint: key, Pinned: false}, nil
+	}
 	if !ok {
 		// Idempotent, as Pin is: the state asked for (not pinned) holds, so a retried or scripted unpin
 		// succeeds.

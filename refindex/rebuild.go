@@ -27,6 +27,7 @@ func (ix *Index) Rebuild(ctx context.Context) (err error) {
 	defer ix.syncMu.Unlock()
 	defer ix.afterSync(ctx, &err)
 	ix.readStoreClock(ctx)
+	ix.loadSharedPins(ctx)
 	return ix.rebuildExclusive(ctx)
 }
 

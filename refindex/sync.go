@@ -46,6 +46,7 @@ func (ix *Index) Sync(ctx context.Context) (err error) {
 	defer ix.afterSync(ctx, &err)
 	defer ix.beginWork()()
 	ix.readStoreClock(ctx)
+	ix.loadSharedPins(ctx)
 	ix.mu.RLock()
 	need, cur, gen, prevList := ix.mu.needRebuild, ix.mu.state, ix.mu.cur, ix.mu.lastSync
 	ix.mu.RUnlock()

@@ -29,6 +29,7 @@ import (
 	"github.com/ckguard/ckguard/refindex/pathnorm"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
+	"github.com/ckguard/ckguard/refindex/store/shared"
 	"github.com/ckguard/ckguard/s3backend/s3cli"
 )
 
@@ -264,6 +265,16 @@ func openIndex(c *cli.Context, extra ...refindex.Option) (*refindex.Index, error
 	opts, err := indexOptions(c)
 	if err != nil {
 		return nil, cli.Exit(err.Error(), 2)
+	}
+	// A store with a shared state area (a --shared mount made it) keeps its pins there: the index
+	// opened here reads and writes them there too (fleet.go).
+	area, err := sharedArea(c.Context, c.String("store"), st)
+	if err != nil {
+		return nil, err
+	}
+	if area != nil {
+		host, _ := os.Hostname()
+		opts = append(opts, refindex.WithSharedPins(shared.NewPins(area, host)))
 	}
 	softMemoryLimit(cliMemoryLimit)
 	ix, err := refindex.Open(dir, st, pol, append(opts, extra...)...)

@@ -45,6 +45,7 @@ func newApp() *cli.App {
 			statsCommand(),
 			holdCommand(),
 			pinCommand(),
+			fleetCommand(),
 			quarantineCommand(),
 			unpinCommand(),
 			restoreMetadataCommand(),

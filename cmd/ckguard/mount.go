@@ -47,6 +47,7 @@ func mountCommand() *cli.Command {
 		durationFlag("quarantine", defaultQuarantine, "stage every deletion the guard allows in the store's quarantine folder (invisible in the mount) for this long before it is purged; `ckguard quarantine list|restore|purge`. 0s: deletions are final. Default 0s on S3 (opt-in: staging there is a server-side copy per deletion) and on HDFS (opt-in: there deletions go to the HDFS trash when the NameNode has one; with --quarantine they are staged instead, a rename per deletion)"),
 		&cli.StringFlag{Name: "quarantine-max-bytes", Usage: "with --quarantine: the quarantine holds at most this many bytes (e.g. 50GiB); over it the mount purges the oldest entries first, before their TTL, each logged and audited. Default: no bound"},
 		&cli.StringFlag{Name: "quarantine-min-free", Value: "5%", Usage: "with --quarantine, on a local, NFS or HDFS store: while the store's filesystem (HDFS: the cluster, or the store folder's space quota) has less free than this (bytes, or a percentage of its size), the mount purges the oldest quarantine entries first, before their TTL, each logged and audited, so that the safety net never fills the disk Flink checkpoints to. 0: no bound"},
+		&cli.BoolFlag{Name: "shared", Usage: "share pins and the registry of mounts with every other --shared mount of the store through its shared state folder (.ckguard at the store root, invisible in the mount): a `ckguard pin` on any host protects on every host from its next sync; `ckguard fleet` lists the mounts. Local, NFS, S3 and HDFS stores"},
 		&cli.IntFlag{Name: "serve-procs", Value: 1, Usage: "GOMAXPROCS while the mount only answers requests (index syncs and queries raise it back); fewer idle Go threads make each request cheaper, rm -rf about 30% faster on 2 cores. 0: leave GOMAXPROCS alone. Local stores only, unless given explicitly"},
 	}
 	// --store, --index, --map, --entropy-key and the S3 flags are shared with every index command
@@ -209,6 +210,8 @@ func runMount(c *cli.Context) error {
 		},
 	}
 	cfg.Hold = c.String("hold")
+	cfg.Shared = c.Bool("shared")
+	cfg.Version = version
 	cfg.Quarantine = c.Duration("quarantine")
 	if !c.IsSet("quarantine") && !storeStagesDeletions(cfg.StoreDir) {
 		// On S3 staging is opt-in (a server-side copy per deletion, billed and taking time with the

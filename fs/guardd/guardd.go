@@ -31,6 +31,7 @@ import (
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
+	"github.com/ckguard/ckguard/refindex/store/shared"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
@@ -77,6 +78,11 @@ type Config struct {
 	// FlinkREST are the --flink-rest endpoints, polled before every sync (flink.go); their URLs must
 	// be Policy.FlinkREST.
 	FlinkREST []*flinkrest.Client
+	// Shared is --shared: pins come from the store's shared state folder (package shared) and the
+	// mount heartbeats into its registry, where the backend has one (Backend.Shared).
+	Shared bool
+	// Version is the ckguard version the mount reports in the registry ("": the build's).
+	Version string
 }
 
 // Mounted describes a running mount, for the Ready callback and tests.
@@ -123,6 +129,8 @@ type Backend struct {
 	// Holds, when set, starts the backend's server-side holds (--hold): kicked after every successful
 	// sync, asked to heal every missing object the loss check reports.
 	Holds func(HoldEnv) Holds
+	// Shared opens the store's shared state area (package shared) for --shared.
+	Shared func(ctx context.Context) (shared.CAS, error)
 }
 
 // Mount is a running FUSE mount, as the daemon drives it.
@@ -147,7 +155,7 @@ func Run(ctx context.Context, c Config) error {
 		if err != nil {
 			return Backend{}, err
 		}
-		return Backend{Store: st, Holds: holds, Space: func(context.Context) (quarantine.Space, error) { return dirSpace(c.StoreDir) },
+		return Backend{Store: st, Holds: holds, Shared: func(context.Context) (shared.CAS, error) { return shared.NewLocal(c.StoreDir) }, Space: func(context.Context) (quarantine.Space, error) { return dirSpace(c.StoreDir) },
 			Mount: func(_ context.Context, enf *guard.Enforcer, met *metrics.Metrics) (Mount, error) {
 				return localfs.Mount(localfs.Options{Store: c.StoreDir, Mountpoint: c.Mountpoint, Enforcer: enf,
 					Metrics: met, AllowOther: c.AllowOther, Debug: c.Debug, Logger: c.Logger,
@@ -278,6 +286,20 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 		return err
 	}
 	warnVolatile(c.IndexDir, log)
+	var fl *fleet
+	if c.Shared {
+		if b.Shared == nil {
+			return fmt.Errorf("--shared: this store kind has no shared state area in this version; mount it without --shared")
+		}
+		cas, err := b.Shared(ctx)
+		if err != nil {
+			return fmt.Errorf("--shared: %w", err)
+		}
+		fl = newFleet(c, cas, log)
+		fl.register(met)
+		opts = append(opts, refindex.WithSharedPins(fl.pins))
+		log.Info("shared state: pins from the store's shared area, heartbeat after every sync", "area", cas.Where(), "mount_id", fl.rec.ID)
+	}
 	ix, err := refindex.Open(c.IndexDir, st, c.Policy, opts...)
 	if err != nil {
 		return fmt.Errorf("open index: %w", err)
@@ -312,6 +334,9 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 				attrs = append(attrs, b.SyncLogAttrs()...)
 			}
 			log.Debug("index synced", attrs...)
+		}
+		if fl != nil {
+			fl.afterSync(ctx, ix, serr, c.SyncInterval)
 		}
 		if c.MetricsAddr != "" {
 			stats.refresh(ctx, q, met, gov, log)
@@ -423,6 +448,10 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	var stage *stager
 	if area := stagingOf(m); area != nil {
 		stage = newStager(c, area, enf, al, met, log)
+		if fl != nil {
+			stage.sweep = newSweepLease(fl, c.SyncInterval, log)
+			defer stage.sweep.release()
+		}
 		if staged != nil {
 			staged.area.Store(&stagingBox{area})
 		}
@@ -463,6 +492,9 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 			stage.tick(ctx)
 		}
 	}}
+	if fl != nil {
+		defer fl.stop()
+	}
 	if loop.run(ctx, gone) == nil {
 		// The kernel dropped the mount: `ckguard umount`, umount(8) or fusermount -u (all normal).
 		log.Info("unmounted; shutting down", "mountpoint", m.Mountpoint())

@@ -55,6 +55,8 @@ type stager struct {
 	overBound bool
 	// spaceFailed: the last read of the store's free space failed (said once until it succeeds).
 	spaceFailed bool
+	// sweep, with --shared, is the lease that lets one mount of the store purge at a time (fleet.go).
+	sweep *sweepLease
 }
 
 // newStager serves the quarantine of area on its socket. A restore through it runs under the enforcer's
@@ -139,7 +141,16 @@ func PurgeRecorder(log *slog.Logger, sink audit.Sink) func(context.Context, quar
 // tick purges what is past the TTL and refreshes the gauges; the mount runs it after every sync (it
 // reads every entry record: a few milliseconds per thousand entries).
 func (s *stager) tick(ctx context.Context) {
-	r, err := s.svc.Purge(ctx, nil)
+	svc := s.svc
+	if s.sweep != nil {
+		// --shared: only the holder of the sweeper lease purges, and each entry's purge is fenced by it.
+		var ok bool
+		if svc, ok = s.sweep.fenced(ctx, s.svc); !ok {
+			s.refresh(ctx)
+			return
+		}
+	}
+	r, err := svc.Purge(ctx, nil)
 	if err != nil {
 		s.log.Error("quarantine purge failed", "err", err)
 	}
@@ -153,7 +164,7 @@ func (s *stager) tick(ctx context.Context) {
 		}
 	}
 	if !s.bound.IsZero() {
-		s.enforceBound(ctx)
+		s.enforceBound(ctx, svc)
 	}
 	s.refresh(ctx)
 }
@@ -161,7 +172,7 @@ func (s *stager) tick(ctx context.Context) {
 // enforceBound purges the oldest entries, before their TTL, while the quarantine is over its bound
 // (--quarantine-max-bytes, or the store's filesystem under --quarantine-min-free): the safety net must
 // not be what fills the store. Entries a live checkpoint references again are never purged.
-func (s *stager) enforceBound(ctx context.Context) {
+func (s *stager) enforceBound(ctx context.Context, svc *quarantine.Direct) {
 	es, err := s.svc.Area.List(ctx)
 	if err != nil {
 		s.log.Error("quarantine: cannot list the quarantine folder to check its space bound", "err", err)
@@ -187,7 +198,7 @@ func (s *stager) enforceBound(ctx context.Context) {
 		s.overBound = false
 		return
 	}
-	r, err := quarantine.PurgeOldest(ctx, s.svc.Area, es, need, s.svc.Referenced)
+	r, err := quarantine.PurgeOldest(ctx, s.svc.Area, es, need, svc.Referenced)
 	var freed int64
 	for _, e := range r.Purged {
 		freed += e.Size

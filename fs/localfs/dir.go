@@ -157,7 +157,7 @@ func (d *orderedDir) next() (*fuse.DirEntry, syscall.Errno) {
 			continue
 		}
 		d.todo = d.todo[used:]
-		if d.emitted[e.Name] || d.root && e.Name == store.QuarantineDir {
+		if d.emitted[e.Name] || d.root && store.ReservedName(e.Name) {
 			continue
 		}
 		d.pos++

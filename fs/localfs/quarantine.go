@@ -19,7 +19,7 @@ import (
 func hidden(key string) bool { return store.InQuarantine(key) }
 
 // hiddenName reports whether name, in the folder with key dir, is the quarantine folder.
-func hiddenName(dir, name string) bool { return dir == "" && name == store.QuarantineDir }
+func hiddenName(dir, name string) bool { return dir == "" && store.ReservedName(name) }
 
 // removeFile is the act of an allowed unlink of name in the folder dirfd (store key key): with a
 // quarantine, the object moves there as an entry (the decision d copied in; st, when not nil, the stat

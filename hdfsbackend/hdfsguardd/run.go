@@ -7,6 +7,8 @@ package hdfsguardd
 import (
 	"context"
 	"fmt"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsshared"
+	"github.com/ckguard/ckguard/refindex/store/shared"
 
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guardd"
@@ -46,6 +48,9 @@ func Run(ctx context.Context, c guardd.Config, o hdfscli.Options) error {
 		}
 		return guardd.Backend{
 			Store: st,
+			Shared: func(ctx context.Context) (shared.CAS, error) {
+				return hdfsshared.Open(ctx, st.FS(), st.Dir())
+			},
 			Mount: func(ctx context.Context, enf *guard.Enforcer, met *metrics.Metrics) (guardd.Mount, error) {
 				return hdfsmount.Mount(ctx, hdfsmount.Options{FS: st.FS(), Dir: st.Dir(), Name: st.Root(), Mountpoint: c.Mountpoint,
 					Enforcer: enf, Metrics: met, AllowOther: c.AllowOther, Debug: c.Debug, Logger: c.Logger, Quarantine: area})

@@ -17,7 +17,7 @@ import (
 // deleted.
 
 // hiddenName reports whether name in the directory key dir is the quarantine folder.
-func hiddenName(dir, name string) bool { return dir == "" && name == store.QuarantineDir }
+func hiddenName(dir, name string) bool { return dir == "" && store.ReservedName(name) }
 
 // hiddenKey reports whether key is the quarantine folder or below it.
 func hiddenKey(key string) bool { return store.InQuarantine(key) }

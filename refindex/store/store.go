@@ -208,7 +208,20 @@ func StatObserved(ctx context.Context, st Store, seen ObjectInfo) (ObjectInfo, e
 // staged there is missing from its original key.
 const QuarantineDir = ".ckguard-quarantine"
 
-// InQuarantine reports whether key is the quarantine folder or lies below it.
+// SharedDir is the folder at the store root that holds the state several mounts of the store share
+// (package shared: pins, the registry of mounts, leases). Like QuarantineDir it is ckguard's, not
+// checkpoint data: hidden by every mount, skipped by walks, never staged or restored into.
+const SharedDir = ".ckguard"
+
+// InQuarantine reports whether key is one of ckguard's own folders at the store root, the
+// quarantine folder or the shared state folder (SharedDir), or lies below one.
 func InQuarantine(key string) bool {
-	return strings.HasPrefix(key, QuarantineDir) && (len(key) == len(QuarantineDir) || key[len(QuarantineDir)] == '/')
+	return under(key, QuarantineDir) || under(key, SharedDir)
+}
+
+// ReservedName reports whether name, at the store root, is one of ckguard's own folders.
+func ReservedName(name string) bool { return name == QuarantineDir || name == SharedDir }
+
+func under(key, dir string) bool {
+	return strings.HasPrefix(key, dir) && (len(key) == len(dir) || key[len(dir)] == '/')
 }

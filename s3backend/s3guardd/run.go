@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ckguard/ckguard/refindex/store/shared"
+	"github.com/ckguard/ckguard/s3backend/s3shared"
 
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guardd"
@@ -102,6 +104,7 @@ func open(ctx context.Context, c guardd.Config, s3cfg s3client.Config, tune func
 	return guardd.Backend{
 		Store:    st,
 		Listings: listings,
+		Shared:   func(context.Context) (shared.CAS, error) { return s3shared.New(st.Client()), nil },
 		Mount: func(ctx context.Context, enf *guard.Enforcer, met *metrics.Metrics) (guardd.Mount, error) {
 			mo := s3mount.Options{Client: st.Client(), Mountpoint: c.Mountpoint, Enforcer: enf, Metrics: met, Attrs: attrs,
 				AllowOther: c.AllowOther, Debug: c.Debug, Logger: log, FreshETags: !ifMatch,

@@ -477,14 +477,15 @@ func (d *descent) visit(prefix string) {
 			for _, p := range pg.Prefixes {
 				// Prefixes come without the trailing '/', relative; the child's own listing prefix
 				// is p+"/" (an empty name, from "a//b", stays distinct from its parent).
-				if len(p)+1 > len(prefix) {
+				if len(p)+1 > len(prefix) && !store.InQuarantine(p) {
+					// ckguard's own folders (quarantine, shared state) hold no live checkpoint: not descended.
 					children = append(children, p+"/")
 				}
 			}
 			for _, o := range pg.Objects {
 				if strings.HasSuffix(o.Key, "/") {
 					// A "dir/" marker some servers report as an object; a marker of prefix itself is no child.
-					if len(o.Key) > len(prefix) && !strings.Contains(o.Key[len(prefix):len(o.Key)-1], "/") {
+					if len(o.Key) > len(prefix) && !strings.Contains(o.Key[len(prefix):len(o.Key)-1], "/") && !store.InQuarantine(strings.TrimSuffix(o.Key, "/")) {
 						children = append(children, o.Key)
 					}
 					continue

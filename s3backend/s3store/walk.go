@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ckguard/ckguard/refindex/flinklayout"
+	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
 
@@ -45,7 +46,7 @@ func (s *Store) parallelWalk(ctx context.Context, prefix string, fn func(s3clien
 				}
 				pages.Add(1)
 				for _, p := range pg.Prefixes {
-					if len(p)+1 > len(prefix) {
+					if len(p)+1 > len(prefix) && !store.InQuarantine(p) { // ckguard's own folders are no store data
 						c := p + "/"
 						children = append(children, c)
 						name := childName(prefix, c)

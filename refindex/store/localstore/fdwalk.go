@@ -340,7 +340,7 @@ func (s *Store) walkFd(ctx context.Context, base string, fn func(store.ObjectInf
 			}
 		}
 		key := joinKey(top.key, e.name)
-		if top.key == "" && e.name == store.QuarantineDir && (e.typ == unix.DT_DIR || e.typ == unix.DT_UNKNOWN) {
+		if top.key == "" && store.ReservedName(e.name) && (e.typ == unix.DT_DIR || e.typ == unix.DT_UNKNOWN) {
 			// Staged deletions are not store data (store.QuarantineDir). A file of that name is
 			// skipped too: it is no checkpoint data either.
 			continue

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
+	"github.com/ckguard/ckguard/hdfsbackend/hdfsshared"
+	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/shared"
+	"github.com/ckguard/ckguard/s3backend/s3cli"
+	"github.com/ckguard/ckguard/s3backend/s3shared"
+	"github.com/ckguard/ckguard/s3backend/s3store"
+)
+
+// sharedArea returns the store's shared state area when a --shared mount created it (nil, nil when
+// the store has none: its pins are the index's own).
+func sharedArea(ctx context.Context, storeArg string, st store.Store) (shared.CAS, error) {
+	switch {
+	case s3cli.IsURL(storeArg):
+		s, ok := st.(*s3store.Store)
+		if !ok {
+			return nil, nil
+		}
+		cas := s3shared.New(s.Client())
+		ok, err := cas.Exists(ctx)
+		if err != nil || !ok {
+			return nil, err
+		}
+		return cas, nil
+	case hdfscli.IsURL(storeArg):
+		s, ok := st.(interface {
+			FS() hdfsclient.FS
+			Dir() string
+		})
+		if !ok {
+			return nil, nil
+		}
+		if _, err := s.FS().Stat(ctx, hdfsclient.Join(s.Dir(), shared.Dir+"/"+shared.Version)); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("look for the shared state of %s: %w", storeArg, err)
+		}
+		return hdfsshared.Open(ctx, s.FS(), s.Dir())
+	}
+	if _, err := os.Stat(filepath.Join(storeArg, shared.Dir, shared.Version)); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		// Pins made on other hosts live there: answering without them could call a pinned checkpoint
+		// deletable, so the command stops and says how to get a full answer.
+		return nil, fmt.Errorf("cannot read the store's shared state folder %s, which holds the pins of every --shared mount (%w): run the command as the mount's user (root), or while the mount runs (it answers through its socket)", filepath.Join(storeArg, shared.Dir), err)
+	}
+	return shared.NewLocal(storeArg)
+}
+
+// whoAmI names the person behind a command: the sudo caller when there is one, user@host.
+func whoAmI() string {
+	host, _ := os.Hostname()
+	name := os.Getenv("SUDO_USER")
+	if name == "" {
+		if u, err := user.Current(); err == nil {
+			name = u.Username
+		} else {
+			name = fmt.Sprint(os.Getuid())
+		}
+	}
+	return name + "@" + host
+}
+
+func fleetCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "fleet",
+		Usage: "list the mounts of the store (--shared) with their version, last sync, lag and refusals in the last hour, and the shared pins",
+		Description: "Reads the store's shared state folder, which every --shared mount heartbeats into after each sync: from any host\n" +
+			"it shows what the whole fleet guards. LAG is how long ago the mount's last successful sync started; a mount whose\n" +
+			"heartbeat is older than two sync intervals is STALE (stopped without unmounting, or cut off from the store).\n\n" +
+			"EXAMPLES:\n" +
+			"   ckguard fleet --store /srv/flink/checkpoints\n" +
+			"   ckguard fleet --store s3://flink-state/checkpoints --json",
+		Flags: append(locationFlags(), jsonFlag()),
+		Action: func(c *cli.Context) error {
+			if err := requireStore(c); err != nil {
+				return err
+			}
+			st, err := openStore(c)
+			if err != nil {
+				return err
+			}
+			area, err := sharedArea(c.Context, c.String("store"), st)
+			if err != nil {
+				return err
+			}
+			if area == nil {
+				return cli.Exit(fmt.Sprintf("%s has no shared state folder (%s): no mount of it runs with --shared; mount with --shared to share pins and see the fleet", c.String("store"), shared.Dir), 3)
+			}
+			mounts, err := shared.Mounts(c.Context, area)
+			if err != nil {
+				return err
+			}
+			pins, err := shared.NewPins(area, "").List(c.Context)
+			if err != nil {
+				return err
+			}
+			now := time.Now()
+			slices.SortFunc(mounts, func(a, b shared.Mount) int { return a.Heartbeat.Compare(b.Heartbeat) * -1 })
+			slices.SortFunc(pins, func(a, b shared.Pin) int { return a.Since.Compare(b.Since) })
+			type row struct {
+				shared.Mount
+				State      string  `json:"state"`
+				LagSeconds float64 `json:"lag_seconds"`
+			}
+			rows := make([]row, 0, len(mounts))
+			for _, m := range mounts {
+				rows = append(rows, row{Mount: m, State: fleetState(m, now), LagSeconds: lag(m, now).Seconds()})
+			}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, map[string]any{"area": area.Where(), "mounts": rows, "pins": pins})
+			}
+			w := tabwriter.NewWriter(c.App.Writer, 2, 4, 2, ' ', 0)
+			fmt.Fprintf(w, "HOST\tSTATE\tVERSION\tLAST SYNC\tLAG\tREFUSALS 1H\tMOUNTPOINT\tINDEX\n")
+			for _, r := range rows {
+				last := "never"
+				if !r.LastSync.IsZero() {
+					last = fmtTime(r.LastSync)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Host, r.State, r.Version, last, lag(r.Mount, now).Round(time.Second), r.Refusals1h, r.Mountpoint, r.Index)
+			}
+			_ = w.Flush()
+			active := 0
+			for _, p := range pins {
+				if p.Active(now) {
+					active++
+				}
+			}
+			fmt.Fprintf(c.App.Writer, "\n%d pins (%d active) in %s\n", len(pins), active, area.Where())
+			w = tabwriter.NewWriter(c.App.Writer, 2, 4, 2, ' ', 0)
+			for _, p := range pins {
+				if !p.Pinned {
+					continue
+				}
+				exp := "never"
+				if !p.Expires.IsZero() {
+					exp = fmtTime(p.Expires)
+					if !p.Active(now) {
+						exp += " (expired)"
+					}
+				}
+				fmt.Fprintf(w, "  %s\tsince %s\tby %s\texpires %s\t%s\n", p.Key, fmtTime(p.Since), p.By, exp, p.Why)
+			}
+			return w.Flush()
+		},
+	}
+}
+
+// lag is how long ago the mount's last successful sync started, by this host's clock.
+func lag(m shared.Mount, now time.Time) time.Duration {
+	if m.LastSync.IsZero() {
+		return now.Sub(m.Started)
+	}
+	return now.Sub(m.LastSync)
+}
+
+// fleetState: stopped (unmounted cleanly), stale (no heartbeat for two sync intervals: crashed or cut
+// off), failing (its last sync or pins read failed), ok.
+func fleetState(m shared.Mount, now time.Time) string {
+	interval := time.Duration(m.SyncInterval * float64(time.Second))
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	switch {
+	case m.Stopped:
+		return "stopped"
+	case now.Sub(m.Heartbeat) > 2*interval+10*time.Second:
+		return "stale"
+	case m.SyncError != "" || m.PinsError != "":
+		return "failing"
+	}
+	return "ok"
+}

@@ -1,0 +1,221 @@
+package guardd
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
+	"github.com/ckguard/ckguard/refindex/store/shared"
+)
+
+// fleet is this mount's part in the store's shared state (--shared, package shared): its pins come
+// from the area (refindex.WithSharedPins), and after every sync it writes its heartbeat into the
+// registry of mounts. Nothing of it runs under a lock of the enforcer or the index.
+type fleet struct {
+	cas  shared.CAS
+	pins *shared.Pins
+	log  *slog.Logger
+	rec  shared.Mount
+	met  *metrics.Metrics
+
+	mu       sync.Mutex
+	samples  []refusalSample // refusals counted at each heartbeat, for the last hour's
+	stale    bool            // ckguard_shared_state_stale
+	lastOK   time.Time       // the last heartbeat written
+	hbErrLog bool
+}
+
+type refusalSample struct {
+	at    time.Time
+	total float64
+}
+
+// staleAfter is how old this mount's view of the shared state may get before it counts as stale:
+// two sync intervals (one missed sync is not yet worth an alert).
+func staleAfter(interval time.Duration) time.Duration { return 2 * interval }
+
+func newFleet(c Config, cas shared.CAS, log *slog.Logger) *fleet {
+	host, _ := os.Hostname()
+	idx, _ := filepath.Abs(c.IndexDir)
+	mnt, _ := filepath.Abs(c.Mountpoint)
+	ver := "devel"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		ver = bi.Main.Version
+	}
+	if c.Version != "" {
+		ver = c.Version
+	}
+	f := &fleet{cas: cas, pins: shared.NewPins(cas, host), log: log}
+	f.rec = shared.Mount{ID: shared.MountID(host, idx), Host: host, Version: ver, Layout: shared.Version,
+		Store: c.StoreDir, Mountpoint: mnt, Index: idx, Started: time.Now().UTC(), SyncInterval: c.SyncInterval.Seconds()}
+	return f
+}
+
+// register adds the stale gauge to the mount's metrics.
+func (f *fleet) register(met *metrics.Metrics) {
+	f.met = met
+	met.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ckguard_shared_state_stale",
+		Help: "1 while this mount's view of the store's shared state (--shared: pins made on any host, the registry of mounts) is older than two sync intervals or its last read or heartbeat failed: a pin made on another host may not protect here yet (while the read fails no checkpoint is retired); 0 when fresh."},
+		func() float64 {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if f.stale {
+				return 1
+			}
+			return 0
+		}))
+}
+
+// afterSync writes the heartbeat and updates the staleness (called after every sync, outside locks).
+func (f *fleet) afterSync(ctx context.Context, ix *refindex.Index, syncErr error, interval time.Duration) {
+	ps := ix.SharedPinsStatus()
+	now := time.Now().UTC()
+	total := f.refusalsTotal() // before f.mu: gathering calls the stale gauge, which takes it
+	f.mu.Lock()
+	rec := f.rec
+	rec.Heartbeat = now
+	rec.PinsLoaded, rec.PinsError = ps.Loaded, ps.Error
+	if syncErr == nil {
+		rec.LastSync, rec.SyncError = now, ""
+	} else {
+		rec.SyncError = syncErr.Error()
+	}
+	rec.Refusals1h = f.refusalsLastHour(now, total)
+	f.mu.Unlock()
+	hctx, cancel := context.WithTimeout(ctx, max(interval, 10*time.Second))
+	defer cancel()
+	_, err := shared.Heartbeat(hctx, f.cas, rec)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rec.LastSync, f.rec.SyncError = rec.LastSync, rec.SyncError
+	if err != nil {
+		if !f.hbErrLog {
+			f.log.Warn("cannot write this mount's heartbeat into the shared state; other hosts' `ckguard fleet` will show it stale", "area", f.cas.Where(), "err", err)
+		}
+		f.hbErrLog = true
+	} else {
+		if f.hbErrLog {
+			f.log.Info("heartbeat written into the shared state again", "area", f.cas.Where())
+		}
+		f.hbErrLog = false
+		f.lastOK = now
+	}
+	f.stale = ps.Error != "" || ps.Loaded.IsZero() || time.Since(ps.Loaded) > staleAfter(interval) || err != nil
+}
+
+// stop marks the record stopped (a clean unmount), so the fleet view tells it from a crash.
+func (f *fleet) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	f.mu.Lock()
+	rec := f.rec
+	f.mu.Unlock()
+	rec.Heartbeat, rec.Stopped = time.Now().UTC(), true
+	if _, err := shared.Heartbeat(ctx, f.cas, rec); err != nil {
+		f.log.Warn("cannot mark this mount stopped in the shared state", "area", f.cas.Where(), "err", err)
+	}
+}
+
+// refusalsTotal is ckguard_refusals_total summed over its labels (without f.mu).
+func (f *fleet) refusalsTotal() float64 {
+	if f.met == nil {
+		return 0
+	}
+	total := 0.0
+	mfs, _ := f.met.Registry.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "ckguard_refusals_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			total += m.GetCounter().GetValue()
+		}
+	}
+	return total
+}
+
+// refusalsLastHour is the refusals counted since the oldest sample of the last hour (f.mu held).
+func (f *fleet) refusalsLastHour(now time.Time, total float64) int64 {
+	f.samples = append(f.samples, refusalSample{at: now, total: total})
+	i := 0
+	for i < len(f.samples)-1 && now.Sub(f.samples[i+1].at) >= time.Hour {
+		i++
+	}
+	f.samples = f.samples[i:]
+	if len(f.samples) == 1 || now.Sub(f.samples[0].at) < time.Hour {
+		// Less than an hour of samples: count from the mount's start (the counter starts at zero).
+		return int64(total)
+	}
+	return int64(total - f.samples[0].total)
+}
+
+// sweepLease is the lease (shared.Lease "sweeper") under which one --shared mount of the store at a
+// time runs the quarantine's TTL and space purges: two mounts never purge the same entry, and a
+// crashed holder's lease is taken over once it has gone unrenewed for its TTL (three sync intervals).
+type sweepLease struct {
+	l      *shared.Lease
+	log    *slog.Logger
+	held   bool // as last logged
+	errLog bool
+}
+
+// errLeaseLost keeps an entry when the lease lapsed during a purge (the fence).
+var errLeaseLost = errors.New("this mount no longer holds the store's sweeper lease (another mount purges now)")
+
+func newSweepLease(f *fleet, interval time.Duration, log *slog.Logger) *sweepLease {
+	return &sweepLease{l: shared.NewLease(f.cas, "sweeper", f.rec.ID, 3*interval), log: log}
+}
+
+// fenced takes or renews the lease and returns svc with every entry's purge fenced by it: an entry is
+// purged only while the lease is valid (its Referenced check fails otherwise, which keeps the entry).
+// ok is false when another mount holds the lease.
+func (sw *sweepLease) fenced(ctx context.Context, svc *quarantine.Direct) (*quarantine.Direct, bool) {
+	ok, err := sw.l.Hold(ctx)
+	if err != nil && !sw.errLog {
+		sw.log.Warn("cannot renew or take the store's sweeper lease; this mount does not purge the quarantine meanwhile", "err", err)
+	}
+	sw.errLog = err != nil
+	holder, gen := sw.l.Holder()
+	if ok != sw.held {
+		if ok {
+			sw.log.Info("this mount holds the store's sweeper lease: it purges the quarantine", "generation", gen)
+		} else {
+			sw.log.Info("another mount holds the store's sweeper lease: it purges the quarantine", "holder", holder, "generation", gen)
+		}
+		sw.held = ok
+	}
+	if !ok {
+		return nil, false
+	}
+	fenced := *svc
+	inner := svc.Referenced
+	fenced.Referenced = func(ctx context.Context, key string) (bool, error) {
+		if v, _ := sw.l.Valid(); !v {
+			return false, errLeaseLost
+		}
+		if inner == nil {
+			return false, nil
+		}
+		return inner(ctx, key)
+	}
+	return &fenced, true
+}
+
+// release gives the lease up at a clean stop.
+func (sw *sweepLease) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := sw.l.Release(ctx); err != nil {
+		sw.log.Warn("cannot release the store's sweeper lease; another mount takes it once it expires", "err", err)
+	}
+}

@@ -1,0 +1,265 @@
+package shared
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Local is the CAS of a local or NFS store: a record is a folder <name>.rec below Dir/Version whose
+// files are its generations, named by their number (zero-padded to 20 digits). The current version
+// is the highest generation. A write of generation g+1 is a temporary file, fsync'ed, then link(2)ed
+// to its generation's name: link never replaces, so of two writers conditional on g exactly one
+// succeeds (EEXIST for the other: ErrConflict), and a reader sees a generation whole or not at all.
+// On NFS a link whose reply was lost and retransmitted answers EEXIST although it was applied: the
+// name's inode is then the temporary file's, which Put checks.
+//
+// Old generations are removed by the writer of a newer one, keeping the last keepGens, in order, and
+// only a generation whose successor is older than gcAge by the store's clock (the new file's mtime): a
+// writer conditional on g links g+1, which must not have been removed meanwhile. Update reads right
+// before it writes, so that holds unless a process stops for gcAge between the two (then its link
+// could land as a generation below the newest, which no reader takes: the change is lost, never
+// applied over another). On NFS a listing may be cached (acdirmax): Get probes the generations above
+// the newest listed by name, which the server answers.
+type Local struct {
+	base string // <store root>/.ckguard/v1
+}
+
+const (
+	recSuffix = ".rec"
+	keepGens  = 8
+	gcAge     = time.Hour
+)
+
+// NewLocal opens (creating) the shared area of the local store at root.
+func NewLocal(root string) (*Local, error) {
+	base := filepath.Join(root, Dir, Version)
+	if err := os.MkdirAll(filepath.Join(base, ".tmp"), 0o700); err != nil {
+		return nil, fmt.Errorf("create the shared state folder %s: %w", base, err)
+	}
+	return &Local{base: base}, nil
+}
+
+// Where implements CAS.
+func (l *Local) Where() string { return l.base }
+
+func (l *Local) dir(name string) string {
+	return filepath.Join(l.base, filepath.FromSlash(name)+recSuffix)
+}
+
+func genName(g uint64) string { return fmt.Sprintf("%020d", g) }
+
+// version is the generation's number.
+func version(g uint64) string { return strconv.FormatUint(g, 10) }
+
+func parseVersion(v string) (uint64, error) {
+	g, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || g == 0 {
+		return 0, fmt.Errorf("bad shared record version %q", v)
+	}
+	return g, nil
+}
+
+// newest returns the highest generation of a record folder: the listing's, then probed upwards by
+// name (a listing cached by an NFS client may miss the newest).
+func newest(dir string) (uint64, error) {
+	gs, err := gens(dir)
+	if err != nil {
+		return 0, err
+	}
+	if len(gs) == 0 {
+		return 0, fs.ErrNotExist
+	}
+	g := gs[len(gs)-1]
+	for {
+		if _, err := os.Lstat(filepath.Join(dir, genName(g+1))); err != nil {
+			return g, nil
+		}
+		g++
+	}
+}
+
+// gens returns the generations present in a record folder, ascending.
+func gens(dir string) ([]uint64, error) {
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []uint64
+	for _, e := range es {
+		if g, err := strconv.ParseUint(e.Name(), 10, 64); err == nil && len(e.Name()) == 20 {
+			out = append(out, g)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out, nil
+}
+
+// Get implements CAS.
+func (l *Local) Get(ctx context.Context, name string) ([]byte, string, error) {
+	if err := ValidName(name); err != nil {
+		return nil, "", err
+	}
+	dir := l.dir(name)
+	for try := 0; ; try++ {
+		if err := ctx.Err(); err != nil {
+			return nil, "", err
+		}
+		g, err := newest(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, "", fmt.Errorf("shared record %s: %w", name, fs.ErrNotExist)
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("shared record %s: %w", name, err)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, genName(g)))
+		if errors.Is(err, fs.ErrNotExist) && try < 3 {
+			continue // removed after newer ones were written: read the newest again
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("shared record %s: %w", name, err)
+		}
+		return b, version(g), nil
+	}
+}
+
+// Put implements CAS.
+func (l *Local) Put(ctx context.Context, name string, data []byte, prev string) (string, error) {
+	if err := ValidName(name); err != nil {
+		return "", err
+	}
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	next := uint64(1)
+	if prev != "" {
+		g, err := parseVersion(prev)
+		if err != nil {
+			return "", err
+		}
+		next = g + 1
+	}
+	dir := l.dir(name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("shared record %s: %w", name, err)
+	}
+	if next == 1 {
+		// Generation 1 is removed once the record is past keepGens: a create must not link it anew
+		// under a record that exists (the window to the link is far shorter than gcAge).
+		if _, err := newest(dir); err == nil {
+			return "", ErrConflict
+		}
+	}
+	tmp, err := os.CreateTemp(filepath.Join(l.base, ".tmp"), "w-")
+	if err != nil {
+		return "", fmt.Errorf("shared record %s: %w", name, err)
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	var tst os.FileInfo
+	if err == nil {
+		tst, err = tmp.Stat()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("shared record %s: write %s: %w", name, tmp.Name(), err)
+	}
+	target := filepath.Join(dir, genName(next))
+	if err := os.Link(tmp.Name(), target); err != nil {
+		if !errors.Is(err, fs.ErrExist) {
+			return "", fmt.Errorf("shared record %s: %w", name, err)
+		}
+		if st, serr := os.Stat(target); serr != nil || !os.SameFile(st, tst) {
+			return "", ErrConflict
+		}
+		// NFS: our link was applied and its retransmission answered EEXIST.
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	l.collect(dir, next, target)
+	return version(next), nil
+}
+
+// collect removes old generations of a record after generation n was written (see Local).
+func (l *Local) collect(dir string, n uint64, newest string) {
+	st, err := os.Stat(newest)
+	if err != nil || n <= keepGens {
+		return
+	}
+	now := st.ModTime()
+	gs, err := gens(dir)
+	if err != nil {
+		return
+	}
+	mtimes := map[uint64]time.Time{}
+	for _, g := range gs {
+		if fi, err := os.Stat(filepath.Join(dir, genName(g))); err == nil {
+			mtimes[g] = fi.ModTime()
+		}
+	}
+	for _, g := range gs {
+		if g+keepGens > n {
+			break
+		}
+		succ, ok := mtimes[g+1]
+		if !ok || now.Sub(succ) < gcAge {
+			break // removed in order: a gap could let a stale writer's link land
+		}
+		_ = os.Remove(filepath.Join(dir, genName(g)))
+	}
+}
+
+// List implements CAS.
+func (l *Local) List(ctx context.Context, prefix string) ([]Entry, error) {
+	var out []Entry
+	err := filepath.WalkDir(l.base, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p != l.base && errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		if !d.IsDir() || p == l.base {
+			return nil
+		}
+		rel, _ := filepath.Rel(l.base, p)
+		rel = filepath.ToSlash(rel)
+		if strings.HasPrefix(rel, ".") {
+			return filepath.SkipDir
+		}
+		if !strings.HasSuffix(rel, recSuffix) {
+			if !strings.HasPrefix(rel+"/", prefix) && !strings.HasPrefix(prefix, rel+"/") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		name := strings.TrimSuffix(rel, recSuffix)
+		if strings.HasPrefix(name, prefix) {
+			if g, err := newest(p); err == nil {
+				out = append(out, Entry{Name: name, Version: version(g)})
+			}
+		}
+		return filepath.SkipDir
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the shared state %s: %w", l.base, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,182 @@
+package shared
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sync"
+	"time"
+)
+
+// Pin is one pin record, pins/<sha256 of the key, 32 hex digits>. An unpin keeps the record with
+// Pinned false (a change is a replace, never a delete), so its history shows who released it.
+type Pin struct {
+	Key     string    `json:"key"` // the _metadata's store key
+	Pinned  bool      `json:"pinned"`
+	Since   time.Time `json:"since"`            // when it was pinned (kept while pinned)
+	By      string    `json:"by,omitempty"`     // who: user@host, or the mount that moved it
+	Why     string    `json:"why,omitempty"`    // the operator's note
+	Expires time.Time `json:"expires,omitzero"` // after it the pin no longer protects (zero: never)
+	Changed time.Time `json:"changed"`          // the last change, by the writer's clock
+	ByHost  string    `json:"host,omitempty"`   // the host of the last change
+}
+
+// Active reports whether the pin protects at now.
+func (p Pin) Active(now time.Time) bool {
+	return p.Pinned && (p.Expires.IsZero() || now.Before(p.Expires))
+}
+
+// PinName is the record name of key's pin.
+func PinName(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return "pins/" + hex.EncodeToString(h[:16])
+}
+
+// Pins reads and writes the pins of a shared area. Load costs one listing (one request per 1,000
+// pins on S3) plus one read per pin record that changed since the last Load (the listing's versions
+// say which). Safe for concurrent use.
+type Pins struct {
+	c    CAS
+	host string // this host, recorded with each change
+	now  func() time.Time
+
+	mu    sync.Mutex
+	cache map[string]cachedPin // record name → the version read and its pin
+	reqs  int                  // requests of the last Load
+}
+
+type cachedPin struct {
+	ver string
+	pin Pin
+}
+
+// NewPins returns the pins of area c; host names this host in the records it writes.
+func NewPins(c CAS, host string) *Pins {
+	return &Pins{c: c, host: host, now: time.Now, cache: map[string]cachedPin{}}
+}
+
+// Where names the area.
+func (p *Pins) Where() string { return p.c.Where() }
+
+// List returns every pin record (active, expired and released), read afresh.
+func (p *Pins) List(ctx context.Context) ([]Pin, error) {
+	if _, err := p.Load(ctx); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]Pin, 0, len(p.cache))
+	for _, c := range p.cache {
+		out = append(out, c.pin)
+	}
+	return out, nil
+}
+
+// Load implements refindex.SharedPins: the active pins, key → since.
+func (p *Pins) Load(ctx context.Context) (map[string]time.Time, error) {
+	es, err := p.c.List(ctx, "pins/")
+	if err != nil {
+		return nil, err
+	}
+	reqs := 1
+	p.mu.Lock()
+	old := p.cache
+	p.mu.Unlock()
+	next := make(map[string]cachedPin, len(es))
+	for _, e := range es {
+		if c, ok := old[e.Name]; ok && c.ver == e.Version {
+			next[e.Name] = c
+			continue
+		}
+		data, ver, err := Read(ctx, p.c, e.Name)
+		reqs++
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var pin Pin
+		if err := json.Unmarshal(data, &pin); err != nil || pin.Key == "" || PinName(pin.Key) != e.Name {
+			return nil, fmt.Errorf("shared pin %s/%s is damaged (%v): move it away and pin again", p.c.Where(), e.Name, err)
+		}
+		next[e.Name] = cachedPin{ver: ver, pin: pin}
+	}
+	p.mu.Lock()
+	p.cache, p.reqs = next, reqs
+	p.mu.Unlock()
+	now := p.now()
+	out := map[string]time.Time{}
+	for _, c := range next {
+		if c.pin.Active(now) {
+			out[c.pin.Key] = c.pin.Since
+		}
+	}
+	return out, nil
+}
+
+// Requests is the number of requests the last Load sent.
+func (p *Pins) Requests() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.reqs
+}
+
+// Set implements refindex.SharedPins: pin or unpin key with a note (by whom, for the migration).
+func (p *Pins) Set(ctx context.Context, key string, pinned bool, note string) (time.Time, error) {
+	pin, err := p.Change(ctx, Pin{Key: key, Pinned: pinned, By: note})
+	return pin.Since, err
+}
+
+// Change writes want's state for want.Key: pinning keeps an active pin's since, who and why unless
+// want sets them (an expiry is replaced); unpinning an unpinned key changes nothing.
+func (p *Pins) Change(ctx context.Context, want Pin) (Pin, error) {
+	var got Pin
+	_, err := Update(ctx, p.c, PinName(want.Key), UpdateOptions{}, func(cur []byte, exists bool) ([]byte, error) {
+		now := p.now().UTC().Truncate(time.Second)
+		var old Pin
+		if exists {
+			if err := json.Unmarshal(cur, &old); err != nil {
+				return nil, fmt.Errorf("shared pin of %s is damaged: %w", want.Key, err)
+			}
+		}
+		next := old
+		next.Key = want.Key
+		switch {
+		case want.Pinned && old.Active(now) && want.Why == "" && want.Expires.IsZero() && (want.By == "" || want.By == old.By):
+			got = old
+			return nil, ErrNoChange // pinned already: the first pin's time and reason stay
+		case want.Pinned:
+			if !old.Active(now) {
+				next.Since = now
+				next.By, next.Why = "", ""
+			}
+			if want.By != "" {
+				next.By = want.By
+			}
+			if want.Why != "" {
+				next.Why = want.Why
+			}
+			next.Expires = want.Expires
+		case !old.Pinned:
+			got = old
+			return nil, ErrNoChange
+		default:
+			if want.By != "" {
+				next.By = want.By
+			}
+		}
+		next.Pinned = want.Pinned
+		next.Changed, next.ByHost = now, p.host
+		got = next
+		return json.Marshal(next)
+	})
+	if err != nil {
+		return Pin{}, fmt.Errorf("pin state of %s in %s: %w", want.Key, p.c.Where(), err)
+	}
+	return got, nil
+}

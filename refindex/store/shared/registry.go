@@ -1,0 +1,75 @@
+package shared
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Mount is a live mount's heartbeat record, mounts/<id>: each mount writes only its own, after every
+// sync (so the record's Heartbeat is at most a sync interval old while the mount runs).
+type Mount struct {
+	ID           string    `json:"id"`
+	Host         string    `json:"host"`
+	Version      string    `json:"version"`
+	Layout       string    `json:"layout"` // the shared layout the mount writes (Version)
+	Store        string    `json:"store"`
+	Mountpoint   string    `json:"mountpoint"`
+	Index        string    `json:"index"`
+	ReadOnly     bool      `json:"read_only,omitempty"`
+	Started      time.Time `json:"started"`
+	Heartbeat    time.Time `json:"heartbeat"` // by the mount's clock
+	SyncInterval float64   `json:"sync_interval_seconds"`
+	LastSync     time.Time `json:"last_sync,omitzero"` // start of the last successful sync
+	SyncError    string    `json:"sync_error,omitempty"`
+	PinsLoaded   time.Time `json:"pins_loaded,omitzero"` // start of the last successful load of the shared pins
+	PinsError    string    `json:"pins_error,omitempty"`
+	Refusals1h   int64     `json:"refusals_last_hour"`
+	Stopped      bool      `json:"stopped,omitempty"` // unmounted cleanly
+}
+
+var badIDChars = regexp.MustCompile(`[^a-z0-9._-]+`)
+
+// MountID is the record id of the mount of host whose index folder is index: a host may run several
+// mounts (one per store), each with its own index.
+func MountID(host, index string) string {
+	h := strings.Trim(badIDChars.ReplaceAllString(strings.ToLower(host), "-"), "-.")
+	if h == "" {
+		h = "host"
+	}
+	return h + "-" + strings.TrimPrefix(PinName(index), "pins/")[:12]
+}
+
+// Heartbeat writes m as its mount's record.
+func Heartbeat(ctx context.Context, c CAS, m Mount) (Result, error) {
+	return Update(ctx, c, "mounts/"+m.ID, UpdateOptions{}, func([]byte, bool) ([]byte, error) { return json.Marshal(m) })
+}
+
+// Mounts lists the registry (every record, stopped and stale ones too).
+func Mounts(ctx context.Context, c CAS) ([]Mount, error) {
+	es, err := c.List(ctx, "mounts/")
+	if err != nil {
+		return nil, err
+	}
+	var out []Mount
+	for _, e := range es {
+		data, _, err := Read(ctx, c, e.Name)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var m Mount
+		if err := json.Unmarshal(data, &m); err != nil {
+			return nil, fmt.Errorf("mount record %s/%s is damaged: %w", c.Where(), e.Name, err)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}

@@ -1,0 +1,121 @@
+package shared_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ckguard/ckguard/refindex/store/shared"
+	"github.com/ckguard/ckguard/refindex/store/shared/sharedtest"
+)
+
+// TestCASModel: random interleavings of N writers over a CAS whose writes fail before, after or
+// late (applied after the error was returned), seed by seed: no update lost, none applied twice.
+func TestCASModel(t *testing.T) {
+	seeds := 40
+	if testing.Short() {
+		seeds = 8
+	}
+	for seed := range seeds {
+		m := sharedtest.NewMem()
+		var mu sync.Mutex
+		r := rand.New(rand.NewPCG(uint64(seed), 7))
+		m.Faults = func() sharedtest.Fault {
+			mu.Lock()
+			defer mu.Unlock()
+			switch x := r.IntN(10); {
+			case x < 1:
+				return sharedtest.FailBefore
+			case x < 2:
+				return sharedtest.FailApplied
+			case x < 3:
+				return sharedtest.FailLate
+			}
+			return sharedtest.OK
+		}
+		sharedtest.CheckUpdates(t, m, 2+seed%5, 10)
+		if t.Failed() {
+			t.Fatalf("seed %d", seed)
+		}
+	}
+}
+
+// TestCASModelDetectsBlindWrites: the checker fails a CAS that writes without its condition, and a
+// protocol that retries an unknown outcome without looking for its write id, so the model can fail.
+func TestCASModelDetectsBlindWrites(t *testing.T) {
+	m := sharedtest.NewMem()
+	problems, _, err := sharedtest.RunUpdates(blindCAS{m}, 4, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(problems) == 0 {
+		t.Fatal("blind writes lost no update: the model cannot see a lost update")
+	}
+	t.Logf("blind writes: %d problems, first %s", len(problems), problems[0])
+
+	m = sharedtest.NewMem()
+	forget := forgetfulCAS{Mem: m}
+	problems, _, err = sharedtest.RunUpdates(&forget, 1, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(problems) == 0 {
+		t.Fatal("retries without write ids applied nothing twice: the model cannot see a doubled update")
+	}
+}
+
+// blindCAS ignores the condition: it writes on whatever version is current.
+type blindCAS struct{ *sharedtest.Mem }
+
+func (b blindCAS) Put(ctx context.Context, name string, data []byte, prev string) (string, error) {
+	time.Sleep(time.Millisecond) // widen the read-to-write window
+	_, cur, err := b.Mem.Get(ctx, name)
+	if err != nil {
+		cur = ""
+	}
+	return b.Mem.Put(ctx, name, data, cur)
+}
+
+// forgetfulCAS answers every applied write with an error once, and strips the write ids from what
+// it returns, as a protocol without them would see the record.
+type forgetfulCAS struct {
+	*sharedtest.Mem
+	n int
+}
+
+func (f *forgetfulCAS) Get(ctx context.Context, name string) ([]byte, string, error) {
+	b, v, err := f.Mem.Get(ctx, name)
+	if err != nil {
+		return b, v, err
+	}
+	var env shared.Envelope
+	if err := json.Unmarshal(b, &env); err != nil {
+		return nil, "", err
+	}
+	env.Writes = nil
+	b, _ = json.Marshal(env)
+	return b, v, nil
+}
+
+func (f *forgetfulCAS) Put(ctx context.Context, name string, data []byte, prev string) (string, error) {
+	f.n++
+	v, err := f.Mem.Put(ctx, name, data, prev)
+	if err == nil && f.n%2 == 1 {
+		return "", errors.New("applied, answered with an error")
+	}
+	return v, err
+}
+
+func TestLocalConformance(t *testing.T) {
+	sharedtest.Run(t, func(t *testing.T) shared.CAS {
+		l, err := shared.NewLocal(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	})
+}
