@@ -136,6 +136,12 @@ func (ix *Index) installUnknown(found map[string]store.UnknownSubtree, listedAt,
 	old := ix.mu.unknown
 	st := ix.mu.state
 	next := make([]UnknownSubtree, 0, len(found))
+	collapsedOld := map[string]*UnknownSubtree{}
+	for i := range old {
+		if old[i].Collapsed > 0 {
+			collapsedOld[old[i].Key] = &old[i]
+		}
+	}
 	for k, u := range found {
 		rec := UnknownSubtree{Key: k, Cause: u.Err.Error(), Since: listedAt, LastReadable: prevList, JobFolder: jobFolderOf(k)}
 		if u.HasUID {
@@ -144,7 +150,7 @@ func (ix *Index) installUnknown(found map[string]store.UnknownSubtree, listedAt,
 		}
 		if i := sort.Search(len(old), func(i int) bool { return old[i].Key >= k }); i < len(old) && old[i].Key == k {
 			rec.Since, rec.LastReadable = old[i].Since, old[i].LastReadable
-		} else if c := coveringCollapsed(old, k); c != nil {
+		} else if c := coveringCollapsed(collapsedOld, k); c != nil {
 			// Unknown at the last sync as part of a collapsed folder: what it holds was last read
 			// then, not at the listing before this one.
 			rec.Since, rec.LastReadable = c.Since, c.LastReadable
@@ -313,14 +319,24 @@ func mergeCovered(recs []UnknownSubtree, st *memState) []UnknownSubtree {
 	return out
 }
 
-// coveringCollapsed returns the collapsed entry of old at or above key, nil when there is none.
-func coveringCollapsed(old []UnknownSubtree, key string) *UnknownSubtree {
-	for i := range old {
-		if old[i].Collapsed > 0 && isBelow(key, old[i].Key) {
-			return &old[i]
+// coveringCollapsed returns the collapsed entry (of the last sync, by key) at or above key, nil when
+// there is none: one lookup per ancestor, so a sync with thousands of entries stays cheap under the
+// index's lock.
+func coveringCollapsed(collapsed map[string]*UnknownSubtree, key string) *UnknownSubtree {
+	if len(collapsed) == 0 {
+		return nil
+	}
+	for k := key; ; k = path.Dir(k) {
+		if k == "." {
+			k = ""
+		}
+		if c := collapsed[k]; c != nil {
+			return c
+		}
+		if k == "" {
+			return nil
 		}
 	}
-	return nil
 }
 
 // mergeUnknownTimes makes d first unknown at the earlier Since of d and r, and last read at the
