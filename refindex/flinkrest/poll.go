@@ -112,6 +112,9 @@ func (j *Job) fill(st CheckpointStats) {
 	}
 }
 
+// reportBudget bounds one endpoint's report, in request timeouts.
+const reportBudget = 3
+
 // Endpoint is an endpoint's state as the poller last saw it.
 type Endpoint struct {
 	URL string `json:"url"`
@@ -179,7 +182,12 @@ func (p *Poller) Poll(ctx context.Context) (Snapshot, []Change) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			reps[i], errs[i] = c.Report(ctx)
+			// A whole report is bounded too (an endpoint that answers the overview and then hangs
+			// would otherwise hold the sync loop a timeout per job): what did not arrive in time is
+			// a detail error, the jobs' states still count.
+			rctx, cancel := context.WithTimeout(ctx, reportBudget*c.cfg.Timeout)
+			defer cancel()
+			reps[i], errs[i] = c.Report(rctx)
 		}()
 	}
 	wg.Wait()
