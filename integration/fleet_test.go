@@ -55,6 +55,8 @@ func TestFleetSharedPins(t *testing.T) {
 			for range tc.mounts {
 				ps = append(ps, mntStart(t, store, "", mflags...))
 			}
+			// An observer: the shared pins protect through it; it writes nothing into the area.
+			obs := mntStart(t, store, "", append(append([]string{}, flags...), "--shared-read-only", "--sync-interval", interval.String())...)
 			cli := func(p *mntProc, args ...string) (string, int) {
 				t.Helper()
 				out, code := p.cli(append(args, flags...)...)
@@ -129,10 +131,23 @@ func TestFleetSharedPins(t *testing.T) {
 				}
 				t.Logf("pin on mount 1 → protected on mount %d after %s (sync interval %s): %s", i+2, time.Since(pinned).Round(time.Millisecond), interval, state(p, target))
 			}
+			deadline := pinned.Add(2*interval + 5*time.Second)
+			for state(obs, target) != "protected-by-policy" {
+				if time.Now().After(deadline) {
+					t.Fatalf("the read-only observer finds %s %s %s after the pin", target, state(obs, target), time.Since(pinned).Round(time.Millisecond))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err := os.Remove(obs.m(target)); !errors.Is(err, syscall.EPERM) {
+				t.Errorf("rm %s on the observer: %v, want EPERM", target, err)
+			}
+			if out, code := cli(obs, "pin", path.Dir(metas[0])); code == 0 || !strings.Contains(out, "--shared-read-only") {
+				t.Errorf("pin through the read-only observer: exit %d, want a refusal naming --shared-read-only: %s", code, out)
+			}
 			for i, p := range ps[1:] {
 				if err := os.Remove(p.m(target)); !errors.Is(err, syscall.EPERM) {
 					recs := p.auditRecords()
-				t.Errorf("rm %s on mount %d: %v, want EPERM (pinned on mount 1); last audit record %+v", target, i+2, err, recs[len(recs)-1])
+					t.Errorf("rm %s on mount %d: %v, want EPERM (pinned on mount 1); last audit record %+v", target, i+2, err, recs[len(recs)-1])
 				}
 			}
 
@@ -154,6 +169,9 @@ func TestFleetSharedPins(t *testing.T) {
 			seen := map[string]string{}
 			for _, m := range fl.Mounts {
 				seen[m.Index] = m.State
+			}
+			if _, listed := seen[obs.index]; listed {
+				t.Errorf("fleet lists the read-only observer, which writes nothing: %s", out)
 			}
 			for i, p := range ps {
 				if st := seen[p.index]; st != "ok" {
@@ -182,12 +200,19 @@ func TestFleetSharedPins(t *testing.T) {
 					time.Sleep(20 * time.Millisecond)
 				}
 			}
+			for state(obs, target) != "deletable" {
+				if time.Since(unpinned) > 2*interval+5*time.Second {
+					t.Fatalf("the observer still protects %s after the unpin", target)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
 			if err := os.Remove(ps[0].m(target)); err != nil {
 				t.Errorf("rm %s on mount 1 after the unpin: %v", target, err)
 			}
 			for _, p := range ps {
 				p.stop()
 			}
+			obs.stop()
 		})
 	}
 }

@@ -2,6 +2,7 @@ package refindex
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -21,6 +22,10 @@ type SharedPins interface {
 	// Where names the area in messages.
 	Where() string
 }
+
+// ErrSharedReadOnly is what a read-only SharedPins (an observer mount, --shared-read-only) answers to
+// Set: the index then keeps its local pins beside the shared ones instead of moving them.
+var ErrSharedReadOnly = errors.New("this mount only observes the store's shared state (--shared-read-only): pin and unpin through a mount or a host with write access to it")
 
 // WithSharedPins makes the index take its pins from the shared area of the store (see SharedPins).
 // Until a load succeeds, and while the last one failed, no checkpoint is retired (a pin made on
@@ -69,9 +74,19 @@ func (ix *Index) loadSharedPins(ctx context.Context) {
 	seq := ix.mu.shared.seq
 	ix.mu.RUnlock()
 	err := ix.migrateLocalPins(ctx, src)
+	var local map[string]time.Time
+	if errors.Is(err, ErrSharedReadOnly) {
+		// An observer cannot move them: they keep protecting here, beside the shared ones.
+		local, err = ix.readPinsFile()
+	}
 	var pins map[string]time.Time
 	if err == nil {
 		pins, err = src.Load(ctx)
+	}
+	for k, t := range local {
+		if _, ok := pins[k]; !ok && pins != nil {
+			pins[k] = t
+		}
 	}
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()
@@ -105,6 +120,9 @@ func (ix *Index) migrateLocalPins(ctx context.Context, src SharedPins) error {
 	}
 	for k := range local {
 		if _, err := src.Set(ctx, k, true, "moved from the local pins of index "+ix.dir); err != nil {
+			if errors.Is(err, ErrSharedReadOnly) {
+				return err
+			}
 			return fmt.Errorf("move the local pin of %s into the shared area %s: %w", k, src.Where(), err)
 		}
 	}

@@ -177,3 +177,41 @@ func TestSharedPinsMigration(t *testing.T) {
 		t.Errorf("migrated twice:\n%s", logs.String())
 	}
 }
+
+// readOnly is an observer's shared pins: loaded, never written.
+type readOnly struct{ *shared.Pins }
+
+func (readOnly) Set(context.Context, string, bool, string) (time.Time, error) {
+	return time.Time{}, refindex.ErrSharedReadOnly
+}
+
+// TestSharedPinsReadOnlyObserver: an observer's local pins keep protecting beside the shared ones
+// (they cannot be moved), the shared ones protect, and a pin through it is refused naming the mode.
+func TestSharedPinsReadOnlyObserver(t *testing.T) {
+	ctx := context.Background()
+	tr, cur, _ := sharedTree(t)
+	dir := t.TempDir()
+	ix := openIndex(t, dir, localStore(t, tr.Root))
+	syncIndex(t, ix)
+	if _, err := ix.Pin(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	ix.Close()
+	area := sharedArea(t, tr.Root)
+	writer := shared.NewPins(area, "w")
+	other := "flink-checkpoints/" + treegen.IncidentOneNewJob + "/chk-100274/_metadata"
+	if _, err := writer.Change(ctx, shared.Pin{Key: other, Pinned: true}); err != nil {
+		t.Fatal(err)
+	}
+	obs := openIndex(t, dir, localStore(t, tr.Root), refindex.WithSharedPins(readOnly{shared.NewPins(area, "o")}))
+	defer obs.Close()
+	syncIndex(t, obs)
+	for _, k := range []string{cur + "/_metadata", other} {
+		if d := obs.Decide(ctx, k, verdict.OpUnlink); d.Reason != verdict.ReasonPinned {
+			t.Errorf("%s on the observer: %+v", k, d)
+		}
+	}
+	if _, err := obs.Pin(ctx, cur); !errors.Is(err, refindex.ErrSharedReadOnly) {
+		t.Errorf("pin through the observer: %v, want ErrSharedReadOnly", err)
+	}
+}

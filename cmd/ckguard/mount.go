@@ -48,6 +48,7 @@ func mountCommand() *cli.Command {
 		&cli.StringFlag{Name: "quarantine-max-bytes", Usage: "with --quarantine: the quarantine holds at most this many bytes (e.g. 50GiB); over it the mount purges the oldest entries first, before their TTL, each logged and audited. Default: no bound"},
 		&cli.StringFlag{Name: "quarantine-min-free", Value: "5%", Usage: "with --quarantine, on a local, NFS or HDFS store: while the store's filesystem (HDFS: the cluster, or the store folder's space quota) has less free than this (bytes, or a percentage of its size), the mount purges the oldest quarantine entries first, before their TTL, each logged and audited, so that the safety net never fills the disk Flink checkpoints to. 0: no bound"},
 		&cli.BoolFlag{Name: "shared", Usage: "share pins and the registry of mounts with every other --shared mount of the store through its shared state folder (.ckguard at the store root, invisible in the mount): a `ckguard pin` on any host protects on every host from its next sync; `ckguard fleet` lists the mounts. Local, NFS, S3 and HDFS stores"},
+		&cli.BoolFlag{Name: "shared-read-only", Usage: "as --shared, but only observe: the pins in the store's shared state folder protect through this mount, which writes nothing there (no heartbeat, no pins through it; with --quarantine it stages deletions and leaves their purge to the --shared mounts); for hosts without write access to it"},
 		&cli.IntFlag{Name: "serve-procs", Value: 1, Usage: "GOMAXPROCS while the mount only answers requests (index syncs and queries raise it back); fewer idle Go threads make each request cheaper, rm -rf about 30% faster on 2 cores. 0: leave GOMAXPROCS alone. Local stores only, unless given explicitly"},
 	}
 	// --store, --index, --map, --entropy-key and the S3 flags are shared with every index command
@@ -211,6 +212,7 @@ func runMount(c *cli.Context) error {
 	}
 	cfg.Hold = c.String("hold")
 	cfg.Shared = c.Bool("shared")
+	cfg.SharedReadOnly = c.Bool("shared-read-only")
 	cfg.Version = version
 	cfg.Quarantine = c.Duration("quarantine")
 	if !c.IsSet("quarantine") && !storeStagesDeletions(cfg.StoreDir) {

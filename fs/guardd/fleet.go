@@ -28,6 +28,8 @@ type fleet struct {
 	rec  shared.Mount
 	met  *metrics.Metrics
 
+	readOnly bool // --shared-read-only: nothing is written into the area
+
 	mu       sync.Mutex
 	samples  []refusalSample // refusals counted at each heartbeat, for the last hour's
 	stale    bool            // ckguard_shared_state_stale
@@ -92,9 +94,12 @@ func (f *fleet) afterSync(ctx context.Context, ix *refindex.Index, syncErr error
 	}
 	rec.Refusals1h = f.refusalsLastHour(now, total)
 	f.mu.Unlock()
-	hctx, cancel := context.WithTimeout(ctx, max(interval, 10*time.Second))
-	defer cancel()
-	_, err := shared.Heartbeat(hctx, f.cas, rec)
+	var err error
+	if !f.readOnly {
+		hctx, cancel := context.WithTimeout(ctx, max(interval, 10*time.Second))
+		defer cancel()
+		_, err = shared.Heartbeat(hctx, f.cas, rec)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.rec.LastSync, f.rec.SyncError = rec.LastSync, rec.SyncError
@@ -163,23 +168,31 @@ func (f *fleet) refusalsLastHour(now time.Time, total float64) int64 {
 // time runs the quarantine's TTL and space purges: two mounts never purge the same entry, and a
 // crashed holder's lease is taken over once it has gone unrenewed for its TTL (three sync intervals).
 type sweepLease struct {
-	l      *shared.Lease
-	log    *slog.Logger
-	held   bool // as last logged
-	errLog bool
+	l       *shared.Lease
+	observe bool // --shared-read-only: never takes the lease (the writing mounts purge)
+	log     *slog.Logger
+	held    bool // as last logged
+	errLog  bool
 }
 
 // errLeaseLost keeps an entry when the lease lapsed during a purge (the fence).
 var errLeaseLost = errors.New("this mount no longer holds the store's sweeper lease (another mount purges now)")
 
 func newSweepLease(f *fleet, interval time.Duration, log *slog.Logger) *sweepLease {
-	return &sweepLease{l: shared.NewLease(f.cas, "sweeper", f.rec.ID, 3*interval), log: log}
+	return &sweepLease{l: shared.NewLease(f.cas, "sweeper", f.rec.ID, 3*interval), log: log, observe: f.readOnly}
 }
 
 // fenced takes or renews the lease and returns svc with every entry's purge fenced by it: an entry is
 // purged only while the lease is valid (its Referenced check fails otherwise, which keeps the entry).
 // ok is false when another mount holds the lease.
 func (sw *sweepLease) fenced(ctx context.Context, svc *quarantine.Direct) (*quarantine.Direct, bool) {
+	if sw.observe {
+		if !sw.errLog {
+			sw.log.Info("read-only observer: this mount stages deletions but never purges the quarantine; the --shared mounts of the store do, under their sweeper lease")
+			sw.errLog = true
+		}
+		return nil, false
+	}
 	ok, err := sw.l.Hold(ctx)
 	if err != nil && !sw.errLog {
 		sw.log.Warn("cannot renew or take the store's sweeper lease; this mount does not purge the quarantine meanwhile", "err", err)
@@ -213,9 +226,19 @@ func (sw *sweepLease) fenced(ctx context.Context, svc *quarantine.Direct) (*quar
 
 // release gives the lease up at a clean stop.
 func (sw *sweepLease) release() {
+	if sw.observe {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := sw.l.Release(ctx); err != nil {
 		sw.log.Warn("cannot release the store's sweeper lease; another mount takes it once it expires", "err", err)
 	}
+}
+
+// readOnlyPins is the shared pins of an observer (--shared-read-only): loaded, never written.
+type readOnlyPins struct{ *shared.Pins }
+
+func (readOnlyPins) Set(context.Context, string, bool, string) (time.Time, error) {
+	return time.Time{}, refindex.ErrSharedReadOnly
 }

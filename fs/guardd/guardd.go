@@ -81,6 +81,9 @@ type Config struct {
 	// Shared is --shared: pins come from the store's shared state folder (package shared) and the
 	// mount heartbeats into its registry, where the backend has one (Backend.Shared).
 	Shared bool
+	// SharedReadOnly is --shared-read-only: the shared pins protect here, but this mount writes nothing
+	// into the shared area (no heartbeat, no pins through it, no sweeping).
+	SharedReadOnly bool
 	// Version is the ckguard version the mount reports in the registry ("": the build's).
 	Version string
 }
@@ -287,7 +290,7 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	}
 	warnVolatile(c.IndexDir, log)
 	var fl *fleet
-	if c.Shared {
+	if c.Shared || c.SharedReadOnly {
 		if b.Shared == nil {
 			return fmt.Errorf("--shared: this store kind has no shared state area in this version; mount it without --shared")
 		}
@@ -297,8 +300,14 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 		}
 		fl = newFleet(c, cas, log)
 		fl.register(met)
-		opts = append(opts, refindex.WithSharedPins(fl.pins))
-		log.Info("shared state: pins from the store's shared area, heartbeat after every sync", "area", cas.Where(), "mount_id", fl.rec.ID)
+		if c.SharedReadOnly {
+			fl.readOnly = true
+			opts = append(opts, refindex.WithSharedPins(readOnlyPins{fl.pins}))
+			log.Info("shared state, read-only: pins from the store's shared area protect here; this mount writes nothing there (no heartbeat, no pins through it)", "area", cas.Where())
+		} else {
+			opts = append(opts, refindex.WithSharedPins(fl.pins))
+			log.Info("shared state: pins from the store's shared area, heartbeat after every sync", "area", cas.Where(), "mount_id", fl.rec.ID)
+		}
 	}
 	ix, err := refindex.Open(c.IndexDir, st, c.Policy, opts...)
 	if err != nil {
@@ -492,7 +501,7 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 			stage.tick(ctx)
 		}
 	}}
-	if fl != nil {
+	if fl != nil && !fl.readOnly {
 		defer fl.stop()
 	}
 	if loop.run(ctx, gone) == nil {
