@@ -28,7 +28,8 @@ type fleet struct {
 	rec  shared.Mount
 	met  *metrics.Metrics
 
-	readOnly bool // --shared-read-only: nothing is written into the area
+	readOnly bool                // --shared-read-only: nothing is written into the area
+	beat     *shared.Heartbeater // used by afterSync only (one sync at a time)
 
 	mu       sync.Mutex
 	samples  []refusalSample // refusals counted at each heartbeat, for the last hour's
@@ -57,7 +58,7 @@ func newFleet(c Config, cas shared.CAS, log *slog.Logger) *fleet {
 	if c.Version != "" {
 		ver = c.Version
 	}
-	f := &fleet{cas: cas, pins: shared.NewPins(cas, host), log: log}
+	f := &fleet{cas: cas, pins: shared.NewPins(cas, host), log: log, beat: shared.NewHeartbeater(cas)}
 	f.rec = shared.Mount{ID: shared.MountID(host, idx), Host: host, Version: ver, Layout: shared.Version,
 		Store: c.StoreDir, Mountpoint: mnt, Index: idx, Started: time.Now().UTC(), SyncInterval: c.SyncInterval.Seconds()}
 	return f
@@ -98,7 +99,7 @@ func (f *fleet) afterSync(ctx context.Context, ix *refindex.Index, syncErr error
 	if !f.readOnly {
 		hctx, cancel := context.WithTimeout(ctx, max(interval, 10*time.Second))
 		defer cancel()
-		_, err = shared.Heartbeat(hctx, f.cas, rec)
+		err = f.beat.Beat(hctx, rec)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

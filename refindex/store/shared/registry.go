@@ -50,6 +50,43 @@ func Heartbeat(ctx context.Context, c CAS, m Mount) (Result, error) {
 	return Update(ctx, c, "mounts/"+m.ID, UpdateOptions{}, func([]byte, bool) ([]byte, error) { return json.Marshal(m) })
 }
 
+// Heartbeater writes one mount's record, sparing the read of Update while it knows the record's
+// version: only this mount writes its record, so the version it wrote last is the current one unless
+// someone moved the record (then the conditional write fails and it falls back to Update). One PUT
+// per heartbeat at rest.
+type Heartbeater struct {
+	c    CAS
+	last string // the version this side wrote last ("" unknown)
+}
+
+// NewHeartbeater returns a Heartbeater over c.
+func NewHeartbeater(c CAS) *Heartbeater { return &Heartbeater{c: c} }
+
+// Beat writes m.
+func (h *Heartbeater) Beat(ctx context.Context, m Mount) error {
+	data, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	name := "mounts/" + m.ID
+	if h.last != "" {
+		env, _ := json.Marshal(Envelope{Format: 1, Writes: []string{newID()}, Data: data})
+		v, err := h.c.Put(ctx, name, env, h.last)
+		if err == nil {
+			h.last = v
+			return nil
+		}
+		h.last = ""
+		// Conflict or unknown outcome: Update reads and writes again (a heartbeat twice is harmless).
+	}
+	r, err := Update(ctx, h.c, name, UpdateOptions{}, func([]byte, bool) ([]byte, error) { return data, nil })
+	if err != nil {
+		return err
+	}
+	h.last = r.Version
+	return nil
+}
+
 // Mounts lists the registry (every record, stopped and stale ones too).
 func Mounts(ctx context.Context, c CAS) ([]Mount, error) {
 	es, err := c.List(ctx, "mounts/")

@@ -119,3 +119,32 @@ func TestLocalConformance(t *testing.T) {
 		return l
 	})
 }
+
+// TestHeartbeaterOnePutAtRest: after its first beat a Heartbeater writes with one Put per beat, and
+// falls back to a read when someone else moved its record.
+func TestHeartbeaterOnePutAtRest(t *testing.T) {
+	ctx := context.Background()
+	m := sharedtest.NewMem()
+	h := shared.NewHeartbeater(m)
+	rec := shared.Mount{ID: "h-1", Host: "h"}
+	for i := range 5 {
+		rec.Refusals1h = int64(i)
+		if err := h.Beat(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m.Puts != 5 {
+		t.Errorf("%d Puts for 5 beats, want 5", m.Puts)
+	}
+	// Someone else rewrites the record: the next beat conflicts once, reads and writes.
+	if _, err := shared.Heartbeat(ctx, m, shared.Mount{ID: "h-1", Host: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Beat(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := shared.Mounts(ctx, m)
+	if err != nil || len(ms) != 1 || ms[0].Host != "h" || ms[0].Refusals1h != 4 {
+		t.Fatalf("registry = %+v %v", ms, err)
+	}
+}
