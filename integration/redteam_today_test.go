@@ -1,0 +1,121 @@
+package integration
+
+import (
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ckguard/ckguard/refindex/treegen"
+)
+
+// Red team of the day's merges (issues 29, 30, --hold, --shared): each test states the attack, what a
+// defended guard does, and asserts that. A test that fails shows a hole in today's code.
+
+// TestRedteamNewerFormatNestedJobFolder: nobody, in the 1777 scratch folder, makes two folders of its
+// own (scratch/x/job) and writes a newer-format `_metadata` at scratch/x/job/chk-3/_metadata. The
+// "job folder owner" test of badmeta.go (the owner of the job folder and of the folder around it)
+// passes, since nobody made both: the guard then trusts it as a Flink JobManager's and refuses every
+// deletion in the store (scope "store"), an outage any user who may create a folder anywhere in the
+// store causes with one 16-byte file. Defended: it refuses only its own folder (scope "folder"), as
+// for scratch/job/chk-3/_metadata (TestUnprivUnjudgeableMetadataScope/newer-nobody).
+func TestRedteamNewerFormatNestedJobFolder(t *testing.T) {
+	mntRequire(t)
+	newer := []byte("\x49\x60\x67\x2d\x00\x00\x00\x09\x00\x00\x00\x00\x00\x00\x00\x01")
+	base, root, ref := matrixStore(t, "ckguard-redteam-nested-")
+	p := sharedMount(t, base, root)
+	bad := "scratch/x/job/chk-3/_metadata"
+	if out, code := asNobody(t, "/usr/bin/python3", "-c", `
+import os, sys
+os.makedirs(os.path.dirname(sys.argv[2]))
+with open(sys.argv[2], "wb") as dst:
+    dst.write(bytes.fromhex(sys.argv[1]))
+`, hex.EncodeToString(newer), p.m(bad)); code != 0 {
+		t.Fatalf("writing %s as nobody: exit %d\n%s", bad, code, out)
+	}
+	waitSyncAfter(t, p, time.Now())
+	waitSyncAfter(t, p, time.Now())
+	s := p.stats()
+	if len(s.BadMetadata) != 1 || s.BadMetadata[0].Metadata != bad {
+		t.Fatalf("stats: bad %+v, want %s", s.BadMetadata, bad)
+	}
+	if s.BadMetadata[0].Scope != "folder" {
+		t.Errorf("nobody's newer-format %s two folders deep in the 1777 scratch folder has scope %q, want \"folder\" (nobody is no job folder owner the store can trust)",
+			bad, s.BadMetadata[0].Scope)
+	}
+	elsewhereDecided(t, p, ref, "nobody's newer-format _metadata in scratch/x/job")
+}
+
+// TestRedteamUnknownUnconfinedByForgedMetadata: confinement (unknown.go) trusts as "Flink" every owner
+// of an indexed `_metadata` of the store. nobody writes one (a copy of a real Flink `_metadata`) into
+// the 1777 scratch folder, and a folder of its own it makes unreadable to the guard (mode 700; the
+// daemon as root without CAP_DAC_OVERRIDE, as under NFS root squash). The folder is then no longer
+// confined: its scope takes every file whose last reference is retired after it went dark, anywhere in
+// the store, for as long as nobody keeps it (and the tombstones are kept as long). The Flink user's
+// cleanup of a dead job (rm -rf of its folder through the mount) then removes none of the files its
+// checkpoints referenced. Defended: a folder of a user who owns no `_metadata` in a job folder they
+// did not make themselves stays confined (or at least the cleanup removes the dead job's garbage).
+func TestRedteamUnknownUnconfinedByForgedMetadata(t *testing.T) {
+	mntRequire(t)
+	real := realFlinkMetadata(t)
+	base, tr := unprivStore(t, "ckguard-redteam-forged-")
+	root := tr.Root
+	if err := os.Mkdir(filepath.Join(root, "scratch"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("chmod", "-R", "a+rwX", root).CombinedOutput(); err != nil {
+		t.Fatalf("chmod: %v %s", err, out)
+	}
+	if err := os.Chmod(filepath.Join(root, "scratch"), 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	p := sharedProc(t, base, root)
+	p.wrap = []string{"setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--inh-caps", "-dac_override,-dac_read_search", "--"}
+	p.start("--allow-other")
+	waitSyncAfter(t, p, time.Now())
+	if out, code := asNobody(t, "/usr/bin/python3", "-c", `
+import os, sys
+m = sys.argv[2]
+os.makedirs(os.path.join(m, "scratch/mine/chk-1"))
+with open(os.path.join(m, "scratch/mine/chk-1/_metadata"), "wb") as f:
+    f.write(bytes.fromhex(sys.argv[1]))
+os.makedirs(os.path.join(m, "scratch/dark/inner"))
+open(os.path.join(m, "scratch/dark/inner/f"), "w").close()
+os.chmod(os.path.join(m, "scratch/dark"), 0o700)
+`, hex.EncodeToString(real), p.mnt); code != 0 {
+		t.Fatalf("as nobody: exit %d\n%s", code, out)
+	}
+	waitSyncAfter(t, p, time.Now())
+	waitSyncAfter(t, p, time.Now())
+	s := p.stats()
+	var dark *struct{ confined bool }
+	for _, u := range s.UnknownSubtrees {
+		if u.Key == "scratch/dark" {
+			dark = &struct{ confined bool }{u.Confined}
+		}
+	}
+	if dark == nil {
+		t.Fatalf("scratch/dark not an unknown subtree: %+v\n%s", s.UnknownSubtrees, p.logText())
+	}
+	if !dark.confined {
+		t.Errorf("nobody's unreadable scratch/dark is not confined once nobody wrote a _metadata of its own into scratch: %+v", s.UnknownSubtrees)
+	}
+	// The Flink user (root here) removes the dead job's folder through the mount.
+	before := time.Now()
+	outb, _ := exec.Command("rm", "-rf", p.m(tr.Purge)).CombinedOutput()
+	out, code := string(outb), 0
+	waitSyncAfter(t, p, before)
+	garbage := tr.Garbage(tr.Purge, treegen.DefaultPolicy)
+	left := 0
+	for _, k := range garbage {
+		if _, err := os.Lstat(filepath.Join(root, k)); err == nil {
+			left++
+		}
+	}
+	if left > 0 {
+		t.Errorf("rm -rf %s through the mount (exit %d) left %d of its %d garbage files while nobody's folder is dark:\n%s\n%s",
+			tr.Purge, code, left, len(garbage), out, p.logText())
+	}
+}
