@@ -77,11 +77,12 @@ func TestRedteamUnknownUnconfinedByForgedMetadata(t *testing.T) {
 	waitSyncAfter(t, p, time.Now())
 	if out, code := asNobody(t, "/usr/bin/python3", "-c", `
 import os, sys
+os.umask(0)  # the daemon (no CAP_DAC_OVERRIDE) creates in nobody's folders only where they are 0777
 m = sys.argv[2]
-os.makedirs(os.path.join(m, "scratch/mine/chk-1"))
+os.makedirs(os.path.join(m, "scratch/mine/chk-1"), 0o777)
 with open(os.path.join(m, "scratch/mine/chk-1/_metadata"), "wb") as f:
     f.write(bytes.fromhex(sys.argv[1]))
-os.makedirs(os.path.join(m, "scratch/dark/inner"))
+os.makedirs(os.path.join(m, "scratch/dark/inner"), 0o777)
 open(os.path.join(m, "scratch/dark/inner/f"), "w").close()
 os.chmod(os.path.join(m, "scratch/dark"), 0o700)
 `, hex.EncodeToString(real), p.mnt); code != 0 {
@@ -104,8 +105,8 @@ os.chmod(os.path.join(m, "scratch/dark"), 0o700)
 	}
 	// The Flink user (root here) removes the dead job's folder through the mount.
 	before := time.Now()
-	outb, _ := exec.Command("rm", "-rf", p.m(tr.Purge)).CombinedOutput()
-	out, code := string(outb), 0
+	outb, rmErr := exec.Command("rm", "-rf", p.m(tr.Purge)).CombinedOutput()
+	out := string(outb)
 	waitSyncAfter(t, p, before)
 	garbage := tr.Garbage(tr.Purge, treegen.DefaultPolicy)
 	left := 0
@@ -115,7 +116,8 @@ os.chmod(os.path.join(m, "scratch/dark"), 0o700)
 		}
 	}
 	if left > 0 {
-		t.Errorf("rm -rf %s through the mount (exit %d) left %d of its %d garbage files while nobody's folder is dark:\n%s\n%s",
-			tr.Purge, code, left, len(garbage), out, p.logText())
+		t.Errorf("rm -rf %s through the mount (%v) left %d of its %d garbage files while nobody's folder is dark:\n%s\n%s",
+			tr.Purge, rmErr, left, len(garbage), out, firstLines(p.logText(), 5))
 	}
 }
+
