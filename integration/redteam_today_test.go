@@ -5,6 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -121,3 +124,82 @@ os.chmod(os.path.join(m, "scratch/dark"), 0o700)
 	}
 }
 
+
+// TestRedteamSharedAreaPremadeByNobody (ops deployment: the store root is a world-writable 1777
+// export, as Flink's users share it; --shared is turned on later). Before the first --shared mount,
+// nobody makes the store's .ckguard folder beside the mount (mode 0777, nobody's). The mount creates
+// .ckguard/v1 (root's, 0700) inside it and pins live there. An operator pins an old retained
+// checkpoint to restore a job from it. nobody, who may not read v1, still owns .ckguard: it renames
+// v1 away and puts an empty v1 of its own in its place. At the next sync the pin is gone on every
+// mount, and the Flink user's cleanup deletes the pinned checkpoint (a wrong "yes"). Defended: the
+// mount refuses (or never uses) a shared area it does not own that others may write, naming it; or
+// the pin stays in force.
+func TestRedteamSharedAreaPremadeByNobody(t *testing.T) {
+	mntRequire(t)
+	base, tr := unprivStore(t, "ckguard-redteam-sharedarea-")
+	root := tr.Root
+	if err := os.Chmod(root, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	p := sharedProc(t, base, root)
+	if err := os.Chmod(base, 0o711); err != nil { // nobody reaches the store beside the mount
+		t.Fatal(err)
+	}
+	if out, code := asNobody(t, "/usr/bin/python3", "-c", `
+import os, sys
+os.umask(0)
+os.mkdir(os.path.join(sys.argv[1], ".ckguard"), 0o777)
+`, root); code != 0 {
+		t.Fatalf("as nobody: exit %d\n%s", code, out)
+	}
+	p.start("--allow-other", "--shared")
+	waitSyncAfter(t, p, time.Now())
+	state := func(key string) string {
+		t.Helper()
+		buf := make([]byte, 256)
+		n, err := syscall.Getxattr(p.m(key), "user.ckguard.state", buf)
+		if err != nil {
+			t.Fatalf("state of %s: %v", key, err)
+		}
+		return string(buf[:n])
+	}
+	var metas []string
+	for m := range tr.Live {
+		metas = append(metas, m)
+	}
+	sort.Strings(metas)
+	target := ""
+	for _, m := range metas {
+		if state(m) == "deletable" {
+			target = m
+			break
+		}
+	}
+	if target == "" {
+		t.Fatalf("no deletable live checkpoint among %v", metas)
+	}
+	if out, code := p.cli("pin", target, "--why", "restore job from it"); code != 0 {
+		t.Fatalf("pin %s: exit %d\n%s", target, code, out)
+	}
+	waitSyncAfter(t, p, time.Now())
+	if got := state(target); got != "protected-by-policy" {
+		t.Fatalf("pinned %s is %s, want protected-by-policy\n%s", target, got, firstLines(p.logText(), 40))
+	}
+	out, code := asNobody(t, "/usr/bin/python3", "-c", `
+import os, sys
+os.umask(0)
+d = os.path.join(sys.argv[1], ".ckguard")
+os.rename(os.path.join(d, "v1"), os.path.join(d, "stolen"))
+os.makedirs(os.path.join(d, "v1", ".tmp"), 0o777)
+os.makedirs(os.path.join(d, "v1", "pins"), 0o777)
+print("swapped")
+`, root)
+	t.Logf("nobody swaps .ckguard/v1: exit %d: %s", code, strings.TrimSpace(out))
+	waitSyncAfter(t, p, time.Now())
+	waitSyncAfter(t, p, time.Now())
+	if got := state(target); got != "protected-by-policy" {
+		err := os.Remove(p.m(target))
+		t.Errorf("after nobody swapped the shared area it made (.ckguard, 0777) the pinned %s is %s; root's rm of it through the mount: %v (want the pin in force)\n%s",
+			target, got, err, firstLines(p.logText(), 40))
+	}
+}
