@@ -124,7 +124,6 @@ os.chmod(os.path.join(m, "scratch/dark"), 0o700)
 	}
 }
 
-
 // TestRedteamSharedAreaPremadeByNobody (ops deployment: the store root is a world-writable 1777
 // export, as Flink's users share it; --shared is turned on later). Before the first --shared mount,
 // nobody makes the store's .ckguard folder beside the mount (mode 0777, nobody's). The mount creates
