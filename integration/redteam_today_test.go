@@ -202,3 +202,52 @@ print("swapped")
 			target, got, err, firstLines(p.logText(), 40))
 	}
 }
+
+// TestRedteamOverwriteLiveMetadata: in a store where every folder and file is writable by everyone
+// (matrixStore), nobody tries, through the mount, to turn the protected newest `_metadata` of the
+// Flink user's running job into a
+// "damaged" one (which protects nothing but itself) by writing over it in place (no truncation), by
+// O_TRUNC, and by renaming a file of its own over it. Defended: each is refused (a live checkpoint's
+// `_metadata` is protected), the `_metadata` is unchanged, and its referenced file is still refused.
+func TestRedteamOverwriteLiveMetadata(t *testing.T) {
+	mntRequire(t)
+	base, root, ref := matrixStore(t, "ckguard-redteam-overwrite-")
+	p := sharedMount(t, base, root)
+	waitSyncAfter(t, p, time.Now())
+	// The running job's newest checkpoint: protected (an unlink is refused). An older one that an
+	// unlink may remove may also be written over: that is no more than its deletion.
+	meta := "checkpoints/" + treegen.IncidentTwoNewJob + "/chk-352/_metadata"
+	buf := make([]byte, 64)
+	if n, err := syscall.Getxattr(p.m(meta), "user.ckguard.state", buf); err != nil || string(buf[:n]) != "protected-by-policy" {
+		t.Fatalf("state of %s: %q %v, want protected-by-policy", meta, buf[:n], err)
+	}
+	before, err := os.ReadFile(filepath.Join(root, meta))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := unprivAttempts(t, `
+def inplace():
+    fd = os.open(sys.argv[1], os.O_WRONLY)
+    try:
+        os.pwrite(fd, b"\0" * 64, 0)
+    finally:
+        os.close(fd)
+def trunc():
+    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC)
+    os.close(fd)
+def over():
+    with open(sys.argv[2], "wb") as f:
+        f.write(b"junk")
+    os.rename(sys.argv[2], sys.argv[1])
+attempt("inplace", inplace)
+attempt("trunc", trunc)
+attempt("over", over)
+`, p.m(meta), p.m(filepath.Dir(meta)+"/junk"))
+	after, _ := os.ReadFile(filepath.Join(root, meta))
+	if string(after) != string(before) || res["inplace"] == "OK" || res["trunc"] == "OK" || res["over"] == "OK" {
+		t.Errorf("as nobody on live %s: write in place %s, O_TRUNC %s, rename over %s (want all refused); content unchanged %v",
+			meta, res["inplace"], res["trunc"], res["over"], string(after) == string(before))
+	}
+	waitSyncAfter(t, p, time.Now())
+	elsewhereDecided(t, p, ref, "after the attempts on "+meta)
+}
