@@ -251,3 +251,47 @@ attempt("over", over)
 	waitSyncAfter(t, p, time.Now())
 	elsewhereDecided(t, p, ref, "after the attempts on "+meta)
 }
+
+// TestRedteamUnknownForgedAtFirstBuild: the same plant as TestRedteamUnknownUnconfinedByForgedMetadata
+// (nobody's copy of a real `_metadata` in scratch/mine/chk-1, nobody's mode-700 scratch/dark), present
+// when the index is built (a new index folder, a rebuild after an upgrade or a damaged index: a rebuild
+// keeps no tombstones, so every unknown entry counts as never read). The unconfined entry then refuses
+// every deletion in the store ("a `_metadata` never read may lie in"), until nobody chooses to make
+// its folder readable. Defended: unrelated old garbage elsewhere is deleted, the referenced file refused.
+func TestRedteamUnknownForgedAtFirstBuild(t *testing.T) {
+	mntRequire(t)
+	real := realFlinkMetadata(t)
+	base, root, ref := matrixStore(t, "ckguard-redteam-forged-build-")
+	// What nobody made earlier through the mount (as TestRedteamUnknownUnconfinedByForgedMetadata
+	// shows it can), made here beside it and given to nobody.
+	for _, d := range []string{"scratch/mine/chk-1", "scratch/dark/inner"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "scratch/mine/chk-1/_metadata"), real, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "scratch/dark/inner/f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"scratch/mine", "scratch/dark"} {
+		if out, err := exec.Command("chown", "-R", nobodyUID+":"+nobodyUID, filepath.Join(root, d)).CombinedOutput(); err != nil {
+			t.Fatalf("chown: %v %s", err, out)
+		}
+	}
+	if err := os.Chmod(filepath.Join(root, "scratch/dark"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	p := sharedProc(t, base, root)
+	p.wrap = []string{"setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--inh-caps", "-dac_override,-dac_read_search", "--"}
+	p.start("--allow-other")
+	waitSyncAfter(t, p, time.Now())
+	waitSyncAfter(t, p, time.Now())
+	s := p.stats()
+	if len(s.UnknownSubtrees) != 1 || s.UnknownSubtrees[0].Key != "scratch/dark" {
+		t.Fatalf("unknown subtrees %+v, want scratch/dark\n%s", s.UnknownSubtrees, firstLines(p.logText(), 20))
+	}
+	t.Logf("scratch/dark: confined %v, last readable %s", s.UnknownSubtrees[0].Confined, s.UnknownSubtrees[0].LastReadable)
+	elsewhereDecided(t, p, ref, "nobody's forged _metadata and unreadable folder at the index's first build")
+}
