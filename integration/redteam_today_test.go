@@ -295,3 +295,47 @@ func TestRedteamUnknownForgedAtFirstBuild(t *testing.T) {
 	t.Logf("scratch/dark: confined %v, last readable %s", s.UnknownSubtrees[0].Confined, s.UnknownSubtrees[0].LastReadable)
 	elsewhereDecided(t, p, ref, "nobody's forged _metadata and unreadable folder at the index's first build")
 }
+
+// TestRedteamSharedAreaSymlink (ops deployment: the store root is a 1777 export): before the first
+// --shared mount, nobody makes the store's .ckguard a symlink to a folder of root's outside the store
+// that nobody may not even read. The daemon, root, follows it: it makes its shared state folders and
+// records there (its MkdirAll and writes follow symlinks), so a local user picks where root creates
+// folders and files. Defended: the mount refuses a .ckguard that is a symlink (or not its own), naming
+// it, and writes nothing through it. (The quarantine folder has this check: quarantine/local.go
+// ownFolder, TestUnprivPlantedQuarantineFolder.) A fix that makes the mount refuse to start needs this
+// test (and TestRedteamSharedAreaPremadeByNobody) to expect the early exit: p.start fails the test
+// when the mount exits.
+func TestRedteamSharedAreaSymlink(t *testing.T) {
+	mntRequire(t)
+	base, tr := unprivStore(t, "ckguard-redteam-sharedlink-")
+	root := tr.Root
+	if err := os.Chmod(root, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := filepath.Join(base, "root-only")
+	if err := os.Mkdir(elsewhere, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	p := sharedProc(t, base, root)
+	if err := os.Chmod(base, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := asNobody(t, "/usr/bin/python3", "-c", `
+import os, sys
+os.symlink(sys.argv[2], os.path.join(sys.argv[1], ".ckguard"))
+`, root, elsewhere); code != 0 {
+		t.Fatalf("as nobody: exit %d\n%s", code, out)
+	}
+	p.start("--allow-other", "--shared")
+	waitSyncAfter(t, p, time.Now())
+	var made []string
+	filepath.WalkDir(elsewhere, func(q string, d os.DirEntry, err error) error {
+		if err == nil && q != elsewhere {
+			made = append(made, strings.TrimPrefix(q, elsewhere+"/"))
+		}
+		return nil
+	})
+	if len(made) > 0 {
+		t.Errorf("through nobody's symlink .ckguard -> %s the root daemon made %d entries there, e.g. %v", elsewhere, len(made), made[:min(len(made), 5)])
+	}
+}
