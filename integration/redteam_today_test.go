@@ -339,3 +339,85 @@ os.symlink(sys.argv[2], os.path.join(sys.argv[1], ".ckguard"))
 		t.Errorf("through nobody's symlink .ckguard -> %s the root daemon made %d entries there, e.g. %v", elsewhere, len(made), made[:min(len(made), 5)])
 	}
 }
+
+// TestRedteamHoldFolderRenameLeaksFlag (--hold, local): the hook that clears a flag before the
+// mount's own change (BeforeChange) looks up the changed key only, and a pass releases a flag by the
+// key it set it at. A checkpoint is retired through the mount (its `_metadata` deleted): its files
+// are no longer protected but still flagged until the next pass. Its folder is then renamed through
+// the mount (allowed: nothing in it is referenced; the kernel renames a folder whatever its files'
+// flags). The pass after that finds nothing at the old keys and forgets them: the files keep
+// FS_IMMUTABLE_FL at their new names forever, so the Flink user's rm -rf of that garbage through the
+// mount fails (EPERM from the filesystem, the guard having allowed it) until root runs chattr -i.
+// Defended: after the next sync no flag is left on an unreferenced file, and rm -rf removes it.
+func TestRedteamHoldFolderRenameLeaksFlag(t *testing.T) {
+	mntRequire(t)
+	base, tr := immutableStore(t)
+	args := []string{"--allow-other", "--hold", "required", "--sync-interval", "1h", "--max-staleness", "3h"}
+	p := sharedMount(t, base, tr.Root, args[1:]...)
+	prot := protectedSet(tr)
+	waitFlags(t, p, tr, tr.AllFiles(), prot, "first pass")
+	state := func(key string) string {
+		buf := make([]byte, 64)
+		n, err := syscall.Getxattr(p.m(key), "user.ckguard.state", buf)
+		if err != nil {
+			return err.Error()
+		}
+		return string(buf[:n])
+	}
+	var metas []string
+	for m := range tr.Live {
+		metas = append(metas, m)
+	}
+	sort.Strings(metas)
+	meta := ""
+	for _, m := range metas {
+		if state(m) == "deletable" {
+			meta = m
+			break
+		}
+	}
+	if meta == "" {
+		t.Fatalf("no deletable live checkpoint among %v", metas)
+	}
+	chk := filepath.ToSlash(filepath.Dir(meta))
+	var own []string
+	for _, k := range tr.AllFiles() {
+		if strings.HasPrefix(k, chk+"/") && k != meta && immutable(t, tr, k) {
+			own = append(own, k)
+		}
+	}
+	if len(own) == 0 {
+		t.Fatalf("no flagged file in %s besides its _metadata", chk)
+	}
+	if err := os.Remove(p.m(meta)); err != nil {
+		t.Fatalf("rm %s through the mount: %v", meta, err)
+	}
+	if !immutable(t, tr, own[0]) {
+		t.Skipf("%s released at once (a pass ran): the window this test needs is gone", own[0])
+	}
+	moved := chk + "-moved"
+	if err := os.Rename(p.m(chk), p.m(moved)); err != nil {
+		t.Fatalf("mv %s %s through the mount: %v (state of %s: %s)", chk, moved, err, own[0], state(own[0]))
+	}
+	// The next sync and pass (a restart: the sync interval is an hour).
+	p.stop()
+	p.start(args...)
+	var out []byte
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Second) {
+		if out, err = exec.Command("rm", "-rf", p.m(moved)).CombinedOutput(); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	var left []string
+	for _, k := range own {
+		nk := moved + strings.TrimPrefix(k, chk)
+		if _, serr := os.Lstat(filepath.Join(tr.Root, nk)); serr == nil && immutable(t, tr, nk) {
+			left = append(left, nk)
+		}
+	}
+	if len(left) > 0 || err != nil {
+		t.Errorf("after retiring %s and renaming its folder through the mount, then a restart and its pass: rm -rf %s through the mount (retried for 20 s): %v; %d file(s) still immutable, e.g. %v\n%s",
+			meta, moved, err, len(left), left[:min(len(left), 3)], firstLines(string(out), 5))
+	}
+}
