@@ -151,56 +151,7 @@ os.mkdir(os.path.join(sys.argv[1], ".ckguard"), 0o777)
 `, root); code != 0 {
 		t.Fatalf("as nobody: exit %d\n%s", code, out)
 	}
-	p.start("--allow-other", "--shared")
-	waitSyncAfter(t, p, time.Now())
-	state := func(key string) string {
-		t.Helper()
-		buf := make([]byte, 256)
-		n, err := syscall.Getxattr(p.m(key), "user.ckguard.state", buf)
-		if err != nil {
-			t.Fatalf("state of %s: %v", key, err)
-		}
-		return string(buf[:n])
-	}
-	var metas []string
-	for m := range tr.Live {
-		metas = append(metas, m)
-	}
-	sort.Strings(metas)
-	target := ""
-	for _, m := range metas {
-		if state(m) == "deletable" {
-			target = m
-			break
-		}
-	}
-	if target == "" {
-		t.Fatalf("no deletable live checkpoint among %v", metas)
-	}
-	if out, code := p.cli("pin", target, "--why", "restore job from it"); code != 0 {
-		t.Fatalf("pin %s: exit %d\n%s", target, code, out)
-	}
-	waitSyncAfter(t, p, time.Now())
-	if got := state(target); got != "protected-by-policy" {
-		t.Fatalf("pinned %s is %s, want protected-by-policy\n%s", target, got, firstLines(p.logText(), 40))
-	}
-	out, code := asNobody(t, "/usr/bin/python3", "-c", `
-import os, sys
-os.umask(0)
-d = os.path.join(sys.argv[1], ".ckguard")
-os.rename(os.path.join(d, "v1"), os.path.join(d, "stolen"))
-os.makedirs(os.path.join(d, "v1", ".tmp"), 0o777)
-os.makedirs(os.path.join(d, "v1", "pins"), 0o777)
-print("swapped")
-`, root)
-	t.Logf("nobody swaps .ckguard/v1: exit %d: %s", code, strings.TrimSpace(out))
-	waitSyncAfter(t, p, time.Now())
-	waitSyncAfter(t, p, time.Now())
-	if got := state(target); got != "protected-by-policy" {
-		err := os.Remove(p.m(target))
-		t.Errorf("after nobody swapped the shared area it made (.ckguard, 0777) the pinned %s is %s; root's rm of it through the mount: %v (want the pin in force)\n%s",
-			target, got, err, firstLines(p.logText(), 40))
-	}
+	refusesSharedArea(t, p, filepath.Join(root, ".ckguard"), "owned by uid")
 }
 
 // TestRedteamOverwriteLiveMetadata: in a store where every folder and file is writable by everyone
@@ -326,8 +277,7 @@ os.symlink(sys.argv[2], os.path.join(sys.argv[1], ".ckguard"))
 `, root, elsewhere); code != 0 {
 		t.Fatalf("as nobody: exit %d\n%s", code, out)
 	}
-	p.start("--allow-other", "--shared")
-	waitSyncAfter(t, p, time.Now())
+	refusesSharedArea(t, p, filepath.Join(root, ".ckguard"), "not a folder of ckguard's")
 	var made []string
 	filepath.WalkDir(elsewhere, func(q string, d os.DirEntry, err error) error {
 		if err == nil && q != elsewhere {
@@ -419,5 +369,16 @@ func TestRedteamHoldFolderRenameLeaksFlag(t *testing.T) {
 	if len(left) > 0 || err != nil {
 		t.Errorf("after retiring %s and renaming its folder through the mount, then a restart and its pass: rm -rf %s through the mount (retried for 20 s): %v; %d file(s) still immutable, e.g. %v\n%s",
 			meta, moved, err, len(left), left[:min(len(left), 3)], firstLines(string(out), 5))
+	}
+}
+
+// refusesSharedArea: a --shared mount of p's store refuses to start, naming the shared state folder
+// dir that is not its own and why (want), and leaves no mount.
+func refusesSharedArea(t *testing.T, p *mntProc, dir, want string) {
+	t.Helper()
+	out, code := mntRun(t, "", "timeout", "60", mntBinary(t), "mount", "--store", p.store, "--index", p.index, "--foreground",
+		"--allow-other", "--shared", p.mnt)
+	if code == 0 || !strings.Contains(out, dir) || !strings.Contains(out, want) {
+		t.Fatalf("mount --shared with another user's %s: exit %d, want a refusal naming it (%q)\n%s", dir, code, want, out)
 	}
 }

@@ -164,24 +164,38 @@ func tombstoneLifts(b []byte, o store.ObjectInfo) bool {
 }
 
 // ownsJobFolder reports whether uid owns the job folder job and the folder job lies in (the checkpoint
-// base folder, or the store root). A job folder's name can be known before the job runs (application
-// mode without HA gives every job the id 000…0; a resubmitted job keeps its id), so a user who may write
-// in a shared base folder can create the job folder first and own it; only a job folder made by the
-// owner of the folder around it (the JobManager creating its own job folder in its base folder) lets
-// a retired `_metadata` of that owner lift grace from other owners' files in it.
+// base folder, or the store root), on a path no other user could have built. A job folder's name can
+// be known before the job runs (application mode without HA gives every job the id 000…0; a
+// resubmitted job keeps its id), so a user who may write in a shared base folder can create the job
+// folder first and own it; only a job folder made by the owner of the folder around it (the JobManager
+// creating its own job folder in its base folder) lets a retired `_metadata` of that owner lift grace
+// from other owners' files in it, or makes a `_metadata` of that owner one the store trusts. And a user
+// may create any folders of their own in a folder where everyone may create (a 1777 scratch folder):
+// there they own both the job folder and the folder around it. So the folders above are looked at up
+// to the first one uid does not own (or the store root): that folder must not let group or others
+// create in it (mode & 022 == 0), else uid's folders below it are anyone's and nothing is trusted.
 func (ix *Index) ownsJobFolder(ctx context.Context, job string, uid uint32) bool {
 	if job == "" || job == "." {
 		return false
 	}
-	parent := path.Dir(job)
-	if parent == "." {
-		parent = ""
-	}
-	for _, k := range []string{job, parent} {
+	for k, depth := job, 0; ; depth++ {
 		o, err := ix.st.Stat(ctx, k)
-		if err != nil || !o.HasUID || o.UID != uid {
+		if err != nil || !o.HasUID {
 			return false
 		}
+		if o.UID != uid {
+			// The job folder and the folder around it must be uid's; the first folder above them
+			// that is not must let no one else create in it.
+			return depth >= 2 && o.Perm&0o022 == 0
+		}
+		if k == "" {
+			return true // uid owns every folder up to the store root
+		}
+		if depth > 64 {
+			return false // deeper than any checkpoint layout: not judged, not trusted
+		}
+		if k = path.Dir(k); k == "." {
+			k = ""
+		}
 	}
-	return true
 }

@@ -394,7 +394,9 @@ func confined(st *memState, u UnknownSubtree) bool {
 	owners := func(keys []string) map[uint32]bool {
 		m := map[uint32]bool{}
 		for _, k := range keys {
-			if c := st.ckpts[k]; c != nil && c.UID != nil {
+			// Only a writer the store trusts for its job folder (JobOwner) counts as the job's: any
+			// user can copy a real `_metadata` into a folder of their own.
+			if c := st.ckpts[k]; c != nil && c.UID != nil && c.JobOwner {
 				m[*c.UID] = true
 			}
 		}

@@ -43,6 +43,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -314,9 +315,27 @@ func (h *Holder) Close() error {
 // BeforeChange is the enforcer's hook (guard.Config.BeforeChange): the mount is about to change key,
 // as the guard allowed; a flag this holder set on it is cleared first. It never blocks on more than
 // one flag change of the pass and one of its own.
-func (h *Holder) BeforeChange(_ verdict.Op, key string) {
+func (h *Holder) BeforeChange(op verdict.Op, key string) {
 	h.flagMu.Lock()
 	defer h.flagMu.Unlock()
+	keys := []string{key}
+	if op == verdict.OpRename {
+		// A folder renamed moves every file below it to names no pass looks at: their flags would
+		// stay for good. Clear them too (a scan of the held set; folder renames are rare, and the
+		// guard allows one only when nothing below is referenced).
+		for k := range h.held {
+			if strings.HasPrefix(k, key+"/") || key == "" {
+				keys = append(keys, k)
+			}
+		}
+	}
+	for _, k := range keys {
+		h.clearBefore(k)
+	}
+}
+
+// clearBefore clears the flag of the file at key before the mount changes it (flagMu held).
+func (h *Holder) clearBefore(key string) {
 	if h.passing {
 		h.touched[key] = struct{}{}
 	}

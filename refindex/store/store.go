@@ -34,6 +34,9 @@ type ObjectInfo struct {
 	// can give a file away, so no other user can make a file look like the job's.
 	UID    uint32
 	HasUID bool
+	// Perm is the permission bits with setuid, setgid and sticky (mode & 07777), where HasUID: the
+	// index asks whether a folder above a job folder lets other users create in it.
+	Perm uint32
 }
 
 // IsCheckpointFile reports whether oi can be a checkpoint's `_metadata`: a regular file of that name.

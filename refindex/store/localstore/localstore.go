@@ -141,7 +141,7 @@ func retryEINTR(f func() error) error {
 func InfoFromStat(key string, st *unix.Stat_t) store.ObjectInfo {
 	ft := st.Mode & unix.S_IFMT
 	oi := store.ObjectInfo{Path: key, ModTime: time.Unix(st.Mtim.Unix()), IsDir: ft == unix.S_IFDIR, Special: ft != unix.S_IFDIR && ft != unix.S_IFREG,
-		UID: st.Uid, HasUID: true}
+		UID: st.Uid, HasUID: true, Perm: st.Mode & 0o7777}
 	if !oi.IsDir {
 		oi.Size = st.Size
 	}

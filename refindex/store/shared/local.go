@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -39,12 +40,43 @@ const (
 )
 
 // NewLocal opens (creating) the shared area of the local store at root.
+//
+// The area's folders must be ckguard's alone: every one of them (Dir, Version, .tmp) is a real folder,
+// not a symlink, owned by the user running ckguard and writable by no one else; one is made (0700)
+// where it is missing. Otherwise NewLocal refuses, naming the folder: another user who made or replaced
+// one (in a store whose root everyone may write, a 1777 NFS export) could forge or drop pins and
+// leases, or, through a symlink, choose where root creates files. Below them only ckguard creates
+// anything, so the path operations that follow act on its own folders.
 func NewLocal(root string) (*Local, error) {
 	base := filepath.Join(root, Dir, Version)
-	if err := os.MkdirAll(filepath.Join(base, ".tmp"), 0o700); err != nil {
-		return nil, fmt.Errorf("create the shared state folder %s: %w", base, err)
+	for _, d := range []string{filepath.Join(root, Dir), base, filepath.Join(base, ".tmp")} {
+		if err := ownFolder(d); err != nil {
+			return nil, err
+		}
 	}
 	return &Local{base: base}, nil
+}
+
+// ownFolder makes the folder d (0700) if it is missing and checks it is the daemon's own (see NewLocal).
+func ownFolder(d string) error {
+	if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("create the shared state folder %s: %w", d, err)
+	}
+	fi, err := os.Lstat(d)
+	if err != nil {
+		return fmt.Errorf("shared state folder %s: %w", d, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	euid := os.Geteuid()
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0 || !fi.IsDir():
+		return fmt.Errorf("the shared state folder %s is not a folder of ckguard's (a %s): someone else put it there; inspect it, move it out of the store, and start again (a new one is made)", d, fi.Mode().Type())
+	case !ok:
+		return fmt.Errorf("shared state folder %s: no owner to check", d)
+	case int(st.Uid) != euid || st.Mode&0o022 != 0:
+		return fmt.Errorf("the shared state folder %s is owned by uid %d with mode %04o, but must be owned by uid %d (who runs ckguard) and writable by nobody else: someone else made or replaced it, so its pins and leases cannot be trusted. If ckguard runs as another user on other hosts, run it as that user here; else inspect the folder, move it out of the store, and start again (a new one is made)", d, st.Uid, st.Mode&0o7777, euid)
+	}
+	return nil
 }
 
 // Where implements CAS.
