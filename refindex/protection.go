@@ -172,8 +172,9 @@ func tombstoneLifts(b []byte, o store.ObjectInfo) bool {
 // from other owners' files in it, or makes a `_metadata` of that owner one the store trusts. And a user
 // may create any folders of their own in a folder where everyone may create (a 1777 scratch folder):
 // there they own both the job folder and the folder around it. So the folders above are looked at up
-// to the first one uid does not own (or the store root): that folder must not let group or others
-// create in it (mode & 022 == 0), else uid's folders below it are anyone's and nothing is trusted.
+// to the first one uid does not own (or the store root): that folder must not let everyone create in
+// it (mode & 002 == 0; a group-writable base folder is the Flink group's), else uid's folders below it
+// are anyone's and nothing is trusted.
 func (ix *Index) ownsJobFolder(ctx context.Context, job string, uid uint32) bool {
 	if job == "" || job == "." {
 		return false
@@ -185,8 +186,8 @@ func (ix *Index) ownsJobFolder(ctx context.Context, job string, uid uint32) bool
 		}
 		if o.UID != uid {
 			// The job folder and the folder around it must be uid's; the first folder above them
-			// that is not must let no one else create in it.
-			return depth >= 2 && o.Perm&0o022 == 0
+			// that is not must not let everyone create in it.
+			return depth >= 2 && o.Perm&0o002 == 0
 		}
 		if k == "" {
 			return true // uid owns every folder up to the store root
