@@ -193,4 +193,12 @@ func TestUnreadableFolderOnHDFS(t *testing.T) {
 	if len(got) != 1 || got[0] != "j1/chk-1/_metadata" || len(unknown) != 1 || unknown[0].Key != "scratch/dark" || !errors.Is(unknown[0].Err, fs.ErrPermission) {
 		t.Errorf("listed %v, unknown %+v; want j1/chk-1/_metadata, unknown scratch/dark (permission denied)", got, unknown)
 	}
+	// The store reports HDFS owners, so the index can confine the folder: its owner (from its parent's
+	// listing) is not the writer of the store's checkpoints.
+	if len(unknown) == 1 && (!unknown[0].HasUID || unknown[0].UID != hdfsstore.OwnerID(minidfs.Other)) {
+		t.Errorf("unknown subtree %+v: want the owner of %s (%d)", unknown[0], minidfs.Other, hdfsstore.OwnerID(minidfs.Other))
+	}
+	if oi, err := s.Stat(ctx, "j1/chk-1/_metadata"); err != nil || !oi.HasUID || oi.UID != hdfsstore.OwnerID(minidfs.User) {
+		t.Errorf("stat of the checkpoint: %+v %v; want the owner %s (%d)", oi, err, minidfs.User, hdfsstore.OwnerID(minidfs.User))
+	}
 }

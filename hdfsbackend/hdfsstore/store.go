@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"io/fs"
 	"strings"
@@ -78,7 +79,21 @@ func (s *Store) RootAliases() []string {
 func (s *Store) abs(key string) string { return hdfsclient.Join(s.dir, key) }
 
 func (s *Store) info(key string, fi hdfsclient.FileInfo) store.ObjectInfo {
-	return store.ObjectInfo{Path: key, Size: fi.Size, ModTime: fi.ModTime, IsDir: fi.IsDir, Special: fi.Symlink}
+	oi := store.ObjectInfo{Path: key, Size: fi.Size, ModTime: fi.ModTime, IsDir: fi.IsDir, Special: fi.Symlink}
+	if fi.Owner != "" {
+		oi.UID, oi.HasUID, oi.Perm = OwnerID(fi.Owner), true, uint32(fi.Mode.Perm())
+	}
+	return oi
+}
+
+// OwnerID is the number the index compares HDFS owners by (ObjectInfo.UID): HDFS names its owners
+// (user names, Kerberos short names), the index compares numbers, and only equality matters (is this
+// entry's owner one that wrote the job's checkpoints?). A 32-bit FNV-1a hash of the name: a collision
+// needs a user name an administrator gave out, and could only make two users look alike.
+func OwnerID(owner string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(owner))
+	return h.Sum32()
 }
 
 // Stat describes one key. (A decision about a key the mount has just looked at judges that look instead:

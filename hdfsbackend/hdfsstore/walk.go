@@ -24,6 +24,7 @@ func (s *Store) walk(ctx context.Context, key string, fn func(store.ObjectInfo) 
 	}
 
 	q := &dirQueue{}
+	var owners sync.Map // folder key -> its owner (OwnerID), for the unknown subtree of a folder that cannot be listed
 	q.cond = sync.NewCond(&q.mu)
 	q.push(key)
 	// A worker waiting for work must wake when the walk is cancelled.
@@ -49,6 +50,9 @@ func (s *Store) walk(ctx context.Context, key string, fn func(store.ObjectInfo) 
 						}
 						oi := s.info(rel(dir, fi.Name), fi)
 						if fi.IsDir {
+							if oi.HasUID {
+								owners.Store(oi.Path, oi.UID)
+							}
 							q.push(oi.Path)
 						}
 						batch = append(batch, oi)
@@ -71,7 +75,11 @@ func (s *Store) walk(ctx context.Context, key string, fn func(store.ObjectInfo) 
 					// that is no valid key, an error of the NameNode on that folder) is an unknown
 					// subtree when the caller takes them: the rest of the walk goes on.
 					if ctx.Err() == nil {
-						err = store.ReportUnknown(ctx, store.UnknownSubtree{Key: dir, Err: fmt.Errorf("listing %s: %w", s.abs(dir), err)})
+						u := store.UnknownSubtree{Key: dir, Err: fmt.Errorf("listing %s: %w", s.abs(dir), err)}
+						if uid, ok := owners.Load(dir); ok { // its owner, from its parent's listing
+							u.UID, u.HasUID = uid.(uint32), true
+						}
+						err = store.ReportUnknown(ctx, u)
 					}
 					if err != nil {
 						cancel(err)
