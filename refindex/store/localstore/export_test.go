@@ -16,3 +16,14 @@ func SetOpenDirHook(hook func(key string) error) (restore func()) {
 
 // MaxOpenDirs is how many folder descriptors one walk keeps open.
 const MaxOpenDirs = maxOpenDirs
+
+// SetMountInfoPath makes walks read the mount table from name (an empty file: a mount made after the
+// table was read).
+func SetMountInfoPath(name string) (restore func()) {
+	old := mountInfoPath
+	mountInfoPath = name
+	return func() { mountInfoPath = old }
+}
+
+// ParseMountsBelow is parseMountsBelow.
+var ParseMountsBelow = parseMountsBelow
