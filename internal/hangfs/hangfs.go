@@ -7,6 +7,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -48,11 +49,13 @@ func (r *root) Readdir(context.Context) (fs.DirStream, syscall.Errno) {
 	return nil, syscall.EIO
 }
 
-// Mount mounts a file system that never answers on dir (which must exist) and returns. At the end of
-// t it is unmounted lazily (fusermount3 -u -z) and every blocked request is released, so that no
-// goroutine or process stays stuck in it. It skips t when /dev/fuse is unusable or with -short (in CI,
+// Mount mounts a file system that never answers on dir (which must exist) and returns release, which
+// makes every blocked request and every later one answer (an error): a test that finds itself blocked
+// calls it before failing, so that what it blocked (a sync holding the index's lock) can finish. At
+// the end of t it is released and unmounted lazily (fusermount3 -u -z), so that no goroutine or
+// process stays stuck in it. It skips t when /dev/fuse is unusable or with -short (in CI,
 // CI=true, a missing /dev/fuse fails t instead).
-func Mount(t testing.TB, dir string) {
+func Mount(t testing.TB, dir string) (release func()) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("real FUSE mount: skipped with -short")
@@ -65,8 +68,10 @@ func Mount(t testing.TB, dir string) {
 	} else {
 		f.Close()
 	}
-	release := make(chan struct{})
-	server, err := fs.Mount(dir, &root{release: release}, &fs.Options{
+	ch := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(ch) }) }
+	server, err := fs.Mount(dir, &root{release: ch}, &fs.Options{
 		MountOptions: fuse.MountOptions{FsName: "hangfs", Name: "hangfs", AllowOther: os.Geteuid() == 0},
 		// No caching: every stat goes to the file system, as a hostile one would make sure of.
 		AttrTimeout: new(time.Duration), EntryTimeout: new(time.Duration),
@@ -78,7 +83,7 @@ func Mount(t testing.TB, dir string) {
 		if out, err := exec.Command("fusermount3", "-u", "-z", dir).CombinedOutput(); err != nil {
 			t.Errorf("fusermount3 -u -z %s: %v: %s", dir, err, out)
 		}
-		close(release)
+		release()
 		done := make(chan struct{})
 		go func() { server.Wait(); close(done) }()
 		select {
@@ -87,4 +92,5 @@ func Mount(t testing.TB, dir string) {
 			t.Errorf("the hung file system on %s did not stop serving within 10s of its unmount", dir)
 		}
 	})
+	return release
 }

@@ -41,7 +41,7 @@ func TestParseMountsBelow(t *testing.T) {
 
 // hungStore makes a local store whose folder scratch (owned by nobody) holds the mount point
 // scratch/mnt of a file system that never answers, beside job/shared/old and scratch/ok.
-func hungStore(t *testing.T) (dir string) {
+func hungStore(t *testing.T) (dir string, release func()) {
 	dir = t.TempDir()
 	for _, p := range []string{"job/shared/old", "scratch/ok"} {
 		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755); err != nil {
@@ -60,19 +60,19 @@ func hungStore(t *testing.T) (dir string) {
 			t.Fatal(err)
 		}
 	}
-	hangfs.Mount(t, mp)
-	return dir
+	return dir, hangfs.Mount(t, mp)
 }
 
-// within runs f and fails t when it has not returned after d (it is left blocked until the hung
-// file system is released at the end of t).
-func within(t *testing.T, d time.Duration, what string, f func()) {
+// within runs f and fails t when it has not returned after d (then the hung file system is
+// released first, so that f can finish).
+func within(t *testing.T, release func(), d time.Duration, what string, f func()) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() { defer close(done); f() }()
 	select {
 	case <-done:
 	case <-time.After(d):
+		release()
 		t.Fatalf("%s did not return within %s: it is blocked in the file system mounted inside the store", what, d)
 	}
 }
@@ -83,7 +83,7 @@ func within(t *testing.T, d time.Duration, what string, f func()) {
 // at or below it fail at once naming the mount. Also through a symlink to the store root, and when
 // the mount was made after the walk read the mount table (RESOLVE_NO_XDEV alone).
 func TestWalkSkipsAMountInsideTheStore(t *testing.T) {
-	dir := hungStore(t)
+	dir, release := hungStore(t)
 	link := filepath.Join(t.TempDir(), "via-link")
 	if err := os.Symlink(dir, link); err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func TestWalkSkipsAMountInsideTheStore(t *testing.T) {
 					return nil
 				})
 				var werr error
-				within(t, 10*time.Second, "Walk("+prefix+")", func() {
+				within(t, release, 10*time.Second, "Walk("+prefix+")", func() {
 					werr = s.Walk(ctx, prefix, func(oi store.ObjectInfo) error {
 						seen = append(seen, oi.Path)
 						return nil
@@ -150,14 +150,14 @@ func TestWalkSkipsAMountInsideTheStore(t *testing.T) {
 			var lerr error
 			var metaUnknown int
 			ctx := store.WithUnknown(context.Background(), func(u store.UnknownSubtree) error { metaUnknown++; return nil })
-			within(t, 10*time.Second, "ListMetadata", func() {
+			within(t, release, 10*time.Second, "ListMetadata", func() {
 				lerr = s.ListMetadata(ctx, func(store.ObjectInfo) error { return nil })
 			})
 			if lerr != nil || metaUnknown != 1 {
 				t.Errorf("ListMetadata: %v, %d unknown subtrees, want nil and 1", lerr, metaUnknown)
 			}
 			// Without WithUnknown the walk fails naming the mount, instead of hanging.
-			within(t, 10*time.Second, "Walk without unknown subtrees", func() {
+			within(t, release, 10*time.Second, "Walk without unknown subtrees", func() {
 				lerr = s.Walk(context.Background(), "", func(store.ObjectInfo) error { return nil })
 			})
 			if !errors.Is(lerr, localstore.ErrMounted) {
@@ -165,7 +165,7 @@ func TestWalkSkipsAMountInsideTheStore(t *testing.T) {
 			}
 			for _, key := range []string{"scratch/mnt", "scratch/mnt/chk-1/_metadata"} {
 				var serr, oerr error
-				within(t, 10*time.Second, "Stat/Open "+key, func() {
+				within(t, release, 10*time.Second, "Stat/Open "+key, func() {
 					_, serr = s.Stat(context.Background(), key)
 					var r store.Reader
 					if r, oerr = s.Open(context.Background(), key); r != nil {
@@ -183,7 +183,7 @@ func TestWalkSkipsAMountInsideTheStore(t *testing.T) {
 					got = append(got, u.Key)
 					return nil
 				})
-				within(t, 10*time.Second, "Walk("+prefix+")", func() {
+				within(t, release, 10*time.Second, "Walk("+prefix+")", func() {
 					lerr = s.Walk(ctx, prefix, func(store.ObjectInfo) error { return nil })
 				})
 				if lerr != nil || len(got) != 1 || got[0] != prefix {
