@@ -50,7 +50,8 @@ func TestMountInsideTheStoreIsOneUnknownSubtree(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	release := hangfs.Mount(t, mp)
+	hung := hangfs.Mount(t, mp)
+	release := hung.Release
 
 	ix := openIndex(t, t.TempDir(), localStore(t, tr.Root))
 	defer ix.Close()
@@ -105,5 +106,17 @@ func TestMountInsideTheStoreIsOneUnknownSubtree(t *testing.T) {
 	returnsWithin(t, release, 20*time.Second, "verify", func() { _, err = ix.Verify(ctx) })
 	if err != nil {
 		t.Errorf("verify: %v", err)
+	}
+	// Unmounted, the next sync reads the folder again and clears it; its files are decided as usual.
+	hung.Unmount(t)
+	if err := tr.Write("scratch/mnt/old", 10, old); err != nil {
+		t.Fatal(err)
+	}
+	syncIndex(t, ix)
+	if us := ix.UnknownSubtrees(); len(us) != 0 {
+		t.Errorf("after the unmount: unknown subtrees %+v, want none", us)
+	}
+	if d := ix.Decide(ctx, "scratch/mnt/old", verdict.OpUnlink); !d.Allow {
+		t.Errorf("after the unmount: unlink scratch/mnt/old refused: %s %s", d.Reason, d.Message)
 	}
 }

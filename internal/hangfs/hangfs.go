@@ -49,13 +49,19 @@ func (r *root) Readdir(context.Context) (fs.DirStream, syscall.Errno) {
 	return nil, syscall.EIO
 }
 
-// Mount mounts a file system that never answers on dir (which must exist) and returns release, which
-// makes every blocked request and every later one answer (an error): a test that finds itself blocked
-// calls it before failing, so that what it blocked (a sync holding the index's lock) can finish. At
-// the end of t it is released and unmounted lazily (fusermount3 -u -z), so that no goroutine or
-// process stays stuck in it. It skips t when /dev/fuse is unusable or with -short (in CI,
-// CI=true, a missing /dev/fuse fails t instead).
-func Mount(t testing.TB, dir string) (release func()) {
+// FS is a mounted file system that never answers.
+type FS struct {
+	dir       string
+	server    *fuse.Server
+	release   sync.Once
+	ch        chan struct{}
+	unmounted sync.Once
+}
+
+// Mount mounts a file system that never answers on dir (which must exist). At the end of t it is
+// released and unmounted (Unmount), so that no goroutine or process stays stuck in it. It skips t
+// when /dev/fuse is unusable or with -short (in CI, CI=true, a missing /dev/fuse fails t instead).
+func Mount(t testing.TB, dir string) *FS {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("real FUSE mount: skipped with -short")
@@ -68,29 +74,39 @@ func Mount(t testing.TB, dir string) (release func()) {
 	} else {
 		f.Close()
 	}
-	ch := make(chan struct{})
-	var once sync.Once
-	release = func() { once.Do(func() { close(ch) }) }
-	server, err := fs.Mount(dir, &root{release: ch}, &fs.Options{
+	h := &FS{dir: dir, ch: make(chan struct{})}
+	server, err := fs.Mount(dir, &root{release: h.ch}, &fs.Options{
 		MountOptions: fuse.MountOptions{FsName: "hangfs", Name: "hangfs", AllowOther: os.Geteuid() == 0},
 		// No caching: every stat goes to the file system, as a hostile one would make sure of.
 		AttrTimeout: new(time.Duration), EntryTimeout: new(time.Duration),
 	})
 	if err != nil {
-		t.Skipf("mount a FUSE file system on %s: %v", dir, err)
+		t.Fatalf("mount a FUSE file system on %s: %v", dir, err)
 	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("fusermount3", "-u", "-z", dir).CombinedOutput(); err != nil {
-			t.Errorf("fusermount3 -u -z %s: %v: %s", dir, err, out)
+	h.server = server
+	t.Cleanup(func() { h.Unmount(t) })
+	return h
+}
+
+// Release makes every blocked request and every later one answer (an error): a test that finds
+// itself blocked calls it before failing, so that what it blocked (a sync holding the index's lock)
+// can finish.
+func (h *FS) Release() { h.release.Do(func() { close(h.ch) }) }
+
+// Unmount detaches the file system (fusermount3 -u -z: lazily, as a stat of the mount point would
+// block), releases its requests and waits for its server to stop. Only the first call acts.
+func (h *FS) Unmount(t testing.TB) {
+	h.unmounted.Do(func() {
+		if out, err := exec.Command("fusermount3", "-u", "-z", h.dir).CombinedOutput(); err != nil {
+			t.Errorf("fusermount3 -u -z %s: %v: %s", h.dir, err, out)
 		}
-		release()
+		h.Release()
 		done := make(chan struct{})
-		go func() { server.Wait(); close(done) }()
+		go func() { h.server.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
-			t.Errorf("the hung file system on %s did not stop serving within 10s of its unmount", dir)
+			t.Errorf("the hung file system on %s did not stop serving within 10s of its unmount", h.dir)
 		}
 	})
-	return release
 }

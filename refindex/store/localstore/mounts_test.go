@@ -60,7 +60,7 @@ func hungStore(t *testing.T) (dir string, release func()) {
 			t.Fatal(err)
 		}
 	}
-	return dir, hangfs.Mount(t, mp)
+	return dir, hangfs.Mount(t, mp).Release
 }
 
 // within runs f and fails t when it has not returned after d (then the hung file system is
