@@ -25,5 +25,15 @@ func SetMountInfoPath(name string) (restore func()) {
 	return func() { mountInfoPath = old }
 }
 
-// ParseMountsBelow is parseMountsBelow.
-var ParseMountsBelow = parseMountsBelow
+// ParseMountsBelow is parseMountsBelow: each mount point's key and who mounted it (-1: root or
+// not FUSE, owned as its folder).
+func ParseMountsBelow(b []byte, root string) map[string]int64 {
+	out := map[string]int64{}
+	for k, m := range parseMountsBelow(b, root) {
+		out[k] = -1
+		if m.hasUID {
+			out[k] = int64(m.uid)
+		}
+	}
+	return out
+}

@@ -247,10 +247,13 @@ func (s *Store) walkFd(ctx context.Context, base string, fn func(store.ObjectInf
 		}
 		return store.ReportUnknown(ctx, u)
 	}
-	// mounted reports the mount point key, found in folder f, without touching it.
+	// mounted reports the mount point key, found in folder f, without touching it: owned by who
+	// mounted it when an unprivileged user did (mountPoint), else by the owner of its folder f.
 	mounted := func(key string, f *dirFrame) error {
 		u := store.UnknownSubtree{Key: key, Err: &mountError{mp: s.osPath(key)}}
-		if f != nil && f.hasUID {
+		if m := mounts[key]; m.hasUID {
+			u.UID, u.HasUID = m.uid, true
+		} else if f != nil && f.hasUID {
 			u.UID, u.HasUID = f.uid, true
 		}
 		return store.ReportUnknown(ctx, u)
@@ -312,7 +315,7 @@ func (s *Store) walkFd(ctx context.Context, base string, fn func(store.ObjectInf
 		}
 		sort.Slice(f.ents, func(i, j int) bool { return f.ents[i].name < f.ents[j].name })
 		for i := range f.ents {
-			if mounts[joinKey(key, f.ents[i].name)] {
+			if _, ok := mounts[joinKey(key, f.ents[i].name)]; ok {
 				continue // reported as a mount point when its turn comes, never stated
 			}
 			var est unix.Stat_t
@@ -401,7 +404,7 @@ func (s *Store) walkFd(ctx context.Context, base string, fn func(store.ObjectInf
 		if metaOnly && e.typ != unix.DT_DIR && e.typ != unix.DT_UNKNOWN && !(isMeta && e.typ == unix.DT_REG) {
 			continue
 		}
-		if mounts[key] {
+		if _, ok := mounts[key]; ok {
 			if err := mounted(key, top); err != nil {
 				return err
 			}

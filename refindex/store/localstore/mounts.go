@@ -54,9 +54,18 @@ func fdPath(fd int) (string, error) {
 	return os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
 }
 
+// mountPoint is a mount below the store root, as the mount table describes it.
+type mountPoint struct {
+	// uid is who mounted it when an unprivileged user did (a FUSE mount's user_id, which fusermount
+	// sets to its caller; hasUID): the owner of what it holds. A mount made by root (user_id=0, or no
+	// FUSE) is owned as the folder it is mounted on.
+	uid    uint32
+	hasUID bool
+}
+
 // mountsBelow returns the mount points strictly below the folder open at rootFd, as store keys (clean,
 // relative). It reads the mount table only: nothing on a mounted file system is touched.
-func mountsBelow(rootFd int) (map[string]bool, error) {
+func mountsBelow(rootFd int) (map[string]mountPoint, error) {
 	root, err := fdPath(rootFd)
 	if err != nil {
 		return nil, fmt.Errorf("the store root's real path: %w", err)
@@ -69,10 +78,11 @@ func mountsBelow(rootFd int) (map[string]bool, error) {
 }
 
 // parseMountsBelow returns the mount points of mountinfo b (proc(5): the fifth field, octal escapes
-// such as \040 for a space) strictly below the absolute path root, relative to it.
-func parseMountsBelow(b []byte, root string) map[string]bool {
+// such as \040 for a space; after the " - " separator the type, the source and the super options)
+// strictly below the absolute path root, relative to it.
+func parseMountsBelow(b []byte, root string) map[string]mountPoint {
 	prefix := strings.TrimSuffix(root, "/") + "/"
-	out := map[string]bool{}
+	out := map[string]mountPoint{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -81,9 +91,26 @@ func parseMountsBelow(b []byte, root string) map[string]bool {
 			continue
 		}
 		mp := unescapeMountPath(f[4])
-		if strings.HasPrefix(mp, prefix) && len(mp) > len(prefix) {
-			out[strings.TrimSuffix(mp[len(prefix):], "/")] = true
+		if !strings.HasPrefix(mp, prefix) || len(mp) == len(prefix) {
+			continue
 		}
+		var m mountPoint
+		for i := 5; i+3 < len(f); i++ {
+			if f[i] != "-" {
+				continue
+			}
+			if strings.HasPrefix(f[i+1], "fuse") {
+				for _, o := range strings.Split(f[i+3], ",") {
+					if v, ok := strings.CutPrefix(o, "user_id="); ok {
+						if n, err := strconv.ParseUint(v, 10, 32); err == nil && n != 0 {
+							m.uid, m.hasUID = uint32(n), true
+						}
+					}
+				}
+			}
+			break
+		}
+		out[strings.TrimSuffix(mp[len(prefix):], "/")] = m
 	}
 	return out
 }
@@ -108,9 +135,9 @@ func unescapeMountPath(s string) string {
 func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 
 // mountAt returns the mount point among mounts at or above key k (a key), "" when none.
-func mountAt(mounts map[string]bool, k string) string {
+func mountAt(mounts map[string]mountPoint, k string) string {
 	for p := k; p != ""; {
-		if mounts[p] {
+		if _, ok := mounts[p]; ok {
 			return p
 		}
 		i := strings.LastIndexByte(p, '/')

@@ -18,20 +18,21 @@ import (
 func TestParseMountsBelow(t *testing.T) {
 	table := `22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
 30 22 0:25 / /srv/store rw shared:2 - nfs4 nas:/x rw
-31 30 0:26 / /srv/store/scratch/a\040b rw - fuse.hangfs hangfs rw
+31 30 0:26 / /srv/store/scratch/a\040b rw shared:3 master:1 - fuse.sshfs u@h:/ rw,user_id=1234,group_id=1234
 32 30 0:27 / /srv/store/job/x\134y rw - tmpfs tmpfs rw
 33 22 0:28 / /srv/storeother rw - tmpfs tmpfs rw
 34 31 0:29 / /srv/store/scratch/a\040b/deeper rw - tmpfs tmpfs rw
+35 30 0:30 / /srv/store/job/rootfuse rw - fuse hangfs rw,user_id=0,group_id=0
 `
 	for _, tc := range []struct {
 		root string
-		want map[string]bool
+		want map[string]int64 // key: who mounted it as user_id says, -1 when root or not FUSE
 	}{
-		{"/srv/store", map[string]bool{"scratch/a b": true, `job/x\y`: true, "scratch/a b/deeper": true}},
-		{"/srv/store/scratch", map[string]bool{"a b": true, "a b/deeper": true}},
-		{"/srv/store/scratch/a b", map[string]bool{"deeper": true}},
-		{"/srv/storeother", map[string]bool{}},
-		{"/", map[string]bool{"srv/store": true, "srv/store/scratch/a b": true, `srv/store/job/x\y`: true, "srv/storeother": true, "srv/store/scratch/a b/deeper": true}},
+		{"/srv/store", map[string]int64{"scratch/a b": 1234, `job/x\y`: -1, "scratch/a b/deeper": -1, "job/rootfuse": -1}},
+		{"/srv/store/scratch", map[string]int64{"a b": 1234, "a b/deeper": -1}},
+		{"/srv/store/scratch/a b", map[string]int64{"deeper": -1}},
+		{"/srv/storeother", map[string]int64{}},
+		{"/", map[string]int64{"srv/store": -1, "srv/store/scratch/a b": 1234, `srv/store/job/x\y`: -1, "srv/storeother": -1, "srv/store/scratch/a b/deeper": -1, "srv/store/job/rootfuse": -1}},
 	} {
 		if got := localstore.ParseMountsBelow([]byte(table), tc.root); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("below %s: %v, want %v", tc.root, got, tc.want)
