@@ -194,3 +194,53 @@ func TestWalkSkipsAMountInsideTheStore(t *testing.T) {
 		})
 	}
 }
+
+// TestWalkSkipsAMountDeepInTheStore: below localstore.MaxOpenDirs levels folders are read whole, with
+// the lstat of each entry; a mount point there is not stated either.
+func TestWalkSkipsAMountDeepInTheStore(t *testing.T) {
+	dir := t.TempDir()
+	deep := mkdirDeep(t, dir, localstore.MaxOpenDirs+6, 4, "")
+	for _, sub := range []string{"mnt", "ok"} {
+		if err := os.Mkdir(filepath.Join(dir, deep, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := hangfs.Mount(t, filepath.Join(dir, deep, "mnt")).Release
+	s, err := localstore.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(t.TempDir(), "mountinfo")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []bool{true, false} {
+		t.Run(map[bool]string{true: "from the mount table", false: "mounted after the table was read"}[table], func(t *testing.T) {
+			if !table {
+				defer localstore.SetMountInfoPath(empty)()
+			}
+			deepWalk(t, s, deep, release)
+		})
+	}
+}
+
+func deepWalk(t *testing.T, s *localstore.Store, deep string, release func()) {
+	var err error
+	var unknown []string
+	sawOK := false
+	ctx := store.WithUnknown(context.Background(), func(u store.UnknownSubtree) error {
+		if errors.Is(u.Err, localstore.ErrMounted) {
+			unknown = append(unknown, u.Key)
+		}
+		return nil
+	})
+	within(t, release, 10*time.Second, "the deep walk", func() {
+		err = s.Walk(ctx, "", func(oi store.ObjectInfo) error {
+			sawOK = sawOK || oi.Path == deep+"/ok"
+			return nil
+		})
+	})
+	if err != nil || len(unknown) != 1 || unknown[0] != deep+"/mnt" || !sawOK {
+		t.Errorf("deep walk: %v, mounts reported %v, saw %s/ok %v; want nil, [%s/mnt], true", err, unknown, deep, sawOK, deep)
+	}
+}
