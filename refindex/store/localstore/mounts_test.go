@@ -244,3 +244,47 @@ func deepWalk(t *testing.T, s *localstore.Store, deep string, release func()) {
 		t.Errorf("deep walk: %v, mounts reported %v, saw %s/ok %v; want nil, [%s/mnt], true", err, unknown, deep, sawOK, deep)
 	}
 }
+
+// TestMountTableReadAgainWhenItChanges: one store, walked before a mount, after it and after the
+// unmount: each walk and each Stat works from the mount table as it is then (the exact mount point
+// named), never from an older one.
+func TestMountTableReadAgainWhenItChanges(t *testing.T) {
+	dir := t.TempDir()
+	mp := filepath.Join(dir, "scratch", "mnt")
+	if err := os.MkdirAll(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err := localstore.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	walk := func() []string {
+		var got []string
+		ctx := store.WithUnknown(context.Background(), func(u store.UnknownSubtree) error {
+			got = append(got, u.Key)
+			return nil
+		})
+		if err := s.Walk(ctx, "", func(store.ObjectInfo) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := walk(); len(got) != 0 {
+		t.Fatalf("before the mount: unknown %v", got)
+	}
+	hung := hangfs.Mount(t, mp)
+	var got []string
+	within(t, hung.Release, 10*time.Second, "the walk after the mount", func() { got = walk() })
+	if len(got) != 1 || got[0] != "scratch/mnt" {
+		t.Fatalf("after the mount: unknown %v, want [scratch/mnt]", got)
+	}
+	var serr error
+	within(t, hung.Release, 10*time.Second, "Stat below the mount", func() { _, serr = s.Stat(context.Background(), "scratch/mnt/x") })
+	if serr == nil || !strings.Contains(serr.Error(), "mounted at "+mp+";") {
+		t.Errorf("Stat below the mount: %v, want the mount point %s named from the table", serr, mp)
+	}
+	hung.Unmount(t)
+	if got := walk(); len(got) != 0 {
+		t.Errorf("after the unmount: unknown %v", got)
+	}
+}
