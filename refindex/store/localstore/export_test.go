@@ -16,3 +16,24 @@ func SetOpenDirHook(hook func(key string) error) (restore func()) {
 
 // MaxOpenDirs is how many folder descriptors one walk keeps open.
 const MaxOpenDirs = maxOpenDirs
+
+// SetMountInfoPath makes walks read the mount table from name (an empty file: a mount made after the
+// table was read).
+func SetMountInfoPath(name string) (restore func()) {
+	old := mountInfoPath
+	mountInfoPath = name
+	return func() { mountInfoPath = old }
+}
+
+// ParseMountsBelow is parseMountsBelow: each mount point's key and who mounted it (-1: root or
+// not FUSE, owned as its folder).
+func ParseMountsBelow(b []byte, root string) map[string]int64 {
+	out := map[string]int64{}
+	for k, m := range parseMountsBelow(b, root) {
+		out[k] = -1
+		if m.hasUID {
+			out[k] = int64(m.uid)
+		}
+	}
+	return out
+}

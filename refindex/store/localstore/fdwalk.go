@@ -79,13 +79,15 @@ func openBeneath(dirfd int, rel string, flags int) (int, error) {
 	}
 }
 
-// openat2 opens name below dirfd through no symlink; a kernel without openat2 (before 5.6) gets
-// openat(2) of each name with O_NOFOLLOW.
+// openat2 opens name below dirfd through no symlink and across no mount point (RESOLVE_NO_XDEV:
+// EXDEV, decided in the kernel's path walk without a request to the mounted file system: mounts.go);
+// a kernel without openat2 (before 5.6) gets openat(2) of each name with O_NOFOLLOW (mount points
+// then are kept out by the walk's mount table only).
 func openat2(dirfd int, name string, flags int) (int, error) {
 	var fd int
 	err := retryEINTR(func() (err error) {
 		fd, err = unix.Openat2(dirfd, name, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC | unix.O_NOFOLLOW),
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS})
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV})
 		return err
 	})
 	if err != unix.ENOSYS {
@@ -130,12 +132,30 @@ type dent struct {
 	err  error        // the lstat's error, likewise
 }
 
+// lstatEntry is lstat(2) of name in the folder dirfd. A folder (or an entry of unknown type) is
+// described through an O_PATH descriptor opened with RESOLVE_NO_XDEV, so a file system mounted on it
+// since the walk read the mount table is answered EXDEV by the kernel and never asked (a plain
+// fstatat of a mount point is a getattr on the mounted file system's root: mounts.go).
+func lstatEntry(dirfd int, name string, typ uint8, st *unix.Stat_t) error {
+	if typ == unix.DT_DIR || typ == unix.DT_UNKNOWN {
+		fd, err := openat2(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		return unix.Fstat(fd, st)
+	}
+	return retryEINTR(func() error { return unix.Fstatat(dirfd, name, st, unix.AT_SYMLINK_NOFOLLOW) })
+}
+
 type dirFrame struct {
-	key  string
-	fd   int // -1 once read whole and closed
-	buf  []byte
-	ents []dent
-	eof  bool
+	key    string
+	uid    uint32 // the folder's owner (hasUID), the owner given for a mount point in it
+	hasUID bool
+	fd     int // -1 once read whole and closed
+	buf    []byte
+	ents   []dent
+	eof    bool
 }
 
 // readBatch reads the next getdents batch of f.
@@ -208,6 +228,9 @@ func (s *Store) walkFd(ctx context.Context, base string, fn func(store.ObjectInf
 		return store.ReportUnknown(ctx, store.UnknownSubtree{Key: "", Err: &fs.PathError{Op: "open", Path: s.root, Err: err}})
 	}
 	defer unix.Close(rfd)
+	// The mount points below the root are never opened, stated nor listed (mounts.go). A mount table
+	// that cannot be read leaves RESOLVE_NO_XDEV as the only guard (folders and their opens).
+	mounts, _ := mountsBelow(rfd)
 	var stack []*dirFrame
 	open := 0 // frames holding a descriptor
 	defer func() {
@@ -221,6 +244,17 @@ func (s *Store) walkFd(ctx context.Context, base string, fn func(store.ObjectInf
 		u := store.UnknownSubtree{Key: key, Err: &fs.PathError{Op: "walk", Path: s.osPath(key), Err: err}}
 		if st != nil {
 			u.UID, u.HasUID = st.Uid, true
+		}
+		return store.ReportUnknown(ctx, u)
+	}
+	// mounted reports the mount point key, found in folder f, without touching it: owned by who
+	// mounted it when an unprivileged user did (mountPoint), else by the owner of its folder f.
+	mounted := func(key string, f *dirFrame) error {
+		u := store.UnknownSubtree{Key: key, Err: &mountError{mp: s.osPath(key)}}
+		if m := mounts[key]; m.hasUID {
+			u.UID, u.HasUID = m.uid, true
+		} else if f != nil && f.hasUID {
+			u.UID, u.HasUID = f.uid, true
 		}
 		return store.ReportUnknown(ctx, u)
 	}
@@ -243,6 +277,13 @@ func (s *Store) walkFd(ctx context.Context, base string, fn func(store.ObjectInf
 			}
 		}
 		fd, err := openBeneath(anchor, rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK)
+		if err == unix.EXDEV {
+			var parent *dirFrame
+			if len(stack) > 0 {
+				parent = stack[len(stack)-1]
+			}
+			return mounted(key, parent) // mounted since the walk read the mount table
+		}
 		switch {
 		case err == unix.ENOENT:
 			return nil // removed meanwhile
@@ -255,6 +296,9 @@ func (s *Store) walkFd(ctx context.Context, base string, fn func(store.ObjectInf
 			return unknown(key, err, st)
 		}
 		f := &dirFrame{key: key, fd: fd}
+		if st != nil {
+			f.uid, f.hasUID = st.Uid, true
+		}
 		if open < maxOpenDirs {
 			open++
 			stack = append(stack, f)
@@ -271,8 +315,11 @@ func (s *Store) walkFd(ctx context.Context, base string, fn func(store.ObjectInf
 		}
 		sort.Slice(f.ents, func(i, j int) bool { return f.ents[i].name < f.ents[j].name })
 		for i := range f.ents {
+			if _, ok := mounts[joinKey(key, f.ents[i].name)]; ok {
+				continue // reported as a mount point when its turn comes, never stated
+			}
 			var est unix.Stat_t
-			if err := retryEINTR(func() error { return unix.Fstatat(fd, f.ents[i].name, &est, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+			if err := lstatEntry(fd, f.ents[i].name, f.ents[i].typ, &est); err != nil {
 				f.ents[i].err = err
 			} else {
 				f.ents[i].st = &est
@@ -289,9 +336,17 @@ func (s *Store) walkFd(ctx context.Context, base string, fn func(store.ObjectInf
 		if err != nil {
 			return unknown("", err, nil)
 		}
-		stack = append(stack, &dirFrame{key: "", fd: fd})
+		f := &dirFrame{key: "", fd: fd}
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil {
+			f.uid, f.hasUID = st.Uid, true
+		}
+		stack = append(stack, f)
 		open++
 	} else {
+		if mp := mountAt(mounts, base); mp != "" {
+			return store.ReportUnknown(ctx, store.UnknownSubtree{Key: base, Err: &mountError{mp: s.osPath(mp)}})
+		}
 		var st unix.Stat_t
 		fd, err := openBeneath(rfd, base, unix.O_PATH)
 		if err == unix.ENOENT || err == unix.ENOTDIR {
@@ -349,13 +404,25 @@ func (s *Store) walkFd(ctx context.Context, base string, fn func(store.ObjectInf
 		if metaOnly && e.typ != unix.DT_DIR && e.typ != unix.DT_UNKNOWN && !(isMeta && e.typ == unix.DT_REG) {
 			continue
 		}
+		if _, ok := mounts[key]; ok {
+			if err := mounted(key, top); err != nil {
+				return err
+			}
+			continue
+		}
 		st, serr := e.st, e.err
 		if st == nil && serr == nil {
 			var est unix.Stat_t
-			serr = retryEINTR(func() error { return unix.Fstatat(top.fd, e.name, &est, unix.AT_SYMLINK_NOFOLLOW) })
+			serr = lstatEntry(top.fd, e.name, e.typ, &est)
 			if serr == nil {
 				st = &est
 			}
+		}
+		if serr == unix.EXDEV {
+			if err := mounted(key, top); err != nil { // mounted since the walk read the mount table
+				return err
+			}
+			continue
 		}
 		if serr == unix.ENOENT {
 			continue // removed between readdir and lstat: simply gone

@@ -99,7 +99,10 @@ func (s *Store) Stat(ctx context.Context, key string) (store.ObjectInfo, error) 
 		if errors.Is(err, fs.ErrNotExist) {
 			return store.ObjectInfo{}, store.NotExist("stat", k)
 		}
-		if err == unix.ELOOP || err == unix.EXDEV {
+		if err == unix.EXDEV {
+			return store.ObjectInfo{}, fmt.Errorf("stat %s: %w", k, s.mountedErr(k))
+		}
+		if err == unix.ELOOP {
 			return store.ObjectInfo{}, fmt.Errorf("stat %s: a folder on the way is a symlink (the store's files are reached through real folders only; replace the link by the folder): %w", k, &fs.PathError{Op: "lstat", Path: p, Err: err})
 		}
 		return store.ObjectInfo{}, fmt.Errorf("stat %s: %w", k, &fs.PathError{Op: "lstat", Path: p, Err: err})
@@ -238,7 +241,10 @@ func (s *Store) openNoSymlinks(k string, flags int) (*os.File, error) {
 	}
 	defer unix.Close(rfd)
 	fd, err := openBeneath(rfd, k, flags)
-	if err == unix.ELOOP || err == unix.EXDEV {
+	if err == unix.EXDEV {
+		return nil, &fs.PathError{Op: "open", Path: p, Err: s.mountedErr(k)}
+	}
+	if err == unix.ELOOP {
 		return nil, &fs.PathError{Op: "open", Path: p, Err: fmt.Errorf("a symlink on the way (the store's files are read through real folders only): %w", err)}
 	}
 	if err != nil {
