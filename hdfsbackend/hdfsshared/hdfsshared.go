@@ -40,11 +40,24 @@ type CAS struct {
 	base string // <store dir>/.ckguard/v1
 }
 
-// Open opens (creating) the shared area of the HDFS store whose directory is dir.
+// Open opens (creating) the shared area of the HDFS store whose directory is dir. As on a local store
+// (shared.NewLocal), the area's folders must be ckguard's alone: real folders owned by the HDFS user
+// ckguard runs as and writable by no one else; otherwise Open refuses, naming the folder (another
+// user who made one in a store folder everyone may write could forge or drop pins and leases).
 func Open(ctx context.Context, f hdfsclient.FS, dir string) (*CAS, error) {
 	base := hdfsclient.Join(dir, shared.Dir+"/"+shared.Version)
 	if err := f.MkdirAll(ctx, base+"/.tmp", 0o700); err != nil {
 		return nil, fmt.Errorf("create the shared state folder %s: %w", base, err)
+	}
+	for _, d := range []string{hdfsclient.Join(dir, shared.Dir), base, base + "/.tmp"} {
+		fi, err := f.Stat(ctx, d)
+		if err != nil {
+			return nil, fmt.Errorf("shared state folder %s: %w", d, err)
+		}
+		if !fi.IsDir || fi.Symlink || fi.Owner != f.User() || fi.Mode.Perm()&0o022 != 0 {
+			return nil, fmt.Errorf("the shared state folder %s is owned by %q with mode %04o, but must be a folder owned by %q (the HDFS user ckguard runs as) and writable by nobody else: someone else made or replaced it, so its pins and leases cannot be trusted. If ckguard runs as another HDFS user on other hosts, run it as that user here; else inspect the folder, move it out of the store, and start again (a new one is made)",
+				d, fi.Owner, fi.Mode.Perm(), f.User())
+		}
 	}
 	return &CAS{fs: f, base: base}, nil
 }
