@@ -12,7 +12,6 @@ import (
 	"github.com/ckguard/ckguard/fs/guardd/guarddtest"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/treegen"
-	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3guardd"
 	"github.com/ckguard/ckguard/s3backend/s3hold"
 	"github.com/ckguard/ckguard/s3backend/s3mount"
@@ -32,27 +31,9 @@ func TestS3HoldsHealProtectedMetadata(t *testing.T) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		s3server.Require(t, err)
 	}
-	srv := s3server.StartVersioned(t)
-	const bucket, prefix = "ckpt", "flink"
-	srv.ObjectLockBucket(t, bucket)
-	root := "s3://" + bucket + "/" + prefix
-	dir := t.TempDir()
-	tr, err := treegen.IncidentOne(filepath.Join(dir, "tree"), time.Now(), treegen.Options{URIPrefix: root})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s3server.AWS(t, srv.Endpoint, "s3", "cp", "--recursive", "--only-show-errors", tr.Root, root+"/")
+	srv, root, dir, tr, c := lockedIncidentOne(t)
 	ctx := context.Background()
-	c, err := s3client.New(ctx, srv.Config(), s3client.Location{Bucket: bucket, Prefix: prefix + "/"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mnt := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	index := filepath.Join(dir, "index")
-	auditLog := filepath.Join(dir, "audit.jsonl")
+	mnt, index, auditLog := filepath.Join(dir, "mnt"), filepath.Join(dir, "index"), filepath.Join(dir, "audit.jsonl")
 	pol := refindex.DefaultPolicy() // active window 7 days: the new job's newest checkpoint is protected
 	pol.Grace, pol.SavepointKeepNewest, pol.SavepointRetention = 0, false, 0
 	const interval = time.Second

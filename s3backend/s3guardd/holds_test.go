@@ -39,27 +39,9 @@ func TestS3HoldsOnVersitygw(t *testing.T) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		s3server.Require(t, err)
 	}
-	srv := s3server.StartVersioned(t)
-	const bucket, prefix = "ckpt", "flink"
-	srv.ObjectLockBucket(t, bucket)
-	root := "s3://" + bucket + "/" + prefix
-	dir := t.TempDir()
-	tr, err := treegen.IncidentOne(filepath.Join(dir, "tree"), time.Now(), treegen.Options{URIPrefix: root})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s3server.AWS(t, srv.Endpoint, "s3", "cp", "--recursive", "--only-show-errors", tr.Root, root+"/")
+	srv, root, dir, tr, c := lockedIncidentOne(t)
 	ctx := context.Background()
-	c, err := s3client.New(ctx, srv.Config(), s3client.Location{Bucket: bucket, Prefix: prefix + "/"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mnt := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	index := filepath.Join(dir, "index")
-	auditLog := filepath.Join(dir, "audit.jsonl")
+	mnt, index, auditLog := filepath.Join(dir, "mnt"), filepath.Join(dir, "index"), filepath.Join(dir, "audit.jsonl")
 	pol := refindex.DefaultPolicy()
 	pol.Grace, pol.ActiveWindow, pol.SavepointKeepNewest, pol.SavepointRetention = 0, 0, false, 0
 	const interval = time.Second
@@ -254,4 +236,29 @@ func waitHeld(t *testing.T, index string, n int, within time.Duration) s3hold.St
 	}
 	t.Fatalf("hold status after %s: %+v %v; want %d held", within, s, err, n)
 	return s
+}
+
+// lockedIncidentOne starts a versioned versitygw with an Object Lock bucket holding the first
+// incident's tree at s3://ckpt/flink, and returns the server, that store root, a temp folder with the
+// mountpoint mnt/ made in it, the tree and a client of the store's prefix.
+func lockedIncidentOne(t *testing.T) (*s3server.Server, string, string, *treegen.Tree, *s3client.Client) {
+	t.Helper()
+	srv := s3server.StartVersioned(t)
+	const bucket, prefix = "ckpt", "flink"
+	srv.ObjectLockBucket(t, bucket)
+	root := "s3://" + bucket + "/" + prefix
+	dir := t.TempDir()
+	tr, err := treegen.IncidentOne(filepath.Join(dir, "tree"), time.Now(), treegen.Options{URIPrefix: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s3server.AWS(t, srv.Endpoint, "s3", "cp", "--recursive", "--only-show-errors", tr.Root, root+"/")
+	c, err := s3client.New(context.Background(), srv.Config(), s3client.Location{Bucket: bucket, Prefix: prefix + "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "mnt"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return srv, root, dir, tr, c
 }
