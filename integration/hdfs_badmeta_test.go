@@ -70,14 +70,7 @@ with open(sys.argv[2], "wb") as dst:
 `, hex.EncodeToString(tc.body), p.m(bad)); code != 0 {
 				t.Fatalf("writing %s as nobody: exit %d\n%s\n%s", bad, code, out, p.logText())
 			}
-			waitSyncAfter(t, p, time.Now())
-			waitSyncAfter(t, p, time.Now())
-			s := p.stats()
-			if s.SyncError != "" || s.DamagedMetadata != 1 || s.BlockingMetadata != 0 || len(s.BadMetadata) != 1 ||
-				s.BadMetadata[0].Metadata != bad || s.BadMetadata[0].Scope != "itself" {
-				t.Fatalf("stats after the bad _metadata: sync error %q, damaged %d, blocking %d, listed %+v; want %s damaged, refusing only itself\n%s",
-					s.SyncError, s.DamagedMetadata, s.BlockingMetadata, s.BadMetadata, bad, p.logText())
-			}
+			damagedAfterTwoSyncs(t, p, bad)
 			ref := tr.Referenced()[0]
 			res := unprivAttempts(t, `
 attempt("old", lambda: os.unlink(sys.argv[1]))

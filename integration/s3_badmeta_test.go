@@ -48,14 +48,7 @@ func TestS3BadMetadataProtectsOnlyItself(t *testing.T) {
 				t.Fatal(err)
 			}
 			mntMust(t, "/usr/bin/aws", "--endpoint-url", e.srv.Endpoint, "s3", "cp", "--only-show-errors", f, s3Root+"/"+bad)
-			waitSyncAfter(t, p, time.Now())
-			waitSyncAfter(t, p, time.Now())
-			s := p.stats()
-			if s.SyncError != "" || s.DamagedMetadata != 1 || s.BlockingMetadata != 0 || len(s.BadMetadata) != 1 ||
-				s.BadMetadata[0].Metadata != bad || s.BadMetadata[0].Scope != "itself" {
-				t.Fatalf("stats after the bad _metadata: sync error %q, damaged %d, blocking %d, listed %+v; want %s damaged, refusing only itself\n%s",
-					s.SyncError, s.DamagedMetadata, s.BlockingMetadata, s.BadMetadata, bad, p.logText())
-			}
+			damagedAfterTwoSyncs(t, p, bad)
 			ref := tr.Referenced()[0]
 			res := s3Attempts(t, `
 attempt("old", lambda: os.unlink(sys.argv[1]))
