@@ -75,49 +75,105 @@ type need struct {
 	dir  bool  // a file-merging directory handle: must exist
 }
 
-// Drill runs the restorability drill over the live checkpoints (see DrillOptions).
+// Drill runs the restorability drill over the live checkpoints (see DrillOptions), in phases: take
+// the live checkpoints from one view of the index, plan each distinct object's needs from the
+// _metadata as they are in the store now, check each object once, read them when asked, and judge
+// each checkpoint from its objects' verdicts.
 func (ix *Index) Drill(ctx context.Context, o DrillOptions) (*DrillResult, error) {
 	defer ix.beginWork()()
-	v, err := ix.acquire()
+	res := &DrillResult{VerifyResult: VerifyResult{Broken: []BrokenCheckpoint{}}, Deep: true, Read: o.Read, Checkpoints: []DrilledCheckpoint{}}
+	snap, err := ix.drillSnapshot(o, res)
 	if err != nil {
 		return nil, err
 	}
-	var infos []CheckpointInfo
-	blocked := ""
-	if b := v.blocked(); b != "" {
-		blocked = b
+	plan, err := ix.drillPlan(ctx, snap.infos, res)
+	if err != nil {
+		return nil, err
 	}
-	unmappedWhy := ix.unmappedBlock(v)
-	for _, k := range v.st.sorted {
-		ci := v.info(v.st.ckpts[k])
-		if o.Only == nil || o.Only(ci) {
-			infos = append(infos, ci)
+	verdicts, err := ix.drillStat(ctx, plan, o.Read)
+	if err != nil {
+		return nil, err
+	}
+	if o.Read {
+		if err := ix.drillRead(ctx, o, plan, verdicts, res); err != nil {
+			return nil, err
 		}
 	}
-	v.release()
-
-	res := &DrillResult{VerifyResult: VerifyResult{Broken: []BrokenCheckpoint{}}, Deep: true, Read: o.Read, Checkpoints: []DrilledCheckpoint{}}
-	type job struct {
-		ci     CheckpointInfo
-		needs  []need
-		broken *BrokenCheckpoint
-		out    int
+	drillJudge(plan, verdicts, res)
+	switch {
+	case snap.blocked != "":
+		res.Untrusted = snap.blocked
+	case res.UnmappedSkipped > 0:
+		res.Untrusted = fmt.Sprintf("%d reference(s) could not be checked: %s", res.UnmappedSkipped, snap.unmappedWhy)
+	case len(res.Unparseable) > 0:
+		res.Untrusted = snap.unparseableWhy
 	}
-	var jobs []*job
-	needs := map[string]*need{}
-	var order []string
+	res.OK = len(res.Broken) == 0 && res.Untrusted == ""
+	return res, nil
+}
+
+// drillView is what the drill takes from one view of the index: the live checkpoints to drill and
+// the reasons the answer cannot be green whatever the objects show.
+type drillView struct {
+	infos          []CheckpointInfo // parseable checkpoints selected by DrillOptions.Only
+	blocked        string           // the index cannot be trusted at all
+	unmappedWhy    string           // why references outside every mapped prefix cannot be checked
+	unparseableWhy string           // why unparseable _metadata keep the answer from green
+}
+
+// drillSnapshot reads the live checkpoints from one view of the index and records the unparseable
+// ones in res (they have no references to check; verify is not green on them).
+func (ix *Index) drillSnapshot(o DrillOptions, res *DrillResult) (drillView, error) {
+	v, err := ix.acquire()
+	if err != nil {
+		return drillView{}, err
+	}
+	defer v.release()
+	dv := drillView{blocked: v.blocked(), unmappedWhy: ix.unmappedBlock(v)}
+	if len(v.st.unparseable) > 0 {
+		dv.unparseableWhy = unparseableUntrusted(v.st)
+	}
+	for _, k := range v.st.sorted {
+		c := v.st.ckpts[k]
+		ci := v.info(c)
+		if o.Only != nil && !o.Only(ci) {
+			continue
+		}
+		if ci.Error != "" {
+			res.Unparseable = append(res.Unparseable, BrokenCheckpoint{Metadata: ci.Metadata, Error: ci.Error, Class: c.Bad, Scope: badScope(c)})
+			continue
+		}
+		dv.infos = append(dv.infos, ci)
+	}
+	return dv, nil
+}
+
+// drillJob is one drilled checkpoint: what its handles need, or why it is broken before any
+// object is checked.
+type drillJob struct {
+	ci     CheckpointInfo
+	needs  []need
+	broken *BrokenCheckpoint
+	out    int // references outside the store and below no --external prefix
+}
+
+// drillPlanned is the plan of a drill: the checkpoints and the distinct objects they need, each
+// object once with the most any handle needs of it.
+type drillPlanned struct {
+	jobs  []*drillJob
+	needs map[string]*need
+	order []string // the keys of needs in first-seen order
+}
+
+// drillPlan re-reads each checkpoint's _metadata from the store and collects what it needs.
+func (ix *Index) drillPlan(ctx context.Context, infos []CheckpointInfo, res *DrillResult) (*drillPlanned, error) {
+	p := &drillPlanned{needs: map[string]*need{}}
 	for _, ci := range infos {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if ci.Error != "" {
-			// Unparseable: no checkpoint to check (reported, verify not green: unparseableUntrusted).
-			c := v.st.ckpts[ci.Metadata]
-			res.Unparseable = append(res.Unparseable, BrokenCheckpoint{Metadata: ci.Metadata, Error: ci.Error, Class: c.Bad, Scope: badScope(c)})
-			continue
-		}
-		j := &job{ci: ci}
-		jobs = append(jobs, j)
+		j := &drillJob{ci: ci}
+		p.jobs = append(p.jobs, j)
 		refs, err := ix.drillRefs(ctx, ci.Metadata, ci.InferredMaps)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
@@ -142,32 +198,38 @@ func (ix *Index) Drill(ctx context.Context, o DrillOptions) (*DrillResult, error
 				}
 				continue
 			}
-			n, ok := needs[r.key]
+			n, ok := p.needs[r.key]
 			if !ok {
 				n = &need{key: r.key}
-				needs[r.key] = n
-				order = append(order, r.key)
+				p.needs[r.key] = n
+				p.order = append(p.order, r.key)
 			}
 			n.size = max(n.size, r.size)
 			n.dir = n.dir || r.dir
 			j.needs = append(j.needs, need{key: r.key, size: r.size, dir: r.dir})
 		}
 	}
-	res.Objects = len(order)
+	res.Objects = len(p.order)
+	return p, nil
+}
 
-	// Check each distinct object once, with bounded concurrency (network stores) for the stats.
-	type verdict struct {
-		size    int64
-		missing bool
-		err     string
-	}
-	verdicts := make(map[string]*verdict, len(order))
+// objectVerdict is what the drill found of one object.
+type objectVerdict struct {
+	size    int64
+	missing bool
+	err     string // unreadable: the read's error
+}
+
+// drillStat checks each distinct object once, with bounded concurrency (network stores): it exists,
+// and unless every byte is read later, the last byte its handles need reads.
+func (ix *Index) drillStat(ctx context.Context, p *drillPlanned, readAll bool) (map[string]*objectVerdict, error) {
+	verdicts := make(map[string]*objectVerdict, len(p.order))
 	var mu sync.Mutex
 	var firstErr error
-	bar := ix.newBar(len(order), "drilling")
-	ix.inParallel(ctx, len(order), bar, func(i int) {
-		n := needs[order[i]]
-		vd := &verdict{}
+	bar := ix.newBar(len(p.order), "drilling")
+	ix.inParallel(ctx, len(p.order), bar, func(i int) {
+		n := p.needs[p.order[i]]
+		vd := &objectVerdict{}
 		oi, err := ix.st.Stat(ctx, n.key)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
@@ -183,7 +245,7 @@ func (ix *Index) Drill(ctx context.Context, o DrillOptions) (*DrillResult, error
 			vd.size = oi.Size
 		default:
 			vd.size = oi.Size
-			if !o.Read && oi.Size >= n.size && n.size > 0 {
+			if !readAll && oi.Size >= n.size && n.size > 0 {
 				// Readable as far as the handles need: the last byte they cover.
 				if err := readOne(ctx, ix.st, n.key, n.size-1); err != nil {
 					vd.err = err.Error()
@@ -201,81 +263,84 @@ func (ix *Index) Drill(ctx context.Context, o DrillOptions) (*DrillResult, error
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	return verdicts, nil
+}
 
-	if o.Read {
-		var total int64
-		for _, k := range order {
-			if vd := verdicts[k]; !vd.missing && !needs[k].dir {
-				total += vd.size
-			}
-		}
-		start := time.Now()
-		rd := &rateReader{rate: o.ReadRate, start: start, total: total, progress: o.Progress}
-		for _, k := range order {
-			vd := verdicts[k]
-			if vd.missing || needs[k].dir {
-				continue
-			}
-			if err := rd.readAll(ctx, ix.st, k, vd.size); err != nil {
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-				vd.err = err.Error()
-			}
-		}
-		res.BytesRead = rd.done
-		res.ReadSeconds = time.Since(start).Seconds()
-		if res.ReadSeconds > 0 {
-			res.MBPerSecond = float64(rd.done) / (1 << 20) / res.ReadSeconds
+// drillRead reads every byte of every present file object, paced by DrillOptions.ReadRate, and
+// records read errors in the objects' verdicts.
+func (ix *Index) drillRead(ctx context.Context, o DrillOptions, p *drillPlanned, verdicts map[string]*objectVerdict, res *DrillResult) error {
+	var total int64
+	for _, k := range p.order {
+		if vd := verdicts[k]; !vd.missing && !p.needs[k].dir {
+			total += vd.size
 		}
 	}
+	start := time.Now()
+	rd := &rateReader{rate: o.ReadRate, start: start, total: total, progress: o.Progress}
+	for _, k := range p.order {
+		vd := verdicts[k]
+		if vd.missing || p.needs[k].dir {
+			continue
+		}
+		if err := rd.readAll(ctx, ix.st, k, vd.size); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			vd.err = err.Error()
+		}
+	}
+	res.BytesRead = rd.done
+	res.ReadSeconds = time.Since(start).Seconds()
+	if res.ReadSeconds > 0 {
+		res.MBPerSecond = float64(rd.done) / (1 << 20) / res.ReadSeconds
+	}
+	return nil
+}
 
-	for _, j := range jobs {
+// drillJudge judges each checkpoint from its objects' verdicts: broken when one is missing,
+// unreadable or shorter than its handles need.
+func drillJudge(p *drillPlanned, verdicts map[string]*objectVerdict, res *DrillResult) {
+	for _, j := range p.jobs {
 		res.Checked++
-		dc := DrilledCheckpoint{CheckpointInfo: j.ci, Unchecked: j.out}
 		b := j.broken
 		if b == nil {
-			b = &BrokenCheckpoint{Metadata: j.ci.Metadata}
-			seen := map[string]bool{}
-			for _, n := range j.needs {
-				if seen[n.key] {
-					continue
-				}
-				seen[n.key] = true
-				vd := verdicts[n.key]
-				switch {
-				case vd.missing:
-					b.MissingCount++
-					if len(b.Missing) < 1000 {
-						b.Missing = append(b.Missing, n.key)
-					}
-				case vd.err != "":
-					b.Unreadable = append(b.Unreadable, UnreadableObject{Path: n.key, Error: vd.err})
-				case !n.dir && vd.size < needs[n.key].size:
-					b.Short = append(b.Short, ShortObject{Path: n.key, Size: vd.size, Expected: needs[n.key].size})
-				}
-			}
-			if b.MissingCount == 0 && len(b.Unreadable) == 0 && len(b.Short) == 0 {
-				b = nil
-			}
+			b = judgeNeeds(j, p, verdicts)
 		}
 		if b != nil {
 			res.Broken = append(res.Broken, *b)
 		}
-		dc.OK = b == nil
-		res.Checkpoints = append(res.Checkpoints, dc)
+		res.Checkpoints = append(res.Checkpoints, DrilledCheckpoint{CheckpointInfo: j.ci, Unchecked: j.out, OK: b == nil})
 	}
 	sort.Slice(res.Broken, func(a, b int) bool { return res.Broken[a].Metadata < res.Broken[b].Metadata })
-	switch {
-	case blocked != "":
-		res.Untrusted = blocked
-	case res.UnmappedSkipped > 0:
-		res.Untrusted = fmt.Sprintf("%d reference(s) could not be checked: %s", res.UnmappedSkipped, unmappedWhy)
-	case len(res.Unparseable) > 0:
-		res.Untrusted = unparseableUntrusted(v.st)
+}
+
+// judgeNeeds is the broken record of one checkpoint whose _metadata parsed, or nil when every object
+// it needs is present, readable and large enough.
+func judgeNeeds(j *drillJob, p *drillPlanned, verdicts map[string]*objectVerdict) *BrokenCheckpoint {
+	b := &BrokenCheckpoint{Metadata: j.ci.Metadata}
+	seen := map[string]bool{}
+	for _, n := range j.needs {
+		if seen[n.key] {
+			continue
+		}
+		seen[n.key] = true
+		vd := verdicts[n.key]
+		switch {
+		case vd.missing:
+			b.MissingCount++
+			if len(b.Missing) < 1000 {
+				b.Missing = append(b.Missing, n.key)
+			}
+		case vd.err != "":
+			b.Unreadable = append(b.Unreadable, UnreadableObject{Path: n.key, Error: vd.err})
+		case !n.dir && vd.size < p.needs[n.key].size:
+			b.Short = append(b.Short, ShortObject{Path: n.key, Size: vd.size, Expected: p.needs[n.key].size})
+		}
 	}
-	res.OK = len(res.Broken) == 0 && res.Untrusted == ""
-	return res, nil
+	if b.MissingCount == 0 && len(b.Unreadable) == 0 && len(b.Short) == 0 {
+		return nil
+	}
+	return b
 }
 
 // drillRef is one reference of a _metadata with the bytes it needs of its object.
