@@ -231,159 +231,17 @@ func (s *Store) walkFd(ctx context.Context, base string, fn func(store.ObjectInf
 	// The mount points below the root are never opened, stated nor listed (mounts.go). A mount table
 	// that cannot be read leaves RESOLVE_NO_XDEV as the only guard (folders and their opens).
 	mounts, _ := mountsBelow(rfd)
-	var stack []*dirFrame
-	open := 0 // frames holding a descriptor
-	defer func() {
-		for _, f := range stack {
-			if f.fd >= 0 {
-				unix.Close(f.fd)
-			}
-		}
-	}()
-	unknown := func(key string, err error, st *unix.Stat_t) error {
-		u := store.UnknownSubtree{Key: key, Err: &fs.PathError{Op: "walk", Path: s.osPath(key), Err: err}}
-		if st != nil {
-			u.UID, u.HasUID = st.Uid, true
-		}
-		return store.ReportUnknown(ctx, u)
-	}
-	// mounted reports the mount point key, found in folder f, without touching it: owned by who
-	// mounted it when an unprivileged user did (mountPoint), else by the owner of its folder f.
-	mounted := func(key string, f *dirFrame) error {
-		u := store.UnknownSubtree{Key: key, Err: &mountError{mp: s.osPath(key)}}
-		if m := mounts[key]; m.hasUID {
-			u.UID, u.HasUID = m.uid, true
-		} else if f != nil && f.hasUID {
-			u.UID, u.HasUID = f.uid, true
-		}
-		return store.ReportUnknown(ctx, u)
-	}
-	// push opens the folder key (its lstat st, if known) relative to the deepest open frame.
-	push := func(key string, st *unix.Stat_t) error {
-		anchor, akey := rfd, ""
-		for i := len(stack) - 1; i >= 0; i-- {
-			if stack[i].fd >= 0 {
-				anchor, akey = stack[i].fd, stack[i].key
-				break
-			}
-		}
-		rel := key
-		if akey != "" {
-			rel = key[len(akey)+1:]
-		}
-		if openDirHook != nil {
-			if err := openDirHook(key); err != nil {
-				return unknown(key, err, st)
-			}
-		}
-		fd, err := openBeneath(anchor, rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK)
-		if err == unix.EXDEV {
-			var parent *dirFrame
-			if len(stack) > 0 {
-				parent = stack[len(stack)-1]
-			}
-			return mounted(key, parent) // mounted since the walk read the mount table
-		}
-		switch {
-		case err == unix.ENOENT:
-			return nil // removed meanwhile
-		case (err == unix.ENOTDIR || err == unix.ELOOP) && !strings.Contains(rel, "/"):
-			return nil // replaced by a file or a symlink meanwhile: no subtree (a symlink is never followed)
-		case err != nil:
-			if key == base && base != "" && (err == unix.ENOTDIR || err == unix.ENOENT) {
-				return nil
-			}
-			return unknown(key, err, st)
-		}
-		f := &dirFrame{key: key, fd: fd}
-		if st != nil {
-			f.uid, f.hasUID = st.Uid, true
-		}
-		if open < maxOpenDirs {
-			open++
-			stack = append(stack, f)
-			return nil
-		}
-		// Too deep to keep open: read it whole, with the lstat of each entry, and close it.
-		for !f.eof {
-			if err := f.readBatch(); err != nil {
-				unix.Close(fd)
-				f.fd = -1
-				stack = append(stack, f) // what was read is still reported
-				return unknown(key, err, st)
-			}
-		}
-		sort.Slice(f.ents, func(i, j int) bool { return f.ents[i].name < f.ents[j].name })
-		for i := range f.ents {
-			if _, ok := mounts[joinKey(key, f.ents[i].name)]; ok {
-				continue // reported as a mount point when its turn comes, never stated
-			}
-			var est unix.Stat_t
-			if err := lstatEntry(fd, f.ents[i].name, f.ents[i].typ, &est); err != nil {
-				f.ents[i].err = err
-			} else {
-				f.ents[i].st = &est
-			}
-		}
-		unix.Close(fd)
-		f.fd = -1
-		f.buf = nil
-		stack = append(stack, f)
-		return nil
-	}
-	if base == "" {
-		fd, err := s.rootFd(unix.O_RDONLY)
-		if err != nil {
-			return unknown("", err, nil)
-		}
-		f := &dirFrame{key: "", fd: fd}
-		var st unix.Stat_t
-		if unix.Fstat(fd, &st) == nil {
-			f.uid, f.hasUID = st.Uid, true
-		}
-		stack = append(stack, f)
-		open++
-	} else {
-		if mp := mountAt(mounts, base); mp != "" {
-			return store.ReportUnknown(ctx, store.UnknownSubtree{Key: base, Err: &mountError{mp: s.osPath(mp)}})
-		}
-		var st unix.Stat_t
-		fd, err := openBeneath(rfd, base, unix.O_PATH)
-		if err == unix.ENOENT || err == unix.ENOTDIR {
-			return nil // a missing prefix is no error (an S3 prefix with no objects does not exist either)
-		}
-		if err == nil {
-			err = unix.Fstat(fd, &st)
-			unix.Close(fd)
-		}
-		if err != nil {
-			return unknown(base, err, nil)
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			return nil
-		}
-		if err := push(base, &st); err != nil {
-			return err
-		}
+	w := &fdWalk{s: s, ctx: ctx, rfd: rfd, base: base, mounts: mounts, fn: fn, metaOnly: metaOnly}
+	defer w.closeAll()
+	if done, err := w.start(); done || err != nil {
+		return err
 	}
 	visited := 0
-	for len(stack) > 0 {
-		top := stack[len(stack)-1]
+	for len(w.stack) > 0 {
+		top := w.stack[len(w.stack)-1]
 		if len(top.ents) == 0 {
-			if top.eof || top.fd < 0 {
-				if top.fd >= 0 {
-					unix.Close(top.fd)
-					open--
-				}
-				stack = stack[:len(stack)-1]
-				continue
-			}
-			top.ents = top.ents[:0]
-			if err := top.readBatch(); err != nil {
-				top.eof = true
-				if uerr := unknown(top.key, err, nil); uerr != nil {
-					return uerr
-				}
+			if err := w.refill(top); err != nil {
+				return err
 			}
 			continue
 		}
@@ -394,56 +252,231 @@ func (s *Store) walkFd(ctx context.Context, base string, fn func(store.ObjectInf
 				return err
 			}
 		}
-		key := joinKey(top.key, e.name)
-		if top.key == "" && store.ReservedName(e.name) && (e.typ == unix.DT_DIR || e.typ == unix.DT_UNKNOWN) {
-			// Staged deletions are not store data (store.QuarantineDir). A file of that name is
-			// skipped too: it is no checkpoint data either.
-			continue
+		if err := w.visit(top, e); err != nil {
+			return err
 		}
-		isMeta := e.name == flinklayout.MetadataName
-		if metaOnly && e.typ != unix.DT_DIR && e.typ != unix.DT_UNKNOWN && !(isMeta && e.typ == unix.DT_REG) {
-			continue
+	}
+	return nil
+}
+
+// fdWalk is one walk of walkFd: a stack of folder frames, the deepest maxOpenDirs of them holding a
+// descriptor, each folder opened relative to the deepest open frame above it (never by full path).
+type fdWalk struct {
+	s        *Store
+	ctx      context.Context
+	rfd      int    // the store root, O_PATH
+	base     string // the folder walked ("" = the root)
+	mounts   map[string]mountPoint
+	fn       func(store.ObjectInfo) error
+	metaOnly bool
+	stack    []*dirFrame
+	open     int // frames holding a descriptor
+}
+
+func (w *fdWalk) closeAll() {
+	for _, f := range w.stack {
+		if f.fd >= 0 {
+			unix.Close(f.fd)
 		}
-		if _, ok := mounts[key]; ok {
-			if err := mounted(key, top); err != nil {
-				return err
-			}
-			continue
+	}
+}
+
+// unknown reports key as an unknown subtree (err is why it cannot be walked).
+func (w *fdWalk) unknown(key string, err error, st *unix.Stat_t) error {
+	u := store.UnknownSubtree{Key: key, Err: &fs.PathError{Op: "walk", Path: w.s.osPath(key), Err: err}}
+	if st != nil {
+		u.UID, u.HasUID = st.Uid, true
+	}
+	return store.ReportUnknown(w.ctx, u)
+}
+
+// mounted reports the mount point key, found in folder f, without touching it: owned by who
+// mounted it when an unprivileged user did (mountPoint), else by the owner of its folder f.
+func (w *fdWalk) mounted(key string, f *dirFrame) error {
+	u := store.UnknownSubtree{Key: key, Err: &mountError{mp: w.s.osPath(key)}}
+	if m := w.mounts[key]; m.hasUID {
+		u.UID, u.HasUID = m.uid, true
+	} else if f != nil && f.hasUID {
+		u.UID, u.HasUID = f.uid, true
+	}
+	return store.ReportUnknown(w.ctx, u)
+}
+
+// start pushes the walk's first folder: the root, or base below it. done is true when there is
+// nothing to walk (base is missing, not a folder, or a mount point reported as unknown).
+func (w *fdWalk) start() (done bool, err error) {
+	base := w.base
+	if base == "" {
+		fd, err := w.s.rootFd(unix.O_RDONLY)
+		if err != nil {
+			return true, w.unknown("", err, nil)
 		}
-		st, serr := e.st, e.err
-		if st == nil && serr == nil {
-			var est unix.Stat_t
-			serr = lstatEntry(top.fd, e.name, e.typ, &est)
-			if serr == nil {
-				st = &est
-			}
+		f := &dirFrame{key: "", fd: fd}
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil {
+			f.uid, f.hasUID = st.Uid, true
 		}
-		if serr == unix.EXDEV {
-			if err := mounted(key, top); err != nil { // mounted since the walk read the mount table
-				return err
-			}
-			continue
+		w.stack = append(w.stack, f)
+		w.open++
+		return false, nil
+	}
+	if mp := mountAt(w.mounts, base); mp != "" {
+		return true, store.ReportUnknown(w.ctx, store.UnknownSubtree{Key: base, Err: &mountError{mp: w.s.osPath(mp)}})
+	}
+	var st unix.Stat_t
+	fd, err := openBeneath(w.rfd, base, unix.O_PATH)
+	if err == unix.ENOENT || err == unix.ENOTDIR {
+		return true, nil // a missing prefix is no error (an S3 prefix with no objects does not exist either)
+	}
+	if err == nil {
+		err = unix.Fstat(fd, &st)
+		unix.Close(fd)
+	}
+	if err != nil {
+		return true, w.unknown(base, err, nil)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return true, nil
+	}
+	return false, w.push(base, &st)
+}
+
+// push opens the folder key (its lstat st, if known) relative to the deepest open frame.
+func (w *fdWalk) push(key string, st *unix.Stat_t) error {
+	anchor, akey := w.rfd, ""
+	for i := len(w.stack) - 1; i >= 0; i-- {
+		if w.stack[i].fd >= 0 {
+			anchor, akey = w.stack[i].fd, w.stack[i].key
+			break
 		}
-		if serr == unix.ENOENT {
-			continue // removed between readdir and lstat: simply gone
+	}
+	rel := key
+	if akey != "" {
+		rel = key[len(akey)+1:]
+	}
+	if openDirHook != nil {
+		if err := openDirHook(key); err != nil {
+			return w.unknown(key, err, st)
 		}
-		if serr != nil {
-			if err := unknown(key, serr, nil); err != nil {
-				return err
-			}
-			continue
+	}
+	fd, err := openBeneath(anchor, rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK)
+	if err == unix.EXDEV {
+		var parent *dirFrame
+		if len(w.stack) > 0 {
+			parent = w.stack[len(w.stack)-1]
 		}
-		oi := InfoFromStat(key, st)
-		if !metaOnly || store.IsCheckpointFile(oi) {
-			if err := fn(oi); err != nil {
-				return err
-			}
+		return w.mounted(key, parent) // mounted since the walk read the mount table
+	}
+	switch {
+	case err == unix.ENOENT:
+		return nil // removed meanwhile
+	case (err == unix.ENOTDIR || err == unix.ELOOP) && !strings.Contains(rel, "/"):
+		return nil // replaced by a file or a symlink meanwhile: no subtree (a symlink is never followed)
+	case err != nil:
+		if key == w.base && w.base != "" && (err == unix.ENOTDIR || err == unix.ENOENT) {
+			return nil
 		}
-		if oi.IsDir {
-			if err := push(key, st); err != nil {
-				return err
-			}
+		return w.unknown(key, err, st)
+	}
+	f := &dirFrame{key: key, fd: fd}
+	if st != nil {
+		f.uid, f.hasUID = st.Uid, true
+	}
+	if w.open < maxOpenDirs {
+		w.open++
+		w.stack = append(w.stack, f)
+		return nil
+	}
+	return w.pushClosed(f, st)
+}
+
+// pushClosed pushes a folder too deep to keep open: read whole, with the lstat of each entry, and
+// closed.
+func (w *fdWalk) pushClosed(f *dirFrame, st *unix.Stat_t) error {
+	for !f.eof {
+		if err := f.readBatch(); err != nil {
+			unix.Close(f.fd)
+			f.fd = -1
+			w.stack = append(w.stack, f) // what was read is still reported
+			return w.unknown(f.key, err, st)
 		}
+	}
+	sort.Slice(f.ents, func(i, j int) bool { return f.ents[i].name < f.ents[j].name })
+	for i := range f.ents {
+		if _, ok := w.mounts[joinKey(f.key, f.ents[i].name)]; ok {
+			continue // reported as a mount point when its turn comes, never stated
+		}
+		var est unix.Stat_t
+		if err := lstatEntry(f.fd, f.ents[i].name, f.ents[i].typ, &est); err != nil {
+			f.ents[i].err = err
+		} else {
+			f.ents[i].st = &est
+		}
+	}
+	unix.Close(f.fd)
+	f.fd = -1
+	f.buf = nil
+	w.stack = append(w.stack, f)
+	return nil
+}
+
+// refill reads the next batch of the top frame's entries, or pops it when it is read to the end.
+func (w *fdWalk) refill(top *dirFrame) error {
+	if top.eof || top.fd < 0 {
+		if top.fd >= 0 {
+			unix.Close(top.fd)
+			w.open--
+		}
+		w.stack = w.stack[:len(w.stack)-1]
+		return nil
+	}
+	top.ents = top.ents[:0]
+	if err := top.readBatch(); err != nil {
+		top.eof = true
+		return w.unknown(top.key, err, nil)
+	}
+	return nil
+}
+
+// visit reports the entry e of folder top to the walk's fn and pushes it when it is a folder.
+func (w *fdWalk) visit(top *dirFrame, e dent) error {
+	key := joinKey(top.key, e.name)
+	if top.key == "" && store.ReservedName(e.name) && (e.typ == unix.DT_DIR || e.typ == unix.DT_UNKNOWN) {
+		// Staged deletions are not store data (store.QuarantineDir). A file of that name is
+		// skipped too: it is no checkpoint data either.
+		return nil
+	}
+	isMeta := e.name == flinklayout.MetadataName
+	if w.metaOnly && e.typ != unix.DT_DIR && e.typ != unix.DT_UNKNOWN && !(isMeta && e.typ == unix.DT_REG) {
+		return nil
+	}
+	if _, ok := w.mounts[key]; ok {
+		return w.mounted(key, top)
+	}
+	st, serr := e.st, e.err
+	if st == nil && serr == nil {
+		var est unix.Stat_t
+		serr = lstatEntry(top.fd, e.name, e.typ, &est)
+		if serr == nil {
+			st = &est
+		}
+	}
+	switch {
+	case serr == unix.EXDEV:
+		return w.mounted(key, top) // mounted since the walk read the mount table
+	case serr == unix.ENOENT:
+		return nil // removed between readdir and lstat: simply gone
+	case serr != nil:
+		return w.unknown(key, serr, nil)
+	}
+	oi := InfoFromStat(key, st)
+	if !w.metaOnly || store.IsCheckpointFile(oi) {
+		if err := w.fn(oi); err != nil {
+			return err
+		}
+	}
+	if oi.IsDir {
+		return w.push(key, st)
 	}
 	return nil
 }
