@@ -33,14 +33,56 @@ import (
 //
 // A store error while proving fails the read (the sync fails and the index fails closed).
 func (ix *Index) resolveOutside(ctx context.Context, e *entry) error {
-	rec := e.rec
-	type cand struct {
-		c    pathnorm.Candidate
-		refs []int // indexes into e.refs of the outside references below c.Prefix
+	o := ix.outsideRefs(e)
+	if len(o.pending) == 0 {
+		return nil
 	}
-	var cands []*cand
-	byMap := map[string]*cand{}
-	var pending []int
+	placed, err := ix.proveCandidates(ctx, e, o)
+	if err != nil {
+		return err
+	}
+	rec := e.rec
+	for _, i := range o.pending {
+		r := &e.refs[i]
+		if k, ok := placed[i]; ok {
+			r.Key, r.Inside = k, true
+			continue
+		}
+		recordUnmapped(rec, r)
+	}
+	sort.Strings(rec.Inferred)
+	if len(placed) > 0 {
+		e.refs = mergeAliases(e.refs)
+	}
+	if rec.Unmapped > 0 {
+		ix.log.Warn("a live _metadata references files that no --map ties to the store and the store does not hold at the same relative place: every store file that could be one of them is refused",
+			"file", rec.Key, "unmapped", rec.Unmapped, "uri", rec.UnmappedURI, "fix", ix.unmappedFix(rec.Key, rec.UnmappedURI))
+	}
+	return nil
+}
+
+// outsideCandidate is one candidate mapping and the outside references below its prefix.
+type outsideCandidate struct {
+	c    pathnorm.Candidate
+	refs []int // indexes into entry.refs
+}
+
+// outside is what resolveOutside has to place: the references no mapping ties to the store and
+// the candidate mappings that could.
+type outside struct {
+	pending []int                // indexes into entry.refs: outside, not below an --external prefix
+	uris    map[int]pathnorm.URI // pending's parsed URIs
+	cands   []*outsideCandidate  // most specific first
+}
+
+// outsideRefs counts the external references of e and collects the others with every candidate
+// mapping that could place them. A candidate covers every pending reference below its prefix,
+// whether or not that reference's own path shows Flink's layout (changelog files in dstl/, files at
+// the checkpoint root).
+func (ix *Index) outsideRefs(e *entry) outside {
+	rec := e.rec
+	var o outside
+	byMap := map[string]*outsideCandidate{}
 	for i, r := range e.refs {
 		if r.Inside {
 			continue
@@ -49,31 +91,26 @@ func (ix *Index) resolveOutside(ctx context.Context, e *entry) error {
 			rec.External++
 			continue
 		}
-		pending = append(pending, i)
+		o.pending = append(o.pending, i)
 		if strings.HasPrefix(r.Key, relativeOutside) {
 			continue // a relative name climbing above the store root names no place in it
 		}
 		for _, c := range ix.norm.Candidates(r.Key, rec.Key, ix.jobParents) {
 			if k := c.Map(); byMap[k] == nil {
-				cd := &cand{c: pathnorm.Candidate{Prefix: c.Prefix, Dir: c.Dir}}
+				cd := &outsideCandidate{c: pathnorm.Candidate{Prefix: c.Prefix, Dir: c.Dir}}
 				byMap[k] = cd
-				cands = append(cands, cd)
+				o.cands = append(o.cands, cd)
 			}
 		}
 	}
-	if len(pending) == 0 {
-		return nil
+	o.uris = make(map[int]pathnorm.URI, len(o.pending))
+	for _, i := range o.pending {
+		o.uris[i] = pathnorm.ParseURI(e.refs[i].Key)
 	}
-	// A candidate covers every pending reference below its prefix, whether or not that reference's
-	// own path shows Flink's layout (changelog files in dstl/, files at the checkpoint root).
-	uris := make(map[int]pathnorm.URI, len(pending))
-	for _, i := range pending {
-		uris[i] = pathnorm.ParseURI(e.refs[i].Key)
-	}
-	for _, cd := range cands {
+	for _, cd := range o.cands {
 		p := cd.c.Prefix
-		for _, i := range pending {
-			u := uris[i]
+		for _, i := range o.pending {
+			u := o.uris[i]
 			if strings.HasPrefix(e.refs[i].Key, relativeOutside) || u.Scheme != p.Scheme || u.Authority != p.Authority ||
 				len(u.Segs) <= len(p.Segs) || !slices.Equal(u.Segs[:len(p.Segs)], p.Segs) {
 				continue
@@ -81,7 +118,20 @@ func (ix *Index) resolveOutside(ctx context.Context, e *entry) error {
 			cd.refs = append(cd.refs, i)
 		}
 	}
-	placed := map[int]string{} // e.refs index → store key
+	// Most specific candidates first: the longest prefix, then the deepest folder (Candidates' order
+	// among equals).
+	sort.SliceStable(o.cands, func(a, b int) bool { return len(o.cands[a].c.Prefix.Segs) > len(o.cands[b].c.Prefix.Segs) })
+	return o
+}
+
+// proveCandidates tries the candidates in order and returns the store key of every reference a
+// proven candidate places (by index into e.refs). Proven: every file reference still unplaced below
+// the prefix is there and at least one reference is. A directory handle proves nothing when absent
+// (file merging's managed folders may be empty, and S3 has no folders), so it neither fails nor
+// alone proves a candidate.
+func (ix *Index) proveCandidates(ctx context.Context, e *entry, o outside) (map[int]string, error) {
+	rec := e.rec
+	placed := map[int]string{}
 	exists := map[string]bool{}
 	found := func(key string, dir bool) (bool, error) {
 		if v, ok := exists[key]; ok {
@@ -102,10 +152,7 @@ func (ix *Index) resolveOutside(ctx context.Context, e *entry) error {
 		}
 		return exists[key], nil
 	}
-	// Most specific candidates first: the longest prefix, then the deepest folder (Candidates' order
-	// among equals).
-	sort.SliceStable(cands, func(a, b int) bool { return len(cands[a].c.Prefix.Segs) > len(cands[b].c.Prefix.Segs) })
-	for _, cd := range cands {
+	for _, cd := range o.cands {
 		var todo []int
 		for _, i := range cd.refs {
 			if _, ok := placed[i]; !ok {
@@ -115,18 +162,15 @@ func (ix *Index) resolveOutside(ctx context.Context, e *entry) error {
 		if len(todo) == 0 {
 			continue
 		}
-		// Proven: every file reference is there and at least one reference is. A directory handle
-		// proves nothing when absent (file merging's managed folders may be empty, and S3 has no
-		// folders), so it neither fails nor alone proves a candidate.
 		keys := make([]string, len(todo))
 		ok, hits := true, 0
 		for j, i := range todo {
-			rel := uris[i].Segs[len(cd.c.Prefix.Segs):]
+			rel := o.uris[i].Segs[len(cd.c.Prefix.Segs):]
 			keys[j] = pathnorm.Candidate{Rel: rel, Dir: cd.c.Dir}.Key()
 			dir := e.refs[i].Kind == RefDirectory
 			hit, err := found(keys[j], dir)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if hit {
 				hits++
@@ -148,49 +192,43 @@ func (ix *Index) resolveOutside(ctx context.Context, e *entry) error {
 				"map", m, "file", rec.Key, "references", len(todo))
 		}
 	}
-	for _, i := range pending {
-		r := &e.refs[i]
-		if k, ok := placed[i]; ok {
-			r.Key, r.Inside = k, true
+	return placed, nil
+}
+
+// recordUnmapped records a reference no candidate placed: its base name protects every store file
+// of that name (memState.unprovenFor), a directory handle is listed as unproven.
+func recordUnmapped(rec *checkpointRecord, r *ref) {
+	rec.Unmapped++
+	if rec.UnmappedURI == "" {
+		rec.UnmappedURI = r.Key
+	}
+	if r.Kind == RefDirectory {
+		rec.UnprovenDirs = append(rec.UnprovenDirs, r.Key)
+		return
+	}
+	if rec.Unproven == nil {
+		rec.Unproven = map[string]string{}
+	}
+	b := path.Base(r.Key)
+	if _, dup := rec.Unproven[b]; !dup {
+		rec.Unproven[b] = r.Key
+	}
+}
+
+// mergeAliases folds two names of one object (an alias and the mapped spelling) into one reference.
+func mergeAliases(refs []ref) []ref {
+	seen := map[string]int{}
+	out := refs[:0]
+	for _, r := range refs {
+		id := string(rune('0'+r.Kind)) + fmt.Sprint(r.Inside) + r.Key
+		if j, ok := seen[id]; ok {
+			out[j].Length += r.Length
 			continue
 		}
-		rec.Unmapped++
-		if rec.UnmappedURI == "" {
-			rec.UnmappedURI = r.Key
-		}
-		if r.Kind == RefDirectory {
-			rec.UnprovenDirs = append(rec.UnprovenDirs, r.Key)
-			continue
-		}
-		if rec.Unproven == nil {
-			rec.Unproven = map[string]string{}
-		}
-		b := path.Base(r.Key)
-		if _, dup := rec.Unproven[b]; !dup {
-			rec.Unproven[b] = r.Key
-		}
+		seen[id] = len(out)
+		out = append(out, r)
 	}
-	sort.Strings(rec.Inferred)
-	if len(placed) > 0 {
-		// Two names of one object (an alias and the mapped spelling) are one reference.
-		seen := map[string]int{}
-		out := e.refs[:0]
-		for _, r := range e.refs {
-			id := string(rune('0'+r.Kind)) + fmt.Sprint(r.Inside) + r.Key
-			if j, ok := seen[id]; ok {
-				out[j].Length += r.Length
-				continue
-			}
-			seen[id] = len(out)
-			out = append(out, r)
-		}
-		e.refs = out
-	}
-	if rec.Unmapped > 0 {
-		ix.log.Warn("a live _metadata references files that no --map ties to the store and the store does not hold at the same relative place: every store file that could be one of them is refused",
-			"file", rec.Key, "unmapped", rec.Unmapped, "uri", rec.UnmappedURI, "fix", ix.unmappedFix(rec.Key, rec.UnmappedURI))
-	}
-	return nil
+	return out
 }
 
 // jobParents returns the store folders holding a job folder named job (where the last listing of
