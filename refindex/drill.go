@@ -103,6 +103,8 @@ func (ix *Index) Drill(ctx context.Context, o DrillOptions) (*DrillResult, error
 	switch {
 	case snap.blocked != "":
 		res.Untrusted = snap.blocked
+	case snap.unknownWhy != "":
+		res.Untrusted = snap.unknownWhy
 	case res.UnmappedSkipped > 0:
 		res.Untrusted = fmt.Sprintf("%d reference(s) could not be checked: %s", res.UnmappedSkipped, snap.unmappedWhy)
 	case len(res.Unparseable) > 0:
@@ -117,6 +119,7 @@ func (ix *Index) Drill(ctx context.Context, o DrillOptions) (*DrillResult, error
 type drillView struct {
 	infos          []CheckpointInfo // parseable checkpoints selected by DrillOptions.Only
 	blocked        string           // the index cannot be trusted at all
+	unknownWhy     string           // unknown subtrees that may hide live checkpoints
 	unmappedWhy    string           // why references outside every mapped prefix cannot be checked
 	unparseableWhy string           // why unparseable _metadata keep the answer from green
 }
@@ -129,7 +132,7 @@ func (ix *Index) drillSnapshot(o DrillOptions, res *DrillResult) (drillView, err
 		return drillView{}, err
 	}
 	defer v.release()
-	dv := drillView{blocked: v.blocked(), unmappedWhy: ix.unmappedBlock(v)}
+	dv := drillView{blocked: v.blocked(), unknownWhy: unknownHides(v.unknown), unmappedWhy: ix.unmappedBlock(v)}
 	if len(v.st.unparseable) > 0 {
 		dv.unparseableWhy = unparseableUntrusted(v.st)
 	}

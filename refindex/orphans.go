@@ -36,79 +36,23 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 		res.Blocked = b
 		return res, nil
 	}
-	now := v.storeNow(v.now())
-	var walkUnknown []store.UnknownSubtree
+	sc := &orphanScan{ix: ix, v: v, now: v.storeNow(v.now()), olderThan: olderThan, res: res}
 	err = v.g.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{})
-		defer it.Close()
-		referenced := func(key string) bool {
-			p := append([]byte(tblReverse+key), 0)
-			it.Seek(p)
-			if it.ValidForPrefix(p) {
-				return true
-			}
-			for a := key; len(v.st.dirRefs) > 0; {
-				if v.st.dirRefs[a] > 0 {
-					return true
-				}
-				if a == "" {
-					return false
-				}
-				a = parentKey(a)
-			}
-			return false
-		}
-		tomb := func(o store.ObjectInfo) bool {
-			it, err := txn.Get(tombKey(o.Path))
-			if err != nil {
-				return false
-			}
-			b, err := it.ValueCopy(nil)
-			return err == nil && tombstoneLifts(b, o)
-		}
+		sc.txn = txn
+		sc.it = txn.NewIterator(badger.IteratorOptions{})
+		defer sc.it.Close()
 		bar := ix.newCounter("scanning the store for orphans")
 		defer bar.Finish()
+		sc.bar = bar
 		// An entry this walk cannot read is left out and named (exit 3), never an error that loses
 		// the whole list, nor a silent gap.
 		wctx := store.WithUnknown(ctx, func(u store.UnknownSubtree) error {
-			walkUnknown = append(walkUnknown, u)
+			sc.walkUnknown = append(sc.walkUnknown, u)
 			return nil
 		})
-		return ix.st.Walk(wctx, "", func(o store.ObjectInfo) error {
-			if o.IsDir {
-				return nil
-			}
-			if _, refused := ix.decideUnknown(v, o.Path, verdict.OpUnlink, o.Path, false); refused {
-				return nil
-			}
-			_ = bar.Add(1)
-			res.StoreBytes += o.Size
-			if c := v.st.ckpts[o.Path]; c != nil {
-				if !sameVersion(c, o) && !ix.indexedNow(o) {
-					return errIndexBehind{o.Path, "changed"}
-				}
-				return nil
-			}
-			if store.IsCheckpointFile(o) && !ix.indexedNow(o) {
-				// A checkpoint the index has not read (written beside the mount since the last sync):
-				// what it references is unknown, so nothing may be called garbage.
-				return errIndexBehind{o.Path, "appeared"}
-			}
-			if _, pinned := v.pins[o.Path]; pinned {
-				return nil
-			}
-			if v.pol.protectedBy(o.Path) != "" || referenced(o.Path) {
-				return nil
-			}
-			age := now.Sub(o.ModTime)
-			if age < olderThan || (age < v.pol.Grace && !tomb(o)) {
-				return nil
-			}
-			res.Files = append(res.Files, OrphanFile{Path: o.Path, Size: o.Size, ModTime: o.ModTime})
-			res.Bytes += o.Size
-			return nil
-		})
+		return ix.st.Walk(wctx, "", sc.visit)
 	})
+	walkUnknown := sc.walkUnknown
 	var behind errIndexBehind
 	if errors.As(err, &behind) {
 		return &OrphansResult{OlderThan: duration.D(olderThan), Files: []OrphanFile{},
@@ -124,6 +68,89 @@ func (ix *Index) Orphans(ctx context.Context, olderThan time.Duration) (*Orphans
 		res.Unknown = strings.TrimPrefix(res.Unknown+"; ", "; ") + fmt.Sprintf("%d entr(ies) could not be read by this walk, e.g. %s (%v): what they hold is not listed", len(walkUnknown), orRoot(u.Key), u.Err)
 	}
 	return res, nil
+}
+
+// orphanScan is one walk of Orphans over the store, judging each file against one view of the
+// index and the badger transaction holding its reverse table.
+type orphanScan struct {
+	ix          *Index
+	v           *view
+	txn         *badger.Txn
+	it          *badger.Iterator
+	bar         bar
+	now         time.Time // the store's clock
+	olderThan   time.Duration
+	res         *OrphansResult
+	walkUnknown []store.UnknownSubtree
+}
+
+// visit lists o as an orphan when nothing keeps it: not a checkpoint, not unknown, pinned,
+// protected, referenced, younger than olderThan, or within grace without a tombstone lifting it.
+func (sc *orphanScan) visit(o store.ObjectInfo) error {
+	ix, v := sc.ix, sc.v
+	if o.IsDir {
+		return nil
+	}
+	if _, refused := ix.decideUnknown(v, o.Path, verdict.OpUnlink, o.Path, false); refused {
+		return nil
+	}
+	_ = sc.bar.Add(1)
+	sc.res.StoreBytes += o.Size
+	if c := v.st.ckpts[o.Path]; c != nil {
+		if !sameVersion(c, o) && !ix.indexedNow(o) {
+			return errIndexBehind{o.Path, "changed"}
+		}
+		return nil
+	}
+	if store.IsCheckpointFile(o) && !ix.indexedNow(o) {
+		// A checkpoint the index has not read (written beside the mount since the last sync):
+		// what it references is unknown, so nothing may be called garbage.
+		return errIndexBehind{o.Path, "appeared"}
+	}
+	if _, pinned := v.pins[o.Path]; pinned {
+		return nil
+	}
+	if v.pol.protectedBy(o.Path) != "" || sc.referenced(o.Path) {
+		return nil
+	}
+	age := sc.now.Sub(o.ModTime)
+	if age < sc.olderThan || (age < v.pol.Grace && !sc.tombLifts(o)) {
+		return nil
+	}
+	sc.res.Files = append(sc.res.Files, OrphanFile{Path: o.Path, Size: o.Size, ModTime: o.ModTime})
+	sc.res.Bytes += o.Size
+	return nil
+}
+
+// referenced reports whether a live checkpoint references key, or a folder above it by a
+// directory handle.
+func (sc *orphanScan) referenced(key string) bool {
+	p := append([]byte(tblReverse+key), 0)
+	sc.it.Seek(p)
+	if sc.it.ValidForPrefix(p) {
+		return true
+	}
+	for a := key; len(sc.v.st.dirRefs) > 0; {
+		if sc.v.st.dirRefs[a] > 0 {
+			return true
+		}
+		if a == "" {
+			return false
+		}
+		a = parentKey(a)
+	}
+	return false
+}
+
+// tombLifts reports whether a tombstone of o lifts its grace period (a file of a retired
+// checkpoint need not wait for grace).
+func (sc *orphanScan) tombLifts(o store.ObjectInfo) bool {
+	it, err := sc.txn.Get(tombKey(o.Path))
+	if err != nil {
+		return false
+	}
+	b, err := it.ValueCopy(nil)
+	return err == nil && tombstoneLifts(b, o)
 }
 
 // indexedNow reports whether the index holds o as it is now, though the view a long walk started with

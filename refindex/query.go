@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -185,19 +186,7 @@ func (ix *Index) Checkpoints(ctx context.Context, job string) (*CheckpointsResul
 			if err != nil {
 				return err
 			}
-			other := map[string]bool{}
-			for _, r := range refs {
-				if !r.Inside {
-					continue
-				}
-				if j := ix.norm.JobFolder(r.Key, func(s string) bool { return known[s] }); j != "" && j != c.Job {
-					other[j] = true
-				}
-			}
-			for j := range other {
-				ci.ReferencesJobs = append(ci.ReferencesJobs, j)
-			}
-			sort.Strings(ci.ReferencesJobs)
+			ci.ReferencesJobs = ix.otherJobs(refs, c.Job, known)
 			jc := byJob[c.Job]
 			if jc == nil {
 				jc = &JobCheckpoints{Job: c.Job}
@@ -218,30 +207,48 @@ func (ix *Index) Checkpoints(ctx context.Context, job string) (*CheckpointsResul
 		return nil, err
 	}
 	for _, jc := range byJob {
-		set := map[string]bool{}
-		for _, c := range jc.Checkpoints {
-			for _, j := range c.ReferencesJobs {
-				set[j] = true
-			}
-		}
-		for j := range set {
-			jc.ReferencesJobs = append(jc.ReferencesJobs, j)
-		}
-		sort.Strings(jc.ReferencesJobs)
-		sort.Slice(jc.Checkpoints, func(a, b int) bool {
-			x, y := jc.Checkpoints[a], jc.Checkpoints[b]
-			if x.Kind != y.Kind {
-				return x.Kind < y.Kind
-			}
-			if x.ID != y.ID {
-				return x.ID < y.ID
-			}
-			return x.Metadata < y.Metadata
-		})
+		jc.finish()
 		res.Jobs = append(res.Jobs, *jc)
 	}
 	sort.Slice(res.Jobs, func(a, b int) bool { return res.Jobs[a].Job < res.Jobs[b].Job })
 	return res, nil
+}
+
+// otherJobs lists, sorted, the job folders other than job that refs reach into (known: the job
+// folders holding an indexed checkpoint).
+func (ix *Index) otherJobs(refs []ref, job string, known map[string]bool) []string {
+	other := map[string]bool{}
+	for _, r := range refs {
+		if !r.Inside {
+			continue
+		}
+		if j := ix.norm.JobFolder(r.Key, func(s string) bool { return known[s] }); j != "" && j != job {
+			other[j] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(other))
+}
+
+// finish sets the job's referenced jobs (the union of its checkpoints') and orders its checkpoints
+// by kind, id and path.
+func (jc *JobCheckpoints) finish() {
+	set := map[string]bool{}
+	for _, c := range jc.Checkpoints {
+		for _, j := range c.ReferencesJobs {
+			set[j] = true
+		}
+	}
+	jc.ReferencesJobs = append(jc.ReferencesJobs, slices.Sorted(maps.Keys(set))...)
+	sort.Slice(jc.Checkpoints, func(a, b int) bool {
+		x, y := jc.Checkpoints[a], jc.Checkpoints[b]
+		if x.Kind != y.Kind {
+			return x.Kind < y.Kind
+		}
+		if x.ID != y.ID {
+			return x.ID < y.ID
+		}
+		return x.Metadata < y.Metadata
+	})
 }
 
 // blocked returns why no object can be called garbage right now, or "".

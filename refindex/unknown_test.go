@@ -259,7 +259,7 @@ func boolInt(b bool) int {
 }
 
 // TestUnknownSubtreeMakesVerifyAndOrphansIncomplete: while an unknown subtree may hide checkpoints (not
-// confined), verify is not OK (Untrusted names it: exit 3) and orphans leaves out what the subtree may
+// confined), verify and verify --deep are not OK (Untrusted names it: exit 3) and orphans leaves out what the subtree may
 // protect; a confined one leaves verify alone. Orphans names every entry it could not read (exit 3).
 func TestUnknownSubtreeMakesVerifyAndOrphansIncomplete(t *testing.T) {
 	ctx := context.Background()
@@ -284,6 +284,14 @@ func TestUnknownSubtreeMakesVerifyAndOrphansIncomplete(t *testing.T) {
 			}
 			if got := v.Untrusted != ""; got != tc.incomplete || (tc.incomplete && !strings.Contains(v.Untrusted, job+"/chk-78")) {
 				t.Errorf("verify untrusted %q, want incomplete %v", v.Untrusted, tc.incomplete)
+			}
+			// The deep drill (verify --deep) judges the same live set: never green on what it skipped.
+			d, err := ix.Drill(ctx, refindex.DrillOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := d.Untrusted != ""; got != tc.incomplete || (tc.incomplete && !strings.Contains(d.Untrusted, job+"/chk-78")) {
+				t.Errorf("drill untrusted %q, want incomplete %v", d.Untrusted, tc.incomplete)
 			}
 			o, err := ix.Orphans(ctx, 0)
 			if err != nil {
