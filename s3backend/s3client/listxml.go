@@ -496,151 +496,182 @@ func is(name []byte, want string) bool {
 
 // decodeListV2 decodes a ListObjectsV2 response body.
 func decodeListV2(body []byte) (listResult, error) {
-	s := xmlScanner{b: body}
-	var res listResult
+	d := listV2Decoder{s: xmlScanner{b: body}, keyCount: -1}
+	if err := d.s.root("ListBucketResult"); err != nil {
+		return d.res, err
+	}
+	if n := bytes.Count(body, []byte("<Contents")); n > 0 {
+		d.res.Objects = make([]Object, 0, min(n, listEntriesMax))
+	}
+	if err := d.s.children(d.element); err != nil {
+		return d.res, err
+	}
+	if err := d.s.toEOF(); err != nil {
+		return d.res, err
+	}
+	if !d.haveTrunc {
+		return d.res, errors.New("listing without <IsTruncated>: cannot tell whether it is complete")
+	}
+	if n := len(d.res.Objects) + len(d.res.Prefixes); d.keyCount >= 0 && d.keyCount != n {
+		return d.res, fmt.Errorf("listing says <KeyCount>%d</KeyCount> but holds %d entries", d.keyCount, n)
+	}
+	return d.res, nil
+}
+
+// root reads up to the document's root element and checks its name.
+func (s *xmlScanner) root(want string) error {
 	for {
 		k, err := s.next()
 		if err != nil {
-			return res, err
+			return err
 		}
 		if k == tokEOF {
-			return res, s.errf("no root element")
+			return s.errf("no root element")
 		}
 		if k == tokStart {
 			break
 		}
 	}
-	if string(s.name) != "ListBucketResult" {
-		return res, s.errf("root element <%s>, want <ListBucketResult>", s.name)
+	if string(s.name) != want {
+		return s.errf("root element <%s>, want <%s>", s.name, want)
 	}
-	if n := bytes.Count(body, []byte("<Contents")); n > 0 {
-		res.Objects = make([]Object, 0, min(n, listEntriesMax))
-	}
-	var haveTrunc, haveNext, haveEnc bool
-	keyCount := -1
-	err := s.children(func(name []byte) error {
-		switch {
-		case is(name, "Contents"):
-			if len(res.Objects)+len(res.Prefixes) >= listEntriesMax {
-				return s.errf("more than %d entries in one page", listEntriesMax)
-			}
-			o, err := s.object()
-			if err != nil {
-				return err
-			}
-			res.Objects = append(res.Objects, o)
-			return nil
-		case is(name, "CommonPrefixes"):
-			if len(res.Objects)+len(res.Prefixes) >= listEntriesMax {
-				return s.errf("more than %d entries in one page", listEntriesMax)
-			}
-			// The prefix is copied at once: a value may point into the scanner's scratch buffer, which
-			// the whitespace or elements after it inside <CommonPrefixes> overwrite.
-			var p string
-			have := false
-			err := s.children(func(name []byte) error {
-				if !is(name, "Prefix") {
-					return s.skip()
-				}
-				if have {
-					return s.errf("<CommonPrefixes> with two <Prefix>")
-				}
-				v, err := s.value()
-				p, have = string(v), true
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			if !have || len(p) == 0 {
-				return s.errf("<CommonPrefixes> without a <Prefix>")
-			}
-			res.Prefixes = append(res.Prefixes, p)
-			return nil
-		case is(name, "IsTruncated"):
-			v, err := s.value()
-			if err != nil {
-				return err
-			}
-			if haveTrunc {
-				return s.errf("two <IsTruncated>")
-			}
-			haveTrunc = true
-			res.Truncated, err = strconv.ParseBool(string(v))
-			return err
-		case is(name, "NextContinuationToken"):
-			v, err := s.value()
-			if err != nil {
-				return err
-			}
-			if haveNext {
-				return s.errf("two <NextContinuationToken>")
-			}
-			haveNext = true
-			res.Next = string(v)
-			return nil
-		case is(name, "KeyCount"):
-			v, err := s.value()
-			if err != nil {
-				return err
-			}
-			n, err := strconv.ParseInt(string(v), 10, 32)
-			if err != nil || n < 0 {
-				return s.errf("<KeyCount>%s</KeyCount> is not a count", v)
-			}
-			if keyCount >= 0 {
-				return s.errf("two <KeyCount>")
-			}
-			keyCount = int(n)
-			return nil
-		case is(name, "MaxKeys"):
-			v, err := s.value()
-			if err == nil {
-				_, err = strconv.ParseInt(string(v), 10, 32)
-			}
-			return err
-		case is(name, "EncodingType"):
-			v, err := s.value()
-			if err != nil {
-				return err
-			}
-			if haveEnc {
-				return s.errf("two <EncodingType>")
-			}
-			haveEnc = true
-			switch string(v) {
-			case "url":
-				res.URLEncoded = true
-			case "":
-			default:
-				return s.errf("keys encoded as %q, which was not asked for", v)
-			}
-			return nil
-		case is(name, "ContinuationToken"), is(name, "Delimiter"), is(name, "Name"), is(name, "Prefix"), is(name, "StartAfter"):
-			_, err := s.value()
-			return err
-		}
-		return s.skip()
-	})
-	if err != nil {
-		return res, err
-	}
+	return nil
+}
+
+// toEOF reads what follows the root element (only whitespace, comments and processing
+// instructions may).
+func (s *xmlScanner) toEOF() error {
 	for {
 		k, err := s.next()
 		if err != nil {
-			return res, err
+			return err
 		}
 		if k == tokEOF {
-			break
+			return nil
 		}
 	}
-	if !haveTrunc {
-		return res, errors.New("listing without <IsTruncated>: cannot tell whether it is complete")
+}
+
+// listV2Decoder decodes the children of one <ListBucketResult>. Every element that decides what the
+// page holds may appear once: a second one is an error, never a silent choice.
+type listV2Decoder struct {
+	s                            xmlScanner
+	res                          listResult
+	haveTrunc, haveNext, haveEnc bool
+	keyCount                     int // -1: no <KeyCount>
+}
+
+// element decodes one child element of <ListBucketResult>.
+func (d *listV2Decoder) element(name []byte) error {
+	s := &d.s
+	switch {
+	case is(name, "Contents"), is(name, "CommonPrefixes"):
+		if len(d.res.Objects)+len(d.res.Prefixes) >= listEntriesMax {
+			return s.errf("more than %d entries in one page", listEntriesMax)
+		}
+		if is(name, "CommonPrefixes") {
+			return d.commonPrefix()
+		}
+		o, err := s.object()
+		if err != nil {
+			return err
+		}
+		d.res.Objects = append(d.res.Objects, o)
+		return nil
+	case is(name, "IsTruncated"):
+		v, err := d.once(&d.haveTrunc, "IsTruncated")
+		if err != nil {
+			return err
+		}
+		d.res.Truncated, err = strconv.ParseBool(string(v))
+		return err
+	case is(name, "NextContinuationToken"):
+		v, err := d.once(&d.haveNext, "NextContinuationToken")
+		d.res.Next = string(v)
+		return err
+	case is(name, "KeyCount"):
+		return d.keyCountElement()
+	case is(name, "MaxKeys"):
+		v, err := s.value()
+		if err == nil {
+			_, err = strconv.ParseInt(string(v), 10, 32)
+		}
+		return err
+	case is(name, "EncodingType"):
+		v, err := d.once(&d.haveEnc, "EncodingType")
+		if err != nil {
+			return err
+		}
+		switch string(v) {
+		case "url":
+			d.res.URLEncoded = true
+		case "":
+		default:
+			return s.errf("keys encoded as %q, which was not asked for", v)
+		}
+		return nil
+	case is(name, "ContinuationToken"), is(name, "Delimiter"), is(name, "Name"), is(name, "Prefix"), is(name, "StartAfter"):
+		_, err := s.value()
+		return err
 	}
-	if keyCount >= 0 && keyCount != len(res.Objects)+len(res.Prefixes) {
-		return res, fmt.Errorf("listing says <KeyCount>%d</KeyCount> but holds %d entries", keyCount, len(res.Objects)+len(res.Prefixes))
+	return s.skip()
+}
+
+// once reads the value of an element that may appear once (seen records that it did).
+func (d *listV2Decoder) once(seen *bool, name string) ([]byte, error) {
+	v, err := d.s.value()
+	if err != nil {
+		return nil, err
 	}
-	return res, nil
+	if *seen {
+		return nil, d.s.errf("two <%s>", name)
+	}
+	*seen = true
+	return v, nil
+}
+
+func (d *listV2Decoder) keyCountElement() error {
+	v, err := d.s.value()
+	if err != nil {
+		return err
+	}
+	n, err := strconv.ParseInt(string(v), 10, 32)
+	if err != nil || n < 0 {
+		return d.s.errf("<KeyCount>%s</KeyCount> is not a count", v)
+	}
+	if d.keyCount >= 0 {
+		return d.s.errf("two <KeyCount>")
+	}
+	d.keyCount = int(n)
+	return nil
+}
+
+// commonPrefix reads one <CommonPrefixes>. The prefix is copied at once: a value may point into the
+// scanner's scratch buffer, which the whitespace or elements after it inside <CommonPrefixes>
+// overwrite.
+func (d *listV2Decoder) commonPrefix() error {
+	s := &d.s
+	var p string
+	have := false
+	err := s.children(func(name []byte) error {
+		if !is(name, "Prefix") {
+			return s.skip()
+		}
+		if have {
+			return s.errf("<CommonPrefixes> with two <Prefix>")
+		}
+		v, err := s.value()
+		p, have = string(v), true
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if !have || len(p) == 0 {
+		return s.errf("<CommonPrefixes> without a <Prefix>")
+	}
+	d.res.Prefixes = append(d.res.Prefixes, p)
+	return nil
 }
 
 // object reads one <Contents>.
