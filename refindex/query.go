@@ -26,6 +26,9 @@ func (v *view) info(c *checkpointRecord) CheckpointInfo {
 	ci := CheckpointInfo{Metadata: c.Key, Dir: dirOf(c.Key), Job: c.Job, ID: c.ID, Kind: c.Kind, Completed: c.ModTime,
 		Size: c.Size, Format: c.Format, Refs: c.Refs, Outside: c.Outside, Error: c.Err,
 		InferredMaps: c.Inferred, External: c.External, Unmapped: c.Unmapped, UnmappedURI: c.UnmappedURI}
+	if c.Err != "" {
+		ci.Refuses = badScopeText(c)
+	}
 	_, ci.Pinned = v.pins[c.Key]
 	if r, _ := v.protection(c, v.storeNow(v.now())); r != "" {
 		ci.Protected = true

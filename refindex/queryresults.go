@@ -62,6 +62,9 @@ type CheckpointInfo struct {
 	// ReferencesJobs lists other job folders whose files this checkpoint references.
 	ReferencesJobs []string `json:"references_jobs,omitempty"`
 	Error          string   `json:"error,omitempty"` // unparseable: why
+	// Refuses says, for an unparseable one, what it refuses in words: its scope (itself, its
+	// folder, or the store when its writer is trusted).
+	Refuses string `json:"refuses,omitempty"`
 }
 
 // WhyResult explains one decision.

@@ -63,6 +63,10 @@ func TestDamagedNewestNotProtected(t *testing.T) {
 	if len(cs.Unparseable) != 1 || cs.Unparseable[0].Protected {
 		t.Errorf("checkpoints shows the damaged one as protected: %+v", cs.Unparseable)
 	}
+	// What it refuses is said in its scope (a damaged one: only itself), never "every deletion".
+	if len(cs.Unparseable) == 1 && !strings.HasPrefix(cs.Unparseable[0].Refuses, "nothing but itself") {
+		t.Errorf("checkpoints says the damaged one refuses %q, want nothing but itself", cs.Unparseable[0].Refuses)
+	}
 	// Within --grace (just written) it is kept.
 	pol := testPolicy()
 	pol.Grace = 3 * time.Hour

@@ -189,7 +189,7 @@ func (g *Graph) DOT(w io.Writer) error {
 	}
 	for _, u := range g.Unparseable {
 		fmt.Fprintf(&b, "  %s [shape=octagon, color=red, label=%s];\n", quote(ckptID(u.Metadata)),
-			quote(u.Metadata+"\nUNPARSEABLE: blocks every deletion"))
+			quote(u.Metadata+"\nUNPARSEABLE: refuses "+u.Refuses))
 	}
 	if len(g.Jobs) == 0 && len(g.Folders) == 0 && len(g.Unparseable) == 0 {
 		fmt.Fprintf(&b, "  empty [shape=plaintext, label=\"no live checkpoints or savepoints\"];\n")

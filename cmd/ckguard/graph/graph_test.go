@@ -356,3 +356,16 @@ func TestGraphLegendAndSavepoints(t *testing.T) {
 	}
 	requireSVG(t, b.String())
 }
+
+// TestGraphUnparseableScope: an unparseable _metadata is drawn with what it refuses (its scope since
+// one bad entry no longer stops the whole mount), never as blocking every deletion.
+func TestGraphUnparseableScope(t *testing.T) {
+	g := &Graph{Unparseable: []refindex.CheckpointInfo{{Metadata: "scratch/x/chk-1/_metadata", Error: "bad magic", Refuses: "deletions in its folder scratch/x"}}}
+	var b strings.Builder
+	if err := g.DOT(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "refuses deletions in its folder scratch/x") || strings.Contains(b.String(), "every deletion") {
+		t.Errorf("DOT of an unparseable _metadata:\n%s", b.String())
+	}
+}
