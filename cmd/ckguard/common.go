@@ -20,17 +20,15 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ckguard/ckguard/cmd/ckguard/backends"
 	"github.com/ckguard/ckguard/cmd/ckguard/graph"
 	"github.com/ckguard/ckguard/fs/control"
-	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
 	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/internal/jsonbytes"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/pathnorm"
 	"github.com/ckguard/ckguard/refindex/store"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/store/shared"
-	"github.com/ckguard/ckguard/s3backend/s3cli"
 )
 
 // Exit statuses every command follows (README "Exit codes"; main maps any other error to exitUsage).
@@ -52,8 +50,7 @@ func locationFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "external", Usage: "URI `PREFIX` of other storage that checkpoints legitimately reference (another bucket, savepoints on HDFS; repeatable): reported, not refused"},
 		&cli.StringFlag{Name: "entropy-key", Usage: "Flink's s3.entropy.key (e.g. _entropy_), when checkpoints use entropy injection"},
 	}
-	f = append(f, s3cli.Flags()...)
-	return append(f, hdfscli.Flags()...)
+	return append(f, backends.Flags()...)
 }
 
 // jsonFlag is --json, on every command that can print JSON.
@@ -239,13 +236,7 @@ func isTerminal(f *os.File) bool {
 // openStore opens --store.
 func openStore(c *cli.Context) (store.Store, error) {
 	s := c.String("store")
-	if s3cli.IsURL(s) {
-		return s3cli.OpenStore(c.Context, s, s3cli.Config(c))
-	}
-	if hdfscli.IsURL(s) {
-		return hdfscli.OpenStore(c.Context, s, hdfscli.FromFlags(c))
-	}
-	return localstore.New(s)
+	return backends.For(s).OpenStore(c, s)
 }
 
 // openIndex opens the index directly (no mount running), with extra options.
@@ -268,7 +259,7 @@ func openIndex(c *cli.Context, extra ...refindex.Option) (*refindex.Index, error
 	}
 	// A store with a shared state area (a --shared mount made it) keeps its pins there: the index
 	// opened here reads and writes them there too (fleet.go).
-	area, err := sharedArea(c.Context, c.String("store"), st)
+	area, err := backends.For(c.String("store")).SharedArea(c.Context, c.String("store"), st)
 	if err != nil {
 		return nil, err
 	}
@@ -352,7 +343,7 @@ func absStoreKey(s, p string) (string, bool) {
 			return k, true
 		}
 	}
-	if !s3cli.IsURL(s) && !hdfscli.IsURL(s) {
+	if !backends.For(s).Remote() {
 		if root, err := filepath.Abs(s); err == nil {
 			if r, err := filepath.EvalSymlinks(root); err == nil {
 				root = r
@@ -370,18 +361,11 @@ func absStoreKey(s, p string) (string, bool) {
 	return "", false
 }
 
-// uriStoreKey maps an s3://, s3a:// or s3p:// URI under an S3 --store to its key; anything else is
-// taken as a key as written.
+// uriStoreKey maps a URI under --store to its key (backends.Backend.KeyOfURI); anything else is taken
+// as a key as written.
 func uriStoreKey(s, p string) string {
-	for _, pre := range []string{"s3://", "s3a://", "s3p://"} {
-		if strings.HasPrefix(p, pre) && s3cli.IsURL(s) {
-			root := strings.TrimSuffix(s, "/") + "/"
-			u := "s3://" + strings.TrimPrefix(p, pre)
-			r := "s3://" + strings.TrimPrefix(strings.TrimPrefix(strings.TrimPrefix(root, "s3://"), "s3a://"), "s3p://")
-			if strings.HasPrefix(u, r) {
-				return strings.TrimPrefix(u, r)
-			}
-		}
+	if k, ok := backends.For(s).KeyOfURI(s, p); ok {
+		return k
 	}
 	return strings.Trim(p, "/")
 }

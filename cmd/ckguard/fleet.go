@@ -1,70 +1,18 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/user"
-	"path/filepath"
 	"slices"
 	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
-	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
-	"github.com/ckguard/ckguard/hdfsbackend/hdfsshared"
-	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/cmd/ckguard/backends"
 	"github.com/ckguard/ckguard/refindex/store/shared"
-	"github.com/ckguard/ckguard/s3backend/s3cli"
-	"github.com/ckguard/ckguard/s3backend/s3shared"
-	"github.com/ckguard/ckguard/s3backend/s3store"
 )
-
-// sharedArea returns the store's shared state area when a --shared mount created it (nil, nil when
-// the store has none: its pins are the index's own).
-func sharedArea(ctx context.Context, storeArg string, st store.Store) (shared.CAS, error) {
-	switch {
-	case s3cli.IsURL(storeArg):
-		s, ok := st.(*s3store.Store)
-		if !ok {
-			return nil, nil
-		}
-		cas := s3shared.New(s.Client())
-		ok, err := cas.Exists(ctx)
-		if err != nil || !ok {
-			return nil, err
-		}
-		return cas, nil
-	case hdfscli.IsURL(storeArg):
-		s, ok := st.(interface {
-			FS() hdfsclient.FS
-			Dir() string
-		})
-		if !ok {
-			return nil, nil
-		}
-		if _, err := s.FS().Stat(ctx, hdfsclient.Join(s.Dir(), shared.Dir+"/"+shared.Version)); err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil, nil
-			}
-			return nil, fmt.Errorf("look for the shared state of %s: %w", storeArg, err)
-		}
-		return hdfsshared.Open(ctx, s.FS(), s.Dir())
-	}
-	if _, err := os.Stat(filepath.Join(storeArg, shared.Dir, shared.Version)); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
-		}
-		// Pins made on other hosts live there: answering without them could call a pinned checkpoint
-		// deletable, so the command stops and says how to get a full answer.
-		return nil, fmt.Errorf("cannot read the store's shared state folder %s, which holds the pins of every --shared mount (%w): run the command as the mount's user (root), or while the mount runs (it answers through its socket)", filepath.Join(storeArg, shared.Dir), err)
-	}
-	return shared.NewLocal(storeArg)
-}
 
 // whoAmI names the person behind a command: the sudo caller when there is one, user@host.
 func whoAmI() string {
@@ -99,7 +47,7 @@ func fleetCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			area, err := sharedArea(c.Context, c.String("store"), st)
+			area, err := backends.For(c.String("store")).SharedArea(c.Context, c.String("store"), st)
 			if err != nil {
 				return err
 			}

@@ -11,12 +11,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ckguard/ckguard/cmd/ckguard/backends"
 	"github.com/ckguard/ckguard/fs/control"
-	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
-	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
 	"github.com/ckguard/ckguard/internal/storeid"
-	"github.com/ckguard/ckguard/s3backend/s3cli"
-	"github.com/ckguard/ckguard/s3backend/s3client"
 )
 
 // indexDir returns --index, or the store's default index folder under the user's cache directory:
@@ -87,32 +84,15 @@ func recordIdentityIn(dir string, id storeid.Identity) {
 	}
 }
 
-// storeIdentity is the identity of a --store value: a local directory by its real path and root
-// inode, an S3 store by bucket and prefix (s3a:// and s3p:// are s3://, no trailing slash), an HDFS
-// store by its authority (lower case) and clean path, a ViewFS one as written.
-func storeIdentity(s string) storeid.Identity {
-	switch {
-	case s3cli.IsURL(s):
-		if loc, err := s3client.ParseURL(s); err == nil {
-			return storeid.OfRemote("s3://"+loc.Bucket+strings.TrimSuffix("/"+loc.Prefix, "/"), s)
-		}
-		return storeid.OfRemote(s, s)
-	case hdfscli.IsURL(s):
-		if hdfsclient.IsViewFS(s) {
-			return storeid.OfRemote(strings.TrimSuffix(s, "/"), s)
-		}
-		if loc, err := hdfsclient.ParseLocation(s); err == nil {
-			return storeid.OfRemote(loc.String(), s)
-		}
-		return storeid.OfRemote(s, s)
-	}
-	return storeid.OfLocal(s)
-}
+// storeIdentity is the identity of a --store value, whatever spelling names it (its backend's
+// Identity: a local directory by its real path and root inode, an S3 store by bucket and prefix, an
+// HDFS one by authority and clean path).
+func storeIdentity(s string) storeid.Identity { return backends.For(s).Identity(s) }
 
 // legacySpelling is the string earlier versions hashed into the default folder's name: the absolute
 // path (symlinks unresolved) or the URI as written.
 func legacySpelling(s string) string {
-	if s3cli.IsURL(s) || hdfscli.IsURL(s) {
+	if backends.For(s).Remote() {
 		return s
 	}
 	if abs, err := filepath.Abs(s); err == nil {
@@ -123,7 +103,7 @@ func legacySpelling(s string) string {
 
 // mountOf reports whether the ckguard mount m guards the store id (by the source it was mounted with).
 func mountOf(m guardMount, id storeid.Identity) bool {
-	if !s3cli.IsURL(m.source) && !hdfscli.IsURL(m.source) && !filepath.IsAbs(m.source) {
+	if !backends.For(m.source).Remote() && !filepath.IsAbs(m.source) {
 		// A relative source names a folder relative to where the mount was started: unknown here.
 		return false
 	}

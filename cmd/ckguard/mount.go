@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,18 +9,15 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ckguard/ckguard/cmd/ckguard/backends"
 	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/fs/daemon"
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guardd"
-	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
-	"github.com/ckguard/ckguard/hdfsbackend/hdfsguardd"
 	"github.com/ckguard/ckguard/internal/bytesize"
 	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
-	"github.com/ckguard/ckguard/s3backend/s3cli"
-	"github.com/ckguard/ckguard/s3backend/s3guardd"
 )
 
 // defaultQuarantine is how long an allowed deletion stays restorable: the post-mortem's procedure ("move
@@ -215,11 +211,9 @@ func runMount(c *cli.Context) error {
 	cfg.SharedReadOnly = c.Bool("shared-read-only")
 	cfg.Version = version
 	cfg.Quarantine = c.Duration("quarantine")
-	if !c.IsSet("quarantine") && !storeStagesDeletions(cfg.StoreDir) {
-		// On S3 staging is opt-in (a server-side copy per deletion, billed and taking time with the
-		// object's size); on HDFS too (the NameNode's trash, when it has one, keeps deletions without it,
-		// and staging writes a record file per deletion through a DataNode).
-		cfg.Quarantine = 0
+	backend := backends.For(cfg.StoreDir)
+	if !c.IsSet("quarantine") && !backend.StagesDeletions() {
+		cfg.Quarantine = 0 // staging is opt-in on this store (backends.Backend.StagesDeletions)
 	}
 	if cfg.Quarantine > 0 {
 		b, err := quarantineBound(c)
@@ -228,37 +222,12 @@ func runMount(c *cli.Context) error {
 		}
 		cfg.QuarantineBound = b
 	}
-	run := guardd.Run
-	if s3cli.IsURL(cfg.StoreDir) { // s3://bucket/prefix: the S3 backend (s3backend/), same daemon behaviour
-		if !c.IsSet("serve-procs") {
-			// Not measured over S3, where a request waits milliseconds on the network and reads stream
-			// through readahead goroutines in parallel: keep the runtime's choice.
-			cfg.ServeProcs = 0
-		}
-		run = func(ctx context.Context, cfg guardd.Config) error {
-			return s3guardd.Run(ctx, cfg, s3cli.Config(c), nil)
-		}
-	}
-	if hdfscli.IsURL(cfg.StoreDir) { // hdfs://namenode:8020/path: the HDFS backend (hdfsbackend/)
-		if !c.IsSet("serve-procs") {
-			cfg.ServeProcs = 0 // as over S3: requests wait on the network, not on the CPU
-		}
-		run = func(ctx context.Context, cfg guardd.Config) error {
-			return hdfsguardd.Run(ctx, cfg, hdfscli.FromFlags(c))
-		}
-	}
-	if err := run(c.Context, cfg); err != nil {
+	if err := backend.Mount(c, cfg); err != nil {
 		daemon.Fail(err)
 		return err
 	}
 	daemon.Stopping()
 	return nil
-}
-
-// storeStagesDeletions reports whether the --quarantine default applies to the mount of store: the
-// local store's (a rename costs nothing); on S3 and HDFS staging is opt-in.
-func storeStagesDeletions(store string) bool {
-	return !s3cli.IsURL(store) && !hdfscli.IsURL(store)
 }
 
 // quarantineBound reads --quarantine-max-bytes and --quarantine-min-free.

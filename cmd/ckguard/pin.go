@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ckguard/ckguard/cmd/ckguard/backends"
 	"github.com/ckguard/ckguard/refindex/store/shared"
 
 	"github.com/urfave/cli/v2"
@@ -76,7 +77,7 @@ func notePin(c *cli.Context, key string, pinned bool) error {
 	if err != nil {
 		return err
 	}
-	area, err := sharedArea(c.Context, c.String("store"), st)
+	area, err := backends.For(c.String("store")).SharedArea(c.Context, c.String("store"), st)
 	if err != nil {
 		// The pin itself is set (by the mount or the index); only the note is missing.
 		fmt.Fprintf(c.App.ErrWriter, "note: %s is set, but who, why and the expiry could not be added to it: %v\n", key, err)

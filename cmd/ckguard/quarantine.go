@@ -3,18 +3,14 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ckguard/ckguard/cmd/ckguard/backends"
 	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/fs/guardd"
-	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
-	"github.com/ckguard/ckguard/hdfsbackend/hdfsquarantine"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
-	"github.com/ckguard/ckguard/s3backend/s3cli"
-	"github.com/ckguard/ckguard/s3backend/s3quarantine"
 )
 
 // quarantineCommand groups list, restore and purge of the deletions a mount with --quarantine staged.
@@ -65,36 +61,9 @@ func openQuarantine(c *cli.Context, ttl time.Duration) (quarantine.Service, bool
 		}
 	}
 	s := c.String("store")
-	if s3cli.IsURL(s) {
-		st, err := s3cli.OpenStore(c.Context, s, s3cli.Config(c))
-		if err != nil {
-			return nil, false, nil, err
-		}
-		area, _, err := s3quarantine.Open(c.Context, st.Client(), nil)
-		if err != nil {
-			return nil, false, nil, fmt.Errorf("store %s: %w", s, err)
-		}
-		return &quarantine.Direct{Area: area, TTL: ttl}, false, func() error { return nil }, nil
-	}
-	if hdfscli.IsURL(s) {
-		st, err := hdfscli.OpenStore(c.Context, s, hdfscli.FromFlags(c))
-		if err != nil {
-			return nil, false, nil, err
-		}
-		area, err := hdfsquarantine.Open(c.Context, st.FS(), st.Dir(), nil)
-		if err != nil {
-			_ = st.FS().Close()
-			return nil, false, nil, fmt.Errorf("store %s: %w", s, err)
-		}
-		return &quarantine.Direct{Area: area, TTL: ttl}, false, st.FS().Close, nil
-	}
-	abs, err := filepath.Abs(s)
+	area, closeFn, err := backends.For(s).OpenQuarantine(c, s)
 	if err != nil {
 		return nil, false, nil, err
 	}
-	area, err := quarantine.OpenLocal(abs, nil)
-	if err != nil {
-		return nil, false, nil, err
-	}
-	return &quarantine.Direct{Area: area, TTL: ttl}, false, area.Close, nil
+	return &quarantine.Direct{Area: area, TTL: ttl}, false, closeFn, nil
 }

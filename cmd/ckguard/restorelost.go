@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,15 +9,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ckguard/ckguard/cmd/ckguard/backends"
 	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/lostfound"
-	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
-	"github.com/ckguard/ckguard/hdfsbackend/hdfssnap"
 	"github.com/ckguard/ckguard/refindex"
-	"github.com/ckguard/ckguard/s3backend/s3cli"
-	"github.com/ckguard/ckguard/s3backend/s3client"
-	"github.com/ckguard/ckguard/s3backend/s3lost"
-	"github.com/ckguard/ckguard/s3backend/s3quarantine"
 )
 
 // restoreLostRounds bounds the rounds of --apply: Verify names at most 1,000 missing objects per
@@ -64,46 +58,7 @@ type restoreLostResult struct {
 // the snapshots of the store root). A store that keeps none is an error naming what does.
 func lostSource(c *cli.Context) (lostfound.Source, func(), error) {
 	s := c.String("store")
-	if s3cli.IsURL(s) {
-		st, err := s3cli.OpenStore(c.Context, s, s3cli.Config(c))
-		if err != nil {
-			return nil, nil, err
-		}
-		cl := st.Client()
-		v, err := cl.BucketVersioning(c.Context)
-		if err != nil {
-			return nil, nil, fmt.Errorf("store %s: cannot read the bucket's versioning: %w", s, err)
-		}
-		if v == "" {
-			return nil, nil, fmt.Errorf("store %s: the bucket is not versioned, so a deleted object has no version left to restore (enable versioning, and --quarantine on the mount): %w", s, errKeepsNothing)
-		}
-		staged, err := stagedKeys(c.Context, cl)
-		if err != nil {
-			return nil, nil, err
-		}
-		return s3lost.New(cl, staged), func() {}, nil
-	}
-	if src, closeFn, ok, err := hdfsLostSource(c); ok {
-		return src, closeFn, err
-	}
-	return nil, nil, fmt.Errorf("store %s: restore-lost restores from S3 versions or HDFS snapshots; a local store keeps neither (what the mount deleted is in its quarantine: `ckguard quarantine restore`): %w", s, errKeepsNothing)
-}
-
-// errKeepsNothing: the store keeps no copy of a deleted object (a local store, an unversioned bucket).
-var errKeepsNothing = errors.New("the store keeps no deleted objects")
-
-// stagedKeys are the keys ckguard's quarantine holds on a versioned bucket.
-func stagedKeys(ctx context.Context, cl *s3client.Client) (map[string]bool, error) {
-	area := s3quarantine.NewVersioned(cl, nil)
-	es, err := area.List(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list ckguard's quarantine (its entries are restored by `quarantine restore`, not here): %w", err)
-	}
-	staged := map[string]bool{}
-	for _, e := range es {
-		staged[e.Key()] = true
-	}
-	return staged, nil
+	return backends.For(s).LostSource(c, s)
 }
 
 func runRestoreLost(c *cli.Context) error {
@@ -281,7 +236,7 @@ func restorableFor(c *cli.Context, v *refindex.VerifyResult) (map[string]lostfou
 		return nil, nil
 	}
 	src, closeFn, err := lostSource(c)
-	if errors.Is(err, errKeepsNothing) {
+	if errors.Is(err, backends.ErrKeepsNothing) {
 		return nil, nil
 	}
 	if err != nil {
@@ -304,20 +259,3 @@ func restorableFor(c *cli.Context, v *refindex.VerifyResult) (map[string]lostfou
 
 // verifyLookups bounds the version/snapshot lookups of one verify (one request or more each).
 const verifyLookups = 1000
-
-// hdfsLostSource is the HDFS store's source (ok: --store is an HDFS URL).
-func hdfsLostSource(c *cli.Context) (src lostfound.Source, closeFn func(), ok bool, err error) {
-	if !hdfscli.IsURL(c.String("store")) {
-		return nil, nil, false, nil
-	}
-	st, err := hdfscli.OpenStore(c.Context, c.String("store"), hdfscli.FromFlags(c))
-	if err != nil {
-		return nil, nil, true, err
-	}
-	src, err = hdfssnap.NewSource(c.Context, st.FS(), st.Dir())
-	if err != nil {
-		_ = st.FS().Close()
-		return nil, nil, true, err
-	}
-	return src, func() { _ = st.FS().Close() }, true, nil
-}

@@ -36,9 +36,11 @@
 // # Where each rule lives
 //
 // What checkpoints reference and what the policy protects is decided by the index
-// (refindex.Index.Decide; its doc lists the rules in order). The rules about the mount itself (store replaced,
-// hard links, a metadata commit's young source, index updates pending, interrupted callers, an allow
-// that cannot be audited) are in rules.go, with a table. The metadata-commit test of a rename is
+// (refindex.Index.Decide; its doc lists the rules in order). The rules about the mount itself (ckguard's
+// reserved folders at the store root, store replaced, hard links, a metadata commit's young source, index
+// updates pending, interrupted callers, an allow that cannot be audited) are in rules.go, with a table. A
+// mount asks RefuseReserved first on every request naming a key (lookup, create, mkdir, mknod, symlink,
+// link, rename, unlink, rmdir) and leaves Reserved names out of its listings; it tests no key itself. The metadata-commit test of a rename is
 // IsMetadataCommit (commit.go); the pending-update mechanism is in pending.go; queued S3 deletions are
 // asked again at apply time by Redecide (redecide.go), which applies no further rule.
 //

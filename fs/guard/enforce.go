@@ -378,6 +378,8 @@ func ErrnoName(e syscall.Errno) string {
 	switch e {
 	case syscall.EPERM:
 		return "EPERM"
+	case syscall.ENOENT:
+		return "ENOENT" // a lookup of a reserved folder (RefuseReserved)
 	case syscall.EACCES:
 		return "EACCES"
 	case syscall.EROFS:

@@ -381,3 +381,53 @@ func TestDecisionWaitsForPendingUpdate(t *testing.T) {
 		}
 	}
 }
+
+// TestRefuseReserved: the reserved-folder rule answers on the key alone: ENOENT for a look, EPERM for
+// a name made or moved there (whatever errno the index's refusals get), each audited with its reason,
+// nothing for other keys (a folder of the same name below the root included); it takes no lock, so it
+// answers while a rename holds the enforcer's lock exclusively, and asks nothing of the index.
+func TestRefuseReserved(t *testing.T) {
+	s := &sink{}
+	fake := guardtest.New()
+	e, err := guard.NewEnforcer(guard.Config{Checker: fake, Audit: s, RefuseErrno: syscall.EBUSY})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	cases := []struct {
+		req     guard.Request
+		key, to string
+		want    syscall.Errno
+	}{
+		{guard.RequestLookup, store.QuarantineDir, "", syscall.ENOENT},
+		{guard.RequestUnlink, store.SharedDir + "/v1/pins/x", "", syscall.ENOENT},
+		{guard.RequestMkdir, store.SharedDir, "", syscall.EPERM},
+		{guard.RequestRename, "job/x", store.QuarantineDir + "/planted", syscall.EPERM},
+		{guard.RequestCreate, "job/" + store.QuarantineDir, "", 0},
+		{guard.RequestRename, "job/x", "job/y", 0},
+		{guard.RequestLookup, store.QuarantineDir + "x", "", 0},
+	}
+	errno := e.MutateExclusive(ctx, nil, func() syscall.Errno {
+		for _, c := range cases {
+			if got := e.RefuseReserved(ctx, c.req, c.key, c.to); got != c.want {
+				t.Errorf("%s %s %s: %v, want %v", c.req, c.key, c.to, got, c.want)
+			}
+		}
+		return 0
+	})
+	if errno != 0 {
+		t.Fatal(errno)
+	}
+	if len(s.recs) != 4 {
+		t.Fatalf("%d records, want one per refusal (4): %+v", len(s.recs), s.recs)
+	}
+	for i, r := range s.recs {
+		if r.Decision != "refuse" || r.Reason != string(guard.ReasonReservedFolder) || r.Op != string(cases[i].req) ||
+			r.Path != cases[i].key || r.To != cases[i].to || r.Errno != guard.ErrnoName(cases[i].want) {
+			t.Errorf("record %d: %+v, want a %s refusal of %s with errno %v", i, r, guard.ReasonReservedFolder, cases[i].key, cases[i].want)
+		}
+	}
+	if calls := append(fake.Decisions(), fake.CallLog()...); len(calls) != 0 {
+		t.Errorf("the index was asked or told: %v", calls)
+	}
+}

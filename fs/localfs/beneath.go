@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
@@ -194,7 +195,7 @@ func (r *storeRoot) close() {
 // component. Only when the startup probe found no openat2 in the kernel, openat from the root with
 // O_NOFOLLOW (intermediate symlinks followed: the pre-5.6 behaviour).
 func (r *storeRoot) openat2(rel string, flags int, mode uint32) (int, error) {
-	if hidden(rel) {
+	if guard.Reserved(rel) { // never reached on a user's behalf (RefuseReserved answered first)
 		return -1, unix.ENOENT
 	}
 	if r.noOpenat2 {
@@ -264,7 +265,7 @@ func (r *storeRoot) release(fd int) {
 
 // parent opens the folder holding key and returns it with key's final name.
 func (r *storeRoot) parent(key string) (int, string, error) {
-	if hidden(key) {
+	if guard.Reserved(key) {
 		return -1, "", unix.ENOENT
 	}
 	dir, name := path.Split(key)

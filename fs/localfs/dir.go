@@ -9,9 +9,9 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/listorder"
 	"github.com/ckguard/ckguard/refindex/flinklayout"
-	"github.com/ckguard/ckguard/refindex/store"
 )
 
 // orderedDir is a directory handle that lists entries in cleanup order (see listorder.Order) without holding
@@ -157,7 +157,7 @@ func (d *orderedDir) next() (*fuse.DirEntry, syscall.Errno) {
 			continue
 		}
 		d.todo = d.todo[used:]
-		if d.emitted[e.Name] || d.root && store.ReservedName(e.Name) {
+		if d.emitted[e.Name] || d.root && guard.ReservedName("", e.Name) {
 			continue
 		}
 		d.pos++

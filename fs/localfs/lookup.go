@@ -7,6 +7,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/ckguard/ckguard/fs/guard"
 )
 
 // The operations in this file only read the store (lookups, attributes, symlink targets, extended
@@ -59,8 +61,8 @@ func splitKey(key string) (dir, name string) {
 
 // Lookup stats name in this folder: through an open handle of it, or the folder opened beneath the root.
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	if hiddenName(n.key(), name) {
-		return nil, syscall.ENOENT
+	if errno := n.enf.RefuseReserved(ctx, guard.RequestLookup, n.childKey(name), ""); errno != 0 {
+		return nil, errno
 	}
 	if d := n.openDir.Load(); d != nil {
 		if ch, errno, ok := d.lookup(ctx, name, out); ok {
@@ -191,7 +193,7 @@ func (d *orderedDir) lookup(ctx context.Context, name string, out *fuse.EntryOut
 	if d.fd < 0 {
 		return nil, 0, false
 	}
-	if hiddenName(d.n.key(), name) {
+	if guard.ReservedName(d.n.key(), name) { // READDIRPLUS: a name the listing left out
 		return nil, syscall.ENOENT, true
 	}
 	ch, err := d.n.newChild(ctx, d.fd, name, out)

@@ -94,9 +94,9 @@ func othersMetadata(ctx context.Context, name string) bool {
 
 // mkentry runs make (mkdirat, mknodat, symlinkat) on name in this folder, opened beneath the root, then
 // hands the entry to the caller and returns its inode. An entry that cannot be stated is removed again.
-func (n *node) mkentry(ctx context.Context, name string, out *fuse.EntryOut, removeFlags int, make func(dirfd int) error) (*fs.Inode, syscall.Errno) {
-	if hiddenName(n.key(), name) {
-		return nil, syscall.EPERM
+func (n *node) mkentry(ctx context.Context, req guard.Request, name string, out *fuse.EntryOut, removeFlags int, make func(dirfd int) error) (*fs.Inode, syscall.Errno) {
+	if errno := n.enf.RefuseReserved(ctx, req, n.childKey(name), ""); errno != 0 {
+		return nil, errno
 	}
 	dfd, err := n.root.dir(n.key())
 	if err != nil {
@@ -120,18 +120,18 @@ func (n *node) mkentry(ctx context.Context, name string, out *fuse.EntryOut, rem
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.mkentry(ctx, name, out, unix.AT_REMOVEDIR, func(dfd int) error { return unix.Mkdirat(dfd, name, mode) })
+	return n.mkentry(ctx, guard.RequestMkdir, name, out, unix.AT_REMOVEDIR, func(dfd int) error { return unix.Mkdirat(dfd, name, mode) })
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if othersMetadata(ctx, name) {
 		return nil, syscall.EACCES
 	}
-	return n.mkentry(ctx, name, out, 0, func(dfd int) error { return unix.Mknodat(dfd, name, mode, int(rdev)) })
+	return n.mkentry(ctx, guard.RequestMknod, name, out, 0, func(dfd int) error { return unix.Mknodat(dfd, name, mode, int(rdev)) })
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.mkentry(ctx, name, out, 0, func(dfd int) error { return unix.Symlinkat(target, dfd, name) })
+	return n.mkentry(ctx, guard.RequestSymlink, name, out, 0, func(dfd int) error { return unix.Symlinkat(target, dfd, name) })
 }
 
 // openFlags are the kernel's open flags as the daemon passes them on: O_APPEND is left to the kernel
@@ -193,8 +193,8 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, syscall.EACCES
 	}
 	key := n.childKey(name)
-	if hidden(key) {
-		return nil, nil, 0, syscall.EPERM
+	if errno := n.enf.RefuseReserved(ctx, guard.RequestCreate, key, ""); errno != 0 {
+		return nil, nil, 0, errno
 	}
 	oflags := openFlags(flags) | unix.O_CREAT
 	fd, err := n.root.open(key, oflags|unix.O_EXCL, mode)
@@ -248,8 +248,8 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if othersMetadata(ctx, name) {
 		return nil, syscall.EACCES
 	}
-	if hiddenName(n.key(), name) {
-		return nil, syscall.EPERM
+	if errno := n.enf.RefuseReserved(ctx, guard.RequestLink, n.childKey(name), ""); errno != 0 {
+		return nil, errno
 	}
 	if _, parent := t.Parent(); parent == nil {
 		// An O_TMPFILE file has no name to link from (LINK carries no descriptor).

@@ -195,8 +195,8 @@ func (n *node) check(op verdict.Op, key string) guard.Check {
 // enforcer's lock (unlinkTarget), so the decision judges the very file that is then unlinked.
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	key := n.childKey(name)
-	if hidden(key) {
-		return syscall.ENOENT
+	if errno := n.enf.RefuseReserved(ctx, guard.RequestUnlink, key, ""); errno != 0 {
+		return errno
 	}
 	c := n.check(verdict.OpUnlink, key)
 	var decided verdict.Decision
@@ -240,6 +240,9 @@ func (n *node) removeEntry(ctx context.Context, fd int, base, key string, st *un
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	key := n.childKey(name)
+	if errno := n.enf.RefuseReserved(ctx, guard.RequestRmdir, key, ""); errno != 0 {
+		return errno
+	}
 	return n.enf.Remove(ctx, n.check(verdict.OpRmdir, key), func() (bool, syscall.Errno) {
 		errno := fs.ToErrno(n.root.remove(key, unix.AT_REMOVEDIR))
 		return errno == 0, errno
@@ -255,8 +258,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		return syscall.EXDEV
 	}
 	from, to := n.childKey(name), np.childKey(newName)
-	if hidden(from) || hidden(to) {
-		return syscall.EPERM
+	if errno := n.enf.RefuseReserved(ctx, guard.RequestRename, from, to); errno != 0 {
+		return errno
 	}
 	if othersMetadata(ctx, newName) {
 		return syscall.EACCES

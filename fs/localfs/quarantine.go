@@ -6,20 +6,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
-
-// The quarantine folder (store.QuarantineDir, at the store root) is the daemon's: no user of the mount,
-// root included, may see it, reach anything below it, or make a name there. Staged objects come back
-// only through `ckguard quarantine restore`, which the daemon carries out itself.
-
-// hidden reports whether key is the quarantine folder or below it.
-func hidden(key string) bool { return store.InQuarantine(key) }
-
-// hiddenName reports whether name, in the folder with key dir, is the quarantine folder.
-func hiddenName(dir, name string) bool { return dir == "" && store.ReservedName(name) }
 
 // removeFile is the act of an allowed unlink of name in the folder dirfd (store key key): with a
 // quarantine, the object moves there as an entry (the decision d copied in; st, when not nil, the stat

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
 )
 
@@ -190,7 +191,7 @@ func (c *attrCache) dropTree(key string) {
 // last changed key.
 func (c *attrCache) lookupLocked(key string, maxAge time.Duration) (hdfsclient.FileInfo, bool) {
 	dir, name := parentKey(key), baseKey(key)
-	if !validName(name) || hiddenName(dir, name) {
+	if !validName(name) || guard.ReservedName(dir, name) {
 		return hdfsclient.FileInfo{}, false
 	}
 	dropped, isDropped := c.drops[key]

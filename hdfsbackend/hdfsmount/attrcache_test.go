@@ -9,6 +9,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
+	"github.com/ckguard/ckguard/internal/attrcachetest"
 	"github.com/ckguard/ckguard/refindex/store"
 )
 
@@ -125,4 +126,25 @@ func TestListingCostsNoAllocationPerEntry(t *testing.T) {
 	}); a > 0 {
 		t.Errorf("serving %d entries cost %.0f allocations", len(ents), a)
 	}
+}
+
+// TestAttrCacheModel: the HDFS mount's attribute cache passes the attribute caches' one property test
+// (each answer a one-name page of its folder's listing).
+func TestAttrCacheModel(t *testing.T) {
+	attrcachetest.Run(t, attrcachetest.Harness{
+		New:    func(max int) attrcachetest.Cache { return hdfsCache{newAttrCache(max)} },
+		MaxAge: statTTL, // lookups and getattr; an eviction forgets what is older
+	})
+}
+
+type hdfsCache struct{ c *attrCache }
+
+func (h hdfsCache) Listed(key string, size int64, at time.Time) {
+	h.c.put(parentKey(key), []hdfsclient.FileInfo{{Name: baseKey(key), Size: size}}, at)
+}
+func (h hdfsCache) Changed(key string)     { h.c.drop(key) }
+func (h hdfsCache) ChangedTree(key string) { h.c.dropTree(key) }
+func (h hdfsCache) Get(key string, maxAge time.Duration) (int64, bool) {
+	fi, ok := h.c.get(key, maxAge)
+	return fi.Size, ok
 }

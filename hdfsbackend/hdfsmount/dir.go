@@ -8,6 +8,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/listorder"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
 	"github.com/ckguard/ckguard/refindex/flinklayout"
@@ -108,7 +109,7 @@ func (f *filesystem) entries(key string, page []hdfsclient.FileInfo, at time.Tim
 	f.attrs.put(key, page, at)
 	out := make([]fuse.DirEntry, 0, len(page))
 	for _, fi := range page {
-		if !validName(fi.Name) || fi.Symlink || hiddenName(key, fi.Name) {
+		if !validName(fi.Name) || fi.Symlink || guard.ReservedName(key, fi.Name) {
 			continue
 		}
 		mode := uint32(syscall.S_IFREG)

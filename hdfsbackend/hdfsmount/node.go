@@ -110,8 +110,11 @@ func (f *filesystem) info(key string, fi hdfsclient.FileInfo) store.ObjectInfo {
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if !validName(name) || hiddenName(n.key(), name) {
+	if !validName(name) {
 		return nil, syscall.ENOENT
+	}
+	if errno := n.fsys.g.RefuseReserved(ctx, guard.RequestLookup, childKey(n.key(), name), ""); errno != 0 {
+		return nil, errno
 	}
 	fi, err := n.fsys.stat(ctx, childKey(n.key(), name), statTTL)
 	if err != nil {
@@ -262,8 +265,8 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if !validName(name) {
 		return nil, syscall.EINVAL
 	}
-	if hiddenName(n.key(), name) {
-		return nil, syscall.EPERM
+	if errno := n.fsys.g.RefuseReserved(ctx, guard.RequestMkdir, childKey(n.key(), name), ""); errno != 0 {
+		return nil, errno
 	}
 	p := n.fsys.abs(childKey(n.key(), name))
 	defer n.fsys.changed(childKey(n.key(), name))
@@ -308,8 +311,8 @@ func (f *filesystem) discard(ctx context.Context, p string, st *staging) syscall
 // in it, so the listing's attributes are enough there).
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	key := childKey(n.key(), name)
-	if hiddenKey(key) {
-		return syscall.ENOENT
+	if errno := n.fsys.g.RefuseReserved(ctx, guard.RequestUnlink, key, ""); errno != 0 {
+		return errno
 	}
 	p := n.fsys.abs(key)
 	var fi hdfsclient.FileInfo
@@ -357,8 +360,8 @@ func (n *node) removeEntry(ctx context.Context, p string) func() (bool, syscall.
 // Rmdir removes an empty directory (the NameNode refuses a non-empty one: ENOTEMPTY).
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	key := childKey(n.key(), name)
-	if hiddenKey(key) {
-		return syscall.ENOENT
+	if errno := n.fsys.g.RefuseReserved(ctx, guard.RequestRmdir, key, ""); errno != 0 {
+		return errno
 	}
 	p := n.fsys.abs(key)
 	defer n.fsys.changedTree(key)
@@ -401,8 +404,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	}
 	src := childKey(n.key(), name)
 	dst := childKey(np.key(), newName)
-	if hiddenKey(src) || hiddenKey(dst) {
-		return syscall.EPERM
+	if errno := n.fsys.g.RefuseReserved(ctx, guard.RequestRename, src, dst); errno != 0 {
+		return errno
 	}
 	defer n.fsys.changedTree(dst)
 	defer n.fsys.changedTree(src)
@@ -490,10 +493,10 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if !validName(name) {
 		return nil, nil, 0, syscall.EINVAL
 	}
-	if hiddenName(n.key(), name) {
-		return nil, nil, 0, syscall.EPERM
-	}
 	key := childKey(n.key(), name)
+	if errno := n.fsys.g.RefuseReserved(ctx, guard.RequestCreate, key, ""); errno != 0 {
+		return nil, nil, 0, errno
+	}
 	defer n.fsys.changed(key)
 	w, err := n.fsys.fs.Create(ctx, n.fsys.abs(key), fs.FileMode(mode&0o777))
 	if err != nil {

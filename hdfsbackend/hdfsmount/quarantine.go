@@ -6,21 +6,9 @@ import (
 
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsquarantine"
-	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
-
-// The quarantine folder (store.QuarantineDir at the store root) is the daemon's: no user of the mount
-// lists it, looks it up, or creates or renames anything into it, whether or not this mount stages
-// deletions there, so nobody can plant an entry a restore would put back, nor read or remove what others
-// deleted.
-
-// hiddenName reports whether name in the directory key dir is the quarantine folder.
-func hiddenName(dir, name string) bool { return dir == "" && store.ReservedName(name) }
-
-// hiddenKey reports whether key is the quarantine folder or below it.
-func hiddenKey(key string) bool { return store.InQuarantine(key) }
 
 // With a quarantine every change the guard allows that would destroy a file's content stages the file
 // instead: an unlink, a truncation to 0 and an open with O_TRUNC of a non-empty file (HDFS rewrites a

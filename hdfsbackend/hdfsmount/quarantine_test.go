@@ -15,7 +15,6 @@ import (
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient/hdfsfake"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsmount"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsquarantine"
-	"github.com/ckguard/ckguard/refindex/store"
 )
 
 // setupQuarantined mounts the fake with a quarantine area (and a trash, which the quarantine replaces).
@@ -57,8 +56,8 @@ func setupQuarantined(t *testing.T) (*env, *hdfsquarantine.Area) {
 
 // TestQuarantineStagesDeletions: with a quarantine, rm -rf of the old job moves every file the guard
 // lets go into the area (nothing to the trash, nothing destroyed), keeps the referenced ones, and a
-// truncation and an open(O_TRUNC) stage the content they replace; the area is invisible and
-// unwritable through the mount.
+// truncation and an open(O_TRUNC) stage the content they replace (the area is invisible and
+// unwritable through the mount: contract case ReservedFolders, TestContractQuarantined).
 func TestQuarantineStagesDeletions(t *testing.T) {
 	e, a := setupQuarantined(t)
 	ctx := context.Background()
@@ -118,26 +117,6 @@ func TestQuarantineStagesDeletions(t *testing.T) {
 			t.Errorf("%s: staged %q", k, b)
 		}
 	}
-
-	// The area is the daemon's.
-	if ents, _ := os.ReadDir(e.mnt); strings.Contains(names(ents), store.QuarantineDir) {
-		t.Errorf("the mount lists %s: %s", store.QuarantineDir, names(ents))
-	}
-	if _, err := os.Stat(filepath.Join(e.mnt, store.QuarantineDir)); !os.IsNotExist(err) {
-		t.Errorf("stat of the area: %v", err)
-	}
-	for _, try := range []func() error{
-		func() error { return os.WriteFile(filepath.Join(e.mnt, store.QuarantineDir), nil, 0o644) },
-		func() error { return os.Mkdir(filepath.Join(e.mnt, store.QuarantineDir), 0o755) },
-		func() error { return os.Rename(filepath.Join(e.mnt, "t2"), filepath.Join(e.mnt, store.QuarantineDir)) },
-	} {
-		if err := try(); err == nil {
-			t.Error("made the quarantine folder's name through the mount")
-		}
-	}
-	if b, _ := e.f.ReadFile(dir + "/t2"); string(b) != "new" {
-		t.Errorf("t2 holds %q after the refused rename", b)
-	}
 }
 
 // TestQuarantineRefusedLeavesNoRecord: a refused unlink leaves no record in the area.
@@ -160,12 +139,4 @@ func filesUnder(f *hdfsfake.FS, d string) []string {
 		}
 	}
 	return out
-}
-
-func names(ents []os.DirEntry) string {
-	var out []string
-	for _, e := range ents {
-		out = append(out, e.Name())
-	}
-	return strings.Join(out, ",")
 }

@@ -41,10 +41,15 @@ import (
 type AttrCache struct {
 	mu       sync.Mutex
 	cur, old map[string]CacheEntry
-	floor    time.Time // the latest stamp of an evicted entry
-	max      int
-	added    int         // entries recorded in cur since it became current (not counting those carried over)
-	sweep    *time.Timer // scheduled while entries exist
+	floor    time.Time // the latest stamp of an evicted entry (or of a tree change let go: trees)
+	// trees: folder the mount removed (DropTree) -> when. No answer stamped before it is recorded for a
+	// key below it, held or not (a listing of the folder sent before its rmdir, arriving after it, would
+	// otherwise bring back the files unlinked just before, whose own stamps DropTree removed). At most
+	// max/2: beyond, they become the floor.
+	trees map[string]time.Time
+	max   int
+	added int         // entries recorded in cur since it became current (not counting those carried over)
+	sweep *time.Timer // scheduled while entries exist
 }
 
 // maxEntryAge bounds the age of a cache entry: above the longest maxAge any caller passes to Get (the
@@ -74,7 +79,7 @@ func NewAttrCache(max int) *AttrCache {
 	if max < 2 {
 		max = 2
 	}
-	return &AttrCache{cur: make(map[string]CacheEntry), old: make(map[string]CacheEntry), max: max}
+	return &AttrCache{cur: make(map[string]CacheEntry), old: make(map[string]CacheEntry), trees: make(map[string]time.Time), max: max}
 }
 
 // Put records the result of an operation the mount has just completed itself (an upload, a delete, a
@@ -93,6 +98,9 @@ func (c *AttrCache) PutAt(key string, obj Object, exists bool, at time.Time) {
 func (c *AttrCache) store(key string, e CacheEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !e.own && c.underTreeDroppedAfter(key, e.At) {
+		return
+	}
 	if old, ok := c.cur[key]; ok {
 		if e.At.Before(old.At) {
 			return
@@ -116,6 +124,20 @@ func (c *AttrCache) store(key string, e CacheEntry) {
 	if c.sweep == nil {
 		c.sweep = time.AfterFunc(maxEntryAge/3, c.sweepOld)
 	}
+}
+
+// underTreeDroppedAfter reports whether a folder above key was removed through the mount at or after
+// at. c.mu held.
+func (c *AttrCache) underTreeDroppedAfter(key string, at time.Time) bool {
+	if len(c.trees) == 0 {
+		return false
+	}
+	for i := strings.LastIndexByte(key, '/'); i > 0; i = strings.LastIndexByte(key[:i], '/') {
+		if t, ok := c.trees[key[:i]]; ok && !at.After(t) {
+			return true
+		}
+	}
+	return false
 }
 
 // rotate evicts the older generation, except the mount's own changes younger than pinFor, and makes the
@@ -147,11 +169,16 @@ func (c *AttrCache) Sweep(now time.Time) {
 	defer c.mu.Unlock()
 	c.cur = c.sweepGen(c.cur, now)
 	c.old = c.sweepGen(c.old, now)
+	for k, t := range c.trees {
+		if now.Sub(t) > maxEntryAge {
+			delete(c.trees, k) // no reply sent before it can arrive any more
+		}
+	}
 	if c.sweep != nil {
 		c.sweep.Stop()
 		c.sweep = nil
 	}
-	if len(c.cur)+len(c.old) == 0 {
+	if len(c.cur)+len(c.old)+len(c.trees) == 0 {
 		return
 	}
 	c.sweep = time.AfterFunc(maxEntryAge/3, c.sweepOld)
@@ -211,9 +238,23 @@ func (c *AttrCache) Drop(key string) {
 	c.store(key, CacheEntry{At: time.Now(), dropped: true, own: true})
 }
 
-// DropTree forgets key and everything below it (after a directory operation).
+// DropTree forgets key and everything below it (after a directory operation): Get misses for any of
+// them until a request sent from now on answers.
 func (c *AttrCache) DropTree(key string) {
+	now := time.Now()
 	c.mu.Lock()
+	if len(c.trees) >= c.max/2 {
+		for _, t := range c.trees {
+			if t.After(c.floor) {
+				c.floor = t
+			}
+		}
+		clear(c.trees)
+	}
+	c.trees[key] = now
+	if c.sweep == nil {
+		c.sweep = time.AfterFunc(maxEntryAge/3, c.sweepOld)
+	}
 	p := key + "/"
 	for _, m := range []map[string]CacheEntry{c.cur, c.old} {
 		for k := range m {

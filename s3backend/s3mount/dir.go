@@ -10,6 +10,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/listorder"
 	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/s3backend/s3client"
@@ -99,7 +100,7 @@ func (d *dirHandle) entries(pg s3client.Page) []fuse.DirEntry {
 	seen := make(map[string]bool, len(pg.Prefixes))
 	for _, pre := range pg.Prefixes {
 		name := strings.TrimPrefix(pre, p)
-		if !validName(name) || seen[name] || hiddenKey(p+name) {
+		if !validName(name) || seen[name] || guard.Reserved(p+name) {
 			continue
 		}
 		seen[name] = true
@@ -112,7 +113,7 @@ func (d *dirHandle) entries(pg s3client.Page) []fuse.DirEntry {
 		if trimmed, ok := strings.CutSuffix(name, "/"); ok { // a "dir/" marker some servers list as an object
 			name, isDir = trimmed, true
 		}
-		if !validName(name) || seen[name] || hiddenKey(p+name) {
+		if !validName(name) || seen[name] || guard.Reserved(p+name) {
 			continue // the folder's own marker, the quarantine area, or odd keys ("a//b") POSIX cannot name
 		}
 		seen[name] = true

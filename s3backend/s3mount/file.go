@@ -96,8 +96,8 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errno
 	}
 	key := childKey(n.key(), name)
-	if hiddenKey(key) {
-		return nil, nil, 0, deniedKey
+	if errno := n.fsys.g.RefuseReserved(ctx, guard.RequestCreate, key, ""); errno != 0 {
+		return nil, nil, 0, errno
 	}
 	if errno := n.fsys.settle(ctx, key); errno != 0 { // the upload is create-only: the old object must be gone
 		return nil, nil, 0, errno

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
@@ -287,7 +288,7 @@ func (p *listAhead) want(g *walkGen, dirs []string) {
 // askLocked asks for the first page of key in walk g: a held folder or a waiting ask of an older walk
 // moves to g.
 func (p *listAhead) askLocked(g *walkGen, key string) {
-	if p.stopped || hiddenKey(key) {
+	if p.stopped || guard.Reserved(key) {
 		return
 	}
 	if a, ok := p.held[key]; ok {
@@ -762,7 +763,7 @@ func pageSubdirs(dir string, pg s3client.Page) []string {
 	var out []string
 	seen := make(map[string]bool)
 	add := func(name string) {
-		if !validName(name) || seen[name] || hiddenKey(prefix+name) {
+		if !validName(name) || seen[name] || guard.Reserved(prefix+name) {
 			return
 		}
 		seen[name] = true

@@ -292,8 +292,8 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 		return nil, syscall.ENOENT
 	}
 	key := childKey(n.key(), name)
-	if hiddenKey(key) {
-		return nil, syscall.ENOENT
+	if errno := n.fsys.g.RefuseReserved(ctx, guard.RequestLookup, key, ""); errno != 0 {
+		return nil, errno
 	}
 	// A file being written through the mount exists for its writers before its upload.
 	if ch := n.GetChild(name); ch != nil {
@@ -495,8 +495,8 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, errno
 	}
 	key := childKey(n.key(), name)
-	if hiddenKey(key) {
-		return nil, deniedKey
+	if errno := n.fsys.g.RefuseReserved(ctx, guard.RequestMkdir, key, ""); errno != 0 {
+		return nil, errno
 	}
 	if _, err := n.fsys.stat(ctx, key, 0); err == nil {
 		return nil, syscall.EEXIST
@@ -525,6 +525,9 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 // again; at most the client's attempts, within its operation timeout.
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	key := childKey(n.key(), name)
+	if errno := n.fsys.g.RefuseReserved(ctx, guard.RequestUnlink, key, ""); errno != 0 {
+		return errno
+	}
 	maxAge := n.fsys.opts.ETagTTL
 	if n.fsys.opts.FreshETags {
 		maxAge = 0
@@ -601,6 +604,9 @@ func (f *filesystem) pause(ctx context.Context, retry int, deadline time.Time) b
 // keys now deleted) has nothing left to delete: rmdir succeeds.
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	key := childKey(n.key(), name)
+	if errno := n.fsys.g.RefuseReserved(ctx, guard.RequestRmdir, key, ""); errno != 0 {
+		return errno
+	}
 	marker, empty, errno := n.fsys.emptyDir(ctx, key)
 	if errno != 0 {
 		return errno
@@ -678,8 +684,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	}
 	src := childKey(n.key(), name)
 	dst := childKey(np.key(), newName)
-	if hiddenKey(src) || hiddenKey(dst) {
-		return deniedKey
+	if errno := n.fsys.g.RefuseReserved(ctx, guard.RequestRename, src, dst); errno != 0 {
+		return errno
 	}
 	if src == dst {
 		return 0

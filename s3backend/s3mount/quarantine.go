@@ -4,21 +4,10 @@ import (
 	"context"
 	"syscall"
 
-	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/s3backend/deleteq"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
-
-// The quarantine area (store.QuarantineDir at the store root) is the daemon's: no user of the mount
-// lists, opens, creates or renames anything in it, whether or not this mount stages deletions there, so
-// no user can plant an entry that a restore would put back, nor read or purge what others deleted.
-
-// hiddenKey reports whether key is the quarantine area or below it.
-func hiddenKey(key string) bool { return store.InQuarantine(key) }
-
-// deniedKey is the errno of a create or rename into the area.
-const deniedKey = syscall.EPERM
 
 // stagingDeleter is the deleter of the mount with --quarantine: every allowed deletion (queued or
 // synchronous) is staged in the area (copy, record, conditional delete) instead of being destroyed.

@@ -4,7 +4,8 @@
 // is allowed; every decision is in the audit log; the index is told of every change made through the
 // mount, and of a _metadata before its close returns; Flink's commit by rename onto _metadata is allowed;
 // rm -rf, find -delete, shutil.rmtree and mv leave exactly the referenced files; listings come in cleanup
-// order; user.ckguard.* attributes are readable but neither listed nor settable.
+// order; user.ckguard.* attributes are readable but neither listed nor settable; ckguard's own folders at
+// the store root are neither seen nor changed, and every request for them is audited.
 //
 // What a backend really cannot do (hard links, modes, mtimes, folder renames) is declared once, as a
 // field of its Harness; the suite's cases read those fields, so a difference is never a skip inside a
@@ -110,6 +111,7 @@ var All = map[string]func(*testing.T, Harness){
 	"MvFolderKeepsReferenced":     mvFolderKeepsReferenced,
 	"ListingOrder":                listingOrder,
 	"GuardXattrs":                 guardXattrs,
+	"ReservedFolders":             reservedFolders,
 }
 
 // Run runs every case of the suite against h, each on its own mount, in name order.
