@@ -9,9 +9,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ckguard/ckguard/fs/hold"
 	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/refindex"
-	"github.com/ckguard/ckguard/s3backend/s3hold"
 )
 
 func statsCommand() *cli.Command {
@@ -36,7 +36,7 @@ func runStats(c *cli.Context) error {
 			if s.PendingDeletes, _, err = pendingDeletes(s.IndexDir); err != nil {
 				return nil, err
 			}
-			if hs, herr := s3hold.ReadStatus(s.IndexDir); herr == nil {
+			if hs, herr := hold.ReadStatus(s.IndexDir); herr == nil {
 				s.Holds = &hs
 			}
 		}
@@ -89,7 +89,7 @@ func printStats(w io.Writer, s *refindex.StatsResult) {
 		}
 		rows = append(rows, [2]string{"UNPARSEABLE", fmt.Sprintf("%s (%s, refuses %s%s): %s; remove it", shown(b.Metadata), orUnknown(b.Class), b.Scope, held, shown(b.Error))})
 	}
-	if hs, ok := s.Holds.(*s3hold.Status); ok {
+	if hs, ok := s.Holds.(*hold.Status); ok {
 		rows = append(rows, holdRow(hs))
 	}
 	if s.Stale {
