@@ -13,6 +13,7 @@ import (
 	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
+	"github.com/ckguard/ckguard/refindex/store/shared"
 )
 
 func quarantineRestoreCommand() *cli.Command {
@@ -108,6 +109,9 @@ func runQuarantineRestore(c *cli.Context) error {
 			}
 		}
 		if n == 0 {
+			if why := restoredBefore(c, sel); why != "" {
+				return cli.Exit(fmt.Sprintf("ckguard quarantine restore: nothing from %s is in quarantine: %s", k, why), exitFound)
+			}
 			return cli.Exit(fmt.Sprintf("ckguard quarantine restore: nothing from %s is in quarantine (`ckguard quarantine list` shows what is)", k), exitFound)
 		}
 	}
@@ -188,4 +192,35 @@ func restoreMissing(c *cli.Context, svc quarantine.Service, checkpoints []string
 	}
 	sort.Strings(ids)
 	return svc.Restore(c.Context, ids)
+}
+
+// restoredBefore says who restored the entries below sel and when, from the restore records of the
+// store's shared area (--shared mounts claim every restore there), newest first; "" when the store
+// has no shared area or no record names sel.
+func restoredBefore(c *cli.Context, sel string) string {
+	st, err := openStore(c)
+	if err != nil {
+		return ""
+	}
+	area, err := sharedArea(c.Context, c.String("store"), st)
+	if err != nil || area == nil {
+		return ""
+	}
+	rs, err := shared.Restores(c.Context, area)
+	if err != nil {
+		return ""
+	}
+	var last *shared.Restore
+	for i, r := range rs {
+		if r.State == shared.RestoreFailed || !below(r.Key, sel) {
+			continue
+		}
+		if last == nil || r.At.After(last.At) {
+			last = &rs[i]
+		}
+	}
+	if last == nil {
+		return ""
+	}
+	return (&shared.AlreadyRestoredError{Rec: *last}).Error()
 }

@@ -456,15 +456,21 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	}
 	var stage *stager
 	if area := stagingOf(m); area != nil {
-		stage = newStager(c, area, enf, al, met, log)
+		var rc *restoreClaims
+		if fl != nil {
+			rc = &restoreClaims{fl}
+		}
+		stage = newStager(c, area, enf, al, met, log, rc)
+		var served quarantine.Service = stage.svc
 		if fl != nil {
 			stage.sweep = newSweepLease(fl, c.SyncInterval, log)
 			defer stage.sweep.release()
+			served = restoreService{stage.svc, rc}
 		}
 		if staged != nil {
 			staged.area.Store(&stagingBox{area})
 		}
-		qs, err := control.ServeQuarantine(QuarantineSocket(c.ControlSocket), stage.svc, log)
+		qs, err := control.ServeQuarantine(QuarantineSocket(c.ControlSocket), served, log)
 		if err != nil {
 			_ = m.Unmount()
 			return err
