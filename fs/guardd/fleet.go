@@ -172,7 +172,8 @@ type sweepLease struct {
 	l       *shared.Lease
 	observe bool // --shared-read-only: never takes the lease (the writing mounts purge)
 	log     *slog.Logger
-	held    bool // as last logged
+	mu      sync.Mutex // hold's: the stager and the holds both renew
+	held    bool       // as last logged
 	errLog  bool
 }
 
@@ -194,21 +195,7 @@ func (sw *sweepLease) fenced(ctx context.Context, svc *quarantine.Direct) (*quar
 		}
 		return nil, false
 	}
-	ok, err := sw.l.Hold(ctx)
-	if err != nil && !sw.errLog {
-		sw.log.Warn("cannot renew or take the store's sweeper lease; this mount does not purge the quarantine meanwhile", "err", err)
-	}
-	sw.errLog = err != nil
-	holder, gen := sw.l.Holder()
-	if ok != sw.held {
-		if ok {
-			sw.log.Info("this mount holds the store's sweeper lease: it purges the quarantine", "generation", gen)
-		} else {
-			sw.log.Info("another mount holds the store's sweeper lease: it purges the quarantine", "holder", holder, "generation", gen)
-		}
-		sw.held = ok
-	}
-	if !ok {
+	if !sw.hold(ctx) {
 		return nil, false
 	}
 	fenced := *svc
@@ -223,6 +210,32 @@ func (sw *sweepLease) fenced(ctx context.Context, svc *quarantine.Direct) (*quar
 		return inner(ctx, key)
 	}
 	return &fenced, true
+}
+
+// hold takes or renews the lease and reports whether this mount holds it (the quarantine's purge and
+// the release of holds no mount needs both call it; one Lease object serves both, so its generation
+// is this mount's one view).
+func (sw *sweepLease) hold(ctx context.Context) bool {
+	if sw.observe {
+		return false
+	}
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	ok, err := sw.l.Hold(ctx)
+	if err != nil && !sw.errLog {
+		sw.log.Warn("cannot renew or take the store's sweeper lease; this mount does not purge the quarantine or release holds meanwhile", "err", err)
+	}
+	sw.errLog = err != nil
+	holder, gen := sw.l.Holder()
+	if ok != sw.held {
+		if ok {
+			sw.log.Info("this mount holds the store's sweeper lease: it purges the quarantine and releases the holds no mount needs", "generation", gen)
+		} else {
+			sw.log.Info("another mount holds the store's sweeper lease: it purges the quarantine and releases the holds no mount needs", "holder", holder, "generation", gen)
+		}
+		sw.held = ok
+	}
+	return ok
 }
 
 // release gives the lease up at a clean stop.

@@ -11,6 +11,7 @@ import (
 	"github.com/ckguard/ckguard/fs/metrics"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
+	"github.com/ckguard/ckguard/refindex/store/shared"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
@@ -22,6 +23,9 @@ type HoldEnv struct {
 	Metrics *metrics.Metrics
 	// Pacer is the loss check's limiter: holds share its request budget.
 	Pacer refindex.Pacer
+	// Fleet, with --shared, is the store's shared record of held objects (nil without): a hold is
+	// released only once no mount of the store needs it, by the holder of the sweeper lease.
+	Fleet hold.Fleet
 }
 
 // Holds is a backend's second line of defence outside the mount (fs/hold): it runs beside
@@ -110,9 +114,26 @@ func setupLocalHolds(c Config, st *localstore.Store) (func(HoldEnv) Holds, error
 	}
 	return func(env HoldEnv) Holds {
 		h.SetIndex(env.Index)
+		if env.Fleet != nil {
+			h.SetFleet(env.Fleet)
+		}
 		if err := localhold.Register(env.Metrics.Registry, h); err != nil {
 			log.Warn("immutable flag: metrics not registered", "err", err)
 		}
 		return h
 	}, nil
+}
+
+// fleetHolds is hold.Fleet over the store's shared area: the records of shared.Holds, and the
+// sweeper lease (the quarantine purge's: one lease for all store-wide maintenance).
+type fleetHolds struct {
+	*shared.Holds
+	sweep *sweepLease
+}
+
+func (f fleetHolds) MayRelease(ctx context.Context) bool { return f.sweep.hold(ctx) }
+
+func (f fleetHolds) StillMayRelease() bool {
+	v, _ := f.sweep.l.Valid()
+	return v
 }

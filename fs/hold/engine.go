@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/shared"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
@@ -28,6 +31,27 @@ type Primitive interface {
 	Hold(ctx context.Context, key, version string) error
 	// Release lifts it. An error wrapping fs.ErrNotExist: the object is gone, nothing is held.
 	Release(ctx context.Context, key, version string) error
+}
+
+// Fleet is the store's shared record of held objects (--shared; *guardd's adapter over shared.Holds
+// is one): which mounts need each hold, so that a hold one mount needs is never released by another,
+// and releases only by the holder of the sweeper lease.
+type Fleet interface {
+	// Need records that this mount needs key held (before the hold is set).
+	Need(ctx context.Context, key, version string) error
+	// Drop records that this mount no longer needs key; release: no mount needs it and mayRelease,
+	// so the caller releases rec.Version and calls Released. rec.State shared.HeldOff: released already.
+	Drop(ctx context.Context, key string, mayRelease bool) (release bool, rec shared.Held, err error)
+	// Claim takes a record no mount needs (an orphan) for release.
+	Claim(ctx context.Context, key string) (release bool, version string, err error)
+	// Released records a release; rehold: a mount needed the key meanwhile, hold it again.
+	Released(ctx context.Context, key string) (rehold bool, err error)
+	// Orphans lists the holds no mount needs.
+	Orphans(ctx context.Context) ([]shared.Held, error)
+	// MayRelease renews or takes the sweeper lease (once per pass) and reports whether this mount
+	// holds it; StillMayRelease is the fence checked before each release.
+	MayRelease(ctx context.Context) bool
+	StillMayRelease() bool
 }
 
 // Index is what holds need of the reference index (*refindex.Index is one).
@@ -66,6 +90,9 @@ type Options struct {
 	// first (BeforeChange). Then every hold and release runs one at a time under the lock BeforeChange
 	// takes, and a pass never holds a key the mount changed after the pass's view of the index.
 	Lifted bool
+	// Fleet, with --shared, is the store's shared record of held objects: a hold is released only once
+	// no mount of the store needs it, and only by the holder of the sweeper lease (see Fleet).
+	Fleet Fleet
 	// Name starts the log lines ("legal holds", "immutable flag").
 	Name   string
 	Logger *slog.Logger
@@ -98,6 +125,7 @@ type Engine struct {
 	st       Status // the last pass's figures (the ledger's counts are read live)
 	statFail int    // keys of the last pass whose object could not be read
 
+	joined   atomic.Bool // the fleet's record has every need of this mount (FleetJoinedName)
 	healed   atomic.Int64
 	requests atomic.Int64
 	kick     chan struct{}
@@ -141,6 +169,9 @@ func New(o Options) *Engine {
 	e.mu.Unlock()
 	return e
 }
+
+// SetFleet gives the engine the store's shared record of held objects (--shared; before Run).
+func (e *Engine) SetFleet(f Fleet) { e.o.Fleet = f }
 
 // SetIndex gives the engine the index once the daemon has opened it (before Run).
 func (e *Engine) SetIndex(ix Index) { e.o.Index = ix }
@@ -293,6 +324,13 @@ func (e *Engine) Pass(ctx context.Context) error {
 		// Nothing changed since a pass that left nothing to do: the same scan would find nothing.
 		e.st.LastPass, e.st.LastTook = t0, "0s (index unchanged)"
 		e.mu.Unlock()
+		if e.o.Fleet != nil && e.o.Fleet.MayRelease(ctx) {
+			// Other mounts let holds go whatever this index does: the lease holder releases them.
+			if err := e.releaseOrphans(ctx); err != nil {
+				return err
+			}
+			return e.o.Ledger.flush(false)
+		}
 		return nil
 	}
 	e.settled = false
@@ -317,6 +355,12 @@ func (e *Engine) Pass(ctx context.Context) error {
 	}
 	var todo []job
 	dirs := 0
+	joined := e.o.Fleet == nil || e.fleetJoined()
+	if e.o.Fleet == nil && e.o.StatusDir != "" {
+		// Without the fleet this mount may hold and release what it alone decides: when it joins
+		// again, every need is recorded afresh.
+		_ = os.Remove(filepath.Join(e.o.StatusDir, FleetJoinedName))
+	}
 	err := e.o.Index.ProtectedKeys(ctx, func(k string, kind refindex.ProtectedKind) bool {
 		if kind == refindex.ProtectedDirectory {
 			dirs++
@@ -326,8 +370,9 @@ func (e *Engine) Pass(ctx context.Context) error {
 		switch {
 		case !ok:
 			todo = append(todo, job{key: k})
-		case en.State != Held:
+		case en.State != Held, !joined:
 			// Pending (a crash, a failure) or Releasing (protected again): hold the recorded version.
+			// Not joined yet: held before the fleet knew this mount, so its need is recorded too.
 			todo = append(todo, job{key: k, version: en.Version, size: en.Size})
 		}
 		return true
@@ -351,6 +396,9 @@ func (e *Engine) Pass(ctx context.Context) error {
 		kept, firstErr = e.releaseUnseen(ctx, epoch)
 	}
 	e.finish(t0, dirs, kept, statFail, firstErr)
+	if !joined && firstErr == nil && statFail == 0 && e.Status().Failed == 0 {
+		e.joinFleet()
+	}
 	if versioned && firstErr == nil && kept == 0 {
 		e.mu.Lock()
 		s := e.status()
@@ -480,8 +528,20 @@ func (e *Engine) holdBatch(ctx context.Context, epoch uint64, batch []job) (stat
 		return statFail, err
 	}
 	e.each(ctx, send, func(j *job) error {
+		// The fleet's record first (never under lift: it is a request to the store): a lease holder
+		// reading it after this sees the need. Its failure still sets the hold (the safe side) and
+		// retries both at the next pass.
+		var nerr error
+		if e.o.Fleet != nil {
+			if nerr = e.o.Fleet.Need(ctx, j.key, j.version); nerr != nil {
+				nerr = fmt.Errorf("record the need in the store's shared holds: %w", nerr)
+			}
+		}
 		if !e.o.Lifted {
 			err := e.o.Primitive.Hold(ctx, j.key, j.version)
+			if err == nil {
+				err = nerr
+			}
 			e.holdDone(j, err)
 			return err
 		}
@@ -490,6 +550,9 @@ func (e *Engine) holdBatch(ctx context.Context, epoch uint64, batch []job) (stat
 		err := errSkipped
 		if _, touched := e.touched[j.key]; !touched {
 			err = e.o.Primitive.Hold(ctx, j.key, j.version)
+			if err == nil {
+				err = nerr
+			}
 		}
 		e.holdDone(j, err) // under lift: BeforeChange sees the hold as soon as it is set
 		return err
@@ -513,14 +576,19 @@ func (e *Engine) holdDone(j *job, err error) {
 }
 
 // releaseUnseen releases the holds of the keys the pass did not find protected, where the index's
-// decision for an unlink allows the deletion; kept counts those it refuses.
+// decision for an unlink allows the deletion; kept counts those it refuses. With a fleet, a key this
+// mount lets go is released only when no mount needs it and this mount holds the sweeper lease; else
+// its entry stays Releasing (the mount still lifts it before its own changes) until the lease holder
+// releases it, and the lease holder also releases the holds every mount let go (releaseOrphans).
 func (e *Engine) releaseUnseen(ctx context.Context, epoch uint64) (kept int, err error) {
-	l := e.o.Ledger
-	cands := l.unseen(epoch)
+	cands := e.o.Ledger.unseen(epoch)
+	mayRelease := false
+	if e.o.Fleet != nil {
+		mayRelease = e.o.Fleet.MayRelease(ctx)
+	}
 	for i := 0; i < len(cands); i += e.o.Batch {
 		batch := cands[i:min(i+e.o.Batch, len(cands))]
 		var send []job
-		var intents []record
 		for _, j := range batch {
 			if ctx.Err() != nil {
 				return kept, ctx.Err()
@@ -529,56 +597,144 @@ func (e *Engine) releaseUnseen(ctx context.Context, epoch uint64) (kept int, err
 				kept++
 				continue
 			}
+			if e.o.Fleet != nil && !e.drop(ctx, &j, mayRelease) {
+				continue
+			}
 			send = append(send, j)
-			intents = append(intents, record{Op: "r", Key: j.key})
 		}
-		if len(send) == 0 {
-			continue
-		}
-		l.apply(intents...)
-		if err := l.flush(true); err != nil {
-			return kept, err
-		}
-		e.each(ctx, send, func(j *job) error {
-			if !e.o.Lifted {
-				err := e.o.Primitive.Release(ctx, j.key, j.version)
-				e.releaseDone(j, err)
-				return err
-			}
-			e.lift.Lock()
-			defer e.lift.Unlock()
-			if en, ok := l.Get(j.key); !ok || en.Version != j.version {
-				return nil // the mount lifted it meanwhile (BeforeChange)
-			}
-			err := e.o.Primitive.Release(ctx, j.key, j.version)
-			e.releaseDone(j, err)
-			return err
-		})
-		if err := l.flush(false); err != nil {
+		if err := e.release(ctx, send); err != nil {
 			return kept, err
 		}
 	}
-	return kept, nil
+	if mayRelease {
+		err = e.releaseOrphans(ctx)
+	}
+	return kept, err
+}
+
+// drop tells the fleet this mount no longer needs j's key and reports whether to release it now (at
+// the fleet's version). Otherwise the entry waits, Releasing, or goes when the key was released.
+func (e *Engine) drop(ctx context.Context, j *job, mayRelease bool) bool {
+	release, rec, err := e.o.Fleet.Drop(ctx, j.key, mayRelease && e.o.Fleet.StillMayRelease())
+	switch {
+	case err != nil:
+		e.failed(j, fmt.Errorf("tell the store's shared holds this mount no longer needs it: %w", err), "could not release the hold of an object no longer referenced")
+	case release:
+		if rec.Version != "" {
+			j.version = rec.Version
+		}
+		return true
+	case rec.State == shared.HeldOff:
+		e.o.Ledger.apply(record{Op: "x", Key: j.key}) // released by the lease holder
+	default:
+		if en, ok := e.o.Ledger.Get(j.key); ok && en.State != Releasing {
+			e.o.Ledger.apply(record{Op: "r", Key: j.key}) // another mount needs it, or the lease holder releases it
+		}
+	}
+	return false
+}
+
+// release writes the intents of send (each key's entry Releasing; a key the ledger does not know, an
+// orphan of the fleet, gets one), then releases each and records the outcome.
+func (e *Engine) release(ctx context.Context, send []job) error {
+	l := e.o.Ledger
+	var intents []record
+	for _, j := range send {
+		if _, ok := l.Get(j.key); !ok {
+			intents = append(intents, record{Op: "p", Key: j.key, Version: j.version})
+		}
+		intents = append(intents, record{Op: "r", Key: j.key})
+	}
+	l.apply(intents...)
+	if err := l.flush(len(send) > 0); err != nil {
+		return err
+	}
+	e.each(ctx, send, func(j *job) error {
+		var err error
+		lifted := false
+		if !e.o.Lifted {
+			err = e.o.Primitive.Release(ctx, j.key, j.version)
+		} else {
+			e.lift.Lock()
+			if en, ok := l.Get(j.key); ok && en.State == Releasing {
+				err = e.o.Primitive.Release(ctx, j.key, j.version)
+			} else {
+				lifted = true // the mount lifted it meanwhile (BeforeChange)
+			}
+			e.lift.Unlock()
+		}
+		err = e.released(ctx, j, err) // the fleet's record: never under lift
+		if !lifted || err != nil {
+			e.releaseDone(j, err)
+		}
+		return err
+	})
+	return l.flush(false)
+}
+
+// released records a release in the fleet (when there is one): a mount that needed the key while it
+// was being released gets its hold back at once.
+func (e *Engine) released(ctx context.Context, j *job, err error) error {
+	if e.o.Fleet == nil || err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	rehold, ferr := e.o.Fleet.Released(ctx, j.key)
+	if ferr != nil {
+		return fmt.Errorf("released, but the store's shared holds could not record it (the lease holder retries): %w", ferr)
+	}
+	if rehold {
+		if e.o.Lifted {
+			e.lift.Lock()
+			defer e.lift.Unlock()
+		}
+		if herr := e.o.Primitive.Hold(ctx, j.key, j.version); herr != nil {
+			return fmt.Errorf("another mount needed it while it was released; holding it again failed: %w", herr)
+		}
+		e.o.Logger.Info(e.o.Name+": another mount needed the object while this one released it; it is held again", "file", j.key)
+	}
+	return err
+}
+
+// releaseOrphans releases, as the lease holder, the holds no mount of the store needs any more (every
+// mount let go of it, the last one not the lease holder), where this mount's own rules allow the
+// deletion too.
+func (e *Engine) releaseOrphans(ctx context.Context) error {
+	orphans, err := e.o.Fleet.Orphans(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: list the store's shared holds no mount needs: %w", e.o.Name, err)
+	}
+	var send []job
+	for _, o := range orphans {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !e.o.Fleet.StillMayRelease() {
+			break // the lease lapsed: its next holder goes on
+		}
+		if d := e.o.Index.Decide(ctx, o.Key, verdict.OpUnlink); !d.Allow {
+			continue // this mount's rules keep it: it needs it, and says so at its next pass
+		}
+		ok, version, err := e.o.Fleet.Claim(ctx, o.Key)
+		if err != nil {
+			e.o.Logger.Warn(e.o.Name+": could not claim a hold no mount needs for release; retried at the next pass", "file", o.Key, "err", err)
+			continue
+		}
+		if ok {
+			send = append(send, job{key: o.Key, version: version})
+		}
+	}
+	return e.release(ctx, send)
 }
 
 // releaseDone records the answer to a release.
 func (e *Engine) releaseDone(j *job, err error) {
-	l := e.o.Ledger
 	switch {
 	case err == nil, errors.Is(err, fs.ErrNotExist):
 		// Released, or the object is gone (it can only have gone after the release): nothing held.
-		l.apply(record{Op: "x", Key: j.key, Version: j.version})
+		e.o.Ledger.apply(record{Op: "x", Key: j.key, Version: j.version})
 	default:
 		e.failed(j, err, "could not release the hold of an object no longer referenced")
 	}
-}
-
-// failed records a failed hold or release on its entry; the first failure of a run is logged.
-func (e *Engine) failed(j *job, err error, what string) {
-	if en, ok := e.o.Ledger.Get(j.key); !ok || en.Failures == 0 {
-		e.o.Logger.Warn(e.o.Name+": "+what+"; retried at every pass (logged again only after it worked once)", "file", j.key, "version", j.version, "err", err)
-	}
-	e.o.Ledger.apply(record{Op: "f", Key: j.key, Err: err.Error()})
 }
 
 // keysUnder lists the keys below folder dir ("" is the root: every key).
@@ -660,3 +816,35 @@ func sortJobs(js []job) {
 // one back wraps the engine (s3hold.Holder). Here nothing is healed: a file deleted beside the mount
 // is reported by the loss check as before (a held one cannot be deleted).
 func (e *Engine) Heal(context.Context, string, string) (bool, error) { return false, nil }
+
+// failed records a failed hold or release on its entry; the first failure of a run is logged.
+func (e *Engine) failed(j *job, err error, what string) {
+	if en, ok := e.o.Ledger.Get(j.key); !ok || en.Failures == 0 {
+		e.o.Logger.Warn(e.o.Name+": "+what+"; retried at every pass (logged again only after it worked once)", "file", j.key, "version", j.version, "err", err)
+	}
+	e.o.Ledger.apply(record{Op: "f", Key: j.key, Err: err.Error()})
+}
+
+// FleetJoinedName is the file in the status folder that says this mount's needs are all in the
+// fleet's record (--shared): written after the first pass with a fleet recorded the need of every
+// protected key, including those the ledger held from before (a mount that joins the fleet with holds
+// of its own). Until then every pass records every protected key's need.
+const FleetJoinedName = "holds-fleet-joined"
+
+func (e *Engine) fleetJoined() bool {
+	if e.o.StatusDir == "" {
+		return e.joined.Load()
+	}
+	_, err := os.Stat(filepath.Join(e.o.StatusDir, FleetJoinedName))
+	return err == nil
+}
+
+func (e *Engine) joinFleet() {
+	e.joined.Store(true)
+	if e.o.StatusDir == "" {
+		return
+	}
+	if err := os.WriteFile(filepath.Join(e.o.StatusDir, FleetJoinedName), []byte("the need of every key this mount holds is in the store's shared holds\n"), 0o600); err != nil {
+		e.o.Logger.Warn(e.o.Name+": could not note that this mount's holds are in the store's shared record; the next start records them again", "err", err)
+	}
+}

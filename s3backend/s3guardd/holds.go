@@ -39,7 +39,7 @@ func setupHolds(ctx context.Context, c guardd.Config, cl *s3client.Client) (func
 		log.Warn("legal holds: lines of the hold ledger could not be read (a torn last line after a crash is one); the next pass holds again what they named", "lines", n)
 	}
 	return func(env guardd.HoldEnv) guardd.Holds {
-		h := s3hold.New(s3hold.Options{Server: cl, Audit: env.Audit, Hold: hold.Options{Index: env.Index, Ledger: ledger, Pacer: env.Pacer,
+		h := s3hold.New(s3hold.Options{Server: cl, Audit: env.Audit, Hold: hold.Options{Index: env.Index, Ledger: ledger, Pacer: env.Pacer, Fleet: env.Fleet,
 			Logger: log, Mode: mode, Note: note, Inactive: perr != nil, StatusDir: c.IndexDir}})
 		if err := s3hold.Register(env.Metrics.Registry, h); err != nil {
 			log.Warn("legal holds: metrics not registered", "err", err)
