@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/fs/hold"
 	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/refindex"
@@ -38,6 +39,9 @@ func runStats(c *cli.Context) error {
 			}
 			if hs, herr := hold.ReadStatus(s.IndexDir); herr == nil {
 				s.Holds = &hs
+			}
+			if fs, ferr := guardd.ReadFleetStatus(s.IndexDir); ferr == nil {
+				s.Fleet = &fs
 			}
 		}
 		return s, err
@@ -91,6 +95,11 @@ func printStats(w io.Writer, s *refindex.StatsResult) {
 	}
 	if hs, ok := s.Holds.(*hold.Status); ok {
 		rows = append(rows, holdRow(hs))
+	}
+	if fs, ok := s.Fleet.(*guardd.FleetStatus); ok {
+		for _, o := range fs.Old {
+			rows = append(rows, [2]string{"OUTDATED MOUNT", fmt.Sprintf("%s (%s) runs ckguard %s on this store: %s (registry read %s)", o.Host, o.ID, o.Version, o.Why, fmtTime(fs.Checked))})
+		}
 	}
 	if s.Stale {
 		rows = append(rows, [2]string{"STALE", "every deletion is refused until the index is synced"})
