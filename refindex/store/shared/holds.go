@@ -7,9 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"sort"
-	"sync"
 	"time"
 )
 
@@ -54,18 +52,12 @@ type Holds struct {
 	mount string
 	now   func() time.Time
 
-	mu    sync.Mutex
-	cache map[string]cachedHeld // record name → version read and record
-}
-
-type cachedHeld struct {
-	ver string
-	rec Held
+	cache recordCache[Held]
 }
 
 // NewHolds returns mount's side of the fleet holds in area c.
 func NewHolds(c CAS, mount string) *Holds {
-	return &Holds{c: c, mount: mount, now: time.Now, cache: map[string]cachedHeld{}}
+	return &Holds{c: c, mount: mount, now: time.Now}
 }
 
 // Where names the area.
@@ -177,39 +169,17 @@ func (h *Holds) Released(ctx context.Context, key string) (rehold bool, err erro
 // lease holder releases. It costs one listing (one request per 1,000 records on S3) plus one read
 // per record whose version changed since the last call.
 func (h *Holds) Orphans(ctx context.Context) ([]Held, error) {
-	es, err := h.c.List(ctx, "holds/")
+	recs, err := h.cache.load(ctx, h.c, "holds/", func(name string, r Held) bool { return r.Key != "" && HeldName(r.Key) == name },
+		func(name string, err error) error {
+			return fmt.Errorf("fleet hold record %s/%s is damaged (%v): move it away; the next pass of a mount that needs the object writes it again", h.c.Where(), name, err)
+		})
 	if err != nil {
 		return nil, err
 	}
-	h.mu.Lock()
-	old := h.cache
-	h.mu.Unlock()
-	next := make(map[string]cachedHeld, len(es))
-	for _, e := range es {
-		if c, ok := old[e.Name]; ok && c.ver == e.Version {
-			next[e.Name] = c
-			continue
-		}
-		data, ver, err := Read(ctx, h.c, e.Name)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		var r Held
-		if err := json.Unmarshal(data, &r); err != nil || r.Key == "" || HeldName(r.Key) != e.Name {
-			return nil, fmt.Errorf("fleet hold record %s/%s is damaged (%v): move it away; the next pass of a mount that needs the object writes it again", h.c.Where(), e.Name, err)
-		}
-		next[e.Name] = cachedHeld{ver: ver, rec: r}
-	}
-	h.mu.Lock()
-	h.cache = next
-	h.mu.Unlock()
 	var out []Held
-	for _, c := range next {
-		if len(c.rec.Needers) == 0 && c.rec.State != HeldOff {
-			out = append(out, c.rec)
+	for _, r := range recs {
+		if len(r.Needers) == 0 && r.State != HeldOff {
+			out = append(out, r)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
@@ -218,16 +188,5 @@ func (h *Holds) Orphans(ctx context.Context) ([]Held, error) {
 
 // Get returns key's fleet hold record (false: none).
 func (h *Holds) Get(ctx context.Context, key string) (Held, bool, error) {
-	data, _, err := Read(ctx, h.c, HeldName(key))
-	if errors.Is(err, fs.ErrNotExist) {
-		return Held{}, false, nil
-	}
-	if err != nil {
-		return Held{}, false, err
-	}
-	var r Held
-	if err := json.Unmarshal(data, &r); err != nil {
-		return Held{}, false, fmt.Errorf("fleet hold record of %s is damaged: %w", key, err)
-	}
-	return r, true, nil
+	return readRecord[Held](ctx, h.c, HeldName(key))
 }

@@ -3,9 +3,7 @@ package shared
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"regexp"
 	"strings"
 	"time"
@@ -123,24 +121,5 @@ func (h *Heartbeater) Beat(ctx context.Context, m Mount) error {
 
 // Mounts lists the registry (every record, stopped and stale ones too).
 func Mounts(ctx context.Context, c CAS) ([]Mount, error) {
-	es, err := c.List(ctx, "mounts/")
-	if err != nil {
-		return nil, err
-	}
-	var out []Mount
-	for _, e := range es {
-		data, _, err := Read(ctx, c, e.Name)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		var m Mount
-		if err := json.Unmarshal(data, &m); err != nil {
-			return nil, fmt.Errorf("mount record %s/%s is damaged: %w", c.Where(), e.Name, err)
-		}
-		out = append(out, m)
-	}
-	return out, nil
+	return readRecords[Mount](ctx, c, "mounts/")
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"time"
 )
 
@@ -128,40 +127,10 @@ func FinishRestore(ctx context.Context, c CAS, id, mount string, restoreErr erro
 
 // RestoreOf returns the restore record of entry id (false: none).
 func RestoreOf(ctx context.Context, c CAS, id string) (Restore, bool, error) {
-	data, _, err := Read(ctx, c, RestoreName(id))
-	if errors.Is(err, fs.ErrNotExist) {
-		return Restore{}, false, nil
-	}
-	if err != nil {
-		return Restore{}, false, err
-	}
-	var r Restore
-	if err := json.Unmarshal(data, &r); err != nil {
-		return Restore{}, false, fmt.Errorf("restore record %s/%s is damaged: %w", c.Where(), RestoreName(id), err)
-	}
-	return r, true, nil
+	return readRecord[Restore](ctx, c, RestoreName(id))
 }
 
 // Restores lists every restore record (one listing and a read per record: for a command, not a sync).
 func Restores(ctx context.Context, c CAS) ([]Restore, error) {
-	es, err := c.List(ctx, "restores/")
-	if err != nil {
-		return nil, err
-	}
-	var out []Restore
-	for _, e := range es {
-		data, _, err := Read(ctx, c, e.Name)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		var r Restore
-		if err := json.Unmarshal(data, &r); err != nil {
-			return nil, fmt.Errorf("restore record %s/%s is damaged: %w", c.Where(), e.Name, err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
+	return readRecords[Restore](ctx, c, "restores/")
 }
