@@ -119,6 +119,9 @@ type Engine struct {
 	// mount changed since, which that pass must not hold (the change was allowed after the view).
 	passing bool
 	touched map[string]struct{}
+	// unneeded: keys BeforeChange lifted since the last pass, whose need the fleet still records; the
+	// next pass drops the need of those it does not find protected again (no I/O under lift).
+	unneeded []string
 
 	mu       sync.Mutex // what follows
 	epoch    uint64
@@ -286,6 +289,9 @@ func (e *Engine) BeforeChange(op verdict.Op, key string) {
 			continue
 		}
 		e.o.Ledger.apply(record{Op: "x", Key: k, Version: en.Version}) // written by the next pass
+		if e.o.Fleet != nil {
+			e.unneeded = append(e.unneeded, k)
+		}
 		lifted = true
 	}
 	if lifted {
@@ -342,6 +348,8 @@ func (e *Engine) Pass(ctx context.Context) error {
 	e.lift.Lock()
 	e.passing = true
 	clear(e.touched)
+	unneeded := e.unneeded
+	e.unneeded = nil
 	e.lift.Unlock()
 	defer func() {
 		e.lift.Lock()
@@ -395,6 +403,7 @@ func (e *Engine) Pass(ctx context.Context) error {
 	if firstErr == nil {
 		kept, firstErr = e.releaseUnseen(ctx, epoch)
 	}
+	e.dropLifted(ctx, unneeded)
 	e.finish(t0, dirs, kept, statFail, firstErr)
 	if !joined && firstErr == nil && statFail == 0 && e.Status().Failed == 0 {
 		e.joinFleet()
@@ -846,5 +855,20 @@ func (e *Engine) joinFleet() {
 	}
 	if err := os.WriteFile(filepath.Join(e.o.StatusDir, FleetJoinedName), []byte("the need of every key this mount holds is in the store's shared holds\n"), 0o600); err != nil {
 		e.o.Logger.Warn(e.o.Name+": could not note that this mount's holds are in the store's shared record; the next start records them again", "err", err)
+	}
+}
+
+// dropLifted removes this mount's need from the fleet's record of the keys the mount lifted for its
+// own changes (BeforeChange) that this pass did not hold again: the mount changed them as its guard
+// allowed, so it needs them no more, and a need left behind would keep a later object at the key held
+// for good. A failure leaves the need (the safe side); the lease holder never releases a needed key.
+func (e *Engine) dropLifted(ctx context.Context, keys []string) {
+	for _, k := range keys {
+		if _, ok := e.o.Ledger.Get(k); ok {
+			continue // protected again: held, and needed, again
+		}
+		if _, _, err := e.o.Fleet.Drop(ctx, k, false); err != nil {
+			e.o.Logger.Warn(e.o.Name+": could not drop this mount's need of a file it changed itself from the store's shared holds; the hold may stay until an operator releases it", "file", k, "err", err)
+		}
 	}
 }

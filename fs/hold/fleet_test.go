@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ckguard/ckguard/refindex/store/shared"
+	"github.com/ckguard/ckguard/refindex/verdict"
 	"github.com/ckguard/ckguard/refindex/store/shared/sharedtest"
 )
 
@@ -124,4 +125,39 @@ func (n *needDuring) Released(ctx context.Context, key string) (bool, error) {
 		n.during()
 	}
 	return n.Fleet.Released(ctx, key)
+}
+
+// TestFleetLiftedDropsNeed: a key the mount lifted for its own change (BeforeChange) and no longer
+// protects loses this mount's need in the fleet's record at the next pass, so a later object at the
+// key is not kept held for good by a stale need.
+func TestFleetLiftedDropsNeed(t *testing.T) {
+	area := sharedtest.NewMem()
+	prim := &flagPrim{held: map[string]bool{}}
+	l, err := OpenLedger(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix := &setIndex{prot: map[string]bool{"j/f": true}}
+	lease := &atomic.Bool{}
+	holds := shared.NewHolds(area, "host-a")
+	e := New(Options{Primitive: prim, Index: ix, Ledger: l, Lifted: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Fleet: testFleet{holds, lease}})
+	defer e.Close()
+	ctx := context.Background()
+	if err := e.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, _ := holds.Get(ctx, "j/f"); len(r.Needers) != 1 {
+		t.Fatalf("needers after the hold: %v", r.Needers)
+	}
+	e.BeforeChange(verdict.OpUnlink, "j/f") // the mount deletes it, as its guard allowed
+	ix.mu.Lock()
+	ix.prot = map[string]bool{}
+	ix.mu.Unlock()
+	if err := e.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, _ := holds.Get(ctx, "j/f"); len(r.Needers) != 0 {
+		t.Errorf("needers after the mount's own change and a pass: %v, want none", r.Needers)
+	}
 }
