@@ -222,5 +222,13 @@ func restoredBefore(c *cli.Context, sel string) string {
 	if last == nil {
 		return ""
 	}
+	// A claim still under way (its move just done, its outcome not recorded yet): wait a little for
+	// the outcome, as a mount does, so the answer says what happened.
+	for deadline := time.Now().Add(5 * time.Second); last.State == shared.Restoring && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		if r, ok, err := shared.RestoreOf(c.Context, area, last.Entry); err == nil && ok {
+			last = &r
+		}
+	}
 	return (&shared.AlreadyRestoredError{Rec: *last}).Error()
 }
