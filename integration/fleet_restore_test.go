@@ -115,6 +115,29 @@ func TestFleetRestoreOnce(t *testing.T) {
 			if code == 0 || !strings.Contains(out, wantMsg) {
 				t.Errorf("a later restore through mount 1: exit %d, %q; want a failure naming who restored the file: %q", code, strings.TrimSpace(out), wantMsg)
 			}
+			if tc.name != "local" {
+				return
+			}
+			// The CLI on the store with no mount behind its index claims the restore too: a mount
+			// restoring the same path afterwards names it.
+			// "new" at key, made old: stage it through mount 1, restore it by the CLI.
+			old := time.Now().Add(-30 * 24 * time.Hour)
+			if err := os.Chtimes(filepath.Join(store, key), old, old); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(ps[0].m(key)); err != nil {
+				t.Fatalf("rm through mount 1: %v", err)
+			}
+			waitEntries(t, ps[0], 1)
+			out, code = mntRun(t, "", mntBinary(t), "quarantine", "restore", "--store", store, "--index", filepath.Join(t.TempDir(), "no-mount"), key)
+			t.Logf("restore by the CLI, no mount: exit %d: %s", code, strings.TrimSpace(out))
+			if code != 0 || read() != "new" {
+				t.Fatalf("restore by the CLI with no mount: exit %d, %q", code, read())
+			}
+			out, code = restore(1)
+			if code == 0 || !strings.Contains(out, "already restored by `ckguard quarantine restore` of ") {
+				t.Errorf("a restore through mount 2 after the CLI's: exit %d, %q; want it to name the CLI's restore", code, strings.TrimSpace(out))
+			}
 		})
 	}
 }

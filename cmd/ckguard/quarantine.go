@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,7 +13,9 @@ import (
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfscli"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsquarantine"
+	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
+	"github.com/ckguard/ckguard/refindex/store/shared"
 	"github.com/ckguard/ckguard/s3backend/s3cli"
 	"github.com/ckguard/ckguard/s3backend/s3quarantine"
 )
@@ -74,7 +77,7 @@ func openQuarantine(c *cli.Context, ttl time.Duration) (quarantine.Service, bool
 		if err != nil {
 			return nil, false, nil, fmt.Errorf("store %s: %w", s, err)
 		}
-		return &quarantine.Direct{Area: area, TTL: ttl}, false, func() error { return nil }, nil
+		return claimed(c, &quarantine.Direct{Area: area, TTL: ttl}, st), false, func() error { return nil }, nil
 	}
 	if hdfscli.IsURL(s) {
 		st, err := hdfscli.OpenStore(c.Context, s, hdfscli.FromFlags(c))
@@ -86,7 +89,7 @@ func openQuarantine(c *cli.Context, ttl time.Duration) (quarantine.Service, bool
 			_ = st.FS().Close()
 			return nil, false, nil, fmt.Errorf("store %s: %w", s, err)
 		}
-		return &quarantine.Direct{Area: area, TTL: ttl}, false, st.FS().Close, nil
+		return claimed(c, &quarantine.Direct{Area: area, TTL: ttl}, st), false, st.FS().Close, nil
 	}
 	abs, err := filepath.Abs(s)
 	if err != nil {
@@ -96,5 +99,38 @@ func openQuarantine(c *cli.Context, ttl time.Duration) (quarantine.Service, bool
 	if err != nil {
 		return nil, false, nil, err
 	}
-	return &quarantine.Direct{Area: area, TTL: ttl}, false, area.Close, nil
+	return claimed(c, &quarantine.Direct{Area: area, TTL: ttl}, nil), false, area.Close, nil
+}
+
+// claimed makes d's restores claim each entry in the store's shared area when it has one (--shared
+// mounts made it), as a --shared mount does, so that the CLI on a store no mount holds neither
+// restores what a mount restores at the same time nor leaves the mounts unable to say who restored it.
+func claimed(c *cli.Context, d *quarantine.Direct, st store.Store) *quarantine.Direct {
+	area, err := sharedArea(c.Context, c.String("store"), st)
+	if err != nil || area == nil {
+		return d
+	}
+	host, _ := os.Hostname()
+	rc := &shared.RestoreClaims{C: area, Mount: shared.CLIClaimer + whoAmI(), Host: host,
+		Warn: func(msg string, args ...any) { fmt.Fprintln(c.App.ErrWriter, "ckguard: "+msg, args) }}
+	d.RestoreOne = func(ctx context.Context, id string) (quarantine.Entry, error) {
+		es, err := d.Area.List(ctx)
+		if err != nil {
+			return quarantine.Entry{}, err
+		}
+		for _, e := range es {
+			if e.ID != id {
+				continue
+			}
+			finish, err := rc.Claim(ctx, id, e.Key())
+			if err != nil {
+				return quarantine.Entry{}, err
+			}
+			got, err := d.Area.Restore(ctx, id)
+			finish(err)
+			return got, err
+		}
+		return quarantine.Entry{}, rc.Explain(ctx, id, fmt.Errorf("quarantine entry %s: %w", id, quarantine.ErrNoEntry))
+	}
+	return d
 }

@@ -474,7 +474,7 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	if area := stagingOf(m); area != nil {
 		var rc *restoreClaims
 		if fl != nil {
-			rc = &restoreClaims{fl}
+			rc = newRestoreClaims(fl)
 		}
 		stage = newStager(c, area, enf, al, met, log, rc)
 		var served quarantine.Service = stage.svc

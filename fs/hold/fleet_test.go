@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/ckguard/ckguard/refindex/store/shared"
-	"github.com/ckguard/ckguard/refindex/verdict"
 	"github.com/ckguard/ckguard/refindex/store/shared/sharedtest"
+	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
 // testFleet is shared.Holds with a lease the test hands out.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -58,11 +59,18 @@ var ErrAlreadyRestored = errors.New("already restored")
 
 func (e *AlreadyRestoredError) Error() string {
 	r := e.Rec
-	if r.State == Restoring {
-		return fmt.Sprintf("restore /%s: being restored by the mount on %s (%s) since %s: not restored twice (entry %s)", r.Key, r.Host, r.Mount, r.At.UTC().Format(time.RFC3339), r.Entry)
+	who := fmt.Sprintf("the mount on %s (%s)", r.Host, r.Mount)
+	if by, ok := strings.CutPrefix(r.Mount, CLIClaimer); ok {
+		who = fmt.Sprintf("`ckguard quarantine restore` of %s on %s (no mount held the store)", by, r.Host)
 	}
-	return fmt.Sprintf("restore /%s: already restored by the mount on %s (%s) at %s: nothing to do (entry %s)", r.Key, r.Host, r.Mount, r.Done.UTC().Format(time.RFC3339), r.Entry)
+	if r.State == Restoring {
+		return fmt.Sprintf("restore /%s: being restored by %s since %s: not restored twice (entry %s)", r.Key, who, r.At.UTC().Format(time.RFC3339), r.Entry)
+	}
+	return fmt.Sprintf("restore /%s: already restored by %s at %s: nothing to do (entry %s)", r.Key, who, r.Done.UTC().Format(time.RFC3339), r.Entry)
 }
+
+// CLIClaimer starts the Mount of a claim by the CLI on a store no mount holds ("cli:" and the person).
+const CLIClaimer = "cli:"
 
 func (e *AlreadyRestoredError) Unwrap() error { return ErrAlreadyRestored }
 
@@ -133,4 +141,87 @@ func RestoreOf(ctx context.Context, c CAS, id string) (Restore, bool, error) {
 // Restores lists every restore record (one listing and a read per record: for a command, not a sync).
 func Restores(ctx context.Context, c CAS) ([]Restore, error) {
 	return readRecords[Restore](ctx, c, "restores/")
+}
+
+// RestoreClaims is one claimer's side of the restore records: a --shared mount's (Mount its
+// registry id), or the CLI's on a store no mount holds (Mount "cli:" and the person).
+type RestoreClaims struct {
+	C           CAS
+	Mount, Host string
+	// Warn reports an outcome that could not be recorded (the claim then expires after
+	// RestoreClaimTTL).
+	Warn func(msg string, args ...any)
+}
+
+// awaitClaim bounds how long a restore waits for another claimer's restore of the same entry.
+const awaitClaim = 5 * time.Second
+
+// Claim claims entry id (at key) and returns the function that records the restore's outcome. A
+// claim another claimer holds is waited for (at most awaitClaim): restored, the answer is an
+// *AlreadyRestoredError naming it; failed, this claim is taken. A claim that cannot be written
+// refuses the restore: nothing may move while the area cannot say whether another claimer moves it.
+func (rc *RestoreClaims) Claim(ctx context.Context, id, key string) (func(error), error) {
+	want := Restore{Entry: id, Key: key, Mount: rc.Mount, Host: rc.Host}
+	err := ClaimRestore(ctx, rc.C, want, time.Now())
+	var already *AlreadyRestoredError
+	if errors.As(err, &already) && already.Rec.State == Restoring {
+		if r := rc.Await(ctx, id); r.State == RestoreFailed {
+			err = ClaimRestore(ctx, rc.C, want, time.Now())
+		} else if r.State == Restored {
+			err = &AlreadyRestoredError{Rec: r}
+		}
+	}
+	if err != nil {
+		if errors.As(err, &already) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("restore /%s: %w: the store's shared state cannot say whether another mount restores it too, so nothing was moved; retry once `ckguard fleet` answers", key, err)
+	}
+	return func(rerr error) {
+		// The outcome's own context: the caller's may have ended with the move done.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := FinishRestore(ctx, rc.C, id, rc.Mount, rerr, time.Now()); err != nil && rc.Warn != nil {
+			rc.Warn("quarantine: the outcome of a restore could not be recorded in the shared state; other mounts see it as being restored until the claim expires", "entry", id, "path", key, "err", err, "claim_ttl", RestoreClaimTTL)
+		}
+	}, nil
+}
+
+// Await reads entry id's restore record until its claim is no longer Restoring, for at most
+// awaitClaim, and returns the last record read.
+func (rc *RestoreClaims) Await(ctx context.Context, id string) Restore {
+	ctx, cancel := context.WithTimeout(ctx, awaitClaim)
+	defer cancel()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	var last Restore
+	for {
+		if r, ok, err := RestoreOf(ctx, rc.C, id); err == nil && ok {
+			last = r
+			if r.State != Restoring {
+				return r
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return last
+		case <-t.C:
+		}
+	}
+}
+
+// Explain replaces err, the failure of a restore of entry id that the quarantine no longer holds,
+// with who restored it and when, when there is a record.
+func (rc *RestoreClaims) Explain(ctx context.Context, id string, err error) error {
+	if err == nil {
+		return nil
+	}
+	r, ok, rerr := RestoreOf(ctx, rc.C, id)
+	if rerr != nil || !ok || r.State == RestoreFailed {
+		return err
+	}
+	if r.State == Restoring {
+		r = rc.Await(ctx, id)
+	}
+	return &AlreadyRestoredError{Rec: r}
 }
