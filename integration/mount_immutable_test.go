@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckguard/ckguard/fs/hold"
 	"github.com/ckguard/ckguard/fs/localhold"
 	"github.com/ckguard/ckguard/internal/loopfs"
 	"github.com/ckguard/ckguard/refindex/treegen"
-	"github.com/ckguard/ckguard/s3backend/s3hold"
 )
 
 // immutableStore generates IncidentOne on a loop-mounted ext4 (the index and logs in a temp folder
@@ -67,10 +67,10 @@ func protectedSet(tr *treegen.Tree) []string {
 	return out
 }
 
-func holdStatus(t *testing.T, p *mntProc) s3hold.Status {
+func holdStatus(t *testing.T, p *mntProc) hold.Status {
 	t.Helper()
 	out, code := mntRun(t, "", mntBinary(t), "hold", "status", "--store", p.store, "--index", p.index, "--json")
-	var s s3hold.Status
+	var s hold.Status
 	if code != 0 || json.Unmarshal([]byte(out), &s) != nil {
 		t.Fatalf("hold status --json: exit %d\n%s", code, out)
 	}

@@ -228,9 +228,12 @@ type StatsResult struct {
 	// PendingDeletes is the S3 mount's delete queue, when it holds anything (filled by the CLI from the
 	// journal beside the index).
 	PendingDeletes *PendingDeletes `json:"pending_deletes,omitempty"`
-	// Holds is the S3 mount's legal holds (--hold), when a mount wrote their status beside the index
-	// (filled by the CLI: s3hold.Status).
+	// Holds is the mount's holds (--hold), when a mount wrote their status beside the index (filled by
+	// the CLI: hold.Status).
 	Holds any `json:"holds,omitempty"`
+	// Fleet is what a --shared mount last found in the store's registry of mounts, outdated mounts
+	// among them (filled by the CLI: guardd.FleetStatus).
+	Fleet any `json:"fleet,omitempty"`
 }
 
 // BadMetadata is one `_metadata` the index cannot parse, in stats.

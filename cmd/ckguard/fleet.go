@@ -69,13 +69,21 @@ func fleetCommand() *cli.Command {
 				shared.Mount
 				State      string  `json:"state"`
 				LagSeconds float64 `json:"lag_seconds"`
+				// Outdated: what the mount does not do that this version relies on (shared.Outdated).
+				Outdated string `json:"outdated,omitempty"`
 			}
 			rows := make([]row, 0, len(mounts))
 			for _, m := range mounts {
-				rows = append(rows, row{Mount: m, State: fleetState(m, now), LagSeconds: lag(m, now).Seconds()})
+				rows = append(rows, row{Mount: m, State: fleetState(m, now), LagSeconds: lag(m, now).Seconds(), Outdated: shared.Outdated(m)})
 			}
 			if c.Bool("json") {
 				return printJSON(c.App.Writer, map[string]any{"area": area.Where(), "mounts": rows, "pins": pins})
+			}
+			var outdated []string
+			for _, r := range rows {
+				if r.Outdated != "" && r.State != "stopped" && r.State != "stale" {
+					outdated = append(outdated, fmt.Sprintf("OUTDATED: %s (%s, ckguard %s): %s", r.Host, r.ID, r.Version, r.Outdated))
+				}
 			}
 			w := tabwriter.NewWriter(c.App.Writer, 2, 4, 2, ' ', 0)
 			fmt.Fprintf(w, "HOST\tSTATE\tVERSION\tLAST SYNC\tLAG\tREFUSALS 1H\tMOUNTPOINT\tINDEX\n")
@@ -87,6 +95,9 @@ func fleetCommand() *cli.Command {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Host, r.State, r.Version, last, lag(r.Mount, now).Round(time.Second), r.Refusals1h, r.Mountpoint, r.Index)
 			}
 			_ = w.Flush()
+			for _, o := range outdated {
+				fmt.Fprintln(c.App.Writer, o)
+			}
 			active := 0
 			for _, p := range pins {
 				if p.Active(now) {
@@ -124,14 +135,10 @@ func lag(m shared.Mount, now time.Time) time.Duration {
 // fleetState: stopped (unmounted cleanly), stale (no heartbeat for two sync intervals: crashed or cut
 // off), failing (its last sync or pins read failed), ok.
 func fleetState(m shared.Mount, now time.Time) string {
-	interval := time.Duration(m.SyncInterval * float64(time.Second))
-	if interval <= 0 {
-		interval = 30 * time.Second
-	}
 	switch {
 	case m.Stopped:
 		return "stopped"
-	case now.Sub(m.Heartbeat) > 2*interval+10*time.Second:
+	case !shared.Live(m, now):
 		return "stale"
 	case m.SyncError != "" || m.PinsError != "":
 		return "failing"

@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/ckguard/ckguard/s3backend/s3hold"
+	"github.com/ckguard/ckguard/fs/hold"
 )
 
 func holdCommand() *cli.Command {
@@ -29,8 +29,8 @@ func holdCommand() *cli.Command {
 }
 
 type holdStatusResult struct {
-	s3hold.Status
-	Entries []*s3hold.Entry `json:"entries,omitempty"`
+	hold.Status
+	Entries []*hold.Entry `json:"entries,omitempty"`
 }
 
 func runHoldStatus(c *cli.Context) error {
@@ -41,7 +41,7 @@ func runHoldStatus(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	st, err := s3hold.ReadStatus(dir)
+	st, err := hold.ReadStatus(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("no hold status in %s: no mount of this store ran with --hold (mount with --hold best-effort or required)", dir)
 	}
@@ -50,7 +50,7 @@ func runHoldStatus(c *cli.Context) error {
 	}
 	res := holdStatusResult{Status: st}
 	if c.Bool("list") {
-		l, err := s3hold.ReadLedger(dir)
+		l, err := hold.ReadLedger(dir)
 		if err != nil {
 			return err
 		}
@@ -78,7 +78,7 @@ func printHoldStatus(w io.Writer, r holdStatusResult) {
 }
 
 // holdRow is the stats line of the legal holds.
-func holdRow(s *s3hold.Status) [2]string {
+func holdRow(s *hold.Status) [2]string {
 	if !s.Active {
 		return [2]string{"LEGAL HOLDS OFF", fmt.Sprintf("--hold %s runs without holds: %s", s.Mode, s.Note)}
 	}

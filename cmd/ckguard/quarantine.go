@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
+	"github.com/ckguard/ckguard/refindex/store/shared"
 )
 
 // quarantineCommand groups list, restore and purge of the deletions a mount with --quarantine staged.
@@ -65,5 +67,42 @@ func openQuarantine(c *cli.Context, ttl time.Duration) (quarantine.Service, bool
 	if err != nil {
 		return nil, false, nil, err
 	}
-	return &quarantine.Direct{Area: area, TTL: ttl}, false, closeFn, nil
+	return claimed(c, &quarantine.Direct{Area: area, TTL: ttl}), false, closeFn, nil
+}
+
+// claimed makes d's restores claim each entry in the store's shared area when it has one (--shared
+// mounts made it), as a --shared mount does, so that the CLI on a store no mount holds neither
+// restores what a mount restores at the same time nor leaves the mounts unable to say who restored it.
+func claimed(c *cli.Context, d *quarantine.Direct) *quarantine.Direct {
+	st, err := openStore(c)
+	if err != nil {
+		return d
+	}
+	area, err := backends.For(c.String("store")).SharedArea(c.Context, c.String("store"), st)
+	if err != nil || area == nil {
+		return d
+	}
+	host, _ := os.Hostname()
+	rc := &shared.RestoreClaims{C: area, Mount: shared.CLIClaimer + whoAmI(), Host: host,
+		Warn: func(msg string, args ...any) { fmt.Fprintln(c.App.ErrWriter, "ckguard: "+msg, args) }}
+	d.RestoreOne = func(ctx context.Context, id string) (quarantine.Entry, error) {
+		es, err := d.Area.List(ctx)
+		if err != nil {
+			return quarantine.Entry{}, err
+		}
+		for _, e := range es {
+			if e.ID != id {
+				continue
+			}
+			finish, err := rc.Claim(ctx, id, e.Key())
+			if err != nil {
+				return quarantine.Entry{}, err
+			}
+			got, err := d.Area.Restore(ctx, id)
+			finish(err)
+			return got, err
+		}
+		return quarantine.Entry{}, rc.Explain(ctx, id, fmt.Errorf("quarantine entry %s: %w", id, quarantine.ErrNoEntry))
+	}
+	return d
 }

@@ -9,10 +9,12 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ckguard/ckguard/cmd/ckguard/backends"
 	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
+	"github.com/ckguard/ckguard/refindex/store/shared"
 )
 
 func quarantineRestoreCommand() *cli.Command {
@@ -108,6 +110,9 @@ func runQuarantineRestore(c *cli.Context) error {
 			}
 		}
 		if n == 0 {
+			if why := restoredBefore(c, sel); why != "" {
+				return cli.Exit(fmt.Sprintf("ckguard quarantine restore: nothing from %s is in quarantine: %s", k, why), exitFound)
+			}
 			return cli.Exit(fmt.Sprintf("ckguard quarantine restore: nothing from %s is in quarantine (`ckguard quarantine list` shows what is)", k), exitFound)
 		}
 	}
@@ -188,4 +193,43 @@ func restoreMissing(c *cli.Context, svc quarantine.Service, checkpoints []string
 	}
 	sort.Strings(ids)
 	return svc.Restore(c.Context, ids)
+}
+
+// restoredBefore says who restored the entries below sel and when, from the restore records of the
+// store's shared area (--shared mounts claim every restore there), newest first; "" when the store
+// has no shared area or no record names sel.
+func restoredBefore(c *cli.Context, sel string) string {
+	st, err := openStore(c)
+	if err != nil {
+		return ""
+	}
+	area, err := backends.For(c.String("store")).SharedArea(c.Context, c.String("store"), st)
+	if err != nil || area == nil {
+		return ""
+	}
+	rs, err := shared.Restores(c.Context, area)
+	if err != nil {
+		return ""
+	}
+	var last *shared.Restore
+	for i, r := range rs {
+		if r.State == shared.RestoreFailed || !below(r.Key, sel) {
+			continue
+		}
+		if last == nil || r.At.After(last.At) {
+			last = &rs[i]
+		}
+	}
+	if last == nil {
+		return ""
+	}
+	// A claim still under way (its move just done, its outcome not recorded yet): wait a little for
+	// the outcome, as a mount does, so the answer says what happened.
+	for deadline := time.Now().Add(5 * time.Second); last.State == shared.Restoring && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		if r, ok, err := shared.RestoreOf(c.Context, area, last.Entry); err == nil && ok {
+			last = &r
+		}
+	}
+	return (&shared.AlreadyRestoredError{Rec: *last}).Error()
 }

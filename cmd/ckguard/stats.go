@@ -9,9 +9,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ckguard/ckguard/fs/guardd"
+	"github.com/ckguard/ckguard/fs/hold"
 	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/refindex"
-	"github.com/ckguard/ckguard/s3backend/s3hold"
 )
 
 func statsCommand() *cli.Command {
@@ -36,8 +37,11 @@ func runStats(c *cli.Context) error {
 			if s.PendingDeletes, _, err = pendingDeletes(s.IndexDir); err != nil {
 				return nil, err
 			}
-			if hs, herr := s3hold.ReadStatus(s.IndexDir); herr == nil {
+			if hs, herr := hold.ReadStatus(s.IndexDir); herr == nil {
 				s.Holds = &hs
+			}
+			if fs, ferr := guardd.ReadFleetStatus(s.IndexDir); ferr == nil {
+				s.Fleet = &fs
 			}
 		}
 		return s, err
@@ -89,8 +93,13 @@ func printStats(w io.Writer, s *refindex.StatsResult) {
 		}
 		rows = append(rows, [2]string{"UNPARSEABLE", fmt.Sprintf("%s (%s, refuses %s%s): %s; remove it", shown(b.Metadata), orUnknown(b.Class), b.Scope, held, shown(b.Error))})
 	}
-	if hs, ok := s.Holds.(*s3hold.Status); ok {
+	if hs, ok := s.Holds.(*hold.Status); ok {
 		rows = append(rows, holdRow(hs))
+	}
+	if fs, ok := s.Fleet.(*guardd.FleetStatus); ok {
+		for _, o := range fs.Old {
+			rows = append(rows, [2]string{"OUTDATED MOUNT", fmt.Sprintf("%s (%s) runs ckguard %s on this store: %s (registry read %s)", o.Host, o.ID, o.Version, o.Why, fmtTime(fs.Checked))})
+		}
 	}
 	if s.Stale {
 		rows = append(rows, [2]string{"STALE", "every deletion is refused until the index is synced"})

@@ -2,7 +2,9 @@ package guardd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -30,6 +32,12 @@ type fleet struct {
 
 	readOnly bool                // --shared-read-only: nothing is written into the area
 	beat     *shared.Heartbeater // used by afterSync only (one sync at a time)
+
+	indexDir string
+	// old: the mounts of the registry named as outdated (id → what was said), and when the registry
+	// was last read for them (afterSync only).
+	old      map[string]string
+	oldCheck time.Time
 
 	mu       sync.Mutex
 	samples  []refusalSample // refusals counted at each heartbeat, for the last hour's
@@ -59,7 +67,8 @@ func newFleet(c Config, cas shared.CAS, log *slog.Logger) *fleet {
 		ver = c.Version
 	}
 	f := &fleet{cas: cas, pins: shared.NewPins(cas, host), log: log, beat: shared.NewHeartbeater(cas)}
-	f.rec = shared.Mount{ID: shared.MountID(host, idx), Host: host, Version: ver, Layout: shared.Version,
+	f.indexDir = c.IndexDir
+	f.rec = shared.Mount{ID: shared.MountID(host, idx), Host: host, Version: ver, Layout: shared.Version, Protocol: shared.Protocol,
 		Store: c.StoreDir, Mountpoint: mnt, Index: idx, Started: time.Now().UTC(), SyncInterval: c.SyncInterval.Seconds()}
 	return f
 }
@@ -117,6 +126,98 @@ func (f *fleet) afterSync(ctx context.Context, ix *refindex.Index, syncErr error
 		f.lastOK = now
 	}
 	f.stale = ps.Error != "" || ps.Loaded.IsZero() || time.Since(ps.Loaded) > staleAfter(interval) || err != nil
+	if time.Since(f.oldCheck) >= oldCheckEvery {
+		f.oldCheck = time.Now()
+		f.checkOld(ctx, interval) // a listing of the registry, bounded: no lock is held here
+	}
+}
+
+// oldCheckEvery is how often a mount reads the registry for outdated mounts (one listing and one read
+// per mount record).
+const oldCheckEvery = 5 * time.Minute
+
+// FleetStatusName is the file in the index folder where a --shared mount writes what it found in the
+// registry (FleetStatus): `ckguard stats` shows it.
+const FleetStatusName = "fleet-status.json"
+
+// FleetStatus is what a mount last found in the store's registry of mounts.
+type FleetStatus struct {
+	Checked time.Time  `json:"checked"`
+	Old     []OldMount `json:"old_mounts,omitempty"`
+}
+
+// OldMount is a live mount of the store that does less in the shared area than this version relies on.
+type OldMount struct {
+	ID       string `json:"id"`
+	Host     string `json:"host"`
+	Version  string `json:"version"`
+	Layout   string `json:"layout"`
+	Protocol int    `json:"protocol"`
+	Why      string `json:"why"`
+}
+
+// ReadFleetStatus reads what the mount wrote in dir (os.ErrNotExist: no --shared mount wrote one).
+func ReadFleetStatus(dir string) (FleetStatus, error) {
+	var s FleetStatus
+	b, err := os.ReadFile(filepath.Join(dir, FleetStatusName))
+	if err != nil {
+		return s, err
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		return s, fmt.Errorf("%s: %w", filepath.Join(dir, FleetStatusName), err)
+	}
+	return s, nil
+}
+
+// checkOld reads the registry and names every live mount of an older layout or protocol: a WARN line
+// once per mount and version (and an INFO line when it is gone), and the fleet status file. A mount too
+// old to know the shared area writes no record: it cannot be seen here (see docs/OPERATIONS.md).
+func (f *fleet) checkOld(ctx context.Context, interval time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, max(interval, 10*time.Second))
+	defer cancel()
+	mounts, err := shared.Mounts(ctx, f.cas)
+	if err != nil {
+		f.log.Warn("cannot read the store's registry of mounts to look for outdated mounts; retried later", "area", f.cas.Where(), "err", err)
+		return
+	}
+	now := time.Now()
+	st := FleetStatus{Checked: now.UTC()}
+	seen := map[string]bool{}
+	for _, m := range mounts {
+		if m.ID == f.rec.ID || !shared.Live(m, now) {
+			continue
+		}
+		why := shared.Outdated(m)
+		if why == "" {
+			continue
+		}
+		st.Old = append(st.Old, OldMount{ID: m.ID, Host: m.Host, Version: m.Version, Layout: m.Layout, Protocol: shared.ProtocolOf(m), Why: why})
+		seen[m.ID] = true
+		said := m.Version + "/" + why
+		if f.old[m.ID] != said {
+			f.log.Warn("an outdated ckguard mount works on this store: "+why, "mount", m.ID, "host", m.Host, "version", m.Version,
+				"layout", m.Layout, "protocol", shared.ProtocolOf(m), "this_protocol", shared.Protocol)
+		}
+		if f.old == nil {
+			f.old = map[string]string{}
+		}
+		f.old[m.ID] = said
+	}
+	for id := range f.old {
+		if !seen[id] {
+			f.log.Info("the outdated mount no longer runs on this store (stopped, upgraded or silent)", "mount", id)
+			delete(f.old, id)
+		}
+	}
+	b, _ := json.MarshalIndent(st, "", "  ")
+	tmp := filepath.Join(f.indexDir, FleetStatusName+".tmp")
+	err = os.WriteFile(tmp, append(b, '\n'), 0o600)
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(f.indexDir, FleetStatusName))
+	}
+	if err != nil {
+		f.log.Warn("cannot write the fleet status file for `ckguard stats`", "dir", f.indexDir, "err", err)
+	}
 }
 
 // stop marks the record stopped (a clean unmount), so the fleet view tells it from a crash.
@@ -172,7 +273,8 @@ type sweepLease struct {
 	l       *shared.Lease
 	observe bool // --shared-read-only: never takes the lease (the writing mounts purge)
 	log     *slog.Logger
-	held    bool // as last logged
+	mu      sync.Mutex // hold's: the stager and the holds both renew
+	held    bool       // as last logged
 	errLog  bool
 }
 
@@ -194,21 +296,7 @@ func (sw *sweepLease) fenced(ctx context.Context, svc *quarantine.Direct) (*quar
 		}
 		return nil, false
 	}
-	ok, err := sw.l.Hold(ctx)
-	if err != nil && !sw.errLog {
-		sw.log.Warn("cannot renew or take the store's sweeper lease; this mount does not purge the quarantine meanwhile", "err", err)
-	}
-	sw.errLog = err != nil
-	holder, gen := sw.l.Holder()
-	if ok != sw.held {
-		if ok {
-			sw.log.Info("this mount holds the store's sweeper lease: it purges the quarantine", "generation", gen)
-		} else {
-			sw.log.Info("another mount holds the store's sweeper lease: it purges the quarantine", "holder", holder, "generation", gen)
-		}
-		sw.held = ok
-	}
-	if !ok {
+	if !sw.hold(ctx) {
 		return nil, false
 	}
 	fenced := *svc
@@ -223,6 +311,32 @@ func (sw *sweepLease) fenced(ctx context.Context, svc *quarantine.Direct) (*quar
 		return inner(ctx, key)
 	}
 	return &fenced, true
+}
+
+// hold takes or renews the lease and reports whether this mount holds it (the quarantine's purge and
+// the release of holds no mount needs both call it; one Lease object serves both, so its generation
+// is this mount's one view).
+func (sw *sweepLease) hold(ctx context.Context) bool {
+	if sw.observe {
+		return false
+	}
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	ok, err := sw.l.Hold(ctx)
+	if err != nil && !sw.errLog {
+		sw.log.Warn("cannot renew or take the store's sweeper lease; this mount does not purge the quarantine or release holds meanwhile", "err", err)
+	}
+	sw.errLog = err != nil
+	holder, gen := sw.l.Holder()
+	if ok != sw.held {
+		if ok {
+			sw.log.Info("this mount holds the store's sweeper lease: it purges the quarantine and releases the holds no mount needs", "generation", gen)
+		} else {
+			sw.log.Info("another mount holds the store's sweeper lease: it purges the quarantine and releases the holds no mount needs", "holder", holder, "generation", gen)
+		}
+		sw.held = ok
+	}
+	return ok
 }
 
 // release gives the lease up at a clean stop.

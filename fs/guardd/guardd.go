@@ -300,6 +300,11 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 		}
 		fl = newFleet(c, cas, log)
 		fl.register(met)
+		if c.SharedReadOnly && b.Holds != nil {
+			// Its holds would be in no mount's record of the store: none would ever release them,
+			// and it could release what the others need.
+			return fmt.Errorf("--hold with --shared-read-only: an observer writes nothing into the store's shared state, where the --shared mounts record which holds each needs; set --hold on the --shared mounts and mount the observer with --hold off")
+		}
 		if c.SharedReadOnly {
 			fl.readOnly = true
 			opts = append(opts, refindex.WithSharedPins(readOnlyPins{fl.pins}))
@@ -408,8 +413,19 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	}
 	var holds *holdRunner
 	var beforeChange func(verdict.Op, string)
+	// sweep is the store's sweeper lease (--shared): the quarantine's purge and the release of holds
+	// no mount needs run under it.
+	var sweep *sweepLease
+	if fl != nil {
+		sweep = newSweepLease(fl, c.SyncInterval, log)
+		defer sweep.release()
+	}
 	if b.Holds != nil {
-		h := b.Holds(HoldEnv{Index: ix, Audit: al, Metrics: met, Pacer: pacer})
+		env := HoldEnv{Index: ix, Audit: al, Metrics: met, Pacer: pacer}
+		if fl != nil {
+			env.Fleet = fleetHolds{shared.NewHolds(fl.cas, fl.rec.ID), sweep}
+		}
+		h := b.Holds(env)
 		lw.heal = h.Heal
 		if bc, ok := h.(changeHook); ok {
 			beforeChange = bc.BeforeChange
@@ -456,15 +472,20 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	}
 	var stage *stager
 	if area := stagingOf(m); area != nil {
-		stage = newStager(c, area, enf, al, met, log)
+		var rc *restoreClaims
 		if fl != nil {
-			stage.sweep = newSweepLease(fl, c.SyncInterval, log)
-			defer stage.sweep.release()
+			rc = newRestoreClaims(fl)
+		}
+		stage = newStager(c, area, enf, al, met, log, rc)
+		var served quarantine.Service = stage.svc
+		if fl != nil {
+			stage.sweep = sweep
+			served = restoreService{stage.svc, rc}
 		}
 		if staged != nil {
 			staged.area.Store(&stagingBox{area})
 		}
-		qs, err := control.ServeQuarantine(QuarantineSocket(c.ControlSocket), stage.svc, log)
+		qs, err := control.ServeQuarantine(QuarantineSocket(c.ControlSocket), served, log)
 		if err != nil {
 			_ = m.Unmount()
 			return err

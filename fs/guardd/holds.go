@@ -6,12 +6,13 @@ import (
 	"sync"
 
 	"github.com/ckguard/ckguard/fs/audit"
+	"github.com/ckguard/ckguard/fs/hold"
 	"github.com/ckguard/ckguard/fs/localhold"
 	"github.com/ckguard/ckguard/fs/metrics"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
+	"github.com/ckguard/ckguard/refindex/store/shared"
 	"github.com/ckguard/ckguard/refindex/verdict"
-	"github.com/ckguard/ckguard/s3backend/s3hold"
 )
 
 // HoldEnv is what a backend's server-side holds get when the daemon starts them (after the index is
@@ -22,9 +23,12 @@ type HoldEnv struct {
 	Metrics *metrics.Metrics
 	// Pacer is the loss check's limiter: holds share its request budget.
 	Pacer refindex.Pacer
+	// Fleet, with --shared, is the store's shared record of held objects (nil without): a hold is
+	// released only once no mount of the store needs it, by the holder of the sweeper lease.
+	Fleet hold.Fleet
 }
 
-// Holds is a backend's second line of defence outside the mount (s3backend/s3hold): it runs beside
+// Holds is a backend's second line of defence outside the mount (fs/hold): it runs beside
 // the sync loop, never under the enforcer's lock, and the mount's decisions never wait for it.
 type Holds interface {
 	// Kick asks for a reconciliation after a successful sync.
@@ -85,15 +89,15 @@ type changeHook interface {
 // it refuses the start, with best-effort the mount runs without it and says so (an ERROR line now, and
 // in `ckguard hold status`, `stats` and the ckguard_hold_active gauge). nil: --hold off.
 func setupLocalHolds(c Config, st *localstore.Store) (func(HoldEnv) Holds, error) {
-	mode, err := s3hold.ParseMode(c.Hold)
-	if err != nil || mode == s3hold.ModeOff {
+	mode, err := hold.ParseMode(c.Hold)
+	if err != nil || mode == hold.ModeOff {
 		return nil, err
 	}
 	log := c.Logger
 	perr := localhold.Probe(st.Root())
 	note := ""
 	switch {
-	case perr != nil && mode == s3hold.ModeRequired:
+	case perr != nil && mode == hold.ModeRequired:
 		return nil, fmt.Errorf("--hold required: %s cannot keep referenced files immutable: %w (use --hold best-effort to run without the flag, or --hold off)", c.StoreDir, perr)
 	case perr != nil:
 		note = "the immutable flag is OFF: " + perr.Error()
@@ -105,14 +109,31 @@ func setupLocalHolds(c Config, st *localstore.Store) (func(HoldEnv) Holds, error
 	if err != nil {
 		return nil, fmt.Errorf("--hold: %w", err)
 	}
-	if n := h.Damaged(); n > 0 {
+	if n := h.Ledger().Damaged(); n > 0 {
 		log.Warn("immutable flag: lines of the hold ledger could not be read (a torn last line after a crash is one); a file they named that keeps its flag must be cleared by hand (chattr -i)", "lines", n)
 	}
 	return func(env HoldEnv) Holds {
 		h.SetIndex(env.Index)
+		if env.Fleet != nil {
+			h.SetFleet(env.Fleet)
+		}
 		if err := localhold.Register(env.Metrics.Registry, h); err != nil {
 			log.Warn("immutable flag: metrics not registered", "err", err)
 		}
 		return h
 	}, nil
+}
+
+// fleetHolds is hold.Fleet over the store's shared area: the records of shared.Holds, and the
+// sweeper lease (the quarantine purge's: one lease for all store-wide maintenance).
+type fleetHolds struct {
+	*shared.Holds
+	sweep *sweepLease
+}
+
+func (f fleetHolds) MayRelease(ctx context.Context) bool { return f.sweep.hold(ctx) }
+
+func (f fleetHolds) StillMayRelease() bool {
+	v, _ := f.sweep.l.Valid()
+	return v
 }

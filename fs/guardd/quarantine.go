@@ -64,7 +64,10 @@ type stager struct {
 // the index would allow is refused until then); if it cannot be indexed the object goes back into
 // quarantine, so nothing live is left unknown to the index. A purge asks the index whether a live
 // checkpoint references an entry again (any answer but "deletable" keeps it).
-func newStager(c Config, area quarantine.Staging, enf *guard.Enforcer, sink audit.Sink, met *metrics.Metrics, log *slog.Logger) *stager {
+//
+// With --shared (rc not nil) a restore is claimed in the store's shared area before its object moves
+// (restoreClaims), so two mounts never restore one entry and the second names the first.
+func newStager(c Config, area quarantine.Staging, enf *guard.Enforcer, sink audit.Sink, met *metrics.Metrics, log *slog.Logger, rc *restoreClaims) *stager {
 	svc := &quarantine.Direct{Area: area, TTL: c.Quarantine, Now: c.QuarantineNow,
 		Referenced: func(ctx context.Context, key string) (bool, error) {
 			state, refs, err := enf.Explain(ctx, key)
@@ -84,37 +87,48 @@ func newStager(c Config, area quarantine.Staging, enf *guard.Enforcer, sink audi
 			// (RestoreMetadata), never under the enforcer's lock (an S3 copy can take seconds).
 			key, err := entryKey(ctx, area, id)
 			if err != nil {
+				return quarantine.Entry{}, rc.explain(ctx, id, err)
+			}
+			finish, err := rc.claim(ctx, id, key)
+			if err != nil {
 				return quarantine.Entry{}, err
 			}
-			var got quarantine.Entry
-			var rerr error
-			if !flinklayout.IsMetadata(key) {
-				got, rerr = area.Restore(ctx, id)
-				if rerr != nil {
-					return quarantine.Entry{}, rerr
-				}
-				log.Info("restored from quarantine", "path", got.Key(), "entry", got.ID, "deleted_at", got.DeletedAt)
-				return got, nil
-			}
-			err = enf.RestoreMetadata(ctx, key, func() error {
-				got, rerr = area.Restore(ctx, id)
-				return rerr
-			}, func() {
-				if _, err := area.Restage(ctx, got.Key(), got.Decision); err != nil {
-					log.Error("quarantine: a restored _metadata the index could not record could not be moved back either; the next sync indexes it", "path", got.Key(), "err", err)
-				}
-			})
-			if rerr != nil {
-				return quarantine.Entry{}, rerr
-			}
-			if err != nil {
-				return quarantine.Entry{}, fmt.Errorf("restore /%s: the index could not record the restored checkpoint (%v), so it went back into quarantine; retry once `ckguard stats` shows a recent sync", got.Key(), err)
-			}
-			log.Info("restored from quarantine", "path", got.Key(), "entry", got.ID, "deleted_at", got.DeletedAt)
-			return got, nil
+			got, err := restoreOne(ctx, area, enf, id, key, log)
+			finish(err)
+			return got, err
 		}}
 	svc.Purged = PurgeRecorder(log, sink)
 	return &stager{svc: svc, met: met, log: log, warned: map[string]bool{}, bound: c.QuarantineBound}
+}
+
+// restoreOne restores entry id (at key): a file at once, a `_metadata` with its index update pending.
+func restoreOne(ctx context.Context, area quarantine.Staging, enf *guard.Enforcer, id, key string, log *slog.Logger) (quarantine.Entry, error) {
+	var got quarantine.Entry
+	var rerr error
+	if !flinklayout.IsMetadata(key) {
+		got, rerr = area.Restore(ctx, id)
+		if rerr != nil {
+			return quarantine.Entry{}, rerr
+		}
+		log.Info("restored from quarantine", "path", got.Key(), "entry", got.ID, "deleted_at", got.DeletedAt)
+		return got, nil
+	}
+	err := enf.RestoreMetadata(ctx, key, func() error {
+		got, rerr = area.Restore(ctx, id)
+		return rerr
+	}, func() {
+		if _, err := area.Restage(ctx, got.Key(), got.Decision); err != nil {
+			log.Error("quarantine: a restored _metadata the index could not record could not be moved back either; the next sync indexes it", "path", got.Key(), "err", err)
+		}
+	})
+	if rerr != nil {
+		return quarantine.Entry{}, rerr
+	}
+	if err != nil {
+		return quarantine.Entry{}, fmt.Errorf("restore /%s: the index could not record the restored checkpoint (%v), so it went back into quarantine; retry once `ckguard stats` shows a recent sync", got.Key(), err)
+	}
+	log.Info("restored from quarantine", "path", got.Key(), "entry", got.ID, "deleted_at", got.DeletedAt)
+	return got, nil
 }
 
 // PurgeRecorder is the quarantine.Direct.Purged of a mount and of `ckguard quarantine purge` on a store

@@ -94,10 +94,7 @@ var allowedBackward = map[string]string{
 	// The shared daemon starts the local mount itself; it moves to the local backend's daemon.
 	"fs/guardd -> fs/localfs":                "local backend daemon",
 	"fs/guardd -> refindex/store/localstore": "local backend daemon",
-	// The local immutable flag reuses the S3 holds' ledger and status; they move to a package both share.
-	"fs/localhold -> s3backend/s3hold": "shared hold ledger",
-	"fs/guardd -> s3backend/s3hold":    "shared hold ledger",
-	"fs/guardd -> fs/localhold":        "local backend daemon",
+	"fs/guardd -> fs/localhold":              "local backend daemon",
 }
 
 // backwardImports returns, for go list lines "pkg imp imp ...", the imports that run back up (minus

@@ -10,6 +10,7 @@ import (
 	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/fs/guardd/guarddtest"
+	"github.com/ckguard/ckguard/fs/hold"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/treegen"
 	"github.com/ckguard/ckguard/s3backend/s3guardd"
@@ -38,7 +39,7 @@ func TestS3HoldsHealProtectedMetadata(t *testing.T) {
 	pol.Grace, pol.SavepointKeepNewest, pol.SavepointRetention = 0, false, 0
 	const interval = time.Second
 	guarddtest.Start(t, guardd.Config{StoreDir: root, IndexDir: index, Mountpoint: mnt, AuditLog: auditLog,
-		Policy: pol, SyncInterval: interval, Hold: s3hold.ModeRequired},
+		Policy: pol, SyncInterval: interval, Hold: hold.ModeRequired},
 		func(ctx context.Context, cfg guardd.Config) error {
 			return s3guardd.Run(ctx, cfg, srv.Config(), func(o *s3mount.Options) { o.SpoolDir = filepath.Join(dir, "spool") })
 		})
@@ -78,13 +79,13 @@ func TestS3HoldsHealProtectedMetadata(t *testing.T) {
 		t.Fatal("scenario: a checkpoint without files of its own")
 	}
 	heldKeys := func() map[string]bool {
-		l, err := s3hold.ReadLedger(index)
+		l, err := hold.ReadLedger(index)
 		if err != nil {
 			t.Fatal(err)
 		}
 		out := map[string]bool{}
 		for _, e := range l {
-			if e.State == s3hold.Held {
+			if e.State == hold.Held {
 				out[e.Key] = true
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/fs/guardd/guarddtest"
+	"github.com/ckguard/ckguard/fs/hold"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/treegen"
 	"github.com/ckguard/ckguard/s3backend/s3client"
@@ -46,7 +47,7 @@ func TestS3HoldsOnVersitygw(t *testing.T) {
 	pol.Grace, pol.ActiveWindow, pol.SavepointKeepNewest, pol.SavepointRetention = 0, 0, false, 0
 	const interval = time.Second
 	guarddtest.Start(t, guardd.Config{StoreDir: root, IndexDir: index, Mountpoint: mnt, AuditLog: auditLog,
-		Policy: pol, SyncInterval: interval, Hold: s3hold.ModeRequired},
+		Policy: pol, SyncInterval: interval, Hold: hold.ModeRequired},
 		func(ctx context.Context, cfg guardd.Config) error {
 			return s3guardd.Run(ctx, cfg, srv.Config(), func(o *s3mount.Options) { o.SpoolDir = filepath.Join(dir, "spool") })
 		})
@@ -71,7 +72,7 @@ func TestS3HoldsOnVersitygw(t *testing.T) {
 	}
 	held := waitHeld(t, index, len(want), 60*time.Second)
 	t.Logf("held %d objects (%d bytes) in %s", held.Held, held.HeldBytes, held.LastTook)
-	entries, err := s3hold.ReadLedger(index)
+	entries, err := hold.ReadLedger(index)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +188,7 @@ func TestS3HoldsOnVersitygw(t *testing.T) {
 	}
 	t1 := time.Now()
 	for deadline := t1.Add(10 * interval); ; time.Sleep(100 * time.Millisecond) {
-		l, err := s3hold.ReadLedger(index)
+		l, err := hold.ReadLedger(index)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,12 +225,12 @@ func TestS3HoldsOnVersitygw(t *testing.T) {
 }
 
 // waitHeld waits until the mount's status reports n held objects and nothing pending.
-func waitHeld(t *testing.T, index string, n int, within time.Duration) s3hold.Status {
+func waitHeld(t *testing.T, index string, n int, within time.Duration) hold.Status {
 	t.Helper()
-	var s s3hold.Status
+	var s hold.Status
 	var err error
 	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		s, err = s3hold.ReadStatus(index)
+		s, err = hold.ReadStatus(index)
 		if err == nil && s.Held == n && s.Pending == 0 && !s.LastPass.IsZero() {
 			return s
 		}

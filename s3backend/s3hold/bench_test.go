@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/ckguard/ckguard/fs/hold"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/pathnorm"
 	"github.com/ckguard/ckguard/refindex/store"
@@ -86,13 +87,13 @@ func BenchmarkHoldRelease(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ledger, err := s3hold.OpenLedger(b.TempDir())
+			ledger, err := hold.OpenLedger(b.TempDir())
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer ledger.Close()
 			ix := &keysIndex{keys: keys}
-			h := s3hold.New(s3hold.Options{Server: c, Index: ix, Ledger: ledger, Logger: quiet, Mode: s3hold.ModeRequired})
+			h := s3hold.New(s3hold.Options{Server: c, Hold: hold.Options{Index: ix, Ledger: ledger, Logger: quiet, Mode: hold.ModeRequired}})
 			var hold, release time.Duration
 			r0, _ := p.Stats()
 			for b.Loop() {
@@ -185,12 +186,12 @@ func BenchmarkHoldPassScale(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Logf("index of %d referenced objects in %s", lr.Distinct, time.Since(t0).Round(time.Second))
-			ledger, err := s3hold.OpenLedger(filepath.Join(dir, "holds"))
+			ledger, err := hold.OpenLedger(filepath.Join(dir, "holds"))
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer ledger.Close()
-			h := s3hold.New(s3hold.Options{Server: &memServer{}, Index: ix, Ledger: ledger, Logger: quiet, Mode: s3hold.ModeRequired})
+			h := s3hold.New(s3hold.Options{Server: &memServer{}, Hold: hold.Options{Index: ix, Ledger: ledger, Logger: quiet, Mode: hold.ModeRequired}})
 			t1 := time.Now()
 			if err := h.Pass(context.Background()); err != nil {
 				b.Fatal(err)
@@ -208,7 +209,7 @@ func BenchmarkHoldPassScale(b *testing.B) {
 					}
 				}
 			})
-			h2 := s3hold.New(s3hold.Options{Server: &memServer{}, Index: plainIndex{ix}, Ledger: ledger, Logger: quiet, Mode: s3hold.ModeRequired})
+			h2 := s3hold.New(s3hold.Options{Server: &memServer{}, Hold: hold.Options{Index: plainIndex{ix}, Ledger: ledger, Logger: quiet, Mode: hold.ModeRequired}})
 			b.Run("rescan", func(b *testing.B) {
 				for b.Loop() {
 					if err := h2.Pass(context.Background()); err != nil {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ckguard/ckguard/fs/hold"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/verdict"
@@ -129,12 +130,12 @@ func TestPassHoldsAndReleases(t *testing.T) {
 			ctx := context.Background()
 			srv := newFakeServer(meta, ref, gone, stays)
 			ix := &fakeIndex{}
-			l, err := OpenLedger(t.TempDir())
+			l, err := hold.OpenLedger(t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer l.Close()
-			h := New(Options{Server: srv, Index: ix, Ledger: l, Mode: ModeRequired, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			h := New(Options{Server: srv, Hold: hold.Options{Index: ix, Ledger: l, Mode: hold.ModeRequired, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}})
 			for i, p := range tt.passes {
 				ix.protected = p.protected
 				if err := h.Pass(ctx); err != nil {
@@ -142,7 +143,7 @@ func TestPassHoldsAndReleases(t *testing.T) {
 				}
 				var held []string
 				for _, e := range l.Entries() {
-					if e.State == Held {
+					if e.State == hold.Held {
 						held = append(held, e.Key)
 					}
 				}
@@ -199,13 +200,13 @@ func (ix *versionedFake) ProtectedKeys(ctx context.Context, fn func(string, refi
 func TestPassSkipsUnchangedIndex(t *testing.T) {
 	const a, b = "job/shared/a", "job/shared/b"
 	srv := newFakeServer(a)
-	l, err := OpenLedger(t.TempDir())
+	l, err := hold.OpenLedger(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	ix := &versionedFake{fakeIndex: fakeIndex{protected: map[string]refindex.ProtectedKind{a: refindex.ProtectedObject, b: refindex.ProtectedObject}}}
-	h := New(Options{Server: srv, Index: ix, Ledger: l, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h := New(Options{Server: srv, Hold: hold.Options{Index: ix, Ledger: l, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}})
 	ctx := context.Background()
 	for i, want := range []int{1, 2, 3} { // b is missing on the server: every pass scans again
 		if err := h.Pass(ctx); err != nil {

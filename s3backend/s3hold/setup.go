@@ -4,34 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ckguard/ckguard/fs/hold"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
-
-// Modes of --hold.
-const (
-	ModeOff        = "off"
-	ModeBestEffort = "best-effort"
-	ModeRequired   = "required"
-)
-
-// ParseMode checks a --hold value ("" is off).
-func ParseMode(s string) (string, error) {
-	switch s {
-	case "", ModeOff:
-		return ModeOff, nil
-	case ModeBestEffort, ModeRequired:
-		return s, nil
-	}
-	return "", fmt.Errorf("--hold %q: want off, best-effort or required", s)
-}
 
 // Probe checks that the server can hold: the bucket has Object Lock (GetObjectLockConfiguration), and
 // a legal hold can be set, read back and released on a probe object under the mount's prefix (which is
@@ -74,59 +54,11 @@ func Probe(ctx context.Context, c *s3client.Client) error {
 	return nil
 }
 
-// StatusName is the file in the index directory the mount writes its Status to after every pass:
-// `ckguard hold status` and `ckguard stats` read it.
-const StatusName = "holds-status.json"
-
-// WriteStatus writes s to dir's StatusName (atomically).
-func WriteStatus(dir string, s Status) error {
-	b, _ := json.MarshalIndent(s, "", "  ")
-	tmp := filepath.Join(dir, StatusName+".tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+// Register adds the holds' metrics to reg: the engine's gauges and the count of heals.
+func Register(reg prometheus.Registerer, h *Holder) error {
+	if err := hold.Register(reg, h.Engine, "the current version's S3 legal hold"); err != nil {
 		return err
 	}
-	return os.Rename(tmp, filepath.Join(dir, StatusName))
-}
-
-// ReadStatus reads what a mount wrote in dir (os.ErrNotExist: no mount with --hold wrote one).
-func ReadStatus(dir string) (Status, error) {
-	var s Status
-	b, err := os.ReadFile(filepath.Join(dir, StatusName))
-	if err != nil {
-		return s, err
-	}
-	if err := json.Unmarshal(b, &s); err != nil {
-		return s, fmt.Errorf("%s: %w", filepath.Join(dir, StatusName), err)
-	}
-	return s, nil
-}
-
-// Register adds the holds' metrics to reg, read from h's Status at every scrape.
-func Register(reg prometheus.Registerer, h *Holder) error {
-	g := func(opts prometheus.GaugeOpts, f func(Status) float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(opts, func() float64 { return f(h.Status()) })
-	}
-	cs := []prometheus.Collector{
-		g(prometheus.GaugeOpts{Name: "ckguard_hold_active", Help: "1 when legal holds are applied (--hold and a bucket with Object Lock), 0 when --hold best-effort runs without them."},
-			func(s Status) float64 { return b2f(s.Active) }),
-		g(prometheus.GaugeOpts{Name: "ckguard_held_objects", Help: "Objects whose current version the mount holds with an S3 legal hold."}, func(s Status) float64 { return float64(s.Held) }),
-		g(prometheus.GaugeOpts{Name: "ckguard_held_bytes", Help: "Bytes of the objects the mount holds."}, func(s Status) float64 { return float64(s.HeldBytes) }),
-		g(prometheus.GaugeOpts{Name: "ckguard_holds_pending", Help: "Protected objects whose hold (or release) was announced and not answered yet."}, func(s Status) float64 { return float64(s.Pending + s.Releasing) }),
-		g(prometheus.GaugeOpts{Name: "ckguard_holds_failed", Help: "Objects whose last hold or release attempt the server refused or failed (retried every pass)."}, func(s Status) float64 { return float64(s.Failed) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ckguard_healed_objects_total", Help: "Held referenced objects brought back by removing a delete marker a client beside the mount put on them."},
-			func() float64 { return float64(h.healed.Load()) }),
-	}
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
+	return reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ckguard_healed_objects_total", Help: "Held referenced objects brought back by removing a delete marker a client beside the mount put on them."},
+		func() float64 { return float64(h.Status().Healed) }))
 }

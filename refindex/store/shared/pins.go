@@ -5,10 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"sync"
 	"time"
 )
 
@@ -44,87 +41,45 @@ type Pins struct {
 	host string // this host, recorded with each change
 	now  func() time.Time
 
-	mu    sync.Mutex
-	cache map[string]cachedPin // record name → the version read and its pin
-	reqs  int                  // requests of the last Load
-}
-
-type cachedPin struct {
-	ver string
-	pin Pin
+	cache recordCache[Pin]
 }
 
 // NewPins returns the pins of area c; host names this host in the records it writes.
 func NewPins(c CAS, host string) *Pins {
-	return &Pins{c: c, host: host, now: time.Now, cache: map[string]cachedPin{}}
+	return &Pins{c: c, host: host, now: time.Now}
 }
 
 // Where names the area.
 func (p *Pins) Where() string { return p.c.Where() }
 
 // List returns every pin record (active, expired and released), read afresh.
-func (p *Pins) List(ctx context.Context) ([]Pin, error) {
-	if _, err := p.Load(ctx); err != nil {
-		return nil, err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]Pin, 0, len(p.cache))
-	for _, c := range p.cache {
-		out = append(out, c.pin)
-	}
-	return out, nil
+func (p *Pins) List(ctx context.Context) ([]Pin, error) { return p.load(ctx) }
+
+func (p *Pins) load(ctx context.Context) ([]Pin, error) {
+	return p.cache.load(ctx, p.c, "pins/", func(name string, pin Pin) bool { return pin.Key != "" && PinName(pin.Key) == name },
+		func(name string, err error) error {
+			return fmt.Errorf("shared pin %s/%s is damaged (%v): move it away and pin again", p.c.Where(), name, err)
+		})
 }
 
 // Load implements refindex.SharedPins: the active pins, key → since.
 func (p *Pins) Load(ctx context.Context) (map[string]time.Time, error) {
-	es, err := p.c.List(ctx, "pins/")
+	pins, err := p.load(ctx)
 	if err != nil {
 		return nil, err
 	}
-	reqs := 1
-	p.mu.Lock()
-	old := p.cache
-	p.mu.Unlock()
-	next := make(map[string]cachedPin, len(es))
-	for _, e := range es {
-		if c, ok := old[e.Name]; ok && c.ver == e.Version {
-			next[e.Name] = c
-			continue
-		}
-		data, ver, err := Read(ctx, p.c, e.Name)
-		reqs++
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		var pin Pin
-		if err := json.Unmarshal(data, &pin); err != nil || pin.Key == "" || PinName(pin.Key) != e.Name {
-			return nil, fmt.Errorf("shared pin %s/%s is damaged (%v): move it away and pin again", p.c.Where(), e.Name, err)
-		}
-		next[e.Name] = cachedPin{ver: ver, pin: pin}
-	}
-	p.mu.Lock()
-	p.cache, p.reqs = next, reqs
-	p.mu.Unlock()
 	now := p.now()
 	out := map[string]time.Time{}
-	for _, c := range next {
-		if c.pin.Active(now) {
-			out[c.pin.Key] = c.pin.Since
+	for _, pin := range pins {
+		if pin.Active(now) {
+			out[pin.Key] = pin.Since
 		}
 	}
 	return out, nil
 }
 
 // Requests is the number of requests the last Load sent.
-func (p *Pins) Requests() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.reqs
-}
+func (p *Pins) Requests() int { return p.cache.requests() }
 
 // Set implements refindex.SharedPins: pin or unpin key with a note (by whom, for the migration).
 func (p *Pins) Set(ctx context.Context, key string, pinned bool, note string) (time.Time, error) {

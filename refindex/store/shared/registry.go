@@ -3,9 +3,7 @@ package shared
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"regexp"
 	"strings"
 	"time"
@@ -14,10 +12,13 @@ import (
 // Mount is a live mount's heartbeat record, mounts/<id>: each mount writes only its own, after every
 // sync (so the record's Heartbeat is at most a sync interval old while the mount runs).
 type Mount struct {
-	ID           string    `json:"id"`
-	Host         string    `json:"host"`
-	Version      string    `json:"version"`
-	Layout       string    `json:"layout"` // the shared layout the mount writes (Version)
+	ID      string `json:"id"`
+	Host    string `json:"host"`
+	Version string `json:"version"`
+	Layout  string `json:"layout"` // the shared layout the mount writes (Version)
+	// Protocol is what the mount does within Layout (the constant Protocol of its version; 0 in the
+	// records of the versions before the field: protocol 1).
+	Protocol     int       `json:"protocol,omitempty"`
 	Store        string    `json:"store"`
 	Mountpoint   string    `json:"mountpoint"`
 	Index        string    `json:"index"`
@@ -31,6 +32,37 @@ type Mount struct {
 	PinsError    string    `json:"pins_error,omitempty"`
 	Refusals1h   int64     `json:"refusals_last_hour"`
 	Stopped      bool      `json:"stopped,omitempty"` // unmounted cleanly
+}
+
+// Protocol is what this version's mounts do in the layout: 1 pins, the registry and the sweeper
+// lease; 2 also claims every quarantine restore (restores/) and records which mount needs each hold
+// (holds/). A mount of a lower protocol sharing the store restores without telling the others and
+// releases holds the others need: newer mounts name it (Outdated).
+const Protocol = 2
+
+// ProtocolOf is m's protocol (1 for a record written before the field).
+func ProtocolOf(m Mount) int { return max(m.Protocol, 1) }
+
+// Live reports whether m's mount runs as far as its record says: not stopped, and its heartbeat at
+// most two of its sync intervals (plus 10 s) old by now.
+func Live(m Mount, now time.Time) bool {
+	interval := time.Duration(m.SyncInterval * float64(time.Second))
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	return !m.Stopped && now.Sub(m.Heartbeat) <= 2*interval+10*time.Second
+}
+
+// Outdated says what m, a mount of the registry, does not do that this version's mounts rely on
+// ("" when nothing).
+func Outdated(m Mount) string {
+	switch {
+	case m.Layout != Version:
+		return fmt.Sprintf("it writes the shared layout %q, this version reads %q only: the two do not see each other's pins, holds or restores", m.Layout, Version)
+	case ProtocolOf(m) < Protocol:
+		return fmt.Sprintf("it speaks shared protocol %d (this version %d): it does not claim quarantine restores (its restores are not named to other mounts) nor record which holds it needs (with --hold it may release holds other mounts need, and its own can be released under it); upgrade it", ProtocolOf(m), Protocol)
+	}
+	return ""
 }
 
 var badIDChars = regexp.MustCompile(`[^a-z0-9._-]+`)
@@ -89,24 +121,5 @@ func (h *Heartbeater) Beat(ctx context.Context, m Mount) error {
 
 // Mounts lists the registry (every record, stopped and stale ones too).
 func Mounts(ctx context.Context, c CAS) ([]Mount, error) {
-	es, err := c.List(ctx, "mounts/")
-	if err != nil {
-		return nil, err
-	}
-	var out []Mount
-	for _, e := range es {
-		data, _, err := Read(ctx, c, e.Name)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		var m Mount
-		if err := json.Unmarshal(data, &m); err != nil {
-			return nil, fmt.Errorf("mount record %s/%s is damaged: %w", c.Where(), e.Name, err)
-		}
-		out = append(out, m)
-	}
-	return out, nil
+	return readRecords[Mount](ctx, c, "mounts/")
 }

@@ -91,9 +91,12 @@ func ValidName(name string) error {
 
 // Envelope is what a record holds: the caller's data and the ids of the record's last writes.
 type Envelope struct {
-	Format int             `json:"format"`
-	Writes []string        `json:"writes"` // newest last, at most keepWrites
-	Data   json.RawMessage `json:"data"`
+	Format int      `json:"format"`
+	Writes []string `json:"writes"` // newest last, at most keepWrites
+	// Seq counts the record's writes through Update (the newest write id's number): it tells an Update
+	// whether one of its own writes could be among the ids no longer kept.
+	Seq  uint64          `json:"seq,omitempty"`
+	Data json.RawMessage `json:"data"`
 }
 
 // keepWrites bounds the write ids an envelope keeps. An Update recognises its own write while fewer
@@ -133,6 +136,7 @@ func Update(ctx context.Context, c CAS, name string, o UpdateOptions, fn func(cu
 	}
 	var (
 		mine    []string // ids of this Update's attempts
+		seqs    []uint64 // the Seq each attempt's write would have had
 		unknown error    // the last attempt whose outcome was not known
 		res     Result
 	)
@@ -157,6 +161,16 @@ func Update(ctx context.Context, c CAS, name string, o UpdateOptions, fn func(cu
 				res.Version, res.Changed = ver, true
 				return res, nil // an earlier attempt was applied
 			}
+			// Not found: but an attempt of ours may have been applied and its id pushed out of the
+			// last keepWrites by the writes that followed. Then writing again could apply the change
+			// twice: the outcome is reported unknown instead.
+			if kept := uint64(len(env.Writes)); env.Seq >= kept {
+				for _, q := range seqs {
+					if q <= env.Seq-kept {
+						return res, fmt.Errorf("shared record %s/%s: not written again: an earlier attempt's outcome is unknown and more than %d writes by other mounts followed it, so the record cannot say whether it was applied: check with `ckguard fleet` and retry", c.Where(), name, keepWrites)
+					}
+				}
+			}
 		}
 		var cur []byte
 		if exists {
@@ -174,6 +188,8 @@ func Update(ctx context.Context, c CAS, name string, o UpdateOptions, fn func(cu
 		id := newID()
 		mine = append(mine, id)
 		env.Format = 1
+		env.Seq++
+		seqs = append(seqs, env.Seq)
 		env.Writes = append(env.Writes, id)
 		if len(env.Writes) > keepWrites {
 			env.Writes = env.Writes[len(env.Writes)-keepWrites:]

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -80,8 +83,8 @@ func (b blindCAS) Put(ctx context.Context, name string, data []byte, prev string
 	return b.Mem.Put(ctx, name, data, cur)
 }
 
-// forgetfulCAS answers every applied write with an error once, and strips the write ids from what
-// it returns, as a protocol without them would see the record.
+// forgetfulCAS answers every applied write with an error once, and strips the write ids and the
+// write count from what it returns, as a protocol without them would see the record.
 type forgetfulCAS struct {
 	*sharedtest.Mem
 	n int
@@ -96,7 +99,7 @@ func (f *forgetfulCAS) Get(ctx context.Context, name string) ([]byte, string, er
 	if err := json.Unmarshal(b, &env); err != nil {
 		return nil, "", err
 	}
-	env.Writes = nil
+	env.Writes, env.Seq = nil, 0
 	b, _ = json.Marshal(env)
 	return b, v, nil
 }
@@ -146,5 +149,65 @@ func TestHeartbeaterOnePutAtRest(t *testing.T) {
 	ms, err := shared.Mounts(ctx, m)
 	if err != nil || len(ms) != 1 || ms[0].Host != "h" || ms[0].Refusals1h != 4 {
 		t.Fatalf("registry = %+v %v", ms, err)
+	}
+}
+
+// burstCAS applies the first write, lets burst run (other writers' Updates), then answers that first
+// write with an error: its write id is pushed out of the record's last keepWrites meanwhile.
+type burstCAS struct {
+	*sharedtest.Mem
+	done  bool
+	burst func()
+}
+
+func (b *burstCAS) Put(ctx context.Context, name string, data []byte, prev string) (string, error) {
+	v, err := b.Mem.Put(ctx, name, data, prev)
+	if err == nil && !b.done {
+		b.done = true
+		b.burst()
+		return "", errors.New("applied, answer lost")
+	}
+	return v, err
+}
+
+// TestUpdateUnknownAfterManyWrites: an Update whose applied write was answered with an error, and
+// followed by more writes than the record keeps ids of, reports its outcome unknown instead of
+// writing again (which would apply it twice).
+func TestUpdateUnknownAfterManyWrites(t *testing.T) {
+	ctx := context.Background()
+	m := sharedtest.NewMem()
+	add := func(c shared.CAS, id string) error {
+		_, err := shared.Update(ctx, c, "model/counter", shared.UpdateOptions{Backoff: time.Millisecond}, func(cur []byte, exists bool) ([]byte, error) {
+			var ids []string
+			if exists {
+				if err := json.Unmarshal(cur, &ids); err != nil {
+					return nil, err
+				}
+			}
+			return json.Marshal(append(ids, id))
+		})
+		return err
+	}
+	b := &burstCAS{Mem: m, burst: func() {
+		for i := range 40 {
+			if err := add(m, fmt.Sprintf("other-%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}}
+	err := add(b, "first")
+	data, _, rerr := shared.Read(ctx, m, "model/counter")
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	var ids []string
+	if err := json.Unmarshal(data, &ids); err != nil {
+		t.Fatal(err)
+	}
+	if n := slices.Index(ids, "first"); n < 0 || slices.Index(ids[n+1:], "first") >= 0 {
+		t.Fatalf("the first update is %d times in the record, want once: %v", strings.Count(strings.Join(ids, ","), "first"), ids)
+	}
+	if err == nil || !strings.Contains(err.Error(), "outcome is unknown") {
+		t.Errorf("Update: %v, want its outcome reported unknown", err)
 	}
 }

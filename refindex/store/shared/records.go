@@ -1,0 +1,107 @@
+package shared
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sync"
+)
+
+// readRecord reads and decodes the data of record name (false: there is none).
+func readRecord[T any](ctx context.Context, c CAS, name string) (T, bool, error) {
+	var v T
+	data, _, err := Read(ctx, c, name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return v, false, nil
+	}
+	if err != nil {
+		return v, false, err
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return v, false, fmt.Errorf("shared record %s/%s is damaged: %w", c.Where(), name, err)
+	}
+	return v, true, nil
+}
+
+// readRecords lists the records below prefix and decodes each (one gone since the listing is
+// skipped). A listing and a read per record: for a command or a periodic check, not every sync.
+func readRecords[T any](ctx context.Context, c CAS, prefix string) ([]T, error) {
+	es, err := c.List(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	var out []T
+	for _, e := range es {
+		v, ok, err := readRecord[T](ctx, c, e.Name)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+// recordCache keeps the records below a prefix as last read, so that a load reads again only those
+// whose version the listing shows moved. Safe for concurrent use.
+type recordCache[T any] struct {
+	mu   sync.Mutex
+	recs map[string]cachedRecord[T] // record name → the version read and its record
+	reqs int                        // requests of the last load
+}
+
+type cachedRecord[T any] struct {
+	ver string
+	rec T
+}
+
+// load lists prefix and returns every record. valid checks a record read under its name; a record
+// it refuses (or that does not decode) fails the load with damaged's error.
+func (rc *recordCache[T]) load(ctx context.Context, c CAS, prefix string, valid func(name string, rec T) bool, damaged func(name string, err error) error) ([]T, error) {
+	es, err := c.List(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	reqs := 1
+	rc.mu.Lock()
+	old := rc.recs
+	rc.mu.Unlock()
+	next := make(map[string]cachedRecord[T], len(es))
+	for _, e := range es {
+		if cr, ok := old[e.Name]; ok && cr.ver == e.Version {
+			next[e.Name] = cr
+			continue
+		}
+		data, ver, err := Read(ctx, c, e.Name)
+		reqs++
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var r T
+		if err := json.Unmarshal(data, &r); err != nil || !valid(e.Name, r) {
+			return nil, damaged(e.Name, err)
+		}
+		next[e.Name] = cachedRecord[T]{ver: ver, rec: r}
+	}
+	rc.mu.Lock()
+	rc.recs, rc.reqs = next, reqs
+	rc.mu.Unlock()
+	out := make([]T, 0, len(next))
+	for _, cr := range next {
+		out = append(out, cr.rec)
+	}
+	return out, nil
+}
+
+// requests is the number of requests the last load sent.
+func (rc *recordCache[T]) requests() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.reqs
+}
