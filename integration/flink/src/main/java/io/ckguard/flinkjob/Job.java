@@ -148,7 +148,7 @@ public final class Job {
     // file system); otherwise the synchronous StatefulFunction.
     SingleOutputStreamOperator<Long> stateful =
         a.containsKey("--async-state")
-            ? AsyncState.apply(keyed, valueBytes, cpDir)
+            ? AsyncState.apply(keyed, valueBytes, failFile, cpDir)
             : keyed.process(new StatefulFunction(valueBytes, failFile, cpDir));
     stateful
         .uid("ckguard-state")

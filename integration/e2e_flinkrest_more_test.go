@@ -1,0 +1,314 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckguard/ckguard/refindex/flinkrest"
+)
+
+// TestE2EFlinkRESTMore: the checks of issue 30 beyond TestE2EFlinkREST, each against a real Flink 2.2
+// MiniCluster with its REST endpoint on 127.0.0.1 (only 2.2: what they add does not change between
+// the 2.x versions, and CI time is short):
+//   - forst-failover-after-cleanup: a ForSt job (default primary dir) that restarted once has the
+//     working folder of its current attempt (its checkpoints reference its files) and an older attempt
+//     folder; with every file backdated by 10 days, `find -mtime +7 -delete` and `rm -rf` of the older
+//     attempt folders through a --flink-rest mount delete nothing of the job; the job takes its next
+//     checkpoint, fails over, restores from that checkpoint or a newer one (latest.restored) and keeps
+//     checkpointing;
+//   - forst-control-without-guard: the same cleanup run on the store itself loses the job: its next
+//     checkpoint fails on a deleted file of the current working folder and none completes after (the
+//     incident the guard prevents; the Flink error is logged).
+func TestE2EFlinkRESTMore(t *testing.T) {
+	e2eRequire(t)
+	mntRequire(t)
+	if !contains(flinkVersions(), "2.2") {
+		t.Skip("CKGUARD_E2E_FLINK does not include 2.2")
+	}
+	t.Run("forst-failover-after-cleanup", func(t *testing.T) { e2eForStCleanup(t, true) })
+	t.Run("forst-control-without-guard", func(t *testing.T) { e2eForStCleanup(t, false) })
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// restEndpoint is a free 127.0.0.1 address for a MiniCluster's REST endpoint and the Job flags that
+// bind it there.
+func restEndpoint(t *testing.T) (string, []string) {
+	t.Helper()
+	addr := freePort(t)
+	port := addr[strings.LastIndexByte(addr, ':')+1:]
+	return "http://" + addr, []string{"-Drest.port=" + port, "-Drest.bind-port=" + port, "-Drest.address=127.0.0.1", "-Drest.bind-address=127.0.0.1"}
+}
+
+// restJob is a running job with its REST endpoint.
+type restJob struct {
+	*flinkJob
+	id       string
+	endpoint string
+	cl       *flinkrest.Client
+}
+
+// startRESTJob starts a job (version "2.2" or "2.2+forst") with its REST endpoint on 127.0.0.1 and
+// waits until the endpoint reports it RUNNING.
+func startRESTJob(t *testing.T, version, name string, o jobOpts) restJob {
+	t.Helper()
+	endpoint, flags := restEndpoint(t)
+	o.Extra = append(append([]string{}, o.Extra...), flags...)
+	j := startJob(t, version, name, o)
+	id := j.jobID()
+	cl, err := flinkrest.New(flinkrest.Config{URL: endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitREST(t, cl, id)
+	return restJob{flinkJob: j, id: id, endpoint: endpoint, cl: cl}
+}
+
+// stats reads the job's checkpoint statistics (nil while the endpoint does not answer).
+func (r restJob) stats() *flinkrest.CheckpointStats {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := r.cl.Checkpoints(ctx, r.id)
+	if err != nil {
+		return nil
+	}
+	return &st
+}
+
+// state is the job's state in the endpoint's overview ("" when unknown or unreachable).
+func (r restJob) state() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ov, err := r.cl.Overview(ctx)
+	if err != nil {
+		return ""
+	}
+	for _, j := range ov {
+		if j.ID == r.id {
+			return j.State
+		}
+	}
+	return ""
+}
+
+var forstAttemptName = regexp.MustCompile(`^op_(.+)_attempt_(\d+)$`)
+
+// forstAttempts splits the ForSt working folders op_<op>_attempt_<n> below root into the newest
+// attempt of each operator and the older ones.
+func forstAttempts(t *testing.T, root string) (newest, older []string) {
+	t.Helper()
+	dirs, _ := filepath.Glob(filepath.Join(root, "op_*_attempt_*"))
+	best := map[string]int{}
+	for _, d := range dirs {
+		m := forstAttemptName.FindStringSubmatch(filepath.Base(d))
+		if m == nil {
+			continue
+		}
+		n, _ := strconv.Atoi(m[2])
+		if b, ok := best[m[1]]; !ok || n > b {
+			best[m[1]] = n
+		}
+	}
+	for _, d := range dirs {
+		m := forstAttemptName.FindStringSubmatch(filepath.Base(d))
+		if m == nil {
+			continue
+		}
+		if n, _ := strconv.Atoi(m[2]); n == best[m[1]] {
+			newest = append(newest, d)
+		} else {
+			older = append(older, d)
+		}
+	}
+	sort.Strings(newest)
+	sort.Strings(older)
+	return newest, older
+}
+
+// failover makes the job's subtask 0 throw once and waits until the endpoint reports the job
+// RUNNING again, restored from a checkpoint with an id of at least minID; it returns that id.
+func (r restJob) failover(t *testing.T, minID int64) int64 {
+	t.Helper()
+	mark := r.mark()
+	r.fail()
+	r.waitFor(mark, 2*time.Minute, eventNamed("induced-failure"))
+	var restored int64
+	mntWaitFor(t, 2*time.Minute, "job "+r.id+" RUNNING again, restored from checkpoint "+strconv.FormatInt(minID, 10)+" or newer", func() bool {
+		if r.state() != "RUNNING" {
+			return false
+		}
+		st := r.stats()
+		if st == nil || st.Latest.Restored == nil || st.Latest.Restored.ID < minID {
+			return false
+		}
+		restored = st.Latest.Restored.ID
+		return true
+	})
+	return restored
+}
+
+// e2eForStCleanup: a ForSt job that restarted once (so that an older attempt folder exists), every
+// file backdated by 10 days, then `find -mtime +7 -delete` and `rm -rf` of the older attempt folders:
+// through a --flink-rest mount (guarded) the job checkpoints, fails over, restores and keeps running;
+// on the store itself (the control) the job is lost.
+func e2eForStCleanup(t *testing.T, guarded bool) {
+	buildFlinkVariant(t, "2.2", "forst")
+	store := filepath.Join(t.TempDir(), "store")
+	ck := filepath.Join(store, "ck")
+	if err := os.MkdirAll(ck, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	j := startRESTJob(t, "2.2+forst", "F", jobOpts{CheckpointDir: ck, Extra: []string{"--async-state", "-Dstate.backend.type=forst"}})
+	_, i := j.waitCheckpoints(0, 3, 2*time.Minute)
+	first, _ := j.lastCheckpoint()
+	firstID, _ := strconv.ParseInt(first.Fields["id"], 10, 64)
+	// One restart: the new attempt's database links files of the older attempt's folder.
+	j.failover(t, firstID)
+	j.waitCheckpoints(i, 2, 2*time.Minute)
+	jobFolder := filepath.Join(ck, j.id)
+	newest, older := forstAttempts(t, filepath.Join(jobFolder, "shared"))
+	if len(older) == 0 {
+		t.Fatalf("no older ForSt attempt folder after a restart; working folders: %v", newest)
+	}
+	olderFiles := 0
+	for _, d := range older {
+		olderFiles += len(e2eFilesUnder(t, d))
+	}
+	t.Logf("ForSt working folders: newest %v, older %v (%d files)", rels(store, newest), rels(store, older), olderFiles)
+	if latest, ok := j.lastCheckpoint(); ok {
+		if n := refsBelow(t, filepath.Join(flinkCheckpointDir(latest), "_metadata"), older); n >= 0 {
+			t.Logf("the latest checkpoint %s references %d files below the older attempt folders", latest.Fields["id"], n)
+		}
+	}
+
+	e2eBackdate(t, store, 10*24*time.Hour)
+	mark := j.mark()
+	if !guarded {
+		// The control: the same cleanup on the store itself.
+		out, code := mntRun(t, "", "find", store, "-mtime", "+7", "-delete")
+		t.Logf("find %s -mtime +7 -delete: exit %d %s", store, code, oneLine(out, 3))
+		for _, d := range older {
+			out, code := mntRun(t, "", "rm", "-rf", d)
+			t.Logf("rm -rf %s: exit %d %s", d, code, oneLine(out, 3))
+		}
+		// The incident: the next checkpoint of the running job fails on a file of its working folder
+		// the cleanup deleted (measured on 2.2.0: "Could not materialize checkpoint N …
+		// FileNotFoundException: File …/shared/op_…_attempt_1/db/<uuid> does not exist"), the failover
+		// that follows hangs in ForSt's dispose and no checkpoint completes any more.
+		missing := regexp.MustCompile(`FileNotFoundException: File file:\S*` + regexp.QuoteMeta(jobFolder) + `/shared/op_[^/ ]+/db/\S+ does not exist`)
+		var seen string
+		mntWaitFor(t, 2*time.Minute, "the job failing on a deleted file of its working folder", func() bool {
+			b, _ := os.ReadFile(j.log)
+			seen = missing.FindString(string(b))
+			return seen != ""
+		})
+		t.Logf("control: %s", seen)
+		// Past the failure, no checkpoint completes (the job is lost); 10 s are 10 checkpoint intervals.
+		_, _, err := j.tryWaitFor(mark, 10*time.Second, eventNamed("checkpoint-completed"))
+		if err == nil {
+			t.Errorf("without the guard, a checkpoint completed after the cleanup deleted the working folder's files: the job was not lost\n%s", j.tail())
+		}
+		if st := j.stats(); st != nil && st.Latest.Completed != nil {
+			t.Logf("control: REST state %q, latest completed checkpoint %d, %d failed", j.state(), st.Latest.Completed.ID, st.Counts.Failed)
+		}
+		return
+	}
+
+	p := mntStart(t, store, "", "--flink-rest", j.endpoint, "--active-window", "1h", "--grace", "10m")
+	rel := func(f string) string { r, _ := filepath.Rel(store, f); return filepath.ToSlash(r) }
+	mntRun(t, "", "find", p.mnt, "-mtime", "+7", "-delete")
+	for _, d := range older {
+		if out, code := mntRun(t, "", "rm", "-rf", p.m(rel(d))); code == 0 {
+			t.Errorf("rm -rf of the running job's older ForSt attempt folder %s: exit 0 (%s)", rel(d), out)
+		}
+	}
+	prefix := rel(jobFolder) + "/"
+	refused := 0
+	for _, r := range p.auditRecords() {
+		if !strings.HasPrefix(r.Path+"/", prefix) {
+			continue
+		}
+		if r.Decision == "allow" {
+			t.Errorf("the mount allowed %s %s in the running job's folder", r.Op, r.Path)
+		} else if r.Reason == "flink-running" {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Errorf("no refusal with reason flink-running in %s", prefix)
+	}
+	t.Logf("%d refusals (flink-running) in the job folder", refused)
+	for _, d := range older {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("older attempt folder %s: %v", rel(d), err)
+		}
+	}
+
+	// The next checkpoint, then a failover restoring from it (or a newer one), then more checkpoints.
+	next, k := j.waitCheckpoints(mark, 1, 2*time.Minute)
+	nextID, _ := strconv.ParseInt(next.Fields["id"], 10, 64)
+	restored := j.failover(t, nextID)
+	j.waitCheckpoints(k, 2, 2*time.Minute)
+	if st := j.state(); st != "RUNNING" {
+		t.Errorf("job state after the restore: %q", st)
+	}
+	t.Logf("after the cleanup: checkpoint %d completed, the failover restored checkpoint %d (latest.restored), 2 more checkpoints completed", nextID, restored)
+}
+
+// refsBelow is how many of the files Flink's loader reports for metadata lie below one of dirs
+// (-1 when the _metadata is gone, e.g. subsumed meanwhile).
+func refsBelow(t *testing.T, metadata string, dirs []string) int {
+	t.Helper()
+	if _, err := os.Stat(metadata); err != nil {
+		return -1
+	}
+	refs := listReferences(t, "2.2+forst", metadata)
+	if len(refs) == 0 {
+		return -1
+	}
+	n := 0
+	for p := range referencedFiles(refs, "", "") {
+		for _, d := range dirs {
+			if strings.HasPrefix(p, d+"/") {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
+func rels(base string, paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		r, _ := filepath.Rel(base, p)
+		out = append(out, r)
+	}
+	return out
+}
+
+func shorten(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// oneLine is the first n lines of s joined on one line, for logs.
+func oneLine(s string, n int) string {
+	return strings.ReplaceAll(firstLines(strings.TrimSpace(s), n), "\n", " | ")
+}
