@@ -25,7 +25,13 @@ import (
 //     checkpointing;
 //   - forst-control-without-guard: the same cleanup run on the store itself loses the job: its next
 //     checkpoint fails on a deleted file of the current working folder and none completes after (the
-//     incident the guard prevents; the Flink error is logged).
+//     incident the guard prevents; the Flink error is logged);
+//   - failing-checkpoints-past-active-window: a RUNNING job whose checkpoints fail for longer than
+//     --active-window keeps its newest completed checkpoint and its working folder with --flink-rest,
+//     while a mount of the same store without it allows deleting that _metadata;
+//   - in-flight-past-grace: files of a checkpoint held IN_PROGRESS (RocksDB) for longer than --grace
+//     are refused with --flink-rest while a mount without it allows them; once the checkpoint
+//     completes its _metadata references them.
 func TestE2EFlinkRESTMore(t *testing.T) {
 	e2eRequire(t)
 	mntRequire(t)
@@ -34,6 +40,8 @@ func TestE2EFlinkRESTMore(t *testing.T) {
 	}
 	t.Run("forst-failover-after-cleanup", func(t *testing.T) { e2eForStCleanup(t, true) })
 	t.Run("forst-control-without-guard", func(t *testing.T) { e2eForStCleanup(t, false) })
+	t.Run("failing-checkpoints-past-active-window", e2eFailingCheckpoints)
+	t.Run("in-flight-past-grace", e2eInFlightPastGrace)
 }
 
 func contains(list []string, s string) bool {
@@ -290,6 +298,222 @@ func refsBelow(t *testing.T, metadata string, dirs []string) int {
 		}
 	}
 	return n
+}
+
+// e2eFailingCheckpoints: a ForSt job whose checkpoints fail for longer than --active-window and which
+// stays RUNNING: the control operator holds a snapshot, so that checkpoint and the ones queued behind
+// it expire after the 5 s checkpoint timeout, which the job tolerates.
+func e2eFailingCheckpoints(t *testing.T) {
+	buildFlinkVariant(t, "2.2", "forst")
+	store := filepath.Join(t.TempDir(), "store")
+	ck := filepath.Join(store, "ck")
+	if err := os.MkdirAll(ck, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hold := filepath.Join(t.TempDir(), "hold")
+	j := startRESTJob(t, "2.2+forst", "D", jobOpts{CheckpointDir: ck, Extra: []string{"--async-state", "-Dstate.backend.type=forst",
+		"--hold-checkpoints-file", hold, "-Dexecution.checkpointing.timeout=5s", "-Dexecution.checkpointing.tolerable-failed-checkpoints=1000000"}})
+	j.waitCheckpoints(0, 3, 2*time.Minute)
+	mark := j.mark()
+	if err := os.WriteFile(hold, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(hold)
+	j.waitFor(mark, 2*time.Minute, eventNamed("checkpoint-held"))
+	// The newest completed checkpoint: none completes while the snapshot is held.
+	st := j.stats()
+	if st == nil || st.Latest.Completed == nil {
+		t.Fatalf("the endpoint reports no completed checkpoint: %+v", st)
+	}
+	lastID, failed0 := st.Latest.Completed.ID, st.Counts.Failed
+	meta := filepath.Join(flinkLocalPath(st.Latest.Completed.ExternalPath), "_metadata")
+	fi, err := os.Stat(meta)
+	if err != nil {
+		t.Fatalf("the newest completed checkpoint's _metadata: %v", err)
+	}
+	rel := func(f string) string { r, _ := filepath.Rel(store, f); return filepath.ToSlash(r) }
+	const window = 5 * time.Second
+	flags := []string{"--active-window", window.String(), "--grace", "1s"}
+	withREST := mntStart(t, store, "", append([]string{"--flink-rest", j.endpoint}, flags...)...)
+	storeOnly := mntStart(t, store, "", flags...)
+
+	// Checkpoints keep failing for longer than the window (plus two syncs), the job stays RUNNING.
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		s := j.stats()
+		if s != nil && s.Latest.Completed != nil && s.Latest.Completed.ID != lastID {
+			t.Fatalf("checkpoint %d completed while the control operator holds its snapshot:\n%s", s.Latest.Completed.ID, j.tail())
+		}
+		if time.Since(fi.ModTime()) > window+2*time.Second && s != nil && s.Counts.Failed >= failed0+2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for checkpoints failing for longer than --active-window: stats %+v, state %q\n%s", s, j.state(), j.tail())
+		}
+	}
+	if s := j.state(); s != "RUNNING" {
+		t.Fatalf("job state while its checkpoints fail: %q", s)
+	}
+	s := j.stats()
+	t.Logf("checkpoint %d completed %s ago, %d checkpoints failed since", lastID, time.Since(fi.ModTime()).Round(time.Second), s.Counts.Failed-failed0)
+
+	// Without the REST endpoint the store's rules let the restore point go: the incident.
+	out, code := storeOnly.cli("why", rel(meta))
+	if code != 0 {
+		t.Errorf("without --flink-rest, why %s: exit %d; want 0 (allowed: the job's newest checkpoint is past --active-window):\n%s", rel(meta), code, out)
+	}
+	out, code = withREST.cli("why", rel(meta))
+	if code != 1 || !strings.Contains(out, "flink-running") || !strings.Contains(out, "is RUNNING on "+j.endpoint) {
+		t.Errorf("with --flink-rest, why %s: exit %d; want refused naming flink-running and the endpoint:\n%s", rel(meta), code, out)
+	}
+	if out, code := mntRun(t, "", "rm", withREST.m(rel(meta))); code == 0 {
+		t.Errorf("rm of the running job's newest checkpoint through the --flink-rest mount: exit 0 (%s)", out)
+	}
+	if _, err := os.Stat(meta); err != nil {
+		t.Errorf("the newest checkpoint's _metadata: %v", err)
+	}
+	// Its working folder: what the database wrote after the newest completed checkpoint is referenced
+	// by no _metadata (ForSt's checkpoints reference the working folder's files themselves), yet live.
+	newest, _ := forstAttempts(t, filepath.Join(ck, j.id, "shared"))
+	if len(newest) == 0 {
+		t.Fatal("no ForSt working folder")
+	}
+	var unref []string
+	for _, d := range newest {
+		for _, f := range e2eFilesUnder(t, d) {
+			if fi2, err := os.Stat(f); err == nil && fi2.ModTime().After(fi.ModTime()) {
+				unref = append(unref, f)
+			}
+		}
+	}
+	if len(unref) == 0 {
+		t.Fatalf("no file of the ForSt working folders %v written after checkpoint %d", rels(store, newest), lastID)
+	}
+	t.Logf("%d files of the working folders written after checkpoint %d", len(unref), lastID)
+	for i, f := range unref {
+		out, code := withREST.cli("why", rel(f))
+		if code != 1 || !strings.Contains(out, "reason: flink-running") {
+			t.Errorf("with --flink-rest, why %s (ForSt working folder, written after the newest checkpoint): exit %d; want refused, flink-running:\n%s", rel(f), code, out)
+		}
+		if i == 0 {
+			// Without the endpoint the layout rule keeps it while the folder has recent files.
+			outStore, codeStore := storeOnly.cli("why", rel(f))
+			t.Logf("without --flink-rest, why %s: exit %d, %s", rel(f), codeStore, oneLine(outStore, 2))
+		}
+	}
+	for _, d := range newest {
+		if out, code := mntRun(t, "", "rm", "-rf", withREST.m(rel(d))); code == 0 {
+			t.Errorf("rm -rf of the ForSt working folder %s through the --flink-rest mount: exit 0 (%s)", rel(d), out)
+		}
+	}
+	for _, r := range withREST.auditRecords() {
+		if r.Decision == "allow" && strings.HasPrefix(r.Path+"/", rel(filepath.Join(ck, j.id))+"/") {
+			t.Errorf("the --flink-rest mount allowed %s %s in the running job's folder", r.Op, r.Path)
+		}
+	}
+	// Checkpoints succeed again once the marker is gone: the job needed nothing that was refused.
+	mark = j.mark()
+	if err := os.Remove(hold); err != nil {
+		t.Fatal(err)
+	}
+	j.waitCheckpoints(mark, 1, 2*time.Minute)
+}
+
+// e2eInFlightPastGrace: a RocksDB job's checkpoint held IN_PROGRESS (the control operator's snapshot
+// waits; the stateful operator upstream has uploaded its new SSTs) for longer than --grace.
+func e2eInFlightPastGrace(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "store")
+	ck := filepath.Join(store, "ck")
+	if err := os.MkdirAll(ck, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hold := filepath.Join(t.TempDir(), "hold")
+	j := startRESTJob(t, "2.2", "H", jobOpts{CheckpointDir: ck, Extra: []string{"--hold-checkpoints-file", hold}})
+	j.waitCheckpoints(0, 3, 2*time.Minute)
+	const grace = 2 * time.Second
+	flags := []string{"--active-window", "1h", "--grace", grace.String()}
+	withREST := mntStart(t, store, "", append([]string{"--flink-rest", j.endpoint}, flags...)...)
+	storeOnly := mntStart(t, store, "", flags...)
+	rel := func(f string) string { r, _ := filepath.Rel(store, f); return filepath.ToSlash(r) }
+	shared := filepath.Join(ck, j.id, "shared")
+
+	before := map[string]bool{}
+	for _, f := range e2eFilesUnder(t, shared) {
+		before[f] = true
+	}
+	mark := j.mark()
+	if err := os.WriteFile(hold, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, _ := j.waitFor(mark, 2*time.Minute, eventNamed("checkpoint-held"))
+	id, _ := strconv.ParseInt(held.Fields["id"], 10, 64)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			_ = os.Remove(hold)
+		}
+	}
+	defer release()
+	// The held checkpoint's new files: uploaded, older than --grace (plus a sync), while the endpoint
+	// reports the checkpoint IN_PROGRESS.
+	var fresh []string
+	mntWaitFor(t, 40*time.Second, "new files of checkpoint "+held.Fields["id"]+" older than --grace", func() bool {
+		fresh = fresh[:0]
+		newestMod := time.Time{}
+		for _, f := range e2eFilesUnder(t, shared) {
+			if before[f] {
+				continue
+			}
+			fresh = append(fresh, f)
+			if fi, err := os.Stat(f); err == nil && fi.ModTime().After(newestMod) {
+				newestMod = fi.ModTime()
+			}
+		}
+		return len(fresh) > 0 && time.Since(newestMod) > grace+2*time.Second
+	})
+	st := j.stats()
+	if st == nil {
+		t.Fatal("the endpoint does not answer")
+	}
+	inProgress := false
+	for _, h := range st.History {
+		if h.ID == id && h.Status == "IN_PROGRESS" {
+			inProgress = true
+		}
+	}
+	if !inProgress {
+		t.Fatalf("the endpoint does not report checkpoint %d IN_PROGRESS: %+v", id, st)
+	}
+	t.Logf("checkpoint %d held in progress; %d new files in shared/", id, len(fresh))
+	f := fresh[0]
+	// Without the endpoint: an unreferenced file past --grace, deletable (the gap).
+	if out, code := storeOnly.cli("why", rel(f)); code != 0 {
+		t.Errorf("without --flink-rest, why %s: exit %d; want 0 (unreferenced, past --grace):\n%s", rel(f), code, out)
+	}
+	out, code := withREST.cli("why", rel(f))
+	if code != 1 || !strings.Contains(out, "flink-running") || !strings.Contains(out, "in progress") {
+		t.Errorf("with --flink-rest, why %s: exit %d; want refused, flink-running, naming the checkpoint in progress:\n%s", rel(f), code, out)
+	}
+	for _, f := range fresh {
+		if out, code := mntRun(t, "", "rm", withREST.m(rel(f))); code == 0 {
+			t.Errorf("rm %s (a file of in-flight checkpoint %d) through the --flink-rest mount: exit 0 (%s)", rel(f), id, out)
+		}
+	}
+	release()
+	j.waitFor(mark, 60*time.Second, func(e flinkEvent) bool {
+		return e.Name == "checkpoint-completed" && e.Fields["id"] == held.Fields["id"]
+	})
+	chk := rel(filepath.Join(ck, j.id, "chk-"+held.Fields["id"]))
+	// Once complete, its _metadata references them: refused by the store's own rules.
+	mntWaitFor(t, 20*time.Second, "the completed checkpoint's _metadata referencing its files", func() bool {
+		out, code := storeOnly.cli("why", rel(f))
+		return code == 1 && strings.Contains(out, chk)
+	})
+	for _, f := range fresh {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("file of checkpoint %d: %v", id, err)
+		}
+	}
 }
 
 func rels(base string, paths []string) []string {
