@@ -525,13 +525,6 @@ func rels(base string, paths []string) []string {
 	return out
 }
 
-func shorten(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
-}
-
 // oneLine is the first n lines of s joined on one line, for logs.
 func oneLine(s string, n int) string {
 	return strings.ReplaceAll(firstLines(strings.TrimSpace(s), n), "\n", " | ")
