@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/refindex/flinkrest"
+	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
 // TestE2EFlinkRESTMore: the checks of issue 30 beyond TestE2EFlinkREST, each against a real Flink 2.2
@@ -26,6 +29,9 @@ import (
 //   - forst-control-without-guard: the same cleanup run on the store itself loses the job: its next
 //     checkpoint fails on a deleted file of the current working folder and none completes after (the
 //     incident the guard prevents; the Flink error is logged);
+//   - forst-s3-failover-after-cleanup: the guarded cleanup and failover on S3 (versitygw): Flink writes
+//     s3a:// through Hadoop's S3A, its ForSt working folders are objects of the bucket, the guard
+//     mounts it as s3://;
 //   - failing-checkpoints-past-active-window: a RUNNING job whose checkpoints fail for longer than
 //     --active-window keeps its newest completed checkpoint and its working folder with --flink-rest,
 //     while a mount of the same store without it allows deleting that _metadata;
@@ -40,6 +46,7 @@ func TestE2EFlinkRESTMore(t *testing.T) {
 	}
 	t.Run("forst-failover-after-cleanup", func(t *testing.T) { e2eForStCleanup(t, true) })
 	t.Run("forst-control-without-guard", func(t *testing.T) { e2eForStCleanup(t, false) })
+	t.Run("forst-s3-failover-after-cleanup", e2eForStS3Cleanup)
 	t.Run("failing-checkpoints-past-active-window", e2eFailingCheckpoints)
 	t.Run("in-flight-past-grace", e2eInFlightPastGrace)
 }
@@ -275,6 +282,83 @@ func e2eForStCleanup(t *testing.T, guarded bool) {
 		t.Errorf("job state after the restore: %q", st)
 	}
 	t.Logf("after the cleanup: checkpoint %d completed, the failover restored checkpoint %d (latest.restored), 2 more checkpoints completed", nextID, restored)
+}
+
+// e2eForStS3Cleanup is the guarded half of e2eForStCleanup with the checkpoints and the ForSt
+// working folders in an S3 bucket (Flink 2.2 with Hadoop's S3A, the Maven variants s3a,forst); files
+// are backdated in the server's posix folder (its objects' LastModified).
+func e2eForStS3Cleanup(t *testing.T) {
+	e2eRequireFUSE(t)
+	s := startS3AEnvVariant(t, "2.2", "s3a,forst")
+	j := startRESTJob(t, s.version, "S", jobOpts{CheckpointDir: s.local, Extra: append(append([]string{}, s.flags...), "--async-state", "-Dstate.backend.type=forst", "--interval", "3s")})
+	_, i := j.waitCheckpoints(0, 3, 2*time.Minute)
+	first, _ := j.lastCheckpoint()
+	if !strings.HasPrefix(first.Fields["path"], s.uri+"/") {
+		t.Fatalf("checkpoint %s is not under %s: Flink did not write through s3a", first.Fields["path"], s.uri)
+	}
+	firstID, _ := strconv.ParseInt(first.Fields["id"], 10, 64)
+	j.failover(t, firstID)
+	j.waitCheckpoints(i, 2, 2*time.Minute)
+	jobFolder := filepath.Join(s.local, j.id)
+	newest, older := forstAttempts(t, filepath.Join(jobFolder, "shared"))
+	if len(newest) == 0 || len(older) == 0 {
+		t.Fatalf("ForSt working folders in the bucket: newest %v, older %v; want both", newest, older)
+	}
+	working := 0
+	for _, d := range append(append([]string{}, newest...), older...) {
+		working += len(e2eFilesUnder(t, d))
+	}
+	t.Logf("ForSt working folders in the bucket: newest %v, older %v, %d objects", rels(s.local, newest), rels(s.local, older), working)
+
+	mark := j.mark()
+	g := startGuardMountOn(t, s.local, "s3://"+s.bucket+"/ck", []string{"--s3-endpoint", s.srv.Endpoint, "--s3-path-style", "--s3-region", s3server.Region}, true,
+		"--flink-rest", j.endpoint, "--active-window", "1h", "--grace", "10m")
+	g.settle()
+	// On S3 ForSt replaces its working files within seconds (measured on 2.2.0 with 1 s checkpoints:
+	// every object of the job's folder younger than 6 s; hence 3 s checkpoints here), so the objects
+	// are backdated once the mount is up and the cleanup through it is repeated until it has tried to
+	// delete a file of the job's folder.
+	prefix := j.id + "/"
+	refused := map[string]int{}
+	scan := func() {
+		b, err := os.ReadFile(filepath.Join(g.index, "audit.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(refused)
+		for _, l := range strings.Split(string(b), "\n") {
+			var r audit.Record
+			if json.Unmarshal([]byte(l), &r) != nil || !strings.Contains(r.Path+"/", prefix) {
+				continue
+			}
+			if r.Decision == "allow" {
+				t.Fatalf("the S3 mount allowed %s %s in the running job's folder", r.Op, r.Path)
+			} else if r.Reason == "flink-running" {
+				refused[r.Op]++
+			}
+		}
+	}
+	rounds := 0
+	mntWaitFor(t, 90*time.Second, "find -mtime +7 -delete through the S3 mount trying a file of the job's folder", func() bool {
+		rounds++
+		e2eBackdate(t, s.local, 10*24*time.Hour)
+		time.Sleep(2500 * time.Millisecond) // a sync (--sync-interval 2s) of the mount; retried when slower
+		mntRun(t, "", "find", g.mnt, "-mtime", "+7", "-delete")
+		scan()
+		return refused["unlink"] > 0
+	})
+	for _, d := range older {
+		if out, code := mntRun(t, "", "rm", "-rf", g.inMount(d)); code == 0 {
+			t.Errorf("rm -rf of the running job's older ForSt attempt folder %s through the S3 mount: exit 0 (%s)", d, out)
+		}
+	}
+	scan()
+	t.Logf("cleanup rounds through the S3 mount: %d; refusals (flink-running) in the job folder by op: %v", rounds, refused)
+	next, k := j.waitCheckpoints(mark, 1, 2*time.Minute)
+	nextID, _ := strconv.ParseInt(next.Fields["id"], 10, 64)
+	restored := j.failover(t, nextID)
+	j.waitCheckpoints(k, 2, 2*time.Minute)
+	t.Logf("on S3, after the cleanup: checkpoint %d completed, the failover restored checkpoint %d (latest.restored), 2 more checkpoints completed", nextID, restored)
 }
 
 // refsBelow is how many of the files Flink's loader reports for metadata lie below one of dirs
