@@ -32,7 +32,7 @@ import (
 func TestE2EFlinkREST(t *testing.T) {
 	e2eRequire(t)
 	mntRequire(t)
-	for _, v := range flinkVersions() {
+	for _, v := range flinkRESTVersions() {
 		t.Run(v, func(t *testing.T) { e2eFlinkREST(t, v, nil) })
 		if forstServed(v) {
 			// ForSt on the asynchronous state API: the running job's database in
@@ -41,7 +41,11 @@ func TestE2EFlinkREST(t *testing.T) {
 				buildFlinkVariant(t, v, "forst")
 				e2eFlinkREST(t, v+"+forst", []string{"--async-state", "-Dstate.backend.type=forst"})
 			})
-			// The same with an explicit primary dir under the store: <store>/forst/<job id>/op_*_attempt_*/.
+			// The same with an explicit primary dir under the store: <store>/forst/<job id>/op_*_attempt_*/
+			// (not for flinkNewest in the default run: the other 2.x cover it).
+			if v == flinkNewest && os.Getenv("CKGUARD_E2E_FLINK") == "" {
+				continue
+			}
 			t.Run(v+"+forst-primary", func(t *testing.T) {
 				buildFlinkVariant(t, v, "forst")
 				e2eFlinkREST(t, v+"+forst", []string{"--async-state", "-Dstate.backend.type=forst", "-Dstate.backend.forst.primary-dir=file://STORE/forst"})
@@ -52,7 +56,7 @@ func TestE2EFlinkREST(t *testing.T) {
 
 // forstServed reports whether the forst Maven profile builds for a Flink version: Maven Central
 // has flink-statebackend-forst for 2.0.0 but not for 2.0.1, the version the flink-2.0 profile
-// pins, so the ForSt subtests run on 2.2 and later only (and prefetch.sh fetches 2.2+forst).
+// pins, so the ForSt subtests run on 2.2 and later only (prefetch.sh fetches 2.2+forst and 2.3+forst).
 func forstServed(version string) bool {
 	return strings.HasPrefix(version, "2.") && version != "2.0"
 }

@@ -61,6 +61,20 @@ func flinkVersions() []string {
 	return strings.Split(v, ",")
 }
 
+// flinkNewest is the newest Flink 2.x the Maven repository serves (profile flink-2.3): the default run
+// checks only the REST endpoint against it (TestE2EFlinkREST, whose recording the flinkrest unit tests
+// read), the other e2e tests run on flinkVersions (CI time).
+const flinkNewest = "2.3"
+
+// flinkRESTVersions are the versions TestE2EFlinkREST runs: CKGUARD_E2E_FLINK when set, else the
+// default list and flinkNewest.
+func flinkRESTVersions() []string {
+	if os.Getenv("CKGUARD_E2E_FLINK") != "" {
+		return flinkVersions()
+	}
+	return append(flinkVersions(), flinkNewest)
+}
+
 func e2eRepoRoot(t testing.TB) string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)

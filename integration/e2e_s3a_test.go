@@ -62,11 +62,18 @@ type s3aEnv struct {
 
 func startS3AEnv(t *testing.T, version string) *s3aEnv {
 	t.Helper()
+	return startS3AEnvVariant(t, version, "s3a")
+}
+
+// startS3AEnvVariant is startS3AEnv with the Maven variants to build: "s3a", or "s3a,forst" for ForSt
+// on S3A.
+func startS3AEnvVariant(t *testing.T, version, variant string) *s3aEnv {
+	t.Helper()
 	srv := s3server.Start(t)
 	bucket := srv.Bucket(t, "checkpoints")
-	s := &s3aEnv{srv: srv, version: version + "+s3a", flink: version, bucket: bucket,
+	s := &s3aEnv{srv: srv, version: version + "+" + variant, flink: version, bucket: bucket,
 		uri: "s3a://" + bucket + "/ck", local: filepath.Join(srv.DataDir, bucket, "ck")}
-	buildFlinkVariant(t, version, "s3a")
+	buildFlinkVariant(t, version, variant)
 	// Hadoop options reach S3A through Flink's configuration (flink.hadoop. prefix); the job
 	// initializes Flink's file system registry with them (a local environment does not).
 	hadoop := map[string]string{

@@ -11,8 +11,9 @@ mvn_plain() {
   mvn -B --no-transfer-progress -Dstyle.color=never "$@" 2>&1 | sed -u 's/\x1b\[[0-9;]*m//g'
 }
 # VERSION[+VARIANT] as for run.sh: 1.20+s3a adds the optional s3a profile (Hadoop S3A: ~55 MB more in ~/.m2),
-# 2.2+forst the ForSt state backend (flink-statebackend-forst and its forstjni, ~40 MB).
-[ ${#profiles[@]} -gt 0 ] || profiles=(1.20 2.0 2.2 1.20+s3a 2.2+forst)
+# 2.2+forst and 2.3+forst the ForSt state backend, 2.2+s3a,forst both (flink-statebackend-forst and its
+# forstjni, ~40 MB; Maven Central has no flink-statebackend-forst 2.0.1, the version of the 2.0 profile).
+[ ${#profiles[@]} -gt 0 ] || profiles=(1.20 2.0 2.2 2.3 1.20+s3a 2.2+forst 2.3+forst 2.2+s3a,forst)
 for v in "${profiles[@]}"; do
   variant=""
   case "$v" in *+*) variant="${v#*+}" ;; esac

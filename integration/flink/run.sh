@@ -4,6 +4,7 @@
 #   run.sh 1.20 Job --checkpoint-dir file:///tmp/ck --duration 20s
 #   run.sh 2.2  ListReferences /tmp/ck/<job>/chk-3/_metadata
 #   run.sh 1.20+s3a Job --checkpoint-dir s3a://bucket/ck ...   (adds the optional s3a profile)
+#   run.sh 2.2+s3a,forst Job ...                                (two optional profiles)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # VERSION[+VARIANT]: a variant is an optional dependency profile (pom.xml), built into its own folder.
@@ -13,7 +14,8 @@ profile="flink-${1%%+*}"; shift
 main="$1"; shift
 version="$(sed -n "/<id>${profile}<\/id>/,/<\/profile>/s|.*<flink.version>\(.*\)</flink.version>.*|\1|p" "$here/pom.xml")"
 [ -n "$version" ] || { echo "unknown profile $profile" >&2; exit 2; }
-out="$here/target/flink-$version${variant:+-$variant}"
+# Combined variants (2.2+s3a,forst) build into target/flink-<version>-s3a-forst (pom.xml).
+out="$here/target/flink-$version${variant:+-${variant//,/-}}"
 if [ ! -f "$out/classpath.txt" ] || [ ! -f "$out/ckguard-flink-e2e-1.0.jar" ] ||
    [ -n "$(find "$here/src" "$here/pom.xml" -newer "$out/ckguard-flink-e2e-1.0.jar" -type f 2>/dev/null | head -1)" ]; then
   (cd "$here" && mvn -o -q -B --no-transfer-progress -Dstyle.color=never -P "$profile${variant:+,$variant}" package dependency:build-classpath ${MVN_ARGS:-}) >&2

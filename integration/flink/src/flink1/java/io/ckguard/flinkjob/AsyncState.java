@@ -7,7 +7,7 @@ import org.apache.flink.streaming.api.datastream.SingleOutputStreamOperator;
 final class AsyncState {
   private AsyncState() {}
 
-  static SingleOutputStreamOperator<Long> apply(KeyedStream<Long, Long> keyed, int valueBytes, String checkpointDir) {
+  static SingleOutputStreamOperator<Long> apply(KeyedStream<Long, Long> keyed, int valueBytes, String failFile, String checkpointDir) {
     throw new UnsupportedOperationException("--async-state needs Flink 2.x");
   }
 }

@@ -32,7 +32,8 @@ import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
  * <p>Usage: {@code Job --checkpoint-dir URI [--restore PATH --claim-mode CLAIM|NO_CLAIM|LEGACY]
  * [--duration 60s] [--stop-file F] [--stop-after-checkpoints N] [--fail-file F] [--file-merging]
  * [--changelog --dstl-path URI] [--parallelism 2] [--rate 2000] [--value-bytes 200] [--keys 20000]
- * [--num-retained 2] [--interval 1s] [-Dkey=value ...]}.
+ * [--num-retained 2] [--interval 1s] [--hold-checkpoints-file F]
+ * [-Dkey=value ...]}.
  *
  * <p>Prints {@code CKGUARD-EVENT} lines (see {@link Events}); exit code 0 when stopped on request,
  * 3 when the job failed (e.g. a restore failed), 2 on bad arguments.
@@ -148,11 +149,20 @@ public final class Job {
     // file system); otherwise the synchronous StatefulFunction.
     SingleOutputStreamOperator<Long> stateful =
         a.containsKey("--async-state")
-            ? AsyncState.apply(keyed, valueBytes, cpDir)
+            ? AsyncState.apply(keyed, valueBytes, failFile, cpDir)
             : keyed.process(new StatefulFunction(valueBytes, failFile, cpDir));
-    stateful
-        .uid("ckguard-state")
-        .name("ckguard-state")
+    SingleOutputStreamOperator<Long> last = stateful.uid("ckguard-state").name("ckguard-state");
+    String holdFile = a.get("--hold-checkpoints-file");
+    if (holdFile != null) {
+      // Its own task: the stateful task's snapshot completes (its files uploaded) while this one's
+      // waits.
+      last =
+          last.map(new CheckpointControl(holdFile))
+              .uid("ckguard-control")
+              .name("ckguard-control")
+              .disableChaining();
+    }
+    last
         .sinkTo(new DiscardingSink<>())
         .uid("ckguard-sink")
         .name("ckguard-sink");
