@@ -316,3 +316,41 @@ func (ix *Index) FlinkStatus() *FlinkStatus {
 	}
 	return s
 }
+
+// FlinkStale returns the --flink-rest endpoints to ask again before a decision about key (op) is
+// taken: those whose view is older than maxAge at now (polled longer ago, or not yet), when what
+// they report could change the decision. That is when key lies in a folder named by a job id the
+// facts do not protect (reported terminated, or by no endpoint: it may have started since), or op
+// acts on a folder that may hold job folders (rule 6 judges what is below it). A job the facts
+// protect (not terminated, or held by an endpoint that does not answer) needs no refresh: a newer
+// answer could only lessen its protection. None without --flink-rest.
+func (ix *Index) FlinkStale(key string, op verdict.Op, maxAge time.Duration, now time.Time) []string {
+	pol := ix.Policy()
+	f := ix.flinkFor(pol)
+	if f == nil {
+		return nil
+	}
+	open := false
+	named := false
+	jobSegments(key, func(id, _ string) bool {
+		named = true
+		_, live := f.live[id]
+		_, held := f.held[id]
+		open = !live && !held
+		return !open
+	})
+	if !open && (named || op != verdict.OpRename && op != verdict.OpRmdir) {
+		return nil
+	}
+	polled := map[string]time.Time{}
+	for _, e := range f.eps {
+		polled[e.URL] = e.Polled
+	}
+	var stale []string
+	for _, u := range pol.FlinkREST {
+		if now.Sub(polled[u]) > maxAge {
+			stale = append(stale, u)
+		}
+	}
+	return stale
+}

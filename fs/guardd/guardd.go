@@ -328,7 +328,8 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	stats := &gauges{walk: !b.NoIndexGauges}
 	var space spaceWatch
 	var q refindex.Querier = ix
-	fw := newFlinkWatch(c.FlinkREST, ix, met, log)
+	fw := newFlinkWatch(ctx, c.FlinkREST, ix, met, log, c.SyncInterval)
+	defer fw.wait() // before the index closes
 	syncOnce := func() error {
 		t0 := time.Now()
 		// Flink's report first: a job that started before the listing is known when the listing is.
@@ -425,7 +426,7 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	}
 	defer func() { stopLoss(); lw.wait(); holds.wait() }()
 	enf, err := guard.NewEnforcer(guard.Config{Checker: ix, Audit: al, Metrics: met,
-		RefuseErrno: c.RefuseErrno, Logger: log, BeforeChange: beforeChange})
+		RefuseErrno: c.RefuseErrno, Logger: log, BeforeChange: beforeChange, BeforeDecide: fw.hook()})
 	if err != nil {
 		return err
 	}
