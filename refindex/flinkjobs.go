@@ -52,6 +52,11 @@ type flinkFacts struct {
 	unmapped []string
 	// eps: the poll's endpoints as reported.
 	eps []flinkrest.Endpoint
+	// ended: jobs in a terminal state at the last answer of their endpoint, answering or not
+	// (expected deletions: flinkexpected.go).
+	ended map[string]flinkJob
+	// discarded: _metadata keys of the checkpoints a job's history lists as discarded → the job.
+	discarded map[string]flinkJob
 }
 
 type flinkJob struct {
@@ -68,7 +73,8 @@ type flinkMeta struct {
 // policy's FlinkREST absent from s count as never answered.
 func (ix *Index) SetFlink(s flinkrest.Snapshot) {
 	pol := ix.Policy()
-	f := &flinkFacts{at: s.At, live: map[string]flinkJob{}, held: map[string]flinkJob{}, known: map[string]flinkJob{}, metas: map[string]flinkMeta{}, eps: s.Endpoints}
+	f := &flinkFacts{at: s.At, live: map[string]flinkJob{}, held: map[string]flinkJob{}, known: map[string]flinkJob{}, metas: map[string]flinkMeta{}, eps: s.Endpoints,
+		ended: map[string]flinkJob{}, discarded: map[string]flinkJob{}}
 	seen := map[string]bool{}
 	for _, e := range s.Endpoints {
 		seen[e.URL] = true
@@ -86,6 +92,7 @@ func (ix *Index) SetFlink(s flinkrest.Snapshot) {
 					f.known[j.ID] = fj
 				}
 			}
+			f.noteCleanup(ix, fj)
 			if j.Terminal() {
 				continue
 			}

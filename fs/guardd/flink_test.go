@@ -1,6 +1,7 @@
 package guardd
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/metrics"
 	"github.com/ckguard/ckguard/refindex"
@@ -202,5 +204,43 @@ func TestFlinkRefreshBeforeDecision(t *testing.T) {
 	}
 	if s := ix.FlinkStatus(); len(s.Endpoints) != 1 || s.Endpoints[0].Up {
 		t.Fatalf("stats after a failed refresh: %+v; want the endpoint down", s)
+	}
+}
+
+type memSink struct{ recs []audit.Record }
+
+func (m *memSink) Record(r *audit.Record) error { m.recs = append(m.recs, *r); return nil }
+
+// A pair Flink deletes itself is audited once as "expected" with its reason, logged at INFO (no
+// loss WARN), counted in ckguard_loss_expected_objects and in no job's loss gauges.
+func TestLossWatchRecordsExpected(t *testing.T) {
+	var logs bytes.Buffer
+	sink := &memSink{}
+	met := metrics.New()
+	w := &lossWatch{met: met, audit: sink, log: slog.New(slog.NewTextHandler(&logs, nil))}
+	job := "flink/" + refreshJob
+	exp := refindex.LostReference{Path: job + "/shared/sst-1", Checkpoint: job + "/chk-12/_metadata", Job: job,
+		Expected: "Flink deletes it: job " + refreshJob + " is CANCELED on http://jm:8081 and its checkpoints are deleted on cancellation"}
+	rep := &refindex.LossReport{Time: time.Now(), Jobs: map[string]refindex.JobLoss{job: {}},
+		Expected:    []refindex.LostReference{exp, {Path: exp.Path, Checkpoint: job + "/chk-11/_metadata", Job: job, Expected: exp.Expected}},
+		NewExpected: []refindex.LostReference{exp}}
+	w.publish(rep, metrics.LossStats{})
+	if len(sink.recs) != 1 || sink.recs[0].Decision != expectedDecision || sink.recs[0].Reason != expectedReason || !strings.Contains(sink.recs[0].Message, "CANCELED") {
+		t.Fatalf("audit %+v; want one %q record with the reason", sink.recs, expectedDecision)
+	}
+	if strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "as expected") {
+		t.Fatalf("log %s; want INFO, no WARN", logs.String())
+	}
+	if g := gauge(t, met, "ckguard_loss_expected_objects"); g != 1 {
+		t.Fatalf("ckguard_loss_expected_objects %v; want 1 (one object, two checkpoints)", g)
+	}
+	if g := gauge(t, met, "ckguard_broken_checkpoints"); g != 0 {
+		t.Fatalf("ckguard_broken_checkpoints %v; want 0", g)
+	}
+	// Named once: the next report's pair is no longer new.
+	rep.NewExpected = nil
+	w.publish(rep, metrics.LossStats{})
+	if len(sink.recs) != 1 {
+		t.Fatalf("audit after the second report: %d records; want 1", len(sink.recs))
 	}
 }

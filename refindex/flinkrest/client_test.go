@@ -104,6 +104,16 @@ func TestReportFromRecordedFlink(t *testing.T) {
 			if j.DetailErr != "" || j.NoCheckpointing {
 				t.Errorf("flink %s: detail error %q, no checkpointing %v", r.Flink, j.DetailErr, j.NoCheckpointing)
 			}
+			// Every recording has checkpoints Flink subsumed (discarded: true) and the latest
+			// completed one, which it keeps.
+			if len(j.Discarded) == 0 || j.Started.IsZero() {
+				t.Errorf("flink %s: discarded %q, started %v; want the subsumed checkpoints and the start time", r.Flink, j.Discarded, j.Started)
+			}
+			for _, d := range j.Discarded {
+				if d == j.LatestCompleted || !strings.Contains(d, "/"+r.Job+"/chk-") {
+					t.Errorf("flink %s: discarded %q; want the job's chk folders other than the latest completed %q", r.Flink, d, j.LatestCompleted)
+				}
+			}
 			if int64(len(j.InProgress)) > j.InProgressCount {
 				t.Errorf("flink %s: %d in-progress history entries, counts.in_progress %d", r.Flink, len(j.InProgress), j.InProgressCount)
 			}

@@ -40,6 +40,13 @@ type Job struct {
 	ConfigKnown          bool `json:"config_known,omitempty"`
 	Externalized         bool `json:"externalized,omitempty"`
 	DeleteOnCancellation bool `json:"delete_on_cancellation,omitempty"`
+	// Discarded are the external paths of the completed checkpoints the history lists as discarded
+	// (discarded: true): Flink has marked them for deletion and deletes their files itself (a
+	// subsumed checkpoint; at the job's end, those its retention does not keep). The history keeps
+	// only the newest entries (web.checkpoints.history, 10).
+	Discarded []string `json:"discarded,omitempty"`
+	// Started is the overview's start-time (zero: not reported).
+	Started time.Time `json:"started,omitzero"`
 	// NoCheckpointing: Flink answered 404 to the checkpoint statistics (checkpointing not enabled).
 	NoCheckpointing bool `json:"no_checkpointing,omitempty"`
 	// DetailErr: the checkpoint statistics could not be read this time (the values above are then
@@ -74,6 +81,9 @@ func (c *Client) Report(ctx context.Context) (Report, error) {
 			continue // not a job id: nothing of the store can be named after it
 		}
 		j := Job{ID: o.ID, Name: o.Name, State: o.State}
+		if o.Start > 0 {
+			j.Started = time.UnixMilli(o.Start)
+		}
 		if !Terminal(o.State) {
 			st, err := c.Checkpoints(ctx, o.ID)
 			switch {
@@ -99,6 +109,9 @@ func (j *Job) fill(st CheckpointStats) {
 	for _, h := range st.History {
 		if h.Status == "IN_PROGRESS" {
 			j.InProgress = append(j.InProgress, h.ID)
+		}
+		if h.Status == "COMPLETED" && h.Discarded && h.ExternalPath != "" {
+			j.Discarded = append(j.Discarded, h.ExternalPath)
 		}
 	}
 	if c := st.Latest.Completed; c != nil {
@@ -266,7 +279,7 @@ func carryDetails(prev, cur []Job) []Job {
 			continue
 		}
 		if o, ok := old[j.ID]; ok {
-			j.InProgress, j.InProgressCount = o.InProgress, o.InProgressCount
+			j.InProgress, j.InProgressCount, j.Discarded = o.InProgress, o.InProgressCount, o.Discarded
 			j.LatestCompleted, j.LatestCompletedID, j.LatestSavepoint = o.LatestCompleted, o.LatestCompletedID, o.LatestSavepoint
 			j.Restored, j.RestoredID, j.RestoredSavepoint = o.Restored, o.RestoredID, o.RestoredSavepoint
 		}
