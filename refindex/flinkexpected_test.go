@@ -115,3 +115,62 @@ func TestLossCheckExpectedFlinkDeletions(t *testing.T) {
 		})
 	}
 }
+
+// Facts older than the pass that finds a checkpoint's file gone are refreshed first (Flink marks a
+// checkpoint discarded right before deleting it); a pair reported lost before Flink's report came is
+// named again as expected.
+func TestLossCheckExpectedAfterRefresh(t *testing.T) {
+	ctx := context.Background()
+	done := testNow.Add(-time.Hour)
+	ft, err := treegen.ForSt(t.TempDir(), testNow, treegen.ForStSpec{JobID: forstJob, Newest: done, WorkingMTime: done, Attempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := testPolicy()
+	pol.FlinkREST = []string{jm1}
+	ix := openIndexWith(t, t.TempDir(), localStore(t, ft.Root), pol)
+	t.Cleanup(func() { ix.Close() })
+	syncIndex(t, ix)
+	running := flinkrest.Job{ID: forstJob, State: "RUNNING", Started: done.Add(-time.Hour)}
+	install := func(j flinkrest.Job, at time.Time) {
+		ix.SetFlink(flinkrest.Snapshot{At: at, Endpoints: []flinkrest.Endpoint{{URL: jm1, Up: true, Answered: at, Polled: at, Jobs: []flinkrest.Job{j}}}})
+	}
+	install(running, time.Now().Add(-time.Minute)) // before the deletion
+	discarded := running
+	discarded.Discarded = []string{"file://" + ft.Root + "/flink/" + forstJob + "/chk-12"}
+	var victim string
+	for k := range ft.Files {
+		if strings.HasPrefix(k, ft.Job+"/shared/") && !strings.Contains(k, "_attempt_") {
+			victim = k
+		}
+	}
+	if err := os.Remove(filepath.Join(ft.Root, victim)); err != nil {
+		t.Fatal(err)
+	}
+	refreshes := 0
+	lc := ix.NewLossChecker(refindex.LossCheckOptions{FlinkRefresh: func(context.Context) {
+		refreshes++
+		install(discarded, time.Now())
+	}})
+	rep, err := lc.Check(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refreshes != 1 || len(rep.New) != 0 || len(rep.NewExpected) != 1 {
+		t.Fatalf("%d refreshes, new %+v, new expected %+v; want one refresh and the pair expected at once", refreshes, rep.New, rep.NewExpected)
+	}
+	if rep, err = lc.Check(ctx); err != nil || refreshes != 1 || len(rep.Expected) != 1 || len(rep.NewExpected) != 0 {
+		t.Fatalf("second pass: %v, %d refreshes, %+v; want no refresh (nothing new), the pair still expected", err, refreshes, rep)
+	}
+
+	// Without a refresh the pair is a loss first, then expected once Flink's report comes.
+	lc2 := ix.NewLossChecker(refindex.LossCheckOptions{})
+	install(running, time.Now())
+	if rep, err = lc2.Check(ctx); err != nil || len(rep.New) != 1 || len(rep.Expected) != 0 {
+		t.Fatalf("without Flink's report: %v %+v; want a new loss", err, rep)
+	}
+	install(discarded, time.Now())
+	if rep, err = lc2.Check(ctx); err != nil || len(rep.Missing) != 0 || len(rep.NewExpected) != 1 {
+		t.Fatalf("once Flink reports it discarded: %v %+v; want it named again, as expected", err, rep)
+	}
+}

@@ -70,6 +70,12 @@ type LossCheckOptions struct {
 	// mount is taken from there instead of a request (ListingEvidence), and the gaps between checks of
 	// each unit are measured there.
 	Evidence *ListingEvidence
+	// FlinkRefresh, when set (--flink-rest), asks the endpoints again and installs their answers
+	// (SetFlink) before a report names a new missing object of a checkpoint in a job's folder while
+	// the REST facts are older than the pass that found it: Flink marks a checkpoint discarded
+	// right before it deletes it, so facts from before the deletion would call Flink's own
+	// deletion a loss. It returns when the answers are in or ctx ends (bounded by the caller).
+	FlinkRefresh func(ctx context.Context)
 	// Progress receives the report after each chunk but the last (the pass's own report is Check's
 	// answer). It runs in the pass: a slow Progress delays the pass.
 	Progress func(*LossReport)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
 	"sort"
 )
 
@@ -21,6 +22,10 @@ func (lc *LossChecker) fill(ctx context.Context, rep *LossReport, began *memStat
 		return err
 	}
 	flink := lc.ix.flinkFor(lc.ix.Policy())
+	if flink != nil && lc.o.FlinkRefresh != nil && lc.newInJobFolder(lost, refs, metaGone, flink) {
+		lc.o.FlinkRefresh(ctx)
+		flink = lc.ix.flinkFor(lc.ix.Policy())
+	}
 	broken := map[string]bool{}
 	seen := map[string]bool{}
 	var fresh []int // indexes into rep.Missing of pairs no earlier report named
@@ -32,15 +37,18 @@ func (lc *LossChecker) fill(ctx context.Context, rep *LossReport, began *memStat
 			}
 			lr := LostReference{Path: k, Checkpoint: c.Key, Job: c.Job, Since: lc.since[k]}
 			pair := k + "\x00" + c.Key
-			seen[pair] = true
 			if why := flink.expectedDeletion(c); why != "" {
+				// Named apart from a loss: a pair reported lost before Flink's report came is
+				// named again as expected (and as lost again if the report goes).
+				seen[expectedPair+pair] = true
 				lr.Expected = why
 				rep.Expected = append(rep.Expected, lr)
-				if !lc.reported[pair] {
+				if !lc.reported[expectedPair+pair] {
 					rep.NewExpected = append(rep.NewExpected, lr)
 				}
 				continue
 			}
+			seen[pair] = true
 			rep.Missing = append(rep.Missing, lr)
 			j := rep.Jobs[c.Job]
 			if !broken[c.Key] {
@@ -72,6 +80,27 @@ func (lc *LossChecker) fill(ctx context.Context, rep *LossReport, began *memStat
 		lc.reported[p] = true
 	}
 	return nil
+}
+
+// expectedPair prefixes the reported entries of expected pairs.
+const expectedPair = "expected\x00"
+
+// newInJobFolder reports whether a pair no report named yet belongs to a checkpoint in a folder
+// named by a job id while the REST facts were taken before the pass that found it missing.
+func (lc *LossChecker) newInJobFolder(lost []string, refs [][]*checkpointRecord, metaGone map[string]bool, f *flinkFacts) bool {
+	for i, k := range lost {
+		if !f.at.Before(lc.since[k]) {
+			continue
+		}
+		for _, c := range refs[i] {
+			pair := k + "\x00" + c.Key
+			if metaGone[c.Key] || c.Kind != "checkpoint" || !forstJobID.MatchString(path.Base(c.Job)) || lc.reported[pair] || lc.reported[expectedPair+pair] {
+				continue
+			}
+			return true
+		}
+	}
+	return false
 }
 
 // liveReferences reads, for every key known missing (sorted), the checkpoints that reference it and

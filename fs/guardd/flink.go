@@ -66,6 +66,27 @@ func (w *flinkWatch) beforeDecide(ctx context.Context, op verdict.Op, key string
 	if len(urls) == 0 {
 		return nil
 	}
+	if i, err := w.refresh(ctx, urls); err != nil {
+		return &verdict.Decision{Reason: verdict.ReasonFlinkRunning,
+			Message: fmt.Sprintf("refusing to %s /%s: what the Flink REST endpoint %s reports is older than one sync (%s) and the caller gave up before it answered again (%v); try again", op, key, urls[i], w.maxAge, err)}
+	}
+	return nil
+}
+
+// refreshAll asks every endpoint again (the loss check, before it names a new loss in a job's
+// folder: LossCheckOptions.FlinkRefresh).
+func (w *flinkWatch) refreshAll(ctx context.Context) {
+	var urls []string
+	for _, e := range w.poller.Snapshot().Endpoints {
+		urls = append(urls, e.URL)
+	}
+	_, _ = w.refresh(ctx, urls)
+}
+
+// refresh asks the endpoints urls again, one refresh per endpoint in flight shared by every caller,
+// each bounded by a request timeout, and returns once their answers are installed, or the index of
+// the one it was waiting for and ctx's cause when ctx ends first.
+func (w *flinkWatch) refresh(ctx context.Context, urls []string) (int, error) {
 	var waits []chan struct{}
 	var start []string
 	w.refMu.Lock()
@@ -99,11 +120,18 @@ func (w *flinkWatch) beforeDecide(ctx context.Context, op verdict.Op, key string
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return &verdict.Decision{Reason: verdict.ReasonFlinkRunning,
-				Message: fmt.Sprintf("refusing to %s /%s: what the Flink REST endpoint %s reports is older than one sync (%s) and the caller gave up before it answered again (%v); try again", op, key, urls[i], w.maxAge, context.Cause(ctx))}
+			return i, context.Cause(ctx)
 		}
 	}
-	return nil
+	return 0, nil
+}
+
+// lossRefresh is the loss check's FlinkRefresh (nil without --flink-rest).
+func (w *flinkWatch) lossRefresh() func(context.Context) {
+	if w == nil {
+		return nil
+	}
+	return w.refreshAll
 }
 
 // wait returns when no refresh runs any more (the mount's context ended first).

@@ -401,7 +401,7 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	}
 	lw := &lossWatch{met: met, audit: al, log: log, interval: c.SyncInterval, pacer: pacer, budget: budget, listings: b.Listings}
 	lw.lc = ix.NewLossChecker(refindex.LossCheckOptions{Budget: budget, Quarantine: qfind, Pacer: pacer,
-		Chunk: lossChunk(c.SyncInterval, pacer), Progress: lw.progress, Evidence: b.Listings})
+		Chunk: lossChunk(c.SyncInterval, pacer), Progress: lw.progress, Evidence: b.Listings, FlinkRefresh: fw.lossRefresh()})
 	// Passes run beside the sync loop; the running one ends before the index and the audit log close.
 	lossCtx, stopLoss := context.WithCancel(ctx)
 	if b.Traffic != nil {
