@@ -52,6 +52,11 @@ type flinkFacts struct {
 	unmapped []string
 	// eps: the poll's endpoints as reported.
 	eps []flinkrest.Endpoint
+	// ended: jobs in a terminal state at the last answer of their endpoint, answering or not
+	// (expected deletions: flinkexpected.go).
+	ended map[string]flinkJob
+	// discarded: _metadata keys of the checkpoints a job's history lists as discarded → the job.
+	discarded map[string]flinkJob
 }
 
 type flinkJob struct {
@@ -68,7 +73,8 @@ type flinkMeta struct {
 // policy's FlinkREST absent from s count as never answered.
 func (ix *Index) SetFlink(s flinkrest.Snapshot) {
 	pol := ix.Policy()
-	f := &flinkFacts{at: s.At, live: map[string]flinkJob{}, held: map[string]flinkJob{}, known: map[string]flinkJob{}, metas: map[string]flinkMeta{}, eps: s.Endpoints}
+	f := &flinkFacts{at: s.At, live: map[string]flinkJob{}, held: map[string]flinkJob{}, known: map[string]flinkJob{}, metas: map[string]flinkMeta{}, eps: s.Endpoints,
+		ended: map[string]flinkJob{}, discarded: map[string]flinkJob{}}
 	seen := map[string]bool{}
 	for _, e := range s.Endpoints {
 		seen[e.URL] = true
@@ -86,6 +92,7 @@ func (ix *Index) SetFlink(s flinkrest.Snapshot) {
 					f.known[j.ID] = fj
 				}
 			}
+			f.noteCleanup(ix, fj)
 			if j.Terminal() {
 				continue
 			}
@@ -315,4 +322,42 @@ func (ix *Index) FlinkStatus() *FlinkStatus {
 		}
 	}
 	return s
+}
+
+// FlinkStale returns the --flink-rest endpoints to ask again before a decision about key (op) is
+// taken: those whose view is older than maxAge at now (polled longer ago, or not yet), when what
+// they report could change the decision. That is when key lies in a folder named by a job id the
+// facts do not protect (reported terminated, or by no endpoint: it may have started since), or op
+// acts on a folder that may hold job folders (rule 6 judges what is below it). A job the facts
+// protect (not terminated, or held by an endpoint that does not answer) needs no refresh: a newer
+// answer could only lessen its protection. None without --flink-rest.
+func (ix *Index) FlinkStale(key string, op verdict.Op, maxAge time.Duration, now time.Time) []string {
+	pol := ix.Policy()
+	f := ix.flinkFor(pol)
+	if f == nil {
+		return nil
+	}
+	open := false
+	named := false
+	jobSegments(key, func(id, _ string) bool {
+		named = true
+		_, live := f.live[id]
+		_, held := f.held[id]
+		open = !live && !held
+		return !open
+	})
+	if !open && (named || op != verdict.OpRename && op != verdict.OpRmdir) {
+		return nil
+	}
+	polled := map[string]time.Time{}
+	for _, e := range f.eps {
+		polled[e.URL] = e.Polled
+	}
+	var stale []string
+	for _, u := range pol.FlinkREST {
+		if now.Sub(polled[u]) > maxAge {
+			stale = append(stale, u)
+		}
+	}
+	return stale
 }

@@ -3,9 +3,7 @@ package refindex
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"sort"
 	"sync"
@@ -72,6 +70,12 @@ type LossCheckOptions struct {
 	// mount is taken from there instead of a request (ListingEvidence), and the gaps between checks of
 	// each unit are measured there.
 	Evidence *ListingEvidence
+	// FlinkRefresh, when set (--flink-rest), asks the endpoints again and installs their answers
+	// (SetFlink) before a report names a new missing object of a checkpoint in a job's folder while
+	// the REST facts are older than the pass that found it: Flink marks a checkpoint discarded
+	// right before it deletes it, so facts from before the deletion would call Flink's own
+	// deletion a loss. It returns when the answers are in or ctx ends (bounded by the caller).
+	FlinkRefresh func(ctx context.Context)
 	// Progress receives the report after each chunk but the last (the pass's own report is Check's
 	// answer). It runs in the pass: a slow Progress delays the pass.
 	Progress func(*LossReport)
@@ -92,6 +96,8 @@ type LostReference struct {
 	Quarantine *QuarantinedObject `json:"quarantine,omitempty"`
 	// Since is when a pass first found it missing.
 	Since time.Time `json:"since"`
+	// Expected is why Flink itself deletes the checkpoint (flinkexpected.go): not a loss ("": one).
+	Expected string `json:"expected,omitempty"`
 }
 
 // LossReport is the answer of one pass.
@@ -114,6 +120,12 @@ type LossReport struct {
 	// Missing lists every (object, checkpoint) known missing now; New those this pass found first.
 	Missing []LostReference `json:"missing"`
 	New     []LostReference `json:"new"`
+	// Expected lists the pairs known missing whose checkpoint Flink reports it deletes itself
+	// (--flink-rest: a checkpoint discarded in its history, or retained by a job that ended in a
+	// state its retention deletes on), each with its reason: not losses, in neither Missing nor
+	// Jobs. NewExpected are those no earlier report named.
+	Expected    []LostReference `json:"expected"`
+	NewExpected []LostReference `json:"new_expected"`
 	// Jobs maps every job folder with a live checkpoint to its broken checkpoints and missing objects
 	// (zero for a healthy job, so a gauge per job goes back to 0).
 	Jobs map[string]JobLoss `json:"jobs"`
@@ -192,28 +204,117 @@ func (ix *Index) NewLossChecker(o LossCheckOptions) *LossChecker {
 func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
+	defer lc.ix.beginWork()()
+	p, err := lc.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { lc.maxHeld = p.cut.p.maxHeld }()
+	defer p.cancel()
+	for ci := 0; ; ci++ {
+		last, err := p.chunk(ci)
+		if err != nil {
+			lc.prevChunks = nil
+			p.drain()
+			return nil, err
+		}
+		if last {
+			break
+		}
+	}
+	return p.end(), nil
+}
+
+// lossPass is one pass of Check under way: its report, its cuts and the segment in flight.
+type lossPass struct {
+	lc  *LossChecker
+	ctx context.Context
+	rep *LossReport
+	// began is the records as the pass began: a loss counts only for a checkpoint still the same
+	// record after the stats (fill). A memState is never changed once installed.
+	began *memState
+	base  map[string]JobLoss // every live job at zero
+	// single are the known losses, stat'ed again first by a request of their own (not counted in
+	// the budget); they still ride in their folder's unit, so a pass's chunks cover contiguous key
+	// ranges (Revisit).
+	single []string
+	cut    *passCutter
+	// round, until a rotation has ended, counts the whole rotation as the table stands (no key kept);
+	// roundLast is the last key it counted.
+	round     *passCutter
+	roundLast []byte
+	begins    bool   // this pass begins a rotation; whole if it also ends it
+	after     string // the last key taken so far
+	lastKey   []byte
+	prev      []chunkMark // the previous pass's chunks (a whole rotation), for Revisit
+	marks     []chunkMark
+	complete  bool
+	// The pass's requests share one bound on those in flight, whichever segment they belong to.
+	sem     chan struct{}
+	rt      *requestTimes
+	cctx    context.Context
+	cancel  context.CancelFunc
+	pending *segmentCheck // the segment whose requests are under way
+}
+
+// begin sets up a pass: the report with every live job, the known losses still referenced, where
+// the rotation stands and the pass's cuts.
+func (lc *LossChecker) begin(ctx context.Context) (*lossPass, error) {
 	ix := lc.ix
-	defer ix.beginWork()()
 	v, err := ix.acquire()
 	if err != nil {
 		return nil, err
 	}
-	rep := &LossReport{Time: lc.now(), Missing: []LostReference{}, New: []LostReference{}, Jobs: map[string]JobLoss{}}
-	// The records as the pass began: a loss counts only for a checkpoint still the same record after
-	// the stats (fill). A memState is never changed once installed.
-	began := v.st
-	for _, k := range began.sorted {
-		c := began.ckpts[k]
-		rep.Jobs[c.Job] = JobLoss{}
+	p := &lossPass{lc: lc, ctx: ctx, began: v.st, begins: !lc.rotating, prev: lc.prevChunks, rt: &requestTimes{},
+		rep: &LossReport{Time: lc.now(), Missing: []LostReference{}, New: []LostReference{}, Expected: []LostReference{}, NewExpected: []LostReference{}, Jobs: map[string]JobLoss{}}}
+	for _, k := range p.began.sorted {
+		c := p.began.ckpts[k]
+		p.rep.Jobs[c.Job] = JobLoss{}
 		if c.Err == "" {
-			rep.Unchecked += c.Outside // unparseable: what it references is unknown (reported and refused elsewhere)
+			p.rep.Unchecked += c.Outside // unparseable: what it references is unknown (reported and refused elsewhere)
 		}
 	}
-	// Known losses no checkpoint references any more are forgotten.
+	lc.forgetUnreferenced(v)
+	v.release()
+	p.single = make([]string, 0, len(lc.missing))
+	for k := range lc.missing {
+		p.single = append(p.single, k)
+	}
+	sort.Strings(p.single)
+	par := lc.o.Parallel
+	if par <= 0 {
+		par = DefaultLossParallel
+	}
+	p.sem = make(chan struct{}, max(1, par))
+	_, canList := ix.st.(DirLister)
+	if lc.rotating {
+		p.after = lc.cursor
+	}
+	p.cut = &passCutter{p: &unitPlanner{canList: canList, keep: true}, budget: lc.o.Budget, chunk: lc.o.Chunk, seg: lc.seg}
+	// Until a rotation has ended, the pass that begins one also counts the whole rotation as the table
+	// stands (no key kept): its objects, requests and passes under the same cuts. Afterwards each
+	// rotation reports the last complete one, which its passes added up while reading their stretches:
+	// a change of the store shows a rotation later, and no pass reads the whole table just to count.
+	lc.counted = 0
+	if p.begins {
+		lc.rotObjects, lc.rotRequests, lc.rotPasses = 0, 0, 0
+	}
+	if p.begins && lc.lastComplete.IsZero() {
+		p.round = &passCutter{p: &unitPlanner{canList: canList}, budget: lc.o.Budget, chunk: lc.o.Chunk, seg: lc.seg}
+	}
+	p.rep.Objects, p.rep.RoundRequests, p.rep.RoundPasses = lc.roundObjects, lc.roundRequests, max(1, lc.roundPasses)
+	p.rep.LastComplete = lc.lastComplete
+	p.base = p.rep.Jobs
+	p.cctx, p.cancel = context.WithCancel(ctx)
+	return p, nil
+}
+
+// forgetUnreferenced drops the known losses no live checkpoint references any more.
+func (lc *LossChecker) forgetUnreferenced(v *view) {
 	for k := range lc.missing {
 		live := false
 		for _, m := range referencingMetas(v.snap.txn, k) {
-			if liveRef(began, []byte(m)) {
+			if liveRef(v.st, []byte(m)) {
 				live = true
 				break
 			}
@@ -223,328 +324,188 @@ func (lc *LossChecker) Check(ctx context.Context) (*LossReport, error) {
 			delete(lc.since, k)
 		}
 	}
+}
+
+// drain ends a failing pass: its requests in flight are called off and waited for (nothing of a
+// pass runs past Check).
+func (p *lossPass) drain() {
+	p.cancel()
+	if p.pending != nil {
+		<-p.pending.done
+		p.pending = nil
+	}
+}
+
+// countRound feeds k to the count of the whole rotation (before one has ended).
+func (p *lossPass) countRound(k []byte) {
+	if p.round != nil && (p.round.p.keys == 0 || bytes.Compare(k, p.roundLast) > 0) {
+		p.round.feedRotation(k)
+		p.roundLast = append(p.roundLast[:0], k...)
+		p.lc.counted++
+	}
+}
+
+// chunk checks chunk ci, segment after segment, and reports it; last: the pass ends with it.
+func (p *lossPass) chunk(ci int) (last bool, err error) {
+	lc := p.lc
+	start := lc.now()
+	first := ""
+	var stop cutKind
+	done := false
+	for seg := 0; ; seg++ {
+		if stop, done, err = p.segment(ci, seg, &first); err != nil {
+			return false, err
+		}
+		if stop != cutSegment {
+			break
+		}
+	}
+	// A chunk's report waits for every request of the chunk.
+	if err := lc.finish(p.rep, p.pending); err != nil {
+		return false, err
+	}
+	p.pending = nil
+	last = done || stop == cutPass
+	if last {
+		p.endRotation(done)
+	}
+	if !last && lc.o.Progress == nil {
+		return false, nil
+	}
+	return last, p.report(last, start, first)
+}
+
+// segment plans a segment of the chunk from the reverse table in one read transaction, while the
+// previous segment's requests are under way (the pacer, not the planning, sets the pace), launches
+// its requests and takes the previous segment's results.
+func (p *lossPass) segment(ci, seg int, first *string) (stop cutKind, done bool, err error) {
+	lc, ix := p.lc, p.lc.ix
+	t0 := lc.now()
+	v, err := ix.acquire()
+	if err != nil {
+		return cutNone, false, err
+	}
+	n := 0
+	p.cut.p.outside = 0
+	if p.pending != nil {
+		p.cut.p.outside = p.pending.keys
+	}
+	done, err = scanReferenced(p.ctx, v.snap.txn, v.st, p.after, func(k []byte) bool {
+		p.countRound(k)
+		if stop = p.cut.offer(k); stop != cutNone {
+			return false
+		}
+		if *first == "" {
+			*first = string(k)
+		}
+		n++
+		p.lastKey = append(p.lastKey[:0], k...)
+		return true
+	})
+	if n > 0 {
+		p.after = string(p.lastKey)
+	}
 	v.release()
-	// The known losses are looked at again first, by a stat of their own (not counted in the budget);
-	// they still ride in their folder's unit, so a pass's chunks cover contiguous key ranges (Revisit).
-	single := make([]string, 0, len(lc.missing))
-	for k := range lc.missing {
-		single = append(single, k)
+	// The segment's stretch of the reverse table is read: its pages need not stay resident while
+	// the requests run (a pass over the whole table would otherwise keep the table mapped in full,
+	// the mount's largest share of RSS).
+	ix.releaseTablePages()
+	if err == nil && !done && stop == cutPass && p.round != nil {
+		err = lc.countRest(p.ctx, string(p.roundLast), p.countRound)
 	}
-	sort.Strings(single)
-	par := lc.o.Parallel
-	if par <= 0 {
-		par = DefaultLossParallel
+	p.rep.Planning += lc.now().Sub(t0)
+	if err != nil {
+		return stop, done, fmt.Errorf("loss check: read the reference index: %w", err)
 	}
-	_, canList := ix.st.(DirLister)
-	begins := !lc.rotating // this pass begins a rotation; whole if it also ends it
-	after := ""
-	if lc.rotating {
-		after = lc.cursor
+	if stop == cutSegment {
+		p.cut.endSegment()
+	} else {
+		p.cut.endChunk()
 	}
-	cut := &passCutter{p: &unitPlanner{canList: canList, keep: true}, budget: lc.o.Budget, chunk: lc.o.Chunk, seg: lc.seg}
-	defer func() { lc.maxHeld = cut.p.maxHeld }()
-	// Until a rotation has ended, the pass that begins one also counts the whole rotation as the table
-	// stands (no key kept): its objects, requests and passes under the same cuts. Afterwards each
-	// rotation reports the last complete one, which its passes added up while reading their stretches:
-	// a change of the store shows a rotation later, and no pass reads the whole table just to count.
-	var round *passCutter
-	lc.counted = 0
-	if begins {
-		lc.rotObjects, lc.rotRequests, lc.rotPasses = 0, 0, 0
+	units := p.cut.p.take()
+	if (done || stop == cutPass) && p.round != nil {
+		p.round.endPass()
+		lc.roundObjects, lc.roundRequests, lc.roundPasses = p.round.p.keys, p.round.p.made, p.round.passes
+		p.rep.Objects, p.rep.RoundRequests, p.rep.RoundPasses = lc.roundObjects, lc.roundRequests, max(1, lc.roundPasses)
 	}
-	if begins && lc.lastComplete.IsZero() {
-		round = &passCutter{p: &unitPlanner{canList: canList}, budget: lc.o.Budget, chunk: lc.o.Chunk, seg: lc.seg}
+	var alone []string
+	if ci == 0 && seg == 0 {
+		alone = p.single
 	}
-	var roundLast []byte
-	countRound := func(k []byte) {
-		if round != nil && (round.p.keys == 0 || bytes.Compare(k, roundLast) > 0) {
-			round.feedRotation(k)
-			roundLast = append(roundLast[:0], k...)
-			lc.counted++
+	// This segment's requests start beside the previous one's last (one semaphore bounds both); the
+	// previous one's results are taken before the next segment is planned, so a pass holds at most
+	// two segments: one planned, one still in flight.
+	next := lc.launch(p.cctx, units, alone, p.sem, p.rt)
+	prev := p.pending
+	p.pending = next
+	if prev != nil {
+		if err := lc.finish(p.rep, prev); err != nil {
+			return stop, done, err
 		}
 	}
-	rep.Objects, rep.RoundRequests, rep.RoundPasses = lc.roundObjects, lc.roundRequests, max(1, lc.roundPasses)
-	rep.LastComplete = lc.lastComplete
-	base := rep.Jobs
-	prev := lc.prevChunks
-	var marks []chunkMark
-	complete := false
-	var lastKey []byte // the last key this pass took
-	// The pass's requests share one bound on those in flight, whichever segment they belong to.
-	sem := make(chan struct{}, max(1, par))
-	rt := &requestTimes{}
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var pending *segmentCheck // the segment whose requests are under way
-	// drain ends a failing pass: its requests in flight are called off and waited for (nothing of a
-	// pass runs past Check).
-	drain := func() {
-		cancel()
-		if pending != nil {
-			<-pending.done
-			pending = nil
+	return stop, done, nil
+}
+
+// endRotation moves the rotation on after the pass's last chunk (complete: it ended one).
+func (p *lossPass) endRotation(complete bool) {
+	lc, rep := p.lc, p.rep
+	p.complete = complete
+	lc.cursor, lc.rotating = p.after, !complete
+	lc.rotObjects, lc.rotRequests, lc.rotPasses = lc.rotObjects+p.cut.p.keys, lc.rotRequests+p.cut.p.made, lc.rotPasses+1
+	if complete {
+		lc.cursor = ""
+		lc.lastComplete = rep.Time
+		lc.roundObjects, lc.roundRequests, lc.roundPasses = lc.rotObjects, lc.rotRequests, lc.rotPasses
+		rep.Objects, rep.RoundRequests, rep.RoundPasses = lc.roundObjects, lc.roundRequests, max(1, lc.roundPasses)
+	}
+	rep.Complete, rep.LastComplete = complete, lc.lastComplete
+}
+
+// report fills the losses known after a chunk into the pass's report (last) or a partial copy
+// handed to Progress, and measures the chunk (LongestChunk, Revisit).
+func (p *lossPass) report(last bool, start time.Time, first string) error {
+	lc, rep := p.lc, p.rep
+	out := rep
+	if !last {
+		cp := *rep
+		cp.Partial = true
+		out = &cp
+	}
+	out.Jobs = maps.Clone(p.base)
+	if err := lc.fill(p.ctx, out, p.began); err != nil {
+		return err
+	}
+	end := lc.now()
+	rep.LongestChunk = max(rep.LongestChunk, end.Sub(start))
+	if first != "" {
+		m := chunkMark{first: first, start: start}
+		p.marks = append(p.marks, m)
+		if p.begins && len(p.prev) > 0 {
+			// A chunk covers a contiguous range of keys (lossplan.go): every object of this chunk the
+			// previous pass (a whole rotation) knew was checked there no sooner than the start of the
+			// last chunk beginning at or before this chunk's first key (an object before all of them
+			// was in the first chunk).
+			i := max(0, sort.Search(len(p.prev), func(i int) bool { return p.prev[i].first > m.first })-1)
+			rep.Revisit = max(rep.Revisit, end.Sub(p.prev[i].start))
 		}
 	}
-	for ci := 0; ; ci++ {
-		start := lc.now()
-		first := ""
-		var stop cutKind
-		done := false
-		for seg := 0; ; seg++ {
-			// Plan a segment of the chunk from the reverse table in one read transaction, while the
-			// previous segment's requests are under way (the pacer, not the planning, sets the pace).
-			t0 := lc.now()
-			v, err := ix.acquire()
-			if err != nil {
-				lc.prevChunks = nil
-				drain()
-				return nil, err
-			}
-			stop = cutNone
-			n := 0
-			cut.p.outside = 0
-			if pending != nil {
-				cut.p.outside = pending.keys
-			}
-			done, err = scanReferenced(ctx, v.snap.txn, v.st, after, func(k []byte) bool {
-				countRound(k)
-				if stop = cut.offer(k); stop != cutNone {
-					return false
-				}
-				if first == "" {
-					first = string(k)
-				}
-				n++
-				lastKey = append(lastKey[:0], k...)
-				return true
-			})
-			if n > 0 {
-				after = string(lastKey)
-			}
-			v.release()
-			// The segment's stretch of the reverse table is read: its pages need not stay
-			// resident while the requests run (a pass over the whole table would otherwise keep
-			// the table mapped in full, the mount's largest share of RSS).
-			ix.releaseTablePages()
-			if err == nil && !done && stop == cutPass && round != nil {
-				err = lc.countRest(ctx, string(roundLast), countRound)
-			}
-			rep.Planning += lc.now().Sub(t0)
-			if err != nil {
-				lc.prevChunks = nil
-				drain()
-				return nil, fmt.Errorf("loss check: read the reference index: %w", err)
-			}
-			if stop == cutSegment {
-				cut.endSegment()
-			} else {
-				cut.endChunk()
-			}
-			units := cut.p.take()
-			if (done || stop == cutPass) && round != nil {
-				round.endPass()
-				lc.roundObjects, lc.roundRequests, lc.roundPasses = round.p.keys, round.p.made, round.passes
-				rep.Objects, rep.RoundRequests, rep.RoundPasses = lc.roundObjects, lc.roundRequests, max(1, lc.roundPasses)
-			}
-			var alone []string
-			if ci == 0 && seg == 0 {
-				alone = single
-			}
-			// This segment's requests start beside the previous one's last (one semaphore bounds
-			// both); the previous one's results are taken before the next segment is planned, so a
-			// pass holds at most two segments: one planned, one still in flight.
-			next := lc.launch(cctx, units, alone, sem, rt)
-			if pending != nil {
-				if err := lc.finish(rep, pending); err != nil {
-					lc.prevChunks = nil
-					pending = next
-					drain()
-					return nil, err
-				}
-			}
-			pending = next
-			if stop != cutSegment {
-				break
-			}
-		}
-		// A chunk's report waits for every request of the chunk.
-		if err := lc.finish(rep, pending); err != nil {
-			lc.prevChunks = nil
-			return nil, err
-		}
-		pending = nil
-		last := done || stop == cutPass
-		if last {
-			complete = done
-			lc.cursor, lc.rotating = after, !complete
-			lc.rotObjects, lc.rotRequests, lc.rotPasses = lc.rotObjects+cut.p.keys, lc.rotRequests+cut.p.made, lc.rotPasses+1
-			if complete {
-				lc.cursor = ""
-				lc.lastComplete = rep.Time
-				lc.roundObjects, lc.roundRequests, lc.roundPasses = lc.rotObjects, lc.rotRequests, lc.rotPasses
-				rep.Objects, rep.RoundRequests, rep.RoundPasses = lc.roundObjects, lc.roundRequests, max(1, lc.roundPasses)
-			}
-			rep.Complete, rep.LastComplete = complete, lc.lastComplete
-		}
-		if !last && lc.o.Progress == nil {
-			continue
-		}
-		out := rep
-		if !last {
-			cp := *rep
-			cp.Partial = true
-			out = &cp
-		}
-		out.Jobs = maps.Clone(base)
-		if err := lc.fill(ctx, out, began); err != nil {
-			lc.prevChunks = nil
-			return nil, err
-		}
-		end := lc.now()
-		rep.LongestChunk = max(rep.LongestChunk, end.Sub(start))
-		if first != "" {
-			m := chunkMark{first: first, start: start}
-			marks = append(marks, m)
-			if begins && len(prev) > 0 {
-				// A chunk covers a contiguous range of keys (lossplan.go): every object of this chunk
-				// the previous pass (a whole rotation) knew was checked there no sooner than the start
-				// of the last chunk beginning at or before this chunk's first key (an object before all
-				// of them was in the first chunk).
-				i := max(0, sort.Search(len(prev), func(i int) bool { return prev[i].first > m.first })-1)
-				rep.Revisit = max(rep.Revisit, end.Sub(prev[i].start))
-			}
-		}
-		if !last {
-			out.LongestChunk, out.Revisit = rep.LongestChunk, rep.Revisit
-			lc.o.Progress(out)
-			continue
-		}
-		break
+	if !last {
+		out.LongestChunk, out.Revisit = rep.LongestChunk, rep.Revisit
+		lc.o.Progress(out)
 	}
-	rep.Latency = rt.mean()
-	if begins && complete {
-		lc.prevChunks = marks
+	return nil
+}
+
+// end closes the pass: its latency, and its chunks kept for the next pass's Revisit when it was a
+// whole rotation on its own.
+func (p *lossPass) end() *LossReport {
+	lc, rep := p.lc, p.rep
+	rep.Latency = p.rt.mean()
+	if p.begins && p.complete {
+		lc.prevChunks = p.marks
 	} else {
 		lc.prevChunks = nil
 		rep.Revisit = 0 // not a whole rotation: the next pass's objects were not all checked by this one
 	}
-	return rep, nil
-}
-
-// fill reports in rep every (object, checkpoint) pair known missing now, per job, and those no earlier
-// report named in rep.New. began is the state the pass began with: the referencing checkpoints of each
-// missing object are read from the reverse table now and count only as the same records as then.
-func (lc *LossChecker) fill(ctx context.Context, rep *LossReport, began *memState) error {
-	ix := lc.ix
-	rep.Missing, rep.New = []LostReference{}, []LostReference{}
-	// A loss counts only for a checkpoint still live as the same record after the stats.
-	v, err := ix.acquire()
-	if err != nil {
-		return err
-	}
-	lost := []string{}
-	for k := range lc.missing {
-		lost = append(lost, k)
-	}
-	sort.Strings(lost)
-	refs := make([][]*checkpointRecord, len(lost))
-	for i, k := range lost {
-		for _, m := range referencingMetas(v.snap.txn, k) {
-			c := began.ckpts[m]
-			if c == nil || c.Err != "" || v.st.ckpts[m] != c {
-				continue
-			}
-			refs[i] = append(refs[i], c)
-		}
-	}
-	// Flink deletes a subsumed checkpoint's `_metadata` first and its files after: a checkpoint whose
-	// `_metadata` is gone from the store by now is being retired (the next sync does it), not broken.
-	metaGone := map[string]bool{}
-	for _, cs := range refs {
-		for _, c := range cs {
-			if _, done := metaGone[c.Key]; done {
-				continue
-			}
-			_, err := ix.st.Stat(ctx, c.Key)
-			if err != nil && !errors.Is(err, fs.ErrNotExist) {
-				v.release()
-				return fmt.Errorf("loss check: stat %s: %w", c.Key, err)
-			}
-			metaGone[c.Key] = err != nil
-		}
-	}
-	v.release()
-	broken := map[string]bool{}
-	seen := map[string]bool{}
-	var fresh []int // indexes into rep.Missing of pairs no earlier report named
-	for i, k := range lost {
-		counted := map[string]bool{}
-		for _, c := range refs[i] {
-			if metaGone[c.Key] {
-				continue
-			}
-			lr := LostReference{Path: k, Checkpoint: c.Key, Job: c.Job, Since: lc.since[k]}
-			rep.Missing = append(rep.Missing, lr)
-			j := rep.Jobs[c.Job]
-			if !broken[c.Key] {
-				broken[c.Key] = true
-				j.BrokenCheckpoints++
-			}
-			if !counted[c.Job] {
-				counted[c.Job] = true
-				j.MissingObjects++
-			}
-			rep.Jobs[c.Job] = j
-			pair := k + "\x00" + c.Key
-			seen[pair] = true
-			if !lc.reported[pair] {
-				fresh = append(fresh, len(rep.Missing)-1)
-			}
-		}
-	}
-	if lc.o.Quarantine != nil {
-		// A chunk's report looks up only what it names first (rep.New: the WARN line and the audit
-		// record say how to restore it); the pass's own report, every missing object, once per path.
-		look := make([]int, 0, len(rep.Missing))
-		if rep.Partial {
-			look = append(look, fresh...)
-		} else {
-			for i := range rep.Missing {
-				look = append(look, i)
-			}
-		}
-		type found struct {
-			q  QuarantinedObject
-			ok bool
-		}
-		seenQ := map[string]found{}
-		for _, i := range look {
-			p := rep.Missing[i].Path
-			f, done := seenQ[p]
-			if !done {
-				q, ok, err := lc.o.Quarantine.FindQuarantined(ctx, p)
-				if err != nil {
-					return fmt.Errorf("loss check: look %s up in quarantine: %w", p, err)
-				}
-				f = found{q, ok}
-				seenQ[p] = f
-			}
-			if f.ok {
-				q := f.q
-				rep.Missing[i].Quarantine = &q
-			}
-		}
-	}
-	for _, i := range fresh {
-		rep.New = append(rep.New, rep.Missing[i])
-	}
-	for p := range lc.reported {
-		if !seen[p] {
-			delete(lc.reported, p) // back, or no longer referenced: a new loss is reported again
-		}
-	}
-	for p := range seen {
-		lc.reported[p] = true
-	}
-	return nil
+	return rep
 }

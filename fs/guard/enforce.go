@@ -69,6 +69,12 @@ type Config struct {
 	// before the mount makes it (the local store's immutable flag is cleared there: fs/localhold). It
 	// must not block: a map lookup, at most a syscall or two on a local file.
 	BeforeChange func(op verdict.Op, key string)
+	// BeforeDecide, when set, is called for every check a verb is about to decide, before the lock
+	// is taken (and before the wait for pending updates): it may block, within its own bound (guardd
+	// refreshes a Flink REST view older than one sync there: fs/guardd/flink.go). It never runs
+	// under the lock, so a hung endpoint delays only the decisions that wait for it. A refusal it
+	// returns (what it had to do first did not finish) is the check's decision.
+	BeforeDecide func(ctx context.Context, op verdict.Op, key string) (refuse *verdict.Decision)
 }
 
 // Enforcer is the single place where guarded operations are decided: it asks the Checker, writes the audit
@@ -100,6 +106,7 @@ type Enforcer struct {
 	comms commCache
 
 	beforeChange func(op verdict.Op, key string)
+	beforeDecide func(ctx context.Context, op verdict.Op, key string) *verdict.Decision
 
 	// records recycles audit records: one is built for every decision, and a steady stream of them
 	// (rm -rf of a job folder) would otherwise be garbage the daemon pays for in GC cycles.
@@ -112,7 +119,7 @@ func NewEnforcer(cfg Config) (*Enforcer, error) {
 		return nil, errors.New("guard: no Checker: the filesystem cannot decide anything without the index")
 	}
 	e := &Enforcer{checker: cfg.Checker, audit: cfg.Audit, metrics: cfg.Metrics, refuse: cfg.RefuseErrno, log: cfg.Logger,
-		pendingWait: cfg.PendingWait, beforeChange: cfg.BeforeChange}
+		pendingWait: cfg.PendingWait, beforeChange: cfg.BeforeChange, beforeDecide: cfg.BeforeDecide}
 	if e.pendingWait == 0 {
 		e.pendingWait = defaultPendingWait
 	}
@@ -136,6 +143,7 @@ func (e *Enforcer) Checker() Checker { return e.checker }
 // Mutate decides every check in order (stopping at the first refusal), records each decision, and runs do
 // only when all are allowed. It returns the refusal errno, or do's result.
 func (e *Enforcer) Mutate(ctx context.Context, checks []Check, do func() syscall.Errno) syscall.Errno {
+	checks = e.prepare(ctx, checks)
 	e.pending.wait(ctx, e.pendingWait)
 	e.mu.RLock()
 	defer e.mu.RUnlock()
@@ -147,6 +155,7 @@ func (e *Enforcer) Mutate(ctx context.Context, checks []Check, do func() syscall
 // The index updates its do function records (Renamed, a hard link's) are finished after the lock is released:
 // the returned errno is do's, or EIO when do succeeded and an update could not be recorded.
 func (e *Enforcer) MutateExclusive(ctx context.Context, checks []Check, do func() syscall.Errno) (errno syscall.Errno) {
+	checks = e.prepare(ctx, checks)
 	e.pending.wait(ctx, e.pendingWait)
 	e.mu.Lock()
 	e.inExclusive.Store(true)
@@ -163,6 +172,39 @@ func (e *Enforcer) MutateExclusive(ctx context.Context, checks []Check, do func(
 		}
 	}()
 	return e.mutateLocked(ctx, checks, do)
+}
+
+// prepare runs Config.BeforeDecide for the checks the index will be asked about and returns them
+// with its refusals as their decisions (a copy when it refused one: the caller's slice is not
+// changed). The caller holds no lock of the enforcer.
+func (e *Enforcer) prepare(ctx context.Context, checks []Check) []Check {
+	if e.beforeDecide == nil {
+		return checks
+	}
+	out := checks
+	for i, c := range checks {
+		if c.Decided != nil {
+			continue
+		}
+		if d := e.beforeDecide(ctx, c.Op, c.Path); d != nil {
+			if &out[0] == &checks[0] {
+				out = append([]Check(nil), checks...)
+			}
+			out[i].Decided = d
+		}
+	}
+	return out
+}
+
+// prepare1 is prepare for one check.
+func (e *Enforcer) prepare1(ctx context.Context, c Check) Check {
+	if e.beforeDecide == nil || c.Decided != nil {
+		return c
+	}
+	if d := e.beforeDecide(ctx, c.Op, c.Path); d != nil {
+		c.Decided = d
+	}
+	return c
 }
 
 func (e *Enforcer) mutateLocked(ctx context.Context, checks []Check, do func() syscall.Errno) syscall.Errno {
@@ -219,6 +261,7 @@ func (e *Enforcer) mutateLocked(ctx context.Context, checks []Check, do func() s
 // decided again then). It returns the errno the caller answers with: 0 to go ahead, the refusal errno
 // (or EINTR, EIO) otherwise. A change that can run under the lock uses a verb (verbs.go).
 func (e *Enforcer) Errno(ctx context.Context, c Check) syscall.Errno {
+	c = e.prepare1(ctx, c)
 	e.pending.wait(ctx, e.pendingWait)
 	e.mu.RLock()
 	defer e.mu.RUnlock()

@@ -14,6 +14,7 @@ import (
 // index-pending (overrule), exactly as for a first decision; the queue asks again later. Nothing is recorded here: the allow was recorded when it was
 // first decided, and the caller records what it does not apply (RecordKept).
 func (e *Enforcer) Redecide(ctx context.Context, checks []Check, apply func([]verdict.Decision)) {
+	checks = e.prepare(ctx, checks)
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	// Read before the index is asked: an update that is no longer pending is in the index (pendingUpdates).

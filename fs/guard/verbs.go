@@ -47,6 +47,7 @@ func (e *Enforcer) RemoveResolved(ctx context.Context, c Check, resolve func() T
 			t.Release()
 		}
 	}()
+	c = e.prepare1(ctx, c)
 	e.pending.wait(ctx, e.pendingWait)
 	e.mu.RLock()
 	defer e.mu.RUnlock()

@@ -333,7 +333,8 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	stats := &gauges{walk: !b.NoIndexGauges}
 	var space spaceWatch
 	var q refindex.Querier = ix
-	fw := newFlinkWatch(c.FlinkREST, ix, met, log)
+	fw := newFlinkWatch(ctx, c.FlinkREST, ix, met, log, c.SyncInterval)
+	defer fw.wait() // before the index closes
 	syncOnce := func() error {
 		t0 := time.Now()
 		// Flink's report first: a job that started before the listing is known when the listing is.
@@ -405,7 +406,7 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	}
 	lw := &lossWatch{met: met, audit: al, log: log, interval: c.SyncInterval, pacer: pacer, budget: budget, listings: b.Listings}
 	lw.lc = ix.NewLossChecker(refindex.LossCheckOptions{Budget: budget, Quarantine: qfind, Pacer: pacer,
-		Chunk: lossChunk(c.SyncInterval, pacer), Progress: lw.progress, Evidence: b.Listings})
+		Chunk: lossChunk(c.SyncInterval, pacer), Progress: lw.progress, Evidence: b.Listings, FlinkRefresh: fw.lossRefresh()})
 	// Passes run beside the sync loop; the running one ends before the index and the audit log close.
 	lossCtx, stopLoss := context.WithCancel(ctx)
 	if b.Traffic != nil {
@@ -441,7 +442,7 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	}
 	defer func() { stopLoss(); lw.wait(); holds.wait() }()
 	enf, err := guard.NewEnforcer(guard.Config{Checker: ix, Audit: al, Metrics: met,
-		RefuseErrno: c.RefuseErrno, Logger: log, BeforeChange: beforeChange})
+		RefuseErrno: c.RefuseErrno, Logger: log, BeforeChange: beforeChange, BeforeDecide: fw.hook()})
 	if err != nil {
 		return err
 	}

@@ -57,6 +57,9 @@ const (
 	lossOp       = "loss-check"
 	lossDecision = "missing"
 	lossReason   = "referenced-object-missing"
+	// An object missing because Flink deletes its checkpoint itself (--flink-rest): not a loss.
+	expectedDecision = "expected"
+	expectedReason   = "flink-deletes"
 )
 
 // lossWatch runs the loss check pass after pass, beside the sync loop, from the first successful sync
@@ -182,11 +185,13 @@ func (w *lossWatch) publish(rep *refindex.LossReport, st metrics.LossStats) {
 		st.Jobs[j] = metrics.JobLoss{BrokenCheckpoints: l.BrokenCheckpoints, MissingObjects: l.MissingObjects}
 	}
 	st.Objects, st.LastComplete = rep.Objects, rep.LastComplete
+	st.Expected = expectedObjects(rep.Expected)
 	w.met.SetLoss(st)
 	w.healMissing(rep)
 	if w.observe != nil {
 		w.observe(rep)
 	}
+	w.recordExpected(rep)
 	for _, m := range rep.New {
 		msg := lossMessage(m)
 		attrs := []any{"file", m.Path, "checkpoint", m.Checkpoint, "job", m.Job}
@@ -204,6 +209,30 @@ func (w *lossWatch) publish(rep *refindex.LossReport, st metrics.LossStats) {
 			w.log.Error("audit record of a lost referenced object not written", "file", m.Path, "checkpoint", m.Checkpoint, "err", err)
 		}
 	}
+}
+
+// recordExpected logs (INFO) and audits the pairs of a report first found missing because Flink
+// deletes their checkpoint itself: the audit has them, as "expected" with the reason, not as losses.
+func (w *lossWatch) recordExpected(rep *refindex.LossReport) {
+	for _, m := range rep.NewExpected {
+		msg := fmt.Sprintf("loss check: %s, referenced by %s, is gone from the store as expected: %s", m.Path, m.Checkpoint, m.Expected)
+		w.log.Info(msg, "file", m.Path, "checkpoint", m.Checkpoint, "job", m.Job)
+		rec := audit.Record{Time: rep.Time, Op: lossOp, Decision: expectedDecision, Reason: expectedReason, Message: msg,
+			Referencing: []string{m.Checkpoint}, RefCount: 1}
+		rec.SetNames(m.Path, "")
+		if err := w.audit.Record(&rec); err != nil {
+			w.log.Error("audit record of an expected deletion not written", "file", m.Path, "checkpoint", m.Checkpoint, "err", err)
+		}
+	}
+}
+
+// expectedObjects counts the distinct objects of expected pairs.
+func expectedObjects(ps []refindex.LostReference) int {
+	seen := map[string]bool{}
+	for _, p := range ps {
+		seen[p.Path] = true
+	}
+	return len(seen)
 }
 
 // progress is the LossChecker's Progress: a chunk's report moves the gauges (and names its new losses)

@@ -27,6 +27,9 @@ type LossStats struct {
 	// Bound is how long after it happens a loss shows at most at the store's current size (the time
 	// between two passes' starts plus a chunk, never less than the last pass measured).
 	Bound time.Duration
+	// Expected is the number of distinct referenced objects missing that Flink reports it deletes
+	// itself (--flink-rest): not losses, not in Jobs.
+	Expected int
 }
 
 // JobLoss is one job's losses.
@@ -45,6 +48,7 @@ type lossMetrics struct {
 	passes   prometheus.Gauge
 	duration prometheus.Gauge
 	bound    prometheus.Gauge
+	expected prometheus.Gauge
 	failures prometheus.Counter
 
 	mu           sync.Mutex
@@ -68,6 +72,8 @@ func (l *lossMetrics) register(r *prometheus.Registry) {
 			Help: "Loss check passes a complete check of every referenced object takes under --loss-check-budget; above 1 a loss shows only after that many passes."}},
 		{&l.duration, prometheus.GaugeOpts{Name: "ckguard_loss_check_duration_seconds",
 			Help: "Duration of the last loss check pass; passes start 3/4 of --sync-interval apart, back to back when one takes longer, and a loss then shows later."}},
+		{&l.expected, prometheus.GaugeOpts{Name: "ckguard_loss_expected_objects",
+			Help: "Objects referenced by live checkpoints that are missing from the store because Flink deletes those checkpoints itself (with --flink-rest: discarded in the job's checkpoint history, or retained by a job that ended in a state its retention deletes on): expected deletions, not losses."}},
 		{&l.bound, prometheus.GaugeOpts{Name: "ckguard_loss_check_bound_seconds",
 			Help: "How long after it happens a loss shows at most at the store's current size: the time between two passes' starts (3/4 of --sync-interval, or the pass) plus a chunk of a pass (a rotation of passes: that many periods plus a pass), and never less than the last pass measured from each chunk's previous check to its report."}},
 	})
@@ -112,6 +118,7 @@ func (m *Metrics) SetLoss(s LossStats) {
 	l.passes.Set(float64(s.RoundPasses))
 	l.duration.Set(s.Duration.Seconds())
 	l.bound.Set(s.Bound.Seconds())
+	l.expected.Set(float64(s.Expected))
 	if !s.LastComplete.IsZero() {
 		l.lastComplete = s.LastComplete
 	}

@@ -197,6 +197,8 @@ type CheckpointRef struct {
 	ExternalPath string `json:"external_path"`
 	// Trigger is the trigger timestamp (epoch ms).
 	Trigger int64 `json:"trigger_timestamp"`
+	// Discarded: Flink has marked the completed checkpoint for deletion (it deletes it itself).
+	Discarded bool `json:"discarded"`
 }
 
 // Restored is latest.restored.

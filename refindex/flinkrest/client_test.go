@@ -104,6 +104,16 @@ func TestReportFromRecordedFlink(t *testing.T) {
 			if j.DetailErr != "" || j.NoCheckpointing {
 				t.Errorf("flink %s: detail error %q, no checkpointing %v", r.Flink, j.DetailErr, j.NoCheckpointing)
 			}
+			// Every recording has checkpoints Flink subsumed (discarded: true) and the latest
+			// completed one, which it keeps.
+			if len(j.Discarded) == 0 || j.Started.IsZero() {
+				t.Errorf("flink %s: discarded %q, started %v; want the subsumed checkpoints and the start time", r.Flink, j.Discarded, j.Started)
+			}
+			for _, d := range j.Discarded {
+				if d == j.LatestCompleted || !strings.Contains(d, "/"+r.Job+"/chk-") {
+					t.Errorf("flink %s: discarded %q; want the job's chk folders other than the latest completed %q", r.Flink, d, j.LatestCompleted)
+				}
+			}
 			if int64(len(j.InProgress)) > j.InProgressCount {
 				t.Errorf("flink %s: %d in-progress history entries, counts.in_progress %d", r.Flink, len(j.InProgress), j.InProgressCount)
 			}
@@ -277,5 +287,46 @@ func TestTimeoutAndPoller(t *testing.T) {
 	down.Store(false)
 	if s, ch = p.Poll(context.Background()); len(ch) != 1 || !ch[0].Up || !s.Endpoints[0].Up {
 		t.Errorf("poll after recovery: %+v %+v", s, ch)
+	}
+}
+
+// Polls of one endpoint that overlap (the sync's and a refresh before a decision): the outcome of the
+// poll that began last stays, even when an older one ends after it (an answer given before the job
+// started must not replace one given after).
+func TestPollerNewestPollWins(t *testing.T) {
+	var first atomic.Bool
+	first.Store(true)
+	slow := make(chan struct{})
+	entered := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path != "/jobs/overview" {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		if first.CompareAndSwap(true, false) {
+			close(entered)
+			<-slow // the older poll's answer: no job, arriving last
+			_, _ = w.Write([]byte(`{"jobs":[]}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"jobs":[{"jid":"6c79f1a2b3c4d5e6f708192a3b4c5d6e","name":"orders","state":"RUNNING"}]}`))
+	}))
+	defer srv.Close()
+	c, err := New(Config{URL: srv.URL, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewPoller([]*Client{c})
+	done := make(chan struct{})
+	go func() { defer close(done); p.Poll(context.Background()) }()
+	<-entered
+	s, _ := p.PollSome(context.Background(), []string{c.URL()}, 1)
+	if e := s.Endpoints[0]; !e.Up || len(e.Jobs) != 1 || e.Polled.IsZero() {
+		t.Fatalf("refresh: %+v; want the RUNNING job", e)
+	}
+	close(slow)
+	<-done
+	if e := p.Snapshot().Endpoints[0]; len(e.Jobs) != 1 || e.Jobs[0].State != "RUNNING" {
+		t.Fatalf("after the older poll ended: %+v; want the newer answer kept", e)
 	}
 }

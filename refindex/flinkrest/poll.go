@@ -40,6 +40,13 @@ type Job struct {
 	ConfigKnown          bool `json:"config_known,omitempty"`
 	Externalized         bool `json:"externalized,omitempty"`
 	DeleteOnCancellation bool `json:"delete_on_cancellation,omitempty"`
+	// Discarded are the external paths of the completed checkpoints the history lists as discarded
+	// (discarded: true): Flink has marked them for deletion and deletes their files itself (a
+	// subsumed checkpoint; at the job's end, those its retention does not keep). The history keeps
+	// only the newest entries (web.checkpoints.history, 10).
+	Discarded []string `json:"discarded,omitempty"`
+	// Started is the overview's start-time (zero: not reported).
+	Started time.Time `json:"started,omitzero"`
 	// NoCheckpointing: Flink answered 404 to the checkpoint statistics (checkpointing not enabled).
 	NoCheckpointing bool `json:"no_checkpointing,omitempty"`
 	// DetailErr: the checkpoint statistics could not be read this time (the values above are then
@@ -74,6 +81,9 @@ func (c *Client) Report(ctx context.Context) (Report, error) {
 			continue // not a job id: nothing of the store can be named after it
 		}
 		j := Job{ID: o.ID, Name: o.Name, State: o.State}
+		if o.Start > 0 {
+			j.Started = time.UnixMilli(o.Start)
+		}
 		if !Terminal(o.State) {
 			st, err := c.Checkpoints(ctx, o.ID)
 			switch {
@@ -100,6 +110,9 @@ func (j *Job) fill(st CheckpointStats) {
 		if h.Status == "IN_PROGRESS" {
 			j.InProgress = append(j.InProgress, h.ID)
 		}
+		if h.Status == "COMPLETED" && h.Discarded && h.ExternalPath != "" {
+			j.Discarded = append(j.Discarded, h.ExternalPath)
+		}
 	}
 	if c := st.Latest.Completed; c != nil {
 		j.LatestCompleted, j.LatestCompletedID = c.ExternalPath, c.ID
@@ -122,6 +135,9 @@ type Endpoint struct {
 	Up bool `json:"up"`
 	// Answered is when the endpoint last answered (zero: never since the poller started).
 	Answered time.Time `json:"answered,omitzero"`
+	// Polled is when the poll whose outcome this is began, answered or not (zero: not polled yet):
+	// the age of what is known of the endpoint.
+	Polled time.Time `json:"polled,omitzero"`
 	// DownSince is when the first failed poll of the current outage started (zero while up).
 	DownSince time.Time `json:"down_since,omitzero"`
 	// Err is the last poll's error ("" while up).
@@ -143,7 +159,9 @@ type Change struct {
 	Err string
 }
 
-// Poller polls a fixed set of endpoints and keeps each one's last answer across outages.
+// Poller polls a fixed set of endpoints and keeps each one's last answer across outages. Polls of
+// one endpoint may overlap (the sync's and a refresh before a decision): the outcome of the poll
+// that began last wins, whichever ends last (an older answer never replaces a newer one).
 type Poller struct {
 	clients []*Client
 	mu      sync.Mutex
@@ -175,47 +193,77 @@ func (p *Poller) Snapshot() Snapshot {
 // Poll asks every endpoint at once (each bounded by its client's timeout) and returns the new
 // state and the endpoints that went down or came back.
 func (p *Poller) Poll(ctx context.Context) (Snapshot, []Change) {
-	reps := make([]Report, len(p.clients))
-	errs := make([]error, len(p.clients))
+	all := make([]string, len(p.clients))
+	for i, c := range p.clients {
+		all[i] = c.URL()
+	}
+	s, ch := p.PollSome(ctx, all, reportBudget)
+	s.At = time.Now()
+	return s, ch
+}
+
+// PollSome asks the endpoints named by urls at once, each report bounded by budget request timeouts
+// of its client (at least one), and returns the new state of all and the changes among those.
+// An overview that does not arrive within the budget is the endpoint's failure (down until a poll
+// answers); checkpoint details that do not are detail errors (Report).
+func (p *Poller) PollSome(ctx context.Context, urls []string, budget int) (Snapshot, []Change) {
+	want := map[string]bool{}
+	for _, u := range urls {
+		want[u] = true
+	}
+	type outcome struct {
+		i     int
+		begun time.Time
+		rep   Report
+		err   error
+	}
+	var outs []*outcome
 	var wg sync.WaitGroup
 	for i, c := range p.clients {
+		if !want[c.URL()] {
+			continue
+		}
+		o := &outcome{i: i}
+		outs = append(outs, o)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			// A whole report is bounded too (an endpoint that answers the overview and then hangs
 			// would otherwise hold the sync loop a timeout per job): what did not arrive in time is
 			// a detail error, the jobs' states still count.
-			rctx, cancel := context.WithTimeout(ctx, reportBudget*c.cfg.Timeout)
+			rctx, cancel := context.WithTimeout(ctx, time.Duration(max(budget, 1))*c.cfg.Timeout)
 			defer cancel()
-			reps[i], errs[i] = c.Report(rctx)
+			o.begun = time.Now()
+			o.rep, o.err = c.Report(rctx)
 		}()
 	}
 	wg.Wait()
 	now := time.Now()
 	p.mu.Lock()
 	var changes []Change
-	for i := range p.clients {
-		e := &p.state[i]
+	for _, o := range outs {
+		e := &p.state[o.i]
+		if !o.begun.After(e.Polled) {
+			continue // a poll that began later has already been applied
+		}
 		wasUp := e.Up
-		if errs[i] != nil {
+		if o.err != nil {
 			// An outage is reported once, at its first failed poll (a never-answered endpoint's too).
 			if wasUp || e.DownSince.IsZero() {
 				e.DownSince = now
-				changes = append(changes, Change{URL: e.URL, Up: false, Err: errs[i].Error()})
+				changes = append(changes, Change{URL: e.URL, Up: false, Err: o.err.Error()})
 			}
-			e.Up, e.Err = false, errs[i].Error()
+			e.Up, e.Err, e.Polled = false, o.err.Error(), o.begun
 			continue
 		}
-		jobs := carryDetails(e.Jobs, reps[i].Jobs)
+		jobs := carryDetails(e.Jobs, o.rep.Jobs)
 		if !wasUp {
 			changes = append(changes, Change{URL: e.URL, Up: true})
 		}
-		*e = Endpoint{URL: e.URL, Up: true, Answered: reps[i].At, Jobs: jobs}
+		*e = Endpoint{URL: e.URL, Up: true, Answered: o.rep.At, Polled: o.begun, Jobs: jobs}
 	}
 	p.mu.Unlock()
-	s := p.Snapshot()
-	s.At = now
-	return s, changes
+	return p.Snapshot(), changes
 }
 
 // carryDetails keeps, for a job whose details failed this time, the checkpoint facts of the last
@@ -231,7 +279,7 @@ func carryDetails(prev, cur []Job) []Job {
 			continue
 		}
 		if o, ok := old[j.ID]; ok {
-			j.InProgress, j.InProgressCount = o.InProgress, o.InProgressCount
+			j.InProgress, j.InProgressCount, j.Discarded = o.InProgress, o.InProgressCount, o.Discarded
 			j.LatestCompleted, j.LatestCompletedID, j.LatestSavepoint = o.LatestCompleted, o.LatestCompletedID, o.LatestSavepoint
 			j.Restored, j.RestoredID, j.RestoredSavepoint = o.Restored, o.RestoredID, o.RestoredSavepoint
 		}
