@@ -28,6 +28,7 @@ import (
 	"github.com/ckguard/ckguard/fs/procs"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/flinkrest"
+	"github.com/ckguard/ckguard/refindex/pace"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
@@ -261,7 +262,6 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	if err != nil {
 		return err
 	}
-	st := b.Store
 	// The mount's logger last: it wins over a logger among the caller's options. Flink pointed at the
 	// mountpoint writes file:<mountpoint>/… references: they are store keys (unless --map says otherwise).
 	mntAbs, err := filepath.Abs(c.Mountpoint)
@@ -273,50 +273,9 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	// watches the FUSE requests the metrics count, to serve several clients with every P.
 	gov := procs.New(c.ServeProcs, procs.Runtime(), met.Concurrency)
 	defer gov.Stop()
-	// WithFreshIndex: an index generation that cannot be opened (damaged by a crash or a full disk,
-	// another schema after an upgrade) is set aside and the index rebuilt from the store by the initial
-	// sync, before the mount serves anything. The index is derived data; refusing to start would stop
-	// every cleanup until someone runs `ckguard index rebuild` by hand.
-	opts := append(append([]refindex.Option{}, c.IndexOptions...), refindex.WithLogger(log), refindex.WithMountpoint(mntAbs),
-		refindex.WithWork(gov.Work), refindex.WithFreshIndex())
-	if c.Progress != nil {
-		opts = append(opts, refindex.WithProgress(c.Progress))
-	}
-	// The index directory is the daemon's alone, whatever mode it was given: it holds the audit log and the
-	// control socket by default, and the index's own files, which badger creates 0666 and the local mount
-	// (which clears the process's umask, see localfs.Mount) leaves at that.
-	if err := privateDir(c.IndexDir); err != nil {
-		return err
-	}
-	warnVolatile(c.IndexDir, log)
-	var fl *fleet
-	if c.Shared || c.SharedReadOnly {
-		if b.Shared == nil {
-			return fmt.Errorf("--shared: this store kind has no shared state area in this version; mount it without --shared")
-		}
-		cas, err := b.Shared(ctx)
-		if err != nil {
-			return fmt.Errorf("--shared: %w", err)
-		}
-		fl = newFleet(c, cas, log)
-		fl.register(met)
-		if c.SharedReadOnly && b.Holds != nil {
-			// Its holds would be in no mount's record of the store: none would ever release them,
-			// and it could release what the others need.
-			return fmt.Errorf("--hold with --shared-read-only: an observer writes nothing into the store's shared state, where the --shared mounts record which holds each needs; set --hold on the --shared mounts and mount the observer with --hold off")
-		}
-		if c.SharedReadOnly {
-			fl.readOnly = true
-			opts = append(opts, refindex.WithSharedPins(readOnlyPins{fl.pins}))
-			log.Info("shared state, read-only: pins from the store's shared area protect here; this mount writes nothing there (no heartbeat, no pins through it)", "area", cas.Where())
-		} else {
-			opts = append(opts, refindex.WithSharedPins(fl.pins))
-			log.Info("shared state: pins from the store's shared area, heartbeat after every sync", "area", cas.Where(), "mount_id", fl.rec.ID)
-		}
-	}
-	ix, err := refindex.Open(c.IndexDir, st, c.Policy, opts...)
+	ix, fl, err := openIndex(ctx, c, b, mntAbs, gov, met)
 	if err != nil {
-		return fmt.Errorf("open index: %w", err)
+		return err
 	}
 	defer func() {
 		if cerr := closeIndex(ix, log); cerr != nil && err == nil {
@@ -335,45 +294,12 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	var q refindex.Querier = ix
 	fw := newFlinkWatch(ctx, c.FlinkREST, ix, met, log, c.SyncInterval)
 	defer fw.wait() // before the index closes
-	syncOnce := func() error {
-		t0 := time.Now()
-		// Flink's report first: a job that started before the listing is known when the listing is.
-		fw.poll(ctx)
-		serr := ix.Sync(ctx)
-		met.Sync(time.Since(t0), serr)
-		if serr != nil {
-			log.Error("index sync failed; refusing every deletion until a sync succeeds", "store", c.StoreDir, "err", serr)
-		} else {
-			attrs := []any{"took", time.Since(t0)}
-			if b.SyncLogAttrs != nil {
-				attrs = append(attrs, b.SyncLogAttrs()...)
-			}
-			log.Debug("index synced", attrs...)
-		}
-		if fl != nil {
-			fl.afterSync(ctx, ix, serr, c.SyncInterval)
-		}
-		if c.MetricsAddr != "" {
-			stats.refresh(ctx, q, met, gov, log)
-		}
-		if b.Space != nil {
-			space.check(ctx, b.Space, met, log)
-		}
-		return serr
-	}
-	log.Info("syncing index with the store", "store", c.StoreDir, "index", c.IndexDir)
+	sy := &syncer{c: c, b: b, ix: ix, q: q, met: met, gov: gov, log: log, fw: fw, fl: fl, stats: stats, space: &space}
+	syncOnce := func() error { return sy.once(ctx) }
 	t0 := time.Now()
-	firstSync := syncOnce()
-	if err := firstSync; err != nil {
-		if ctx.Err() != nil {
-			log.Info("interrupted during the initial sync; not mounting")
-			return nil
-		}
-		// Fail closed but stay up: reads work, every deletion is refused with the reason, and the periodic
-		// sync retries.
-		log.Warn("mounting with a failed index sync: every deletion will be refused until a sync succeeds", "err", err)
-	} else {
-		log.Info("index in sync", "took", time.Since(t0).Round(time.Millisecond))
+	firstSync := sy.first(ctx)
+	if firstSync != nil && ctx.Err() != nil {
+		return nil // interrupted during the initial sync: not mounting
 	}
 
 	al, err := audit.Open(c.AuditLog, audit.Options{FsyncInterval: c.AuditFsync})
@@ -387,33 +313,12 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	}()
 	// The loss check starts after the first successful sync and runs pass after pass beside the sync
 	// loop (outside any lock of the enforcer).
-	// The mount's own quarantine is asked first, then the backend (a delete marker on a versioned
-	// bucket hides the object of a deletion made outside the mount).
-	qfind := b.Quarantine
-	var staged *finder
-	if c.Quarantine > 0 {
-		staged = &finder{restore: "ckguard quarantine restore --store " + c.StoreDir + " --index " + c.IndexDir}
-		if qfind != nil {
-			qfind = chainFinder{staged, qfind}
-		} else {
-			qfind = staged
-		}
-	}
-	budget := lossBudget(c.LossCheckBudget, b.LossCheckBudget)
-	pacer := lossPacer(c.LossCheckRate, b.LossCheckRate, b.Traffic)
-	if b.Listings != nil {
-		b.Listings.SetMaxAge(lossEvidenceAge(c.SyncInterval))
-	}
-	lw := &lossWatch{met: met, audit: al, log: log, interval: c.SyncInterval, pacer: pacer, budget: budget, listings: b.Listings}
-	lw.lc = ix.NewLossChecker(refindex.LossCheckOptions{Budget: budget, Quarantine: qfind, Pacer: pacer,
-		Chunk: lossChunk(c.SyncInterval, pacer), Progress: lw.progress, Evidence: b.Listings, FlinkRefresh: fw.lossRefresh()})
+	lw, pacer, staged := newLossWatch(c, b, ix, al, met, log, fw)
 	// Passes run beside the sync loop; the running one ends before the index and the audit log close.
 	lossCtx, stopLoss := context.WithCancel(ctx)
 	if b.Traffic != nil {
 		lossCtx = b.Traffic.Background(lossCtx)
 	}
-	var holds *holdRunner
-	var beforeChange func(verdict.Op, string)
 	// sweep is the store's sweeper lease (--shared): the quarantine's purge and the release of holds
 	// no mount needs run under it.
 	var sweep *sweepLease
@@ -421,25 +326,8 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 		sweep = newSweepLease(fl, c.SyncInterval, log)
 		defer sweep.release()
 	}
-	if b.Holds != nil {
-		env := HoldEnv{Index: ix, Audit: al, Metrics: met, Pacer: pacer}
-		if fl != nil {
-			env.Fleet = fleetHolds{shared.NewHolds(fl.cas, fl.rec.ID), sweep}
-		}
-		h := b.Holds(env)
-		lw.heal = h.Heal
-		if bc, ok := h.(changeHook); ok {
-			beforeChange = bc.BeforeChange
-		}
-		if o, ok := h.(LossObserver); ok {
-			lw.observe = o.ObserveLoss
-		}
-		if g, ok := h.(RetireGuarder); ok {
-			ix.SetRetireGuard(g.GuardRetire)
-			defer ix.SetRetireGuard(nil)
-		}
-		holds = startHolds(lossCtx, h)
-	}
+	holds, beforeChange, unguard := startHoldsFor(lossCtx, b, HoldEnv{Index: ix, Audit: al, Metrics: met, Pacer: pacer}, fl, sweep, lw)
+	defer unguard()
 	defer func() { stopLoss(); lw.wait(); holds.wait() }()
 	enf, err := guard.NewEnforcer(guard.Config{Checker: ix, Audit: al, Metrics: met,
 		RefuseErrno: c.RefuseErrno, Logger: log, BeforeChange: beforeChange, BeforeDecide: fw.hook()})
@@ -449,19 +337,11 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 
 	srvCtx, stopServers := context.WithCancel(context.Background())
 	defer stopServers()
-	var metricsAddr string
-	if c.MetricsAddr != "" {
-		a, err := met.Serve(srvCtx, c.MetricsAddr, log)
-		if err != nil {
-			return err
-		}
-		metricsAddr = a.String()
-	}
-	ctl, err := control.ServeQuerier(c.ControlSocket, q, log)
+	metricsAddr, closeCtl, err := serveQueries(srvCtx, c, met, q)
 	if err != nil {
 		return err
 	}
-	defer ctl.Close()
+	defer closeCtl()
 
 	m, err := b.Mount(ctx, enf, met)
 	if err != nil {
@@ -471,32 +351,12 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	if p, ok := m.(passthrougher); ok {
 		passthrough = p.Passthrough()
 	}
-	var stage *stager
-	if area := stagingOf(m); area != nil {
-		var rc *restoreClaims
-		if fl != nil {
-			rc = newRestoreClaims(fl)
-		}
-		stage = newStager(c, area, enf, al, met, log, rc)
-		var served quarantine.Service = stage.svc
-		if fl != nil {
-			stage.sweep = sweep
-			served = restoreService{stage.svc, rc}
-		}
-		if staged != nil {
-			staged.area.Store(&stagingBox{area})
-		}
-		qs, err := control.ServeQuarantine(QuarantineSocket(c.ControlSocket), served, log)
-		if err != nil {
-			_ = m.Unmount()
-			return err
-		}
-		defer qs.Close()
-		stage.tick(ctx)
-	} else if c.Quarantine > 0 {
+	stage, closeStaging, err := serveStaging(ctx, c, m, enf, al, met, log, fl, sweep, staged)
+	if err != nil {
 		_ = m.Unmount()
-		return fmt.Errorf("--quarantine: this store's mount cannot stage deletions yet; mount it with --quarantine 0")
+		return err
 	}
+	defer closeStaging()
 	gov.Serve()
 	log.Info("mounted", "store", c.StoreDir, "mountpoint", m.Mountpoint(), "passthrough", passthrough,
 		"control_socket", c.ControlSocket, "audit_log", c.AuditLog, "metrics", metricsAddr,
@@ -533,6 +393,227 @@ func Serve(ctx context.Context, c Config, open func(context.Context, Config) (Ba
 	}
 	log.Info("signal received; unmounting", "mountpoint", m.Mountpoint())
 	return unmount(m, gone, log)
+}
+
+// openIndex opens the daemon's index over the backend's store, in its private index folder, with
+// the shared pins of the store's fleet (--shared). WithFreshIndex: an index generation that cannot
+// be opened (damaged by a crash or a full disk, another schema after an upgrade) is set aside and the
+// index rebuilt from the store by the initial sync, before the mount serves anything. The index is
+// derived data; refusing to start would stop every cleanup until someone runs `ckguard index
+// rebuild` by hand.
+func openIndex(ctx context.Context, c Config, b Backend, mntAbs string, gov *procs.Governor, met *metrics.Metrics) (*refindex.Index, *fleet, error) {
+	log := c.Logger
+	opts := append(append([]refindex.Option{}, c.IndexOptions...), refindex.WithLogger(log), refindex.WithMountpoint(mntAbs),
+		refindex.WithWork(gov.Work), refindex.WithFreshIndex())
+	if c.Progress != nil {
+		opts = append(opts, refindex.WithProgress(c.Progress))
+	}
+	// The index directory is the daemon's alone, whatever mode it was given: it holds the audit log and the
+	// control socket by default, and the index's own files, which badger creates 0666 and the local mount
+	// (which clears the process's umask, see localfs.Mount) leaves at that.
+	if err := privateDir(c.IndexDir); err != nil {
+		return nil, nil, err
+	}
+	warnVolatile(c.IndexDir, log)
+	fl, opts, err := openFleet(ctx, c, b, met, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	ix, err := refindex.Open(c.IndexDir, b.Store, c.Policy, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open index: %w", err)
+	}
+	return ix, fl, nil
+}
+
+// openFleet opens the store's shared state area for --shared and --shared-read-only (nil without
+// either) and returns the index options that take the shared pins from it.
+func openFleet(ctx context.Context, c Config, b Backend, met *metrics.Metrics, opts []refindex.Option) (*fleet, []refindex.Option, error) {
+	if !c.Shared && !c.SharedReadOnly {
+		return nil, opts, nil
+	}
+	log := c.Logger
+	if b.Shared == nil {
+		return nil, nil, fmt.Errorf("--shared: this store kind has no shared state area in this version; mount it without --shared")
+	}
+	if c.SharedReadOnly && b.Holds != nil {
+		// Its holds would be in no mount's record of the store: none would ever release them,
+		// and it could release what the others need.
+		return nil, nil, fmt.Errorf("--hold with --shared-read-only: an observer writes nothing into the store's shared state, where the --shared mounts record which holds each needs; set --hold on the --shared mounts and mount the observer with --hold off")
+	}
+	cas, err := b.Shared(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--shared: %w", err)
+	}
+	fl := newFleet(c, cas, log)
+	fl.register(met)
+	if c.SharedReadOnly {
+		fl.readOnly = true
+		log.Info("shared state, read-only: pins from the store's shared area protect here; this mount writes nothing there (no heartbeat, no pins through it)", "area", cas.Where())
+		return fl, append(opts, refindex.WithSharedPins(readOnlyPins{fl.pins})), nil
+	}
+	log.Info("shared state: pins from the store's shared area, heartbeat after every sync", "area", cas.Where(), "mount_id", fl.rec.ID)
+	return fl, append(opts, refindex.WithSharedPins(fl.pins)), nil
+}
+
+// syncer is one index sync of the daemon with what follows it: Flink's report first (a job that
+// started before the listing is known when the listing is), then the fleet's heartbeat, the gauges
+// and the free-space check.
+type syncer struct {
+	c     Config
+	b     Backend
+	ix    *refindex.Index
+	q     refindex.Querier
+	met   *metrics.Metrics
+	gov   *procs.Governor
+	log   *slog.Logger
+	fw    *flinkWatch
+	fl    *fleet
+	stats *gauges
+	space *spaceWatch
+}
+
+func (sy *syncer) once(ctx context.Context) error {
+	t0 := time.Now()
+	sy.fw.poll(ctx)
+	serr := sy.ix.Sync(ctx)
+	sy.met.Sync(time.Since(t0), serr)
+	if serr != nil {
+		sy.log.Error("index sync failed; refusing every deletion until a sync succeeds", "store", sy.c.StoreDir, "err", serr)
+	} else {
+		attrs := []any{"took", time.Since(t0)}
+		if sy.b.SyncLogAttrs != nil {
+			attrs = append(attrs, sy.b.SyncLogAttrs()...)
+		}
+		sy.log.Debug("index synced", attrs...)
+	}
+	if sy.fl != nil {
+		sy.fl.afterSync(ctx, sy.ix, serr, sy.c.SyncInterval)
+	}
+	if sy.c.MetricsAddr != "" {
+		sy.stats.refresh(ctx, sy.q, sy.met, sy.gov, sy.log)
+	}
+	if sy.b.Space != nil {
+		sy.space.check(ctx, sy.b.Space, sy.met, sy.log)
+	}
+	return serr
+}
+
+// first runs the initial sync. A failed one still mounts, failing closed: reads work, every
+// deletion is refused with the reason, and the periodic sync retries.
+func (sy *syncer) first(ctx context.Context) error {
+	sy.log.Info("syncing index with the store", "store", sy.c.StoreDir, "index", sy.c.IndexDir)
+	t0 := time.Now()
+	err := sy.once(ctx)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		sy.log.Info("interrupted during the initial sync; not mounting")
+	case err != nil:
+		sy.log.Warn("mounting with a failed index sync: every deletion will be refused until a sync succeeds", "err", err)
+	default:
+		sy.log.Info("index in sync", "took", time.Since(t0).Round(time.Millisecond))
+	}
+	return err
+}
+
+// serveQueries serves the metrics (with --metrics) and the control socket's queries until ctx ends
+// and closeCtl is called; addr is where the metrics listen.
+func serveQueries(ctx context.Context, c Config, met *metrics.Metrics, q refindex.Querier) (addr string, closeCtl func(), err error) {
+	if c.MetricsAddr != "" {
+		a, err := met.Serve(ctx, c.MetricsAddr, c.Logger)
+		if err != nil {
+			return "", nil, err
+		}
+		addr = a.String()
+	}
+	ctl, err := control.ServeQuerier(c.ControlSocket, q, c.Logger)
+	if err != nil {
+		return "", nil, err
+	}
+	return addr, func() { _ = ctl.Close() }, nil
+}
+
+// newLossWatch builds the loss check of the daemon, its pacer, and (with --quarantine) the finder
+// of the mount's own staged deletions, which the loss check asks first, then the backend (a delete
+// marker on a versioned bucket hides the object of a deletion made outside the mount).
+func newLossWatch(c Config, b Backend, ix *refindex.Index, al *audit.Log, met *metrics.Metrics, log *slog.Logger, fw *flinkWatch) (*lossWatch, *pace.Limiter, *finder) {
+	qfind := b.Quarantine
+	var staged *finder
+	if c.Quarantine > 0 {
+		staged = &finder{restore: "ckguard quarantine restore --store " + c.StoreDir + " --index " + c.IndexDir}
+		if qfind != nil {
+			qfind = chainFinder{staged, qfind}
+		} else {
+			qfind = staged
+		}
+	}
+	budget := lossBudget(c.LossCheckBudget, b.LossCheckBudget)
+	pacer := lossPacer(c.LossCheckRate, b.LossCheckRate, b.Traffic)
+	if b.Listings != nil {
+		b.Listings.SetMaxAge(lossEvidenceAge(c.SyncInterval))
+	}
+	lw := &lossWatch{met: met, audit: al, log: log, interval: c.SyncInterval, pacer: pacer, budget: budget, listings: b.Listings}
+	lw.lc = ix.NewLossChecker(refindex.LossCheckOptions{Budget: budget, Quarantine: qfind, Pacer: pacer,
+		Chunk: lossChunk(c.SyncInterval, pacer), Progress: lw.progress, Evidence: b.Listings, FlinkRefresh: fw.lossRefresh()})
+	return lw, pacer, staged
+}
+
+// startHoldsFor starts the backend's holds (--hold; nil runner and hook without) and ties them to
+// the loss check (healing, observed losses) and the index (the guard of retiring a held
+// _metadata); unguard undoes the index's part.
+func startHoldsFor(ctx context.Context, b Backend, env HoldEnv, fl *fleet, sweep *sweepLease, lw *lossWatch) (holds *holdRunner, beforeChange func(verdict.Op, string), unguard func()) {
+	unguard = func() {}
+	if b.Holds == nil {
+		return nil, nil, unguard
+	}
+	if fl != nil {
+		env.Fleet = fleetHolds{shared.NewHolds(fl.cas, fl.rec.ID), sweep}
+	}
+	h := b.Holds(env)
+	lw.heal = h.Heal
+	if bc, ok := h.(changeHook); ok {
+		beforeChange = bc.BeforeChange
+	}
+	if o, ok := h.(LossObserver); ok {
+		lw.observe = o.ObserveLoss
+	}
+	if g, ok := h.(RetireGuarder); ok {
+		env.Index.SetRetireGuard(g.GuardRetire)
+		unguard = func() { env.Index.SetRetireGuard(nil) }
+	}
+	return startHolds(ctx, h), beforeChange, unguard
+}
+
+// serveStaging serves the quarantine of a mount that stages its deletions on the quarantine socket
+// (with --shared, restores claim their entries in the shared area) and returns what closes it; an
+// error when --quarantine is asked of a mount that cannot stage.
+func serveStaging(ctx context.Context, c Config, m Mount, enf *guard.Enforcer, al *audit.Log, met *metrics.Metrics, log *slog.Logger, fl *fleet, sweep *sweepLease, staged *finder) (*stager, func(), error) {
+	area := stagingOf(m)
+	if area == nil {
+		if c.Quarantine > 0 {
+			return nil, nil, fmt.Errorf("--quarantine: this store's mount cannot stage deletions yet; mount it with --quarantine 0")
+		}
+		return nil, func() {}, nil
+	}
+	var rc *restoreClaims
+	if fl != nil {
+		rc = newRestoreClaims(fl)
+	}
+	stage := newStager(c, area, enf, al, met, log, rc)
+	var served quarantine.Service = stage.svc
+	if fl != nil {
+		stage.sweep = sweep
+		served = restoreService{stage.svc, rc}
+	}
+	if staged != nil {
+		staged.area.Store(&stagingBox{area})
+	}
+	qs, err := control.ServeQuarantine(QuarantineSocket(c.ControlSocket), served, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	stage.tick(ctx)
+	return stage, func() { _ = qs.Close() }, nil
 }
 
 // unmount unmounts cleanly, or — when files are still open on the mount — detaches it lazily: the mount
