@@ -125,7 +125,15 @@ func holdSyncScale(b *testing.B, objects int, lat time.Duration) {
 	defer ledger.Close()
 	h := s3hold.New(s3hold.Options{Server: c, Index: ix, Ledger: ledger, Logger: slogQuiet, Mode: s3hold.ModeRequired})
 	proxy.Ops()
-	var beside []time.Duration
+	var (
+		besideMu sync.Mutex
+		beside   []time.Duration
+	)
+	syncsBeside := func() []time.Duration {
+		besideMu.Lock()
+		defer besideMu.Unlock()
+		return append([]time.Duration(nil), beside...)
+	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -137,10 +145,36 @@ func holdSyncScale(b *testing.B, objects int, lat time.Duration) {
 				return
 			default:
 			}
-			beside = append(beside, sync1())
+			t := time.Now()
+			if err := ix.Sync(ctx); err != nil {
+				b.Error(err) // not Fatal: this is not the benchmark's goroutine
+				return
+			}
+			d := time.Since(t)
+			besideMu.Lock()
+			beside = append(beside, d)
+			besideMu.Unlock()
 		}
 	}()
 	t1 := time.Now()
+	// Progress once a minute (a first pass at 1,000,000 objects takes most of an hour): the held count
+	// and the rate so far.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(time.Minute)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				held := h.Status().Held
+				fmt.Printf("hold scale %d objects: first pass %s in, %d held (%.2f ms per object so far), %d syncs beside it, load %s\n",
+					lr.Distinct, time.Since(t1).Round(time.Second), held, float64(time.Since(t1).Microseconds())/1000/float64(max(held, 1)), len(syncsBeside()), loadAvg())
+			}
+		}
+	}()
 	if err := h.Pass(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -149,6 +183,9 @@ func holdSyncScale(b *testing.B, objects int, lat time.Duration) {
 	wg.Wait()
 	firstOps := proxy.Ops()
 	st := h.Status()
+	if b.Failed() {
+		b.FailNow()
+	}
 	if st.Failed != 0 || st.Pending != 0 || st.Held < lr.Distinct {
 		b.Fatalf("after the first pass: %+v, want %d referenced objects held", st, lr.Distinct)
 	}
