@@ -19,6 +19,16 @@ import (
 // checkpoint, so a larger loss is restored in rounds, each verifying again.
 const restoreLostRounds = 100
 
+// settleTries bounds the verifies of one round whose only broken checkpoints were retired while they
+// were checked (settleWait apart, doubling up to settleWaitMax): the index is behind a job that
+// checkpoints faster than it syncs, and the job's newer checkpoints, not indexed yet, may need the
+// same missing objects. Saying "nothing is missing" then would be a silent gap.
+const (
+	settleTries   = 6
+	settleWait    = time.Second
+	settleWaitMax = 8 * time.Second
+)
+
 func restoreLostCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "restore-lost",
@@ -52,6 +62,9 @@ type restoreLostResult struct {
 	Truncated bool             `json:"truncated,omitempty"`
 	// After is the verify after --apply.
 	After *refindex.VerifyResult `json:"verify_after,omitempty"`
+	// Unsettled are checkpoints with missing objects that were retired while the last verify checked
+	// them, when it found no live checkpoint missing anything: their successors may need those objects.
+	Unsettled []string `json:"retired_during_check,omitempty"`
 }
 
 // lostSource opens the store's memory of deleted objects: the versions of a versioned bucket (HDFS:
@@ -90,11 +103,15 @@ func runRestoreLost(c *cli.Context) error {
 	res := restoreLostResult{Source: src.Name(), Applied: apply}
 	var untrusted string
 	for round := 0; round < restoreLostRounds; round++ {
-		v, err := verifyNow(c)
+		v, err := verifySettled(c)
 		if err != nil {
 			return err
 		}
 		untrusted = v.Untrusted
+		res.Unsettled = nil
+		if len(v.Broken) == 0 {
+			res.Unsettled = v.RetiredDuringCheck
+		}
 		lost, truncated := lostfound.Missing(v)
 		if round > 0 {
 			res.After = v
@@ -127,6 +144,25 @@ func runRestoreLost(c *cli.Context) error {
 		printRestoreLost(c.App.Writer, res)
 	}
 	return restoreLostExit(res, untrusted)
+}
+
+// verifySettled is verifyNow, asked again (settleTries) while the only broken checkpoints it finds were
+// retired during the check: a mount's index follows the store at its sync interval, and a job that
+// checkpoints faster retires what the index knows before a verify ends.
+func verifySettled(c *cli.Context) (*refindex.VerifyResult, error) {
+	wait := settleWait
+	for try := 1; ; try++ {
+		v, err := verifyNow(c)
+		if err != nil || len(v.Broken) > 0 || len(v.RetiredDuringCheck) == 0 || try == settleTries {
+			return v, err
+		}
+		select {
+		case <-c.Context.Done():
+			return nil, c.Context.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, settleWaitMax)
+	}
 }
 
 // verifyNow asks the index (the mount's, or opened and synced) which referenced objects are missing.
@@ -176,6 +212,9 @@ func restoreLostExit(res restoreLostResult, untrusted string) error {
 	if res.Applied && res.After != nil && len(res.After.Broken) > 0 {
 		bad = true
 	}
+	if len(res.Unsettled) > 0 {
+		bad = true
+	}
 	switch {
 	case bad:
 		return cli.Exit("", exitFound)
@@ -216,6 +255,13 @@ func printRestoreLost(w io.Writer, res restoreLostResult) {
 			}
 			fmt.Fprintf(w, "verify after the restore: %s\n", status)
 		}
+		if len(res.Unsettled) > 0 {
+			printUnsettled(w, res.Unsettled)
+		}
+		return
+	}
+	if len(res.Items) == 0 && len(res.Unsettled) > 0 {
+		printUnsettled(w, res.Unsettled)
 		return
 	}
 	if len(res.Items) == 0 {
@@ -226,6 +272,17 @@ func printRestoreLost(w io.Writer, res restoreLostResult) {
 	if res.Truncated {
 		fmt.Fprintf(w, "more missing objects than listed (1,000 per checkpoint): --apply restores in rounds\n")
 	}
+}
+
+// printUnsettled says that the check did not settle (exit 1): never "nothing is missing" while
+// checkpoints with missing objects kept being retired under it.
+func printUnsettled(w io.Writer, retired []string) {
+	fmt.Fprintf(w, "restore-lost: NOT SETTLED: checkpoints with missing objects were retired while being checked, %d times in a row (%s the last time); a job checkpoints faster than the index follows, and its newer checkpoints may need the same objects:\n",
+		settleTries, plural(len(retired), "checkpoint"))
+	for _, m := range retired {
+		fmt.Fprintf(w, "  %s\n", shown(m))
+	}
+	fmt.Fprintf(w, "run restore-lost again (with the mount's --sync-interval below the job's checkpoint interval), or once the job is stopped\n")
 }
 
 // restorableFor looks the missing objects of a verify up in the store's memory of deleted objects

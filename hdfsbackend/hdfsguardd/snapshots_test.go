@@ -21,6 +21,7 @@ import (
 	"github.com/ckguard/ckguard/hdfsbackend/hdfssnap"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfstest/minidfs"
 	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/treegen"
 )
 
 var (
@@ -125,26 +126,7 @@ func TestHDFSSnapshotsRestoreLost(t *testing.T) {
 			break
 		}
 	}
-	src := filepath.ToSlash(filepath.Dir(meta))
-	dst := filepath.ToSlash(filepath.Join(filepath.Dir(src), "chk-999999"))
-	var files []string
-	for k := range tr.Files {
-		if strings.HasPrefix(k, src+"/") && k != meta {
-			files = append(files, k)
-		}
-	}
-	for _, k := range append(files, meta) {
-		r, err := su.Open(context.Background(), hdfsclient.Join(storeDir, k))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := make([]byte, r.Size())
-		if _, err := r.ReadAt(b, 0); err != nil && len(b) > 0 {
-			t.Fatal(err)
-		}
-		r.Close()
-		minidfs.WriteFile(t, su, hdfsclient.Join(storeDir, dst+strings.TrimPrefix(k, src)), string(b))
-	}
+	copyCheckpoint(t, su, storeDir, tr, meta, "chk-999999")
 	waitFor(t, "a second ckguard snapshot after the new checkpoint", 60*time.Second, func() bool { return len(ourSnapshots(t, su, storeDir)) >= 2 })
 	// Several syncs and loss passes later the first snapshot, the only one holding ref, is still there.
 	time.Sleep(6 * time.Second)
@@ -207,6 +189,32 @@ func TestHDFSSnapshotsRestoreLost(t *testing.T) {
 	})
 	if s := ourSnapshots(t, su, storeDir); len(s) != 1 {
 		t.Errorf("snapshots left: %v, want the newest only", s)
+	}
+}
+
+// copyCheckpoint writes a new checkpoint chk (a sibling folder of meta's) with the files of meta's
+// folder, its private files first and its _metadata last, as Flink completes one.
+func copyCheckpoint(t *testing.T, su *hdfsclient.Client, storeDir string, tr *treegen.Tree, meta, chk string) {
+	t.Helper()
+	src := filepath.ToSlash(filepath.Dir(meta))
+	dst := filepath.ToSlash(filepath.Join(filepath.Dir(src), chk))
+	var files []string
+	for k := range tr.Files {
+		if strings.HasPrefix(k, src+"/") && k != meta {
+			files = append(files, k)
+		}
+	}
+	for _, k := range append(files, meta) {
+		r, err := su.Open(context.Background(), hdfsclient.Join(storeDir, k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, r.Size())
+		if _, err := r.ReadAt(b, 0); err != nil && len(b) > 0 {
+			t.Fatal(err)
+		}
+		r.Close()
+		minidfs.WriteFile(t, su, hdfsclient.Join(storeDir, dst+strings.TrimPrefix(k, src)), string(b))
 	}
 }
 

@@ -24,6 +24,14 @@
 // files deleted or changed since stay allocated (they count against the space quota of the
 // snapshottable directory's owner until the snapshots holding them are deleted). Garbage deleted
 // through the mount is therefore freed only when the last snapshot taken before its deletion goes.
+//
+// # What an operator sees
+//
+// Every snapshot taken or deleted, and every pass that could not take one it needed or delete one it
+// meant to, is an audit record (AuditOp) and a log line, and counted (Register: ckguard_hold_snapshots,
+// ckguard_hold_snapshots_created_total, ckguard_hold_snapshots_deleted_total,
+// ckguard_hold_snapshot_failures_total{op}); ckguard_hold_snapshot_behind is 1 while a live
+// checkpoint is in no snapshot because the last pass could not take one (no silent gap).
 package hdfssnap
 
 import (
@@ -35,8 +43,12 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
 	"github.com/ckguard/ckguard/refindex"
 )
@@ -78,7 +90,30 @@ type Options struct {
 	Keep   int // 0: DefaultKeep
 	Logger *slog.Logger
 	Now    func() time.Time
+	// Audit records every snapshot taken or deleted and every failure (nil: not audited).
+	Audit audit.Sink
 }
+
+// Audit vocabulary of the snapshots: Op AuditOp, Path the snapshot's path below the store root
+// (.snapshot/NAME), Decision one of these.
+const (
+	AuditOp       = "hold-snapshot"
+	AuditCreated  = "created"
+	AuditDeleted  = "deleted"
+	AuditFailed   = "failed"
+	reasonNew     = "new-checkpoint"
+	reasonRetired = "not-needed"
+	reasonBound   = "bound-reached"
+)
+
+// The op label values of ckguard_hold_snapshot_failures_total.
+const (
+	FailList   = "list"
+	FailCreate = "create"
+	FailDelete = "delete"
+	// FailBound: a snapshot was needed but the bound of snapshots kept was reached with none deletable.
+	FailBound = "bound"
+)
 
 // Snapshotter takes and retires the snapshots (guardd.Holds, and guardd's loss observer).
 type Snapshotter struct {
@@ -90,6 +125,14 @@ type Snapshotter struct {
 	taken     bool            // a snapshot was taken in this run
 	completes []time.Time     // times of the complete loss-check passes (the last few)
 	missing   []string        // referenced keys the last loss report found missing
+
+	// What the metrics read. kept is -1 until a pass has listed the snapshots. behind: the last pass
+	// needed a snapshot (a live checkpoint no snapshot of this run saw) and could not take it.
+	kept     atomic.Int64
+	behind   atomic.Bool
+	created  atomic.Int64
+	deleted  atomic.Int64
+	failures *prometheus.CounterVec
 }
 
 // New returns a Snapshotter.
@@ -103,7 +146,74 @@ func New(o Options) *Snapshotter {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Snapshotter{o: o, kick: make(chan struct{}, 1)}
+	s := &Snapshotter{o: o, kick: make(chan struct{}, 1),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ckguard_hold_snapshot_failures_total",
+			Help: "HDFS --hold: snapshot operations of the store root that failed (op: list, create, delete; bound: a snapshot was needed but the bound of snapshots kept was reached with none deletable)."},
+			[]string{"op"})}
+	s.kept.Store(-1)
+	for _, op := range []string{FailList, FailCreate, FailDelete, FailBound} {
+		s.failures.WithLabelValues(op) // exported at 0 from the start, so increase() sees the first one
+	}
+	return s
+}
+
+// Register adds the snapshots' metrics to reg.
+func (s *Snapshotter) Register(reg prometheus.Registerer) error {
+	cs := []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ckguard_hold_active", Help: "1 when HDFS snapshots of the store root are taken (--hold), 0 when --hold best-effort runs without them."},
+			func() float64 { return 1 }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ckguard_hold_snapshots", Help: "HDFS --hold: ckguard snapshots of the store root kept (as of the last pass; -1 before the first)."},
+			func() float64 { return float64(s.kept.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ckguard_hold_snapshot_behind", Help: "HDFS --hold: 1 while a live checkpoint is in no snapshot because the last pass could not take one (see ckguard_hold_snapshot_failures_total and the log)."},
+			func() float64 {
+				if s.behind.Load() {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ckguard_hold_snapshots_created_total", Help: "HDFS --hold: snapshots of the store root taken."},
+			func() float64 { return float64(s.created.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ckguard_hold_snapshots_deleted_total", Help: "HDFS --hold: ckguard snapshots deleted once nothing they held was needed."},
+			func() float64 { return float64(s.deleted.Load()) }),
+		s.failures,
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RegisterInactive adds ckguard_hold_active at 0 to reg: --hold best-effort on a store root that
+// cannot be snapshotted (the CkguardHoldsFailing alert reads it).
+func RegisterInactive(reg prometheus.Registerer) error {
+	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ckguard_hold_active",
+		Help: "1 when HDFS snapshots of the store root are taken (--hold), 0 when --hold best-effort runs without them."},
+		func() float64 { return 0 }))
+}
+
+// record audits one snapshot event. A failing audit log is logged, never fatal to the pass: the
+// snapshot itself is the protection, the record its trace.
+func (s *Snapshotter) record(decision, reason, name, msg string, live int) {
+	if s.o.Audit == nil {
+		return
+	}
+	r := &audit.Record{Time: s.o.Now(), Op: AuditOp, Decision: decision, Reason: reason, Message: msg, RefCount: live}
+	r.SetNames(".snapshot/"+name, "")
+	if err := s.o.Audit.Record(r); err != nil {
+		s.o.Logger.Warn("HDFS snapshots: audit record not written", "snapshot", name, "decision", decision, "err", err)
+	}
+}
+
+// fail counts and audits a failed snapshot operation.
+func (s *Snapshotter) fail(op, name string, err error, live int) {
+	s.failures.WithLabelValues(op).Inc()
+	reason := op + "-failed"
+	if op == FailBound {
+		reason = reasonBound
+	}
+	s.record(AuditFailed, reason, name, err.Error(), live)
 }
 
 // Probe makes dir snapshottable where the mount's user may (allowSnapshot needs the superuser: a
@@ -222,24 +332,27 @@ func (s *Snapshotter) Pass(ctx context.Context) error {
 	s.mu.Unlock()
 	snaps, err := List(ctx, s.o.FS, s.o.Dir)
 	if err != nil {
-		return fmt.Errorf("list the snapshots of %s: %w", s.o.Dir, err)
+		err = fmt.Errorf("list the snapshots of %s: %w", s.o.Dir, err)
+		s.fail(FailList, "", err, len(live))
+		s.behind.Store(s.behind.Load() || fresh)
+		return err
 	}
 	snaps, err = s.retire(ctx, snaps)
+	s.kept.Store(int64(countOurs(snaps)))
 	if err != nil {
+		s.fail(FailList, "", err, len(live))
+		s.behind.Store(s.behind.Load() || fresh)
 		return err
 	}
 	if !fresh {
+		s.behind.Store(false)
 		return nil
 	}
-	ours := 0
-	for _, sn := range snaps {
-		if sn.Ours {
-			ours++
-		}
-	}
-	if ours >= s.o.Keep {
+	if ours := countOurs(snaps); ours >= s.o.Keep {
 		s.o.Logger.Warn("HDFS snapshots: the bound of snapshots kept is reached and none can be deleted yet (the older ones still hold referenced files the store misses, or the loss check has not passed twice since the newest); new references are not in a snapshot until one can",
 			"dir", s.o.Dir, "kept", ours, "bound", s.o.Keep)
+		s.fail(FailBound, "", fmt.Errorf("%d ckguard snapshots of %s kept (the bound), none deletable yet: the newest live checkpoints are in no snapshot", ours, s.o.Dir), len(live))
+		s.behind.Store(true)
 		return nil
 	}
 	now := s.o.Now()
@@ -248,14 +361,31 @@ func (s *Snapshotter) Pass(ctx context.Context) error {
 		return nil
 	}
 	if _, err := s.o.Snaps.CreateSnapshot(ctx, s.o.Dir, name); err != nil {
-		return fmt.Errorf("take snapshot %s of %s: %w", name, s.o.Dir, err)
+		err = fmt.Errorf("take snapshot %s of %s (createSnapshot needs the directory's owner or the superuser): %w", name, s.o.Dir, err)
+		s.fail(FailCreate, name, err, len(live))
+		s.behind.Store(true)
+		return err
 	}
+	s.created.Add(1)
+	s.kept.Add(1)
+	s.behind.Store(false)
 	s.o.Logger.Info("HDFS snapshot taken: what live checkpoints reference now can be restored from it after a deletion beside the mount (ckguard restore-lost)",
 		"dir", s.o.Dir, "snapshot", name, "live_checkpoints", len(live))
+	s.record(AuditCreated, reasonNew, name, fmt.Sprintf("snapshot %s of %s taken: the files of %d live checkpoints can be restored from it (ckguard restore-lost)", name, s.o.Dir, len(live)), len(live))
 	s.mu.Lock()
 	s.seen, s.taken = live, true
 	s.mu.Unlock()
 	return nil
+}
+
+func countOurs(snaps []Snapshot) int {
+	n := 0
+	for _, sn := range snaps {
+		if sn.Ours {
+			n++
+		}
+	}
+	return n
 }
 
 // retire deletes the older ckguard snapshots nothing needs (see the package doc) and returns the
@@ -298,10 +428,13 @@ func (s *Snapshotter) retire(ctx context.Context, snaps []Snapshot) ([]Snapshot,
 		}
 		if err := s.o.Snaps.DeleteSnapshot(ctx, s.o.Dir, sn.Name); err != nil {
 			s.o.Logger.Warn("HDFS snapshots: could not delete a snapshot no longer needed; retried at the next pass", "dir", s.o.Dir, "snapshot", sn.Name, "err", err)
+			s.fail(FailDelete, sn.Name, fmt.Errorf("delete snapshot %s of %s (deleteSnapshot needs the directory's owner; it holds the blocks of files deleted since): %w", sn.Name, s.o.Dir, err), 0)
 			kept = append(kept, sn)
 			continue
 		}
+		s.deleted.Add(1)
 		s.o.Logger.Info("HDFS snapshot deleted: everything it held that live checkpoints reference is in a newer snapshot or in the store", "dir", s.o.Dir, "snapshot", sn.Name, "newest", newest.Name)
+		s.record(AuditDeleted, reasonRetired, sn.Name, fmt.Sprintf("snapshot %s of %s deleted: every referenced file it held is in the store or in the newer %s", sn.Name, s.o.Dir, newest.Name), 0)
 	}
 	return kept, nil
 }
