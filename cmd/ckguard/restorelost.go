@@ -19,16 +19,6 @@ import (
 // checkpoint, so a larger loss is restored in rounds, each verifying again.
 const restoreLostRounds = 100
 
-// settleTries bounds the verifies of one round whose only broken checkpoints were retired while they
-// were checked (settleWait apart, doubling up to settleWaitMax): the index is behind a job that
-// checkpoints faster than it syncs, and the job's newer checkpoints, not indexed yet, may need the
-// same missing objects. Saying "nothing is missing" then would be a silent gap.
-const (
-	settleTries   = 6
-	settleWait    = time.Second
-	settleWaitMax = 8 * time.Second
-)
-
 func restoreLostCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "restore-lost",
@@ -146,33 +136,15 @@ func runRestoreLost(c *cli.Context) error {
 	return restoreLostExit(res, untrusted)
 }
 
-// verifySettled is verifyNow, asked again (settleTries) while the only broken checkpoints it finds were
-// retired during the check: a mount's index follows the store at its sync interval, and a job that
-// checkpoints faster retires what the index knows before a verify ends.
+// verifySettled asks the index (the mount's, or opened and synced) which referenced objects are
+// missing, until the answer settles (settledVerify).
 func verifySettled(c *cli.Context) (*refindex.VerifyResult, error) {
-	wait := settleWait
-	for try := 1; ; try++ {
-		v, err := verifyNow(c)
-		if err != nil || len(v.Broken) > 0 || len(v.RetiredDuringCheck) == 0 || try == settleTries {
-			return v, err
-		}
-		select {
-		case <-c.Context.Done():
-			return nil, c.Context.Err()
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, settleWaitMax)
-	}
-}
-
-// verifyNow asks the index (the mount's, or opened and synced) which referenced objects are missing.
-func verifyNow(c *cli.Context) (*refindex.VerifyResult, error) {
 	q, closeFn, err := openQuerier(c)
 	if err != nil {
 		return nil, err
 	}
 	defer closeFn()
-	return q.Verify(c.Context)
+	return settledVerify(c.Context, q)
 }
 
 // unseen drops the lost keys an earlier round already handled.

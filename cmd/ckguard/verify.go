@@ -37,9 +37,12 @@ func runVerify(c *cli.Context) error {
 		return runDrill(c)
 	}
 	res, err := query(c, func(ctx context.Context, q refindex.Querier) (*verifyOutput, error) {
-		v, err := q.Verify(ctx)
+		v, err := settledVerify(ctx, q)
 		if err != nil {
 			return nil, err
+		}
+		if unsettled(v) && v.Untrusted == "" {
+			v.Untrusted, v.OK = unsettledWhy(v), false
 		}
 		out := &verifyOutput{VerifyResult: v}
 		if len(v.Broken) > 0 {
