@@ -230,10 +230,11 @@ func (ix *Index) drillStat(ctx context.Context, p *drillPlanned, readAll bool) (
 	var mu sync.Mutex
 	var firstErr error
 	bar := ix.newBar(len(p.order), "drilling")
+	stat := ix.freshStat()
 	ix.inParallel(ctx, len(p.order), bar, func(i int) {
 		n := p.needs[p.order[i]]
 		vd := &objectVerdict{}
-		oi, err := ix.st.Stat(ctx, n.key)
+		oi, err := stat(ctx, n.key)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			vd.missing = true

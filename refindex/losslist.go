@@ -128,10 +128,7 @@ func (r *requestTimes) mean() time.Duration {
 // stat'ed (they are no folder's unit).
 func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []string, sem chan struct{}, pacer Pacer, ev *ListingEvidence, rt *requestTimes) (map[string]bool, int, error) {
 	lister, _ := ix.st.(DirLister)
-	stat := ix.st.Stat
-	if f, ok := ix.st.(store.FreshStater); ok {
-		stat = f.StatFresh // a cached "exists" would hide a deletion beside the mount
-	}
+	stat := ix.freshStat()
 	planned := len(units)
 	for _, k := range single {
 		units = append(units, lossUnit{keys: []string{k}})
@@ -239,4 +236,14 @@ func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []stri
 		return nil, requests, err
 	}
 	return gone, requests, nil
+}
+
+// freshStat is the store's stat that never answers from a cache (store.FreshStater): verify, the
+// drill and the loss check judge whether an object exists, and a cached "exists" would hide a
+// deletion made beside the mount.
+func (ix *Index) freshStat() func(context.Context, string) (store.ObjectInfo, error) {
+	if f, ok := ix.st.(store.FreshStater); ok {
+		return f.StatFresh
+	}
+	return ix.st.Stat
 }

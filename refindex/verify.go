@@ -68,9 +68,10 @@ func (ix *Index) Verify(ctx context.Context) (*VerifyResult, error) {
 	res.Objects = len(objs)
 	bar := ix.newBar(len(objs), "verifying")
 	var firstErr error
+	stat := ix.freshStat()
 	ix.inParallel(ctx, len(objs), bar, func(i int) {
 		o := objs[i]
-		_, err := ix.st.Stat(ctx, o)
+		_, err := stat(ctx, o)
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil && !errors.Is(err, fs.ErrNotExist) && firstErr == nil {
@@ -126,12 +127,13 @@ func (ix *Index) Verify(ctx context.Context) (*VerifyResult, error) {
 // RetiredDuringCheck, never silently dropped. An unparseable `_metadata` (no files checked) stays.
 func (ix *Index) dropRetired(ctx context.Context, broken []BrokenCheckpoint, res *VerifyResult) ([]BrokenCheckpoint, error) {
 	kept := broken[:0]
+	stat := ix.freshStat()
 	for _, b := range broken {
 		if b.Error != "" {
 			kept = append(kept, b)
 			continue
 		}
-		_, err := ix.st.Stat(ctx, b.Metadata)
+		_, err := stat(ctx, b.Metadata)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			res.RetiredDuringCheck = append(res.RetiredDuringCheck, b.Metadata)
