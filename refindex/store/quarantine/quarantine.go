@@ -91,6 +91,17 @@ var ErrOccupied = errors.New("the original path is occupied")
 // ErrNoEntry is wrapped by Restore's and Purge's errors for an id the area does not hold.
 var ErrNoEntry = errors.New("no such quarantine entry")
 
+// AlreadyGone is the error of a restore of entry id (staged from key) that another restore or purge
+// took first (two operators, or the CLI beside a mount): of two racing, exactly one restores the entry,
+// and the other is told so, wrapping ErrNoEntry.
+func AlreadyGone(key, id string) error {
+	what := "restore"
+	if key != "" {
+		what += " /" + strings.TrimPrefix(key, "/")
+	}
+	return fmt.Errorf("%s: %w: entry %s was already restored (or purged) by another request meanwhile", what, ErrNoEntry, id)
+}
+
 // Find returns the newest entry staged from the original key (lossnet names it when a referenced object
 // is missing: "in quarantine, restore with ckguard quarantine restore KEY").
 func Find(ctx context.Context, a Area, key string) (Entry, bool, error) {
