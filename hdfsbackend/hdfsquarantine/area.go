@@ -158,9 +158,6 @@ const nameLimit = 240
 // entryName is the self-describing name of e ("" when it does not fit in nameLimit).
 func entryName(e quarantine.Entry) string { return quarantine.EntryName(e, nameLimit) }
 
-// parseName reads the entry a self-describing name records (ok false: the name is not one).
-func parseName(name string) (quarantine.Entry, bool, error) { return quarantine.ParseEntryName(name) }
-
 // validID reports whether id can name a file of the area.
 func validID(id string) bool {
 	return id != "" && id != "." && id != ".." && !strings.ContainsAny(id, "/\x00") && !strings.HasSuffix(id, recordSuffix)
@@ -568,7 +565,7 @@ func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Pr
 		problem := func(detail string) {
 			probs = append(probs, quarantine.Problem{ID: o.at.relName(id), Size: o.fi.Size, Detail: detail + "; inspect " + o.at.show(id) + " in HDFS"})
 		}
-		if e, ok, err := parseName(id); ok {
+		if e, ok, err := quarantine.ParseEntryName(id); ok {
 			if err != nil {
 				problem(err.Error())
 				continue
@@ -653,7 +650,7 @@ func (a *Area) entry(ctx context.Context, id string) (quarantine.Entry, place, e
 	if ofi.IsDir || ofi.Symlink {
 		return quarantine.Entry{}, place{}, fmt.Errorf("%w: %s (not a file)", quarantine.ErrNoEntry, id)
 	}
-	if e, ok, err := parseName(id); ok {
+	if e, ok, err := quarantine.ParseEntryName(id); ok {
 		if err != nil {
 			return quarantine.Entry{}, place{}, fmt.Errorf("%w: %v", quarantine.ErrNoEntry, err)
 		}
@@ -680,6 +677,9 @@ func (a *Area) entry(ctx context.Context, id string) (quarantine.Entry, place, e
 func (a *Area) Restore(ctx context.Context, id string) (quarantine.Entry, error) {
 	e, at, err := a.entry(ctx, id)
 	if err != nil {
+		if !errors.Is(err, quarantine.ErrNoEntry) && a.gone(ctx, id) {
+			return quarantine.Entry{}, quarantine.AlreadyGone(e.Key(), id) // its record went with it
+		}
 		return quarantine.Entry{}, err
 	}
 	key, err := checkKey(e.Key())
@@ -693,6 +693,9 @@ func (a *Area) Restore(ctx context.Context, id string) (quarantine.Entry, error)
 		}
 	}
 	if err := a.fs.Rename(ctx, at.file(id), abs); err != nil {
+		if a.gone(ctx, id) {
+			return quarantine.Entry{}, quarantine.AlreadyGone(key, id)
+		}
 		if errors.Is(err, fs.ErrExist) {
 			return quarantine.Entry{}, fmt.Errorf("restore /%s: %w: something is there now, and a restore never replaces it; move it away first (entry %s stays in quarantine)", key, quarantine.ErrOccupied, id)
 		}
@@ -721,6 +724,13 @@ func (a *Area) Purge(ctx context.Context, id string) error {
 	}
 	a.forget(id)
 	return nil
+}
+
+// gone reports whether id's file is no longer in the area (a rename is atomic: another restore or a
+// purge took it first).
+func (a *Area) gone(ctx context.Context, id string) bool {
+	_, _, err := a.locate(ctx, id)
+	return errors.Is(err, quarantine.ErrNoEntry)
 }
 
 func (a *Area) forget(id string) {
