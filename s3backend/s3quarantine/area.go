@@ -299,6 +299,9 @@ func (a *Area) entry(ctx context.Context, id string) (quarantine.Entry, error) {
 	}
 	r.Key = recordKey(id)
 	e, err := a.readRecord(ctx, r)
+	if errors.Is(err, fs.ErrNotExist) {
+		return quarantine.Entry{}, quarantine.AlreadyGone("", id) // removed since its HEAD
+	}
 	if err != nil {
 		return quarantine.Entry{}, err
 	}
@@ -312,27 +315,21 @@ func (a *Area) entry(ctx context.Context, id string) (quarantine.Entry, error) {
 }
 
 // Restore copies the entry's object back to its original key, only if nothing is there (If-None-Match
-// where the server honours it, else a HEAD right before the copy), then drops the entry.
+// where the server honours it, else a HEAD right before the copy), then drops the entry. It claims the
+// entry first (claim.go): of two restores racing, one restores and the other is told it was taken.
 func (a *Area) Restore(ctx context.Context, id string) (quarantine.Entry, error) {
 	e, err := a.entry(ctx, id)
 	if err != nil {
 		return quarantine.Entry{}, err
 	}
 	key := e.Key()
-	if !a.IfNoneMatch {
-		_, err := a.c.Head(ctx, key)
-		if err == nil {
-			return quarantine.Entry{}, fmt.Errorf("restore %s: %w; move that object away first, the entry stays in quarantine", key, quarantine.ErrOccupied)
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return quarantine.Entry{}, err
-		}
+	cl, err := claim(ctx, a.c, id, key, a.now())
+	if err != nil {
+		return quarantine.Entry{}, err
 	}
-	if _, err := a.c.Copy(ctx, objectKey(id), key, "", s3client.PutOptions{IfNoneMatch: a.IfNoneMatch}); err != nil {
-		if errors.Is(err, s3client.ErrPrecondition) {
-			return quarantine.Entry{}, fmt.Errorf("restore %s: %w; move that object away first, the entry stays in quarantine", key, quarantine.ErrOccupied)
-		}
-		return quarantine.Entry{}, fmt.Errorf("restore %s: %w", key, err)
+	if err := a.copyBack(ctx, id, key); err != nil {
+		cl.release(ctx)
+		return quarantine.Entry{}, err
 	}
 	// The record goes first: a crash after it leaves an object without record (reported by List), never
 	// an entry whose object is also back at its key.
@@ -343,6 +340,27 @@ func (a *Area) Restore(ctx context.Context, id string) (quarantine.Entry, error)
 		return e, fmt.Errorf("restored %s, but its staged copy %s stays: %w", key, objectKey(id), err)
 	}
 	return e, nil
+}
+
+// copyBack copies id's object to key, never over an object there.
+func (a *Area) copyBack(ctx context.Context, id, key string) error {
+	occupied := fmt.Errorf("restore %s: %w; move that object away first, the entry stays in quarantine", key, quarantine.ErrOccupied)
+	if !a.IfNoneMatch {
+		_, err := a.c.Head(ctx, key)
+		if err == nil {
+			return occupied
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	if _, err := a.c.Copy(ctx, objectKey(id), key, "", s3client.PutOptions{IfNoneMatch: a.IfNoneMatch}); err != nil {
+		if errors.Is(err, s3client.ErrPrecondition) {
+			return occupied
+		}
+		return fmt.Errorf("restore %s: %w", key, err)
+	}
+	return nil
 }
 
 // Purge destroys the entry's object, then its record.

@@ -1,0 +1,222 @@
+package s3quarantine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
+	"github.com/ckguard/ckguard/refindex/store/quarantine/quarantinetest"
+	"github.com/ckguard/ckguard/s3backend/s3client"
+	"github.com/ckguard/ckguard/s3backend/s3quarantine"
+	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
+)
+
+// s3Store is a bucket of versitygw (a fresh one per case) under the store prefix flink/.
+type s3Store struct {
+	c         *s3client.Client
+	versioned bool
+}
+
+func (s *s3Store) Open(t testing.TB) quarantine.Staging {
+	a, info, err := s3quarantine.Open(context.Background(), s.c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Versioned != s.versioned {
+		t.Fatalf("Open chose versioned=%v on a bucket with versioning %v", info.Versioned, s.versioned)
+	}
+	return a
+}
+
+func (s *s3Store) Write(t testing.TB, key string, data []byte) {
+	put(t.(*testing.T), s.c, key, string(data))
+}
+
+func (s *s3Store) Read(t testing.TB, key string) ([]byte, bool) {
+	ctx := context.Background()
+	o, err := s.c.Head(ctx, key)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, o.Size)
+	n, err := s.c.ReadAt(ctx, key, b, 0, "")
+	if err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	return b[:n], true
+}
+
+// Remove takes the object away for good: on a versioned bucket its current version is deleted by id
+// (a plain delete would only hide it under a marker, which a restore must not remove).
+func (s *s3Store) Remove(t testing.TB, key string) {
+	ctx := context.Background()
+	o, err := s.c.Head(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.versioned && o.VersionID != "" && o.VersionID != "null" {
+		err = s.c.DeleteVersion(ctx, key, o.VersionID)
+	} else {
+		err = s.c.Delete(ctx, key, "")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *s3Store) Crash(t testing.TB, a quarantine.Staging, key string, d quarantine.Decision, step int) bool {
+	cc := &crashingClient{Client: s.c, left: step}
+	var crashed quarantine.Staging
+	switch a := a.(type) {
+	case *s3quarantine.Area:
+		crashed = s3quarantine.New(cc, nil, a.IfNoneMatch)
+	case *s3quarantine.VersionedArea:
+		crashed = s3quarantine.NewVersioned(cc, nil)
+	default:
+		t.Fatalf("area %T", a)
+	}
+	_, err := crashed.Restage(context.Background(), key, d)
+	if err != nil && !errors.Is(err, errCrash) {
+		t.Fatalf("staging %s before its crash at step %d: %v", key, step, err)
+	}
+	return cc.crashed()
+}
+
+// crashingClient passes the first left changes (puts, copies, deletes) to the bucket and refuses every
+// later one, as a process killed right before that change would never make it.
+type crashingClient struct {
+	*s3client.Client
+	mu   sync.Mutex
+	left int
+	hit  bool
+}
+
+func (c *crashingClient) change(op, key string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.left == 0 {
+		c.hit = true
+		return fmt.Errorf("%s %s: %w", op, key, errCrash)
+	}
+	c.left--
+	return nil
+}
+
+func (c *crashingClient) crashed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hit
+}
+
+func (c *crashingClient) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, o s3client.PutOptions) (string, error) {
+	if err := c.change("put", key); err != nil {
+		return "", err
+	}
+	return c.Client.Put(ctx, key, body, size, o)
+}
+
+func (c *crashingClient) Copy(ctx context.Context, src, dst, srcETag string, o s3client.PutOptions) (string, error) {
+	if err := c.change("copy", dst); err != nil {
+		return "", err
+	}
+	return c.Client.Copy(ctx, src, dst, srcETag, o)
+}
+
+func (c *crashingClient) Delete(ctx context.Context, key, ifMatch string) error {
+	if err := c.change("delete", key); err != nil {
+		return err
+	}
+	return c.Client.Delete(ctx, key, ifMatch)
+}
+
+func (c *crashingClient) DeleteMarking(ctx context.Context, key, ifMatch string) (string, error) {
+	if err := c.change("delete", key); err != nil {
+		return "", err
+	}
+	return c.Client.DeleteMarking(ctx, key, ifMatch)
+}
+
+func (c *crashingClient) DeleteVersion(ctx context.Context, key, versionID string) error {
+	if err := c.change("delete version", key); err != nil {
+		return err
+	}
+	return c.Client.DeleteVersion(ctx, key, versionID)
+}
+
+// TestQuarantineSuiteS3 runs the conformance suite on versitygw: the copy-based area on a plain bucket,
+// the delete-marker area on a versioned one.
+func TestQuarantineSuiteS3(t *testing.T) {
+	srv := s3server.StartVersioned(t)
+	n := 0
+	for _, versioned := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "versioned"}[versioned], func(t *testing.T) {
+			quarantinetest.Run(t, func(t *testing.T) quarantinetest.Store {
+				n++
+				name := fmt.Sprintf("suite%d", n)
+				if versioned {
+					srv.VersionedBucket(t, name)
+				} else {
+					srv.Bucket(t, name)
+				}
+				c, err := s3client.New(context.Background(), srv.Config(), s3client.Location{Bucket: name, Prefix: "flink/"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return &s3Store{c: c, versioned: versioned}
+			}, quarantinetest.Options{Skip: map[string]string{"RacingRestores": versitygwRace}})
+		})
+	}
+}
+
+// versitygwRace is why racing restores are checked on MinIO, not on versitygw: a restore's claim is a
+// write conditional on the record's ETag (claim.go), and on versitygw two racing claims were seen to
+// both pass (a few rounds in a hundred, plain and versioned buckets), though it refuses a stale If-Match
+// PUT made alone: its HEAD and GET seem not atomic with a PUT of the same key. On MinIO, as AWS
+// promises, exactly one passes.
+const versitygwRace = "versitygw lets two racing conditional PUTs of one record both pass, so a restore's claim cannot be exclusive there; racing restores run on MinIO (TestQuarantineSuiteMinIO)"
+
+// TestQuarantineSuiteMinIO runs the conformance suite on MinIO too, whose conditional writes are atomic
+// with its reads as on AWS (a restore's claim, claim.go, relies on that).
+func TestQuarantineSuiteMinIO(t *testing.T) {
+	ctx := context.Background()
+	srv := s3server.StartMinIO(t)
+	n := 0
+	for _, versioned := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "versioned"}[versioned], func(t *testing.T) {
+			quarantinetest.Run(t, func(t *testing.T) quarantinetest.Store {
+				n++
+				name := fmt.Sprintf("suite%d", n)
+				admin, err := s3client.New(ctx, srv.Config(), s3client.Location{Bucket: name})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := admin.API().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+					t.Fatal(err)
+				}
+				if versioned {
+					if _, err := admin.API().PutBucketVersioning(ctx, &s3.PutBucketVersioningInput{Bucket: aws.String(name),
+						VersioningConfiguration: &types.VersioningConfiguration{Status: types.BucketVersioningStatusEnabled}}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				c, err := s3client.New(ctx, srv.Config(), s3client.Location{Bucket: name, Prefix: "flink/"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return &s3Store{c: c, versioned: versioned}
+			}, quarantinetest.Options{})
+		})
+	}
+}
