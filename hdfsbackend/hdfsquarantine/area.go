@@ -40,10 +40,6 @@ import (
 // recordSuffix names an entry record file.
 const recordSuffix = ".json"
 
-// maxRecord bounds one entry record read back: a record is a few hundred bytes, and a hostile file in
-// the area must not make the reader allocate gigabytes.
-const maxRecord = 1 << 20
-
 // Area is the quarantine area of one HDFS store.
 type Area struct {
 	fs   hdfsclient.FS
@@ -432,8 +428,8 @@ func (a *Area) readRecord(ctx context.Context, at place, id string, fi hdfsclien
 		return c.e, nil
 	}
 	shown := at.show(id + recordSuffix)
-	if fi.Size > maxRecord {
-		return quarantine.Entry{}, fmt.Errorf("entry record %s is %d bytes, more than %d: not a record of ours", shown, fi.Size, maxRecord)
+	if fi.Size > quarantine.MaxRecord {
+		return quarantine.Entry{}, fmt.Errorf("entry record %s is %d bytes, more than %d: not a record of ours", shown, fi.Size, quarantine.MaxRecord)
 	}
 	r, err := a.fs.Open(ctx, a.recordOf(at, id))
 	if err != nil {
@@ -441,8 +437,8 @@ func (a *Area) readRecord(ctx context.Context, at place, id string, fi hdfsclien
 	}
 	defer r.Close()
 	b := make([]byte, r.Size())
-	if int64(len(b)) > maxRecord {
-		return quarantine.Entry{}, fmt.Errorf("entry record %s is more than %d bytes: not a record of ours", shown, maxRecord)
+	if int64(len(b)) > quarantine.MaxRecord {
+		return quarantine.Entry{}, fmt.Errorf("entry record %s is more than %d bytes: not a record of ours", shown, quarantine.MaxRecord)
 	}
 	if n, err := r.ReadAt(b, 0); err != nil && !(errors.Is(err, io.EOF) && n == len(b)) {
 		return quarantine.Entry{}, fmt.Errorf("entry record %s: %w", shown, err)
@@ -565,26 +561,19 @@ func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Pr
 		problem := func(detail string) {
 			probs = append(probs, quarantine.Problem{ID: o.at.relName(id), Size: o.fi.Size, Detail: detail + "; inspect " + o.at.show(id) + " in HDFS"})
 		}
-		if e, ok, err := quarantine.ParseEntryName(id); ok {
-			if err != nil {
-				problem(err.Error())
-				continue
+		e, _, why := quarantine.EntryOf(id, func(id string) (quarantine.Entry, bool, error) {
+			r, ok := l.recs[id]
+			if !ok || r.at.ref != o.at.ref {
+				return quarantine.Entry{}, false, nil
 			}
-			e.Size, e.ModTime = o.fi.Size, o.fi.ModTime
-			es = append(es, e)
-			continue
+			e, err := a.readRecord(ctx, r.at, id, r.fi)
+			return e, true, err
+		})
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
 		}
-		r, ok := l.recs[id]
-		if !ok || r.at.ref != o.at.ref {
-			problem("file without an entry record (its original path is unknown)")
-			continue
-		}
-		e, err := a.readRecord(ctx, r.at, id, r.fi)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, nil, ctx.Err()
-			}
-			problem(err.Error())
+		if why != "" {
+			problem(why)
 			continue
 		}
 		// The staged file is the truth about the content (a file replaced between the record and the
@@ -604,16 +593,7 @@ func (a *Area) List(ctx context.Context) ([]quarantine.Entry, error) {
 
 // Find returns the newest entry staged from key.
 func (a *Area) Find(ctx context.Context, key string) (quarantine.Entry, bool, error) {
-	es, err := a.List(ctx)
-	if err != nil {
-		return quarantine.Entry{}, false, err
-	}
-	for i := len(es) - 1; i >= 0; i-- {
-		if es[i].Key() == key {
-			return es[i], true, nil
-		}
-	}
-	return quarantine.Entry{}, false, nil
+	return quarantine.FindIn(a.List(ctx))(key)
 }
 
 // locate finds id's file: in its shard folder (checked), else directly in the area folder (an entry

@@ -46,10 +46,6 @@ const Prefix = store.QuarantineDir + "/"
 // recordSuffix names an entry record object.
 const recordSuffix = ".json"
 
-// maxRecord bounds one entry record read back: a record is a few hundred bytes, and a hostile object in
-// the area must not make the reader allocate gigabytes.
-const maxRecord = 1 << 20
-
 // Area is the quarantine area of one S3 store.
 type Area struct {
 	c   Client
@@ -164,29 +160,39 @@ func (a *Area) drop(ctx context.Context, id string) error {
 }
 
 func (a *Area) putRecord(ctx context.Context, e quarantine.Entry) error {
-	b, err := json.Marshal(e)
+	return writeRecord(ctx, a.c, e.ID, e)
+}
+
+func (a *Area) readRecord(ctx context.Context, o s3client.Object) (quarantine.Entry, error) {
+	return decodeRecord(ctx, a.c, o, func(e quarantine.Entry) string { return e.ID })
+}
+
+// writeRecord writes v as the record object of entry id (both areas' records: one object each).
+func writeRecord(ctx context.Context, c recordClient, id string, v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	if _, err := a.c.Put(ctx, recordKey(e.ID), bytes.NewReader(b), int64(len(b)), s3client.PutOptions{}); err != nil {
-		return fmt.Errorf("write entry record %s: %w", recordKey(e.ID), err)
+	if _, err := c.Put(ctx, recordKey(id), bytes.NewReader(b), int64(len(b)), s3client.PutOptions{}); err != nil {
+		return fmt.Errorf("write entry record %s: %w", recordKey(id), err)
 	}
 	return nil
 }
 
-func (a *Area) readRecord(ctx context.Context, o s3client.Object) (quarantine.Entry, error) {
-	b, err := readRecordBytes(ctx, a.c, o)
+// decodeRecord reads the record o names (as listed) into a T, which must name o's own id (id of it).
+func decodeRecord[T any](ctx context.Context, c recordClient, o s3client.Object, id func(T) string) (T, error) {
+	var r T
+	b, err := readRecordBytes(ctx, c, o)
 	if err != nil {
-		return quarantine.Entry{}, err
+		return r, err
 	}
-	var e quarantine.Entry
-	if err := json.Unmarshal(b, &e); err != nil {
-		return quarantine.Entry{}, fmt.Errorf("entry record %s: %w", o.Key, err)
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("entry record %s: %w", o.Key, err)
 	}
-	if want := strings.TrimSuffix(strings.TrimPrefix(o.Key, Prefix), recordSuffix); e.ID != want {
-		return quarantine.Entry{}, fmt.Errorf("entry record %s names id %q", o.Key, e.ID)
+	if want := strings.TrimSuffix(strings.TrimPrefix(o.Key, Prefix), recordSuffix); id(r) != want {
+		return r, fmt.Errorf("entry record %s names id %q", o.Key, id(r))
 	}
-	return e, nil
+	return r, nil
 }
 
 // readRecordBytes reads the entry record o names (as listed). A record rewritten since the listing (a
@@ -197,8 +203,8 @@ func readRecordBytes(ctx context.Context, c interface {
 	ReadAt(ctx context.Context, key string, p []byte, off int64, ifMatch string) (int, error)
 }, o s3client.Object) ([]byte, error) {
 	for attempt := 0; ; attempt++ {
-		if o.Size > maxRecord {
-			return nil, fmt.Errorf("entry record %s is %d bytes, more than %d: not a record of ours", o.Key, o.Size, maxRecord)
+		if o.Size > quarantine.MaxRecord {
+			return nil, fmt.Errorf("entry record %s is %d bytes, more than %d: not a record of ours", o.Key, o.Size, quarantine.MaxRecord)
 		}
 		b := make([]byte, o.Size)
 		n, err := c.ReadAt(ctx, o.Key, b, 0, o.ETag)
@@ -373,22 +379,7 @@ func (a *Area) Purge(ctx context.Context, id string) error {
 
 // Find returns the newest entry staged from key.
 func (a *Area) Find(ctx context.Context, key string) (quarantine.Entry, bool, error) {
-	return newestOf(a.List(ctx))(key)
-}
-
-// newestOf returns a finder of the newest entry of es (oldest first) staged from a key.
-func newestOf(es []quarantine.Entry, err error) func(key string) (quarantine.Entry, bool, error) {
-	return func(key string) (quarantine.Entry, bool, error) {
-		if err != nil {
-			return quarantine.Entry{}, false, err
-		}
-		for i := len(es) - 1; i >= 0; i-- {
-			if es[i].Key() == key {
-				return es[i], true, nil
-			}
-		}
-		return quarantine.Entry{}, false, nil
-	}
+	return quarantine.FindIn(a.List(ctx))(key)
 }
 
 // ProbeCopyIfNoneMatch reports whether the server refuses a CopyObject with If-None-Match: * onto an

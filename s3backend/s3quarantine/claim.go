@@ -107,7 +107,7 @@ func readWhole(ctx context.Context, c recordClient, rk string) ([]byte, s3client
 	if err != nil {
 		return nil, o, err
 	}
-	if o.Size > maxRecord {
+	if o.Size > quarantine.MaxRecord {
 		return nil, o, fmt.Errorf("entry record %s is %d bytes: not a record of ours", rk, o.Size)
 	}
 	b := make([]byte, o.Size)

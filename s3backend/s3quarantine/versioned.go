@@ -1,7 +1,6 @@
 package s3quarantine
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -147,14 +146,7 @@ func (a *VersionedArea) Unstage(ctx context.Context, key, etag string) error {
 }
 
 func (a *VersionedArea) putRecord(ctx context.Context, r versionedRecord) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	if _, err := a.c.Put(ctx, recordKey(r.ID), bytes.NewReader(b), int64(len(b)), s3client.PutOptions{}); err != nil {
-		return fmt.Errorf("write entry record %s: %w", recordKey(r.ID), err)
-	}
-	return nil
+	return writeRecord(ctx, a.c, r.ID, r)
 }
 
 // dropRecord removes every version of an entry record (a plain delete would only hide it under a
@@ -175,16 +167,9 @@ func (a *VersionedArea) dropRecord(ctx context.Context, id string) error {
 }
 
 func (a *VersionedArea) readRecord(ctx context.Context, o s3client.Object) (versionedRecord, error) {
-	b, err := readRecordBytes(ctx, a.c, o)
+	r, err := decodeRecord(ctx, a.c, o, func(r versionedRecord) string { return r.ID })
 	if err != nil {
 		return versionedRecord{}, err
-	}
-	var r versionedRecord
-	if err := json.Unmarshal(b, &r); err != nil {
-		return versionedRecord{}, fmt.Errorf("entry record %s: %w", o.Key, err)
-	}
-	if want := strings.TrimSuffix(strings.TrimPrefix(o.Key, Prefix), recordSuffix); r.ID != want {
-		return versionedRecord{}, fmt.Errorf("entry record %s names id %q", o.Key, r.ID)
 	}
 	if r.VersionID == "" {
 		return versionedRecord{}, fmt.Errorf("entry record %s names no version (a record of an unversioned bucket's quarantine? its object would be %s)", o.Key, Prefix+r.ID)
@@ -414,7 +399,7 @@ func (a *VersionedArea) Purge(ctx context.Context, id string) error {
 
 // Find returns the newest entry staged from key.
 func (a *VersionedArea) Find(ctx context.Context, key string) (quarantine.Entry, bool, error) {
-	return newestOf(a.List(ctx))(key)
+	return quarantine.FindIn(a.List(ctx))(key)
 }
 
 // Tidy is a no-op: a pending record whose delete did not happen is skipped by List and removed by the

@@ -96,9 +96,9 @@ func folderNameMax(fd int) (int, error) {
 // minNameMax is the length of a plain entry id (NewID), the name every entry can fall back to.
 const minNameMax = 19 + 1 + 16
 
-// maxRecord bounds one entry record read back (a record is a few hundred bytes; a hostile journal must
-// not make the reader allocate gigabytes for one line).
-const maxRecord = 1 << 20
+// MaxRecord bounds one entry record read back, on every store (a record is a few hundred bytes; a
+// hostile journal, object or file in the quarantine must not make the reader allocate gigabytes).
+const MaxRecord = 1 << 20
 
 // OpenLocalAt opens (creating it, mode 0700) the quarantine folder of the store whose root directory
 // rootFD is; rootFD stays the caller's (the area works on its own duplicate). now is the clock of
@@ -365,23 +365,15 @@ func (l *Local) ListAll(ctx context.Context) ([]Entry, []Problem, error) {
 		if err := unix.Fstatat(l.dir, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			continue // restored or purged meanwhile
 		}
-		if e, ok, err := ParseEntryName(n); ok {
-			if err != nil {
-				probs = append(probs, Problem{ID: n, Size: st.Size, Detail: err.Error() + "; inspect " + store.QuarantineDir + "/" + n + " in the store"})
-				continue
-			}
+		e, named, problem := EntryOf(n, l.recordOf)
+		switch {
+		case problem != "":
+			probs = append(probs, Problem{ID: n, Size: st.Size, Detail: problem + "; inspect " + store.QuarantineDir + "/" + n + " in the store"})
+		case named:
 			es = append(es, fromStat(e, &st))
-			continue
+		case !l.unchanged(e): // else a truncation that never happened: its content is at its key (Tidy removes the copy)
+			es = append(es, e)
 		}
-		e, ok := l.record(n)
-		if !ok {
-			probs = append(probs, Problem{ID: n, Size: st.Size, Detail: "object without an entry record (its original path is unknown); inspect " + store.QuarantineDir + "/" + n + " in the store"})
-			continue
-		}
-		if l.unchanged(e) {
-			continue // a truncation that never happened: its content is at its key (Tidy removes the copy)
-		}
-		es = append(es, e)
 	}
 	SortEntries(es)
 	return es, probs, nil
@@ -397,12 +389,12 @@ func fromStat(e Entry, st *unix.Stat_t) Entry {
 // tmpSuffix ends the name of the journal being rewritten by Tidy.
 const tmpSuffix = ".tmp"
 
-// record is id's record.
-func (l *Local) record(id string) (Entry, bool) {
+// recordOf is id's record (EntryOf's record: the records are in memory, never unreadable).
+func (l *Local) recordOf(id string) (Entry, bool, error) {
 	l.recMu.Lock()
 	defer l.recMu.Unlock()
 	e, ok := l.recs[id]
-	return e, ok
+	return e, ok, nil
 }
 
 // Tidy rewrites the journal without the records whose object is not in the folder (the object is at its
@@ -509,15 +501,12 @@ func (l *Local) entry(id string) (Entry, error) {
 	if err := unix.Fstatat(l.dir, id, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return Entry{}, fmt.Errorf("%w: %s", ErrNoEntry, id)
 	}
-	if e, ok, err := ParseEntryName(id); ok {
-		if err != nil {
-			return Entry{}, fmt.Errorf("%w: %v", ErrNoEntry, err)
-		}
+	e, named, problem := EntryOf(id, l.recordOf)
+	switch {
+	case problem != "":
+		return Entry{}, fmt.Errorf("%w: %s: %s", ErrNoEntry, id, problem)
+	case named:
 		return fromStat(e, &st), nil
-	}
-	e, ok := l.record(id)
-	if !ok {
-		return Entry{}, fmt.Errorf("%w: %s (the object has no entry record)", ErrNoEntry, id)
 	}
 	return e, nil
 }

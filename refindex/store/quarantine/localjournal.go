@@ -41,7 +41,7 @@ func (l *Local) records() (map[string]Entry, int, error) {
 	return parseJournal(f)
 }
 
-// parseJournal reads JSON-lines records from r; a line longer than maxRecord or not a record is
+// parseJournal reads JSON-lines records from r; a line longer than MaxRecord or not a record is
 // skipped and counted.
 func parseJournal(r io.Reader) (map[string]Entry, int, error) {
 	recs := map[string]Entry{}
@@ -68,12 +68,12 @@ func parseJournal(r io.Reader) (map[string]Entry, int, error) {
 	}
 }
 
-// readLine returns the next line without its newline; a line longer than maxRecord is discarded as it
+// readLine returns the next line without its newline; a line longer than MaxRecord is discarded as it
 // is read (never held) and reported as long.
 func readLine(br *bufio.Reader) (line []byte, long bool, err error) {
 	for {
 		frag, err := br.ReadSlice('\n')
-		if !long && len(line)+len(frag) > maxRecord {
+		if !long && len(line)+len(frag) > MaxRecord {
 			long, line = true, nil
 		}
 		if !long {

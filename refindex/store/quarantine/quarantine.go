@@ -110,16 +110,23 @@ func Find(ctx context.Context, a Area, key string) (Entry, bool, error) {
 	}); ok {
 		return f.Find(ctx, key)
 	}
-	es, err := a.List(ctx)
-	if err != nil {
-		return Entry{}, false, err
-	}
-	for i := len(es) - 1; i >= 0; i-- {
-		if es[i].Key() == key {
-			return es[i], true, nil
+	return FindIn(a.List(ctx))(key)
+}
+
+// FindIn returns a finder of the newest entry of es (a listing, oldest first) staged from a key; err is
+// the listing's, returned by every call.
+func FindIn(es []Entry, err error) func(key string) (Entry, bool, error) {
+	return func(key string) (Entry, bool, error) {
+		if err != nil {
+			return Entry{}, false, err
 		}
+		for i := len(es) - 1; i >= 0; i-- {
+			if es[i].Key() == key {
+				return es[i], true, nil
+			}
+		}
+		return Entry{}, false, nil
 	}
-	return Entry{}, false, nil
 }
 
 // Stats summarises an area for the ckguard_quarantine_* gauges.
