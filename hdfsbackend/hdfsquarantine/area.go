@@ -591,11 +591,6 @@ func (a *Area) List(ctx context.Context) ([]quarantine.Entry, error) {
 	return es, err
 }
 
-// Find returns the newest entry staged from key.
-func (a *Area) Find(ctx context.Context, key string) (quarantine.Entry, bool, error) {
-	return quarantine.FindIn(a.List(ctx))(key)
-}
-
 // locate finds id's file: in its shard folder (checked), else directly in the area folder (an entry
 // staged before the shard folders).
 func (a *Area) locate(ctx context.Context, id string) (place, hdfsclient.FileInfo, error) {

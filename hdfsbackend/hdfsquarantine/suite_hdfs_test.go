@@ -169,5 +169,5 @@ func TestQuarantineSuiteHDFS(t *testing.T) {
 			t.Fatal(err)
 		}
 		return &hdfsStore{cl: cl, root: root}
-	}, quarantinetest.Options{})
+	})
 }

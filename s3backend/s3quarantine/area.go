@@ -180,14 +180,27 @@ func writeRecord(ctx context.Context, c recordClient, id string, v any) error {
 }
 
 // decodeRecord reads the record o names (as listed) into a T, which must name o's own id (id of it).
+// Bytes that are no record are read once more as the record is now: versitygw can answer a read of a
+// record being rewritten or removed with none.
 func decodeRecord[T any](ctx context.Context, c recordClient, o s3client.Object, id func(T) string) (T, error) {
 	var r T
-	b, err := readRecordBytes(ctx, c, o)
-	if err != nil {
-		return r, err
-	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return r, fmt.Errorf("entry record %s: %w", o.Key, err)
+	for attempt := 0; ; attempt++ {
+		b, err := readRecordBytes(ctx, c, o)
+		if err != nil {
+			return r, err
+		}
+		err = json.Unmarshal(b, &r)
+		if err == nil {
+			break
+		}
+		if attempt > 0 {
+			return r, fmt.Errorf("entry record %s: %w", o.Key, err)
+		}
+		key := o.Key
+		if o, err = c.Head(ctx, key); err != nil {
+			return r, err
+		}
+		o.Key = key
 	}
 	if want := strings.TrimSuffix(strings.TrimPrefix(o.Key, Prefix), recordSuffix); id(r) != want {
 		return r, fmt.Errorf("entry record %s names id %q", o.Key, id(r))
@@ -375,11 +388,6 @@ func (a *Area) Purge(ctx context.Context, id string) error {
 		return err
 	}
 	return a.drop(ctx, id)
-}
-
-// Find returns the newest entry staged from key.
-func (a *Area) Find(ctx context.Context, key string) (quarantine.Entry, bool, error) {
-	return quarantine.FindIn(a.List(ctx))(key)
 }
 
 // ProbeCopyIfNoneMatch reports whether the server refuses a CopyObject with If-None-Match: * onto an

@@ -64,20 +64,33 @@ func (cl *claimed) release(ctx context.Context) {
 // claim's.
 func claimRecord(ctx context.Context, c recordClient, id, key string, now time.Time) ([]byte, string, string, error) {
 	rk := recordKey(id)
-	b, o, err := readWhole(ctx, c, rk)
-	if lost(err) {
-		return nil, "", "", quarantine.AlreadyGone(key, id) // removed, or rewritten while read: taken
-	}
-	if err != nil {
-		return nil, "", "", fmt.Errorf("restore %s: claim its entry record %s: %w", key, rk, err)
-	}
+	var b []byte
+	var o s3client.Object
 	var rec map[string]json.RawMessage
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return nil, "", "", fmt.Errorf("restore %s: entry record %s: %w", key, rk, err)
+	for attempt := 0; ; attempt++ {
+		var err error
+		b, o, err = readWhole(ctx, c, rk)
+		if lost(err) {
+			return nil, "", "", quarantine.AlreadyGone(key, id) // removed, or rewritten while read: taken
+		}
+		if err != nil {
+			return nil, "", "", fmt.Errorf("restore %s: claim its entry record %s: %w", key, rk, err)
+		}
+		err = json.Unmarshal(b, &rec)
+		if err == nil {
+			break
+		}
+		// No record: read while another restore rewrote or removed it (versitygw answers such a read
+		// with no bytes); read again as it is now.
+		if attempt > 0 {
+			return nil, "", "", fmt.Errorf("restore %s: entry record %s: %w", key, rk, err)
+		}
 	}
 	if raw, ok := rec[claimField]; ok {
 		var at time.Time
-		if json.Unmarshal(raw, &at) == nil && now.Sub(at) < claimAge && !now.Before(at) {
+		// A claim stamped a little after now is as fresh (another restore read the clock later, or on a
+		// host whose clock is ahead): only one older, or newer, than claimAge is taken over.
+		if json.Unmarshal(raw, &at) == nil && now.Sub(at) < claimAge && at.Sub(now) < claimAge {
 			return nil, "", "", quarantine.AlreadyGone(key, id) // another restore of it under way
 		}
 	}

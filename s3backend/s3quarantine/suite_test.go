@@ -175,20 +175,13 @@ func TestQuarantineSuiteS3(t *testing.T) {
 					t.Fatal(err)
 				}
 				return &s3Store{c: c, versioned: versioned}
-			}, quarantinetest.Options{Skip: map[string]string{"RacingRestores": versitygwRace}})
+			})
 		})
 	}
 }
 
-// versitygwRace is why racing restores are checked on MinIO, not on versitygw: a restore's claim is a
-// write conditional on the record's ETag (claim.go), and on versitygw two racing claims were seen to
-// both pass (a few rounds in a hundred, plain and versioned buckets), though it refuses a stale If-Match
-// PUT made alone: its HEAD and GET seem not atomic with a PUT of the same key. On MinIO, as AWS
-// promises, exactly one passes.
-const versitygwRace = "versitygw lets two racing conditional PUTs of one record both pass, so a restore's claim cannot be exclusive there; racing restores run on MinIO (TestQuarantineSuiteMinIO)"
-
-// TestQuarantineSuiteMinIO runs the conformance suite on MinIO too, whose conditional writes are atomic
-// with its reads as on AWS (a restore's claim, claim.go, relies on that).
+// TestQuarantineSuiteMinIO runs the conformance suite on MinIO too (a second S3 implementation of the
+// conditional writes a restore's claim relies on, claim.go).
 func TestQuarantineSuiteMinIO(t *testing.T) {
 	ctx := context.Background()
 	srv := s3server.StartMinIO(t)
@@ -216,7 +209,7 @@ func TestQuarantineSuiteMinIO(t *testing.T) {
 					t.Fatal(err)
 				}
 				return &s3Store{c: c, versioned: versioned}
-			}, quarantinetest.Options{})
+			})
 		})
 	}
 }

@@ -2,7 +2,6 @@ package s3quarantine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -260,17 +259,6 @@ func (a *VersionedArea) List(ctx context.Context) ([]quarantine.Entry, error) {
 }
 
 func (a *VersionedArea) record(ctx context.Context, id string) (versionedRecord, error) {
-	r, err := a.recordOnce(ctx, id)
-	var syn *json.SyntaxError
-	if errors.As(err, &syn) || errors.Is(err, io.ErrUnexpectedEOF) {
-		// Read while another request rewrote or removed it (versitygw's reads of a versioned key are
-		// not atomic with its writes): as it is now.
-		r, err = a.recordOnce(ctx, id)
-	}
-	return r, err
-}
-
-func (a *VersionedArea) recordOnce(ctx context.Context, id string) (versionedRecord, error) {
 	if id == "" || strings.ContainsAny(id, "/") || strings.HasSuffix(id, recordSuffix) {
 		return versionedRecord{}, fmt.Errorf("%w: %q", quarantine.ErrNoEntry, id)
 	}
@@ -395,11 +383,6 @@ func (a *VersionedArea) Purge(ctx context.Context, id string) error {
 		}
 	}
 	return a.dropRecord(ctx, id)
-}
-
-// Find returns the newest entry staged from key.
-func (a *VersionedArea) Find(ctx context.Context, key string) (quarantine.Entry, bool, error) {
-	return quarantine.FindIn(a.List(ctx))(key)
 }
 
 // Tidy is a no-op: a pending record whose delete did not happen is skipped by List and removed by the

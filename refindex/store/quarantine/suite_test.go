@@ -68,7 +68,7 @@ func TestQuarantineSuiteLocal(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			quarantinetest.Run(t, func(t *testing.T) quarantinetest.Store {
 				return &localStore{dir: t.TempDir(), nfsLike: nfsLike}
-			}, quarantinetest.Options{})
+			})
 		})
 	}
 }
