@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"sync"
 	"testing"
 	"time"
 
@@ -66,92 +65,60 @@ func (s *hdfsStore) Remove(t testing.TB, key string) {
 func (s *hdfsStore) Crash(t testing.TB, _ quarantine.Staging, key string, d quarantine.Decision, step int) bool {
 	ctx := context.Background()
 	cf := &crashingFS{FS: s.cl}
-	a, err := hdfsquarantine.Open(ctx, cf, s.root, nil)
+	a, err := hdfsquarantine.Open(ctx, cf, s.root, nil) // Open's own changes pass: not armed yet
 	if err != nil {
 		t.Fatal(err)
 	}
-	cf.arm(step)
-	if _, err := a.Restage(ctx, key, d); err != nil && !errors.Is(err, errCrashed) {
+	cf.Arm(step)
+	if _, err := a.Restage(ctx, key, d); err != nil && !errors.Is(err, quarantinetest.ErrCrashed) {
 		t.Fatalf("staging %s before its crash at step %d: %v", key, step, err)
 	}
-	return cf.crashed()
+	return cf.Crashed()
 }
 
-var errCrashed = errors.New("crashed")
-
-// crashingFS passes the first left changes (creates, renames, removes, mkdirs) once armed, and refuses
-// every later one, as a process killed right before that change would never make it.
+// crashingFS passes the NameNode the changes (creates, renames, removes, mkdirs) its Crasher lets through.
 type crashingFS struct {
 	hdfsclient.FS
-	mu    sync.Mutex
-	armed bool
-	left  int
-	hit   bool
-}
-
-func (c *crashingFS) arm(step int) {
-	c.mu.Lock()
-	c.armed, c.left = true, step
-	c.mu.Unlock()
-}
-
-func (c *crashingFS) change(op, name string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.armed {
-		return nil
-	}
-	if c.left == 0 {
-		c.hit = true
-		return fmt.Errorf("%s %s: %w", op, name, errCrashed)
-	}
-	c.left--
-	return nil
-}
-
-func (c *crashingFS) crashed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.hit
+	quarantinetest.Crasher
 }
 
 func (c *crashingFS) Create(ctx context.Context, name string, perm fs.FileMode) (hdfsclient.Writer, error) {
-	if err := c.change("create", name); err != nil {
+	if err := c.Change("create", name); err != nil {
 		return nil, err
 	}
 	return c.FS.Create(ctx, name, perm)
 }
 
 func (c *crashingFS) Mkdir(ctx context.Context, name string, perm fs.FileMode) error {
-	if err := c.change("mkdir", name); err != nil {
+	if err := c.Change("mkdir", name); err != nil {
 		return err
 	}
 	return c.FS.Mkdir(ctx, name, perm)
 }
 
 func (c *crashingFS) MkdirAll(ctx context.Context, name string, perm fs.FileMode) error {
-	if err := c.change("mkdir", name); err != nil {
+	if err := c.Change("mkdir", name); err != nil {
 		return err
 	}
 	return c.FS.MkdirAll(ctx, name, perm)
 }
 
 func (c *crashingFS) Remove(ctx context.Context, name string) error {
-	if err := c.change("remove", name); err != nil {
+	if err := c.Change("remove", name); err != nil {
 		return err
 	}
 	return c.FS.Remove(ctx, name)
 }
 
 func (c *crashingFS) Rename(ctx context.Context, from, to string) error {
-	if err := c.change("rename", from); err != nil {
+	if err := c.Change("rename", from); err != nil {
 		return err
 	}
 	return c.FS.Rename(ctx, from, to)
 }
 
 func (c *crashingFS) Chtimes(ctx context.Context, name string, mtime time.Time) error {
-	if err := c.change("chtimes", name); err != nil {
+	if err := c.Change("chtimes", name); err != nil {
 		return err
 	}
 	return c.FS.Chtimes(ctx, name, mtime)

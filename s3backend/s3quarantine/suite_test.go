@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"sync"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -77,7 +76,8 @@ func (s *s3Store) Remove(t testing.TB, key string) {
 }
 
 func (s *s3Store) Crash(t testing.TB, a quarantine.Staging, key string, d quarantine.Decision, step int) bool {
-	cc := &crashingClient{Client: s.c, left: step}
+	cc := &crashingClient{Client: s.c}
+	cc.Arm(step)
 	var crashed quarantine.Staging
 	switch a := a.(type) {
 	case *s3quarantine.Area:
@@ -88,89 +88,65 @@ func (s *s3Store) Crash(t testing.TB, a quarantine.Staging, key string, d quaran
 		t.Fatalf("area %T", a)
 	}
 	_, err := crashed.Restage(context.Background(), key, d)
-	if err != nil && !errors.Is(err, errCrash) {
+	if err != nil && !errors.Is(err, quarantinetest.ErrCrashed) {
 		t.Fatalf("staging %s before its crash at step %d: %v", key, step, err)
 	}
-	return cc.crashed()
+	return cc.Crashed()
 }
 
-// crashingClient passes the first left changes (puts, copies, deletes) to the bucket and refuses every
-// later one, as a process killed right before that change would never make it.
+// crashingClient passes the bucket the changes (puts, copies, deletes) its Crasher lets through.
 type crashingClient struct {
 	*s3client.Client
-	mu   sync.Mutex
-	left int
-	hit  bool
-}
-
-func (c *crashingClient) change(op, key string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.left == 0 {
-		c.hit = true
-		return fmt.Errorf("%s %s: %w", op, key, errCrash)
-	}
-	c.left--
-	return nil
-}
-
-func (c *crashingClient) crashed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.hit
+	quarantinetest.Crasher
 }
 
 func (c *crashingClient) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, o s3client.PutOptions) (string, error) {
-	if err := c.change("put", key); err != nil {
+	if err := c.Change("put", key); err != nil {
 		return "", err
 	}
 	return c.Client.Put(ctx, key, body, size, o)
 }
 
 func (c *crashingClient) Copy(ctx context.Context, src, dst, srcETag string, o s3client.PutOptions) (string, error) {
-	if err := c.change("copy", dst); err != nil {
+	if err := c.Change("copy", dst); err != nil {
 		return "", err
 	}
 	return c.Client.Copy(ctx, src, dst, srcETag, o)
 }
 
 func (c *crashingClient) Delete(ctx context.Context, key, ifMatch string) error {
-	if err := c.change("delete", key); err != nil {
+	if err := c.Change("delete", key); err != nil {
 		return err
 	}
 	return c.Client.Delete(ctx, key, ifMatch)
 }
 
 func (c *crashingClient) DeleteMarking(ctx context.Context, key, ifMatch string) (string, error) {
-	if err := c.change("delete", key); err != nil {
+	if err := c.Change("delete", key); err != nil {
 		return "", err
 	}
 	return c.Client.DeleteMarking(ctx, key, ifMatch)
 }
 
 func (c *crashingClient) DeleteVersion(ctx context.Context, key, versionID string) error {
-	if err := c.change("delete version", key); err != nil {
+	if err := c.Change("delete version", key); err != nil {
 		return err
 	}
 	return c.Client.DeleteVersion(ctx, key, versionID)
 }
 
-// TestQuarantineSuiteS3 runs the conformance suite on versitygw: the copy-based area on a plain bucket,
-// the delete-marker area on a versioned one.
-func TestQuarantineSuiteS3(t *testing.T) {
-	srv := s3server.StartVersioned(t)
+// runSuite runs the conformance suite on buckets of one server (config cfg), made by bucket (with
+// versioning enabled or not): the copy-based area on a plain bucket, the delete-marker area on a
+// versioned one.
+func runSuite(t *testing.T, cfg s3client.Config, bucket func(t *testing.T, name string, versioned bool)) {
 	n := 0
 	for _, versioned := range []bool{false, true} {
 		t.Run(map[bool]string{false: "plain", true: "versioned"}[versioned], func(t *testing.T) {
 			quarantinetest.Run(t, func(t *testing.T) quarantinetest.Store {
 				n++
 				name := fmt.Sprintf("suite%d", n)
-				if versioned {
-					srv.VersionedBucket(t, name)
-				} else {
-					srv.Bucket(t, name)
-				}
-				c, err := s3client.New(context.Background(), srv.Config(), s3client.Location{Bucket: name, Prefix: "flink/"})
+				bucket(t, name, versioned)
+				c, err := s3client.New(context.Background(), cfg, s3client.Location{Bucket: name, Prefix: "flink/"})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -178,6 +154,18 @@ func TestQuarantineSuiteS3(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestQuarantineSuiteS3 runs the conformance suite on versitygw.
+func TestQuarantineSuiteS3(t *testing.T) {
+	srv := s3server.StartVersioned(t)
+	runSuite(t, srv.Config(), func(t *testing.T, name string, versioned bool) {
+		if versioned {
+			srv.VersionedBucket(t, name)
+		} else {
+			srv.Bucket(t, name)
+		}
+	})
 }
 
 // TestQuarantineSuiteMinIO runs the conformance suite on MinIO too (a second S3 implementation of the
@@ -185,31 +173,19 @@ func TestQuarantineSuiteS3(t *testing.T) {
 func TestQuarantineSuiteMinIO(t *testing.T) {
 	ctx := context.Background()
 	srv := s3server.StartMinIO(t)
-	n := 0
-	for _, versioned := range []bool{false, true} {
-		t.Run(map[bool]string{false: "plain", true: "versioned"}[versioned], func(t *testing.T) {
-			quarantinetest.Run(t, func(t *testing.T) quarantinetest.Store {
-				n++
-				name := fmt.Sprintf("suite%d", n)
-				admin, err := s3client.New(ctx, srv.Config(), s3client.Location{Bucket: name})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := admin.API().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
-					t.Fatal(err)
-				}
-				if versioned {
-					if _, err := admin.API().PutBucketVersioning(ctx, &s3.PutBucketVersioningInput{Bucket: aws.String(name),
-						VersioningConfiguration: &types.VersioningConfiguration{Status: types.BucketVersioningStatusEnabled}}); err != nil {
-						t.Fatal(err)
-					}
-				}
-				c, err := s3client.New(ctx, srv.Config(), s3client.Location{Bucket: name, Prefix: "flink/"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return &s3Store{c: c, versioned: versioned}
-			})
-		})
-	}
+	runSuite(t, srv.Config(), func(t *testing.T, name string, versioned bool) {
+		admin, err := s3client.New(ctx, srv.Config(), s3client.Location{Bucket: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.API().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+			t.Fatal(err)
+		}
+		if versioned {
+			if _, err := admin.API().PutBucketVersioning(ctx, &s3.PutBucketVersioningInput{Bucket: aws.String(name),
+				VersioningConfiguration: &types.VersioningConfiguration{Status: types.BucketVersioningStatusEnabled}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }
