@@ -368,8 +368,19 @@ func TestQuarantineKill9DuringRm(t *testing.T) {
 					dup++
 				}
 			}
-			if lost+dup != 0 || len(r.Problems) != 0 || (settled && both != 0) {
-				t.Fatalf("%s: %d files lost, %d both at their path and staged, %d staged twice, problems %+v", when, lost, both, dup, r.Problems)
+			// On S3 a deletion stopped between its copy and its delete leaves a copy of a file still at
+			// its path: reported as a crash copy (never an entry), it is one "both" until the remount's
+			// replay finishes the deletion.
+			var probs []quarantine.Problem
+			for _, pr := range r.Problems {
+				if !settled && strings.HasPrefix(pr.Detail, "crash copy:") {
+					both++
+				} else {
+					probs = append(probs, pr)
+				}
+			}
+			if lost+dup != 0 || len(probs) != 0 || (settled && both != 0) {
+				t.Fatalf("%s: %d files lost, %d both at their path and staged, %d staged twice, problems %+v", when, lost, both, dup, probs)
 			}
 			t.Logf("%s: %d files at their path, %d staged, %d both", when, len(now), len(r.Entries), both)
 			return both
