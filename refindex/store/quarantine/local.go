@@ -1,9 +1,7 @@
 package quarantine
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -447,49 +445,7 @@ func (l *Local) Tidy(ctx context.Context, minAge time.Duration) error {
 	if len(keep) == len(l.recs) {
 		return nil
 	}
-	SortEntries(keep)
-	var buf bytes.Buffer
-	for _, e := range keep {
-		b, err := json.Marshal(e)
-		if err != nil {
-			return err
-		}
-		buf.Write(b)
-		buf.WriteByte('\n')
-	}
-	tmp := JournalName + tmpSuffix
-	fd, err := unix.Openat(l.dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return fmt.Errorf("rewrite the quarantine journal: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), tmp)
-	_, werr := f.Write(buf.Bytes())
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = unix.Renameat(l.dir, tmp, l.dir, JournalName)
-	}
-	if werr != nil {
-		_ = unix.Unlinkat(l.dir, tmp, 0)
-		return fmt.Errorf("rewrite the quarantine journal: %w", werr)
-	}
-	_ = unix.Fsync(l.dir)
-	j, err := l.openJournal()
-	if err != nil {
-		return err
-	}
-	l.journal.Close()
-	l.journal = j
-	recs := make(map[string]Entry, len(keep))
-	for _, e := range keep {
-		recs[e.ID] = e
-	}
-	l.recs = recs
-	return nil
+	return l.rewriteJournal(keep)
 }
 
 // entry returns id's entry: its object in the folder and its record.
