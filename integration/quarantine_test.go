@@ -202,6 +202,23 @@ func qcli(p *mntProc, sub string, args ...string) (string, int) {
 
 // qListResult is `ckguard quarantine list --json` of the mount's store, with a mount or without one
 // (storeArgs reach the store then).
+// crashCopies counts the S3 crash copies among probs while not settled (a deletion killed between its
+// copy and its delete leaves a copy of a file still at its path: reported as a problem, never an entry,
+// it is one file both at its path and staged until the remount's replay finishes the deletion) and
+// returns the other problems.
+func crashCopies(probs []quarantine.Problem, settled bool) (int, []quarantine.Problem) {
+	n := 0
+	var rest []quarantine.Problem
+	for _, pr := range probs {
+		if !settled && strings.HasPrefix(pr.Detail, "crash copy:") {
+			n++
+		} else {
+			rest = append(rest, pr)
+		}
+	}
+	return n, rest
+}
+
 func qListResult(t *testing.T, p *mntProc, storeArgs ...string) quarantine.ListResult {
 	t.Helper()
 	out, code := qcli(p, "list", append([]string{"--json"}, storeArgs...)...)
@@ -368,8 +385,10 @@ func TestQuarantineKill9DuringRm(t *testing.T) {
 					dup++
 				}
 			}
-			if lost+dup != 0 || len(r.Problems) != 0 || (settled && both != 0) {
-				t.Fatalf("%s: %d files lost, %d both at their path and staged, %d staged twice, problems %+v", when, lost, both, dup, r.Problems)
+			copies, probs := crashCopies(r.Problems, settled)
+			both += copies
+			if lost+dup != 0 || len(probs) != 0 || (settled && both != 0) {
+				t.Fatalf("%s: %d files lost, %d both at their path and staged, %d staged twice, problems %+v", when, lost, both, dup, probs)
 			}
 			t.Logf("%s: %d files at their path, %d staged, %d both", when, len(now), len(r.Entries), both)
 			return both

@@ -258,7 +258,7 @@ func (f *finder) FindQuarantined(ctx context.Context, key string) (refindex.Quar
 	if b == nil {
 		return refindex.QuarantinedObject{}, false, nil
 	}
-	e, ok, err := b.a.Find(ctx, key)
+	e, ok, err := quarantine.Find(ctx, b.a, key)
 	if err != nil || !ok {
 		return refindex.QuarantinedObject{}, false, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient/hdfsfake"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsmount"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsquarantine"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
 // setupQuarantined mounts the fake with a quarantine area (and a trash, which the quarantine replaces).
@@ -108,7 +109,7 @@ func TestQuarantineStagesDeletions(t *testing.T) {
 		if b, err := e.f.ReadFile(dir + "/" + k); err != nil || string(b) != body {
 			t.Errorf("%s holds %q, %v; want %q", k, b, err, body)
 		}
-		en, ok, err := a.Find(ctx, k)
+		en, ok, err := quarantine.Find(ctx, a, k)
 		if err != nil || !ok || en.Decision.Op != "truncate" {
 			t.Errorf("%s: entry %+v %v %v", k, en, ok, err)
 			continue

@@ -40,10 +40,6 @@ import (
 // recordSuffix names an entry record file.
 const recordSuffix = ".json"
 
-// maxRecord bounds one entry record read back: a record is a few hundred bytes, and a hostile file in
-// the area must not make the reader allocate gigabytes.
-const maxRecord = 1 << 20
-
 // Area is the quarantine area of one HDFS store.
 type Area struct {
 	fs   hdfsclient.FS
@@ -157,9 +153,6 @@ const nameLimit = 240
 
 // entryName is the self-describing name of e ("" when it does not fit in nameLimit).
 func entryName(e quarantine.Entry) string { return quarantine.EntryName(e, nameLimit) }
-
-// parseName reads the entry a self-describing name records (ok false: the name is not one).
-func parseName(name string) (quarantine.Entry, bool, error) { return quarantine.ParseEntryName(name) }
 
 // validID reports whether id can name a file of the area.
 func validID(id string) bool {
@@ -435,8 +428,8 @@ func (a *Area) readRecord(ctx context.Context, at place, id string, fi hdfsclien
 		return c.e, nil
 	}
 	shown := at.show(id + recordSuffix)
-	if fi.Size > maxRecord {
-		return quarantine.Entry{}, fmt.Errorf("entry record %s is %d bytes, more than %d: not a record of ours", shown, fi.Size, maxRecord)
+	if fi.Size > quarantine.MaxRecord {
+		return quarantine.Entry{}, fmt.Errorf("entry record %s is %d bytes, more than %d: not a record of ours", shown, fi.Size, quarantine.MaxRecord)
 	}
 	r, err := a.fs.Open(ctx, a.recordOf(at, id))
 	if err != nil {
@@ -444,8 +437,8 @@ func (a *Area) readRecord(ctx context.Context, at place, id string, fi hdfsclien
 	}
 	defer r.Close()
 	b := make([]byte, r.Size())
-	if int64(len(b)) > maxRecord {
-		return quarantine.Entry{}, fmt.Errorf("entry record %s is more than %d bytes: not a record of ours", shown, maxRecord)
+	if int64(len(b)) > quarantine.MaxRecord {
+		return quarantine.Entry{}, fmt.Errorf("entry record %s is more than %d bytes: not a record of ours", shown, quarantine.MaxRecord)
 	}
 	if n, err := r.ReadAt(b, 0); err != nil && !(errors.Is(err, io.EOF) && n == len(b)) {
 		return quarantine.Entry{}, fmt.Errorf("entry record %s: %w", shown, err)
@@ -568,26 +561,19 @@ func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Pr
 		problem := func(detail string) {
 			probs = append(probs, quarantine.Problem{ID: o.at.relName(id), Size: o.fi.Size, Detail: detail + "; inspect " + o.at.show(id) + " in HDFS"})
 		}
-		if e, ok, err := parseName(id); ok {
-			if err != nil {
-				problem(err.Error())
-				continue
+		e, _, why := quarantine.EntryOf(id, func(id string) (quarantine.Entry, bool, error) {
+			r, ok := l.recs[id]
+			if !ok || r.at.ref != o.at.ref {
+				return quarantine.Entry{}, false, nil
 			}
-			e.Size, e.ModTime = o.fi.Size, o.fi.ModTime
-			es = append(es, e)
-			continue
+			e, err := a.readRecord(ctx, r.at, id, r.fi)
+			return e, true, err
+		})
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
 		}
-		r, ok := l.recs[id]
-		if !ok || r.at.ref != o.at.ref {
-			problem("file without an entry record (its original path is unknown)")
-			continue
-		}
-		e, err := a.readRecord(ctx, r.at, id, r.fi)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, nil, ctx.Err()
-			}
-			problem(err.Error())
+		if why != "" {
+			problem(why)
 			continue
 		}
 		// The staged file is the truth about the content (a file replaced between the record and the
@@ -603,20 +589,6 @@ func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Pr
 func (a *Area) List(ctx context.Context) ([]quarantine.Entry, error) {
 	es, _, err := a.ListAll(ctx)
 	return es, err
-}
-
-// Find returns the newest entry staged from key.
-func (a *Area) Find(ctx context.Context, key string) (quarantine.Entry, bool, error) {
-	es, err := a.List(ctx)
-	if err != nil {
-		return quarantine.Entry{}, false, err
-	}
-	for i := len(es) - 1; i >= 0; i-- {
-		if es[i].Key() == key {
-			return es[i], true, nil
-		}
-	}
-	return quarantine.Entry{}, false, nil
 }
 
 // locate finds id's file: in its shard folder (checked), else directly in the area folder (an entry
@@ -653,7 +625,7 @@ func (a *Area) entry(ctx context.Context, id string) (quarantine.Entry, place, e
 	if ofi.IsDir || ofi.Symlink {
 		return quarantine.Entry{}, place{}, fmt.Errorf("%w: %s (not a file)", quarantine.ErrNoEntry, id)
 	}
-	if e, ok, err := parseName(id); ok {
+	if e, ok, err := quarantine.ParseEntryName(id); ok {
 		if err != nil {
 			return quarantine.Entry{}, place{}, fmt.Errorf("%w: %v", quarantine.ErrNoEntry, err)
 		}
@@ -680,6 +652,9 @@ func (a *Area) entry(ctx context.Context, id string) (quarantine.Entry, place, e
 func (a *Area) Restore(ctx context.Context, id string) (quarantine.Entry, error) {
 	e, at, err := a.entry(ctx, id)
 	if err != nil {
+		if !errors.Is(err, quarantine.ErrNoEntry) && a.gone(ctx, id) {
+			return quarantine.Entry{}, quarantine.AlreadyGone(e.Key(), id) // its record went with it
+		}
 		return quarantine.Entry{}, err
 	}
 	key, err := checkKey(e.Key())
@@ -693,6 +668,9 @@ func (a *Area) Restore(ctx context.Context, id string) (quarantine.Entry, error)
 		}
 	}
 	if err := a.fs.Rename(ctx, at.file(id), abs); err != nil {
+		if a.gone(ctx, id) {
+			return quarantine.Entry{}, quarantine.AlreadyGone(key, id)
+		}
 		if errors.Is(err, fs.ErrExist) {
 			return quarantine.Entry{}, fmt.Errorf("restore /%s: %w: something is there now, and a restore never replaces it; move it away first (entry %s stays in quarantine)", key, quarantine.ErrOccupied, id)
 		}
@@ -721,6 +699,13 @@ func (a *Area) Purge(ctx context.Context, id string) error {
 	}
 	a.forget(id)
 	return nil
+}
+
+// gone reports whether id's file is no longer in the area (a rename is atomic: another restore or a
+// purge took it first).
+func (a *Area) gone(ctx context.Context, id string) bool {
+	_, _, err := a.locate(ctx, id)
+	return errors.Is(err, quarantine.ErrNoEntry)
 }
 
 func (a *Area) forget(id string) {

@@ -90,7 +90,7 @@ func TestStageRestorePurge(t *testing.T) {
 	if err != nil || len(es) != 1 || len(probs) != 0 || es[0].ID != e.ID || !es[0].ModTime.Equal(mtime) {
 		t.Fatalf("ListAll = %+v, %+v, %v", es, probs, err)
 	}
-	if got, ok, err := a.Find(ctx, "job/chk-1/a"); err != nil || !ok || got.ID != e.ID {
+	if got, ok, err := quarantine.Find(ctx, a, "job/chk-1/a"); err != nil || !ok || got.ID != e.ID {
 		t.Errorf("Find = %+v %v %v", got, ok, err)
 	}
 	exactlyOnce(t, f, a, "job/chk-1/a", "alpha")

@@ -110,7 +110,7 @@ func TestFlatEntriesOfOlderVersions(t *testing.T) {
 	for _, e := range es {
 		byKey[e.Key()] = e
 	}
-	if e, ok, err := a.Find(ctx, long); err != nil || !ok || e.ID != longID {
+	if e, ok, err := quarantine.Find(ctx, a, long); err != nil || !ok || e.ID != longID {
 		t.Fatalf("Find(long) = %+v %v %v", e, ok, err)
 	}
 	for _, k := range []string{"job/old", long, "job/new"} {

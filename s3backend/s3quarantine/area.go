@@ -46,10 +46,6 @@ const Prefix = store.QuarantineDir + "/"
 // recordSuffix names an entry record object.
 const recordSuffix = ".json"
 
-// maxRecord bounds one entry record read back: a record is a few hundred bytes, and a hostile object in
-// the area must not make the reader allocate gigabytes.
-const maxRecord = 1 << 20
-
 // Area is the quarantine area of one S3 store.
 type Area struct {
 	c   Client
@@ -164,29 +160,52 @@ func (a *Area) drop(ctx context.Context, id string) error {
 }
 
 func (a *Area) putRecord(ctx context.Context, e quarantine.Entry) error {
-	b, err := json.Marshal(e)
+	return writeRecord(ctx, a.c, e.ID, e)
+}
+
+func (a *Area) readRecord(ctx context.Context, o s3client.Object) (quarantine.Entry, error) {
+	return decodeRecord(ctx, a.c, o, func(e quarantine.Entry) string { return e.ID })
+}
+
+// writeRecord writes v as the record object of entry id (both areas' records: one object each).
+func writeRecord(ctx context.Context, c recordClient, id string, v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	if _, err := a.c.Put(ctx, recordKey(e.ID), bytes.NewReader(b), int64(len(b)), s3client.PutOptions{}); err != nil {
-		return fmt.Errorf("write entry record %s: %w", recordKey(e.ID), err)
+	if _, err := c.Put(ctx, recordKey(id), bytes.NewReader(b), int64(len(b)), s3client.PutOptions{}); err != nil {
+		return fmt.Errorf("write entry record %s: %w", recordKey(id), err)
 	}
 	return nil
 }
 
-func (a *Area) readRecord(ctx context.Context, o s3client.Object) (quarantine.Entry, error) {
-	b, err := readRecordBytes(ctx, a.c, o)
-	if err != nil {
-		return quarantine.Entry{}, err
+// decodeRecord reads the record o names (as listed) into a T, which must name o's own id (id of it).
+// Bytes that are no record are read once more as the record is now: versitygw can answer a read of a
+// record being rewritten or removed with none.
+func decodeRecord[T any](ctx context.Context, c recordClient, o s3client.Object, id func(T) string) (T, error) {
+	var r T
+	for attempt := 0; ; attempt++ {
+		b, err := readRecordBytes(ctx, c, o)
+		if err != nil {
+			return r, err
+		}
+		err = json.Unmarshal(b, &r)
+		if err == nil {
+			break
+		}
+		if attempt > 0 {
+			return r, fmt.Errorf("entry record %s: %w", o.Key, err)
+		}
+		key := o.Key
+		if o, err = c.Head(ctx, key); err != nil {
+			return r, err
+		}
+		o.Key = key
 	}
-	var e quarantine.Entry
-	if err := json.Unmarshal(b, &e); err != nil {
-		return quarantine.Entry{}, fmt.Errorf("entry record %s: %w", o.Key, err)
+	if want := strings.TrimSuffix(strings.TrimPrefix(o.Key, Prefix), recordSuffix); id(r) != want {
+		return r, fmt.Errorf("entry record %s names id %q", o.Key, id(r))
 	}
-	if want := strings.TrimSuffix(strings.TrimPrefix(o.Key, Prefix), recordSuffix); e.ID != want {
-		return quarantine.Entry{}, fmt.Errorf("entry record %s names id %q", o.Key, e.ID)
-	}
-	return e, nil
+	return r, nil
 }
 
 // readRecordBytes reads the entry record o names (as listed). A record rewritten since the listing (a
@@ -197,8 +216,8 @@ func readRecordBytes(ctx context.Context, c interface {
 	ReadAt(ctx context.Context, key string, p []byte, off int64, ifMatch string) (int, error)
 }, o s3client.Object) ([]byte, error) {
 	for attempt := 0; ; attempt++ {
-		if o.Size > maxRecord {
-			return nil, fmt.Errorf("entry record %s is %d bytes, more than %d: not a record of ours", o.Key, o.Size, maxRecord)
+		if o.Size > quarantine.MaxRecord {
+			return nil, fmt.Errorf("entry record %s is %d bytes, more than %d: not a record of ours", o.Key, o.Size, quarantine.MaxRecord)
 		}
 		b := make([]byte, o.Size)
 		n, err := c.ReadAt(ctx, o.Key, b, 0, o.ETag)
@@ -299,6 +318,9 @@ func (a *Area) entry(ctx context.Context, id string) (quarantine.Entry, error) {
 	}
 	r.Key = recordKey(id)
 	e, err := a.readRecord(ctx, r)
+	if errors.Is(err, fs.ErrNotExist) {
+		return quarantine.Entry{}, quarantine.AlreadyGone("", id) // removed since its HEAD
+	}
 	if err != nil {
 		return quarantine.Entry{}, err
 	}
@@ -312,27 +334,21 @@ func (a *Area) entry(ctx context.Context, id string) (quarantine.Entry, error) {
 }
 
 // Restore copies the entry's object back to its original key, only if nothing is there (If-None-Match
-// where the server honours it, else a HEAD right before the copy), then drops the entry.
+// where the server honours it, else a HEAD right before the copy), then drops the entry. It claims the
+// entry first (claim.go): of two restores racing, one restores and the other is told it was taken.
 func (a *Area) Restore(ctx context.Context, id string) (quarantine.Entry, error) {
 	e, err := a.entry(ctx, id)
 	if err != nil {
 		return quarantine.Entry{}, err
 	}
 	key := e.Key()
-	if !a.IfNoneMatch {
-		_, err := a.c.Head(ctx, key)
-		if err == nil {
-			return quarantine.Entry{}, fmt.Errorf("restore %s: %w; move that object away first, the entry stays in quarantine", key, quarantine.ErrOccupied)
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return quarantine.Entry{}, err
-		}
+	cl, err := claim(ctx, a.c, id, key, a.now())
+	if err != nil {
+		return quarantine.Entry{}, err
 	}
-	if _, err := a.c.Copy(ctx, objectKey(id), key, "", s3client.PutOptions{IfNoneMatch: a.IfNoneMatch}); err != nil {
-		if errors.Is(err, s3client.ErrPrecondition) {
-			return quarantine.Entry{}, fmt.Errorf("restore %s: %w; move that object away first, the entry stays in quarantine", key, quarantine.ErrOccupied)
-		}
-		return quarantine.Entry{}, fmt.Errorf("restore %s: %w", key, err)
+	if err := a.copyBack(ctx, id, key); err != nil {
+		cl.release(ctx)
+		return quarantine.Entry{}, err
 	}
 	// The record goes first: a crash after it leaves an object without record (reported by List), never
 	// an entry whose object is also back at its key.
@@ -345,32 +361,33 @@ func (a *Area) Restore(ctx context.Context, id string) (quarantine.Entry, error)
 	return e, nil
 }
 
+// copyBack copies id's object to key, never over an object there.
+func (a *Area) copyBack(ctx context.Context, id, key string) error {
+	occupied := fmt.Errorf("restore %s: %w; move that object away first, the entry stays in quarantine", key, quarantine.ErrOccupied)
+	if !a.IfNoneMatch {
+		_, err := a.c.Head(ctx, key)
+		if err == nil {
+			return occupied
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	if _, err := a.c.Copy(ctx, objectKey(id), key, "", s3client.PutOptions{IfNoneMatch: a.IfNoneMatch}); err != nil {
+		if errors.Is(err, s3client.ErrPrecondition) {
+			return occupied
+		}
+		return fmt.Errorf("restore %s: %w", key, err)
+	}
+	return nil
+}
+
 // Purge destroys the entry's object, then its record.
 func (a *Area) Purge(ctx context.Context, id string) error {
 	if _, err := a.entry(ctx, id); err != nil {
 		return err
 	}
 	return a.drop(ctx, id)
-}
-
-// Find returns the newest entry staged from key.
-func (a *Area) Find(ctx context.Context, key string) (quarantine.Entry, bool, error) {
-	return newestOf(a.List(ctx))(key)
-}
-
-// newestOf returns a finder of the newest entry of es (oldest first) staged from a key.
-func newestOf(es []quarantine.Entry, err error) func(key string) (quarantine.Entry, bool, error) {
-	return func(key string) (quarantine.Entry, bool, error) {
-		if err != nil {
-			return quarantine.Entry{}, false, err
-		}
-		for i := len(es) - 1; i >= 0; i-- {
-			if es[i].Key() == key {
-				return es[i], true, nil
-			}
-		}
-		return quarantine.Entry{}, false, nil
-	}
 }
 
 // ProbeCopyIfNoneMatch reports whether the server refuses a CopyObject with If-None-Match: * onto an

@@ -11,7 +11,8 @@ import (
 )
 
 // A change in place (Keep) copies the version it replaces into the area with its record, then makes the
-// conditional change, then marks the record Applied. A crash between the copy and the mark leaves a
+// conditional change, then marks the record Applied; a deletion (Stage) likewise copies, then deletes,
+// and its record is marked Applied by the next Tidy (not on the deletion's path: one request fewer). A crash between the copy and the mark leaves a
 // record that is not Applied. Whether the change happened is read from the key: if it still holds the
 // kept version (same ETag) the change never happened and the copy is a crash copy, a duplicate of the
 // live object and no entry; if it holds another version, or none, the change (or a later one) destroyed
@@ -28,10 +29,13 @@ import (
 // and than a multipart upload of a spool of tens of GiB on a slow link.
 const crashCopyAge = 6 * time.Hour
 
-// isKept reports whether e was staged by a change in place (Keep), not yet known to have happened.
+// isKept reports whether e is a copy whose change is not yet known to have happened: a change in place
+// (Keep), or a deletion (Stage: copy, record, then the conditional delete) whose delete may not have
+// happened. A deletion stopped between its copy and its delete leaves the object at its key and its copy
+// in the area; counted as an entry it would be in both places, and its restore refused as occupied.
 func isKept(e quarantine.Entry) bool {
 	c := e.Change()
-	return (c == quarantine.OpReplace || c == quarantine.OpTruncate) && e.ETag != "" && !e.Applied
+	return (c == quarantine.OpReplace || c == quarantine.OpTruncate || c == quarantine.OpUnlink) && e.ETag != "" && !e.Applied
 }
 
 // hold marks id as being staged or changed by this process, after any removal of it Tidy is making has

@@ -1,9 +1,7 @@
 package s3quarantine
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -147,24 +145,19 @@ func (a *VersionedArea) Unstage(ctx context.Context, key, etag string) error {
 }
 
 func (a *VersionedArea) putRecord(ctx context.Context, r versionedRecord) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	if _, err := a.c.Put(ctx, recordKey(r.ID), bytes.NewReader(b), int64(len(b)), s3client.PutOptions{}); err != nil {
-		return fmt.Errorf("write entry record %s: %w", recordKey(r.ID), err)
-	}
-	return nil
+	return writeRecord(ctx, a.c, r.ID, r)
 }
 
 // dropRecord removes every version of an entry record (a plain delete would only hide it under a
-// marker of its own).
+// marker of its own), oldest first: until the last goes, the record read is the newest, so a restore's
+// claim (claim.go) is never uncovered by the removal of its own version.
 func (a *VersionedArea) dropRecord(ctx context.Context, id string) error {
 	vs, err := a.c.Versions(ctx, recordKey(id))
 	if err != nil {
 		return err
 	}
-	for _, v := range vs {
+	for i := len(vs) - 1; i >= 0; i-- {
+		v := vs[i]
 		if err := a.c.DeleteVersion(ctx, recordKey(id), v.VersionID); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("remove entry record %s: %w", recordKey(id), err)
 		}
@@ -173,16 +166,9 @@ func (a *VersionedArea) dropRecord(ctx context.Context, id string) error {
 }
 
 func (a *VersionedArea) readRecord(ctx context.Context, o s3client.Object) (versionedRecord, error) {
-	b, err := readRecordBytes(ctx, a.c, o)
+	r, err := decodeRecord(ctx, a.c, o, func(r versionedRecord) string { return r.ID })
 	if err != nil {
 		return versionedRecord{}, err
-	}
-	var r versionedRecord
-	if err := json.Unmarshal(b, &r); err != nil {
-		return versionedRecord{}, fmt.Errorf("entry record %s: %w", o.Key, err)
-	}
-	if want := strings.TrimSuffix(strings.TrimPrefix(o.Key, Prefix), recordSuffix); r.ID != want {
-		return versionedRecord{}, fmt.Errorf("entry record %s names id %q", o.Key, r.ID)
 	}
 	if r.VersionID == "" {
 		return versionedRecord{}, fmt.Errorf("entry record %s names no version (a record of an unversioned bucket's quarantine? its object would be %s)", o.Key, Prefix+r.ID)
@@ -210,8 +196,11 @@ func (a *VersionedArea) resolve(ctx context.Context, r versionedRecord) (bool, e
 	if err != nil {
 		return false, err
 	}
-	gone, current, _ := hidden(r, vs)
-	return !gone && !current, nil
+	// Hidden by the delete the staging made: a delete marker right above the version. A version written
+	// over it instead (the staging stopped before its delete, then the key was written again) is no
+	// deletion: the record is no entry.
+	gone, current, above := hidden(r, vs)
+	return !gone && !current && len(above) > 0 && above[len(above)-1].DeleteMarker, nil
 }
 
 // ListAll returns every entry, oldest first, and a problem for each unreadable record and each
@@ -281,53 +270,71 @@ func (a *VersionedArea) record(ctx context.Context, id string) (versionedRecord,
 		return versionedRecord{}, err
 	}
 	o.Key = recordKey(id)
-	return a.readRecord(ctx, o)
+	r, err := a.readRecord(ctx, o)
+	if errors.Is(err, fs.ErrNotExist) {
+		return versionedRecord{}, quarantine.AlreadyGone("", id) // removed since its HEAD
+	}
+	return r, err
 }
 
 // Restore removes the delete markers above the entry's version, so that version is current at its key
 // again, unchanged; then it drops the record. An object written at the key since (a version newer than
-// the entry's that is not a delete marker) is never hidden or removed: ErrOccupied, the entry stays.
+// the entry's that is not a delete marker) is never hidden or removed: ErrOccupied, the entry stays. It
+// claims the entry first (claim.go): of two restores racing, one restores and the other is told so.
 func (a *VersionedArea) Restore(ctx context.Context, id string) (quarantine.Entry, error) {
 	r, err := a.record(ctx, id)
 	if err != nil {
 		return quarantine.Entry{}, err
 	}
 	key := r.Key()
+	cl, err := claim(ctx, a.c, id, key, a.now())
+	if err != nil {
+		return quarantine.Entry{}, err
+	}
+	if err := a.unhide(ctx, r); err != nil {
+		cl.release(ctx)
+		return quarantine.Entry{}, err
+	}
+	if err := a.dropRecord(ctx, id); err != nil {
+		return r.Entry, fmt.Errorf("restored %s, but its entry record stays: %w", key, err)
+	}
+	return r.Entry, nil
+}
+
+// unhide makes r's version current at its key again by removing the delete markers above it.
+func (a *VersionedArea) unhide(ctx context.Context, r versionedRecord) error {
+	key := r.Key()
 	vs, err := a.c.Versions(ctx, key)
 	if err != nil {
-		return quarantine.Entry{}, fmt.Errorf("restore %s: %w", key, err)
+		return fmt.Errorf("restore %s: %w", key, err)
 	}
 	gone, current, above := hidden(r, vs)
 	switch {
 	case gone:
-		return quarantine.Entry{}, fmt.Errorf("restore %s: %w: %s (its version %s is no longer in the bucket)", key, quarantine.ErrNoEntry, id, r.VersionID)
+		return fmt.Errorf("restore %s: %w: %s (its version %s is no longer in the bucket)", key, quarantine.ErrNoEntry, r.ID, r.VersionID)
 	case current:
-		// Back already (a restore interrupted after its marker removal, or done by hand).
-		return r.Entry, a.dropRecord(ctx, id)
+		return nil // back already (a restore interrupted after its marker removal, or done by hand)
 	}
 	for _, v := range above {
 		if !v.DeleteMarker {
-			return quarantine.Entry{}, fmt.Errorf("restore %s: %w (version %s of %s was written after the deletion); move that object away first, the entry stays in quarantine", key, quarantine.ErrOccupied, v.VersionID, v.ModTime.Format(time.RFC3339))
+			return fmt.Errorf("restore %s: %w (version %s of %s was written after the deletion); move that object away first, the entry stays in quarantine", key, quarantine.ErrOccupied, v.VersionID, v.ModTime.Format(time.RFC3339))
 		}
 	}
 	for _, v := range above {
 		if err := a.c.DeleteVersion(ctx, key, v.VersionID); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return quarantine.Entry{}, fmt.Errorf("restore %s: remove delete marker %s: %w (the entry stays in quarantine)", key, v.VersionID, err)
+			return fmt.Errorf("restore %s: remove delete marker %s: %w (the entry stays in quarantine)", key, v.VersionID, err)
 		}
 	}
 	// A write racing the marker removal is not replaced (a marker's removal never touches another
 	// version), but then the entry's version is not the current one: say so and keep the entry.
 	o, err := a.c.Head(ctx, key)
 	if err != nil {
-		return quarantine.Entry{}, fmt.Errorf("restore %s: check the restored version: %w (the entry stays in quarantine)", key, err)
+		return fmt.Errorf("restore %s: check the restored version: %w (the entry stays in quarantine)", key, err)
 	}
 	if o.VersionID != r.VersionID {
-		return quarantine.Entry{}, fmt.Errorf("restore %s: %w (version %s was written meanwhile; the entry's version %s stays below it and the entry stays in quarantine)", key, quarantine.ErrOccupied, o.VersionID, r.VersionID)
+		return fmt.Errorf("restore %s: %w (version %s was written meanwhile; the entry's version %s stays below it and the entry stays in quarantine)", key, quarantine.ErrOccupied, o.VersionID, r.VersionID)
 	}
-	if err := a.dropRecord(ctx, id); err != nil {
-		return r.Entry, fmt.Errorf("restored %s, but its entry record stays: %w", key, err)
-	}
-	return r.Entry, nil
+	return nil
 }
 
 // Purge deletes the entry's hidden version for good, then the delete markers left with nothing below
@@ -376,11 +383,6 @@ func (a *VersionedArea) Purge(ctx context.Context, id string) error {
 		}
 	}
 	return a.dropRecord(ctx, id)
-}
-
-// Find returns the newest entry staged from key.
-func (a *VersionedArea) Find(ctx context.Context, key string) (quarantine.Entry, bool, error) {
-	return newestOf(a.List(ctx))(key)
 }
 
 // Tidy is a no-op: a pending record whose delete did not happen is skipped by List and removed by the

@@ -107,7 +107,7 @@ func TestVersionedStageRestorePurge(t *testing.T) {
 	if err != nil || len(probs) != 0 || len(es) != 1 || es[0].Path != key || es[0].Size != int64(len("state bytes")) || es[0].ETag != etag || es[0].VersionID != before.VersionID {
 		t.Fatalf("list: %+v %+v %v", es, probs, err)
 	}
-	if f, ok, err := a.Find(ctx, key); err != nil || !ok || f.ID != e.ID {
+	if f, ok, err := quarantine.Find(ctx, a, key); err != nil || !ok || f.ID != e.ID {
 		t.Fatalf("find %s: %+v %v %v", key, f, ok, err)
 	}
 

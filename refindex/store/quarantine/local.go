@@ -1,9 +1,7 @@
 package quarantine
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -45,6 +43,17 @@ type Local struct {
 	// open: 255 on ext4 and XFS, 143 on eCryptfs): a self-describing name (EntryName) longer than that
 	// would make the staging's rename fail, so such an entry takes a plain id and a record instead.
 	nameMax int
+	// noRenameFlags makes the area act as on a filesystem that refuses renameat2's flags (EINVAL: older
+	// NFS), so the conformance suite runs its fallbacks on any filesystem.
+	noRenameFlags bool
+}
+
+// renameNoReplace is renameat2(RENAME_NOREPLACE): EINVAL where the filesystem lacks the flags.
+func (l *Local) renameNoReplace(olddir int, oldname string, newdir int, newname string) error {
+	if l.noRenameFlags {
+		return unix.EINVAL
+	}
+	return unix.Renameat2(olddir, oldname, newdir, newname, unix.RENAME_NOREPLACE)
 }
 
 // ErrClosed is returned by every operation after Close.
@@ -85,9 +94,9 @@ func folderNameMax(fd int) (int, error) {
 // minNameMax is the length of a plain entry id (NewID), the name every entry can fall back to.
 const minNameMax = 19 + 1 + 16
 
-// maxRecord bounds one entry record read back (a record is a few hundred bytes; a hostile journal must
-// not make the reader allocate gigabytes for one line).
-const maxRecord = 1 << 20
+// MaxRecord bounds one entry record read back, on every store (a record is a few hundred bytes; a
+// hostile journal, object or file in the quarantine must not make the reader allocate gigabytes).
+const MaxRecord = 1 << 20
 
 // OpenLocalAt opens (creating it, mode 0700) the quarantine folder of the store whose root directory
 // rootFD is; rootFD stays the caller's (the area works on its own duplicate). now is the clock of
@@ -241,7 +250,7 @@ func (l *Local) MoveAtStat(dirfd int, name, key string, st *unix.Stat_t, d Decis
 	} else if err := l.writeRecord(e); err != nil {
 		return Entry{}, err
 	}
-	err := unix.Renameat2(dirfd, name, l.dir, e.ID, unix.RENAME_NOREPLACE)
+	err := l.renameNoReplace(dirfd, name, l.dir, e.ID)
 	if err == unix.EINVAL {
 		// The filesystem lacks renameat2 flags (older NFS): the name is fresh and random, a plain rename
 		// replaces nothing.
@@ -258,7 +267,7 @@ func (l *Local) MoveAtStat(dirfd int, name, key string, st *unix.Stat_t, d Decis
 	serr := unix.Fstatat(l.dir, e.ID, &got, unix.AT_SYMLINK_NOFOLLOW)
 	if serr == nil && !sameFile(&got, st) {
 		// Not the decided file: it goes back where it was, never replacing what is there now.
-		if berr := unix.Renameat2(l.dir, e.ID, dirfd, name, unix.RENAME_NOREPLACE); berr != nil {
+		if berr := unix.Renameat2(l.dir, e.ID, dirfd, name, unix.RENAME_NOREPLACE); berr != nil { // no flags: it stays staged
 			l.remember(named, e)
 			return Entry{}, fmt.Errorf("quarantine /%s: %w, and it could not be moved back (%v): it stays in quarantine as entry %s", key, ErrReplaced, berr, e.ID)
 		}
@@ -354,23 +363,15 @@ func (l *Local) ListAll(ctx context.Context) ([]Entry, []Problem, error) {
 		if err := unix.Fstatat(l.dir, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			continue // restored or purged meanwhile
 		}
-		if e, ok, err := ParseEntryName(n); ok {
-			if err != nil {
-				probs = append(probs, Problem{ID: n, Size: st.Size, Detail: err.Error() + "; inspect " + store.QuarantineDir + "/" + n + " in the store"})
-				continue
-			}
+		e, named, problem := EntryOf(n, l.recordOf)
+		switch {
+		case problem != "":
+			probs = append(probs, Problem{ID: n, Size: st.Size, Detail: problem + "; inspect " + store.QuarantineDir + "/" + n + " in the store"})
+		case named:
 			es = append(es, fromStat(e, &st))
-			continue
+		case !l.unchanged(e): // else a truncation that never happened: its content is at its key (Tidy removes the copy)
+			es = append(es, e)
 		}
-		e, ok := l.record(n)
-		if !ok {
-			probs = append(probs, Problem{ID: n, Size: st.Size, Detail: "object without an entry record (its original path is unknown); inspect " + store.QuarantineDir + "/" + n + " in the store"})
-			continue
-		}
-		if l.unchanged(e) {
-			continue // a truncation that never happened: its content is at its key (Tidy removes the copy)
-		}
-		es = append(es, e)
 	}
 	SortEntries(es)
 	return es, probs, nil
@@ -386,12 +387,12 @@ func fromStat(e Entry, st *unix.Stat_t) Entry {
 // tmpSuffix ends the name of the journal being rewritten by Tidy.
 const tmpSuffix = ".tmp"
 
-// record is id's record.
-func (l *Local) record(id string) (Entry, bool) {
+// recordOf is id's record (EntryOf's record: the records are in memory, never unreadable).
+func (l *Local) recordOf(id string) (Entry, bool, error) {
 	l.recMu.Lock()
 	defer l.recMu.Unlock()
 	e, ok := l.recs[id]
-	return e, ok
+	return e, ok, nil
 }
 
 // Tidy rewrites the journal without the records whose object is not in the folder (the object is at its
@@ -444,49 +445,7 @@ func (l *Local) Tidy(ctx context.Context, minAge time.Duration) error {
 	if len(keep) == len(l.recs) {
 		return nil
 	}
-	SortEntries(keep)
-	var buf bytes.Buffer
-	for _, e := range keep {
-		b, err := json.Marshal(e)
-		if err != nil {
-			return err
-		}
-		buf.Write(b)
-		buf.WriteByte('\n')
-	}
-	tmp := JournalName + tmpSuffix
-	fd, err := unix.Openat(l.dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return fmt.Errorf("rewrite the quarantine journal: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), tmp)
-	_, werr := f.Write(buf.Bytes())
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = unix.Renameat(l.dir, tmp, l.dir, JournalName)
-	}
-	if werr != nil {
-		_ = unix.Unlinkat(l.dir, tmp, 0)
-		return fmt.Errorf("rewrite the quarantine journal: %w", werr)
-	}
-	_ = unix.Fsync(l.dir)
-	j, err := l.openJournal()
-	if err != nil {
-		return err
-	}
-	l.journal.Close()
-	l.journal = j
-	recs := make(map[string]Entry, len(keep))
-	for _, e := range keep {
-		recs[e.ID] = e
-	}
-	l.recs = recs
-	return nil
+	return l.rewriteJournal(keep)
 }
 
 // entry returns id's entry: its object in the folder and its record.
@@ -498,15 +457,12 @@ func (l *Local) entry(id string) (Entry, error) {
 	if err := unix.Fstatat(l.dir, id, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return Entry{}, fmt.Errorf("%w: %s", ErrNoEntry, id)
 	}
-	if e, ok, err := ParseEntryName(id); ok {
-		if err != nil {
-			return Entry{}, fmt.Errorf("%w: %v", ErrNoEntry, err)
-		}
+	e, named, problem := EntryOf(id, l.recordOf)
+	switch {
+	case problem != "":
+		return Entry{}, fmt.Errorf("%w: %s: %s", ErrNoEntry, id, problem)
+	case named:
 		return fromStat(e, &st), nil
-	}
-	e, ok := l.record(id)
-	if !ok {
-		return Entry{}, fmt.Errorf("%w: %s (the object has no entry record)", ErrNoEntry, id)
 	}
 	return e, nil
 }
@@ -521,7 +477,9 @@ func (l *Local) Purge(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if err := unix.Unlinkat(l.dir, e.ID, 0); err != nil {
+	if err := unix.Unlinkat(l.dir, e.ID, 0); err == unix.ENOENT {
+		return fmt.Errorf("purge /%s: %w: entry %s was restored or purged by another request meanwhile", e.Path, ErrNoEntry, e.ID)
+	} else if err != nil {
 		return fmt.Errorf("purge /%s (entry %s): %w", e.Path, e.ID, err)
 	}
 	l.forget(e.ID)

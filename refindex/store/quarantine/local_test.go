@@ -273,7 +273,7 @@ func TestPurgeExpired(t *testing.T) {
 }
 
 // FuzzJournal: whatever the journal holds, opening and listing the area neither panics nor holds more
-// than maxRecord of one line, every object is listed once (as an entry or a problem), and a restore of a
+// than MaxRecord of one line, every object is listed once (as an entry or a problem), and a restore of a
 // hostile record's path never leaves the store.
 func FuzzJournal(f *testing.F) {
 	f.Add([]byte(`{"id":"0000000000000000001-00","path":"a/b","size":3}` + "\n"))
@@ -320,7 +320,7 @@ func FuzzJournal(f *testing.F) {
 }
 
 func TestReadLineBoundsLongLines(t *testing.T) {
-	long := bytes.Repeat([]byte("x"), 3*maxRecord)
+	long := bytes.Repeat([]byte("x"), 3*MaxRecord)
 	recs, bad, err := parseJournal(bytes.NewReader(append(append(long, '\n'), []byte(`{"id":"1-a","path":"p"}`+"\n")...)))
 	if err != nil || bad != 1 || len(recs) != 1 || recs["1-a"].Path != "p" {
 		t.Fatalf("parseJournal = %v, %d bad, %v; want the record after the long line", recs, bad, err)

@@ -41,7 +41,7 @@ func (l *Local) records() (map[string]Entry, int, error) {
 	return parseJournal(f)
 }
 
-// parseJournal reads JSON-lines records from r; a line longer than maxRecord or not a record is
+// parseJournal reads JSON-lines records from r; a line longer than MaxRecord or not a record is
 // skipped and counted.
 func parseJournal(r io.Reader) (map[string]Entry, int, error) {
 	recs := map[string]Entry{}
@@ -68,12 +68,12 @@ func parseJournal(r io.Reader) (map[string]Entry, int, error) {
 	}
 }
 
-// readLine returns the next line without its newline; a line longer than maxRecord is discarded as it
+// readLine returns the next line without its newline; a line longer than MaxRecord is discarded as it
 // is read (never held) and reported as long.
 func readLine(br *bufio.Reader) (line []byte, long bool, err error) {
 	for {
 		frag, err := br.ReadSlice('\n')
-		if !long && len(line)+len(frag) > maxRecord {
+		if !long && len(line)+len(frag) > MaxRecord {
 			long, line = true, nil
 		}
 		if !long {
@@ -100,4 +100,53 @@ func (l *Local) names() ([]string, error) {
 	f := os.NewFile(uintptr(fd), store.QuarantineDir)
 	defer f.Close()
 	return f.Readdirnames(-1)
+}
+
+// rewriteJournal replaces the journal with the records keep (Tidy's; the caller holds mu exclusively
+// and recMu): written and fsync'ed beside the old one and renamed over it, so a crash leaves one or the
+// other, whole.
+func (l *Local) rewriteJournal(keep []Entry) error {
+	SortEntries(keep)
+	var buf bytes.Buffer
+	for _, e := range keep {
+		b, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		buf.Write(b)
+		buf.WriteByte('\n')
+	}
+	tmp := JournalName + tmpSuffix
+	fd, err := unix.Openat(l.dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("rewrite the quarantine journal: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	_, werr := f.Write(buf.Bytes())
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = unix.Renameat(l.dir, tmp, l.dir, JournalName)
+	}
+	if werr != nil {
+		_ = unix.Unlinkat(l.dir, tmp, 0)
+		return fmt.Errorf("rewrite the quarantine journal: %w", werr)
+	}
+	_ = unix.Fsync(l.dir)
+	j, err := l.openJournal()
+	if err != nil {
+		return err
+	}
+	l.journal.Close()
+	l.journal = j
+	recs := make(map[string]Entry, len(keep))
+	for _, e := range keep {
+		recs[e.ID] = e
+	}
+	l.recs = recs
+	return nil
 }

@@ -38,7 +38,9 @@ func (l *Local) restore(e Entry) error {
 		return fmt.Errorf("restore %s: the entry's original path %q is not a store key outside the quarantine folder", e.ID, key)
 	}
 	var st unix.Stat_t
-	if err := unix.Fstatat(l.dir, e.ID, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := unix.Fstatat(l.dir, e.ID, &st, unix.AT_SYMLINK_NOFOLLOW); err == unix.ENOENT {
+		return AlreadyGone(key, e.ID)
+	} else if err != nil {
 		return fmt.Errorf("restore /%s: %w", key, err)
 	}
 	dir, name := path.Split(k)
@@ -51,13 +53,16 @@ func (l *Local) restore(e Entry) error {
 			unix.Close(pfd)
 		}
 	}()
-	err = unix.Renameat2(l.dir, e.ID, pfd, name, unix.RENAME_NOREPLACE)
+	err = l.renameNoReplace(l.dir, e.ID, pfd, name)
 	if err == unix.EINVAL {
 		// No renameat2 flags on this filesystem: a hard link fails on an existing name, then the
 		// quarantine name goes.
 		if err = unix.Linkat(l.dir, e.ID, pfd, name, 0); err == nil {
 			err = unix.Unlinkat(l.dir, e.ID, 0)
 		}
+	}
+	if err != nil && l.taken(e.ID, pfd, name) {
+		return AlreadyGone(key, e.ID)
 	}
 	if err == unix.EEXIST {
 		return fmt.Errorf("restore /%s: %w: something is there now, and a restore never replaces it; move it away first (entry %s stays in quarantine)", key, ErrOccupied, e.ID)
@@ -67,6 +72,17 @@ func (l *Local) restore(e Entry) error {
 	}
 	// The record stays until Tidy: without its object it is no entry.
 	return nil
+}
+
+// taken reports whether another restore (or a purge) took the entry id while this one moved it: its
+// object is gone from the folder, or is the very file at the key (another restore linked it there and
+// has not yet removed its quarantine name, on a filesystem without renameat2 flags).
+func (l *Local) taken(id string, pfd int, name string) bool {
+	var obj, at unix.Stat_t
+	if err := unix.Fstatat(l.dir, id, &obj, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err == unix.ENOENT
+	}
+	return unix.Fstatat(pfd, name, &at, unix.AT_SYMLINK_NOFOLLOW) == nil && at.Dev == obj.Dev && at.Ino == obj.Ino
 }
 
 // mkdirs opens folder key beneath the root, creating what is missing, never following a symlink. A

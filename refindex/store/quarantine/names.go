@@ -97,6 +97,28 @@ func ParseEntryName(name string) (e Entry, ok bool, err error) {
 	return e, true, nil
 }
 
+// EntryOf is the entry the object id of a quarantine folder stands for (local and HDFS areas, which
+// list a folder of objects the same way): the one its self-describing name records (ParseEntryName),
+// else its record (record's; ok false when it has none). problem says why it is no entry (a name with
+// the separator that is not ours, no record, a record that cannot be read): reported, never purged.
+// named says the entry is its name (the caller adds what the object says: size, times, mode).
+func EntryOf(id string, record func(id string) (e Entry, ok bool, err error)) (e Entry, named bool, problem string) {
+	if e, ok, err := ParseEntryName(id); ok {
+		if err != nil {
+			return Entry{}, true, err.Error()
+		}
+		return e, true, ""
+	}
+	e, ok, err := record(id)
+	switch {
+	case err != nil:
+		return Entry{}, false, err.Error()
+	case !ok:
+		return Entry{}, false, "object without an entry record (its original path is unknown)"
+	}
+	return e, false, ""
+}
+
 // NewID names an entry: the deletion time (so names sort by it) and 64 random bits (so two deletions in
 // the same nanosecond, or by two hosts or mounts of one store, never share a name).
 func NewID(t time.Time) string {

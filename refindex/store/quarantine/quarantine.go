@@ -91,6 +91,17 @@ var ErrOccupied = errors.New("the original path is occupied")
 // ErrNoEntry is wrapped by Restore's and Purge's errors for an id the area does not hold.
 var ErrNoEntry = errors.New("no such quarantine entry")
 
+// AlreadyGone is the error of a restore of entry id (staged from key) that another restore or purge
+// took first (two operators, or the CLI beside a mount): of two racing, exactly one restores the entry,
+// and the other is told so, wrapping ErrNoEntry.
+func AlreadyGone(key, id string) error {
+	what := "restore"
+	if key != "" {
+		what += " /" + strings.TrimPrefix(key, "/")
+	}
+	return fmt.Errorf("%s: %w: entry %s was already restored (or purged) by another request meanwhile", what, ErrNoEntry, id)
+}
+
 // Find returns the newest entry staged from the original key (lossnet names it when a referenced object
 // is missing: "in quarantine, restore with ckguard quarantine restore KEY").
 func Find(ctx context.Context, a Area, key string) (Entry, bool, error) {
@@ -99,16 +110,23 @@ func Find(ctx context.Context, a Area, key string) (Entry, bool, error) {
 	}); ok {
 		return f.Find(ctx, key)
 	}
-	es, err := a.List(ctx)
-	if err != nil {
-		return Entry{}, false, err
-	}
-	for i := len(es) - 1; i >= 0; i-- {
-		if es[i].Key() == key {
-			return es[i], true, nil
+	return FindIn(a.List(ctx))(key)
+}
+
+// FindIn returns a finder of the newest entry of es (a listing, oldest first) staged from a key; err is
+// the listing's, returned by every call.
+func FindIn(es []Entry, err error) func(key string) (Entry, bool, error) {
+	return func(key string) (Entry, bool, error) {
+		if err != nil {
+			return Entry{}, false, err
 		}
+		for i := len(es) - 1; i >= 0; i-- {
+			if es[i].Key() == key {
+				return es[i], true, nil
+			}
+		}
+		return Entry{}, false, nil
 	}
-	return Entry{}, false, nil
 }
 
 // Stats summarises an area for the ckguard_quarantine_* gauges.

@@ -84,10 +84,9 @@ type FullArea interface {
 }
 
 // Staging is the area of a running mount: besides serving list, restore and purge it answers the loss
-// check (Find) and takes back a restored `_metadata` the index could not record (Restage).
+// check (through Find) and takes back a restored `_metadata` the index could not record (Restage).
 type Staging interface {
 	FullArea
-	Find(ctx context.Context, key string) (Entry, bool, error)
 	// Restage stages the object at key again (its current version).
 	Restage(ctx context.Context, key string, d Decision) (Entry, error)
 }
