@@ -31,6 +31,10 @@ func TestLossCheckExpectedFlinkDeletions(t *testing.T) {
 	latestOnly.Discarded = []string{"file://ROOT/flink/" + forstJob + "/chk-11"}
 	earlierRun := job("CANCELED", true, true)
 	earlierRun.Started = done.Add(time.Minute)
+	// A hostile or wrong endpoint: another job's history names this job's checkpoint discarded.
+	foreign := job("RUNNING", true, false)
+	foreign.ID = "0a1b2c3d4e5f60718293a4b5c6d7e8f9"
+	foreign.Discarded = []string{"file://ROOT/flink/" + forstJob + "/chk-12"}
 	noConfig := job("CANCELED", true, true)
 	noConfig.ConfigKnown = false
 	tests := []struct {
@@ -52,6 +56,7 @@ func TestLossCheckExpectedFlinkDeletions(t *testing.T) {
 		{"CANCELED, checkpoint of an earlier run: a loss", true, []flinkrest.Job{earlierRun}, false, ""},
 		{"RUNNING, history lists it discarded", true, []flinkrest.Job{discarded}, false, "lists flink/" + forstJob + "/chk-12 as discarded"},
 		{"RUNNING, history lists another one discarded: a loss", true, []flinkrest.Job{latestOnly}, false, ""},
+		{"another job's history lists it discarded: a loss", true, []flinkrest.Job{foreign}, false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
