@@ -73,6 +73,14 @@ func (f *flinkFacts) expectedDeletion(c *checkpointRecord) string {
 			fj.job.ID, fj.ep.URL, path.Dir(c.Key))
 	}
 	id := path.Base(c.Job)
+	// A job another endpoint reports not terminated (or holds while down) still runs: an end
+	// reported elsewhere (a colliding id on another cluster) never makes its deletions expected.
+	if _, live := f.live[id]; live {
+		return ""
+	}
+	if _, held := f.held[id]; held {
+		return ""
+	}
 	fj, ok := f.ended[id]
 	if !ok || fj.job.Started.IsZero() || c.ModTime.Before(fj.job.Started) {
 		return ""
