@@ -66,11 +66,21 @@ func (f *flinkFacts) expectedDeletion(c *checkpointRecord) string {
 	if f == nil || c.Kind != "checkpoint" {
 		return ""
 	}
-	if fj, ok := f.discarded[c.Key]; ok {
+	// Only the history of the checkpoint's own job counts: another job's (a wrong or hostile
+	// endpoint, another cluster) naming this path discarded must not silence a loss.
+	if fj, ok := f.discarded[c.Key]; ok && fj.job.ID == path.Base(c.Job) {
 		return fmt.Sprintf("Flink deletes it: the checkpoint history of job %s on %s lists %s as discarded (subsumed, or not retained at the job's end)",
 			fj.job.ID, fj.ep.URL, path.Dir(c.Key))
 	}
 	id := path.Base(c.Job)
+	// A job another endpoint reports not terminated (or holds while down) still runs: an end
+	// reported elsewhere (a colliding id on another cluster) never makes its deletions expected.
+	if _, live := f.live[id]; live {
+		return ""
+	}
+	if _, held := f.held[id]; held {
+		return ""
+	}
 	fj, ok := f.ended[id]
 	if !ok || fj.job.Started.IsZero() || c.ModTime.Before(fj.job.Started) {
 		return ""

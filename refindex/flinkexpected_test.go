@@ -31,6 +31,10 @@ func TestLossCheckExpectedFlinkDeletions(t *testing.T) {
 	latestOnly.Discarded = []string{"file://ROOT/flink/" + forstJob + "/chk-11"}
 	earlierRun := job("CANCELED", true, true)
 	earlierRun.Started = done.Add(time.Minute)
+	// A hostile or wrong endpoint: another job's history names this job's checkpoint discarded.
+	foreign := job("RUNNING", true, false)
+	foreign.ID = "0a1b2c3d4e5f60718293a4b5c6d7e8f9"
+	foreign.Discarded = []string{"file://ROOT/flink/" + forstJob + "/chk-12"}
 	noConfig := job("CANCELED", true, true)
 	noConfig.ConfigKnown = false
 	tests := []struct {
@@ -52,6 +56,7 @@ func TestLossCheckExpectedFlinkDeletions(t *testing.T) {
 		{"CANCELED, checkpoint of an earlier run: a loss", true, []flinkrest.Job{earlierRun}, false, ""},
 		{"RUNNING, history lists it discarded", true, []flinkrest.Job{discarded}, false, "lists flink/" + forstJob + "/chk-12 as discarded"},
 		{"RUNNING, history lists another one discarded: a loss", true, []flinkrest.Job{latestOnly}, false, ""},
+		{"another job's history lists it discarded: a loss", true, []flinkrest.Job{foreign}, false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -172,5 +177,44 @@ func TestLossCheckExpectedAfterRefresh(t *testing.T) {
 	install(discarded, time.Now())
 	if rep, err = lc2.Check(ctx); err != nil || len(rep.Missing) != 0 || len(rep.NewExpected) != 1 {
 		t.Fatalf("once Flink reports it discarded: %v %+v; want it named again, as expected", err, rep)
+	}
+}
+
+// A job id reported RUNNING by one endpoint and FINISHED by another (a colliding id on another
+// cluster, or a wrong endpoint): the job still runs, so a file of its checkpoint gone is a loss,
+// never expected by the other endpoint's end-of-job retention.
+func TestLossCheckExpectedNotWhileLiveElsewhere(t *testing.T) {
+	ctx := context.Background()
+	done := testNow.Add(-time.Hour)
+	ft, err := treegen.ForSt(t.TempDir(), testNow, treegen.ForStSpec{JobID: forstJob, Newest: done, WorkingMTime: done, Attempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := testPolicy()
+	pol.FlinkREST = []string{jm1, jm2}
+	ix := openIndexWith(t, t.TempDir(), localStore(t, ft.Root), pol)
+	t.Cleanup(func() { ix.Close() })
+	syncIndex(t, ix)
+	run := flinkrest.Job{ID: forstJob, State: "RUNNING", Started: done.Add(-time.Hour), ConfigKnown: true, Externalized: true}
+	fin := run
+	fin.State = "FINISHED"
+	ix.SetFlink(flinkrest.Snapshot{At: testNow, Endpoints: []flinkrest.Endpoint{
+		{URL: jm1, Up: true, Answered: testNow, Polled: testNow, Jobs: []flinkrest.Job{run}},
+		{URL: jm2, Up: true, Answered: testNow, Polled: testNow, Jobs: []flinkrest.Job{fin}}}})
+	victim := ""
+	for k := range ft.Files {
+		if strings.HasPrefix(k, ft.Job+"/shared/") && !strings.Contains(k, "_attempt_") {
+			victim = k
+		}
+	}
+	if err := os.Remove(filepath.Join(ft.Root, victim)); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := ix.NewLossChecker(refindex.LossCheckOptions{}).Check(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Missing) != 1 || len(rep.Expected) != 0 {
+		t.Fatalf("missing %+v expected %+v; want %s lost (its job runs on %s)", rep.Missing, rep.Expected, victim, jm1)
 	}
 }

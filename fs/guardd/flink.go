@@ -38,14 +38,20 @@ type flinkWatch struct {
 	installMu sync.Mutex
 	refMu     sync.Mutex
 	inflight  map[string]chan struct{} // endpoint → closed when its refresh is installed
-	wg        sync.WaitGroup           // refreshes running
+	// ended is when each endpoint's last refresh ended (answered or not). The view's age counts from
+	// when a poll began, so with a request timeout near or past one sync a hung endpoint's outcome is
+	// already stale when it arrives: without this, every decision would start a refresh and wait a
+	// whole timeout (an unprivileged rmdir loop stalling the mount). A refresh ended less than
+	// maxAge ago is not started again: at most one timeout of waiting per sync interval per endpoint.
+	ended map[string]time.Time
+	wg    sync.WaitGroup // refreshes running
 }
 
 func newFlinkWatch(ctx context.Context, clients []*flinkrest.Client, ix *refindex.Index, met *metrics.Metrics, log *slog.Logger, maxAge time.Duration) *flinkWatch {
 	if len(clients) == 0 {
 		return nil
 	}
-	return &flinkWatch{poller: flinkrest.NewPoller(clients), ix: ix, met: met, log: log, maxAge: maxAge, bg: ctx, inflight: map[string]chan struct{}{}}
+	return &flinkWatch{poller: flinkrest.NewPoller(clients), ix: ix, met: met, log: log, maxAge: maxAge, bg: ctx, inflight: map[string]chan struct{}{}, ended: map[string]time.Time{}}
 }
 
 // poll asks every endpoint once and installs the answers.
@@ -62,7 +68,17 @@ func (w *flinkWatch) poll(ctx context.Context) {
 // when those refreshes are installed (each bounded by a request timeout), or a refusal when ctx
 // ends first: the decision must not be taken on the old view.
 func (w *flinkWatch) beforeDecide(ctx context.Context, op verdict.Op, key string) *verdict.Decision {
-	urls := w.ix.FlinkStale(key, op, w.maxAge, time.Now())
+	now := time.Now()
+	urls := w.ix.FlinkStale(key, op, w.maxAge, now)
+	w.refMu.Lock()
+	keep := urls[:0]
+	for _, u := range urls {
+		if _, running := w.inflight[u]; running || now.Sub(w.ended[u]) > w.maxAge {
+			keep = append(keep, u)
+		}
+	}
+	urls = keep
+	w.refMu.Unlock()
 	if len(urls) == 0 {
 		return nil
 	}
@@ -109,7 +125,9 @@ func (w *flinkWatch) refresh(ctx context.Context, urls []string) (int, error) {
 			_, changes := w.poller.PollSome(w.bg, start, 1)
 			w.install(changes)
 			w.refMu.Lock()
+			end := time.Now()
 			for _, u := range start {
+				w.ended[u] = end
 				close(w.inflight[u])
 				delete(w.inflight, u)
 			}

@@ -244,3 +244,64 @@ func TestLossWatchRecordsExpected(t *testing.T) {
 		t.Fatalf("audit after the second report: %d records; want 1", len(sink.recs))
 	}
 }
+
+// A hung endpoint whose request timeout is longer than one sync must not make every decision wait
+// a timeout: a refresh that ended (answered or not) less than one sync ago is not asked again, so an
+// unprivileged loop of rmdir outside job folders waits at most one timeout per sync, not per call.
+func TestFlinkRefreshHungEndpointOncePerSync(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now()
+	ft, err := treegen.ForSt(filepath.Join(t.TempDir(), "store"), now, treegen.ForStSpec{JobID: refreshJob, Newest: now, WorkingMTime: now, Attempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jm, srv := newFakeJM(t)
+	ls, err := localstore.New(ft.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := refindex.DefaultPolicy()
+	pol.FlinkREST = []string{srv.URL}
+	ix, err := refindex.Open(filepath.Join(t.TempDir(), "index"), ls, pol, refindex.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	// The timeout is longer than the sync (maxAge): measured from when the refresh began, its
+	// outcome is already older than one sync when it ends.
+	cl, err := flinkrest.New(flinkrest.Config{URL: srv.URL, Timeout: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bg, stop := context.WithCancel(ctx)
+	w := newFlinkWatch(bg, []*flinkrest.Client{cl}, ix, metrics.New(), slog.New(slog.DiscardHandler), time.Second)
+	defer w.wait()
+	defer stop()
+	w.poll(ctx)
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	enf, err := guard.NewEnforcer(guard.Config{Checker: ix, BeforeDecide: w.hook()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jm.hang.Store(true)
+	time.Sleep(1100 * time.Millisecond) // the sync's view is now older than one sync
+	before := jm.overviews.Load()
+	var entered int
+	for i := range 5 {
+		var d verdict.Decision
+		enf.Mutate(ctx, []guard.Check{{Op: verdict.OpRmdir, Path: fmt.Sprintf("scratch-%d", i), Result: &d}}, nil)
+		for drained := false; !drained; {
+			select {
+			case <-jm.entered:
+				entered++
+			default:
+				drained = true
+			}
+		}
+	}
+	if entered != 1 {
+		t.Fatalf("5 rmdirs outside job folders against a hung endpoint sent %d refreshes (overviews answered %d); want 1: each further one waits a whole timeout", entered, jm.overviews.Load()-before)
+	}
+}
