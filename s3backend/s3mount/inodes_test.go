@@ -119,8 +119,17 @@ func TestInodesReleasedAfterWalk(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if e.m.InodeKnown("job/a/f0000") {
-		t.Fatal("the first file looked up is still held: nothing was pruned")
+	// The pruner takes the oldest first, but a node named while the kernel did not hold it yet (a
+	// readdirplus reply being built) or held it in use goes back to the end of the queue, so which
+	// ones remain is not strictly the newest: the bound is the claim, and most of the oldest are gone.
+	held := 0
+	for i := range max {
+		if e.m.InodeKnown(fmt.Sprintf("job/a/f%04d", i)) {
+			held++
+		}
+	}
+	if held > max/2 {
+		t.Fatalf("%d of the %d files looked up first are still held: the oldest were not pruned first", held, max)
 	}
 	seen := map[uint64]string{}
 	for p, ino := range first {
