@@ -7,10 +7,10 @@ import (
 
 	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/hold"
-	"github.com/ckguard/ckguard/fs/localhold"
 	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/localbackend/localhold"
+	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/store/shared"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )

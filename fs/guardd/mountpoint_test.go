@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/fs/guardd"
-	"github.com/ckguard/ckguard/fs/internal/fusetest"
+	"github.com/ckguard/ckguard/internal/fusetest"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/treegen"
 )

@@ -13,8 +13,8 @@ import (
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/fs/lostfound"
 	"github.com/ckguard/ckguard/internal/storeid"
+	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex/store"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/store/shared"
 )
