@@ -12,6 +12,7 @@ import (
 	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/localbackend/localquarantine"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
@@ -19,7 +20,7 @@ import (
 )
 
 // quarantiner is implemented by mounts that stage deletions in the store's quarantine folder (local).
-type quarantiner interface{ Quarantine() *quarantine.Local }
+type quarantiner interface{ Quarantine() *localquarantine.Local }
 
 // stagingMount is implemented by the other mounts that stage deletions (S3): nil when they do not.
 type stagingMount interface{ StagingArea() quarantine.Staging }

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/localbackend/localquarantine"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
@@ -57,5 +58,5 @@ func dirSpace(dir string) (quarantine.Space, error) {
 		return quarantine.Space{}, fmt.Errorf("store %s: %w", dir, err)
 	}
 	defer unix.Close(fd)
-	return quarantine.FDSpace(fd)
+	return localquarantine.FDSpace(fd)
 }

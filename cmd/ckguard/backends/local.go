@@ -13,6 +13,7 @@ import (
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/fs/lostfound"
 	"github.com/ckguard/ckguard/internal/storeid"
+	"github.com/ckguard/ckguard/localbackend/localquarantine"
 	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
@@ -40,7 +41,7 @@ func (localBackend) OpenQuarantine(c *cli.Context, arg string) (quarantine.FullA
 	if err != nil {
 		return nil, nil, err
 	}
-	area, err := quarantine.OpenLocal(abs, nil)
+	area, err := localquarantine.OpenLocal(abs, nil)
 	if err != nil {
 		return nil, nil, err
 	}
