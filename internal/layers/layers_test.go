@@ -86,13 +86,8 @@ func layerOf(pkg string) (layer, bool) {
 
 // allowedBackward lists the imports that still run the wrong way, each with the step that removes it.
 // The test fails when one of them disappears (so the list only shrinks) and when a new one appears.
-var allowedBackward = map[string]string{
-	// The shared daemon starts the local mount itself; it moves to the local backend's daemon.
-	"fs/guardd -> localbackend/localfs":         "local backend daemon",
-	"fs/guardd -> localbackend/localstore":      "local backend daemon",
-	"fs/guardd -> localbackend/localhold":       "local backend daemon",
-	"fs/guardd -> localbackend/localquarantine": "local backend daemon",
-}
+// None is left: every backend's daemon is in its own backend (localbackend/localguardd for local stores).
+var allowedBackward = map[string]string{}
 
 // backwardImports returns, for go list lines "pkg imp imp ...", the imports that run back up (minus
 // allowed), the packages with no layer, the allowed edges seen, and the number of module packages.

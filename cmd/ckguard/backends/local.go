@@ -13,6 +13,7 @@ import (
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/fs/lostfound"
 	"github.com/ckguard/ckguard/internal/storeid"
+	"github.com/ckguard/ckguard/localbackend/localguardd"
 	"github.com/ckguard/ckguard/localbackend/localquarantine"
 	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex/store"
@@ -67,4 +68,6 @@ func (localBackend) LostSource(c *cli.Context, arg string) (lostfound.Source, fu
 // StagesDeletions: on a local store a staging is a rename, which costs nothing.
 func (localBackend) StagesDeletions() bool { return true }
 
-func (localBackend) Mount(c *cli.Context, cfg guardd.Config) error { return guardd.Run(c.Context, cfg) }
+func (localBackend) Mount(c *cli.Context, cfg guardd.Config) error {
+	return localguardd.Run(c.Context, cfg)
+}
