@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/fs/hold"
-	"github.com/ckguard/ckguard/fs/localhold"
 	"github.com/ckguard/ckguard/internal/loopfs"
+	"github.com/ckguard/ckguard/localbackend/localhold"
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
 

@@ -20,8 +20,8 @@ import (
 
 	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/fs/mountutil"
+	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )

@@ -252,7 +252,7 @@ func TestRedteamUnknownForgedAtFirstBuild(t *testing.T) {
 // that nobody may not even read. The daemon, root, follows it: it makes its shared state folders and
 // records there (its MkdirAll and writes follow symlinks), so a local user picks where root creates
 // folders and files. Defended: the mount refuses a .ckguard that is a symlink (or not its own), naming
-// it, and writes nothing through it. (The quarantine folder has this check: quarantine/local.go
+// it, and writes nothing through it. (The quarantine folder has this check: localquarantine/local.go
 // ownFolder, TestUnprivPlantedQuarantineFolder.) A fix that makes the mount refuse to start needs this
 // test (and TestRedteamSharedAreaPremadeByNobody) to expect the early exit: p.start fails the test
 // when the mount exits.

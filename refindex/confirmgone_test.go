@@ -7,8 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex/store"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 )
 
 // cancelingStore cancels a context after its first Stat, and answers every Stat as if it had not:

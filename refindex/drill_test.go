@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/flinkmeta"
 	"github.com/ckguard/ckguard/refindex/pathnorm"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 )
 
 // drillStore copies the real Flink store testdata/flink/<version>/<scenario>/store to a temp dir and

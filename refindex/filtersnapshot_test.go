@@ -15,7 +15,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
-	"github.com/ckguard/ckguard/refindex/store/localstore"
+	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )

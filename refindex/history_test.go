@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/pathnorm"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 )
 
 // fakeClock is a settable clock for the policy.

@@ -12,8 +12,8 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex/store"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 

@@ -15,8 +15,8 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )

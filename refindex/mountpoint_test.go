@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex/pathnorm"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )

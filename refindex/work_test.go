@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckguard/ckguard/localbackend/localquarantine"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
@@ -61,7 +62,7 @@ func TestQuarantineListShowsStagedBytes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	area, err := quarantine.OpenLocal(store, nil)
+	area, err := localquarantine.OpenLocal(store, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-// Package guard is the contract between a guarded FUSE filesystem (the local loopback in fs/localfs, S3
+// Package guard is the contract between a guarded FUSE filesystem (the local loopback in localbackend/localfs, S3
 // in s3backend/s3mount, HDFS in hdfsbackend/hdfsmount) and the reference index: the filesystem asks
 // before every destructive change and tells the index every change it made, and never parses checkpoint
 // metadata itself.

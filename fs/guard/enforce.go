@@ -66,7 +66,7 @@ type Config struct {
 	// 0: 10 s; negative: no wait.
 	PendingWait time.Duration
 	// BeforeChange, when set, is called under the lock for every path of an allowed change, right
-	// before the mount makes it (the local store's immutable flag is cleared there: fs/localhold). It
+	// before the mount makes it (the local store's immutable flag is cleared there: localbackend/localhold). It
 	// must not block: a map lookup, at most a syscall or two on a local file.
 	BeforeChange func(op verdict.Op, key string)
 	// BeforeDecide, when set, is called for every check a verb is about to decide, before the lock

@@ -14,7 +14,7 @@ import (
 
 	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/fs/guardd"
-	"github.com/ckguard/ckguard/fs/internal/fusetest"
+	"github.com/ckguard/ckguard/internal/fusetest"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/treegen"
 )

@@ -16,10 +16,11 @@ import (
 
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/fs/guardd/guarddtest"
-	"github.com/ckguard/ckguard/fs/internal/fusetest"
+	"github.com/ckguard/ckguard/internal/fusetest"
+	"github.com/ckguard/ckguard/localbackend/localguardd"
+	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
 
@@ -105,7 +106,7 @@ func TestBusyIndexNotDiscarded(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err = guardd.Run(ctx, guardd.Config{StoreDir: tr.Root, IndexDir: idx, Mountpoint: mnt, Policy: refindex.DefaultPolicy(),
+	err = localguardd.Run(ctx, guardd.Config{StoreDir: tr.Root, IndexDir: idx, Mountpoint: mnt, Policy: refindex.DefaultPolicy(),
 		Ready: func(*guardd.Mounted) { t.Error("mounted over an index generation another process holds"); cancel() }})
 	if err == nil || !strings.Contains(err.Error(), "another process") {
 		t.Errorf("mount over a busy index generation: %v, want a refusal naming another process", err)

@@ -22,7 +22,6 @@ import (
 	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/fs/guard"
-	"github.com/ckguard/ckguard/fs/localfs"
 	"github.com/ckguard/ckguard/fs/metrics"
 	"github.com/ckguard/ckguard/fs/mountutil"
 	"github.com/ckguard/ckguard/fs/procs"
@@ -30,7 +29,6 @@ import (
 	"github.com/ckguard/ckguard/refindex/flinkrest"
 	"github.com/ckguard/ckguard/refindex/pace"
 	"github.com/ckguard/ckguard/refindex/store"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/store/shared"
 	"github.com/ckguard/ckguard/refindex/verdict"
@@ -146,27 +144,6 @@ type Mount interface {
 
 // passthrougher is implemented by mounts that may serve reads through the kernel's FUSE passthrough.
 type passthrougher interface{ Passthrough() bool }
-
-// Run mounts the local directory c.StoreDir and serves until ctx is cancelled or the filesystem is
-// unmounted from outside.
-func Run(ctx context.Context, c Config) error {
-	return Serve(ctx, c, func(_ context.Context, c Config) (Backend, error) {
-		st, err := localstore.New(c.StoreDir)
-		if err != nil {
-			return Backend{}, fmt.Errorf("store %s: %w", c.StoreDir, err)
-		}
-		holds, err := setupLocalHolds(c, st)
-		if err != nil {
-			return Backend{}, err
-		}
-		return Backend{Store: st, Holds: holds, Shared: func(context.Context) (shared.CAS, error) { return shared.NewLocal(c.StoreDir) }, Space: func(context.Context) (quarantine.Space, error) { return dirSpace(c.StoreDir) },
-			Mount: func(_ context.Context, enf *guard.Enforcer, met *metrics.Metrics) (Mount, error) {
-				return localfs.Mount(localfs.Options{Store: c.StoreDir, Mountpoint: c.Mountpoint, Enforcer: enf,
-					Metrics: met, AllowOther: c.AllowOther, Debug: c.Debug, Logger: c.Logger,
-					Quarantine: c.Quarantine > 0, Now: c.QuarantineNow})
-			}}, nil
-	})
-}
 
 // defaults fills the zero fields of c.
 func (c *Config) defaults() {

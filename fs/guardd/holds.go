@@ -2,15 +2,12 @@ package guardd
 
 import (
 	"context"
-	"fmt"
 	"sync"
 
 	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/hold"
-	"github.com/ckguard/ckguard/fs/localhold"
 	"github.com/ckguard/ckguard/fs/metrics"
 	"github.com/ckguard/ckguard/refindex"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/store/shared"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
@@ -82,46 +79,6 @@ func (r *holdRunner) wait() {
 // immutable flag): the enforcer calls it under its lock for every path of an allowed change.
 type changeHook interface {
 	BeforeChange(op verdict.Op, key string)
-}
-
-// setupLocalHolds checks --hold against the local store before anything is mounted: the immutable
-// flag is probed on the store's filesystem; with required a filesystem (or a process) that cannot set
-// it refuses the start, with best-effort the mount runs without it and says so (an ERROR line now, and
-// in `ckguard hold status`, `stats` and the ckguard_hold_active gauge). nil: --hold off.
-func setupLocalHolds(c Config, st *localstore.Store) (func(HoldEnv) Holds, error) {
-	mode, err := hold.ParseMode(c.Hold)
-	if err != nil || mode == hold.ModeOff {
-		return nil, err
-	}
-	log := c.Logger
-	perr := localhold.Probe(st.Root())
-	note := ""
-	switch {
-	case perr != nil && mode == hold.ModeRequired:
-		return nil, fmt.Errorf("--hold required: %s cannot keep referenced files immutable: %w (use --hold best-effort to run without the flag, or --hold off)", c.StoreDir, perr)
-	case perr != nil:
-		note = "the immutable flag is OFF: " + perr.Error()
-		log.Error("--hold best-effort: the immutable flag is NOT applied; referenced files are protected only by the mount's own decisions (deletions beside the mount are only detected by the loss check)", "store", c.StoreDir, "err", perr)
-	default:
-		log.Info("immutable flag on: every file a live checkpoint references, and its _metadata, gets FS_IMMUTABLE_FL after the sync that finds it; the mount clears it before its own changes", "store", c.StoreDir, "mode", mode)
-	}
-	h, err := localhold.New(localhold.Options{Files: st, Dir: c.IndexDir, Logger: log, Mode: mode, Note: note, Inactive: perr != nil})
-	if err != nil {
-		return nil, fmt.Errorf("--hold: %w", err)
-	}
-	if n := h.Ledger().Damaged(); n > 0 {
-		log.Warn("immutable flag: lines of the hold ledger could not be read (a torn last line after a crash is one); a file they named that keeps its flag must be cleared by hand (chattr -i)", "lines", n)
-	}
-	return func(env HoldEnv) Holds {
-		h.SetIndex(env.Index)
-		if env.Fleet != nil {
-			h.SetFleet(env.Fleet)
-		}
-		if err := localhold.Register(env.Metrics.Registry, h); err != nil {
-			log.Warn("immutable flag: metrics not registered", "err", err)
-		}
-		return h
-	}, nil
 }
 
 // fleetHolds is hold.Fleet over the store's shared area: the records of shared.Holds, and the

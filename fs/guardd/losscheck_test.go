@@ -16,10 +16,10 @@ import (
 
 	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/pace/pacetest"
 	"github.com/ckguard/ckguard/refindex/store"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
 

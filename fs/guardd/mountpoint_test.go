@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/fs/guardd"
-	"github.com/ckguard/ckguard/fs/internal/fusetest"
+	"github.com/ckguard/ckguard/internal/fusetest"
+	"github.com/ckguard/ckguard/localbackend/localguardd"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
@@ -75,7 +76,7 @@ func TestPlacementRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.cfg
 			c.StoreDir, c.Mountpoint, c.Policy = store, mnt, refindex.DefaultPolicy()
-			err := guardd.Run(t.Context(), c)
+			err := localguardd.Run(t.Context(), c)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "inside") {
 				t.Fatalf("Run = %v; want a refusal naming %s", err, tc.want)
 			}

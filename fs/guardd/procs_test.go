@@ -12,12 +12,12 @@ import (
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/fs/guardd/guarddtest"
-	"github.com/ckguard/ckguard/fs/internal/fusetest"
-	"github.com/ckguard/ckguard/fs/localfs"
 	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/internal/fusetest"
+	"github.com/ckguard/ckguard/localbackend/localfs"
+	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
 

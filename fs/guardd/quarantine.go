@@ -18,19 +18,12 @@ import (
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
-// quarantiner is implemented by mounts that stage deletions in the store's quarantine folder (local).
-type quarantiner interface{ Quarantine() *quarantine.Local }
-
-// stagingMount is implemented by the other mounts that stage deletions (S3): nil when they do not.
+// stagingMount is implemented by the mounts that stage deletions (local, S3, HDFS): StagingArea is nil
+// when they do not.
 type stagingMount interface{ StagingArea() quarantine.Staging }
 
 // stagingOf is m's quarantine area, nil when m stages no deletions.
 func stagingOf(m any) quarantine.Staging {
-	if qm, ok := m.(quarantiner); ok {
-		if l := qm.Quarantine(); l != nil {
-			return l
-		}
-	}
 	if sm, ok := m.(stagingMount); ok {
 		return sm.StagingArea()
 	}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/ckguard/ckguard/fs/metrics"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
@@ -48,14 +46,4 @@ func (w *spaceWatch) check(ctx context.Context, read func(context.Context) (quar
 		w.low = false
 		log.Info("the store's filesystem has room again", "free_bytes", sp.Free, "size_bytes", sp.Size)
 	}
-}
-
-// dirSpace is the size and free space of the filesystem holding dir (statfs through a descriptor).
-func dirSpace(dir string) (quarantine.Space, error) {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return quarantine.Space{}, fmt.Errorf("store %s: %w", dir, err)
-	}
-	defer unix.Close(fd)
-	return quarantine.FDSpace(fd)
 }

@@ -3,7 +3,7 @@
 // storage itself (an S3 legal hold, the local immutable flag) so no client beside the mount can
 // destroy it, and released once the guard's own rules would let it be deleted. The Engine runs the
 // ledger of held objects (Ledger) and the pass that holds new references and releases what is
-// deletable; a backend gives only its Primitive (s3backend/s3hold, fs/localhold). HDFS snapshots are
+// deletable; a backend gives only its Primitive (s3backend/s3hold, localbackend/localhold). HDFS snapshots are
 // another shape (a snapshot of the whole tree, not a hold per object) and live in their backend.
 //
 // # When a reference is held

@@ -44,12 +44,9 @@ var rules = []struct {
 	{"refindex/pace", leaf},
 	{"refindex/treegen", leaf},
 	{"refindex/store", storage},
-	{"refindex/store/localstore", backend},
 	{"refindex/store/quarantine", storage},
 	{"refindex", index},
 	{"fs/", framework},
-	{"fs/localfs", backend},
-	{"fs/localhold", backend},
 	{"fs/internal/cmd", test},
 	{"localbackend", backend},
 	{"s3backend", backend},
@@ -69,8 +66,7 @@ func backendOf(pkg string) string {
 		return "s3"
 	case strings.HasPrefix(pkg, "hdfsbackend"):
 		return "hdfs"
-	case strings.HasPrefix(pkg, "localbackend"), strings.HasPrefix(pkg, "fs/localfs"), strings.HasPrefix(pkg, "fs/localhold"),
-		strings.HasPrefix(pkg, "refindex/store/localstore"):
+	case strings.HasPrefix(pkg, "localbackend"):
 		return "local"
 	}
 	return ""
@@ -90,12 +86,8 @@ func layerOf(pkg string) (layer, bool) {
 
 // allowedBackward lists the imports that still run the wrong way, each with the step that removes it.
 // The test fails when one of them disappears (so the list only shrinks) and when a new one appears.
-var allowedBackward = map[string]string{
-	// The shared daemon starts the local mount itself; it moves to the local backend's daemon.
-	"fs/guardd -> fs/localfs":                "local backend daemon",
-	"fs/guardd -> refindex/store/localstore": "local backend daemon",
-	"fs/guardd -> fs/localhold":              "local backend daemon",
-}
+// None is left: every backend's daemon is in its own backend (localbackend/localguardd for local stores).
+var allowedBackward = map[string]string{}
 
 // backwardImports returns, for go list lines "pkg imp imp ...", the imports that run back up (minus
 // allowed), the packages with no layer, the allowed edges seen, and the number of module packages.
@@ -172,11 +164,11 @@ func TestBackwardImportsFound(t *testing.T) {
 		module + "refindex " + module + "fs/guard " + module + "refindex/store fmt",
 		module + "internal/bytesize " + module + "refindex",
 		module + "s3backend/s3mount " + module + "hdfsbackend/hdfsclient " + module + "fs/guard",
-		module + "fs/guardd " + module + "fs/localfs",
+		module + "fs/guardd " + module + "localbackend/localfs",
 		module + "nowhere/pkg",
 	}
-	bad, unplaced, seen, n := backwardImports(lines, map[string]string{"fs/guardd -> fs/localfs": "x"})
-	if n != 5 || len(bad) != 3 || len(unplaced) != 1 || !seen["fs/guardd -> fs/localfs"] {
+	bad, unplaced, seen, n := backwardImports(lines, map[string]string{"fs/guardd -> localbackend/localfs": "x"})
+	if n != 5 || len(bad) != 3 || len(unplaced) != 1 || !seen["fs/guardd -> localbackend/localfs"] {
 		t.Fatalf("got bad=%q unplaced=%q seen=%v n=%d", bad, unplaced, seen, n)
 	}
 }
@@ -190,10 +182,11 @@ func TestLayerRules(t *testing.T) {
 		{"refindex", index},
 		{"refindex/flinkmeta", leaf},
 		{"refindex/store", storage},
-		{"refindex/store/localstore", backend},
+		{"localbackend/localstore", backend},
 		{"fs/guard", framework},
-		{"fs/localfs", backend},
-		{"fs/localhold", backend},
+		{"fs/guardd", framework},
+		{"localbackend/localfs", backend},
+		{"localbackend/localhold", backend},
 		{"s3backend/s3mount", backend},
 		{"cmd/ckguard/demo", command},
 		{"integration", test},

@@ -30,7 +30,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 // dirHandle lists a directory page by page (ListObjectsV2 with delimiter), so the first entries of a
 // 100,000-entry folder are returned after one request and memory stays at two pages (the one served and the one prefetched).
 //
-// Order, as on the local mount (fs/localfs): `_metadata` first, then chk-* newest first, then the rest, so
+// Order, as on the local mount (localbackend/localfs): `_metadata` first, then chk-* newest first, then the rest, so
 // rm -rf / find -delete retire each checkpoint before reaching its files. A folder that fits in one page is
 // ordered in memory. A bigger one cannot be sorted while streaming, so it is served in three phases: a HEAD
 // of `_metadata`; a delimiter listing of the chk-* names alone (few: one per retained checkpoint), sorted;

@@ -1,5 +1,5 @@
 // Package s3mount is the guard FUSE filesystem over an S3 bucket/prefix: the same guarded operations as the
-// local mount (fs/localfs), decided through fs/guard's Enforcer, with S3's namespace (common prefixes and
+// local mount (localbackend/localfs), decided through fs/guard's Enforcer, with S3's namespace (common prefixes and
 // "dir/" markers), ranged reads with readahead, spooled writes uploaded on close, conditional deletes, and
 // streamed directory listings. docs/SEMANTICS.md describes every operation and how stale a view can be.
 package s3mount

@@ -13,8 +13,10 @@ import (
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/fs/lostfound"
 	"github.com/ckguard/ckguard/internal/storeid"
+	"github.com/ckguard/ckguard/localbackend/localguardd"
+	"github.com/ckguard/ckguard/localbackend/localquarantine"
+	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex/store"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/store/shared"
 )
@@ -40,7 +42,7 @@ func (localBackend) OpenQuarantine(c *cli.Context, arg string) (quarantine.FullA
 	if err != nil {
 		return nil, nil, err
 	}
-	area, err := quarantine.OpenLocal(abs, nil)
+	area, err := localquarantine.OpenLocal(abs, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -66,4 +68,6 @@ func (localBackend) LostSource(c *cli.Context, arg string) (lostfound.Source, fu
 // StagesDeletions: on a local store a staging is a rename, which costs nothing.
 func (localBackend) StagesDeletions() bool { return true }
 
-func (localBackend) Mount(c *cli.Context, cfg guardd.Config) error { return guardd.Run(c.Context, cfg) }
+func (localBackend) Mount(c *cli.Context, cfg guardd.Config) error {
+	return localguardd.Run(c.Context, cfg)
+}

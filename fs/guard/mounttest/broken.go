@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ckguard/ckguard/fs/internal/fusetest"
+	"github.com/ckguard/ckguard/internal/fusetest"
 )
 
 // CatchesBroken proves the suite can fail on this backend: it runs the calling test binary again with

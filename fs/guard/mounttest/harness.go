@@ -31,7 +31,7 @@
 // operation wherever the fake would refuse it, a broken enforcer; the suite then fails on every backend
 // (CatchesBroken runs that from a mount's tests):
 //
-//	CKGUARD_CONTRACT_BREAK=unlink go test -count=1 -run TestContract ./fs/localfs/ ./s3backend/s3mount/ ./hdfsbackend/hdfsmount/
+//	CKGUARD_CONTRACT_BREAK=unlink go test -count=1 -run TestContract ./localbackend/localfs/ ./s3backend/s3mount/ ./hdfsbackend/hdfsmount/
 package mounttest
 
 import (
@@ -47,7 +47,7 @@ import (
 	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guard/guardtest"
-	"github.com/ckguard/ckguard/fs/internal/fusetest"
+	"github.com/ckguard/ckguard/internal/fusetest"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )

@@ -1,5 +1,6 @@
 // Package guarddtest runs a guard daemon (guardd.Serve over any backend) for tests of the packages that
-// build one: fs/guardd for local stores, s3backend/s3guardd for S3, and checks they share.
+// build one: localbackend/localguardd for local stores (the tests of fs/guardd run over it),
+// s3backend/s3guardd for S3, and checks they share.
 package guarddtest
 
 import (

@@ -8,15 +8,10 @@
 // the store without losing an entry, and discovery skips the folder (a `_metadata` staged there is no
 // live checkpoint; an object staged there is missing from its original key).
 //
-// Layout, local store: <store>/.ckguard-quarantine/<name> is the object. Its name is its entry record
-// when the key fits one (EntryName: a staging is the rename alone); otherwise it is a plain <id> and its
-// record a line of the folder's journal (entries.jsonl, JournalName).
-// Every change keeps one invariant across a crash at any point: an object is at its original key or in
-// the folder, never lost and never in both, and never in the folder without its key known unless its
-// record was lost to a power failure (a problem, never purged). A journal record is written before the
-// object moves, and removed after it moved back (restore) or was destroyed (purge); a record whose object
-// is not in the folder is therefore no entry (the object is at its original key, or purged) and is
-// skipped, then cleared by the next purge.
+// Every engine (localbackend/localquarantine, s3backend/s3quarantine, hdfsbackend/hdfsquarantine) keeps
+// one invariant across a crash at any point: an object is at its original key or in the folder, never
+// lost and never in both. This package is what they share: the entry and its decision, the names that
+// carry a record, the Area a service lists, restores and purges, the purge rules and the space bound.
 package quarantine
 
 import (
@@ -48,7 +43,7 @@ type Entry struct {
 	// Decision is a copy of the audit record of the deletion (the audit log holds the same record at
 	// DeletedAt for Path). Its Op is the kind of change that staged the entry (Change).
 	Decision Decision `json:"decision"`
-	// Source identifies the file a staged truncation copied (local stores; see Local.Prepare).
+	// Source identifies the file a staged truncation copied (local stores; see localquarantine.Local.Prepare).
 	Source *Source `json:"source,omitempty"`
 	// Applied: the change in place that staged the entry is known to have happened (S3; see
 	// s3quarantine.Area.Keep).
@@ -260,3 +255,45 @@ func DecisionFrom(ctx context.Context, op string) Decision {
 	}
 	return Decision{Op: op, Reason: ReasonAllowed}
 }
+
+// Source identifies the content a staged truncation copied: the file at the entry's key is still that
+// content (the truncation did not happen) exactly when all of these still hold for it.
+type Source struct {
+	Dev       uint64 `json:"dev"`
+	Ino       uint64 `json:"ino"`
+	Size      int64  `json:"size"`
+	MtimeNsec int64  `json:"mtime_ns"`
+	CtimeNsec int64  `json:"ctime_ns"`
+}
+
+// Op values of Decision.Op for the changes that stage an entry: an unlink (and a deletion on S3), a
+// rename that replaced the entry's object at its key, a truncation that cut it, a fallocate(2) that
+// punched a hole in it, zeroed, collapsed or shifted a range of it (local stores; the guard decides it
+// like a truncation, and the audit log records it as one).
+const (
+	OpUnlink   = "unlink"
+	OpReplace  = "replace"
+	OpTruncate = "truncate"
+	OpAllocate = "fallocate"
+)
+
+// Change is the kind of change that staged e (Decision.Op; an entry from before the field: "unlink").
+func (e Entry) Change() string {
+	if e.Decision.Op == "" {
+		return OpUnlink
+	}
+	return e.Decision.Op
+}
+
+// Problem is an object in the folder that is no complete entry: a record that cannot be read, or an
+// object without a record (after a power failure). List reports them rather than hiding them; purge
+// never destroys them.
+type Problem struct {
+	ID     string `json:"id"`
+	Size   int64  `json:"size"`
+	Detail string `json:"detail"`
+}
+
+// MaxRecord bounds one entry record read back, on every store (a record is a few hundred bytes; a
+// hostile journal, object or file in the quarantine must not make the reader allocate gigabytes).
+const MaxRecord = 1 << 20

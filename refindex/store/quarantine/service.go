@@ -76,7 +76,7 @@ type Direct struct {
 var _ Service = (*Direct)(nil)
 
 // FullArea is an Area that also reports what is no complete entry and clears leftover records: the
-// local folder (Local) and the S3 area (s3backend/s3quarantine).
+// local folder (localbackend/localquarantine) and the S3 area (s3backend/s3quarantine).
 type FullArea interface {
 	Area
 	ListAll(ctx context.Context) ([]Entry, []Problem, error)

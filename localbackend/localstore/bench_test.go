@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex/store"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 )
 
 // TestWalkMillionEntries walks one folder of CKGUARD_WALK_ENTRIES entries (1,000,000 for the figures in

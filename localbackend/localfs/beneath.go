@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/fs/guard"
-	"github.com/ckguard/ckguard/refindex/store/quarantine"
+	"github.com/ckguard/ckguard/localbackend/localquarantine"
 )
 
 // storeRoot is the store directory, held open for the whole life of the mount, and the one place that
@@ -53,7 +53,7 @@ type storeRoot struct {
 	start    time.Time                 // monotonic base of rootCheck.at
 	checked  atomic.Pointer[rootCheck] // the last comparison
 	// quarantine, when set, receives every file an allowed unlink removes (see removeFile).
-	quarantine *quarantine.Local
+	quarantine *localquarantine.Local
 }
 
 // rootCheckInterval is how long one comparison of the store path with the root descriptor is trusted. A

@@ -10,8 +10,8 @@ import (
 	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guard/guardtest"
-	"github.com/ckguard/ckguard/fs/internal/fusetest"
 	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/internal/fusetest"
 )
 
 // nobody is the unprivileged local user the tests of a shared (--allow-other) mount act as.

@@ -1,8 +1,9 @@
-package quarantine
+package localquarantine
 
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
 // fakeClock is a settable clock: TTL tests never sleep.
@@ -47,14 +49,14 @@ func write(t *testing.T, dir, key, content string) {
 }
 
 // move stages key the way the mount does: through its parent folder's descriptor.
-func move(t *testing.T, dir string, l *Local, key string) Entry {
+func move(t *testing.T, dir string, l *Local, key string) quarantine.Entry {
 	t.Helper()
 	pfd, err := unix.Open(filepath.Join(dir, filepath.Dir(key)), unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unix.Close(pfd)
-	e, err := l.MoveAt(pfd, filepath.Base(key), key, Decision{Op: "unlink", Reason: "unreferenced", UID: 7})
+	e, err := l.MoveAt(pfd, filepath.Base(key), key, quarantine.Decision{Op: "unlink", Reason: "unreferenced", UID: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +73,7 @@ func TestLocalMoveRestoreByteIdentical(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var es []Entry
+	var es []quarantine.Entry
 	for _, k := range keys {
 		clk.t = clk.t.Add(time.Second)
 		es = append(es, move(t, dir, l, k))
@@ -93,8 +95,8 @@ func TestLocalMoveRestoreByteIdentical(t *testing.T) {
 			t.Errorf("entry %d = %+v", i, e)
 		}
 	}
-	if e, ok, err := Find(context.Background(), l, "job/shared/a.sst"); err != nil || !ok || e.ID != es[0].ID {
-		t.Fatalf("Find = %v %v %v", e, ok, err)
+	if e, ok, err := quarantine.Find(context.Background(), l, "job/shared/a.sst"); err != nil || !ok || e.ID != es[0].ID {
+		t.Fatalf("quarantine.Find = %v %v %v", e, ok, err)
 	}
 	for _, e := range es {
 		if _, err := l.Restore(context.Background(), e.ID); err != nil {
@@ -126,8 +128,8 @@ func TestLocalRestoreNeverOverwrites(t *testing.T) {
 	e := move(t, dir, l, "j/f")
 	write(t, dir, "j/f", "new")
 	_, err := l.Restore(context.Background(), e.ID)
-	if !errors.Is(err, ErrOccupied) {
-		t.Fatalf("restore onto an occupied path: %v, want ErrOccupied", err)
+	if !errors.Is(err, quarantine.ErrOccupied) {
+		t.Fatalf("restore onto an occupied path: %v, want quarantine.ErrOccupied", err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "j/f")); string(b) != "new" {
 		t.Fatalf("the occupant was replaced: %q", b)
@@ -154,7 +156,7 @@ func TestLocalCrashStates(t *testing.T) {
 		problems int
 	}{
 		{"record written, object not moved", longKey, func(t *testing.T, dir, key string, l *Local) {
-			if err := l.writeRecord(Entry{ID: NewID(l.now()), Path: key}); err != nil {
+			if err := l.writeRecord(quarantine.Entry{ID: quarantine.NewID(l.now()), Path: key}); err != nil {
 				t.Fatal(err)
 			}
 		}, 0, true, 0},
@@ -243,17 +245,17 @@ func TestPurgeExpired(t *testing.T) {
 	move(t, dir, l, "a/young")
 	clk.t = clk.t.Add(5 * time.Hour) // old and ref are 25 h old, young 5 h
 	referenced := func(_ context.Context, key string) (bool, error) { return key == "a/ref", nil }
-	if _, err := PurgeExpired(context.Background(), l, nil, 0, clk.t, referenced); err == nil {
+	if _, err := quarantine.PurgeExpired(context.Background(), l, nil, 0, clk.t, referenced); err == nil {
 		t.Fatal("a purge with no TTL was accepted")
 	}
-	r, err := PurgeExpired(context.Background(), l, nil, 24*time.Hour, clk.t, referenced)
+	r, err := quarantine.PurgeExpired(context.Background(), l, nil, 24*time.Hour, clk.t, referenced)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(r.Purged) != 1 || r.Purged[0].Path != "a/old" {
 		t.Fatalf("purged %v, want a/old only", r.Purged)
 	}
-	reasons := map[string]Kept{}
+	reasons := map[string]quarantine.Kept{}
 	for _, k := range r.Kept {
 		reasons[k.Entry.Path] = k
 	}
@@ -262,13 +264,13 @@ func TestPurgeExpired(t *testing.T) {
 	}
 	failing := func(context.Context, string) (bool, error) { return false, errors.New("index closed") }
 	clk.t = clk.t.Add(48 * time.Hour)
-	r, _ = PurgeExpired(context.Background(), l, nil, 24*time.Hour, clk.t, failing)
+	r, _ = quarantine.PurgeExpired(context.Background(), l, nil, 24*time.Hour, clk.t, failing)
 	if len(r.Purged) != 0 {
 		t.Fatalf("purged %v although the index could not be asked", r.Purged)
 	}
 	es, _ := l.List(context.Background())
-	if s := Summarise(es); s.Objects != 2 || s.Bytes != int64(len("a/ref")+len("a/young")) {
-		t.Fatalf("Summarise = %+v", s)
+	if s := quarantine.Summarise(es); s.Objects != 2 || s.Bytes != int64(len("a/ref")+len("a/young")) {
+		t.Fatalf("quarantine.Summarise = %+v", s)
 	}
 }
 
@@ -320,7 +322,7 @@ func FuzzJournal(f *testing.F) {
 }
 
 func TestReadLineBoundsLongLines(t *testing.T) {
-	long := bytes.Repeat([]byte("x"), 3*MaxRecord)
+	long := bytes.Repeat([]byte("x"), 3*quarantine.MaxRecord)
 	recs, bad, err := parseJournal(bytes.NewReader(append(append(long, '\n'), []byte(`{"id":"1-a","path":"p"}`+"\n")...)))
 	if err != nil || bad != 1 || len(recs) != 1 || recs["1-a"].Path != "p" {
 		t.Fatalf("parseJournal = %v, %d bad, %v; want the record after the long line", recs, bad, err)
@@ -487,7 +489,7 @@ func TestLocalNamedEntries(t *testing.T) {
 	}
 	for _, k := range keys[:2] {
 		e := move(t, dir, l, k)
-		if _, named, err := ParseEntryName(e.ID); !named || err != nil {
+		if _, named, err := quarantine.ParseEntryName(e.ID); !named || err != nil {
 			t.Fatalf("%s staged as %q, not under a self-describing name (%v)", k, e.ID, err)
 		}
 		if fi, err := os.Stat(journal); err != nil || fi.Size() != 0 {
@@ -495,7 +497,7 @@ func TestLocalNamedEntries(t *testing.T) {
 		}
 	}
 	long := move(t, dir, l, longKey)
-	if _, named, _ := ParseEntryName(long.ID); named {
+	if _, named, _ := quarantine.ParseEntryName(long.ID); named {
 		t.Fatalf("the long key got a self-describing name %q", long.ID)
 	}
 	if fi, err := os.Stat(journal); err != nil || fi.Size() == 0 {
@@ -512,14 +514,14 @@ func TestLocalNamedEntries(t *testing.T) {
 		t.Fatalf("ListAll after reopening = %+v %+v %v", es, probs, err)
 	}
 	for _, e := range es {
-		if e.Size != int64(len("content of "+e.Key())) || !e.ModTime.Equal(mtime) || e.Decision.UID != 7 || e.Change() != OpUnlink || e.Decision.Reason == "" {
+		if e.Size != int64(len("content of "+e.Key())) || !e.ModTime.Equal(mtime) || e.Decision.UID != 7 || e.Change() != quarantine.OpUnlink || e.Decision.Reason == "" {
 			t.Errorf("entry %+v", e)
 		}
 	}
 	for _, k := range keys {
-		e, ok, err := Find(context.Background(), re, k)
+		e, ok, err := quarantine.Find(context.Background(), re, k)
 		if err != nil || !ok || e.Key() != k || e.Size != int64(len("content of "+k)) {
-			t.Fatalf("Find(%q) after reopening = %+v %v %v", k, e, ok, err)
+			t.Fatalf("quarantine.Find(%q) after reopening = %+v %v %v", k, e, ok, err)
 		}
 		if _, err := re.Restore(context.Background(), e.ID); err != nil {
 			t.Fatal(err)
@@ -527,7 +529,7 @@ func TestLocalNamedEntries(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(dir, k)); err != nil || string(b) != "content of "+k {
 			t.Fatalf("%s restored as %q, %v", k, b, err)
 		}
-		if _, ok, _ := Find(context.Background(), re, k); ok {
+		if _, ok, _ := quarantine.Find(context.Background(), re, k); ok {
 			t.Fatalf("%s still found in quarantine after its restore", k)
 		}
 	}
@@ -545,20 +547,20 @@ func TestLocalMoveAtStatTakesTheDecidedStat(t *testing.T) {
 	}
 	defer unix.Close(pfd)
 	fake := unix.Stat_t{Mode: unix.S_IFREG | 0o640, Size: 12345}
-	if _, err := l.MoveAtStat(pfd, "f", "j/f", &fake, Decision{Op: OpUnlink}); !errors.Is(err, ErrReplaced) {
+	if _, err := l.MoveAtStat(pfd, "f", "j/f", &fake, quarantine.Decision{Op: quarantine.OpUnlink}); !errors.Is(err, ErrReplaced) {
 		t.Fatalf("MoveAtStat with another inode's stat = %v, want ErrReplaced", err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(pfd, "f", &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		t.Fatal(err)
 	}
-	e, err := l.MoveAtStat(pfd, "f", "j/f", &st, Decision{Op: OpUnlink})
+	e, err := l.MoveAtStat(pfd, "f", "j/f", &st, quarantine.Decision{Op: quarantine.OpUnlink})
 	if err != nil || e.Size != 1 || e.Mode != st.Mode {
 		t.Fatalf("MoveAtStat = %+v %v; want the staged file's size and mode", e, err)
 	}
 	write(t, dir, "j/g", "y")
 	dst := unix.Stat_t{Mode: unix.S_IFDIR | 0o755}
-	if _, err := l.MoveAtStat(pfd, "g", "j/g", &dst, Decision{Op: OpUnlink}); err != unix.EISDIR {
+	if _, err := l.MoveAtStat(pfd, "g", "j/g", &dst, quarantine.Decision{Op: quarantine.OpUnlink}); err != unix.EISDIR {
 		t.Fatalf("MoveAtStat of what the decision saw as a folder = %v, want EISDIR", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "j/g")); err != nil {
@@ -589,11 +591,11 @@ func TestLocalOldFormatArea(t *testing.T) {
 	if err != nil || len(es) != 3 || len(probs) != 0 {
 		t.Fatalf("ListAll = %+v %+v %v", es, probs, err)
 	}
-	if es[0].ID != ids[0] || es[0].Key() != "oldjob/shared/a" || es[0].Decision.Comm != "rm" || !es[0].DeletedAt.Equal(old) || es[1].Change() != OpUnlink {
+	if es[0].ID != ids[0] || es[0].Key() != "oldjob/shared/a" || es[0].Decision.Comm != "rm" || !es[0].DeletedAt.Equal(old) || es[1].Change() != quarantine.OpUnlink {
 		t.Fatalf("old entries read as %+v, %+v", es[0], es[1])
 	}
-	if e, ok, err := Find(context.Background(), l, "oldjob/chk-1/_metadata"); err != nil || !ok || e.ID != ids[1] {
-		t.Fatalf("Find of an old entry = %+v %v %v", e, ok, err)
+	if e, ok, err := quarantine.Find(context.Background(), l, "oldjob/chk-1/_metadata"); err != nil || !ok || e.ID != ids[1] {
+		t.Fatalf("quarantine.Find of an old entry = %+v %v %v", e, ok, err)
 	}
 	if _, err := l.Restore(context.Background(), ids[0]); err != nil {
 		t.Fatal(err)
@@ -602,7 +604,7 @@ func TestLocalOldFormatArea(t *testing.T) {
 		t.Fatalf("old entry restored as %q", b)
 	}
 	clk.t = clk.t.Add(48 * time.Hour)
-	r, err := PurgeExpired(context.Background(), l, nil, 24*time.Hour, clk.t, nil)
+	r, err := quarantine.PurgeExpired(context.Background(), l, nil, 24*time.Hour, clk.t, nil)
 	if err != nil || len(r.Purged) != 2 {
 		t.Fatalf("purge = %+v %v; want the old _metadata and the new entry purged", r, err)
 	}
@@ -616,7 +618,7 @@ func TestLocalOldFormatArea(t *testing.T) {
 func TestLocalPlantedNames(t *testing.T) {
 	dir, _, clk := newArea(t)
 	q := filepath.Join(dir, store.QuarantineDir)
-	enc := func(s string) string { return b64.EncodeToString([]byte(s)) }
+	enc := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 	evil := "0000000000000000001-0123456789abcdef~unlink~0~0~0~~" + enc("../../etc/x")
 	bad := "0000000000000000001-00~unlink~zz"
 	write(t, q, evil, "x")
@@ -636,8 +638,8 @@ func TestLocalPlantedNames(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "../etc/x")); err == nil {
 		t.Fatal("something was written outside the store")
 	}
-	if err := l.Purge(context.Background(), bad); !errors.Is(err, ErrNoEntry) {
-		t.Fatalf("purge of a planted name = %v, want ErrNoEntry", err)
+	if err := l.Purge(context.Background(), bad); !errors.Is(err, quarantine.ErrNoEntry) {
+		t.Fatalf("purge of a planted name = %v, want quarantine.ErrNoEntry", err)
 	}
 }
 

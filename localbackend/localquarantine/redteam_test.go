@@ -1,4 +1,4 @@
-package quarantine
+package localquarantine
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
 // decidedStat is the stat a decision takes of key through its parent folder, with that folder's
@@ -59,7 +60,7 @@ func TestLocalStagesOnlyTheDecidedFile(t *testing.T) {
 		write(t, dir, key, "decided")
 		pfd, st := decidedStat(t, dir, key)
 		swap(filepath.Join(dir, key))
-		_, err := l.MoveAtStat(pfd, filepath.Base(key), key, &st, Decision{Op: OpUnlink, UID: 7})
+		_, err := l.MoveAtStat(pfd, filepath.Base(key), key, &st, quarantine.Decision{Op: quarantine.OpUnlink, UID: 7})
 		if !errors.Is(err, unix.ESTALE) {
 			t.Errorf("%s in place of the decided file: MoveAtStat = %v, want ESTALE", what, err)
 		}
@@ -76,7 +77,7 @@ func TestLocalStagesOnlyTheDecidedFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	pfd, st := decidedStat(t, dir, "j/linked")
-	if _, err := l.MoveAtStat(pfd, "linked", "j/linked", &st, Decision{Op: OpUnlink}); err != nil {
+	if _, err := l.MoveAtStat(pfd, "linked", "j/linked", &st, quarantine.Decision{Op: quarantine.OpUnlink}); err != nil {
 		t.Fatalf("staging a hard-linked file: %v", err)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "j/other-name")); err != nil || string(b) != "both names" {
@@ -113,12 +114,12 @@ func testLocalNamesAtTheEdges(t *testing.T, limit int) {
 	}
 	journal := filepath.Join(dir, store.QuarantineDir, JournalName)
 	// fits is the longest key whose self-describing name fits the limit for the comm used below.
-	d := Decision{Op: OpUnlink, UID: 4294967295, GID: 4294967295, PID: 4294967295, Comm: "~%\n\x00comm-15bytes"}
-	probe := Entry{ID: NewID(l.now()), Decision: d}
+	d := quarantine.Decision{Op: quarantine.OpUnlink, UID: 4294967295, GID: 4294967295, PID: 4294967295, Comm: "~%\n\x00comm-15bytes"}
+	probe := quarantine.Entry{ID: quarantine.NewID(l.now()), Decision: d}
 	fits := 0
 	for n := 1; n < 400; n++ {
 		probe.Path = strings.Repeat("k", n)
-		if EntryName(probe, l.nameMax) == "" {
+		if quarantine.EntryName(probe, l.nameMax) == "" {
 			break
 		}
 		fits = n
@@ -136,7 +137,7 @@ func testLocalNamesAtTheEdges(t *testing.T, limit int) {
 			t.Fatalf("stage %q: %v", k, err)
 		}
 		after, _ := os.Stat(journal)
-		_, named, perr := ParseEntryName(e.ID)
+		_, named, perr := quarantine.ParseEntryName(e.ID)
 		if wantNamed := len(k) <= fits; named != wantNamed || perr != nil || len(e.ID) > l.nameMax {
 			t.Errorf("key %d (%d bytes): staged as %q (self-describing %v, want %v; %v)", i, len(k), e.ID, named, wantNamed, perr)
 		}
@@ -154,9 +155,9 @@ func testLocalNamesAtTheEdges(t *testing.T, limit int) {
 		}
 	}
 	for _, k := range keys {
-		e, ok, err := Find(ctx, l, k)
+		e, ok, err := quarantine.Find(ctx, l, k)
 		if err != nil || !ok || e.Key() != k {
-			t.Fatalf("Find(%q) = %+v %v %v", k, e, ok, err)
+			t.Fatalf("quarantine.Find(%q) = %+v %v %v", k, e, ok, err)
 		}
 		if _, err := l.Restore(ctx, e.ID); err != nil {
 			t.Fatalf("restore %q: %v", k, err)

@@ -1,4 +1,4 @@
-package quarantine
+package localquarantine
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
 // A truncation destroys content without removing a name, so it cannot be staged by a rename: the old
@@ -27,38 +28,9 @@ import (
 //     (no entry; Tidy removes the copy);
 //   - after the truncation the file's ctime has moved: the entry is an entry.
 
-// Source identifies the content a staged truncation copied: the file at the entry's key is still that
-// content (the truncation did not happen) exactly when all of these still hold for it.
-type Source struct {
-	Dev       uint64 `json:"dev"`
-	Ino       uint64 `json:"ino"`
-	Size      int64  `json:"size"`
-	MtimeNsec int64  `json:"mtime_ns"`
-	CtimeNsec int64  `json:"ctime_ns"`
-}
-
-func sourceOf(st *unix.Stat_t) Source {
-	return Source{Dev: uint64(st.Dev), Ino: st.Ino, Size: st.Size,
+func sourceOf(st *unix.Stat_t) quarantine.Source {
+	return quarantine.Source{Dev: uint64(st.Dev), Ino: st.Ino, Size: st.Size,
 		MtimeNsec: st.Mtim.Nano(), CtimeNsec: st.Ctim.Nano()}
-}
-
-// Op values of Decision.Op for the changes that stage an entry: an unlink (and a deletion on S3), a
-// rename that replaced the entry's object at its key, a truncation that cut it, a fallocate(2) that
-// punched a hole in it, zeroed, collapsed or shifted a range of it (local stores; the guard decides it
-// like a truncation, and the audit log records it as one).
-const (
-	OpUnlink   = "unlink"
-	OpReplace  = "replace"
-	OpTruncate = "truncate"
-	OpAllocate = "fallocate"
-)
-
-// Change is the kind of change that staged e (Decision.Op; an entry from before the field: "unlink").
-func (e Entry) Change() string {
-	if e.Decision.Op == "" {
-		return OpUnlink
-	}
-	return e.Decision.Op
 }
 
 // ErrChanged is returned by Prepare and Commit when the file changed while (or since) its content was
@@ -77,9 +49,9 @@ type Prepared struct {
 	src int // the caller's descriptor of the file (readable)
 	st  unix.Stat_t
 	id  string
-	dir int   // the quarantine folder (this copy's own duplicate), open until Commit, Abort or Undo
-	fd  int   // the copy, open until Commit or Abort
-	e   Entry // the entry Commit made
+	dir int              // the quarantine folder (this copy's own duplicate), open until Commit, Abort or Undo
+	fd  int              // the copy, open until Commit or Abort
+	e   quarantine.Entry // the entry Commit made
 }
 
 // Prepare copies the regular file src (a readable descriptor, the caller's: it stays open) whose store
@@ -127,7 +99,7 @@ func (p *Prepared) open() error {
 	if err != nil {
 		return err
 	}
-	p.id = NewID(p.l.now())
+	p.id = quarantine.NewID(p.l.now())
 	fd, err := unix.Openat(dir, p.id+stageSuffix, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		unix.Close(dir)
@@ -308,32 +280,32 @@ func (p *Prepared) Abort() {
 // copied (else ErrChanged, and the copy is removed): the record, then the rename to the entry's name.
 // It is quick (no copy): it runs under the enforcer's lock right before the truncation. If the
 // truncation then fails, Undo drops the entry; else Done releases the descriptor.
-func (p *Prepared) Commit(d Decision) (Entry, error) {
+func (p *Prepared) Commit(d quarantine.Decision) (quarantine.Entry, error) {
 	if err := p.l.lock(); err != nil {
 		p.abort()
-		return Entry{}, err
+		return quarantine.Entry{}, err
 	}
 	defer p.l.mu.RUnlock()
 	var st unix.Stat_t
 	if err := unix.Fstat(p.src, &st); err != nil || sourceOf(&st) != sourceOf(&p.st) {
 		p.abort()
-		return Entry{}, ErrChanged
+		return quarantine.Entry{}, ErrChanged
 	}
 	unix.Close(p.fd)
 	p.fd = -1
 	src := sourceOf(&p.st)
-	e := Entry{ID: p.id, Path: p.key, Size: p.st.Size, ModTime: time.Unix(p.st.Mtim.Unix()), Mode: p.st.Mode,
+	e := quarantine.Entry{ID: p.id, Path: p.key, Size: p.st.Size, ModTime: time.Unix(p.st.Mtim.Unix()), Mode: p.st.Mode,
 		DeletedAt: p.l.now().UTC(), Decision: d, Source: &src}
 	if !utf8.ValidString(p.key) {
 		e.PathBytes = []byte(p.key)
 	}
 	if err := p.l.writeRecord(e); err != nil {
 		p.abort()
-		return Entry{}, err
+		return quarantine.Entry{}, err
 	}
 	if err := unix.Renameat(p.dir, p.id+stageSuffix, p.dir, p.id); err != nil {
 		p.abort()
-		return Entry{}, fmt.Errorf("quarantine /%s: %w", p.key, err)
+		return quarantine.Entry{}, fmt.Errorf("quarantine /%s: %w", p.key, err)
 	}
 	p.e = e
 	return e, nil
@@ -373,7 +345,7 @@ func (p *Prepared) Done() error {
 
 // unchanged reports whether the file at e's key is still the content e's truncation copied (the
 // truncation never happened: a crash between the commit and the truncation).
-func (l *Local) unchanged(e Entry) bool {
+func (l *Local) unchanged(e quarantine.Entry) bool {
 	if e.Source == nil {
 		return false
 	}

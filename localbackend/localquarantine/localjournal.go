@@ -1,4 +1,4 @@
-package quarantine
+package localquarantine
 
 import (
 	"bufio"
@@ -12,10 +12,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
 // writeRecord appends e's record to the journal with one write(2).
-func (l *Local) writeRecord(e Entry) error {
+func (l *Local) writeRecord(e quarantine.Entry) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return err
@@ -31,7 +32,7 @@ func (l *Local) writeRecord(e Entry) error {
 
 // records reads the journal: every well-formed record by id (the last one wins), and how many lines
 // were not records (a line torn by a crash, or not ckguard's, is skipped).
-func (l *Local) records() (map[string]Entry, int, error) {
+func (l *Local) records() (map[string]quarantine.Entry, int, error) {
 	fd, err := unix.Openat(l.dir, JournalName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read the quarantine journal: %w", err)
@@ -43,8 +44,8 @@ func (l *Local) records() (map[string]Entry, int, error) {
 
 // parseJournal reads JSON-lines records from r; a line longer than MaxRecord or not a record is
 // skipped and counted.
-func parseJournal(r io.Reader) (map[string]Entry, int, error) {
-	recs := map[string]Entry{}
+func parseJournal(r io.Reader) (map[string]quarantine.Entry, int, error) {
+	recs := map[string]quarantine.Entry{}
 	bad := 0
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
@@ -52,7 +53,7 @@ func parseJournal(r io.Reader) (map[string]Entry, int, error) {
 		if long {
 			bad++
 		} else if len(line) > 0 {
-			var e Entry
+			var e quarantine.Entry
 			if json.Unmarshal(line, &e) != nil || !validID(e.ID) {
 				bad++
 			} else {
@@ -73,7 +74,7 @@ func parseJournal(r io.Reader) (map[string]Entry, int, error) {
 func readLine(br *bufio.Reader) (line []byte, long bool, err error) {
 	for {
 		frag, err := br.ReadSlice('\n')
-		if !long && len(line)+len(frag) > MaxRecord {
+		if !long && len(line)+len(frag) > quarantine.MaxRecord {
 			long, line = true, nil
 		}
 		if !long {
@@ -105,8 +106,8 @@ func (l *Local) names() ([]string, error) {
 // rewriteJournal replaces the journal with the records keep (Tidy's; the caller holds mu exclusively
 // and recMu): written and fsync'ed beside the old one and renamed over it, so a crash leaves one or the
 // other, whole.
-func (l *Local) rewriteJournal(keep []Entry) error {
-	SortEntries(keep)
+func (l *Local) rewriteJournal(keep []quarantine.Entry) error {
+	quarantine.SortEntries(keep)
 	var buf bytes.Buffer
 	for _, e := range keep {
 		b, err := json.Marshal(e)
@@ -143,7 +144,7 @@ func (l *Local) rewriteJournal(keep []Entry) error {
 	}
 	l.journal.Close()
 	l.journal = j
-	recs := make(map[string]Entry, len(keep))
+	recs := make(map[string]quarantine.Entry, len(keep))
 	for _, e := range keep {
 		recs[e.ID] = e
 	}

@@ -29,7 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/fs/guard"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
+	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )

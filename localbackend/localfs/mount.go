@@ -15,6 +15,7 @@ import (
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/metrics"
 	"github.com/ckguard/ckguard/fs/mountutil"
+	"github.com/ckguard/ckguard/localbackend/localquarantine"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
@@ -38,12 +39,21 @@ type Mounted struct {
 	server      *fuse.Server
 	mountpoint  string
 	passthrough bool
-	quarantine  *quarantine.Local
+	quarantine  *localquarantine.Local
 }
 
 // Quarantine is the store's quarantine folder the mount stages deletions in (nil without
 // Options.Quarantine).
-func (m *Mounted) Quarantine() *quarantine.Local { return m.quarantine }
+func (m *Mounted) Quarantine() *localquarantine.Local { return m.quarantine }
+
+// StagingArea is the quarantine area the mount stages deletions in, as the daemon serves it (nil, not
+// a nil *Local, without Options.Quarantine: the daemon takes a non-nil area for a quarantine to serve).
+func (m *Mounted) StagingArea() quarantine.Staging {
+	if m.quarantine == nil {
+		return nil
+	}
+	return m.quarantine
+}
 
 // Mount mounts the guard filesystem and returns once the kernel has it. A stale mount from a crashed daemon on
 // the mountpoint is replaced; a live one is an error. It clears the process's umask (see below): files the
@@ -77,7 +87,7 @@ func Mount(o Options) (*Mounted, error) {
 		return nil, fmt.Errorf("store %s: %w", store, err)
 	}
 	if o.Quarantine {
-		q, err := quarantine.OpenLocalAt(root.root.fd, o.Now)
+		q, err := localquarantine.OpenLocalAt(root.root.fd, o.Now)
 		if err != nil {
 			root.root.close()
 			return nil, fmt.Errorf("store %s: %w", store, err)

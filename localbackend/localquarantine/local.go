@@ -1,4 +1,4 @@
-package quarantine
+package localquarantine
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
 // Local is the quarantine folder of a local (or NFS) store, reached through a descriptor of the store
@@ -33,7 +34,7 @@ type Local struct {
 	// recs are the journal's records by id, read at open and kept up to date by this process (which,
 	// while a mount runs, is the only writer: the CLI goes through the mount). recMu guards it.
 	recMu sync.Mutex
-	recs  map[string]Entry
+	recs  map[string]quarantine.Entry
 	// named are the self-describing entries (EntryName) by id, each with its key, for Find: read from
 	// the folder at open and kept up to date like recs (recMu guards it). An id whose object went is
 	// harmless here (Find stats the candidates) and is dropped by Restore, Purge and Tidy.
@@ -93,10 +94,6 @@ func folderNameMax(fd int) (int, error) {
 
 // minNameMax is the length of a plain entry id (NewID), the name every entry can fall back to.
 const minNameMax = 19 + 1 + 16
-
-// MaxRecord bounds one entry record read back, on every store (a record is a few hundred bytes; a
-// hostile journal, object or file in the quarantine must not make the reader allocate gigabytes).
-const MaxRecord = 1 << 20
 
 // OpenLocalAt opens (creating it, mode 0700) the quarantine folder of the store whose root directory
 // rootFD is; rootFD stays the caller's (the area works on its own duplicate). now is the clock of
@@ -213,7 +210,7 @@ func (l *Local) Close() error {
 // at its key (the record alone is no entry). The records are not fsync'ed (as the audit log's records
 // are not, between its periodic fsyncs): a kill -9 loses nothing; a power failure can at worst leave an
 // object in the folder without its record, which List reports as such (never purged unasked).
-func (l *Local) MoveAt(dirfd int, name, key string, d Decision) (Entry, error) {
+func (l *Local) MoveAt(dirfd int, name, key string, d quarantine.Decision) (quarantine.Entry, error) {
 	return l.MoveAtStat(dirfd, name, key, nil, d)
 }
 
@@ -223,32 +220,32 @@ func (l *Local) MoveAt(dirfd int, name, key string, d Decision) (Entry, error) {
 // and a create or mkdir, neither serialized with this one), so the staged object is stat'ed once moved
 // and, unless it is st's file unchanged (sameFile), moved back and ErrReplaced returned (nothing
 // deleted). The entry's size, times and mode are the staged object's.
-func (l *Local) MoveAtStat(dirfd int, name, key string, st *unix.Stat_t, d Decision) (Entry, error) {
+func (l *Local) MoveAtStat(dirfd int, name, key string, st *unix.Stat_t, d quarantine.Decision) (quarantine.Entry, error) {
 	if err := l.lock(); err != nil {
-		return Entry{}, err
+		return quarantine.Entry{}, err
 	}
 	defer l.mu.RUnlock()
 	if st == nil {
 		st = new(unix.Stat_t)
 		if err := unix.Fstatat(dirfd, name, st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return Entry{}, err
+			return quarantine.Entry{}, err
 		}
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		return Entry{}, unix.EISDIR
+		return quarantine.Entry{}, unix.EISDIR
 	}
 	now := l.now()
-	e := Entry{ID: NewID(now), Path: key, Size: st.Size, ModTime: time.Unix(st.Mtim.Unix()), Mode: st.Mode, DeletedAt: now.UTC(), Decision: d}
+	e := quarantine.Entry{ID: quarantine.NewID(now), Path: key, Size: st.Size, ModTime: time.Unix(st.Mtim.Unix()), Mode: st.Mode, DeletedAt: now.UTC(), Decision: d}
 	if !utf8.ValidString(key) {
 		e.PathBytes = []byte(key)
 	}
 	named := false
-	if n := EntryName(e, l.nameMax); n != "" {
+	if n := quarantine.EntryName(e, l.nameMax); n != "" {
 		e.ID, named = n, true
 		// What the name holds, as ListAll reads it back.
-		e.Decision = Decision{Op: d.Op, Reason: "allowed", UID: d.UID, GID: d.GID, PID: d.PID, Comm: d.Comm}
+		e.Decision = quarantine.Decision{Op: d.Op, Reason: "allowed", UID: d.UID, GID: d.GID, PID: d.PID, Comm: d.Comm}
 	} else if err := l.writeRecord(e); err != nil {
-		return Entry{}, err
+		return quarantine.Entry{}, err
 	}
 	err := l.renameNoReplace(dirfd, name, l.dir, e.ID)
 	if err == unix.EINVAL {
@@ -259,9 +256,9 @@ func (l *Local) MoveAtStat(dirfd int, name, key string, st *unix.Stat_t, d Decis
 	if err != nil {
 		// A record stays in the journal; without its object it is no entry (Tidy drops it).
 		if err == unix.EXDEV {
-			return Entry{}, fmt.Errorf("quarantine /%s: it is on another filesystem than the store root's quarantine folder, so it cannot be moved there; nothing was deleted (mount the store without --quarantine, or with the folder on each filesystem): %w", key, err)
+			return quarantine.Entry{}, fmt.Errorf("quarantine /%s: it is on another filesystem than the store root's quarantine folder, so it cannot be moved there; nothing was deleted (mount the store without --quarantine, or with the folder on each filesystem): %w", key, err)
 		}
-		return Entry{}, err
+		return quarantine.Entry{}, err
 	}
 	var got unix.Stat_t
 	serr := unix.Fstatat(l.dir, e.ID, &got, unix.AT_SYMLINK_NOFOLLOW)
@@ -269,9 +266,9 @@ func (l *Local) MoveAtStat(dirfd int, name, key string, st *unix.Stat_t, d Decis
 		// Not the decided file: it goes back where it was, never replacing what is there now.
 		if berr := unix.Renameat2(l.dir, e.ID, dirfd, name, unix.RENAME_NOREPLACE); berr != nil { // no flags: it stays staged
 			l.remember(named, e)
-			return Entry{}, fmt.Errorf("quarantine /%s: %w, and it could not be moved back (%v): it stays in quarantine as entry %s", key, ErrReplaced, berr, e.ID)
+			return quarantine.Entry{}, fmt.Errorf("quarantine /%s: %w, and it could not be moved back (%v): it stays in quarantine as entry %s", key, ErrReplaced, berr, e.ID)
 		}
-		return Entry{}, fmt.Errorf("quarantine /%s: %w; nothing was deleted", key, ErrReplaced)
+		return quarantine.Entry{}, fmt.Errorf("quarantine /%s: %w; nothing was deleted", key, ErrReplaced)
 	}
 	l.remember(named, e)
 	if serr == nil {
@@ -293,7 +290,7 @@ func sameFile(got, st *unix.Stat_t) bool {
 var ErrReplaced = fmt.Errorf("the file was replaced between its decision and its staging: %w", unix.ESTALE)
 
 // remember records a self-describing entry just staged, for Find.
-func (l *Local) remember(named bool, e Entry) {
+func (l *Local) remember(named bool, e quarantine.Entry) {
 	if named {
 		l.recMu.Lock()
 		l.named[e.ID] = e.Key()
@@ -309,7 +306,7 @@ func (l *Local) namedEntries() (map[string]string, error) {
 	}
 	m := map[string]string{}
 	for _, n := range names {
-		if e, ok, err := ParseEntryName(n); ok && err == nil {
+		if e, ok, err := quarantine.ParseEntryName(n); ok && err == nil {
 			m[n] = e.Key()
 		}
 	}
@@ -323,25 +320,16 @@ func (l *Local) forget(id string) {
 	l.recMu.Unlock()
 }
 
-// Problem is an object in the folder that is no complete entry: a record that cannot be read, or an
-// object without a record (after a power failure). List reports them rather than hiding them; purge
-// never destroys them.
-type Problem struct {
-	ID     string `json:"id"`
-	Size   int64  `json:"size"`
-	Detail string `json:"detail"`
-}
-
 // List returns every entry, oldest first. Objects in the folder that are no entry are ignored; ListAll
 // reports them.
-func (l *Local) List(ctx context.Context) ([]Entry, error) {
+func (l *Local) List(ctx context.Context) ([]quarantine.Entry, error) {
 	es, _, err := l.ListAll(ctx)
 	return es, err
 }
 
 // ListAll returns every entry, oldest first, and every object in the folder that is no complete entry.
 // An entry is an object in the folder with its record; a record without its object is none.
-func (l *Local) ListAll(ctx context.Context) ([]Entry, []Problem, error) {
+func (l *Local) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Problem, error) {
 	if err := l.lock(); err != nil {
 		return nil, nil, err
 	}
@@ -350,8 +338,8 @@ func (l *Local) ListAll(ctx context.Context) ([]Entry, []Problem, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("list the quarantine folder: %w", err)
 	}
-	var es []Entry
-	var probs []Problem
+	var es []quarantine.Entry
+	var probs []quarantine.Problem
 	for _, n := range names {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err
@@ -363,23 +351,23 @@ func (l *Local) ListAll(ctx context.Context) ([]Entry, []Problem, error) {
 		if err := unix.Fstatat(l.dir, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			continue // restored or purged meanwhile
 		}
-		e, named, problem := EntryOf(n, l.recordOf)
+		e, named, problem := quarantine.EntryOf(n, l.recordOf)
 		switch {
 		case problem != "":
-			probs = append(probs, Problem{ID: n, Size: st.Size, Detail: problem + "; inspect " + store.QuarantineDir + "/" + n + " in the store"})
+			probs = append(probs, quarantine.Problem{ID: n, Size: st.Size, Detail: problem + "; inspect " + store.QuarantineDir + "/" + n + " in the store"})
 		case named:
 			es = append(es, fromStat(e, &st))
 		case !l.unchanged(e): // else a truncation that never happened: its content is at its key (Tidy removes the copy)
 			es = append(es, e)
 		}
 	}
-	SortEntries(es)
+	quarantine.SortEntries(es)
 	return es, probs, nil
 }
 
 // fromStat completes the self-describing entry e with what its object says: size, mtime and mode
 // (a rename keeps them).
-func fromStat(e Entry, st *unix.Stat_t) Entry {
+func fromStat(e quarantine.Entry, st *unix.Stat_t) quarantine.Entry {
 	e.Size, e.ModTime, e.Mode = st.Size, time.Unix(st.Mtim.Unix()), st.Mode
 	return e
 }
@@ -388,7 +376,7 @@ func fromStat(e Entry, st *unix.Stat_t) Entry {
 const tmpSuffix = ".tmp"
 
 // recordOf is id's record (EntryOf's record: the records are in memory, never unreadable).
-func (l *Local) recordOf(id string) (Entry, bool, error) {
+func (l *Local) recordOf(id string) (quarantine.Entry, bool, error) {
 	l.recMu.Lock()
 	defer l.recMu.Unlock()
 	e, ok := l.recs[id]
@@ -414,7 +402,7 @@ func (l *Local) Tidy(ctx context.Context, minAge time.Duration) error {
 	for _, n := range names {
 		if id, ok := strings.CutSuffix(n, stageSuffix); ok {
 			// A copy whose truncation was refused, failed or interrupted by a crash before its commit.
-			if now.Sub(IDTime(id)) >= minAge {
+			if now.Sub(quarantine.IDTime(id)) >= minAge {
 				_ = unix.Unlinkat(l.dir, n, 0)
 			}
 			continue
@@ -423,7 +411,7 @@ func (l *Local) Tidy(ctx context.Context, minAge time.Duration) error {
 	}
 	l.recMu.Lock()
 	for id, e := range l.recs {
-		if have[id] && now.Sub(IDTime(id)) >= minAge && l.unchanged(e) {
+		if have[id] && now.Sub(quarantine.IDTime(id)) >= minAge && l.unchanged(e) {
 			// A crash between a truncation's commit and the truncation: the content is still at its key.
 			if unix.Unlinkat(l.dir, id, 0) == nil {
 				delete(have, id)
@@ -436,9 +424,9 @@ func (l *Local) Tidy(ctx context.Context, minAge time.Duration) error {
 			delete(l.named, id)
 		}
 	}
-	keep := make([]Entry, 0, len(l.recs))
+	keep := make([]quarantine.Entry, 0, len(l.recs))
 	for id, e := range l.recs {
-		if have[id] || now.Sub(IDTime(id)) < minAge {
+		if have[id] || now.Sub(quarantine.IDTime(id)) < minAge {
 			keep = append(keep, e)
 		}
 	}
@@ -449,18 +437,18 @@ func (l *Local) Tidy(ctx context.Context, minAge time.Duration) error {
 }
 
 // entry returns id's entry: its object in the folder and its record.
-func (l *Local) entry(id string) (Entry, error) {
+func (l *Local) entry(id string) (quarantine.Entry, error) {
 	if !validID(id) {
-		return Entry{}, fmt.Errorf("%w: %q", ErrNoEntry, id)
+		return quarantine.Entry{}, fmt.Errorf("%w: %q", quarantine.ErrNoEntry, id)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(l.dir, id, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return Entry{}, fmt.Errorf("%w: %s", ErrNoEntry, id)
+		return quarantine.Entry{}, fmt.Errorf("%w: %s", quarantine.ErrNoEntry, id)
 	}
-	e, named, problem := EntryOf(id, l.recordOf)
+	e, named, problem := quarantine.EntryOf(id, l.recordOf)
 	switch {
 	case problem != "":
-		return Entry{}, fmt.Errorf("%w: %s: %s", ErrNoEntry, id, problem)
+		return quarantine.Entry{}, fmt.Errorf("%w: %s: %s", quarantine.ErrNoEntry, id, problem)
 	case named:
 		return fromStat(e, &st), nil
 	}
@@ -478,7 +466,7 @@ func (l *Local) Purge(ctx context.Context, id string) error {
 		return err
 	}
 	if err := unix.Unlinkat(l.dir, e.ID, 0); err == unix.ENOENT {
-		return fmt.Errorf("purge /%s: %w: entry %s was restored or purged by another request meanwhile", e.Path, ErrNoEntry, e.ID)
+		return fmt.Errorf("purge /%s: %w: entry %s was restored or purged by another request meanwhile", e.Path, quarantine.ErrNoEntry, e.ID)
 	} else if err != nil {
 		return fmt.Errorf("purge /%s (entry %s): %w", e.Path, e.ID, err)
 	}
@@ -486,24 +474,24 @@ func (l *Local) Purge(ctx context.Context, id string) error {
 	return nil
 }
 
-var _ Staging = (*Local)(nil)
+var _ quarantine.Staging = (*Local)(nil)
 
 // Restage is MoveKey (Staging).
-func (l *Local) Restage(_ context.Context, key string, d Decision) (Entry, error) {
+func (l *Local) Restage(_ context.Context, key string, d quarantine.Decision) (quarantine.Entry, error) {
 	return l.MoveKey(key, d)
 }
 
 // MoveKey is MoveAt for the store key key, its folder opened beneath the root without following a
 // symlink (and never created).
-func (l *Local) MoveKey(key string, d Decision) (Entry, error) {
+func (l *Local) MoveKey(key string, d quarantine.Decision) (quarantine.Entry, error) {
 	k, err := store.CleanKey(key)
 	if err != nil || k == "" || store.InQuarantine(k) {
-		return Entry{}, fmt.Errorf("quarantine %q: not a store key outside the quarantine folder", key)
+		return quarantine.Entry{}, fmt.Errorf("quarantine %q: not a store key outside the quarantine folder", key)
 	}
 	dir, name := path.Split(k)
 	pfd, err := l.openDir(strings.TrimSuffix(dir, "/"))
 	if err != nil {
-		return Entry{}, fmt.Errorf("quarantine /%s: %w", k, err)
+		return quarantine.Entry{}, fmt.Errorf("quarantine /%s: %w", k, err)
 	}
 	defer unix.Close(pfd)
 	return l.MoveAt(pfd, name, k, d)
@@ -535,4 +523,4 @@ func (l *Local) openDirLocked(key string) (int, error) {
 	return fd, nil
 }
 
-var _ Spacer = (*Local)(nil)
+var _ quarantine.Spacer = (*Local)(nil)

@@ -12,8 +12,8 @@ import (
 	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guard/guardtest"
-	"github.com/ckguard/ckguard/fs/internal/fusetest"
 	"github.com/ckguard/ckguard/fs/metrics"
+	"github.com/ckguard/ckguard/internal/fusetest"
 )
 
 type env struct {

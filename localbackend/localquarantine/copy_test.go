@@ -1,4 +1,4 @@
-package quarantine
+package localquarantine
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
 // openSrc opens the store file key for reading, as the mount does before a truncation.
@@ -59,7 +60,7 @@ func TestLocalTruncationStaged(t *testing.T) {
 	if es, _ := l.List(context.Background()); len(es) != 0 {
 		t.Fatalf("an uncommitted copy is listed: %v", es)
 	}
-	e, err := prep.Commit(Decision{Op: OpTruncate, Reason: "unreferenced"})
+	e, err := prep.Commit(quarantine.Decision{Op: quarantine.OpTruncate, Reason: "unreferenced"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,11 +69,11 @@ func TestLocalTruncationStaged(t *testing.T) {
 	}
 	prep.Done()
 	es, err := l.List(context.Background())
-	if err != nil || len(es) != 1 || es[0].ID != e.ID || es[0].Change() != OpTruncate || es[0].Size != int64(len(old)) {
+	if err != nil || len(es) != 1 || es[0].ID != e.ID || es[0].Change() != quarantine.OpTruncate || es[0].Size != int64(len(old)) {
 		t.Fatalf("list after the truncation: %v %v, want the one truncate entry of %d bytes", es, err, len(old))
 	}
-	if _, err := l.Restore(context.Background(), e.ID); !errors.Is(err, ErrOccupied) {
-		t.Fatalf("restore onto the truncated file: %v, want ErrOccupied", err)
+	if _, err := l.Restore(context.Background(), e.ID); !errors.Is(err, quarantine.ErrOccupied) {
+		t.Fatalf("restore onto the truncated file: %v, want quarantine.ErrOccupied", err)
 	}
 	if err := os.Rename(p, p+".new"); err != nil {
 		t.Fatal(err)
@@ -104,7 +105,7 @@ func TestLocalTruncationChangedMeanwhile(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("newer content"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := prep.Commit(Decision{Op: OpTruncate}); !errors.Is(err, ErrChanged) {
+	if _, err := prep.Commit(quarantine.Decision{Op: quarantine.OpTruncate}); !errors.Is(err, ErrChanged) {
 		t.Fatalf("commit after a write: %v, want ErrChanged", err)
 	}
 	prep.Abort()
@@ -130,7 +131,7 @@ func TestLocalTruncationCrashStates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eb, err := pb.Commit(Decision{Op: OpTruncate}) // never truncated
+	eb, err := pb.Commit(quarantine.Decision{Op: quarantine.OpTruncate}) // never truncated
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,7 @@ func TestLocalTruncationCopyNeverRootsASetID(t *testing.T) {
 				}
 				return
 			}
-			if _, err := prep.Commit(Decision{Op: OpTruncate}); err != nil {
+			if _, err := prep.Commit(quarantine.Decision{Op: quarantine.OpTruncate}); err != nil {
 				t.Fatal(err)
 			}
 			prep.Done()
@@ -247,7 +248,7 @@ func TestLocalTruncationCopyKeepsACL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := prep.Commit(Decision{Op: OpTruncate})
+	e, err := prep.Commit(quarantine.Decision{Op: quarantine.OpTruncate})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +280,7 @@ func TestLocalChangeWithoutTraceStaysAnEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := prep.Commit(Decision{Op: OpAllocate, Reason: "unreferenced"})
+	e, err := prep.Commit(quarantine.Decision{Op: quarantine.OpAllocate, Reason: "unreferenced"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,15 +293,15 @@ func TestLocalChangeWithoutTraceStaysAnEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := crashed.Commit(Decision{Op: OpAllocate, Reason: "unreferenced"}); err != nil {
+	if _, err := crashed.Commit(quarantine.Decision{Op: quarantine.OpAllocate, Reason: "unreferenced"}); err != nil {
 		t.Fatal(err)
 	}
 
 	check := func(when string) {
 		t.Helper()
 		es, err := l.List(ctx)
-		if err != nil || len(es) != 1 || es[0].ID != e.ID || es[0].Change() != OpAllocate || es[0].Source != nil {
-			t.Fatalf("%s: %+v %v, want the one fallocate entry of job/sst, without a Source", when, es, err)
+		if err != nil || len(es) != 1 || es[0].ID != e.ID || es[0].Change() != quarantine.OpAllocate || es[0].Source != nil {
+			t.Fatalf("%s: %+v %v, want the one fallocate entry of job/sst, without a quarantine.Source", when, es, err)
 		}
 	}
 	check("after Done")
@@ -372,7 +373,7 @@ func TestLocalTruncationCopyKeepsHoles(t *testing.T) {
 	if string(b[at:at+18]) != "data in the middle" || string(b[size-4:]) != "tail" || strings.Trim(string(b[:at]), "\x00") != "" {
 		t.Errorf("copy's bytes differ from the file's")
 	}
-	if _, err := prep.Commit(Decision{Op: OpTruncate}); err != nil {
+	if _, err := prep.Commit(quarantine.Decision{Op: quarantine.OpTruncate}); err != nil {
 		t.Fatal(err)
 	}
 	prep.Done()

@@ -1,4 +1,6 @@
-package quarantine
+package localquarantine
+
+import "github.com/ckguard/ckguard/refindex/store/quarantine"
 
 // SetNoRenameFlags makes l act as on a filesystem without renameat2 flags (older NFS).
 func (l *Local) SetNoRenameFlags() { l.noRenameFlags = true }
@@ -6,11 +8,11 @@ func (l *Local) SetNoRenameFlags() { l.noRenameFlags = true }
 // CrashMoveKey stages key as MoveKey does, stopped as a crash would stop it right before its step-th
 // change to the store (quarantinetest.Store.Crash): a key whose entry fits a name is staged by the
 // rename alone; a longer one has its record written first.
-func (l *Local) CrashMoveKey(key string, d Decision, step int) bool {
+func (l *Local) CrashMoveKey(key string, d quarantine.Decision, step int) bool {
 	now := l.now()
-	e := Entry{ID: NewID(now), Path: key, DeletedAt: now.UTC(), Decision: d}
+	e := quarantine.Entry{ID: quarantine.NewID(now), Path: key, DeletedAt: now.UTC(), Decision: d}
 	changes := 1
-	if EntryName(e, l.nameMax) == "" {
+	if quarantine.EntryName(e, l.nameMax) == "" {
 		changes = 2
 	}
 	if step >= changes {

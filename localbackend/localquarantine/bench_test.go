@@ -1,4 +1,4 @@
-package quarantine
+package localquarantine
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
 // BenchmarkRemove compares what an allowed unlink costs the store without the quarantine (unlinkat)
@@ -40,7 +42,7 @@ func BenchmarkRemove(b *testing.B) {
 			for i := range b.N {
 				name := fmt.Sprint(i)
 				if staged {
-					_, err = l.MoveAt(pfd, name, "job/shared/"+name, Decision{Op: "unlink", Reason: "allowed", Message: "unlink /job/shared/" + name + ": referenced by no live checkpoint"})
+					_, err = l.MoveAt(pfd, name, "job/shared/"+name, quarantine.Decision{Op: "unlink", Reason: "allowed", Message: "unlink /job/shared/" + name + ": referenced by no live checkpoint"})
 				} else {
 					err = unix.Unlinkat(pfd, name, 0)
 				}

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/internal/hangfs"
+	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex/store"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 )
 
 func TestParseMountsBelow(t *testing.T) {

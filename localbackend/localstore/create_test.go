@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckguard/ckguard/refindex/store/localstore"
+	"github.com/ckguard/ckguard/localbackend/localstore"
 )
 
 // TestCreateExclusive: the bytes and the time land at the key; an existing file is never replaced; a

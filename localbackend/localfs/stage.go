@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/fs/guard"
+	"github.com/ckguard/ckguard/localbackend/localquarantine"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
@@ -78,7 +79,7 @@ const stageAttempts = 3
 
 // truncStage is a truncation's copy of the old content, prepared before the lock.
 type truncStage struct {
-	prep    *quarantine.Prepared
+	prep    *localquarantine.Prepared
 	src     int // the readable descriptor the copy was made from
 	changed bool
 }
@@ -106,12 +107,12 @@ func (n *node) prepareCut(key string, f fs.FileHandle, size int64) (*truncStage,
 		if err == nil {
 			return &truncStage{prep: p, src: src}, 0
 		}
-		if err == quarantine.ErrChanged && attempt < stageAttempts {
+		if err == localquarantine.ErrChanged && attempt < stageAttempts {
 			continue
 		}
 		unix.Close(src)
 		n.root.log.Error("quarantine: the content a truncation would cut could not be staged, so nothing was truncated", "path", key, "err", err)
-		if err == quarantine.ErrChanged {
+		if err == localquarantine.ErrChanged {
 			return nil, syscall.EBUSY
 		}
 		return nil, stagingErrno(err)
@@ -140,7 +141,7 @@ func (t *truncStage) commit(rec quarantine.Decision) syscall.Errno {
 		return 0
 	}
 	if _, err := t.prep.Commit(rec); err != nil {
-		if err == quarantine.ErrChanged {
+		if err == localquarantine.ErrChanged {
 			t.changed = true
 			return syscall.EBUSY
 		}

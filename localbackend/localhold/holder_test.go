@@ -16,9 +16,9 @@ import (
 
 	"github.com/ckguard/ckguard/fs/hold"
 	"github.com/ckguard/ckguard/internal/loopfs"
+	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex/store"
-	"github.com/ckguard/ckguard/refindex/store/localstore"
 	"github.com/ckguard/ckguard/refindex/store/storetest"
 )
 

@@ -1,4 +1,4 @@
-package quarantine_test
+package localquarantine_test
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ckguard/ckguard/localbackend/localquarantine"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/store/quarantine/quarantinetest"
 )
@@ -19,7 +20,7 @@ type localStore struct {
 }
 
 func (s *localStore) Open(t testing.TB) quarantine.Staging {
-	l, err := quarantine.OpenLocal(s.dir, nil)
+	l, err := localquarantine.OpenLocal(s.dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +59,7 @@ func (s *localStore) Remove(t testing.TB, key string) {
 }
 
 func (s *localStore) Crash(t testing.TB, a quarantine.Staging, key string, d quarantine.Decision, step int) bool {
-	return a.(*quarantine.Local).CrashMoveKey(key, d, step)
+	return a.(*localquarantine.Local).CrashMoveKey(key, d, step)
 }
 
 // TestQuarantineSuiteLocal runs the conformance suite on a local folder and on one acting as older NFS.

@@ -1,4 +1,4 @@
-package quarantine
+package localquarantine
 
 import (
 	"context"
@@ -10,28 +10,29 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckguard/ckguard/refindex/store"
+	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
 // Restore moves the entry's object back to its original key (creating the folders on the way mode 0700, given the
 // object's owner when this process is root) with renameat2(RENAME_NOREPLACE): whatever is at the key
 // now is never replaced (ErrOccupied). The record goes after the move.
-func (l *Local) Restore(ctx context.Context, id string) (Entry, error) {
+func (l *Local) Restore(ctx context.Context, id string) (quarantine.Entry, error) {
 	if err := l.lock(); err != nil {
-		return Entry{}, err
+		return quarantine.Entry{}, err
 	}
 	defer l.mu.RUnlock()
 	e, err := l.entry(id)
 	if err != nil {
-		return Entry{}, err
+		return quarantine.Entry{}, err
 	}
 	if err := l.restore(e); err != nil {
-		return Entry{}, err
+		return quarantine.Entry{}, err
 	}
 	l.forget(e.ID)
 	return e, nil
 }
 
-func (l *Local) restore(e Entry) error {
+func (l *Local) restore(e quarantine.Entry) error {
 	key := e.Key()
 	k, err := store.CleanKey(key)
 	if err != nil || k == "" || k != key || store.InQuarantine(k) {
@@ -39,7 +40,7 @@ func (l *Local) restore(e Entry) error {
 	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(l.dir, e.ID, &st, unix.AT_SYMLINK_NOFOLLOW); err == unix.ENOENT {
-		return AlreadyGone(key, e.ID)
+		return quarantine.AlreadyGone(key, e.ID)
 	} else if err != nil {
 		return fmt.Errorf("restore /%s: %w", key, err)
 	}
@@ -62,10 +63,10 @@ func (l *Local) restore(e Entry) error {
 		}
 	}
 	if err != nil && l.taken(e.ID, pfd, name) {
-		return AlreadyGone(key, e.ID)
+		return quarantine.AlreadyGone(key, e.ID)
 	}
 	if err == unix.EEXIST {
-		return fmt.Errorf("restore /%s: %w: something is there now, and a restore never replaces it; move it away first (entry %s stays in quarantine)", key, ErrOccupied, e.ID)
+		return fmt.Errorf("restore /%s: %w: something is there now, and a restore never replaces it; move it away first (entry %s stays in quarantine)", key, quarantine.ErrOccupied, e.ID)
 	}
 	if err != nil {
 		return fmt.Errorf("restore /%s: %w", key, err)
