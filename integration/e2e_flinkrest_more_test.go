@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -520,7 +521,10 @@ func e2eInFlightPastGrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	hold := filepath.Join(t.TempDir(), "hold")
-	j := startRESTJob(t, "2.2", "H", jobOpts{CheckpointDir: ck, Extra: []string{"--hold-checkpoints-file", hold}})
+	// Every checkpoint is retained: the held one is never subsumed, so its _metadata names its files for
+	// as long as the job runs (a later checkpoint need not: RocksDB compacts them away).
+	j := startRESTJob(t, "2.2", "H", jobOpts{CheckpointDir: ck, Extra: []string{"--hold-checkpoints-file", hold,
+		"-Dexecution.checkpointing.num-retained=1000"}})
 	j.waitCheckpoints(0, 3, 2*time.Minute)
 	const grace = 2 * time.Second
 	flags := []string{"--active-window", "1h", "--grace", grace.String()}
@@ -596,14 +600,18 @@ func e2eInFlightPastGrace(t *testing.T) {
 	j.waitFor(mark, 60*time.Second, func(e flinkEvent) bool {
 		return e.Name == "checkpoint-completed" && e.Fields["id"] == held.Fields["id"]
 	})
-	// Once complete, its _metadata references them: refused by the store's own rules. The job goes on
-	// checkpointing, so the held one may be subsumed before a sync of the store-only mount sees it:
-	// it or a later checkpoint of the job (an incremental one reuses the SSTs) is named.
-	chks := rel(filepath.Join(ck, j.id)) + "/chk-"
-	mntWaitFor(t, 30*time.Second, "a completed checkpoint's _metadata referencing the held one's files", func() bool {
+	// Once complete, its _metadata references them: refused by the store's own rules, naming the held
+	// checkpoint (retained: see the job's options).
+	heldMeta := fmt.Sprintf("%s/chk-%d/_metadata", rel(filepath.Join(ck, j.id)), id)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		out, code := storeOnly.cli("why", rel(f))
-		return code == 1 && strings.Contains(out, chks)
-	})
+		if code == 1 && strings.Contains(out, heldMeta) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30s after checkpoint %d completed, why %s through the store-only mount: exit %d, want refused naming %s:\n%s", id, rel(f), code, heldMeta, out)
+		}
+	}
 	for _, f := range fresh {
 		if _, err := os.Stat(f); err != nil {
 			t.Errorf("file of checkpoint %d: %v", id, err)
