@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -255,11 +256,11 @@ func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Pr
 	if err != nil {
 		return nil, nil, fmt.Errorf("list the quarantine area %s: %w", Prefix, err)
 	}
-	var es []quarantine.Entry
-	var probs []quarantine.Problem
-	seen := map[string]bool{}
-	unresolved := map[string]quarantine.Entry{}
+	// Every record is read (an unreadable one is a problem of its own, its object or not), then each
+	// object paired with its readable record.
 	at := a.now()
+	var probs, crashCopies []quarantine.Problem
+	byID := map[string]quarantine.Entry{}
 	for _, r := range recs {
 		e, err := a.readRecord(ctx, r)
 		if err != nil {
@@ -269,34 +270,40 @@ func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Pr
 			probs = append(probs, quarantine.Problem{ID: strings.TrimPrefix(r.Key, Prefix), Size: r.Size, Detail: err.Error()})
 			continue
 		}
-		o, ok := objs[e.ID]
-		if !ok {
-			continue
-		}
-		seen[e.ID] = true
-		if isKept(e) {
-			unresolved[e.ID] = e
-		}
-		if a.inPlace(ctx, e) {
-			// Kept for a change that has not happened: the object is at its key. Under way in this
-			// process it is no entry and no problem (its change is being made); else a crash copy.
-			if !a.held(e.ID) {
-				probs = append(probs, crashCopy(e, o.Size))
+		byID[e.ID] = e
+	}
+	unresolved := map[string]quarantine.Entry{}
+	es, objProbs, err := quarantine.Pair(ctx, maps.All(objs), quarantine.Pairing[s3client.Object]{
+		Record: func(_ s3client.Object, id string) (quarantine.Entry, bool, error) {
+			e, ok := byID[id]
+			return e, ok, nil
+		},
+		Complete: func(o s3client.Object, e quarantine.Entry, _ bool) (quarantine.Entry, bool) {
+			if isKept(e) {
+				unresolved[e.ID] = e
 			}
-			continue
-		}
-		es = append(es, e)
+			if a.inPlace(ctx, e) {
+				// Kept for a change that has not happened: the object is at its key. Under way in this
+				// process it is no entry and no problem (its change is being made); else a crash copy.
+				if !a.held(e.ID) {
+					crashCopies = append(crashCopies, crashCopy(e, o.Size))
+				}
+				return quarantine.Entry{}, false
+			}
+			return e, true
+		},
+		Problem: func(o s3client.Object, id, detail string) quarantine.Problem {
+			return quarantine.Problem{ID: id, Size: o.Size, Detail: detail + "; inspect " + Prefix + id + " in the bucket"}
+		},
+		NoRecord: "object without an entry record (its original key is unknown)",
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-	for name, o := range objs {
-		if !seen[name] {
-			probs = append(probs, quarantine.Problem{ID: name, Size: o.Size, Detail: "object without an entry record (its original key is unknown); inspect " + Prefix + name + " in the bucket"})
-		}
-	}
-	quarantine.SortEntries(es)
 	a.mu.Lock()
 	a.unresolved, a.unresolvedAt = unresolved, at
 	a.mu.Unlock()
-	return es, probs, nil
+	return es, append(append(probs, crashCopies...), objProbs...), nil
 }
 
 // List returns every complete entry, oldest first.

@@ -11,7 +11,8 @@
 // Every engine (localbackend/localquarantine, s3backend/s3quarantine, hdfsbackend/hdfsquarantine) keeps
 // one invariant across a crash at any point: an object is at its original key or in the folder, never
 // lost and never in both. This package is what they share: the entry and its decision, the names that
-// carry a record, the Area a service lists, restores and purges, the purge rules and the space bound.
+// carry a record, the pairing of what is staged with its records into a listing (Pair), the Area a
+// service lists, restores and purges, the purge rules and the space bound.
 package quarantine
 
 import (
