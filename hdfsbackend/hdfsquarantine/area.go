@@ -655,9 +655,9 @@ func (a *Area) Restore(ctx context.Context, id string) (quarantine.Entry, error)
 		}
 		return quarantine.Entry{}, err
 	}
-	key, err := checkKey(e.Key())
+	key, err := quarantine.RestoreKey(e)
 	if err != nil {
-		return quarantine.Entry{}, fmt.Errorf("restore %s: the entry's original path %q is not a store key outside the quarantine folder", id, e.Key())
+		return quarantine.Entry{}, err
 	}
 	abs := hdfsclient.Join(a.root, key)
 	if parent := path.Dir(abs); parent != a.root {
@@ -670,7 +670,7 @@ func (a *Area) Restore(ctx context.Context, id string) (quarantine.Entry, error)
 			return quarantine.Entry{}, quarantine.AlreadyGone(key, id)
 		}
 		if errors.Is(err, fs.ErrExist) {
-			return quarantine.Entry{}, fmt.Errorf("restore /%s: %w: something is there now, and a restore never replaces it; move it away first (entry %s stays in quarantine)", key, quarantine.ErrOccupied, id)
+			return quarantine.Entry{}, quarantine.Occupied(key, id)
 		}
 		return quarantine.Entry{}, fmt.Errorf("restore /%s: %w", key, err)
 	}

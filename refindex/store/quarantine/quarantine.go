@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/internal/duration"
+	"github.com/ckguard/ckguard/refindex/store"
 )
 
 // Entry is one staged deletion.
@@ -96,6 +97,23 @@ func AlreadyGone(key, id string) error {
 		what += " /" + strings.TrimPrefix(key, "/")
 	}
 	return fmt.Errorf("%s: %w: entry %s was already restored (or purged) by another request meanwhile", what, ErrNoEntry, id)
+}
+
+// Occupied is the error of a restore of entry id that finds something at its original key: a restore
+// never replaces it, and the entry stays (wrapping ErrOccupied).
+func Occupied(key, id string) error {
+	return fmt.Errorf("restore /%s: %w: something is there now, and a restore never replaces it; move it away first (entry %s stays in quarantine)", key, ErrOccupied, id)
+}
+
+// RestoreKey is the key a restore of e puts its object back at: e's original key, which must be a clean
+// store key outside the quarantine folder (a record naming any other place is refused, never followed).
+func RestoreKey(e Entry) (string, error) {
+	key := e.Key()
+	k, err := store.CleanKey(key)
+	if err != nil || k == "" || k != key || store.InQuarantine(k) {
+		return "", fmt.Errorf("restore %s: the entry's original path %q is not a store key outside the quarantine folder", e.ID, key)
+	}
+	return k, nil
 }
 
 // Find returns the newest entry staged from the original key (lossnet names it when a referenced object
