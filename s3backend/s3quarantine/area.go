@@ -312,22 +312,34 @@ func (a *Area) List(ctx context.Context) ([]quarantine.Entry, error) {
 	return es, err
 }
 
-func (a *Area) entry(ctx context.Context, id string) (quarantine.Entry, error) {
+// lookupRecord reads the record of entry id as it is now (both areas' Restore and Purge): ErrNoEntry for
+// an id no entry has or one without a record, AlreadyGone for a record removed since its HEAD (another
+// restore or purge took the entry).
+func lookupRecord[T any](ctx context.Context, c recordClient, id string, read func(context.Context, s3client.Object) (T, error)) (T, error) {
+	var r T
 	if id == "" || strings.ContainsAny(id, "/") || strings.HasSuffix(id, recordSuffix) {
-		return quarantine.Entry{}, fmt.Errorf("%w: %q", quarantine.ErrNoEntry, id)
+		return r, fmt.Errorf("%w: %q", quarantine.ErrNoEntry, id)
 	}
-	r, err := a.c.Head(ctx, recordKey(id))
+	o, err := c.Head(ctx, recordKey(id))
 	if errors.Is(err, fs.ErrNotExist) {
-		return quarantine.Entry{}, fmt.Errorf("%w: %s", quarantine.ErrNoEntry, id)
+		return r, fmt.Errorf("%w: %s", quarantine.ErrNoEntry, id)
 	}
 	if err != nil {
-		return quarantine.Entry{}, err
+		return r, err
 	}
-	r.Key = recordKey(id)
-	e, err := a.readRecord(ctx, r)
+	o.Key = recordKey(id)
+	got, err := read(ctx, o)
 	if errors.Is(err, fs.ErrNotExist) {
-		return quarantine.Entry{}, quarantine.AlreadyGone("", id) // removed since its HEAD
+		return r, quarantine.AlreadyGone("", id)
 	}
+	if err != nil {
+		return r, err
+	}
+	return got, nil
+}
+
+func (a *Area) entry(ctx context.Context, id string) (quarantine.Entry, error) {
+	e, err := lookupRecord(ctx, a.c, id, a.readRecord)
 	if err != nil {
 		return quarantine.Entry{}, err
 	}

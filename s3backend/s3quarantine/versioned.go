@@ -259,22 +259,7 @@ func (a *VersionedArea) List(ctx context.Context) ([]quarantine.Entry, error) {
 }
 
 func (a *VersionedArea) record(ctx context.Context, id string) (versionedRecord, error) {
-	if id == "" || strings.ContainsAny(id, "/") || strings.HasSuffix(id, recordSuffix) {
-		return versionedRecord{}, fmt.Errorf("%w: %q", quarantine.ErrNoEntry, id)
-	}
-	o, err := a.c.Head(ctx, recordKey(id))
-	if errors.Is(err, fs.ErrNotExist) {
-		return versionedRecord{}, fmt.Errorf("%w: %s", quarantine.ErrNoEntry, id)
-	}
-	if err != nil {
-		return versionedRecord{}, err
-	}
-	o.Key = recordKey(id)
-	r, err := a.readRecord(ctx, o)
-	if errors.Is(err, fs.ErrNotExist) {
-		return versionedRecord{}, quarantine.AlreadyGone("", id) // removed since its HEAD
-	}
-	return r, err
+	return lookupRecord(ctx, a.c, id, a.readRecord)
 }
 
 // Restore removes the delete markers above the entry's version, so that version is current at its key
