@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -235,45 +234,80 @@ func readRecordBytes(ctx context.Context, c interface {
 	}
 }
 
-// ListAll returns every complete entry (record and object), oldest first, and a problem for each
-// object without a record and each unreadable record. A record without its object is no entry (the
-// staging stopped before its delete and the object is at its key, or the entry was purged).
-func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Problem, error) {
-	objs := map[string]s3client.Object{}
-	var recs []s3client.Object
-	err := a.c.Walk(ctx, Prefix, func(o s3client.Object) error {
-		if o.IsDir {
-			return nil
-		}
-		name := strings.TrimPrefix(o.Key, Prefix)
-		if strings.HasSuffix(name, recordSuffix) {
+// walkArea lists the area: its record objects and its other objects, each in listing order.
+func walkArea(ctx context.Context, c interface {
+	Walk(ctx context.Context, prefix string, fn func(s3client.Object) error) error
+}) (recs, objs []s3client.Object, err error) {
+	err = c.Walk(ctx, Prefix, func(o s3client.Object) error {
+		switch {
+		case o.IsDir:
+		case strings.HasSuffix(o.Key, recordSuffix):
 			recs = append(recs, o)
-		} else {
-			objs[name] = o
+		default:
+			objs = append(objs, o)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("list the quarantine area %s: %w", Prefix, err)
 	}
-	// Every record is read (an unreadable one is a problem of its own, its object or not), then each
-	// object paired with its readable record.
-	at := a.now()
-	var probs, crashCopies []quarantine.Problem
-	byID := map[string]quarantine.Entry{}
-	for _, r := range recs {
-		e, err := a.readRecord(ctx, r)
+	return recs, objs, nil
+}
+
+// readRecords reads every record listed (both areas' listings): what read makes of each (ok false: no
+// entry, and no problem either), and a problem for each that cannot be read. A listing cancelled midway
+// is an error, never a record taken for unreadable.
+func readRecords[T any](ctx context.Context, recs []s3client.Object, read func(context.Context, s3client.Object) (T, bool, error)) ([]T, []quarantine.Problem, error) {
+	var out []T
+	var probs []quarantine.Problem
+	for _, o := range recs {
+		r, ok, err := read(ctx, o)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, nil, ctx.Err()
 			}
-			probs = append(probs, quarantine.Problem{ID: strings.TrimPrefix(r.Key, Prefix), Size: r.Size, Detail: err.Error()})
+			probs = append(probs, quarantine.Problem{ID: strings.TrimPrefix(o.Key, Prefix), Size: o.Size, Detail: err.Error()})
 			continue
 		}
+		if ok {
+			out = append(out, r)
+		}
+	}
+	return out, probs, nil
+}
+
+// ListAll returns every complete entry (record and object), oldest first, and a problem for each
+// object without a record and each unreadable record. A record without its object is no entry (the
+// staging stopped before its delete and the object is at its key, or the entry was purged).
+func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Problem, error) {
+	recs, objs, err := walkArea(ctx, a.c)
+	if err != nil {
+		return nil, nil, err
+	}
+	at := a.now()
+	// Every record is read (an unreadable one is a problem of its own, its object or not), then each
+	// object paired with its readable record.
+	read, probs, err := readRecords(ctx, recs, func(ctx context.Context, o s3client.Object) (quarantine.Entry, bool, error) {
+		e, err := a.readRecord(ctx, o)
+		return e, true, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	byID := make(map[string]quarantine.Entry, len(read))
+	for _, e := range read {
 		byID[e.ID] = e
 	}
+	var crashCopies []quarantine.Problem
 	unresolved := map[string]quarantine.Entry{}
-	es, objProbs, err := quarantine.Pair(ctx, maps.All(objs), quarantine.Pairing[s3client.Object]{
+	staged := func(yield func(string, s3client.Object) bool) {
+		for _, o := range objs {
+			if !yield(strings.TrimPrefix(o.Key, Prefix), o) {
+				return
+			}
+		}
+	}
+	es, objProbs, err := quarantine.Pair(ctx, staged, quarantine.Pairing[s3client.Object]{
 		Record: func(_ s3client.Object, id string) (quarantine.Entry, bool, error) {
 			e, ok := byID[id]
 			return e, ok, nil
