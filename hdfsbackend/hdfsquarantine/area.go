@@ -157,7 +157,7 @@ func entryName(e quarantine.Entry) string { return quarantine.EntryName(e, nameL
 
 // validID reports whether id can name a file of the area.
 func validID(id string) bool {
-	return id != "" && id != "." && id != ".." && !strings.ContainsAny(id, "/\x00") && !strings.HasSuffix(id, recordSuffix)
+	return quarantine.FileName(id) && !strings.HasSuffix(id, recordSuffix)
 }
 
 // Shard folders. An HDFS directory holds at most dfs.namenode.fs-limits.max-directory-items entries

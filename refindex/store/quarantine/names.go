@@ -128,6 +128,13 @@ func recordEntry(id string, record func(id string) (Entry, bool, error)) (Entry,
 	return e, ""
 }
 
+// FileName reports whether id can be the name of a file in one folder (the local and HDFS areas, whose
+// entries are files named by their ids): not empty, "." or "..", and without a slash or NUL, so an id
+// from a request or a record never names a file outside its folder.
+func FileName(id string) bool {
+	return id != "" && id != "." && id != ".." && !strings.ContainsAny(id, "/\x00")
+}
+
 // NewID names an entry: the deletion time (so names sort by it) and 64 random bits (so two deletions in
 // the same nanosecond, or by two hosts or mounts of one store, never share a name).
 func NewID(t time.Time) string {
