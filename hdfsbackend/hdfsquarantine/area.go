@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"path"
 	"strings"
 	"sync"
@@ -156,7 +157,7 @@ func entryName(e quarantine.Entry) string { return quarantine.EntryName(e, nameL
 
 // validID reports whether id can name a file of the area.
 func validID(id string) bool {
-	return id != "" && id != "." && id != ".." && !strings.ContainsAny(id, "/\x00") && !strings.HasSuffix(id, recordSuffix)
+	return quarantine.FileName(id) && !strings.HasSuffix(id, recordSuffix)
 }
 
 // Shard folders. An HDFS directory holds at most dfs.namenode.fs-limits.max-directory-items entries
@@ -555,34 +556,31 @@ func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Pr
 	if err != nil {
 		return nil, nil, err
 	}
-	var es []quarantine.Entry
-	probs := l.probs
-	for id, o := range l.objs {
-		problem := func(detail string) {
-			probs = append(probs, quarantine.Problem{ID: o.at.relName(id), Size: o.fi.Size, Detail: detail + "; inspect " + o.at.show(id) + " in HDFS"})
-		}
-		e, _, why := quarantine.EntryOf(id, func(id string) (quarantine.Entry, bool, error) {
+	es, probs, err := quarantine.Pair(ctx, maps.All(l.objs), quarantine.Pairing[located]{
+		Named: true,
+		// A record is an entry's only in the folder of its file.
+		Record: func(o located, id string) (quarantine.Entry, bool, error) {
 			r, ok := l.recs[id]
 			if !ok || r.at.ref != o.at.ref {
 				return quarantine.Entry{}, false, nil
 			}
 			e, err := a.readRecord(ctx, r.at, id, r.fi)
 			return e, true, err
-		})
-		if err := ctx.Err(); err != nil {
-			return nil, nil, err
-		}
-		if why != "" {
-			problem(why)
-			continue
-		}
+		},
 		// The staged file is the truth about the content (a file replaced between the record and the
 		// rename is the one moved).
-		e.Size, e.ModTime = o.fi.Size, o.fi.ModTime
-		es = append(es, e)
+		Complete: func(o located, e quarantine.Entry, _ bool) (quarantine.Entry, bool) {
+			e.Size, e.ModTime = o.fi.Size, o.fi.ModTime
+			return e, true
+		},
+		Problem: func(o located, id, detail string) quarantine.Problem {
+			return quarantine.Problem{ID: o.at.relName(id), Size: o.fi.Size, Detail: detail + "; inspect " + o.at.show(id) + " in HDFS"}
+		},
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-	quarantine.SortEntries(es)
-	return es, probs, nil
+	return es, append(l.probs, probs...), nil
 }
 
 // List returns every entry, oldest first.
@@ -657,9 +655,9 @@ func (a *Area) Restore(ctx context.Context, id string) (quarantine.Entry, error)
 		}
 		return quarantine.Entry{}, err
 	}
-	key, err := checkKey(e.Key())
+	key, err := quarantine.RestoreKey(e)
 	if err != nil {
-		return quarantine.Entry{}, fmt.Errorf("restore %s: the entry's original path %q is not a store key outside the quarantine folder", id, e.Key())
+		return quarantine.Entry{}, err
 	}
 	abs := hdfsclient.Join(a.root, key)
 	if parent := path.Dir(abs); parent != a.root {
@@ -672,7 +670,7 @@ func (a *Area) Restore(ctx context.Context, id string) (quarantine.Entry, error)
 			return quarantine.Entry{}, quarantine.AlreadyGone(key, id)
 		}
 		if errors.Is(err, fs.ErrExist) {
-			return quarantine.Entry{}, fmt.Errorf("restore /%s: %w: something is there now, and a restore never replaces it; move it away first (entry %s stays in quarantine)", key, quarantine.ErrOccupied, id)
+			return quarantine.Entry{}, quarantine.Occupied(key, id)
 		}
 		return quarantine.Entry{}, fmt.Errorf("restore /%s: %w", key, err)
 	}

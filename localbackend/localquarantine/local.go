@@ -338,31 +338,34 @@ func (l *Local) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.P
 	if err != nil {
 		return nil, nil, fmt.Errorf("list the quarantine folder: %w", err)
 	}
-	var es []quarantine.Entry
-	var probs []quarantine.Problem
-	for _, n := range names {
-		if err := ctx.Err(); err != nil {
-			return nil, nil, err
-		}
-		if n == JournalName || strings.HasSuffix(n, tmpSuffix) || strings.HasSuffix(n, stageSuffix) {
-			continue // the journal being rewritten, a copy not committed yet
-		}
-		var st unix.Stat_t
-		if err := unix.Fstatat(l.dir, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			continue // restored or purged meanwhile
-		}
-		e, named, problem := quarantine.EntryOf(n, l.recordOf)
-		switch {
-		case problem != "":
-			probs = append(probs, quarantine.Problem{ID: n, Size: st.Size, Detail: problem + "; inspect " + store.QuarantineDir + "/" + n + " in the store"})
-		case named:
-			es = append(es, fromStat(e, &st))
-		case !l.unchanged(e): // else a truncation that never happened: its content is at its key (Tidy removes the copy)
-			es = append(es, e)
+	staged := func(yield func(string, *unix.Stat_t) bool) {
+		for _, n := range names {
+			if n == JournalName || strings.HasSuffix(n, tmpSuffix) || strings.HasSuffix(n, stageSuffix) {
+				continue // the journal being rewritten, a copy not committed yet
+			}
+			st := new(unix.Stat_t)
+			if unix.Fstatat(l.dir, n, st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+				continue // restored or purged meanwhile
+			}
+			if !yield(n, st) {
+				return
+			}
 		}
 	}
-	quarantine.SortEntries(es)
-	return es, probs, nil
+	return quarantine.Pair(ctx, staged, quarantine.Pairing[*unix.Stat_t]{
+		Named:  true,
+		Record: func(_ *unix.Stat_t, id string) (quarantine.Entry, bool, error) { return l.recordOf(id) },
+		Complete: func(st *unix.Stat_t, e quarantine.Entry, named bool) (quarantine.Entry, bool) {
+			if named {
+				return fromStat(e, st), true
+			}
+			// A truncation that never happened is no entry: its content is at its key (Tidy removes the copy).
+			return e, !l.unchanged(e)
+		},
+		Problem: func(st *unix.Stat_t, id, detail string) quarantine.Problem {
+			return quarantine.Problem{ID: id, Size: st.Size, Detail: detail + "; inspect " + store.QuarantineDir + "/" + id + " in the store"}
+		},
+	})
 }
 
 // fromStat completes the self-describing entry e with what its object says: size, mtime and mode

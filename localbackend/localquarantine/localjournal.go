@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -89,7 +88,7 @@ func readLine(br *bufio.Reader) (line []byte, long bool, err error) {
 
 // validID reports whether id can name an object in the folder.
 func validID(id string) bool {
-	return id != "" && id != "." && id != ".." && id != JournalName && !strings.ContainsAny(id, "/\x00")
+	return quarantine.FileName(id) && id != JournalName
 }
 
 // names lists the folder.

@@ -9,7 +9,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
@@ -33,10 +32,9 @@ func (l *Local) Restore(ctx context.Context, id string) (quarantine.Entry, error
 }
 
 func (l *Local) restore(e quarantine.Entry) error {
-	key := e.Key()
-	k, err := store.CleanKey(key)
-	if err != nil || k == "" || k != key || store.InQuarantine(k) {
-		return fmt.Errorf("restore %s: the entry's original path %q is not a store key outside the quarantine folder", e.ID, key)
+	key, err := quarantine.RestoreKey(e)
+	if err != nil {
+		return err
 	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(l.dir, e.ID, &st, unix.AT_SYMLINK_NOFOLLOW); err == unix.ENOENT {
@@ -44,7 +42,7 @@ func (l *Local) restore(e quarantine.Entry) error {
 	} else if err != nil {
 		return fmt.Errorf("restore /%s: %w", key, err)
 	}
-	dir, name := path.Split(k)
+	dir, name := path.Split(key)
 	pfd, err := l.mkdirs(strings.TrimSuffix(dir, "/"), int(st.Uid), int(st.Gid))
 	if err != nil {
 		return fmt.Errorf("restore /%s: create its folder: %w", key, err)
@@ -66,7 +64,7 @@ func (l *Local) restore(e quarantine.Entry) error {
 		return quarantine.AlreadyGone(key, e.ID)
 	}
 	if err == unix.EEXIST {
-		return fmt.Errorf("restore /%s: %w: something is there now, and a restore never replaces it; move it away first (entry %s stays in quarantine)", key, quarantine.ErrOccupied, e.ID)
+		return quarantine.Occupied(key, e.ID)
 	}
 	if err != nil {
 		return fmt.Errorf("restore /%s: %w", key, err)

@@ -234,69 +234,110 @@ func readRecordBytes(ctx context.Context, c interface {
 	}
 }
 
-// ListAll returns every complete entry (record and object), oldest first, and a problem for each
-// object without a record and each unreadable record. A record without its object is no entry (the
-// staging stopped before its delete and the object is at its key, or the entry was purged).
-func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Problem, error) {
-	objs := map[string]s3client.Object{}
-	var recs []s3client.Object
-	err := a.c.Walk(ctx, Prefix, func(o s3client.Object) error {
-		if o.IsDir {
-			return nil
-		}
-		name := strings.TrimPrefix(o.Key, Prefix)
-		if strings.HasSuffix(name, recordSuffix) {
+// walkArea lists the area: its record objects and its other objects, each in listing order.
+func walkArea(ctx context.Context, c interface {
+	Walk(ctx context.Context, prefix string, fn func(s3client.Object) error) error
+}) (recs, objs []s3client.Object, err error) {
+	err = c.Walk(ctx, Prefix, func(o s3client.Object) error {
+		switch {
+		case o.IsDir:
+		case strings.HasSuffix(o.Key, recordSuffix):
 			recs = append(recs, o)
-		} else {
-			objs[name] = o
+		default:
+			objs = append(objs, o)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("list the quarantine area %s: %w", Prefix, err)
 	}
-	var es []quarantine.Entry
+	return recs, objs, nil
+}
+
+// readRecords reads every record listed (both areas' listings): what read makes of each (ok false: no
+// entry, and no problem either), and a problem for each that cannot be read. A listing cancelled midway
+// is an error, never a record taken for unreadable.
+func readRecords[T any](ctx context.Context, recs []s3client.Object, read func(context.Context, s3client.Object) (T, bool, error)) ([]T, []quarantine.Problem, error) {
+	var out []T
 	var probs []quarantine.Problem
-	seen := map[string]bool{}
-	unresolved := map[string]quarantine.Entry{}
-	at := a.now()
-	for _, r := range recs {
-		e, err := a.readRecord(ctx, r)
+	for _, o := range recs {
+		r, ok, err := read(ctx, o)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, nil, ctx.Err()
 			}
-			probs = append(probs, quarantine.Problem{ID: strings.TrimPrefix(r.Key, Prefix), Size: r.Size, Detail: err.Error()})
+			probs = append(probs, quarantine.Problem{ID: strings.TrimPrefix(o.Key, Prefix), Size: o.Size, Detail: err.Error()})
 			continue
 		}
-		o, ok := objs[e.ID]
-		if !ok {
-			continue
+		if ok {
+			out = append(out, r)
 		}
-		seen[e.ID] = true
-		if isKept(e) {
-			unresolved[e.ID] = e
-		}
-		if a.inPlace(ctx, e) {
-			// Kept for a change that has not happened: the object is at its key. Under way in this
-			// process it is no entry and no problem (its change is being made); else a crash copy.
-			if !a.held(e.ID) {
-				probs = append(probs, crashCopy(e, o.Size))
+	}
+	return out, probs, nil
+}
+
+// ListAll returns every complete entry (record and object), oldest first, and a problem for each
+// object without a record and each unreadable record. A record without its object is no entry (the
+// staging stopped before its delete and the object is at its key, or the entry was purged).
+func (a *Area) ListAll(ctx context.Context) ([]quarantine.Entry, []quarantine.Problem, error) {
+	recs, objs, err := walkArea(ctx, a.c)
+	if err != nil {
+		return nil, nil, err
+	}
+	at := a.now()
+	// Every record is read (an unreadable one is a problem of its own, its object or not), then each
+	// object paired with its readable record.
+	read, probs, err := readRecords(ctx, recs, func(ctx context.Context, o s3client.Object) (quarantine.Entry, bool, error) {
+		e, err := a.readRecord(ctx, o)
+		return e, true, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	byID := make(map[string]quarantine.Entry, len(read))
+	for _, e := range read {
+		byID[e.ID] = e
+	}
+	var crashCopies []quarantine.Problem
+	unresolved := map[string]quarantine.Entry{}
+	staged := func(yield func(string, s3client.Object) bool) {
+		for _, o := range objs {
+			if !yield(strings.TrimPrefix(o.Key, Prefix), o) {
+				return
 			}
-			continue
-		}
-		es = append(es, e)
-	}
-	for name, o := range objs {
-		if !seen[name] {
-			probs = append(probs, quarantine.Problem{ID: name, Size: o.Size, Detail: "object without an entry record (its original key is unknown); inspect " + Prefix + name + " in the bucket"})
 		}
 	}
-	quarantine.SortEntries(es)
+	es, objProbs, err := quarantine.Pair(ctx, staged, quarantine.Pairing[s3client.Object]{
+		Record: func(_ s3client.Object, id string) (quarantine.Entry, bool, error) {
+			e, ok := byID[id]
+			return e, ok, nil
+		},
+		Complete: func(o s3client.Object, e quarantine.Entry, _ bool) (quarantine.Entry, bool) {
+			if isKept(e) {
+				unresolved[e.ID] = e
+			}
+			if a.inPlace(ctx, e) {
+				// Kept for a change that has not happened: the object is at its key. Under way in this
+				// process it is no entry and no problem (its change is being made); else a crash copy.
+				if !a.held(e.ID) {
+					crashCopies = append(crashCopies, crashCopy(e, o.Size))
+				}
+				return quarantine.Entry{}, false
+			}
+			return e, true
+		},
+		Problem: func(o s3client.Object, id, detail string) quarantine.Problem {
+			return quarantine.Problem{ID: id, Size: o.Size, Detail: detail + "; inspect " + Prefix + id + " in the bucket"}
+		},
+		NoRecord: "object without an entry record (its original key is unknown)",
+	})
+	if err != nil {
+		return nil, nil, err
+	}
 	a.mu.Lock()
 	a.unresolved, a.unresolvedAt = unresolved, at
 	a.mu.Unlock()
-	return es, probs, nil
+	return es, append(append(probs, crashCopies...), objProbs...), nil
 }
 
 // List returns every complete entry, oldest first.
@@ -305,22 +346,34 @@ func (a *Area) List(ctx context.Context) ([]quarantine.Entry, error) {
 	return es, err
 }
 
-func (a *Area) entry(ctx context.Context, id string) (quarantine.Entry, error) {
+// lookupRecord reads the record of entry id as it is now (both areas' Restore and Purge): ErrNoEntry for
+// an id no entry has or one without a record, AlreadyGone for a record removed since its HEAD (another
+// restore or purge took the entry).
+func lookupRecord[T any](ctx context.Context, c recordClient, id string, read func(context.Context, s3client.Object) (T, error)) (T, error) {
+	var r T
 	if id == "" || strings.ContainsAny(id, "/") || strings.HasSuffix(id, recordSuffix) {
-		return quarantine.Entry{}, fmt.Errorf("%w: %q", quarantine.ErrNoEntry, id)
+		return r, fmt.Errorf("%w: %q", quarantine.ErrNoEntry, id)
 	}
-	r, err := a.c.Head(ctx, recordKey(id))
+	o, err := c.Head(ctx, recordKey(id))
 	if errors.Is(err, fs.ErrNotExist) {
-		return quarantine.Entry{}, fmt.Errorf("%w: %s", quarantine.ErrNoEntry, id)
+		return r, fmt.Errorf("%w: %s", quarantine.ErrNoEntry, id)
 	}
 	if err != nil {
-		return quarantine.Entry{}, err
+		return r, err
 	}
-	r.Key = recordKey(id)
-	e, err := a.readRecord(ctx, r)
+	o.Key = recordKey(id)
+	got, err := read(ctx, o)
 	if errors.Is(err, fs.ErrNotExist) {
-		return quarantine.Entry{}, quarantine.AlreadyGone("", id) // removed since its HEAD
+		return r, quarantine.AlreadyGone("", id)
 	}
+	if err != nil {
+		return r, err
+	}
+	return got, nil
+}
+
+func (a *Area) entry(ctx context.Context, id string) (quarantine.Entry, error) {
+	e, err := lookupRecord(ctx, a.c, id, a.readRecord)
 	if err != nil {
 		return quarantine.Entry{}, err
 	}

@@ -211,45 +211,35 @@ func (a *VersionedArea) ListAll(ctx context.Context) ([]quarantine.Entry, []quar
 }
 
 func (a *VersionedArea) listRecords(ctx context.Context) ([]quarantine.Entry, map[string]versionedRecord, []quarantine.Problem, error) {
-	var recs []s3client.Object
+	recs, objs, err := walkArea(ctx, a.c)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	var probs []quarantine.Problem
-	err := a.c.Walk(ctx, Prefix, func(o s3client.Object) error {
-		if o.IsDir {
-			return nil
-		}
-		name := strings.TrimPrefix(o.Key, Prefix)
-		if strings.HasSuffix(name, recordSuffix) {
-			recs = append(recs, o)
-		} else if !strings.HasPrefix(name, "probe-") {
+	for _, o := range objs {
+		if name := strings.TrimPrefix(o.Key, Prefix); !strings.HasPrefix(name, "probe-") {
 			probs = append(probs, quarantine.Problem{ID: name, Size: o.Size, Detail: "object in the quarantine area of a versioned bucket, where entries are delete markers and records only; inspect " + Prefix + name + " in the bucket"})
 		}
-		return nil
+	}
+	rs, recProbs, err := readRecords(ctx, recs, func(ctx context.Context, o s3client.Object) (versionedRecord, bool, error) {
+		r, err := a.readRecord(ctx, o)
+		if err != nil || r.Marker != "" {
+			return r, true, err
+		}
+		ok, err := a.resolve(ctx, r) // the delete did not happen (or the version is gone): no entry
+		return r, ok, err
 	})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("list the quarantine area %s: %w", Prefix, err)
+		return nil, nil, nil, err
 	}
 	var es []quarantine.Entry
-	byID := map[string]versionedRecord{}
-	for _, o := range recs {
-		r, err := a.readRecord(ctx, o)
-		if err == nil && r.Marker == "" {
-			var ok bool
-			if ok, err = a.resolve(ctx, r); err == nil && !ok {
-				continue // the delete did not happen (or the version is gone): no entry
-			}
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, nil, nil, ctx.Err()
-			}
-			probs = append(probs, quarantine.Problem{ID: strings.TrimPrefix(o.Key, Prefix), Size: o.Size, Detail: err.Error()})
-			continue
-		}
+	byID := make(map[string]versionedRecord, len(rs))
+	for _, r := range rs {
 		byID[r.ID] = r
 		es = append(es, r.Entry)
 	}
 	quarantine.SortEntries(es)
-	return es, byID, probs, nil
+	return es, byID, append(probs, recProbs...), nil
 }
 
 // List returns every entry, oldest first.
@@ -259,22 +249,7 @@ func (a *VersionedArea) List(ctx context.Context) ([]quarantine.Entry, error) {
 }
 
 func (a *VersionedArea) record(ctx context.Context, id string) (versionedRecord, error) {
-	if id == "" || strings.ContainsAny(id, "/") || strings.HasSuffix(id, recordSuffix) {
-		return versionedRecord{}, fmt.Errorf("%w: %q", quarantine.ErrNoEntry, id)
-	}
-	o, err := a.c.Head(ctx, recordKey(id))
-	if errors.Is(err, fs.ErrNotExist) {
-		return versionedRecord{}, fmt.Errorf("%w: %s", quarantine.ErrNoEntry, id)
-	}
-	if err != nil {
-		return versionedRecord{}, err
-	}
-	o.Key = recordKey(id)
-	r, err := a.readRecord(ctx, o)
-	if errors.Is(err, fs.ErrNotExist) {
-		return versionedRecord{}, quarantine.AlreadyGone("", id) // removed since its HEAD
-	}
-	return r, err
+	return lookupRecord(ctx, a.c, id, a.readRecord)
 }
 
 // Restore removes the delete markers above the entry's version, so that version is current at its key

@@ -109,14 +109,30 @@ func EntryOf(id string, record func(id string) (e Entry, ok bool, err error)) (e
 		}
 		return e, true, ""
 	}
+	e, problem = recordEntry(id, record)
+	return e, false, problem
+}
+
+// noRecord is the problem of an object without a record.
+const noRecord = "object without an entry record (its original path is unknown)"
+
+// recordEntry is the entry of the object id as its record says (EntryOf without the names).
+func recordEntry(id string, record func(id string) (Entry, bool, error)) (Entry, string) {
 	e, ok, err := record(id)
 	switch {
 	case err != nil:
-		return Entry{}, false, err.Error()
+		return Entry{}, err.Error()
 	case !ok:
-		return Entry{}, false, "object without an entry record (its original path is unknown)"
+		return Entry{}, noRecord
 	}
-	return e, false, ""
+	return e, ""
+}
+
+// FileName reports whether id can be the name of a file in one folder (the local and HDFS areas, whose
+// entries are files named by their ids): not empty, "." or "..", and without a slash or NUL, so an id
+// from a request or a record never names a file outside its folder.
+func FileName(id string) bool {
+	return id != "" && id != "." && id != ".." && !strings.ContainsAny(id, "/\x00")
 }
 
 // NewID names an entry: the deletion time (so names sort by it) and 64 random bits (so two deletions in

@@ -11,7 +11,8 @@
 // Every engine (localbackend/localquarantine, s3backend/s3quarantine, hdfsbackend/hdfsquarantine) keeps
 // one invariant across a crash at any point: an object is at its original key or in the folder, never
 // lost and never in both. This package is what they share: the entry and its decision, the names that
-// carry a record, the Area a service lists, restores and purges, the purge rules and the space bound.
+// carry a record, the pairing of what is staged with its records into a listing (Pair), the Area a
+// service lists, restores and purges, the purge rules and the space bound.
 package quarantine
 
 import (
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/internal/duration"
+	"github.com/ckguard/ckguard/refindex/store"
 )
 
 // Entry is one staged deletion.
@@ -95,6 +97,23 @@ func AlreadyGone(key, id string) error {
 		what += " /" + strings.TrimPrefix(key, "/")
 	}
 	return fmt.Errorf("%s: %w: entry %s was already restored (or purged) by another request meanwhile", what, ErrNoEntry, id)
+}
+
+// Occupied is the error of a restore of entry id that finds something at its original key: a restore
+// never replaces it, and the entry stays (wrapping ErrOccupied).
+func Occupied(key, id string) error {
+	return fmt.Errorf("restore /%s: %w: something is there now, and a restore never replaces it; move it away first (entry %s stays in quarantine)", key, ErrOccupied, id)
+}
+
+// RestoreKey is the key a restore of e puts its object back at: e's original key, which must be a clean
+// store key outside the quarantine folder (a record naming any other place is refused, never followed).
+func RestoreKey(e Entry) (string, error) {
+	key := e.Key()
+	k, err := store.CleanKey(key)
+	if err != nil || k == "" || k != key || store.InQuarantine(k) {
+		return "", fmt.Errorf("restore %s: the entry's original path %q is not a store key outside the quarantine folder", e.ID, key)
+	}
+	return k, nil
 }
 
 // Find returns the newest entry staged from the original key (lossnet names it when a referenced object
