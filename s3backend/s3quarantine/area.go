@@ -394,7 +394,10 @@ func (a *Area) Restore(ctx context.Context, id string) (quarantine.Entry, error)
 	if err != nil {
 		return quarantine.Entry{}, err
 	}
-	key := e.Key()
+	key, err := quarantine.RestoreKey(e)
+	if err != nil {
+		return quarantine.Entry{}, err
+	}
 	cl, err := claim(ctx, a.c, id, key, a.now())
 	if err != nil {
 		return quarantine.Entry{}, err

@@ -2,12 +2,15 @@ package s3quarantine_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3quarantine"
@@ -177,6 +180,62 @@ func TestAreaReplayAndUnstage(t *testing.T) {
 		}
 		if _, err := a.Restore(ctx, id); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestAreaRestoreRefusesForgedPath: a record rewritten to name a key that is not a clean store key, or
+// one inside the quarantine area, is refused by Restore (plain and versioned), never followed; the
+// staged object stays an entry.
+func TestAreaRestoreRefusesForgedPath(t *testing.T) {
+	ctx := context.Background()
+	now := func() time.Time { return time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC) }
+	for _, versioned := range []bool{false, true} {
+		var c *s3client.Client
+		var a interface {
+			Stage(context.Context, string, string, quarantine.Decision) (quarantine.Entry, error)
+			Restore(context.Context, string) (quarantine.Entry, error)
+			List(context.Context) ([]quarantine.Entry, error)
+		}
+		if versioned {
+			c = newVersionedClient(t)
+			a = s3quarantine.NewVersioned(c, now)
+		} else {
+			c = newClient(t)
+			a = s3quarantine.New(c, now, false)
+		}
+		for i, forged := range []string{store.QuarantineDir + "/evil", "job/../other", "/abs", "job//x", ""} {
+			key := fmt.Sprintf("job/chk-1/sst-%d", i)
+			e, err := a.Stage(ctx, key, put(t, c, key, "state"), quarantine.Decision{Op: "unlink"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rk := s3quarantine.Prefix + e.ID + ".json"
+			b, ok := get(t, c, rk)
+			if !ok {
+				t.Fatalf("no record %s", rk)
+			}
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(b), &rec); err != nil {
+				t.Fatal(err)
+			}
+			rec["path"] = forged
+			nb, _ := json.Marshal(rec)
+			put(t, c, rk, string(nb))
+			if _, err := a.Restore(ctx, e.ID); err == nil || !strings.Contains(err.Error(), "not a store key outside the quarantine folder") {
+				t.Errorf("versioned %v: Restore of a record naming %q: %v, want refused", versioned, forged, err)
+			}
+			if _, ok := get(t, c, forged); ok && forged != "" {
+				t.Errorf("versioned %v: an object appeared at the forged key %q", versioned, forged)
+			}
+			es, err := a.List(ctx)
+			found := false
+			for _, x := range es {
+				found = found || x.ID == e.ID
+			}
+			if err != nil || !found {
+				t.Errorf("versioned %v: after the refused restore of %q the entry is gone from the listing: %+v %v", versioned, forged, es, err)
+			}
 		}
 	}
 }

@@ -261,7 +261,10 @@ func (a *VersionedArea) Restore(ctx context.Context, id string) (quarantine.Entr
 	if err != nil {
 		return quarantine.Entry{}, err
 	}
-	key := r.Key()
+	key, err := quarantine.RestoreKey(r.Entry)
+	if err != nil {
+		return quarantine.Entry{}, err
+	}
 	cl, err := claim(ctx, a.c, id, key, a.now())
 	if err != nil {
 		return quarantine.Entry{}, err
