@@ -42,10 +42,6 @@ type Mounted struct {
 	quarantine  *localquarantine.Local
 }
 
-// Quarantine is the store's quarantine folder the mount stages deletions in (nil without
-// Options.Quarantine).
-func (m *Mounted) Quarantine() *localquarantine.Local { return m.quarantine }
-
 // StagingArea is the quarantine area the mount stages deletions in, as the daemon serves it (nil, not
 // a nil *Local, without Options.Quarantine: the daemon takes a non-nil area for a quarantine to serve).
 func (m *Mounted) StagingArea() quarantine.Staging {
