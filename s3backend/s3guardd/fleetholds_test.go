@@ -25,12 +25,7 @@ import (
 // sees the retirement (restarted: its first sync), the holds are released by the lease holder and a
 // versioned delete of one succeeds.
 func TestS3FleetHoldsOnVersitygw(t *testing.T) {
-	if testing.Short() {
-		t.Skip("FUSE mount not run in -short mode")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		s3server.Require(t, err)
-	}
+	s3server.RequireFUSE(t)
 	srv, root, dir, tr, c := lockedIncidentOne(t)
 	ctx := context.Background()
 	pol := refindex.DefaultPolicy()

@@ -34,12 +34,7 @@ import (
 // retired through the mount, the holds on what only it referenced are released within a sync and a
 // direct versioned delete of one then succeeds.
 func TestS3HoldsOnVersitygw(t *testing.T) {
-	if testing.Short() {
-		t.Skip("FUSE mount not run in -short mode")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		s3server.Require(t, err)
-	}
+	s3server.RequireFUSE(t)
 	srv, root, dir, tr, c := lockedIncidentOne(t)
 	ctx := context.Background()
 	mnt, index, auditLog := filepath.Join(dir, "mnt"), filepath.Join(dir, "index"), filepath.Join(dir, "audit.jsonl")

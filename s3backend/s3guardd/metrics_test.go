@@ -22,12 +22,7 @@ import (
 // periodic sync (it stayed at -1 on S3 mounts, so the lag alert never fired where the lag happens), and
 // the delete queue's gauges and counters, which follow a deletion made through the mount.
 func TestMetricsOnS3Mount(t *testing.T) {
-	if testing.Short() {
-		t.Skip("FUSE mount not run in -short mode")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		s3server.Require(t, err)
-	}
+	s3server.RequireFUSE(t)
 	ctx := context.Background()
 	srv := s3server.Start(t) // versitygw: it honours If-Match, so the mount queues its deletions
 	cfg := srv.Config()

@@ -26,12 +26,7 @@ import (
 // _metadata is restored its checkpoint is live again (each entry records the rm that deleted it), and past the TTL the background purge and an
 // explicit purge take everything else but never an entry that checkpoint references.
 func TestS3QuarantinePurgeKeepsReferenced(t *testing.T) {
-	if testing.Short() {
-		t.Skip("FUSE mount not run in -short mode")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		s3server.Require(t, err)
-	}
+	s3server.RequireFUSE(t)
 	srv := s3server.Start(t)
 	const bucket, prefix = "ckpt", "flink"
 	srv.Bucket(t, bucket)

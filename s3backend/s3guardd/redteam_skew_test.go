@@ -37,12 +37,7 @@ func (c *skewedClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 // LastModified 2 h old by the host's clock; the mount must still judge it young (the service stamps
 // Date with the same clock) and refuse its unlink, while an object old by the service's clock goes.
 func TestRedteamServerClockBehind(t *testing.T) {
-	if testing.Short() {
-		t.Skip("FUSE mount not run in -short mode")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		s3server.Require(t, err)
-	}
+	s3server.RequireFUSE(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	clock := &skewedClock{}

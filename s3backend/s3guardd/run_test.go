@@ -29,12 +29,7 @@ import (
 // mount listed, then replaced beside the mount (new content, in grace), must not be deleted on the strength
 // of the listing's stale attributes: the conditional delete would not have stopped it.
 func TestFreshDecisionsWithoutIfMatch(t *testing.T) {
-	if testing.Short() {
-		t.Skip("FUSE mount not run in -short mode")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		s3server.Require(t, err)
-	}
+	s3server.RequireFUSE(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	clock := gofakes3.FixedTimeSource(time.Now().Add(-48 * time.Hour))

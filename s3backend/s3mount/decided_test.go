@@ -125,12 +125,7 @@ type decidedEnv struct {
 
 func setupDecided(t *testing.T) *decidedEnv {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("FUSE mount not run in -short mode")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		s3server.Require(t, err)
-	}
+	s3server.RequireFUSE(t)
 	// Objects written an hour ago are out of grace; the clock then moves to now for the young version.
 	clock := gofakes3.FixedTimeSource(time.Now().Add(-time.Hour))
 	hs := &holdServer{h: gofakes3.New(s3mem.New(s3mem.WithTimeSource(clock)), gofakes3.WithTimeSource(clock),
@@ -312,12 +307,7 @@ func TestWriteJudgesTheVersionReplaced(t *testing.T) {
 // the index that a flapping, multi-node server answers with 404 made the object count as gone, so the
 // unlink of a young (in-flight) object was allowed and the unconditional delete removed it.
 func TestFreshETagsDecisionJudgesTheMountsLook(t *testing.T) {
-	if testing.Short() {
-		t.Skip("FUSE mount not run in -short mode")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		s3server.Require(t, err)
-	}
+	s3server.RequireFUSE(t)
 	h := gofakes3.New(s3mem.New(), gofakes3.WithTimeSkewLimit(0)).Server()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -361,12 +351,7 @@ func TestFreshETagsDecisionJudgesTheMountsLook(t *testing.T) {
 // If-Match on DeleteObject (FreshETags), the delete carries no condition: a server that refuses every
 // conditional delete would otherwise refuse every deletion through the mount.
 func TestFreshETagsDeletesUnconditionally(t *testing.T) {
-	if testing.Short() {
-		t.Skip("FUSE mount not run in -short mode")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		s3server.Require(t, err)
-	}
+	s3server.RequireFUSE(t)
 	clock := gofakes3.FixedTimeSource(time.Now().Add(-time.Hour)) // objects past grace
 	h := gofakes3.New(s3mem.New(s3mem.WithTimeSource(clock)), gofakes3.WithTimeSource(clock), gofakes3.WithTimeSkewLimit(0)).Server()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -84,6 +84,18 @@ func Require(t testing.TB, err error) {
 	t.Skipf("prerequisite missing: %v", err)
 }
 
+// RequireFUSE skips a test that mounts a FUSE filesystem in -short mode, and when the machine has no
+// /dev/fuse (fails it when CI=true, as Require does).
+func RequireFUSE(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("FUSE mount not run in -short mode")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		Require(t, err)
+	}
+}
+
 // FreeAddr returns a free 127.0.0.1 port.
 func FreeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
