@@ -24,6 +24,38 @@ import (
 	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
+// fakeBucket makes the bucket "bkt" on the gofakes3 server at url and returns the client
+// configuration for it and a client of its prefix flink/.
+func fakeBucket(t *testing.T, url string) (s3client.Config, *s3client.Client) {
+	t.Helper()
+	ctx := context.Background()
+	cfg := s3client.Config{Endpoint: url, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 2}
+	c, err := s3client.New(ctx, cfg, s3client.Location{Bucket: "bkt", Prefix: "flink/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.API().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, c
+}
+
+// mountFake mounts s3://bkt/flink of fakeBucket's server (cfg) with the default policy until the
+// test ends, and returns the mountpoint.
+func mountFake(t *testing.T, cfg s3client.Config) string {
+	t.Helper()
+	dir := t.TempDir()
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	guarddtest.Start(t, guardd.Config{StoreDir: "s3://bkt/flink", IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
+		Policy: refindex.DefaultPolicy()}, func(ctx context.Context, c guardd.Config) error {
+		return s3guardd.Run(ctx, c, cfg, func(o *s3mount.Options) { o.SpoolDir = filepath.Join(dir, "spool") })
+	})
+	return mnt
+}
+
 // TestFreshDecisionsWithoutIfMatch: on a server that ignores If-Match on DeleteObject
 // (gofakes3), the daemon finds out at start and decides every unlink on a fresh HEAD. An old object the
 // mount listed, then replaced beside the mount (new content, in grace), must not be deleted on the strength
@@ -35,26 +67,11 @@ func TestFreshDecisionsWithoutIfMatch(t *testing.T) {
 	clock := gofakes3.FixedTimeSource(time.Now().Add(-48 * time.Hour))
 	hs := httptest.NewServer(gofakes3.New(s3mem.New(s3mem.WithTimeSource(clock)), gofakes3.WithTimeSource(clock), gofakes3.WithTimeSkewLimit(0)).Server())
 	defer hs.Close()
-	cfg := s3client.Config{Endpoint: hs.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 2}
-	c, err := s3client.New(ctx, cfg, s3client.Location{Bucket: "bkt", Prefix: "flink/"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.API().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
-		t.Fatal(err)
-	}
+	cfg, c := fakeBucket(t, hs.URL)
 	if _, err := c.Put(ctx, "job/shared/x.sst", strings.NewReader("old"), 3, s3client.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	mnt := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	guarddtest.Start(t, guardd.Config{StoreDir: "s3://bkt/flink", IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
-		Policy: refindex.DefaultPolicy()}, func(ctx context.Context, c guardd.Config) error {
-		return s3guardd.Run(ctx, c, cfg, func(o *s3mount.Options) { o.SpoolDir = filepath.Join(dir, "spool") })
-	})
+	mnt := mountFake(t, cfg)
 	if _, err := os.ReadDir(filepath.Join(mnt, "job/shared")); err != nil { // the mount caches x.sst's attributes
 		t.Fatal(err)
 	}
