@@ -40,7 +40,8 @@ func TestRedteamServerClockBehind(t *testing.T) {
 		h.ServeHTTP(w, r)
 	}))
 	defer hs.Close()
-	cfg, c := fakeBucket(t, hs.URL)
+	cfg := s3server.FakeConfig(hs.URL, 2)
+	c := s3server.NewBucket(t, cfg, s3client.Location{Bucket: "bkt", Prefix: "flink/"})
 	// Written when the service's clock read 4 h ago: 2 h old by it once it runs 2 h behind.
 	if _, err := c.Put(ctx, "job/chk-1/old.sst", strings.NewReader("old"), 3, s3client.PutOptions{}); err != nil {
 		t.Fatal(err)

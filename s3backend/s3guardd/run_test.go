@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
@@ -24,24 +22,8 @@ import (
 	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
-// fakeBucket makes the bucket "bkt" on the gofakes3 server at url and returns the client
-// configuration for it and a client of its prefix flink/.
-func fakeBucket(t *testing.T, url string) (s3client.Config, *s3client.Client) {
-	t.Helper()
-	ctx := context.Background()
-	cfg := s3client.Config{Endpoint: url, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 2}
-	c, err := s3client.New(ctx, cfg, s3client.Location{Bucket: "bkt", Prefix: "flink/"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.API().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
-		t.Fatal(err)
-	}
-	return cfg, c
-}
-
-// mountFake mounts s3://bkt/flink of fakeBucket's server (cfg) with the default policy until the
-// test ends, and returns the mountpoint.
+// mountFake mounts s3://bkt/flink of the server cfg names with the default policy until the test
+// ends, and returns the mountpoint.
 func mountFake(t *testing.T, cfg s3client.Config) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -67,7 +49,8 @@ func TestFreshDecisionsWithoutIfMatch(t *testing.T) {
 	clock := gofakes3.FixedTimeSource(time.Now().Add(-48 * time.Hour))
 	hs := httptest.NewServer(gofakes3.New(s3mem.New(s3mem.WithTimeSource(clock)), gofakes3.WithTimeSource(clock), gofakes3.WithTimeSkewLimit(0)).Server())
 	defer hs.Close()
-	cfg, c := fakeBucket(t, hs.URL)
+	cfg := s3server.FakeConfig(hs.URL, 2)
+	c := s3server.NewBucket(t, cfg, s3client.Location{Bucket: "bkt", Prefix: "flink/"})
 	if _, err := c.Put(ctx, "job/shared/x.sst", strings.NewReader("old"), 3, s3client.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}

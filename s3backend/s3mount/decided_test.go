@@ -132,14 +132,8 @@ func setupDecided(t *testing.T) *decidedEnv {
 		gofakes3.WithTimeSkewLimit(0)).Server()}
 	srv := httptest.NewServer(hs)
 	t.Cleanup(srv.Close)
-	cfg := s3client.Config{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 1}
-	c, err := s3client.New(context.Background(), cfg, s3client.Location{Bucket: "bkt"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.API().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
-		t.Fatal(err)
-	}
+	cfg := s3server.FakeConfig(srv.URL, 1)
+	c := s3server.NewBucket(t, cfg, s3client.Location{Bucket: "bkt"})
 	e := &decidedEnv{clock: clock, srv: hs, c: c, cache: s3client.NewAttrCache(1000), mnt: t.TempDir()}
 	e.ck = &graceChecker{st: s3store.New(c, s3store.Options{Attrs: e.cache}), grace: 10 * time.Minute}
 	enf, err := guard.NewEnforcer(guard.Config{Checker: e.ck})
@@ -362,14 +356,8 @@ func TestFreshETagsDeletesUnconditionally(t *testing.T) {
 		h.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	cfg := s3client.Config{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 1}
-	c, err := s3client.New(context.Background(), cfg, s3client.Location{Bucket: "bkt"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.API().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
-		t.Fatal(err)
-	}
+	cfg := s3server.FakeConfig(srv.URL, 1)
+	c := s3server.NewBucket(t, cfg, s3client.Location{Bucket: "bkt"})
 	mnt := mountFreshETags(t, c, c)
 	if _, err := c.Put(context.Background(), "j/old", strings.NewReader("garbage"), 7, s3client.PutOptions{}); err != nil {
 		t.Fatal(err)
