@@ -19,7 +19,6 @@ import (
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsguardd"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfstest/minidfs"
 	"github.com/ckguard/ckguard/internal/bytesize"
-	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
@@ -42,8 +41,7 @@ func TestStoreSpaceAndMinFreeOnHDFS(t *testing.T) {
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	pol := refindex.DefaultPolicy()
-	pol.Grace, pol.ActiveWindow, pol.SavepointKeepNewest, pol.SavepointRetention = 0, 0, false, 0
+	pol := guarddtest.ReferencesOnly()
 	var ctlSock, auditLog, metricsAddr string
 	guarddtest.Start(t, guardd.Config{StoreDir: uri, IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt, Policy: pol,
 		SyncInterval: 200 * time.Millisecond, Quarantine: 24 * time.Hour, MetricsAddr: "127.0.0.1:0",

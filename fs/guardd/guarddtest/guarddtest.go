@@ -154,3 +154,11 @@ func Metrics(t testing.TB, addr string) map[string]float64 {
 	}
 	return got
 }
+
+// ReferencesOnly is the default policy with no grace, no active window and no savepoint kept: only
+// references (and pins) keep a file, so a test decides by what the index knows alone.
+func ReferencesOnly() refindex.Policy {
+	pol := refindex.DefaultPolicy()
+	pol.Grace, pol.ActiveWindow, pol.SavepointKeepNewest, pol.SavepointRetention = 0, 0, false, 0
+	return pol
+}
