@@ -59,14 +59,7 @@ func TestFleetHoldImmutable(t *testing.T) {
 			older, olderID = k, c.ID
 		}
 	}
-	if out, code := mntRun(t, "", "chattr", "-i", filepath.Join(tr.Root, filepath.FromSlash(older))); code != 0 {
-		t.Fatalf("chattr -i %s: exit %d\n%s", older, code, out)
-	}
-	if err := tr.Retire(older); err != nil {
-		t.Fatal(err)
-	}
-	prot2 := protectedSet(tr)
-	freed := setMinus(prot, prot2, older)
+	prot2, freed := retireHeld(t, tr, older, prot)
 	if len(freed) == 0 {
 		t.Fatalf("retiring %s frees no file: the scenario no longer tests the release", older)
 	}

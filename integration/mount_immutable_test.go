@@ -214,15 +214,7 @@ func TestMountHoldImmutable(t *testing.T) {
 	if last == "" {
 		t.Fatal("no checkpoint of the old job")
 	}
-	lastReal := filepath.Join(tr.Root, filepath.FromSlash(last))
-	if out, code := mntRun(t, "", "chattr", "-i", lastReal); code != 0 {
-		t.Fatalf("chattr -i %s: exit %d\n%s", last, code, out)
-	}
-	if err := tr.Retire(last); err != nil {
-		t.Fatal(err)
-	}
-	prot3 := protectedSet(tr)
-	stale := setMinus(prot2, prot3, last)
+	prot3, stale := retireHeld(t, tr, last, prot2)
 	if len(stale) == 0 {
 		t.Fatalf("retiring %s frees no file", last)
 	}
@@ -244,6 +236,21 @@ func TestMountHoldImmutable(t *testing.T) {
 }
 
 // setMinus is a minus b, without skip.
+// retireHeld retires the checkpoint whose _metadata is metaKey beside the mount, as root does with a
+// held one (chattr -i of the _metadata first: the flag is the hold), and returns the protected set
+// after it and the files of the set before it that only that checkpoint protected.
+func retireHeld(t *testing.T, tr *treegen.Tree, metaKey string, before []string) (after, freed []string) {
+	t.Helper()
+	if out, code := mntRun(t, "", "chattr", "-i", filepath.Join(tr.Root, filepath.FromSlash(metaKey))); code != 0 {
+		t.Fatalf("chattr -i %s: exit %d\n%s", metaKey, code, out)
+	}
+	if err := tr.Retire(metaKey); err != nil {
+		t.Fatal(err)
+	}
+	after = protectedSet(tr)
+	return after, setMinus(before, after, metaKey)
+}
+
 func setMinus(a, b []string, skip string) []string {
 	in := map[string]bool{}
 	for _, k := range b {

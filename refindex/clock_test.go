@@ -74,10 +74,7 @@ func TestGraceByStoreClock(t *testing.T) {
 			pol := testPolicy()
 			pol.Grace = grace
 			idx := t.TempDir()
-			ix, err := refindex.Open(idx, st, pol, refindex.WithLogger(quiet))
-			if err != nil {
-				t.Fatal(err)
-			}
+			ix := openIndexWith(t, idx, st, pol)
 			defer func() { ix.Close() }()
 			check := func(when string) {
 				t.Helper()

@@ -9,10 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckguard/ckguard/localbackend/localstore"
 	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/flinkmeta"
-	"github.com/ckguard/ckguard/refindex/pathnorm"
 )
 
 // drillStore copies the real Flink store testdata/flink/<version>/<scenario>/store to a temp dir and
@@ -78,27 +76,6 @@ func drillStore(t *testing.T, version, scenario string) (root, prefix string) {
 	return root, prefix
 }
 
-func openDrillIndex(t *testing.T, root, prefix string) *refindex.Index {
-	t.Helper()
-	st, err := localstore.New(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := pathnorm.ParseMapping(prefix + "=")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix, err := refindex.Open(t.TempDir(), st, refindex.DefaultPolicy(), refindex.WithLogger(quiet), refindex.WithPathMap([]pathnorm.Mapping{m}, ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ix.Close() })
-	if err := ix.Sync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return ix
-}
-
 // largestState is the largest state file of root (an SST, a file-merging physical file holding
 // segments, a changelog file), as a store key.
 func largestState(t *testing.T, root string) (string, int64) {
@@ -133,7 +110,7 @@ func TestDrillTruncatedSST(t *testing.T) {
 		t.Run(tc.version+"/"+tc.scenario, func(t *testing.T) {
 			ctx := context.Background()
 			root, prefix := drillStore(t, tc.version, tc.scenario)
-			ix := openDrillIndex(t, root, prefix)
+			ix := openListingIndex(t, localStore(t, root), prefix)
 			if v, err := ix.Verify(ctx); err != nil || !v.OK {
 				t.Fatalf("verify of the intact store: %+v, %v", v, err)
 			}
@@ -181,7 +158,7 @@ func TestDrillTruncatedSST(t *testing.T) {
 func TestDrillRead(t *testing.T) {
 	ctx := context.Background()
 	root, prefix := drillStore(t, "2.2", "file-merging")
-	ix := openDrillIndex(t, root, prefix)
+	ix := openListingIndex(t, localStore(t, root), prefix)
 	var calls int
 	var last, total int64
 	d, err := ix.Drill(ctx, refindex.DrillOptions{Read: true, Progress: func(done, all int64) { calls++; last, total = done, all }})
@@ -216,7 +193,7 @@ func TestDrillRead(t *testing.T) {
 func TestDrillReadRate(t *testing.T) {
 	ctx := context.Background()
 	root, prefix := drillStore(t, "2.2", "file-merging")
-	ix := openDrillIndex(t, root, prefix)
+	ix := openListingIndex(t, localStore(t, root), prefix)
 	free, err := ix.Drill(ctx, refindex.DrillOptions{Read: true})
 	if err != nil || !free.OK || free.BytesRead == 0 {
 		t.Fatalf("uncapped drill --read: %+v, %v", free, err)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/ckguard/ckguard/internal/fsync"
 )
 
 // generation is one badger DB. Readers hold a reference while they use it, so that a rebuild can
@@ -104,16 +106,7 @@ func writeFileAtomic(dir, name string, b []byte) error {
 	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 		return err
 	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return fsync.Dir(dir)
 }
 
 // removeStaleGenerations deletes generation directories other than keep: leftovers of a rebuild that

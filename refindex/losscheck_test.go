@@ -44,7 +44,7 @@ func TestLossCheck(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			root, prefix := drillStore(t, "2.2", "incremental")
-			ix := openDrillIndex(t, root, prefix)
+			ix := openListingIndex(t, localStore(t, root), prefix)
 			var qf refindex.QuarantineFinder
 			victim, _ := largestState(t, root)
 			qobj := refindex.QuarantinedObject{Since: time.Unix(1e9, 0), Restore: "ckguard quarantine restore " + victim}
@@ -156,7 +156,7 @@ func TestLossCheck(t *testing.T) {
 func TestLossCheckRetired(t *testing.T) {
 	ctx := context.Background()
 	root, prefix := drillStore(t, "2.2", "incremental")
-	ix := openDrillIndex(t, root, prefix)
+	ix := openListingIndex(t, localStore(t, root), prefix)
 	lc := ix.NewLossChecker(refindex.LossCheckOptions{})
 	cps, err := ix.Checkpoints(ctx, "")
 	if err != nil {

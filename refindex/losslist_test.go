@@ -170,7 +170,7 @@ func TestLossCheckListsFolders(t *testing.T) {
 func TestLossCheckBudgetRounds(t *testing.T) {
 	ctx := context.Background()
 	root, prefix := drillStore(t, "2.2", "incremental")
-	ix := openDrillIndex(t, root, prefix)
+	ix := openListingIndex(t, localStore(t, root), prefix)
 	lc := ix.NewLossChecker(refindex.LossCheckOptions{Budget: 4})
 	var rep *refindex.LossReport
 	passes := 0

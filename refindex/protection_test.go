@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ckguard/ckguard/localbackend/localstore"
-	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/treegen"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
@@ -116,15 +115,10 @@ func TestSavepointPolicy(t *testing.T) {
 			pol := testPolicy()
 			pol.SavepointKeepNewest, pol.SavepointRetention = tc.keepNewest, tc.retention
 			st := localStore(t, tr.Root)
-			ix, err := refindex.Open(t.TempDir(), st, pol, refindex.WithLogger(quiet))
-			if err != nil {
-				t.Fatal(err)
-			}
+			ix := openIndexWith(t, t.TempDir(), st, pol)
 			defer ix.Close()
+			syncIndex(t, ix)
 			ctx := context.Background()
-			if err := ix.Sync(ctx); err != nil {
-				t.Fatal(err)
-			}
 			prot := map[int]bool{}
 			for _, i := range tc.protected {
 				prot[i] = true
@@ -171,15 +165,10 @@ func TestProtectGlobs(t *testing.T) {
 		t.Run(tc.glob, func(t *testing.T) {
 			pol := testPolicy()
 			pol.Protect = []string{tc.glob}
-			ix, err := refindex.Open(t.TempDir(), localStore(t, tr.Root), pol, refindex.WithLogger(quiet))
-			if err != nil {
-				t.Fatal(err)
-			}
+			ix := openIndexWith(t, t.TempDir(), localStore(t, tr.Root), pol)
 			defer ix.Close()
+			syncIndex(t, ix)
 			ctx := context.Background()
-			if err := ix.Sync(ctx); err != nil {
-				t.Fatal(err)
-			}
 			prot := map[string]bool{}
 			for _, f := range tc.protected {
 				prot[f] = true

@@ -142,22 +142,30 @@ func TestSharedPinsUnreadableFailsClosed(t *testing.T) {
 	}
 }
 
+// pinnedLocally returns sharedTree's tree, its current checkpoint cur and an index folder whose index
+// (closed again) pinned cur before the store had a shared area: a pin kept in the index alone.
+func pinnedLocally(t *testing.T) (tr *treegen.Tree, cur, dir string) {
+	t.Helper()
+	tr, cur, _ = sharedTree(t)
+	dir = t.TempDir()
+	ix := openIndex(t, dir, localStore(t, tr.Root))
+	defer ix.Close()
+	syncIndex(t, ix)
+	if _, err := ix.Pin(context.Background(), cur); err != nil {
+		t.Fatal(err)
+	}
+	return tr, cur, dir
+}
+
 // TestSharedPinsMigration: an index's local pins move into the shared area at its first sync with
 // shared pins, once, with a log line; another index of the store then honours them.
 func TestSharedPinsMigration(t *testing.T) {
 	ctx := context.Background()
-	tr, cur, _ := sharedTree(t)
-	dir := t.TempDir()
-	ix := openIndex(t, dir, localStore(t, tr.Root))
-	syncIndex(t, ix)
-	if _, err := ix.Pin(ctx, cur); err != nil {
-		t.Fatal(err)
-	}
-	ix.Close()
+	tr, cur, dir := pinnedLocally(t)
 	area := sharedArea(t, tr.Root)
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	ix = openIndex(t, dir, localStore(t, tr.Root), refindex.WithSharedPins(shared.NewPins(area, "h")), refindex.WithLogger(log))
+	ix := openIndex(t, dir, localStore(t, tr.Root), refindex.WithSharedPins(shared.NewPins(area, "h")), refindex.WithLogger(log))
 	defer ix.Close()
 	syncIndex(t, ix)
 	meta := cur + "/_metadata"
@@ -189,14 +197,7 @@ func (readOnly) Set(context.Context, string, bool, string) (time.Time, error) {
 // (they cannot be moved), the shared ones protect, and a pin through it is refused naming the mode.
 func TestSharedPinsReadOnlyObserver(t *testing.T) {
 	ctx := context.Background()
-	tr, cur, _ := sharedTree(t)
-	dir := t.TempDir()
-	ix := openIndex(t, dir, localStore(t, tr.Root))
-	syncIndex(t, ix)
-	if _, err := ix.Pin(ctx, cur); err != nil {
-		t.Fatal(err)
-	}
-	ix.Close()
+	tr, cur, dir := pinnedLocally(t)
 	area := sharedArea(t, tr.Root)
 	writer := shared.NewPins(area, "w")
 	other := "flink-checkpoints/" + treegen.IncidentOneNewJob + "/chk-100274/_metadata"

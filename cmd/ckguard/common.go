@@ -239,6 +239,16 @@ func openStore(c *cli.Context) (store.Store, error) {
 	return backends.For(s).OpenStore(c, s)
 }
 
+// openSharedArea opens the store and returns its shared state area: nil (and no error) when no
+// --shared mount made one.
+func openSharedArea(c *cli.Context) (shared.CAS, error) {
+	st, err := openStore(c)
+	if err != nil {
+		return nil, err
+	}
+	return backends.For(c.String("store")).SharedArea(c.Context, c.String("store"), st)
+}
+
 // openIndex opens the index directly (no mount running), with extra options.
 func openIndex(c *cli.Context, extra ...refindex.Option) (*refindex.Index, error) {
 	st, err := openStore(c)

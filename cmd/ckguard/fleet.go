@@ -10,7 +10,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/ckguard/ckguard/cmd/ckguard/backends"
 	"github.com/ckguard/ckguard/refindex/store/shared"
 )
 
@@ -43,11 +42,7 @@ func fleetCommand() *cli.Command {
 			if err := requireStore(c); err != nil {
 				return err
 			}
-			st, err := openStore(c)
-			if err != nil {
-				return err
-			}
-			area, err := backends.For(c.String("store")).SharedArea(c.Context, c.String("store"), st)
+			area, err := openSharedArea(c)
 			if err != nil {
 				return err
 			}

@@ -74,11 +74,7 @@ func openQuarantine(c *cli.Context, ttl time.Duration) (quarantine.Service, bool
 // mounts made it), as a --shared mount does, so that the CLI on a store no mount holds neither
 // restores what a mount restores at the same time nor leaves the mounts unable to say who restored it.
 func claimed(c *cli.Context, d *quarantine.Direct) *quarantine.Direct {
-	st, err := openStore(c)
-	if err != nil {
-		return d
-	}
-	area, err := backends.For(c.String("store")).SharedArea(c.Context, c.String("store"), st)
+	area, err := openSharedArea(c)
 	if err != nil || area == nil {
 		return d
 	}

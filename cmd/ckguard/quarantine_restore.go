@@ -9,7 +9,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/ckguard/ckguard/cmd/ckguard/backends"
 	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/refindex/store"
@@ -199,11 +198,7 @@ func restoreMissing(c *cli.Context, svc quarantine.Service, checkpoints []string
 // store's shared area (--shared mounts claim every restore there), newest first; "" when the store
 // has no shared area or no record names sel.
 func restoredBefore(c *cli.Context, sel string) string {
-	st, err := openStore(c)
-	if err != nil {
-		return ""
-	}
-	area, err := backends.For(c.String("store")).SharedArea(c.Context, c.String("store"), st)
+	area, err := openSharedArea(c)
 	if err != nil || area == nil {
 		return ""
 	}

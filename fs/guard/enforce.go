@@ -207,6 +207,18 @@ func (e *Enforcer) prepare1(ctx context.Context, c Check) Check {
 	return c
 }
 
+// decision is c's decision under the lock: the one made before it (Decided) or else the index's,
+// overruled as the rules say while an update is pending (pending: read before the index was asked).
+func (e *Enforcer) decision(ctx context.Context, c Check, pending bool) verdict.Decision {
+	var d verdict.Decision
+	if c.Decided != nil {
+		d = *c.Decided
+	} else {
+		d = e.ask(ctx, c)
+	}
+	return e.overrule(c, d, pending)
+}
+
 func (e *Enforcer) mutateLocked(ctx context.Context, checks []Check, do func() syscall.Errno) syscall.Errno {
 	// All questions first, then the record: an operation refused for one of its paths (a rename onto a
 	// referenced file) is logged as that refusal, not as an allowed source followed by a refusal.
@@ -221,12 +233,7 @@ func (e *Enforcer) mutateLocked(ctx context.Context, checks []Check, do func() s
 	// Read before the index is asked: an update that is no longer pending is in the index (pendingUpdates).
 	pending := e.pending.any()
 	for i, c := range checks {
-		if c.Decided != nil {
-			ds[i] = *c.Decided
-		} else {
-			ds[i] = e.ask(ctx, c)
-		}
-		ds[i] = e.overrule(c, ds[i], pending)
+		ds[i] = e.decision(ctx, c, pending)
 		if c.Result != nil {
 			*c.Result = ds[i]
 		}

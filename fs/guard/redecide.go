@@ -21,12 +21,7 @@ func (e *Enforcer) Redecide(ctx context.Context, checks []Check, apply func([]ve
 	pending := e.pending.any()
 	ds := make([]verdict.Decision, len(checks))
 	for i, c := range checks {
-		if c.Decided != nil {
-			ds[i] = *c.Decided
-		} else {
-			ds[i] = e.ask(ctx, c)
-		}
-		ds[i] = e.overrule(c, ds[i], pending)
+		ds[i] = e.decision(ctx, c, pending)
 	}
 	apply(ds)
 }

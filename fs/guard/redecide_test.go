@@ -12,6 +12,22 @@ import (
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
+// pendingEnforcer is an enforcer over ck with an audit log (closed when the test ends) that waits only
+// 10 ms for a pending index update before it refuses as index-pending.
+func pendingEnforcer(t *testing.T, ck guard.Checker) *guard.Enforcer {
+	t.Helper()
+	al, err := audit.Open(t.TempDir()+"/audit.jsonl", audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { al.Close() })
+	e, err := guard.NewEnforcer(guard.Config{Checker: ck, Audit: al, Metrics: metrics.New(), PendingWait: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
 // TestRedecidePendingUpdate: a queued deletion decided again while a _metadata's index update is pending
 // (registered, not yet in the index) is refused as index-pending, not allowed on an index that does not
 // know the _metadata yet (which may reference the object: the S3 queue would then delete it while the
@@ -19,15 +35,7 @@ import (
 // deterministically by deciding from inside RestoreMetadata's put.
 func TestRedecidePendingUpdate(t *testing.T) {
 	ctx := context.Background()
-	al, err := audit.Open(t.TempDir()+"/audit.jsonl", audit.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer al.Close()
-	e, err := guard.NewEnforcer(guard.Config{Checker: guardtest.New(), Audit: al, Metrics: metrics.New(), PendingWait: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := pendingEnforcer(t, guardtest.New())
 	unlink := []guard.Check{{Op: verdict.OpUnlink, Path: "job/chk-3/sst-1"}}
 	redecide := func() verdict.Decision {
 		var got []verdict.Decision

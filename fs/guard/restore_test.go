@@ -6,12 +6,9 @@ import (
 	"slices"
 	"syscall"
 	"testing"
-	"time"
 
-	"github.com/ckguard/ckguard/fs/audit"
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/guard/guardtest"
-	"github.com/ckguard/ckguard/fs/metrics"
 	"github.com/ckguard/ckguard/refindex/verdict"
 )
 
@@ -22,20 +19,12 @@ import (
 // put records nothing; a failing index update runs undo and is reported.
 func TestRestoreMetadataPendingNotLocked(t *testing.T) {
 	ctx := context.Background()
-	al, err := audit.Open(t.TempDir()+"/audit.jsonl", audit.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer al.Close()
 	fake := guardtest.New()
-	e, err := guard.NewEnforcer(guard.Config{Checker: fake, Audit: al, Metrics: metrics.New(), PendingWait: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := pendingEnforcer(t, fake)
 	unlink := guard.Check{Op: verdict.OpUnlink, Path: "job/shared/sst-1"}
 	const meta = "job/chk-3/_metadata"
 	var during syscall.Errno
-	err = e.RestoreMetadata(ctx, meta, func() error {
+	err := e.RestoreMetadata(ctx, meta, func() error {
 		during = e.Errno(ctx, unlink) // would deadlock if the lock were held
 		return nil
 	}, nil)

@@ -68,6 +68,52 @@ func newFakeJM(t *testing.T) (*fakeJM, *httptest.Server) {
 	return jm, srv
 }
 
+// openFlinkIndex opens an index of the local store at root whose policy asks the JobManager at url
+// (closed when the test ends).
+func openFlinkIndex(t *testing.T, root, url string) *refindex.Index {
+	t.Helper()
+	ls, err := localstore.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := refindex.DefaultPolicy()
+	pol.FlinkREST = []string{url}
+	ix, err := refindex.Open(filepath.Join(t.TempDir(), "index"), ls, pol, refindex.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ix.Close() })
+	return ix
+}
+
+// refreshingEnforcer returns a Flink watch of the JobManager at url (requests time out after timeout,
+// a view older than maxAge is refreshed) and an enforcer that lets it refresh before each decision,
+// after one poll and one sync of ix. The watch is stopped, and its refreshes waited for, when the
+// test ends, before ix closes.
+func refreshingEnforcer(t *testing.T, ix *refindex.Index, url string, timeout, maxAge time.Duration) (*flinkWatch, *guard.Enforcer) {
+	t.Helper()
+	ctx := context.Background()
+	cl, err := flinkrest.New(flinkrest.Config{URL: url, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bg, stop := context.WithCancel(ctx)
+	w := newFlinkWatch(bg, []*flinkrest.Client{cl}, ix, metrics.New(), slog.New(slog.DiscardHandler), maxAge)
+	t.Cleanup(func() {
+		stop()
+		w.wait()
+	})
+	w.poll(ctx)
+	if err := ix.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	enf, err := guard.NewEnforcer(guard.Config{Checker: ix, BeforeDecide: w.hook()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, enf
+}
+
 // A decision below a job folder whose REST view is older than one sync asks the endpoint first: a job
 // that turned RUNNING after the last poll keeps its working folder without waiting for the next sync.
 // The refresh runs before the enforcer's lock: while the endpoint hangs, decisions that need no
@@ -86,34 +132,10 @@ func TestFlinkRefreshBeforeDecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	jm, srv := newFakeJM(t)
-	ls, err := localstore.New(ft.Root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol := refindex.DefaultPolicy()
-	pol.FlinkREST = []string{srv.URL}
-	ix, err := refindex.Open(filepath.Join(t.TempDir(), "index"), ls, pol, refindex.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ix.Close()
-	// A request timeout far beyond the test: only the test ends a hung refresh.
-	cl, err := flinkrest.New(flinkrest.Config{URL: srv.URL, Timeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bg, stop := context.WithCancel(ctx)
-	w := newFlinkWatch(bg, []*flinkrest.Client{cl}, ix, metrics.New(), slog.New(slog.DiscardHandler), time.Hour)
-	defer w.wait()
-	defer stop()
-	w.poll(ctx) // the sync's poll: no job yet
-	if err := ix.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	enf, err := guard.NewEnforcer(guard.Config{Checker: ix, BeforeDecide: w.hook()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ix := openFlinkIndex(t, ft.Root, srv.URL)
+	// A request timeout far beyond the test: only the test ends a hung refresh. The sync's poll
+	// finds no job yet.
+	w, enf := refreshingEnforcer(t, ix, srv.URL, time.Minute, time.Hour)
 	decide := func(ctx context.Context, key string) verdict.Decision {
 		var d verdict.Decision
 		enf.Mutate(ctx, []guard.Check{{Op: verdict.OpUnlink, Path: key, Result: &d}}, nil)
@@ -256,35 +278,10 @@ func TestFlinkRefreshHungEndpointOncePerSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	jm, srv := newFakeJM(t)
-	ls, err := localstore.New(ft.Root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol := refindex.DefaultPolicy()
-	pol.FlinkREST = []string{srv.URL}
-	ix, err := refindex.Open(filepath.Join(t.TempDir(), "index"), ls, pol, refindex.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ix.Close()
+	ix := openFlinkIndex(t, ft.Root, srv.URL)
 	// The timeout is longer than the sync (maxAge): measured from when the refresh began, its
 	// outcome is already older than one sync when it ends.
-	cl, err := flinkrest.New(flinkrest.Config{URL: srv.URL, Timeout: 1500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bg, stop := context.WithCancel(ctx)
-	w := newFlinkWatch(bg, []*flinkrest.Client{cl}, ix, metrics.New(), slog.New(slog.DiscardHandler), time.Second)
-	defer w.wait()
-	defer stop()
-	w.poll(ctx)
-	if err := ix.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	enf, err := guard.NewEnforcer(guard.Config{Checker: ix, BeforeDecide: w.hook()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, enf := refreshingEnforcer(t, ix, srv.URL, 1500*time.Millisecond, time.Second)
 	jm.hang.Store(true)
 	time.Sleep(1100 * time.Millisecond) // the sync's view is now older than one sync
 	before := jm.overviews.Load()

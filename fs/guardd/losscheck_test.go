@@ -56,6 +56,35 @@ func (g *gatedStore) Stat(ctx context.Context, p string) (store.ObjectInfo, erro
 	return g.Store.Stat(ctx, p)
 }
 
+// syncedIncident returns the first incident's tree in a local store seen through a gatedStore (open;
+// counting: its stats counted from the start, the index's first sync among them) and an index of it,
+// synced once and closed when the test ends.
+func syncedIncident(t *testing.T, counting bool) (*treegen.Tree, *gatedStore, *refindex.Index) {
+	t.Helper()
+	tr, err := treegen.IncidentOne(filepath.Join(t.TempDir(), "store"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := localstore.New(tr.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &gatedStore{Store: ls}
+	if counting {
+		st.gate = make(chan struct{})
+		close(st.gate)
+	}
+	ix, err := refindex.Open(filepath.Join(t.TempDir(), "index"), st, refindex.DefaultPolicy(), refindex.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ix.Close() })
+	if err := ix.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return tr, st, ix
+}
+
 type nopSink struct{}
 
 func (nopSink) Record(*audit.Record) error { return nil }
@@ -92,25 +121,9 @@ func (c *stepClock) Sleep(ctx context.Context, d time.Duration) error {
 // pass, without a kick, after the rest an unpaced pass needs (nine times its duration beyond it); a
 // bound longer than the sync interval is logged as a WARN with ckguard_loss_check_duration_seconds set.
 func TestLossWatchLoop(t *testing.T) {
-	tr, err := treegen.IncidentOne(filepath.Join(t.TempDir(), "store"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls, err := localstore.New(tr.Root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := &gatedStore{Store: ls}
-	ix, err := refindex.Open(filepath.Join(t.TempDir(), "index"), st, refindex.DefaultPolicy(), refindex.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ix.Close()
+	_, st, ix := syncedIncident(t, false)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := ix.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
 	var logs bytes.Buffer
 	met := metrics.New()
 	clk := newStepClock()
@@ -165,26 +178,9 @@ func TestLossWatchLoop(t *testing.T) {
 // TestLossWatchChunkGauges: a loss found in a chunk of a pass moves the job's gauges at that chunk's
 // report, before the pass has checked the rest of the store.
 func TestLossWatchChunkGauges(t *testing.T) {
-	tr, err := treegen.IncidentOne(filepath.Join(t.TempDir(), "store"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls, err := localstore.New(tr.Root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := &gatedStore{Store: ls, gate: make(chan struct{})}
-	close(st.gate) // open, counting stats
-	ix, err := refindex.Open(filepath.Join(t.TempDir(), "index"), st, refindex.DefaultPolicy(), refindex.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ix.Close()
+	tr, st, ix := syncedIncident(t, true)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := ix.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
 	// The object checked first (units are in folder, then key order): a chunk's report names it.
 	var victim string
 	for _, c := range tr.Live {
@@ -282,25 +278,8 @@ func (c *countingTraffic) Background(ctx context.Context) context.Context { retu
 // mount's own requests flow, needs no rest after a pass (the loop starts the next one lossPeriod after
 // its start), and exports and logs the detection bound.
 func TestLossWatchPaced(t *testing.T) {
-	tr, err := treegen.IncidentOne(filepath.Join(t.TempDir(), "store"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls, err := localstore.New(tr.Root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := &gatedStore{Store: ls, gate: make(chan struct{})}
-	close(st.gate) // open, counting stats
-	ix, err := refindex.Open(filepath.Join(t.TempDir(), "index"), st, refindex.DefaultPolicy(), refindex.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ix.Close()
+	_, st, ix := syncedIncident(t, true)
 	ctx := context.Background()
-	if err := ix.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
 	st.hold = 5 * time.Millisecond
 	for _, tc := range []struct {
 		name     string

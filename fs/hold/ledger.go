@@ -12,6 +12,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/ckguard/ckguard/internal/fsync"
 )
 
 // LedgerName is the ledger's file name in the index directory, beside the generations (like the pins
@@ -307,7 +309,7 @@ func (l *Ledger) compact() error {
 		err = os.Rename(tmp, l.path)
 	}
 	if err == nil {
-		err = syncDir(filepath.Dir(l.path))
+		err = fsync.Dir(filepath.Dir(l.path))
 	}
 	if err != nil {
 		return fmt.Errorf("hold ledger %s: compact: %w", l.path, err)
@@ -331,15 +333,6 @@ func entryRecords(e Entry) []record {
 	default:
 		return []record{{Op: "p", Key: e.Key, Version: e.Version, Size: e.Size}}
 	}
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // Get returns a copy of key's entry (false: the ledger holds nothing for it).

@@ -337,10 +337,7 @@ func toInfo(fi os.FileInfo) FileInfo {
 }
 
 func (c *Client) Stat(ctx context.Context, name string) (FileInfo, error) {
-	if err := ctx.Err(); err != nil {
-		return FileInfo{}, wrap("stat", name, err)
-	}
-	g, err := c.acquire("stat", name)
+	g, err := c.begin(ctx, "stat", name)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -361,10 +358,7 @@ func (c *Client) Stat(ctx context.Context, name string) (FileInfo, error) {
 const listPage = 1000
 
 func (c *Client) List(ctx context.Context, name string, fn func([]FileInfo) error) error {
-	if err := ctx.Err(); err != nil {
-		return wrap("list", name, err)
-	}
-	g, err := c.acquire("list", name)
+	g, err := c.begin(ctx, "list", name)
 	if err != nil {
 		return err
 	}
@@ -455,10 +449,7 @@ func (r *reader) dropBlockReader() {
 }
 
 func (c *Client) Open(ctx context.Context, name string) (Reader, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, wrap("open", name, err)
-	}
-	g, err := c.acquire("open", name)
+	g, err := c.begin(ctx, "open", name)
 	if err != nil {
 		return nil, err
 	}
@@ -505,10 +496,7 @@ func (w *writer) Close() error {
 }
 
 func (c *Client) Create(ctx context.Context, name string, perm fs.FileMode) (Writer, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, wrap("create", name, err)
-	}
-	g, err := c.acquire("create", name)
+	g, err := c.begin(ctx, "create", name)
 	if err != nil {
 		return nil, err
 	}
@@ -528,10 +516,7 @@ func (c *Client) Create(ctx context.Context, name string, perm fs.FileMode) (Wri
 // Append reopens a completed file at its end: the library's append (the NameNode hands out the lease
 // and the last block, which the writer continues).
 func (c *Client) Append(ctx context.Context, name string) (Writer, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, wrap("append", name, err)
-	}
-	g, err := c.acquire("append", name)
+	g, err := c.begin(ctx, "append", name)
 	if err != nil {
 		return nil, err
 	}
@@ -544,10 +529,7 @@ func (c *Client) Append(ctx context.Context, name string) (Writer, error) {
 }
 
 func (c *Client) Mkdir(ctx context.Context, name string, perm fs.FileMode) error {
-	if err := ctx.Err(); err != nil {
-		return wrap("mkdir", name, err)
-	}
-	g, err := c.acquire("mkdir", name)
+	g, err := c.begin(ctx, "mkdir", name)
 	if err != nil {
 		return err
 	}
@@ -556,10 +538,7 @@ func (c *Client) Mkdir(ctx context.Context, name string, perm fs.FileMode) error
 }
 
 func (c *Client) MkdirAll(ctx context.Context, name string, perm fs.FileMode) error {
-	if err := ctx.Err(); err != nil {
-		return wrap("mkdir", name, err)
-	}
-	g, err := c.acquire("mkdir", name)
+	g, err := c.begin(ctx, "mkdir", name)
 	if err != nil {
 		return err
 	}
@@ -570,10 +549,7 @@ func (c *Client) MkdirAll(ctx context.Context, name string, perm fs.FileMode) er
 // Remove deletes one file or empty directory with one non-recursive delete RPC (deleteOne; the NameNode
 // refuses a non-empty directory with PathIsNotEmptyDirectoryException).
 func (c *Client) Remove(ctx context.Context, name string) error {
-	if err := ctx.Err(); err != nil {
-		return wrap("remove", name, err)
-	}
-	g, err := c.acquire("remove", name)
+	g, err := c.begin(ctx, "remove", name)
 	if err != nil {
 		return err
 	}
@@ -587,10 +563,7 @@ func (c *Client) Remove(ctx context.Context, name string) error {
 // target created by another client at any moment is never replaced (FileAlreadyExistsException →
 // fs.ErrExist). A directory target is refused the same way, empty or not.
 func (c *Client) Rename(ctx context.Context, from, to string) error {
-	if err := ctx.Err(); err != nil {
-		return wrap("rename", from, err)
-	}
-	g, err := c.acquire("rename", from)
+	g, err := c.begin(ctx, "rename", from)
 	if err != nil {
 		return err
 	}
@@ -617,10 +590,7 @@ func (c *Client) Rename(ctx context.Context, from, to string) error {
 }
 
 func (c *Client) Chtimes(ctx context.Context, name string, mtime time.Time) error {
-	if err := ctx.Err(); err != nil {
-		return wrap("setTimes", name, err)
-	}
-	g, err := c.acquire("setTimes", name)
+	g, err := c.begin(ctx, "setTimes", name)
 	if err != nil {
 		return err
 	}
@@ -635,10 +605,7 @@ func (c *Client) Defaults(ctx context.Context) (Defaults, error) {
 	if c.defaults != nil {
 		return *c.defaults, nil
 	}
-	if err := ctx.Err(); err != nil {
-		return Defaults{}, wrap("getServerDefaults", "/", err)
-	}
-	g, err := c.acquire("getServerDefaults", "/")
+	g, err := c.begin(ctx, "getServerDefaults", "/")
 	if err != nil {
 		return Defaults{}, err
 	}

@@ -1,6 +1,7 @@
 package hdfsclient
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -46,6 +47,15 @@ func (c *Client) acquire(op, name string) (*generation, error) {
 	g.refs++
 	g.mu.Unlock()
 	return g, nil
+}
+
+// begin is how every NameNode call starts: a ctx already done fails it (op on name) before anything
+// is sent, else it acquires the current generation, held until release.
+func (c *Client) begin(ctx context.Context, op, name string) (*generation, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, wrap(op, name, err)
+	}
+	return c.acquire(op, name)
 }
 
 // clock is the client's time (tests set now).

@@ -22,10 +22,7 @@ var _ Snapshots = (*Client)(nil)
 func SnapshotDir(dir string) string { return Join(dir, ".snapshot") }
 
 func (c *Client) AllowSnapshots(ctx context.Context, dir string) error {
-	if err := ctx.Err(); err != nil {
-		return wrap("allowSnapshot", dir, err)
-	}
-	g, err := c.acquire("allowSnapshot", dir)
+	g, err := c.begin(ctx, "allowSnapshot", dir)
 	if err != nil {
 		return err
 	}
@@ -34,10 +31,7 @@ func (c *Client) AllowSnapshots(ctx context.Context, dir string) error {
 }
 
 func (c *Client) CreateSnapshot(ctx context.Context, dir, name string) (string, error) {
-	if err := ctx.Err(); err != nil {
-		return "", wrap("createSnapshot", dir, err)
-	}
-	g, err := c.acquire("createSnapshot", dir)
+	g, err := c.begin(ctx, "createSnapshot", dir)
 	if err != nil {
 		return "", err
 	}
@@ -47,10 +41,7 @@ func (c *Client) CreateSnapshot(ctx context.Context, dir, name string) (string, 
 }
 
 func (c *Client) DeleteSnapshot(ctx context.Context, dir, name string) error {
-	if err := ctx.Err(); err != nil {
-		return wrap("deleteSnapshot", dir, err)
-	}
-	g, err := c.acquire("deleteSnapshot", dir)
+	g, err := c.begin(ctx, "deleteSnapshot", dir)
 	if err != nil {
 		return err
 	}

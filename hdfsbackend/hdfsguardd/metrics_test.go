@@ -3,14 +3,9 @@
 package hdfsguardd_test
 
 import (
-	"bufio"
 	"context"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -40,24 +35,7 @@ func TestMetricsLagOnHDFS(t *testing.T) {
 	})
 	// Several sync intervals after the mount: a lag set only at start would have grown past the bound.
 	time.Sleep(5 * time.Second)
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(string(body)))
-	for sc.Scan() {
-		if name, val, ok := strings.Cut(sc.Text(), " "); ok && !strings.HasPrefix(name, "#") {
-			if v, err := strconv.ParseFloat(val, 64); err == nil {
-				got[name] = v
-			}
-		}
-	}
+	got := guarddtest.Metrics(t, addr)
 	if lag, ok := got["ckguard_index_lag_seconds"]; !ok || lag < 0 || lag > 4 {
 		t.Errorf("ckguard_index_lag_seconds = %v (present %v) 5 s after the mount with a 200 ms sync interval, want 0 ≤ lag ≤ 4", lag, ok)
 	}

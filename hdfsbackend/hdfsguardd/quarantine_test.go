@@ -21,7 +21,6 @@ import (
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsguardd"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsquarantine"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfstest/minidfs"
-	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/treegen"
@@ -78,8 +77,7 @@ func TestQuarantineOnHDFS(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := guarddtest.NewClock(time.Now())
-	pol := refindex.DefaultPolicy()
-	pol.Grace, pol.ActiveWindow, pol.SavepointKeepNewest, pol.SavepointRetention = 0, 0, false, 0
+	pol := guarddtest.ReferencesOnly()
 	index := filepath.Join(dir, "index")
 	var ctlSock, auditLog string
 	guarddtest.Start(t, guardd.Config{StoreDir: uri, IndexDir: index, Mountpoint: mnt, Policy: pol,

@@ -3,13 +3,9 @@
 package hdfsguardd_test
 
 import (
-	"bufio"
 	"context"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -66,7 +62,7 @@ func TestHDFSSnapshotsMetricsAndAudit(t *testing.T) {
 	})
 	metric := func(name string) float64 {
 		t.Helper()
-		v, ok := scrapeMetrics(t, addr)[name]
+		v, ok := guarddtest.Metrics(t, addr)[name]
 		if !ok {
 			t.Fatalf("metric %s not exported", name)
 		}
@@ -167,38 +163,11 @@ func TestHDFSHoldBestEffortSaysOff(t *testing.T) {
 		Ready: func(m *guardd.Mounted) { addr = m.MetricsAddr }}, func(ctx context.Context, c guardd.Config) error {
 		return hdfsguardd.Run(ctx, c, opts)
 	})
-	m := scrapeMetrics(t, addr)
+	m := guarddtest.Metrics(t, addr)
 	if v, ok := m["ckguard_hold_active"]; !ok || v != 0 {
 		t.Errorf("ckguard_hold_active = %v (exported %v) with best-effort and no snapshots, want 0", v, ok)
 	}
 	if _, ok := m["ckguard_hold_snapshots"]; ok {
 		t.Errorf("ckguard_hold_snapshots exported while no snapshot is taken")
 	}
-}
-
-// scrapeMetrics reads the mount's metrics: series (name with labels, as exposed) → value.
-func scrapeMetrics(t *testing.T, addr string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(string(body)))
-	for sc.Scan() {
-		l := sc.Text()
-		i := strings.LastIndexByte(l, ' ')
-		if i < 0 || strings.HasPrefix(l, "#") {
-			continue
-		}
-		if v, err := strconv.ParseFloat(l[i+1:], 64); err == nil {
-			got[l[:i]] = v
-		}
-	}
-	return got
 }

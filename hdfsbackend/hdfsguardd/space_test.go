@@ -3,15 +3,10 @@
 package hdfsguardd_test
 
 import (
-	"bufio"
 	"context"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,7 +19,6 @@ import (
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsguardd"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfstest/minidfs"
 	"github.com/ckguard/ckguard/internal/bytesize"
-	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/treegen"
 )
@@ -47,8 +41,7 @@ func TestStoreSpaceAndMinFreeOnHDFS(t *testing.T) {
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	pol := refindex.DefaultPolicy()
-	pol.Grace, pol.ActiveWindow, pol.SavepointKeepNewest, pol.SavepointRetention = 0, 0, false, 0
+	pol := guarddtest.ReferencesOnly()
 	var ctlSock, auditLog, metricsAddr string
 	guarddtest.Start(t, guardd.Config{StoreDir: uri, IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt, Policy: pol,
 		SyncInterval: 200 * time.Millisecond, Quarantine: 24 * time.Hour, MetricsAddr: "127.0.0.1:0",
@@ -117,7 +110,7 @@ func TestStoreSpaceAndMinFreeOnHDFS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := scrape(t, metricsAddr)
+	got := guarddtest.Metrics(t, metricsAddr)
 	size, free := got["ckguard_store_size_bytes"], got["ckguard_store_free_bytes"]
 	if size <= 0 || free <= 0 || free > size {
 		t.Fatalf("ckguard_store_size_bytes %v, ckguard_store_free_bytes %v: want 0 < free <= size", size, free)
@@ -125,28 +118,4 @@ func TestStoreSpaceAndMinFreeOnHDFS(t *testing.T) {
 	if d := size/float64(direct.Size) - 1; d > 0.01 || d < -0.01 {
 		t.Errorf("ckguard_store_size_bytes %v, the NameNode reports %d for %s", size, direct.Size, loc.Path)
 	}
-}
-
-// scrape reads the plain samples (no labels) of the metrics endpoint at addr.
-func scrape(t *testing.T, addr string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(string(body)))
-	for sc.Scan() {
-		if name, val, ok := strings.Cut(sc.Text(), " "); ok && !strings.HasPrefix(name, "#") {
-			if v, err := strconv.ParseFloat(val, 64); err == nil {
-				got[name] = v
-			}
-		}
-	}
-	return got
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/listorder"
+	"github.com/ckguard/ckguard/fs/mountutil"
 	"github.com/ckguard/ckguard/hdfsbackend/hdfsclient"
 	"github.com/ckguard/ckguard/refindex/flinklayout"
 )
@@ -210,16 +211,7 @@ func (d *dirHandle) prefetchDirs() {
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	d.release()
 	*d = dirHandle{fsys: d.fsys, key: d.key}
-	for d.pos < off {
-		e, errno := d.Readdirent(ctx)
-		if errno != 0 {
-			return errno
-		}
-		if e == nil {
-			break
-		}
-	}
-	return 0
+	return mountutil.SkipEntries(ctx, off, &d.pos, d.Readdirent)
 }
 
 func (d *dirHandle) Releasedir(ctx context.Context, releaseFlags uint32) { d.release() }

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ckguard/ckguard/internal/fsync"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
@@ -251,10 +252,7 @@ func (j *journal) rewrite(pending []Entry) error {
 	if err := os.Rename(tmp, filepath.Join(j.dir, JournalName)); err != nil {
 		return fmt.Errorf("delete queue journal: %w", err)
 	}
-	if d, err := os.Open(j.dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
+	_ = fsync.Dir(j.dir)
 	nf, err := os.OpenFile(filepath.Join(j.dir, JournalName), os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("delete queue journal: %w", err)

@@ -11,7 +11,6 @@ import (
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/fs/guardd/guarddtest"
 	"github.com/ckguard/ckguard/fs/hold"
-	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/treegen"
 	"github.com/ckguard/ckguard/s3backend/s3guardd"
 	"github.com/ckguard/ckguard/s3backend/s3mount"
@@ -25,16 +24,10 @@ import (
 // sees the retirement (restarted: its first sync), the holds are released by the lease holder and a
 // versioned delete of one succeeds.
 func TestS3FleetHoldsOnVersitygw(t *testing.T) {
-	if testing.Short() {
-		t.Skip("FUSE mount not run in -short mode")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		s3server.Require(t, err)
-	}
+	s3server.RequireFUSE(t)
 	srv, root, dir, tr, c := lockedIncidentOne(t)
 	ctx := context.Background()
-	pol := refindex.DefaultPolicy()
-	pol.Grace, pol.ActiveWindow, pol.SavepointKeepNewest, pol.SavepointRetention = 0, 0, false, 0
+	pol := guarddtest.ReferencesOnly()
 	cfg := func(n string, interval time.Duration) guardd.Config {
 		mnt := filepath.Join(dir, "mnt"+n)
 		if err := os.MkdirAll(mnt, 0o755); err != nil {

@@ -2,7 +2,6 @@ package s3guardd_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -26,12 +25,7 @@ import (
 // `_metadata` of the job's older checkpoint (which the rules let go, as Flink's subsumption does) deleted
 // the same way is retired as before and the holds of the files only it referenced are released.
 func TestS3HoldsHealProtectedMetadata(t *testing.T) {
-	if testing.Short() {
-		t.Skip("FUSE mount not run in -short mode")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		s3server.Require(t, err)
-	}
+	s3server.RequireFUSE(t)
 	srv, root, dir, tr, c := lockedIncidentOne(t)
 	ctx := context.Background()
 	mnt, index, auditLog := filepath.Join(dir, "mnt"), filepath.Join(dir, "index"), filepath.Join(dir, "audit.jsonl")

@@ -16,7 +16,6 @@ import (
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/fs/guardd/guarddtest"
 	"github.com/ckguard/ckguard/fs/hold"
-	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/treegen"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3guardd"
@@ -34,17 +33,11 @@ import (
 // retired through the mount, the holds on what only it referenced are released within a sync and a
 // direct versioned delete of one then succeeds.
 func TestS3HoldsOnVersitygw(t *testing.T) {
-	if testing.Short() {
-		t.Skip("FUSE mount not run in -short mode")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		s3server.Require(t, err)
-	}
+	s3server.RequireFUSE(t)
 	srv, root, dir, tr, c := lockedIncidentOne(t)
 	ctx := context.Background()
 	mnt, index, auditLog := filepath.Join(dir, "mnt"), filepath.Join(dir, "index"), filepath.Join(dir, "audit.jsonl")
-	pol := refindex.DefaultPolicy()
-	pol.Grace, pol.ActiveWindow, pol.SavepointKeepNewest, pol.SavepointRetention = 0, 0, false, 0
+	pol := guarddtest.ReferencesOnly()
 	const interval = time.Second
 	guarddtest.Start(t, guardd.Config{StoreDir: root, IndexDir: index, Mountpoint: mnt, AuditLog: auditLog,
 		Policy: pol, SyncInterval: interval, Hold: hold.ModeRequired},

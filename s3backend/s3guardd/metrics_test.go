@@ -1,14 +1,10 @@
 package s3guardd_test
 
 import (
-	"bufio"
 	"context"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,12 +22,7 @@ import (
 // periodic sync (it stayed at -1 on S3 mounts, so the lag alert never fired where the lag happens), and
 // the delete queue's gauges and counters, which follow a deletion made through the mount.
 func TestMetricsOnS3Mount(t *testing.T) {
-	if testing.Short() {
-		t.Skip("FUSE mount not run in -short mode")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		s3server.Require(t, err)
-	}
+	s3server.RequireFUSE(t)
 	ctx := context.Background()
 	srv := s3server.Start(t) // versitygw: it honours If-Match, so the mount queues its deletions
 	cfg := srv.Config()
@@ -56,34 +47,10 @@ func TestMetricsOnS3Mount(t *testing.T) {
 		Ready: func(m *guardd.Mounted) { addr = m.MetricsAddr }}, func(ctx context.Context, c guardd.Config) error {
 		return s3guardd.Run(ctx, c, cfg, func(o *s3mount.Options) { o.SpoolDir = filepath.Join(dir, "spool") })
 	})
-	scrape := func() map[string]float64 {
-		t.Helper()
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[string]float64{}
-		sc := bufio.NewScanner(strings.NewReader(string(body)))
-		for sc.Scan() {
-			name, val, ok := strings.Cut(sc.Text(), " ")
-			if !ok || strings.HasPrefix(name, "#") {
-				continue
-			}
-			if v, err := strconv.ParseFloat(val, 64); err == nil {
-				got[name] = v
-			}
-		}
-		return got
-	}
 	// Several sync intervals after the mount: the lag is set and stays within a few intervals, so it is
 	// refreshed by the periodic syncs, not only at start.
 	time.Sleep(5 * time.Second)
-	m := scrape()
+	m := guarddtest.Metrics(t, addr)
 	lag, ok := m["ckguard_index_lag_seconds"]
 	if !ok || lag < 0 || lag > 4 {
 		t.Errorf("ckguard_index_lag_seconds = %v (present %v) 5 s after the mount with a 200 ms sync interval, want 0 ≤ lag ≤ 4", lag, ok)
@@ -98,7 +65,7 @@ func TestMetricsOnS3Mount(t *testing.T) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		m := scrape()
+		m := guarddtest.Metrics(t, addr)
 		if m["ckguard_delete_queue_applied_total"] == 1 && m["ckguard_delete_queue_length"] == 0 {
 			break
 		}

@@ -11,7 +11,6 @@ import (
 	"github.com/ckguard/ckguard/fs/control"
 	"github.com/ckguard/ckguard/fs/guardd"
 	"github.com/ckguard/ckguard/fs/guardd/guarddtest"
-	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 	"github.com/ckguard/ckguard/refindex/treegen"
@@ -26,12 +25,7 @@ import (
 // _metadata is restored its checkpoint is live again (each entry records the rm that deleted it), and past the TTL the background purge and an
 // explicit purge take everything else but never an entry that checkpoint references.
 func TestS3QuarantinePurgeKeepsReferenced(t *testing.T) {
-	if testing.Short() {
-		t.Skip("FUSE mount not run in -short mode")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		s3server.Require(t, err)
-	}
+	s3server.RequireFUSE(t)
 	srv := s3server.Start(t)
 	const bucket, prefix = "ckpt", "flink"
 	srv.Bucket(t, bucket)
@@ -70,8 +64,7 @@ func TestS3QuarantinePurgeKeepsReferenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := guarddtest.NewClock(time.Now())
-	pol := refindex.DefaultPolicy()
-	pol.Grace, pol.ActiveWindow, pol.SavepointKeepNewest, pol.SavepointRetention = 0, 0, false, 0
+	pol := guarddtest.ReferencesOnly()
 	var ctlSock string
 	guarddtest.Start(t, guardd.Config{StoreDir: root, IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
 		Policy: pol, SyncInterval: 100 * time.Millisecond, Quarantine: 24 * time.Hour, QuarantineNow: clk.Now,

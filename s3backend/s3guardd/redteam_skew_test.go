@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -12,17 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
-	"github.com/ckguard/ckguard/fs/guardd"
-	"github.com/ckguard/ckguard/fs/guardd/guarddtest"
-	"github.com/ckguard/ckguard/refindex"
 	"github.com/ckguard/ckguard/s3backend/s3client"
-	"github.com/ckguard/ckguard/s3backend/s3guardd"
-	"github.com/ckguard/ckguard/s3backend/s3mount"
 	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
@@ -37,12 +29,7 @@ func (c *skewedClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 // LastModified 2 h old by the host's clock; the mount must still judge it young (the service stamps
 // Date with the same clock) and refuse its unlink, while an object old by the service's clock goes.
 func TestRedteamServerClockBehind(t *testing.T) {
-	if testing.Short() {
-		t.Skip("FUSE mount not run in -short mode")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		s3server.Require(t, err)
-	}
+	s3server.RequireFUSE(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	clock := &skewedClock{}
@@ -53,14 +40,8 @@ func TestRedteamServerClockBehind(t *testing.T) {
 		h.ServeHTTP(w, r)
 	}))
 	defer hs.Close()
-	cfg := s3client.Config{Endpoint: hs.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 2}
-	c, err := s3client.New(ctx, cfg, s3client.Location{Bucket: "bkt", Prefix: "flink/"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.API().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
-		t.Fatal(err)
-	}
+	cfg := s3server.FakeConfig(hs.URL, 2)
+	c := s3server.NewBucket(t, cfg, s3client.Location{Bucket: "bkt", Prefix: "flink/"})
 	// Written when the service's clock read 4 h ago: 2 h old by it once it runs 2 h behind.
 	if _, err := c.Put(ctx, "job/chk-1/old.sst", strings.NewReader("old"), 3, s3client.PutOptions{}); err != nil {
 		t.Fatal(err)
@@ -69,15 +50,7 @@ func TestRedteamServerClockBehind(t *testing.T) {
 	if _, err := c.Put(ctx, "job/chk-2/young.sst", strings.NewReader("young"), 5, s3client.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	mnt := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	guarddtest.Start(t, guardd.Config{StoreDir: "s3://bkt/flink", IndexDir: filepath.Join(dir, "index"), Mountpoint: mnt,
-		Policy: refindex.DefaultPolicy()}, func(ctx context.Context, c guardd.Config) error {
-		return s3guardd.Run(ctx, c, cfg, func(o *s3mount.Options) { o.SpoolDir = filepath.Join(dir, "spool") })
-	})
+	mnt := mountFake(t, cfg)
 	if out, err := exec.Command("rm", filepath.Join(mnt, "job/chk-2/young.sst")).CombinedOutput(); err == nil || !strings.Contains(string(out), "not permitted") {
 		t.Errorf("rm of an object written a moment ago by the service's clock (2 h behind the host's): %v %s, want EPERM (in grace)", err, out)
 	}

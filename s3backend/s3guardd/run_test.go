@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
@@ -24,33 +22,10 @@ import (
 	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
-// TestFreshDecisionsWithoutIfMatch: on a server that ignores If-Match on DeleteObject
-// (gofakes3), the daemon finds out at start and decides every unlink on a fresh HEAD. An old object the
-// mount listed, then replaced beside the mount (new content, in grace), must not be deleted on the strength
-// of the listing's stale attributes: the conditional delete would not have stopped it.
-func TestFreshDecisionsWithoutIfMatch(t *testing.T) {
-	if testing.Short() {
-		t.Skip("FUSE mount not run in -short mode")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		s3server.Require(t, err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	clock := gofakes3.FixedTimeSource(time.Now().Add(-48 * time.Hour))
-	hs := httptest.NewServer(gofakes3.New(s3mem.New(s3mem.WithTimeSource(clock)), gofakes3.WithTimeSource(clock), gofakes3.WithTimeSkewLimit(0)).Server())
-	defer hs.Close()
-	cfg := s3client.Config{Endpoint: hs.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 2}
-	c, err := s3client.New(ctx, cfg, s3client.Location{Bucket: "bkt", Prefix: "flink/"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.API().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Put(ctx, "job/shared/x.sst", strings.NewReader("old"), 3, s3client.PutOptions{}); err != nil {
-		t.Fatal(err)
-	}
+// mountFake mounts s3://bkt/flink of the server cfg names with the default policy until the test
+// ends, and returns the mountpoint.
+func mountFake(t *testing.T, cfg s3client.Config) string {
+	t.Helper()
 	dir := t.TempDir()
 	mnt := filepath.Join(dir, "mnt")
 	if err := os.Mkdir(mnt, 0o755); err != nil {
@@ -60,6 +35,26 @@ func TestFreshDecisionsWithoutIfMatch(t *testing.T) {
 		Policy: refindex.DefaultPolicy()}, func(ctx context.Context, c guardd.Config) error {
 		return s3guardd.Run(ctx, c, cfg, func(o *s3mount.Options) { o.SpoolDir = filepath.Join(dir, "spool") })
 	})
+	return mnt
+}
+
+// TestFreshDecisionsWithoutIfMatch: on a server that ignores If-Match on DeleteObject
+// (gofakes3), the daemon finds out at start and decides every unlink on a fresh HEAD. An old object the
+// mount listed, then replaced beside the mount (new content, in grace), must not be deleted on the strength
+// of the listing's stale attributes: the conditional delete would not have stopped it.
+func TestFreshDecisionsWithoutIfMatch(t *testing.T) {
+	s3server.RequireFUSE(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	clock := gofakes3.FixedTimeSource(time.Now().Add(-48 * time.Hour))
+	hs := httptest.NewServer(gofakes3.New(s3mem.New(s3mem.WithTimeSource(clock)), gofakes3.WithTimeSource(clock), gofakes3.WithTimeSkewLimit(0)).Server())
+	defer hs.Close()
+	cfg := s3server.FakeConfig(hs.URL, 2)
+	c := s3server.NewBucket(t, cfg, s3client.Location{Bucket: "bkt", Prefix: "flink/"})
+	if _, err := c.Put(ctx, "job/shared/x.sst", strings.NewReader("old"), 3, s3client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mnt := mountFake(t, cfg)
 	if _, err := os.ReadDir(filepath.Join(mnt, "job/shared")); err != nil { // the mount caches x.sst's attributes
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 // refused with EXDEV (mv then goes file by file), truncation by path only reaches size 0, rmdir looks for
 // keys below before it asks the index, and every upload is reported to the index.
 func s3Harness(t *testing.T) mounttest.Harness {
-	requireFUSE(t)
+	s3server.RequireFUSE(t)
 	srv := s3server.Start(t)
 	srv.Bucket(t, "ckpt")
 	n := 0
@@ -47,7 +47,7 @@ func TestContract(t *testing.T) { mounttest.Run(t, s3Harness(t)) }
 // TestContractCatchesBrokenEnforcer: with an enforcer that lets every unlink through, the suite fails
 // on the S3 mount.
 func TestContractCatchesBrokenEnforcer(t *testing.T) {
-	requireFUSE(t)
+	s3server.RequireFUSE(t)
 	_, err := s3server.Binary()
 	s3server.Require(t, err) // the broken run needs versitygw too: skipped there, it would pass
 	mounttest.CatchesBroken(t, "^TestContract$/^(RefusedWhenReferenced|CleanupToolsLeaveReferenced)$", "unlink",

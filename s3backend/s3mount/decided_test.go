@@ -125,26 +125,15 @@ type decidedEnv struct {
 
 func setupDecided(t *testing.T) *decidedEnv {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("FUSE mount not run in -short mode")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		s3server.Require(t, err)
-	}
+	s3server.RequireFUSE(t)
 	// Objects written an hour ago are out of grace; the clock then moves to now for the young version.
 	clock := gofakes3.FixedTimeSource(time.Now().Add(-time.Hour))
 	hs := &holdServer{h: gofakes3.New(s3mem.New(s3mem.WithTimeSource(clock)), gofakes3.WithTimeSource(clock),
 		gofakes3.WithTimeSkewLimit(0)).Server()}
 	srv := httptest.NewServer(hs)
 	t.Cleanup(srv.Close)
-	cfg := s3client.Config{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 1}
-	c, err := s3client.New(context.Background(), cfg, s3client.Location{Bucket: "bkt"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.API().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
-		t.Fatal(err)
-	}
+	cfg := s3server.FakeConfig(srv.URL, 1)
+	c := s3server.NewBucket(t, cfg, s3client.Location{Bucket: "bkt"})
 	e := &decidedEnv{clock: clock, srv: hs, c: c, cache: s3client.NewAttrCache(1000), mnt: t.TempDir()}
 	e.ck = &graceChecker{st: s3store.New(c, s3store.Options{Attrs: e.cache}), grace: 10 * time.Minute}
 	enf, err := guard.NewEnforcer(guard.Config{Checker: e.ck})
@@ -312,12 +301,7 @@ func TestWriteJudgesTheVersionReplaced(t *testing.T) {
 // the index that a flapping, multi-node server answers with 404 made the object count as gone, so the
 // unlink of a young (in-flight) object was allowed and the unconditional delete removed it.
 func TestFreshETagsDecisionJudgesTheMountsLook(t *testing.T) {
-	if testing.Short() {
-		t.Skip("FUSE mount not run in -short mode")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		s3server.Require(t, err)
-	}
+	s3server.RequireFUSE(t)
 	h := gofakes3.New(s3mem.New(), gofakes3.WithTimeSkewLimit(0)).Server()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -361,12 +345,7 @@ func TestFreshETagsDecisionJudgesTheMountsLook(t *testing.T) {
 // If-Match on DeleteObject (FreshETags), the delete carries no condition: a server that refuses every
 // conditional delete would otherwise refuse every deletion through the mount.
 func TestFreshETagsDeletesUnconditionally(t *testing.T) {
-	if testing.Short() {
-		t.Skip("FUSE mount not run in -short mode")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		s3server.Require(t, err)
-	}
+	s3server.RequireFUSE(t)
 	clock := gofakes3.FixedTimeSource(time.Now().Add(-time.Hour)) // objects past grace
 	h := gofakes3.New(s3mem.New(s3mem.WithTimeSource(clock)), gofakes3.WithTimeSource(clock), gofakes3.WithTimeSkewLimit(0)).Server()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -377,14 +356,8 @@ func TestFreshETagsDeletesUnconditionally(t *testing.T) {
 		h.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	cfg := s3client.Config{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 1}
-	c, err := s3client.New(context.Background(), cfg, s3client.Location{Bucket: "bkt"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.API().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
-		t.Fatal(err)
-	}
+	cfg := s3server.FakeConfig(srv.URL, 1)
+	c := s3server.NewBucket(t, cfg, s3client.Location{Bucket: "bkt"})
 	mnt := mountFreshETags(t, c, c)
 	if _, err := c.Put(context.Background(), "j/old", strings.NewReader("garbage"), 7, s3client.PutOptions{}); err != nil {
 		t.Fatal(err)

@@ -57,7 +57,7 @@ func TestDeleteQueueCrashChild(t *testing.T) {
 // the same index directory applies every one, except the 10 that a checkpoint indexed meanwhile
 // references: decided again at apply time, they are kept.
 func TestDeleteQueueKill9(t *testing.T) {
-	requireFUSE(t)
+	s3server.RequireFUSE(t)
 	srv := s3server.Start(t)
 	srv.Bucket(t, "ckpt")
 	ctx := context.Background()

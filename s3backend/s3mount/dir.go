@@ -12,6 +12,7 @@ import (
 
 	"github.com/ckguard/ckguard/fs/guard"
 	"github.com/ckguard/ckguard/fs/listorder"
+	"github.com/ckguard/ckguard/fs/mountutil"
 	"github.com/ckguard/ckguard/refindex/flinklayout"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 )
@@ -344,16 +345,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	d.release()
 	*d = dirHandle{fsys: d.fsys, dir: d.dir, n: d.n}
-	for d.pos < off {
-		e, errno := d.Readdirent(ctx)
-		if errno != 0 {
-			return errno
-		}
-		if e == nil {
-			break
-		}
-	}
-	return 0
+	return mountutil.SkipEntries(ctx, off, &d.pos, d.Readdirent)
 }
 
 // ino is the inode number stat shows for the entry: the known node's, or the one its key gets.

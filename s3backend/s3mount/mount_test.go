@@ -43,18 +43,8 @@ type env struct {
 	opts s3mount.Options
 }
 
-func requireFUSE(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("FUSE mount not run in -short mode")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		s3server.Require(t, err)
-	}
-}
-
 func setup(t *testing.T, ck *guardtest.Checker, tune func(*s3mount.Options)) *env {
-	requireFUSE(t)
+	s3server.RequireFUSE(t)
 	srv := s3server.Start(t)
 	srv.Bucket(t, "ckpt")
 	c, err := s3client.New(context.Background(), srv.Config(), s3client.Location{Bucket: "ckpt", Prefix: "flink/"})

@@ -120,25 +120,25 @@ func (f *filesystem) fileAttr(o s3client.Object, out *fuse.Attr) {
 	out.Size = uint64(o.Size)
 	out.Blocks = (out.Size + 511) / 512
 	out.Nlink = 1
-	mt := o.ModTime
-	if mt.IsZero() {
-		mt = f.started
-	}
-	out.SetTimes(&mt, &mt, &mt)
-	out.Owner = fuse.Owner{Uid: f.opts.UID, Gid: f.opts.GID}
-	out.Blksize = 1 << 20
+	f.commonAttr(o, out)
 }
 
 func (f *filesystem) dirAttr(o s3client.Object, out *fuse.Attr) {
 	out.Mode = syscall.S_IFDIR | 0o755
 	out.Nlink = 2
+	out.Size = 4096
+	f.commonAttr(o, out)
+}
+
+// commonAttr sets what files and folders show alike: o's time as all three times (the mount's start
+// when the store gives none, a folder without marker), the mount's owner, 1 MiB blocks.
+func (f *filesystem) commonAttr(o s3client.Object, out *fuse.Attr) {
 	mt := o.ModTime
 	if mt.IsZero() {
 		mt = f.started
 	}
 	out.SetTimes(&mt, &mt, &mt)
 	out.Owner = fuse.Owner{Uid: f.opts.UID, Gid: f.opts.GID}
-	out.Size = 4096
 	out.Blksize = 1 << 20
 }
 

@@ -6,8 +6,6 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
@@ -69,14 +67,8 @@ func bucketOn(t *testing.T, h http.Handler) *s3client.Client {
 	t.Helper()
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
-	cfg := s3client.Config{Endpoint: hs.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 2}
-	c, err := s3client.New(context.Background(), cfg, s3client.Location{Bucket: "bkt"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.API().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
-		t.Fatal(err)
-	}
+	cfg := s3server.FakeConfig(hs.URL, 2)
+	c := s3server.NewBucket(t, cfg, s3client.Location{Bucket: "bkt"})
 	return c
 }
 

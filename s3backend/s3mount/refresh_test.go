@@ -19,7 +19,7 @@ import (
 // directly (changes "beside the mount").
 func setupProxied(t *testing.T, tune func(*s3mount.Options)) (*env, *s3server.Proxy) {
 	t.Helper()
-	requireFUSE(t)
+	s3server.RequireFUSE(t)
 	srv := s3server.Start(t)
 	srv.Bucket(t, "ckpt")
 	loc := s3client.Location{Bucket: "ckpt", Prefix: "flink/"}

@@ -75,7 +75,7 @@ func TestUploadDecidedAgain(t *testing.T) {
 // (chk-78/._metadata.inprogress.<uuid> -> chk-78/_metadata) succeeds and protects what it references at
 // once, while moving an in-flight checkpoint folder or an in-flight state file onto _metadata is refused.
 func TestMetadataCommitRealIndex(t *testing.T) {
-	requireFUSE(t)
+	s3server.RequireFUSE(t)
 	ctx := context.Background()
 	srv := s3server.Start(t)
 	srv.Bucket(t, "ckpt")

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/ckguard/ckguard/refindex/store"
 	"github.com/ckguard/ckguard/s3backend/s3client"
 	"github.com/ckguard/ckguard/s3backend/s3store"
+	"github.com/ckguard/ckguard/s3backend/s3test/s3server"
 )
 
 // walkFaults serves gofakes3 and fails flat listings (no delimiter: a walk, never the descent) while fail
@@ -84,14 +83,8 @@ func faultyClient(t *testing.T) (*s3client.Client, *walkFaults) {
 	wf := &walkFaults{h: gofakes3.New(s3mem.New()).Server(), mu: make(chan struct{}, 1), listings: map[string]int{}}
 	srv := httptest.NewServer(wf)
 	t.Cleanup(srv.Close)
-	cfg := s3client.Config{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 1}
-	c, err := s3client.New(context.Background(), cfg, s3client.Location{Bucket: "bkt"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.API().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
-		t.Fatal(err)
-	}
+	cfg := s3server.FakeConfig(srv.URL, 1)
+	c := s3server.NewBucket(t, cfg, s3client.Location{Bucket: "bkt"})
 	return c, wf
 }
 
@@ -374,14 +367,8 @@ func TestDescentHeadsInParallel(t *testing.T) {
 			g := &headGate{h: gofakes3.New(s3mem.New()).Server(), want: tc.want, open: make(chan struct{})}
 			srv := httptest.NewServer(g)
 			t.Cleanup(srv.Close)
-			cfg := s3client.Config{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 1}
-			c, err := s3client.New(context.Background(), cfg, s3client.Location{Bucket: "bkt"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.API().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
-				t.Fatal(err)
-			}
+			cfg := s3server.FakeConfig(srv.URL, 1)
+			c := s3server.NewBucket(t, cfg, s3client.Location{Bucket: "bkt"})
 			// One checkpoint per job (Flink retains one by default): HEADed, not listed flat.
 			var keys []string
 			for j := range 100 {

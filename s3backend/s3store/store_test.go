@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
@@ -46,14 +44,8 @@ func fakeClient(t *testing.T, prefix string) (*s3client.Client, *counting) {
 	cnt := &counting{h: gofakes3.New(s3mem.New()).Server()}
 	srv := httptest.NewServer(cnt)
 	t.Cleanup(srv.Close)
-	cfg := s3client.Config{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: 2}
-	c, err := s3client.New(context.Background(), cfg, s3client.Location{Bucket: "bkt", Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.API().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
-		t.Fatal(err)
-	}
+	cfg := s3server.FakeConfig(srv.URL, 2)
+	c := s3server.NewBucket(t, cfg, s3client.Location{Bucket: "bkt", Prefix: prefix})
 	return c, cnt
 }
 

@@ -4,8 +4,13 @@
 package guarddtest
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -122,3 +127,39 @@ func (c *Clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 
 // Add moves the clock on by d.
 func (c *Clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// Metrics reads the metrics endpoint at addr (host:port): each series, named with its labels as
+// exposed (`ckguard_refusals_total{op="unlink",reason="referenced"}`), to its value.
+func Metrics(t testing.TB, addr string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	for sc.Scan() {
+		l := sc.Text()
+		i := strings.LastIndexByte(l, ' ')
+		if i < 0 || strings.HasPrefix(l, "#") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(l[i+1:], 64); err == nil {
+			got[l[:i]] = v
+		}
+	}
+	return got
+}
+
+// ReferencesOnly is the default policy with no grace, no active window and no savepoint kept: only
+// references (and pins) keep a file, so a test decides by what the index knows alone.
+func ReferencesOnly() refindex.Policy {
+	pol := refindex.DefaultPolicy()
+	pol.Grace, pol.ActiveWindow, pol.SavepointKeepNewest, pol.SavepointRetention = 0, 0, false, 0
+	return pol
+}

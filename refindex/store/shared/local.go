@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ckguard/ckguard/internal/fsync"
 )
 
 // Local is the CAS of a local or NFS store: a record is a folder <name>.rec below Dir/Version whose
@@ -218,10 +220,7 @@ func (l *Local) Put(ctx context.Context, name string, data []byte, prev string) 
 		}
 		// NFS: our link was applied and its retransmission answered EEXIST.
 	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
+	_ = fsync.Dir(dir)
 	l.collect(dir, next, target)
 	return version(next), nil
 }

@@ -84,6 +84,37 @@ func Require(t testing.TB, err error) {
 	t.Skipf("prerequisite missing: %v", err)
 }
 
+// FakeConfig is the client configuration of a test server at url that checks no credentials (gofakes3,
+// httptest wrappers of it): path-style, fixed keys, at most attempts tries per request.
+func FakeConfig(url string, attempts int) s3client.Config {
+	return s3client.Config{Endpoint: url, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s", MaxAttempts: attempts}
+}
+
+// NewBucket creates the bucket loc names on the server of cfg and returns a client of loc.
+func NewBucket(t testing.TB, cfg s3client.Config, loc s3client.Location) *s3client.Client {
+	t.Helper()
+	c, err := s3client.New(context.Background(), cfg, loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.API().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String(loc.Bucket)}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// RequireFUSE skips a test that mounts a FUSE filesystem in -short mode, and when the machine has no
+// /dev/fuse (fails it when CI=true, as Require does).
+func RequireFUSE(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("FUSE mount not run in -short mode")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		Require(t, err)
+	}
+}
+
 // FreeAddr returns a free 127.0.0.1 port.
 func FreeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
