@@ -1,0 +1,355 @@
+package shared_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ckguard/ckguard/refindex/store/shared"
+	"github.com/ckguard/ckguard/refindex/store/shared/sharedtest"
+)
+
+// oddKeys are store keys a user of an --allow-other mount can give a file: bytes that are not UTF-8,
+// a newline, "..", a very long name. Every record keyed by one must keep its exact bytes.
+var oddKeys = []string{
+	"job/shared/\xff\xfe-not-utf8",
+	"job/chk-1/a\nb",
+	"../outside/the/store",
+	"job/" + strings.Repeat("x", 8000),
+	"\x00b64:looks-escaped",
+}
+
+// TestRedteamHoldKeysWithOddBytes: a fleet hold recorded for a key that is not UTF-8 (or that has a
+// newline, "..", 8,000 bytes) keeps its exact key, and one such record never stops the lease holder
+// listing (and so releasing) the other holds no mount needs.
+func TestRedteamHoldKeysWithOddBytes(t *testing.T) {
+	ctx := context.Background()
+	c, err := shared.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := shared.NewHolds(c, "hosta-m"), shared.NewHolds(c, "hostb-m")
+	keys := append([]string{"job/chk-1/plain"}, oddKeys...)
+	for _, k := range keys {
+		if err := a.Need(ctx, k, ""); err != nil {
+			t.Fatalf("need %.40q: %v", k, err)
+		}
+		if _, _, err := a.Drop(ctx, k, false); err != nil {
+			t.Fatalf("drop %.40q: %v", k, err)
+		}
+	}
+	orphans, err := b.Orphans(ctx)
+	if err != nil {
+		t.Fatalf("the lease holder cannot list the holds no mount needs: %v", err)
+	}
+	got := map[string]bool{}
+	for _, o := range orphans {
+		got[o.Key] = true
+	}
+	for _, k := range keys {
+		if !got[k] {
+			t.Errorf("orphan %.40q not listed with its exact bytes (%d listed)", k, len(orphans))
+		}
+		rec, ok, err := b.Get(ctx, k)
+		if err != nil || !ok || rec.Key != k {
+			t.Errorf("get %.40q: %.40q %v %v", k, rec.Key, ok, err)
+		}
+		if release, _, err := b.Claim(ctx, k); err != nil || !release {
+			t.Errorf("claim %.40q: %v %v", k, release, err)
+		}
+	}
+}
+
+// TestRedteamPinKeysWithOddBytes: a pin of a _metadata whose path is not UTF-8 pins that path (on
+// every mount), and never makes the pins unreadable: a failed load refuses the retirement of every
+// live checkpoint on every mount of the store.
+func TestRedteamPinKeysWithOddBytes(t *testing.T) {
+	ctx := context.Background()
+	c, err := shared.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := shared.NewPins(c, "hosta")
+	for _, k := range append([]string{"job/chk-1/_metadata"}, oddKeys...) {
+		if _, err := p.Set(ctx, k, true, "op@hosta"); err != nil {
+			t.Fatalf("pin %.40q: %v", k, err)
+		}
+	}
+	pins, err := shared.NewPins(c, "hostb").Load(ctx)
+	if err != nil {
+		t.Fatalf("one pin's odd key made the store's pins unreadable: %v", err)
+	}
+	for _, k := range append([]string{"job/chk-1/_metadata"}, oddKeys...) {
+		if _, ok := pins[k]; !ok {
+			t.Errorf("pin of %.40q not loaded with its exact bytes (got %d pins)", k, len(pins))
+		}
+	}
+}
+
+// TestRedteamRestoreKeysWithOddBytes: a restore record of an entry whose path is not UTF-8 names
+// that path exactly, so a later restore of the path finds who restored it.
+func TestRedteamRestoreKeysWithOddBytes(t *testing.T) {
+	ctx := context.Background()
+	c, err := shared.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for i, k := range oddKeys {
+		id := fmt.Sprintf("e%d-%s", i, k)
+		if err := shared.ClaimRestore(ctx, c, shared.Restore{Entry: id, Key: k, Mount: "hosta-m", Host: "hosta"}, now); err != nil {
+			t.Fatal(err)
+		}
+		if err := shared.FinishRestore(ctx, c, id, "hosta-m", nil, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err := shared.Restores(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, r := range recs {
+		got[r.Key] = r.Entry
+	}
+	for i, k := range oddKeys {
+		if got[k] != fmt.Sprintf("e%d-%s", i, k) {
+			t.Errorf("restore of %.40q not recorded with its exact path and entry (%d records)", k, len(got))
+		}
+	}
+}
+
+// TestRedteamRestoreClaimOfCrashedHost: a claim left `restoring` by a mount killed mid-restore
+// refuses the restore elsewhere naming the host, the mount and the claim's time, and says when the
+// claim lapses and what to do; after RestoreClaimTTL the entry is claimed again.
+func TestRedteamRestoreClaimOfCrashedHost(t *testing.T) {
+	ctx := context.Background()
+	c := sharedtest.NewMem()
+	t0 := time.Date(2026, 12, 7, 16, 0, 0, 0, time.UTC)
+	if err := shared.ClaimRestore(ctx, c, shared.Restore{Entry: "e1", Key: "job/f", Mount: "crashed-m", Host: "crashed"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	// crashed-m was killed here: it never finishes.
+	err := shared.ClaimRestore(ctx, c, shared.Restore{Entry: "e1", Key: "job/f", Mount: "b-m", Host: "b"}, t0.Add(time.Minute))
+	var already *shared.AlreadyRestoredError
+	if !errors.As(err, &already) {
+		t.Fatalf("claim over a live claim: %v", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"crashed", "crashed-m", "2026-12-07T16:00:00Z", "2026-12-07T16:10:00Z", "retry"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("refusal %q does not name %q", msg, want)
+		}
+	}
+	if err := shared.ClaimRestore(ctx, c, shared.Restore{Entry: "e1", Key: "job/f", Mount: "b-m", Host: "b"}, t0.Add(shared.RestoreClaimTTL)); err != nil {
+		t.Fatalf("a crashed mount's claim still blocks the restore after its TTL: %v", err)
+	}
+}
+
+// TestRedteamRestoreClaimWithSkewedClock: a claim dated in the future by a host whose clock is ahead
+// (then killed) keeps other mounts off for at most twice RestoreClaimTTL of their time, whatever the
+// skew, and the refusal says the claim's time is ahead of this host's clock; a claim dated far in the
+// past (a clock behind) lapses at once, which loses nothing: a restore never replaces a file.
+func TestRedteamRestoreClaimWithSkewedClock(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 12, 7, 16, 0, 0, 0, time.UTC)
+	for _, skew := range []time.Duration{time.Minute, time.Hour, 24 * time.Hour, 100 * 365 * 24 * time.Hour} {
+		c := sharedtest.NewMem()
+		if err := shared.ClaimRestore(ctx, c, shared.Restore{Entry: "e1", Key: "job/f", Mount: "ahead-m", Host: "ahead"}, now.Add(skew)); err != nil {
+			t.Fatal(err)
+		}
+		err := shared.ClaimRestore(ctx, c, shared.Restore{Entry: "e1", Key: "job/f", Mount: "b-m", Host: "b"}, now)
+		if skew < shared.RestoreClaimTTL {
+			if !errors.As(err, new(*shared.AlreadyRestoredError)) || !strings.Contains(err.Error(), "ahead of this host's clock") {
+				t.Errorf("skew %v: a fresh claim from a host ahead: %v", skew, err)
+			}
+		}
+		if err := shared.ClaimRestore(ctx, c, shared.Restore{Entry: "e1", Key: "job/f", Mount: "b-m", Host: "b"}, now.Add(2*shared.RestoreClaimTTL)); err != nil {
+			t.Errorf("skew %v: a claim dated in the future still blocks the restore two TTLs later: %v", skew, err)
+		}
+	}
+	c := sharedtest.NewMem()
+	if err := shared.ClaimRestore(ctx, c, shared.Restore{Entry: "e1", Key: "job/f", Mount: "behind-m", Host: "behind"}, now.Add(-24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := shared.ClaimRestore(ctx, c, shared.Restore{Entry: "e1", Key: "job/f", Mount: "b-m", Host: "b"}, now); err != nil {
+		t.Errorf("a claim dated a day back: %v", err)
+	}
+}
+
+// TestRedteamRestoreClaimDamaged: a restore record that is not JSON (in the envelope or in its data)
+// refuses that entry's restore naming the record and what to do, never panics, and leaves every other
+// entry's claim alone.
+func TestRedteamRestoreClaimDamaged(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	c, err := shared.NewLocal(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plant := func(id string, data []byte) {
+		dir := filepath.Join(root, shared.Dir, shared.Version, filepath.FromSlash(shared.RestoreName(id))+".rec")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%020d", 1)), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inner, _ := json.Marshal(shared.Envelope{Format: 1, Writes: []string{"x"}, Data: json.RawMessage(`[1,2,3]`)})
+	plant("bad-envelope", []byte("not json \x00\xff"))
+	plant("bad-data", inner)
+	for _, id := range []string{"bad-envelope", "bad-data"} {
+		rc := &shared.RestoreClaims{C: c, Mount: "b-m", Host: "b"}
+		done, err := rc.Claim(ctx, id, "job/f")
+		if err == nil {
+			done(nil)
+			t.Errorf("%s: claimed over a damaged record", id)
+			continue
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, "damaged") || !strings.Contains(msg, "move it away") || !strings.Contains(msg, filepath.Join(root, shared.Dir)) {
+			t.Errorf("%s: refusal does not name the damaged record and the fix: %v", id, err)
+		}
+		if _, _, err := shared.RestoreOf(ctx, c, id); err == nil {
+			t.Errorf("%s: read as a record", id)
+		}
+	}
+	rc := &shared.RestoreClaims{C: c, Mount: "b-m", Host: "b"}
+	done, err := rc.Claim(ctx, "fine", "job/g")
+	if err != nil {
+		t.Fatalf("a damaged record of another entry refused this one: %v", err)
+	}
+	done(nil)
+	// A record for an entry no quarantine holds is only its history: an explanation, never a refusal.
+	orig := errors.New("no such entry")
+	if got := rc.Explain(ctx, "never-staged", orig); got != orig {
+		t.Errorf("explain of an unknown entry: %v", got)
+	}
+}
+
+// TestRedteamRestoreClaimHuge: a record file of hostile length (64 MiB, sparse) is refused as damaged
+// without reading it whole.
+func TestRedteamRestoreClaimHuge(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	c, err := shared.NewLocal(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, shared.Dir, shared.Version, filepath.FromSlash(shared.RestoreName("huge"))+".rec")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%020d", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(64 << 20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	rc := &shared.RestoreClaims{C: c, Mount: "b-m", Host: "b"}
+	_, err = rc.Claim(ctx, "huge", "job/f")
+	runtime.ReadMemStats(&after)
+	if err == nil {
+		t.Fatal("claimed over a 64 MiB record")
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
+		t.Errorf("reading a 64 MiB record allocated %d MiB", grew>>20)
+	}
+	if !strings.Contains(err.Error(), "damaged") {
+		t.Errorf("refusal: %v", err)
+	}
+}
+
+// TestRedteamHoldReleasedConcurrently: two mounts letting one hold go at the same moment, both
+// believing they hold the sweeper lease (the lease's residual window): the hold is released at most
+// once per round, never while a mount needs it, and ends released.
+func TestRedteamHoldReleasedConcurrently(t *testing.T) {
+	ctx := context.Background()
+	c, err := shared.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 20 {
+		key := fmt.Sprintf("job/shared/f%d", round)
+		a, b := shared.NewHolds(c, "hosta-m"), shared.NewHolds(c, "hostb-m")
+		for _, h := range []*shared.Holds{a, b} {
+			if err := h.Need(ctx, key, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		releases := make([]bool, 2)
+		for i, h := range []*shared.Holds{a, b} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rel, _, err := h.Drop(ctx, key, true)
+				if err != nil {
+					t.Error(err)
+				}
+				releases[i] = rel
+			}()
+		}
+		wg.Wait()
+		if releases[0] == releases[1] {
+			t.Fatalf("round %d: releases %v: want exactly one releaser", round, releases)
+		}
+		h := a
+		if releases[1] {
+			h = b
+		}
+		if rehold, err := h.Released(ctx, key); err != nil || rehold {
+			t.Fatalf("round %d: released: %v %v", round, rehold, err)
+		}
+		rec, _, _ := a.Get(ctx, key)
+		if rec.State != shared.HeldOff || len(rec.Needers) != 0 {
+			t.Fatalf("round %d: %+v", round, rec)
+		}
+	}
+}
+
+// TestRedteamHoldNeedOfKilledMount: a mount killed after recording its need and before setting the
+// hold keeps the record needed (the safe side: nothing is released under it), and the same mount,
+// started again, drops the need when its rules let the key go, after which the lease holder releases.
+func TestRedteamHoldNeedOfKilledMount(t *testing.T) {
+	ctx := context.Background()
+	c, err := shared.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "job/chk-3/f"
+	if err := shared.NewHolds(c, "killed-m").Need(ctx, key, ""); err != nil {
+		t.Fatal(err)
+	}
+	lease := shared.NewHolds(c, "lease-m")
+	if rel, _, err := lease.Drop(ctx, key, true); err != nil || rel {
+		t.Fatalf("the lease holder released a key another mount needs: %v %v", rel, err)
+	}
+	if o, err := lease.Orphans(ctx); err != nil || len(o) != 0 {
+		t.Fatalf("orphans while a (killed) mount needs it: %v %v", o, err)
+	}
+	if ok, _, err := lease.Claim(ctx, key); err != nil || ok {
+		t.Fatalf("claimed a needed hold: %v %v", ok, err)
+	}
+	if _, _, err := shared.NewHolds(c, "killed-m").Drop(ctx, key, false); err != nil {
+		t.Fatal(err)
+	}
+	o, err := lease.Orphans(ctx)
+	if err != nil || len(o) != 1 || o[0].Key != key {
+		t.Fatalf("orphans after the restarted mount let go: %v %v", o, err)
+	}
+}
