@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -68,7 +67,7 @@ func (h *Holds) update(ctx context.Context, key string, fn func(r *Held, exists 
 	_, err := Update(ctx, h.c, HeldName(key), UpdateOptions{}, func(cur []byte, exists bool) ([]byte, error) {
 		var r Held
 		if exists {
-			if err := json.Unmarshal(cur, &r); err != nil {
+			if err := decodeRecord(cur, &r); err != nil {
 				return nil, fmt.Errorf("fleet hold record of %s is damaged: %w", key, err)
 			}
 		}
@@ -82,7 +81,7 @@ func (h *Holds) update(ctx context.Context, key string, fn func(r *Held, exists 
 		}
 		r.By, r.Changed = h.mount, h.now().UTC()
 		got = r
-		return json.Marshal(r)
+		return encodeRecord(r)
 	})
 	if err != nil && !errors.Is(err, ErrNoChange) {
 		return got, fmt.Errorf("fleet hold of %s in %s: %w", key, h.c.Where(), err)

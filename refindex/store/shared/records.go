@@ -7,7 +7,24 @@ import (
 	"fmt"
 	"io/fs"
 	"sync"
+
+	"github.com/ckguard/ckguard/internal/jsonbytes"
 )
+
+// encodeRecord is a record's data as JSON with every string that is not valid UTF-8 escaped
+// (internal/jsonbytes): store keys and paths are bytes, and a key JSON changed on the way (its invalid
+// bytes made U+FFFD) is another object's key: its record would not match its name, a pin of it would
+// protect nothing and a hold record would be released for the wrong object.
+func encodeRecord(v any) ([]byte, error) { return json.Marshal(jsonbytes.Escape(v)) }
+
+// decodeRecord reverses encodeRecord into p. A record written before the escape has no escaped string:
+// it decodes as before.
+func decodeRecord(data []byte, p any) error {
+	if err := json.Unmarshal(data, p); err != nil {
+		return err
+	}
+	return jsonbytes.Unescape(p)
+}
 
 // readRecord reads and decodes the data of record name (false: there is none).
 func readRecord[T any](ctx context.Context, c CAS, name string) (T, bool, error) {
@@ -19,7 +36,7 @@ func readRecord[T any](ctx context.Context, c CAS, name string) (T, bool, error)
 	if err != nil {
 		return v, false, err
 	}
-	if err := json.Unmarshal(data, &v); err != nil {
+	if err := decodeRecord(data, &v); err != nil {
 		return v, false, fmt.Errorf("shared record %s/%s is damaged: %w", c.Where(), name, err)
 	}
 	return v, true, nil
@@ -84,7 +101,7 @@ func (rc *recordCache[T]) load(ctx context.Context, c CAS, prefix string, valid 
 			return nil, err
 		}
 		var r T
-		if err := json.Unmarshal(data, &r); err != nil || !valid(e.Name, r) {
+		if err := decodeRecord(data, &r); err != nil || !valid(e.Name, r) {
 			return nil, damaged(e.Name, err)
 		}
 		next[e.Name] = cachedRecord[T]{ver: ver, rec: r}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -83,7 +82,7 @@ func ClaimRestore(ctx context.Context, c CAS, want Restore, now time.Time) error
 		taken = nil
 		if exists {
 			var old Restore
-			if err := json.Unmarshal(cur, &old); err != nil {
+			if err := decodeRecord(cur, &old); err != nil {
 				return nil, fmt.Errorf("restore record of entry %s is damaged: %w", want.Entry, err)
 			}
 			switch {
@@ -97,7 +96,7 @@ func ClaimRestore(ctx context.Context, c CAS, want Restore, now time.Time) error
 		}
 		next := want
 		next.State, next.At, next.Done, next.Error = Restoring, now.UTC(), time.Time{}, ""
-		return json.Marshal(next)
+		return encodeRecord(next)
 	})
 	if err != nil {
 		return fmt.Errorf("claim the restore of /%s in %s: %w", want.Key, c.Where(), err)
@@ -115,7 +114,7 @@ func FinishRestore(ctx context.Context, c CAS, id, mount string, restoreErr erro
 		if !exists {
 			return nil, fmt.Errorf("restore record of entry %s: gone", id)
 		}
-		if err := json.Unmarshal(cur, &r); err != nil {
+		if err := decodeRecord(cur, &r); err != nil {
 			return nil, fmt.Errorf("restore record of entry %s is damaged: %w", id, err)
 		}
 		if r.Mount != mount || r.State != Restoring {
@@ -125,7 +124,7 @@ func FinishRestore(ctx context.Context, c CAS, id, mount string, restoreErr erro
 		if restoreErr != nil {
 			r.State, r.Error = RestoreFailed, restoreErr.Error()
 		}
-		return json.Marshal(r)
+		return encodeRecord(r)
 	})
 	if err != nil {
 		return fmt.Errorf("record the restore of entry %s in %s: %w", id, c.Where(), err)
