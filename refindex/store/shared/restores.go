@@ -41,7 +41,20 @@ const (
 // S3 copy of a large object minutes); a claim older than this is taken for a crashed claimer's, and
 // the entry, still staged, may be claimed again. The move itself never replaces anything, so a second
 // claim after a slow first one cannot lose data: one of the moves fails.
+//
+// The age is measured between the claimer's clock (the claim's time) and the reader's: a claim dated
+// ahead of the reader counts as old as it is ahead (claimAge), so that a claimer whose clock runs
+// ahead and which then died keeps the entry for at most twice the TTL of the reader's time, never
+// until its own clock's date comes round.
 const RestoreClaimTTL = 10 * time.Minute
+
+// claimAge is how old a claim made at at is at now, by the distance between the two clocks' readings.
+func claimAge(at, now time.Time) time.Duration {
+	if d := now.Sub(at); d >= 0 {
+		return d
+	}
+	return at.Sub(now)
+}
 
 // RestoreName is the record name of entry id's restore.
 func RestoreName(id string) string {
@@ -51,7 +64,12 @@ func RestoreName(id string) string {
 
 // AlreadyRestoredError is ClaimRestore's answer when another mount restored the entry, or is restoring
 // it now.
-type AlreadyRestoredError struct{ Rec Restore }
+type AlreadyRestoredError struct {
+	Rec Restore
+	// Seen is the reader's clock when it found the claim (zero: unknown); it lets the message say a
+	// claim is dated ahead of it.
+	Seen time.Time
+}
 
 // ErrAlreadyRestored is wrapped by AlreadyRestoredError.
 var ErrAlreadyRestored = errors.New("already restored")
@@ -63,7 +81,11 @@ func (e *AlreadyRestoredError) Error() string {
 		who = fmt.Sprintf("`ckguard quarantine restore` of %s on %s (no mount held the store)", by, r.Host)
 	}
 	if r.State == Restoring {
-		return fmt.Sprintf("restore /%s: being restored by %s since %s: not restored twice (entry %s)", r.Key, who, r.At.UTC().Format(time.RFC3339), r.Entry)
+		ahead := ""
+		if !e.Seen.IsZero() && r.At.After(e.Seen) {
+			ahead = fmt.Sprintf(", ahead of this host's clock (%s): one of the two clocks is off", e.Seen.UTC().Format(time.RFC3339))
+		}
+		return fmt.Sprintf("restore /%s: being restored by %s since %s%s: not restored twice (entry %s); the entry stays in quarantine, and if that mount stopped before it finished, its claim lapses at %s: retry then", r.Key, who, r.At.UTC().Format(time.RFC3339), ahead, r.Entry, r.At.Add(RestoreClaimTTL).UTC().Format(time.RFC3339))
 	}
 	return fmt.Sprintf("restore /%s: already restored by %s at %s: nothing to do (entry %s)", r.Key, who, r.Done.UTC().Format(time.RFC3339), r.Entry)
 }
@@ -87,10 +109,10 @@ func ClaimRestore(ctx context.Context, c CAS, want Restore, now time.Time) error
 			}
 			switch {
 			case old.State == Restored:
-				taken = &AlreadyRestoredError{old}
+				taken = &AlreadyRestoredError{Rec: old}
 				return nil, ErrNoChange
-			case old.State == Restoring && old.Mount != want.Mount && now.Sub(old.At) < RestoreClaimTTL:
-				taken = &AlreadyRestoredError{old}
+			case old.State == Restoring && old.Mount != want.Mount && claimAge(old.At, now) < RestoreClaimTTL:
+				taken = &AlreadyRestoredError{Rec: old, Seen: now}
 				return nil, ErrNoChange
 			}
 		}
@@ -222,5 +244,5 @@ func (rc *RestoreClaims) Explain(ctx context.Context, id string, err error) erro
 	if r.State == Restoring {
 		r = rc.Await(ctx, id)
 	}
-	return &AlreadyRestoredError{Rec: r}
+	return &AlreadyRestoredError{Rec: r, Seen: time.Now()}
 }
