@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"sync"
 
@@ -37,7 +36,7 @@ func readRecord[T any](ctx context.Context, c CAS, name string) (T, bool, error)
 		return v, false, err
 	}
 	if err := decodeRecord(data, &v); err != nil {
-		return v, false, fmt.Errorf("shared record %s/%s is damaged: %w", c.Where(), name, err)
+		return v, false, &DamagedError{Record: c.Where() + "/" + name, Err: err}
 	}
 	return v, true, nil
 }

@@ -105,7 +105,7 @@ func ClaimRestore(ctx context.Context, c CAS, want Restore, now time.Time) error
 		if exists {
 			var old Restore
 			if err := decodeRecord(cur, &old); err != nil {
-				return nil, fmt.Errorf("restore record of entry %s is damaged: %w", want.Entry, err)
+				return nil, &DamagedError{Record: c.Where() + "/" + RestoreName(want.Entry), Err: fmt.Errorf("restore record of entry %s: %w", want.Entry, err)}
 			}
 			switch {
 			case old.State == Restored:
@@ -137,7 +137,7 @@ func FinishRestore(ctx context.Context, c CAS, id, mount string, restoreErr erro
 			return nil, fmt.Errorf("restore record of entry %s: gone", id)
 		}
 		if err := decodeRecord(cur, &r); err != nil {
-			return nil, fmt.Errorf("restore record of entry %s is damaged: %w", id, err)
+			return nil, &DamagedError{Record: c.Where() + "/" + RestoreName(id), Err: fmt.Errorf("restore record of entry %s: %w", id, err)}
 		}
 		if r.Mount != mount || r.State != Restoring {
 			return nil, ErrNoChange // taken over after RestoreClaimTTL: the later claim's outcome counts
@@ -195,6 +195,9 @@ func (rc *RestoreClaims) Claim(ctx context.Context, id, key string) (func(error)
 	if err != nil {
 		if errors.As(err, &already) {
 			return nil, err
+		}
+		if damaged := (*DamagedError)(nil); errors.As(err, &damaged) {
+			return nil, fmt.Errorf("restore /%s: nothing was moved: %w", key, err)
 		}
 		return nil, fmt.Errorf("restore /%s: %w: the store's shared state cannot say whether another mount restores it too, so nothing was moved; retry once `ckguard fleet` answers", key, err)
 	}
