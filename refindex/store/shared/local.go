@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -151,15 +152,38 @@ func (l *Local) Get(ctx context.Context, name string) ([]byte, string, error) {
 		if err != nil {
 			return nil, "", fmt.Errorf("shared record %s: %w", name, err)
 		}
-		b, err := os.ReadFile(filepath.Join(dir, genName(g)))
+		b, err := readBounded(filepath.Join(dir, genName(g)))
 		if errors.Is(err, fs.ErrNotExist) && try < 3 {
 			continue // removed after newer ones were written: read the newest again
+		}
+		if errors.Is(err, errTooLong) {
+			return nil, "", &DamagedError{Record: l.base + "/" + name, Err: err}
 		}
 		if err != nil {
 			return nil, "", fmt.Errorf("shared record %s: %w", name, err)
 		}
 		return b, version(g), nil
 	}
+}
+
+var errTooLong = fmt.Errorf("longer than %d bytes, more than a shared record holds", MaxRecordBytes)
+
+// readBounded reads a generation file, at most MaxRecordBytes of it: a file of hostile length is never
+// read whole.
+func readBounded(p string) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxRecordBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxRecordBytes {
+		return nil, errTooLong
+	}
+	return b, nil
 }
 
 // Put implements CAS.

@@ -105,6 +105,11 @@ type Envelope struct {
 // reports its outcome unknown rather than write again.
 const keepWrites = 32
 
+// MaxRecordBytes bounds a record's bytes as read: every area reads at most this much of a record, and
+// a longer one is damaged (what ckguard writes is a few hundred bytes; a hold record with its needers a
+// few kilobytes).
+const MaxRecordBytes = 4 << 20
+
 // DamagedError is a record whose bytes do not decode (its envelope or its data). Moving the record
 // away is the fix: the next change writes it afresh.
 type DamagedError struct {
@@ -160,6 +165,9 @@ func Update(ctx context.Context, c CAS, name string, o UpdateOptions, fn func(cu
 		}
 		raw, ver, err := c.Get(ctx, name)
 		exists := err == nil
+		if damaged := (*DamagedError)(nil); errors.As(err, &damaged) {
+			return res, err // reading it again reads the same bytes
+		}
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			unknown = err
 			sleep(ctx, &pause)
