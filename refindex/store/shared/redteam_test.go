@@ -353,3 +353,40 @@ func TestRedteamHoldNeedOfKilledMount(t *testing.T) {
 		t.Fatalf("orphans after the restarted mount let go: %v %v", o, err)
 	}
 }
+
+// TestRedteamDamagedHoldRecordRefusesOnlyItself: one hold record that does not decode (a torn copy,
+// an object put beside the mounts) keeps its own object held, but the lease holder still lists, and
+// so releases, every other hold no mount needs; the damaged record is named.
+func TestRedteamDamagedHoldRecordRefusesOnlyItself(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	c, err := shared.NewLocal(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := shared.NewHolds(c, "hosta-m")
+	for _, k := range []string{"job/chk-1/f", "job/chk-1/g"} {
+		if err := a.Need(ctx, k, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := a.Drop(ctx, k, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bad := shared.HeldName("job/chk-1/broken")
+	dir := filepath.Join(root, shared.Dir, shared.Version, filepath.FromSlash(bad)+".rec")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%020d", 1)), []byte(`{"format":1,"writes":["x"],"data":{"key":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	orphans, err := shared.NewHolds(c, "lease-m").Orphans(ctx)
+	if len(orphans) != 2 {
+		t.Errorf("one damaged hold record kept the lease holder from every release: %d orphans listed, err %v", len(orphans), err)
+	}
+	var damaged *shared.DamagedError
+	if !errors.As(err, &damaged) || !strings.Contains(err.Error(), bad) {
+		t.Errorf("the damaged record is not named: %v", err)
+	}
+}
