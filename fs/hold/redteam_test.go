@@ -1,0 +1,64 @@
+package hold
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ckguard/ckguard/refindex/store/shared"
+	"github.com/ckguard/ckguard/refindex/store/shared/sharedtest"
+)
+
+// TestRedteamDamagedFleetRecordReleasesTheRest: a mount let two holds go and has no lease; beside
+// their records lies one that does not decode. The lease holder's pass releases both, keeps the
+// damaged record's object as it is, and fails naming that record (so the status shows it).
+func TestRedteamDamagedFleetRecordReleasesTheRest(t *testing.T) {
+	area := sharedtest.NewMem()
+	prim := &flagPrim{held: map[string]bool{}}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	newEngine := func(id string, lease bool, ix *setIndex) *Engine {
+		l, err := OpenLedger(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lb atomic.Bool
+		lb.Store(lease)
+		e := New(Options{Primitive: prim, Index: ix, Ledger: l, Logger: quiet, StatusDir: t.TempDir(),
+			Fleet: testFleet{shared.NewHolds(area, id), &lb}})
+		t.Cleanup(func() { e.Close() })
+		return e
+	}
+	ctx := context.Background()
+	aix := &setIndex{prot: map[string]bool{"j/shared/1": true, "j/shared/2": true}}
+	a := newEngine("host-a", false, aix)
+	if err := a.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	aix.mu.Lock()
+	aix.prot = map[string]bool{}
+	aix.mu.Unlock()
+	if err := a.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	prim.held["j/shared/broken"] = true
+	bad := shared.HeldName("j/shared/broken")
+	if _, err := area.Put(ctx, bad, []byte(`{"format":1,"data":`), ""); err != nil {
+		t.Fatal(err)
+	}
+	b := newEngine("host-b", true, &setIndex{prot: map[string]bool{}})
+	err := b.Pass(ctx)
+	if prim.on("j/shared/1") || prim.on("j/shared/2") {
+		t.Errorf("one damaged fleet record kept the lease holder from releasing the others: held %v", prim.held)
+	}
+	if !prim.on("j/shared/broken") {
+		t.Error("the damaged record's object was released")
+	}
+	var damaged *shared.DamagedError
+	if !errors.As(err, &damaged) || !strings.Contains(err.Error(), bad) {
+		t.Errorf("the lease holder's pass does not name the damaged record: %v", err)
+	}
+}
