@@ -58,7 +58,7 @@ func (p *Pins) load(ctx context.Context) ([]Pin, error) {
 	return p.cache.load(ctx, p.c, "pins/", func(name string, pin Pin) bool { return pin.Key != "" && PinName(pin.Key) == name },
 		func(name string, err error) error {
 			return fmt.Errorf("shared pin %s/%s is damaged (%v): move it away and pin again", p.c.Where(), name, err)
-		})
+		}, false) // a damaged pin may protect any checkpoint: the load fails, so nothing is retired
 }
 
 // Load implements refindex.SharedPins: the active pins, key → since.

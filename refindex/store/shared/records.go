@@ -75,8 +75,9 @@ type cachedRecord[T any] struct {
 }
 
 // load lists prefix and returns every record. valid checks a record read under its name; a record
-// it refuses (or that does not decode) fails the load with damaged's error.
-func (rc *recordCache[T]) load(ctx context.Context, c CAS, prefix string, valid func(name string, rec T) bool, damaged func(name string, err error) error) ([]T, error) {
+// it refuses (or that does not decode) fails the load with damaged's error, or, with skipDamaged, is
+// left out and its error joined to the one returned beside the other records.
+func (rc *recordCache[T]) load(ctx context.Context, c CAS, prefix string, valid func(name string, rec T) bool, damaged func(name string, err error) error, skipDamaged bool) ([]T, error) {
 	es, err := c.List(ctx, prefix)
 	if err != nil {
 		return nil, err
@@ -86,6 +87,7 @@ func (rc *recordCache[T]) load(ctx context.Context, c CAS, prefix string, valid 
 	old := rc.recs
 	rc.mu.Unlock()
 	next := make(map[string]cachedRecord[T], len(es))
+	var skipped []error
 	for _, e := range es {
 		if cr, ok := old[e.Name]; ok && cr.ver == e.Version {
 			next[e.Name] = cr
@@ -96,11 +98,20 @@ func (rc *recordCache[T]) load(ctx context.Context, c CAS, prefix string, valid 
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
+		var bad *DamagedError
+		if skipDamaged && errors.As(err, &bad) {
+			skipped = append(skipped, err)
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
 		var r T
 		if err := decodeRecord(data, &r); err != nil || !valid(e.Name, r) {
+			if skipDamaged {
+				skipped = append(skipped, damaged(e.Name, err))
+				continue
+			}
 			return nil, damaged(e.Name, err)
 		}
 		next[e.Name] = cachedRecord[T]{ver: ver, rec: r}
@@ -112,7 +123,7 @@ func (rc *recordCache[T]) load(ctx context.Context, c CAS, prefix string, valid 
 	for _, cr := range next {
 		out = append(out, cr.rec)
 	}
-	return out, nil
+	return out, errors.Join(skipped...)
 }
 
 // requests is the number of requests the last load sent.
