@@ -62,3 +62,38 @@ func TestRedteamDamagedFleetRecordReleasesTheRest(t *testing.T) {
 		t.Errorf("the lease holder's pass does not name the damaged record: %v", err)
 	}
 }
+
+// TestRedteamReferencesIntoCkguardFolders: a `_metadata` any user of the store can write may
+// reference files in ckguard's own folders at the store root: the quarantine's staged entries and the
+// shared area's records. The hold pass never holds them: an immutable flag or legal hold there would
+// make those entries impossible to restore or purge and the records' old generations impossible to
+// remove, on every mount of the store.
+func TestRedteamReferencesIntoCkguardFolders(t *testing.T) {
+	prim := &flagPrim{held: map[string]bool{}}
+	l, err := OpenLedger(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reserved := []string{
+		".ckguard-quarantine/entry-1",
+		".ckguard/v1/pins/0123456789abcdef0123456789abcdef.rec/00000000000000000001",
+		".ckguard/v1/restores/0123456789abcdef0123456789abcdef.rec/00000000000000000001",
+	}
+	ix := &setIndex{prot: map[string]bool{"job/chk-1/f": true}}
+	for _, k := range reserved {
+		ix.prot[k] = true
+	}
+	e := New(Options{Primitive: prim, Index: ix, Ledger: l, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), StatusDir: t.TempDir()})
+	defer e.Close()
+	if err := e.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !prim.on("job/chk-1/f") {
+		t.Fatal("the checkpoint's own file is not held")
+	}
+	for _, k := range reserved {
+		if prim.on(k) {
+			t.Errorf("held ckguard's own file %s", k)
+		}
+	}
+}
