@@ -375,6 +375,12 @@ func (e *Engine) Pass(ctx context.Context) error {
 			dirs++
 			return true
 		}
+		if store.InQuarantine(k) {
+			// ckguard's own folders (the quarantine, the shared area) hold no checkpoint's file; any
+			// user of the store can write a `_metadata` naming them, and a hold there would keep
+			// staged entries from every restore and purge and records from their collection.
+			return true
+		}
 		en, ok := l.see(k, epoch)
 		switch {
 		case !ok:
