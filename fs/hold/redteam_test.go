@@ -97,3 +97,63 @@ func TestRedteamReferencesIntoCkguardFolders(t *testing.T) {
 		}
 	}
 }
+
+// killedPrim is the store of a mount killed right after it recorded its need in the fleet: its hold
+// request never arrives.
+type killedPrim struct{ *flagPrim }
+
+func (killedPrim) Hold(context.Context, string, string) error {
+	return errors.New("the mount was killed before its hold was sent")
+}
+
+// TestRedteamNeedOfKilledMount: a mount killed between recording its need and setting the hold. While
+// it is down its need keeps the lease holder from releasing the key; started again with the same
+// ledger and no longer protecting the key, it drops the need, and the lease holder then releases.
+func TestRedteamNeedOfKilledMount(t *testing.T) {
+	area := sharedtest.NewMem()
+	prim := &flagPrim{held: map[string]bool{}}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx := context.Background()
+	const k = "j/shared/sst-1"
+	ledgerDir := t.TempDir()
+	engine := func(id string, lease bool, p Primitive, ix *setIndex, dir string) *Engine {
+		l, err := OpenLedger(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lb atomic.Bool
+		lb.Store(lease)
+		return New(Options{Primitive: p, Index: ix, Ledger: l, Logger: quiet, StatusDir: t.TempDir(),
+			Fleet: testFleet{shared.NewHolds(area, id), &lb}})
+	}
+	a1 := engine("host-a", false, killedPrim{prim}, &setIndex{prot: map[string]bool{k: true}}, ledgerDir)
+	_ = a1.Pass(ctx) // killed: its hold never arrives
+	a1.Close()
+	rec, ok, err := shared.NewHolds(area, "x").Get(ctx, k)
+	if err != nil || !ok || rec.Needers["host-a"].IsZero() {
+		t.Fatalf("the killed mount's need: %+v %v %v", rec, ok, err)
+	}
+	prim.held[k] = true // say another path held it meanwhile: the need must keep it
+	b := engine("host-b", true, prim, &setIndex{prot: map[string]bool{}}, t.TempDir())
+	defer b.Close()
+	if err := b.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !prim.on(k) {
+		t.Fatal("the lease holder released a key a killed mount recorded it needs")
+	}
+	a2 := engine("host-a", false, prim, &setIndex{prot: map[string]bool{}}, ledgerDir)
+	defer a2.Close()
+	if err := a2.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if prim.on(k) {
+		t.Errorf("after the restarted mount let the key go, the lease holder kept it held")
+	}
+	if rec, _, _ := shared.NewHolds(area, "x").Get(ctx, k); len(rec.Needers) != 0 || rec.State != shared.HeldOff {
+		t.Errorf("record %+v", rec)
+	}
+}
