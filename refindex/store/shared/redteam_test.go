@@ -390,3 +390,20 @@ func TestRedteamDamagedHoldRecordRefusesOnlyItself(t *testing.T) {
 		t.Errorf("the damaged record is not named: %v", err)
 	}
 }
+
+// TestRedteamHeartbeatFromAClockAhead: a mount whose clock ran a day ahead, killed: its last
+// heartbeat is dated tomorrow. It is live (for the outdated-mount check, `ckguard fleet`) only while
+// its heartbeat is within the bound of this host's clock either way, never until tomorrow comes.
+func TestRedteamHeartbeatFromAClockAhead(t *testing.T) {
+	now := time.Date(2026, 12, 7, 16, 0, 0, 0, time.UTC)
+	m := shared.Mount{ID: "ahead-0123456789ab", Host: "ahead", SyncInterval: 30}
+	for _, c := range []struct {
+		hb   time.Duration
+		live bool
+	}{{0, true}, {-60 * time.Second, true}, {5 * time.Second, true}, {60 * time.Second, true}, {-80 * time.Second, false}, {80 * time.Second, false}, {24 * time.Hour, false}} {
+		m.Heartbeat = now.Add(c.hb)
+		if got := shared.Live(m, now); got != c.live {
+			t.Errorf("heartbeat %v from now: live %v, want %v", c.hb, got, c.live)
+		}
+	}
+}
