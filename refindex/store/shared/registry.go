@@ -44,13 +44,15 @@ const Protocol = 2
 func ProtocolOf(m Mount) int { return max(m.Protocol, 1) }
 
 // Live reports whether m's mount runs as far as its record says: not stopped, and its heartbeat at
-// most two of its sync intervals (plus 10 s) old by now.
+// most two of its sync intervals (plus 10 s) from now, either way: a heartbeat dated further ahead
+// comes from a clock that runs ahead, and once that mount dies it would otherwise count as live until
+// its clock's date came round (claimAge's rule).
 func Live(m Mount, now time.Time) bool {
 	interval := time.Duration(m.SyncInterval * float64(time.Second))
 	if interval <= 0 {
 		interval = 30 * time.Second
 	}
-	return !m.Stopped && now.Sub(m.Heartbeat) <= 2*interval+10*time.Second
+	return !m.Stopped && claimAge(m.Heartbeat, now) <= 2*interval+10*time.Second
 }
 
 // Outdated says what m, a mount of the registry, does not do that this version's mounts rely on
