@@ -407,3 +407,46 @@ func TestRedteamHeartbeatFromAClockAhead(t *testing.T) {
 		}
 	}
 }
+
+// TestRedteamSharedFolderReplacedWhileMounted: on a store root everyone may write without the sticky
+// bit, another user renames ckguard's `.ckguard` away while the mount runs and puts an empty one of
+// theirs in its place. The open area must not read that one as the store's pins (no pins: every
+// checkpoint an operator pinned would be retired) nor write into it: it refuses, naming the folder.
+func TestRedteamSharedFolderReplacedWhileMounted(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	c, err := shared.NewLocal(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shared.NewPins(c, "hosta").Set(ctx, "job/chk-1/_metadata", true, "op"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(root, shared.Dir), filepath.Join(root, "moved-away")); err != nil {
+		t.Fatal(err)
+	}
+	other := 65534
+	for _, d := range []string{shared.Dir, shared.Dir + "/" + shared.Version, shared.Dir + "/" + shared.Version + "/.tmp"} {
+		p := filepath.Join(root, d)
+		if err := os.Mkdir(p, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if os.Geteuid() == 0 {
+			if err := os.Chown(p, other, other); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pins, err := shared.NewPins(c, "hosta").Load(ctx)
+	if err == nil {
+		t.Errorf("the replaced folder was read as the store's pins: %d pins", len(pins))
+	} else if !strings.Contains(err.Error(), filepath.Join(root, shared.Dir)) {
+		t.Errorf("refusal does not name the folder: %v", err)
+	}
+	if _, err := c.Put(ctx, "pins/0123456789abcdef0123456789abcdef", []byte(`{}`), ""); err == nil {
+		t.Error("wrote a record into another user's folder")
+	}
+	if _, _, err := c.Get(ctx, shared.PinName("job/chk-1/_metadata")); err == nil || errors.Is(err, os.ErrNotExist) {
+		t.Errorf("get in the replaced folder: %v, want a refusal", err)
+	}
+}
