@@ -450,3 +450,40 @@ func TestRedteamSharedFolderReplacedWhileMounted(t *testing.T) {
 		t.Errorf("get in the replaced folder: %v, want a refusal", err)
 	}
 }
+
+// TestRedteamTwoHostsOneMountID: two hosts of one store whose names differ only in case or in
+// characters a record name cannot hold ("Bastion-1", "bastion-1"), or that share one name (cloned VMs,
+// containers with a fixed hostname), with the default index folder (the same path everywhere: it is
+// named by the store's identity), must not share one mount id: the fleet's hold records count needers
+// by it, so one host letting a key go would drop the other's need and the lease holder would release
+// a hold the other still needs.
+func TestRedteamTwoHostsOneMountID(t *testing.T) {
+	t.Skip("known hole: shared.MountID(host, index) is the sanitized lower-case host name and a hash of the " +
+		"index path, so such hosts get one id: one heartbeat record between them (ckguard fleet shows one), " +
+		"one needer in holds/ (a Drop by one removes the other's need), and restore claims that take each " +
+		"other's as their own retry. A fix needs an id unique per index folder (a random one kept in it) and a " +
+		"migration of the needs recorded under the old ids")
+	const index = "/var/lib/ckguard/index-0123456789abcdef"
+	for _, hosts := range [][2]string{{"Bastion-1", "bastion-1"}, {"ckguard", "ckguard"}} {
+		a, b := shared.MountID(hosts[0], index), shared.MountID(hosts[1], index)
+		if a == b {
+			t.Errorf("hosts %q and %q: one mount id %s", hosts[0], hosts[1], a)
+		}
+	}
+	ctx := context.Background()
+	c := sharedtest.NewMem()
+	const key = "job/shared/sst-1"
+	ha, hb := shared.NewHolds(c, shared.MountID("Bastion-1", index)), shared.NewHolds(c, shared.MountID("bastion-1", index))
+	if err := ha.Need(ctx, key, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := hb.Need(ctx, key, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ha.Drop(ctx, key, false); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := shared.NewHolds(c, "lease-m").Orphans(ctx); err != nil || len(o) != 0 {
+		t.Errorf("a key bastion-1 still needs is an orphan for the lease holder: %v %v", o, err)
+	}
+}
