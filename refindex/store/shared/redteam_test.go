@@ -487,3 +487,39 @@ func TestRedteamTwoHostsOneMountID(t *testing.T) {
 		t.Errorf("a key bastion-1 still needs is an orphan for the lease holder: %v %v", o, err)
 	}
 }
+
+// TestRedteamTwoMountsOneIDAreNamed: while the hole above stands, two live mounts writing one mount
+// record are told so: the heartbeat of each fails naming the other's host, index and start, which the
+// mount logs and shows as stale shared state (CkguardSharedStateStale), instead of passing unseen.
+func TestRedteamTwoMountsOneIDAreNamed(t *testing.T) {
+	ctx := context.Background()
+	c := sharedtest.NewMem()
+	const index = "/root/.cache/ckguard/store-0123"
+	id := shared.MountID("ckguard", index)
+	t0 := time.Date(2026, 12, 7, 16, 0, 0, 0, time.UTC)
+	ma := shared.Mount{ID: id, Host: "ckguard", Index: index, Started: t0, SyncInterval: 30}
+	mb := shared.Mount{ID: id, Host: "ckguard", Index: index, Started: t0.Add(time.Hour), SyncInterval: 30}
+	ha, hb := shared.NewHeartbeater(c), shared.NewHeartbeater(c)
+	var taken *shared.MountIDTakenError
+	if err := ha.Beat(ctx, ma); err != nil {
+		t.Fatal(err)
+	}
+	if err := hb.Beat(ctx, mb); err != nil {
+		t.Fatal(err) // its first beat cannot tell another mount from its own previous run
+	}
+	if err := ha.Beat(ctx, ma); !errors.As(err, &taken) || !strings.Contains(err.Error(), "2026-12-07T17:00:00Z") {
+		t.Errorf("a's beat after b's: %v", err)
+	}
+	if err := hb.Beat(ctx, mb); !errors.As(err, &taken) || !strings.Contains(err.Error(), "2026-12-07T16:00:00Z") {
+		t.Errorf("b's beat after a's: %v", err)
+	}
+	// One mount alone, restarted after a kill -9: its new run takes the record over without a word.
+	hc := shared.NewHeartbeater(c)
+	mc := mb
+	mc.Started = t0.Add(2 * time.Hour)
+	for range 3 {
+		if err := hc.Beat(ctx, mc); err != nil {
+			t.Errorf("a restarted mount's beat: %v", err)
+		}
+	}
+}
