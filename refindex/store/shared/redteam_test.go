@@ -523,3 +523,28 @@ func TestRedteamTwoMountsOneIDAreNamed(t *testing.T) {
 		}
 	}
 }
+
+// TestRedteamDamagedPinRefusesOnlyItsCheckpoint: on S3 anyone with s3:PutObject on the store's prefix
+// (a Flink job's own credentials, commonly) can put an object under `.ckguard/v1/pins/` that does not
+// decode. Its name is the hash of the one `_metadata` it could pin, so only that checkpoint's retirement
+// needs refusing; every other pin should still load.
+func TestRedteamDamagedPinRefusesOnlyItsCheckpoint(t *testing.T) {
+	t.Skip("known hole: Pins.Load fails as a whole on one damaged pin record, and refindex then refuses the " +
+		"retirement of every live checkpoint on every --shared mount (fail closed, logged, " +
+		"ckguard_shared_state_stale 1) until the record is moved away. Scoping it needs Load to return the " +
+		"damaged records' names beside the pins and decide to refuse a retirement whose PinName is one of " +
+		"them (refindex.SharedPins and refindex/sharedpins.go change)")
+	ctx := context.Background()
+	c := sharedtest.NewMem()
+	p := shared.NewPins(c, "hosta")
+	if _, err := p.Set(ctx, "job/chk-1/_metadata", true, "op"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, shared.PinName("job/chk-2/_metadata"), []byte("not json"), ""); err != nil {
+		t.Fatal(err)
+	}
+	pins, err := shared.NewPins(c, "hostb").Load(ctx)
+	if _, ok := pins["job/chk-1/_metadata"]; !ok {
+		t.Errorf("one damaged pin record hid every pin: %v %v", pins, err)
+	}
+}
