@@ -77,7 +77,7 @@ func fleetCommand() *cli.Command {
 			var outdated []string
 			for _, r := range rows {
 				if r.Outdated != "" && r.State != "stopped" && r.State != "stale" {
-					outdated = append(outdated, fmt.Sprintf("OUTDATED: %s (%s, ckguard %s): %s", r.Host, r.ID, r.Version, r.Outdated))
+					outdated = append(outdated, fmt.Sprintf("OUTDATED: %s (%s, ckguard %s): %s", shown(r.Host), shown(r.ID), shown(r.Version), r.Outdated))
 				}
 			}
 			w := tabwriter.NewWriter(c.App.Writer, 2, 4, 2, ' ', 0)
@@ -87,7 +87,7 @@ func fleetCommand() *cli.Command {
 				if !r.LastSync.IsZero() {
 					last = fmtTime(r.LastSync)
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Host, r.State, r.Version, last, lag(r.Mount, now).Round(time.Second), r.Refusals1h, r.Mountpoint, r.Index)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", shown(r.Host), r.State, shown(r.Version), last, lag(r.Mount, now).Round(time.Second), r.Refusals1h, shown(r.Mountpoint), shown(r.Index))
 			}
 			_ = w.Flush()
 			for _, o := range outdated {
@@ -112,7 +112,8 @@ func fleetCommand() *cli.Command {
 						exp += " (expired)"
 					}
 				}
-				fmt.Fprintf(w, "  %s\tsince %s\tby %s\texpires %s\t%s\n", p.Key, fmtTime(p.Since), p.By, exp, p.Why)
+				// Keys are paths the store's users chose; by and why are text from any host of the fleet.
+				fmt.Fprintf(w, "  %s\tsince %s\tby %s\texpires %s\t%s\n", shown(p.Key), fmtTime(p.Since), shown(p.By), exp, shown(p.Why))
 			}
 			return w.Flush()
 		},

@@ -44,6 +44,9 @@ type fleet struct {
 	stale    bool            // ckguard_shared_state_stale
 	lastOK   time.Time       // the last heartbeat written
 	hbErrLog bool
+	// idTakenUntil: another live mount was found writing this mount's record; until then (two of its
+	// sync intervals on, as long as it counts as live) the shared state counts as stale.
+	idTakenUntil time.Time
 }
 
 type refusalSample struct {
@@ -113,19 +116,30 @@ func (f *fleet) afterSync(ctx context.Context, ix *refindex.Index, syncErr error
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.rec.LastSync, f.rec.SyncError = rec.LastSync, rec.SyncError
-	if err != nil {
+	var taken *shared.MountIDTakenError
+	switch {
+	case errors.As(err, &taken):
+		// Written, but another live mount writes the same record: said at every beat that finds it
+		// (ERROR), and the shared state counts as stale so the alert fires.
+		f.log.Error("two ckguard mounts of this store share one mount id", "area", f.cas.Where(), "err", err)
+		other := time.Duration(taken.Other.SyncInterval * float64(time.Second))
+		if other <= 0 {
+			other = 30 * time.Second
+		}
+		f.idTakenUntil = now.Add(2*other + 10*time.Second)
+	case err != nil:
 		if !f.hbErrLog {
 			f.log.Warn("cannot write this mount's heartbeat into the shared state; other hosts' `ckguard fleet` will show it stale", "area", f.cas.Where(), "err", err)
 		}
 		f.hbErrLog = true
-	} else {
+	default:
 		if f.hbErrLog {
 			f.log.Info("heartbeat written into the shared state again", "area", f.cas.Where())
 		}
 		f.hbErrLog = false
 		f.lastOK = now
 	}
-	f.stale = ps.Error != "" || ps.Loaded.IsZero() || time.Since(ps.Loaded) > staleAfter(interval) || err != nil
+	f.stale = ps.Error != "" || ps.Loaded.IsZero() || time.Since(ps.Loaded) > staleAfter(interval) || err != nil || now.Before(f.idTakenUntil)
 	if time.Since(f.oldCheck) >= oldCheckEvery {
 		f.oldCheck = time.Now()
 		f.checkOld(ctx, interval) // a listing of the registry, bounded: no lock is held here

@@ -46,7 +46,8 @@ type Fleet interface {
 	Claim(ctx context.Context, key string) (release bool, version string, err error)
 	// Released records a release; rehold: a mount needed the key meanwhile, hold it again.
 	Released(ctx context.Context, key string) (rehold bool, err error)
-	// Orphans lists the holds no mount needs.
+	// Orphans lists the holds no mount needs. With an error it may still return some: the records it
+	// could read (a damaged record refuses only its own release).
 	Orphans(ctx context.Context) ([]shared.Held, error)
 	// MayRelease renews or takes the sweeper lease (once per pass) and reports whether this mount
 	// holds it; StillMayRelease is the fence checked before each release.
@@ -372,6 +373,12 @@ func (e *Engine) Pass(ctx context.Context) error {
 	err := e.o.Index.ProtectedKeys(ctx, func(k string, kind refindex.ProtectedKind) bool {
 		if kind == refindex.ProtectedDirectory {
 			dirs++
+			return true
+		}
+		if store.InQuarantine(k) {
+			// ckguard's own folders (the quarantine, the shared area) hold no checkpoint's file; any
+			// user of the store can write a `_metadata` naming them, and a hold there would keep
+			// staged entries from every restore and purge and records from their collection.
 			return true
 		}
 		en, ok := l.see(k, epoch)
@@ -708,9 +715,12 @@ func (e *Engine) released(ctx context.Context, j *job, err error) error {
 // mount let go of it, the last one not the lease holder), where this mount's own rules allow the
 // deletion too.
 func (e *Engine) releaseOrphans(ctx context.Context) error {
-	orphans, err := e.o.Fleet.Orphans(ctx)
-	if err != nil {
-		return fmt.Errorf("%s: list the store's shared holds no mount needs: %w", e.o.Name, err)
+	orphans, listErr := e.o.Fleet.Orphans(ctx)
+	if listErr != nil {
+		listErr = fmt.Errorf("%s: list the store's shared holds no mount needs: %w", e.o.Name, listErr)
+		if len(orphans) == 0 {
+			return listErr
+		}
 	}
 	var send []job
 	for _, o := range orphans {
@@ -732,7 +742,7 @@ func (e *Engine) releaseOrphans(ctx context.Context) error {
 			send = append(send, job{key: o.Key, version: version})
 		}
 	}
-	return e.release(ctx, send)
+	return errors.Join(e.release(ctx, send), listErr)
 }
 
 // releaseDone records the answer to a release.

@@ -118,8 +118,8 @@ func (c *CAS) read(ctx context.Context, p string) ([]byte, error) {
 	}
 	defer r.Close()
 	n := r.Size()
-	if n > 4<<20 {
-		return nil, fmt.Errorf("%s: %d bytes, more than a shared record holds", p, n)
+	if n > shared.MaxRecordBytes {
+		return nil, &shared.DamagedError{Record: p, Err: fmt.Errorf("%d bytes, more than a shared record holds", n)}
 	}
 	b := make([]byte, n)
 	if _, err := r.ReadAt(b, 0); err != nil && !errors.Is(err, io.EOF) {

@@ -56,9 +56,12 @@ func (s *CAS) Get(ctx context.Context, name string) ([]byte, string, error) {
 		return nil, "", fmt.Errorf("shared record %s/%s: GetObject: %w", s.Where(), name, err)
 	}
 	defer out.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(out.Body, 4<<20))
+	b, err := io.ReadAll(io.LimitReader(out.Body, shared.MaxRecordBytes+1))
 	if err != nil {
 		return nil, "", fmt.Errorf("shared record %s/%s: GetObject: %w", s.Where(), name, err)
+	}
+	if len(b) > shared.MaxRecordBytes {
+		return nil, "", &shared.DamagedError{Record: s.Where() + "/" + name, Err: fmt.Errorf("longer than %d bytes, more than a shared record holds", shared.MaxRecordBytes)}
 	}
 	return b, strings.Trim(aws.ToString(out.ETag), `"`), nil
 }

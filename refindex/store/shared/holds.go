@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -68,7 +67,7 @@ func (h *Holds) update(ctx context.Context, key string, fn func(r *Held, exists 
 	_, err := Update(ctx, h.c, HeldName(key), UpdateOptions{}, func(cur []byte, exists bool) ([]byte, error) {
 		var r Held
 		if exists {
-			if err := json.Unmarshal(cur, &r); err != nil {
+			if err := decodeRecord(cur, &r); err != nil {
 				return nil, fmt.Errorf("fleet hold record of %s is damaged: %w", key, err)
 			}
 		}
@@ -82,7 +81,7 @@ func (h *Holds) update(ctx context.Context, key string, fn func(r *Held, exists 
 		}
 		r.By, r.Changed = h.mount, h.now().UTC()
 		got = r
-		return json.Marshal(r)
+		return encodeRecord(r)
 	})
 	if err != nil && !errors.Is(err, ErrNoChange) {
 		return got, fmt.Errorf("fleet hold of %s in %s: %w", key, h.c.Where(), err)
@@ -168,12 +167,19 @@ func (h *Holds) Released(ctx context.Context, key string) (rehold bool, err erro
 // Orphans returns the records held (or left releasing by a crash) that no mount needs: what the
 // lease holder releases. It costs one listing (one request per 1,000 records on S3) plus one read
 // per record whose version changed since the last call.
+//
+// A damaged record (one that does not decode, or whose key is not the one it is named by) refuses
+// only its own release: it is left out, its object stays held, and the error returned beside the
+// other orphans names it (wrapping *DamagedError). The listing's own failure returns no orphans.
 func (h *Holds) Orphans(ctx context.Context) ([]Held, error) {
 	recs, err := h.cache.load(ctx, h.c, "holds/", func(name string, r Held) bool { return r.Key != "" && HeldName(r.Key) == name },
 		func(name string, err error) error {
-			return fmt.Errorf("fleet hold record %s/%s is damaged (%v): move it away; the next pass of a mount that needs the object writes it again", h.c.Where(), name, err)
-		})
-	if err != nil {
+			if err == nil {
+				err = errors.New("its key is not the one it is named by")
+			}
+			return &DamagedError{Record: h.c.Where() + "/" + name, Err: fmt.Errorf("fleet hold record: %w; its object stays held: the next pass of a mount that needs it writes it again", err)}
+		}, true)
+	if recs == nil && err != nil {
 		return nil, err
 	}
 	var out []Held
@@ -183,7 +189,7 @@ func (h *Holds) Orphans(ctx context.Context) ([]Held, error) {
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out, nil
+	return out, err
 }
 
 // Get returns key's fleet hold record (false: none).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -32,7 +33,15 @@ import (
 // applied over another). On NFS a listing may be cached (acdirmax): Get probes the generations above
 // the newest listed by name, which the server answers.
 type Local struct {
-	base string // <store root>/.ckguard/v1
+	base    string           // <store root>/.ckguard/v1
+	folders []folderIdentity // Dir, Version and .tmp as NewLocal checked them
+}
+
+// folderIdentity is one of the area's folders as NewLocal found it: every operation checks that the
+// path still names that folder (see Local.check).
+type folderIdentity struct {
+	path     string
+	dev, ino uint64
 }
 
 const (
@@ -51,12 +60,42 @@ const (
 // anything, so the path operations that follow act on its own folders.
 func NewLocal(root string) (*Local, error) {
 	base := filepath.Join(root, Dir, Version)
+	l := &Local{base: base}
 	for _, d := range []string{filepath.Join(root, Dir), base, filepath.Join(base, ".tmp")} {
 		if err := ownFolder(d); err != nil {
 			return nil, err
 		}
+		fi, err := os.Lstat(d)
+		if err != nil {
+			return nil, fmt.Errorf("shared state folder %s: %w", d, err)
+		}
+		st := fi.Sys().(*syscall.Stat_t) // ownFolder checked it is one
+		l.folders = append(l.folders, folderIdentity{path: d, dev: uint64(st.Dev), ino: st.Ino})
 	}
-	return &Local{base: base}, nil
+	return l, nil
+}
+
+// check refuses an operation once one of the area's folders is no longer the one NewLocal checked: on
+// a store root everyone may write without the sticky bit, another user can rename ckguard's folder
+// away while the mount runs and put one of theirs in its place, whose empty pins would read as "no
+// pin" and into which records would be written. The paths are checked before each operation (three
+// lstats); a swap between the check and the operation's own path walk is not caught (the mount's own
+// operations would need to run by descriptor from the checked folder for that).
+func (l *Local) check() error {
+	for _, f := range l.folders {
+		fi, err := os.Lstat(f.path)
+		if err != nil {
+			return fmt.Errorf("shared state folder %s: %w", f.path, err)
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok || !fi.IsDir() || uint64(st.Dev) != f.dev || st.Ino != f.ino {
+			return fmt.Errorf("the shared state folder %s is not the one this mount started with: someone moved ckguard's folder away and put something else there, so nothing is read from or written to it. Inspect it, move it out of the store, put ckguard's folder back (or let a restart make a new one) and restart the mount", f.path)
+		}
+		if err := ownFolder(f.path); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ownFolder makes the folder d (0700) if it is missing and checks it is the daemon's own (see NewLocal).
@@ -141,6 +180,9 @@ func (l *Local) Get(ctx context.Context, name string) ([]byte, string, error) {
 	if err := ValidName(name); err != nil {
 		return nil, "", err
 	}
+	if err := l.check(); err != nil {
+		return nil, "", err
+	}
 	dir := l.dir(name)
 	for try := 0; ; try++ {
 		if err := ctx.Err(); err != nil {
@@ -153,9 +195,12 @@ func (l *Local) Get(ctx context.Context, name string) ([]byte, string, error) {
 		if err != nil {
 			return nil, "", fmt.Errorf("shared record %s: %w", name, err)
 		}
-		b, err := os.ReadFile(filepath.Join(dir, genName(g)))
+		b, err := readBounded(filepath.Join(dir, genName(g)))
 		if errors.Is(err, fs.ErrNotExist) && try < 3 {
 			continue // removed after newer ones were written: read the newest again
+		}
+		if errors.Is(err, errTooLong) {
+			return nil, "", &DamagedError{Record: l.base + "/" + name, Err: err}
 		}
 		if err != nil {
 			return nil, "", fmt.Errorf("shared record %s: %w", name, err)
@@ -164,12 +209,35 @@ func (l *Local) Get(ctx context.Context, name string) ([]byte, string, error) {
 	}
 }
 
+var errTooLong = fmt.Errorf("longer than %d bytes, more than a shared record holds", MaxRecordBytes)
+
+// readBounded reads a generation file, at most MaxRecordBytes of it: a file of hostile length is never
+// read whole.
+func readBounded(p string) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxRecordBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxRecordBytes {
+		return nil, errTooLong
+	}
+	return b, nil
+}
+
 // Put implements CAS.
 func (l *Local) Put(ctx context.Context, name string, data []byte, prev string) (string, error) {
 	if err := ValidName(name); err != nil {
 		return "", err
 	}
 	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	if err := l.check(); err != nil {
 		return "", err
 	}
 	next := uint64(1)
@@ -256,6 +324,9 @@ func (l *Local) collect(dir string, n uint64, newest string) {
 
 // List implements CAS.
 func (l *Local) List(ctx context.Context, prefix string) ([]Entry, error) {
+	if err := l.check(); err != nil {
+		return nil, err
+	}
 	var out []Entry
 	err := filepath.WalkDir(l.base, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -59,7 +58,7 @@ func (p *Pins) load(ctx context.Context) ([]Pin, error) {
 	return p.cache.load(ctx, p.c, "pins/", func(name string, pin Pin) bool { return pin.Key != "" && PinName(pin.Key) == name },
 		func(name string, err error) error {
 			return fmt.Errorf("shared pin %s/%s is damaged (%v): move it away and pin again", p.c.Where(), name, err)
-		})
+		}, false) // a damaged pin may protect any checkpoint: the load fails, so nothing is retired
 }
 
 // Load implements refindex.SharedPins: the active pins, key → since.
@@ -95,7 +94,7 @@ func (p *Pins) Change(ctx context.Context, want Pin) (Pin, error) {
 		now := p.now().UTC().Truncate(time.Second)
 		var old Pin
 		if exists {
-			if err := json.Unmarshal(cur, &old); err != nil {
+			if err := decodeRecord(cur, &old); err != nil {
 				return nil, fmt.Errorf("shared pin of %s is damaged: %w", want.Key, err)
 			}
 		}
@@ -128,7 +127,7 @@ func (p *Pins) Change(ctx context.Context, want Pin) (Pin, error) {
 		next.Pinned = want.Pinned
 		next.Changed, next.ByHost = now, p.host
 		got = next
-		return json.Marshal(next)
+		return encodeRecord(next)
 	})
 	if err != nil {
 		return Pin{}, fmt.Errorf("pin state of %s in %s: %w", want.Key, p.c.Where(), err)

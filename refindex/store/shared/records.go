@@ -4,10 +4,26 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"sync"
+
+	"github.com/ckguard/ckguard/internal/jsonbytes"
 )
+
+// encodeRecord is a record's data as JSON with every string that is not valid UTF-8 escaped
+// (internal/jsonbytes): store keys and paths are bytes, and a key JSON changed on the way (its invalid
+// bytes made U+FFFD) is another object's key: its record would not match its name, a pin of it would
+// protect nothing and a hold record would be released for the wrong object.
+func encodeRecord(v any) ([]byte, error) { return json.Marshal(jsonbytes.Escape(v)) }
+
+// decodeRecord reverses encodeRecord into p. A record written before the escape has no escaped string:
+// it decodes as before.
+func decodeRecord(data []byte, p any) error {
+	if err := json.Unmarshal(data, p); err != nil {
+		return err
+	}
+	return jsonbytes.Unescape(p)
+}
 
 // readRecord reads and decodes the data of record name (false: there is none).
 func readRecord[T any](ctx context.Context, c CAS, name string) (T, bool, error) {
@@ -19,8 +35,8 @@ func readRecord[T any](ctx context.Context, c CAS, name string) (T, bool, error)
 	if err != nil {
 		return v, false, err
 	}
-	if err := json.Unmarshal(data, &v); err != nil {
-		return v, false, fmt.Errorf("shared record %s/%s is damaged: %w", c.Where(), name, err)
+	if err := decodeRecord(data, &v); err != nil {
+		return v, false, &DamagedError{Record: c.Where() + "/" + name, Err: err}
 	}
 	return v, true, nil
 }
@@ -59,8 +75,9 @@ type cachedRecord[T any] struct {
 }
 
 // load lists prefix and returns every record. valid checks a record read under its name; a record
-// it refuses (or that does not decode) fails the load with damaged's error.
-func (rc *recordCache[T]) load(ctx context.Context, c CAS, prefix string, valid func(name string, rec T) bool, damaged func(name string, err error) error) ([]T, error) {
+// it refuses (or that does not decode) fails the load with damaged's error, or, with skipDamaged, is
+// left out and its error joined to the one returned beside the other records.
+func (rc *recordCache[T]) load(ctx context.Context, c CAS, prefix string, valid func(name string, rec T) bool, damaged func(name string, err error) error, skipDamaged bool) ([]T, error) {
 	es, err := c.List(ctx, prefix)
 	if err != nil {
 		return nil, err
@@ -70,6 +87,7 @@ func (rc *recordCache[T]) load(ctx context.Context, c CAS, prefix string, valid 
 	old := rc.recs
 	rc.mu.Unlock()
 	next := make(map[string]cachedRecord[T], len(es))
+	var skipped []error
 	for _, e := range es {
 		if cr, ok := old[e.Name]; ok && cr.ver == e.Version {
 			next[e.Name] = cr
@@ -80,11 +98,20 @@ func (rc *recordCache[T]) load(ctx context.Context, c CAS, prefix string, valid 
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
+		var bad *DamagedError
+		if skipDamaged && errors.As(err, &bad) {
+			skipped = append(skipped, err)
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
 		var r T
-		if err := json.Unmarshal(data, &r); err != nil || !valid(e.Name, r) {
+		if err := decodeRecord(data, &r); err != nil || !valid(e.Name, r) {
+			if skipDamaged {
+				skipped = append(skipped, damaged(e.Name, err))
+				continue
+			}
 			return nil, damaged(e.Name, err)
 		}
 		next[e.Name] = cachedRecord[T]{ver: ver, rec: r}
@@ -96,7 +123,7 @@ func (rc *recordCache[T]) load(ctx context.Context, c CAS, prefix string, valid 
 	for _, cr := range next {
 		out = append(out, cr.rec)
 	}
-	return out, nil
+	return out, errors.Join(skipped...)
 }
 
 // requests is the number of requests the last load sent.

@@ -3,6 +3,7 @@ package shared
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -44,13 +45,15 @@ const Protocol = 2
 func ProtocolOf(m Mount) int { return max(m.Protocol, 1) }
 
 // Live reports whether m's mount runs as far as its record says: not stopped, and its heartbeat at
-// most two of its sync intervals (plus 10 s) old by now.
+// most two of its sync intervals (plus 10 s) from now, either way: a heartbeat dated further ahead
+// comes from a clock that runs ahead, and once that mount dies it would otherwise count as live until
+// its clock's date came round (claimAge's rule).
 func Live(m Mount, now time.Time) bool {
 	interval := time.Duration(m.SyncInterval * float64(time.Second))
 	if interval <= 0 {
 		interval = 30 * time.Second
 	}
-	return !m.Stopped && now.Sub(m.Heartbeat) <= 2*interval+10*time.Second
+	return !m.Stopped && claimAge(m.Heartbeat, now) <= 2*interval+10*time.Second
 }
 
 // Outdated says what m, a mount of the registry, does not do that this version's mounts rely on
@@ -94,13 +97,31 @@ type Heartbeater struct {
 // NewHeartbeater returns a Heartbeater over c.
 func NewHeartbeater(c CAS) *Heartbeater { return &Heartbeater{c: c} }
 
-// Beat writes m.
+// MountIDTakenError is Beat's answer when another live mount writes the same record: two mounts with
+// one id (one host name, one index path), which the fleet's hold records and restore claims cannot
+// tell apart. The beat itself was written.
+type MountIDTakenError struct {
+	ID    string
+	Other Mount // the record the other mount wrote
+}
+
+func (e *MountIDTakenError) Error() string {
+	o := e.Other
+	return fmt.Sprintf("another ckguard mount writes this mount's record mounts/%s too (host %s, index %s, started %s): two mounts share one mount id (the same host name and index folder), so the store's hold records cannot tell them apart (a hold one of them needs is released when the other lets it go) nor its restore claims; give the hosts distinct host names or --index folders and restart them",
+		e.ID, o.Host, o.Index, o.Started.UTC().Format(time.RFC3339))
+}
+
+// Beat writes m. After a conflict on the version this side wrote (someone else wrote the record), a
+// record of another live run (another start time) is reported as *MountIDTakenError once m is written.
+// The first beat of a run takes its record over silently: it cannot tell another mount from its own
+// previous run, killed.
 func (h *Heartbeater) Beat(ctx context.Context, m Mount) error {
 	data, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
 	name := "mounts/" + m.ID
+	conflict := false
 	if h.last != "" {
 		env, _ := json.Marshal(Envelope{Format: 1, Writes: []string{newID()}, Data: data})
 		v, err := h.c.Put(ctx, name, env, h.last)
@@ -109,13 +130,25 @@ func (h *Heartbeater) Beat(ctx context.Context, m Mount) error {
 			return nil
 		}
 		h.last = ""
+		conflict = errors.Is(err, ErrConflict)
 		// Conflict or unknown outcome: Update reads and writes again (a heartbeat twice is harmless).
 	}
-	r, err := Update(ctx, h.c, name, UpdateOptions{}, func([]byte, bool) ([]byte, error) { return data, nil })
+	var other *Mount
+	r, err := Update(ctx, h.c, name, UpdateOptions{}, func(cur []byte, exists bool) ([]byte, error) {
+		other = nil
+		var o Mount
+		if conflict && exists && json.Unmarshal(cur, &o) == nil && !o.Stopped && !o.Started.Equal(m.Started) {
+			other = &o
+		}
+		return data, nil
+	})
 	if err != nil {
 		return err
 	}
 	h.last = r.Version
+	if other != nil {
+		return &MountIDTakenError{ID: m.ID, Other: *other}
+	}
 	return nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -42,7 +41,20 @@ const (
 // S3 copy of a large object minutes); a claim older than this is taken for a crashed claimer's, and
 // the entry, still staged, may be claimed again. The move itself never replaces anything, so a second
 // claim after a slow first one cannot lose data: one of the moves fails.
+//
+// The age is measured between the claimer's clock (the claim's time) and the reader's: a claim dated
+// ahead of the reader counts as old as it is ahead (claimAge), so that a claimer whose clock runs
+// ahead and which then died keeps the entry for at most twice the TTL of the reader's time, never
+// until its own clock's date comes round.
 const RestoreClaimTTL = 10 * time.Minute
+
+// claimAge is how old a claim made at at is at now, by the distance between the two clocks' readings.
+func claimAge(at, now time.Time) time.Duration {
+	if d := now.Sub(at); d >= 0 {
+		return d
+	}
+	return at.Sub(now)
+}
 
 // RestoreName is the record name of entry id's restore.
 func RestoreName(id string) string {
@@ -52,7 +64,12 @@ func RestoreName(id string) string {
 
 // AlreadyRestoredError is ClaimRestore's answer when another mount restored the entry, or is restoring
 // it now.
-type AlreadyRestoredError struct{ Rec Restore }
+type AlreadyRestoredError struct {
+	Rec Restore
+	// Seen is the reader's clock when it found the claim (zero: unknown); it lets the message say a
+	// claim is dated ahead of it.
+	Seen time.Time
+}
 
 // ErrAlreadyRestored is wrapped by AlreadyRestoredError.
 var ErrAlreadyRestored = errors.New("already restored")
@@ -64,7 +81,11 @@ func (e *AlreadyRestoredError) Error() string {
 		who = fmt.Sprintf("`ckguard quarantine restore` of %s on %s (no mount held the store)", by, r.Host)
 	}
 	if r.State == Restoring {
-		return fmt.Sprintf("restore /%s: being restored by %s since %s: not restored twice (entry %s)", r.Key, who, r.At.UTC().Format(time.RFC3339), r.Entry)
+		ahead := ""
+		if !e.Seen.IsZero() && r.At.After(e.Seen) {
+			ahead = fmt.Sprintf(", ahead of this host's clock (%s): one of the two clocks is off", e.Seen.UTC().Format(time.RFC3339))
+		}
+		return fmt.Sprintf("restore /%s: being restored by %s since %s%s: not restored twice (entry %s); the entry stays in quarantine, and if that mount stopped before it finished, its claim lapses at %s: retry then", r.Key, who, r.At.UTC().Format(time.RFC3339), ahead, r.Entry, r.At.Add(RestoreClaimTTL).UTC().Format(time.RFC3339))
 	}
 	return fmt.Sprintf("restore /%s: already restored by %s at %s: nothing to do (entry %s)", r.Key, who, r.Done.UTC().Format(time.RFC3339), r.Entry)
 }
@@ -83,21 +104,21 @@ func ClaimRestore(ctx context.Context, c CAS, want Restore, now time.Time) error
 		taken = nil
 		if exists {
 			var old Restore
-			if err := json.Unmarshal(cur, &old); err != nil {
-				return nil, fmt.Errorf("restore record of entry %s is damaged: %w", want.Entry, err)
+			if err := decodeRecord(cur, &old); err != nil {
+				return nil, &DamagedError{Record: c.Where() + "/" + RestoreName(want.Entry), Err: fmt.Errorf("restore record of entry %s: %w", want.Entry, err)}
 			}
 			switch {
 			case old.State == Restored:
-				taken = &AlreadyRestoredError{old}
+				taken = &AlreadyRestoredError{Rec: old}
 				return nil, ErrNoChange
-			case old.State == Restoring && old.Mount != want.Mount && now.Sub(old.At) < RestoreClaimTTL:
-				taken = &AlreadyRestoredError{old}
+			case old.State == Restoring && old.Mount != want.Mount && claimAge(old.At, now) < RestoreClaimTTL:
+				taken = &AlreadyRestoredError{Rec: old, Seen: now}
 				return nil, ErrNoChange
 			}
 		}
 		next := want
 		next.State, next.At, next.Done, next.Error = Restoring, now.UTC(), time.Time{}, ""
-		return json.Marshal(next)
+		return encodeRecord(next)
 	})
 	if err != nil {
 		return fmt.Errorf("claim the restore of /%s in %s: %w", want.Key, c.Where(), err)
@@ -115,8 +136,8 @@ func FinishRestore(ctx context.Context, c CAS, id, mount string, restoreErr erro
 		if !exists {
 			return nil, fmt.Errorf("restore record of entry %s: gone", id)
 		}
-		if err := json.Unmarshal(cur, &r); err != nil {
-			return nil, fmt.Errorf("restore record of entry %s is damaged: %w", id, err)
+		if err := decodeRecord(cur, &r); err != nil {
+			return nil, &DamagedError{Record: c.Where() + "/" + RestoreName(id), Err: fmt.Errorf("restore record of entry %s: %w", id, err)}
 		}
 		if r.Mount != mount || r.State != Restoring {
 			return nil, ErrNoChange // taken over after RestoreClaimTTL: the later claim's outcome counts
@@ -125,7 +146,7 @@ func FinishRestore(ctx context.Context, c CAS, id, mount string, restoreErr erro
 		if restoreErr != nil {
 			r.State, r.Error = RestoreFailed, restoreErr.Error()
 		}
-		return json.Marshal(r)
+		return encodeRecord(r)
 	})
 	if err != nil {
 		return fmt.Errorf("record the restore of entry %s in %s: %w", id, c.Where(), err)
@@ -175,6 +196,9 @@ func (rc *RestoreClaims) Claim(ctx context.Context, id, key string) (func(error)
 		if errors.As(err, &already) {
 			return nil, err
 		}
+		if damaged := (*DamagedError)(nil); errors.As(err, &damaged) {
+			return nil, fmt.Errorf("restore /%s: nothing was moved: %w", key, err)
+		}
 		return nil, fmt.Errorf("restore /%s: %w: the store's shared state cannot say whether another mount restores it too, so nothing was moved; retry once `ckguard fleet` answers", key, err)
 	}
 	return func(rerr error) {
@@ -223,5 +247,5 @@ func (rc *RestoreClaims) Explain(ctx context.Context, id string, err error) erro
 	if r.State == Restoring {
 		r = rc.Await(ctx, id)
 	}
-	return &AlreadyRestoredError{Rec: r}
+	return &AlreadyRestoredError{Rec: r, Seen: time.Now()}
 }

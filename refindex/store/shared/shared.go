@@ -105,6 +105,24 @@ type Envelope struct {
 // reports its outcome unknown rather than write again.
 const keepWrites = 32
 
+// MaxRecordBytes bounds a record's bytes as read: every area reads at most this much of a record, and
+// a longer one is damaged (what ckguard writes is a few hundred bytes; a hold record with its needers a
+// few kilobytes).
+const MaxRecordBytes = 4 << 20
+
+// DamagedError is a record whose bytes do not decode (its envelope or its data). Moving the record
+// away is the fix: the next change writes it afresh.
+type DamagedError struct {
+	Record string // the area and the record's name
+	Err    error
+}
+
+func (e *DamagedError) Error() string {
+	return fmt.Sprintf("shared record %s is damaged (%v): move it away, the next change writes it afresh", e.Record, e.Err)
+}
+
+func (e *DamagedError) Unwrap() error { return e.Err }
+
 // ErrNoChange, returned by an Update's function, leaves the record as it is.
 var ErrNoChange = errors.New("no change")
 
@@ -147,6 +165,9 @@ func Update(ctx context.Context, c CAS, name string, o UpdateOptions, fn func(cu
 		}
 		raw, ver, err := c.Get(ctx, name)
 		exists := err == nil
+		if damaged := (*DamagedError)(nil); errors.As(err, &damaged) {
+			return res, err // reading it again reads the same bytes
+		}
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			unknown = err
 			sleep(ctx, &pause)
@@ -155,7 +176,7 @@ func Update(ctx context.Context, c CAS, name string, o UpdateOptions, fn func(cu
 		var env Envelope
 		if exists {
 			if err := json.Unmarshal(raw, &env); err != nil {
-				return res, fmt.Errorf("shared record %s/%s is damaged (%v): move it away, the next change writes it afresh", c.Where(), name, err)
+				return res, &DamagedError{Record: c.Where() + "/" + name, Err: err}
 			}
 			if slices.ContainsFunc(env.Writes, func(w string) bool { return slices.Contains(mine, w) }) {
 				res.Version, res.Changed = ver, true
@@ -228,7 +249,7 @@ func Read(ctx context.Context, c CAS, name string) ([]byte, string, error) {
 	}
 	var env Envelope
 	if err := json.Unmarshal(raw, &env); err != nil {
-		return nil, "", fmt.Errorf("shared record %s/%s is damaged: %w", c.Where(), name, err)
+		return nil, "", &DamagedError{Record: c.Where() + "/" + name, Err: err}
 	}
 	return env.Data, ver, nil
 }
