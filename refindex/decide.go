@@ -235,10 +235,10 @@ func (ix *Index) decide(ctx context.Context, v *view, key string, op verdict.Op,
 		}
 	}
 	for _, k := range cands {
-		if v.pinsUnknown != "" && st.ckpts[k] != nil {
+		if why := v.pinUnknown(k); why != "" && st.ckpts[k] != nil {
 			// Fail closed in the pins' scope: a pin made on another mount may hold this checkpoint.
 			return verdict.Decision{Reason: verdict.ReasonPinned, Referencing: []string{k}, RefCount: 1,
-				Message: fmt.Sprintf("refusing to %s %s: %s may be pinned from another mount: %s; no checkpoint is retired until they are read (see `ckguard fleet`)", op, what, k, v.pinsUnknown)}
+				Message: fmt.Sprintf("refusing to %s %s: %s may be pinned from another mount: %s; it is not retired until its pin is read (see `ckguard fleet`)", op, what, k, why)}
 		}
 		if t, ok := v.pins[k]; ok {
 			return verdict.Decision{Reason: verdict.ReasonPinned, Referencing: []string{k}, RefCount: 1,

@@ -214,6 +214,8 @@ type view struct {
 	pins    map[string]time.Time
 	// pinsUnknown: the shared pins cannot be judged (sharedpins.go); no checkpoint is retired.
 	pinsUnknown string
+	// pinsPartial: some shared pin records cannot be read; the checkpoints they may pin are not retired.
+	pinsPartial PartialPins
 	// remap: the index was derived with another path mapping (fingerprint) and not rebuilt yet.
 	remap bool
 	// interrupted: the remap is due to a large change stopped half-way (rolling.go).
@@ -231,7 +233,7 @@ func (ix *Index) acquire() (*view, error) {
 	}
 	ix.mu.cur.users.Add(1)
 	ix.mu.snap.acquire()
-	return &view{g: ix.mu.cur, snap: ix.mu.snap, filt: ix.mu.cur.filt.Load(), st: ix.mu.state, pol: ix.mu.pol, last: ix.mu.lastSync, syncErr: ix.mu.syncErr, pins: ix.mu.pins, remap: ix.mu.needRebuild && !ix.mu.lastSync.IsZero(), interrupted: ix.mu.interrupted, skew: ix.mu.skew, unknown: ix.mu.unknown, pinsUnknown: ix.sharedPinsUnknownLocked()}, nil
+	return &view{g: ix.mu.cur, snap: ix.mu.snap, filt: ix.mu.cur.filt.Load(), st: ix.mu.state, pol: ix.mu.pol, last: ix.mu.lastSync, syncErr: ix.mu.syncErr, pins: ix.mu.pins, remap: ix.mu.needRebuild && !ix.mu.lastSync.IsZero(), interrupted: ix.mu.interrupted, skew: ix.mu.skew, unknown: ix.mu.unknown, pinsUnknown: ix.sharedPinsUnknownLocked(), pinsPartial: ix.mu.shared.partial}, nil
 }
 
 // release ends the view: the snapshot first (finishing it may discard its transaction), then the

@@ -23,6 +23,14 @@ type SharedPins interface {
 	Where() string
 }
 
+// PartialPins is the error a SharedPins.Load returns beside the pins it could read when some pin
+// records could not be: Covers reports the _metadata keys an unread record may pin. Only those
+// checkpoints stay unretired; the others are judged by the pins read.
+type PartialPins interface {
+	error
+	Covers(key string) bool
+}
+
 // ErrSharedReadOnly is what a read-only SharedPins (an observer mount, --shared-read-only) answers to
 // Set: the index then keeps its local pins beside the shared ones instead of moving them.
 var ErrSharedReadOnly = errors.New("this mount only observes the store's shared state (--shared-read-only): pin and unpin through a mount or a host with write access to it")
@@ -38,6 +46,9 @@ type sharedPinsState struct {
 	err    string    // the last Load's error ("" when it succeeded)
 	at     time.Time // when the last successful Load started
 	seq    uint64    // bumped by every Pin and Unpin: a Load started before one is not installed over it
+	// partial: the last Load could not read some pin records; the checkpoints they may pin are not
+	// retired (view.pinUnknown).
+	partial PartialPins
 }
 
 // SharedPinsStatus is what the last load of the shared pins found (for the fleet view and metrics).
@@ -55,6 +66,9 @@ func (ix *Index) SharedPinsStatus() SharedPinsStatus {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	s := SharedPinsStatus{Enabled: ix.opt.sharedPins != nil, Loaded: ix.mu.shared.at, Error: ix.mu.shared.err, Pins: len(ix.mu.pins)}
+	if s.Error == "" && ix.mu.shared.partial != nil {
+		s.Error = ix.mu.shared.partial.Error()
+	}
 	if ix.opt.sharedPins != nil {
 		s.Where = ix.opt.sharedPins.Where()
 	}
@@ -80,8 +94,14 @@ func (ix *Index) loadSharedPins(ctx context.Context) {
 		local, err = ix.readPinsFile()
 	}
 	var pins map[string]time.Time
+	var partial PartialPins
 	if err == nil {
 		pins, err = src.Load(ctx)
+		if errors.As(err, &partial) && pins != nil {
+			err = nil // the damaged records refuse only the checkpoints they may pin (view.pinUnknown)
+		} else {
+			partial = nil
+		}
 	}
 	for k, t := range local {
 		if _, ok := pins[k]; !ok && pins != nil {
@@ -102,13 +122,16 @@ func (ix *Index) loadSharedPins(ctx context.Context) {
 	if ix.mu.shared.err != "" {
 		ix.log.Info("shared pins read again", "area", src.Where(), "pins", len(pins))
 	}
+	if partial != nil && (ix.mu.shared.partial == nil || ix.mu.shared.partial.Error() != partial.Error()) {
+		ix.log.Error("some shared pin records cannot be read; the checkpoints they may pin are not retired, all others are judged by the pins read", "area", src.Where(), "err", partial)
+	}
 	if ix.mu.shared.seq != seq {
 		// A Pin or Unpin of this index ran during the Load, which may not show it: keep the pins it
 		// installed; the next sync loads both.
 		ix.mu.shared.err = ""
 		return
 	}
-	ix.mu.shared = sharedPinsState{loaded: true, at: started, seq: seq}
+	ix.mu.shared = sharedPinsState{loaded: true, at: started, seq: seq, partial: partial}
 	ix.mu.pins = pins
 }
 
@@ -155,6 +178,18 @@ func (ix *Index) sharedPinsUnknownLocked() string {
 	}
 	if !ix.mu.shared.loaded {
 		return "the shared pins have not been read yet"
+	}
+	return ""
+}
+
+// pinUnknown says why k's pins cannot be judged ("" when they can): the shared pins as a whole (not
+// read yet, the last load failed), or a damaged pin record that may be k's.
+func (v *view) pinUnknown(k string) string {
+	if v.pinsUnknown != "" {
+		return v.pinsUnknown
+	}
+	if v.pinsPartial != nil && v.pinsPartial.Covers(k) {
+		return "its shared pin record cannot be read (" + v.pinsPartial.Error() + ")"
 	}
 	return ""
 }

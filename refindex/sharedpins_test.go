@@ -216,3 +216,50 @@ func TestSharedPinsReadOnlyObserver(t *testing.T) {
 		t.Errorf("pin through the observer: %v, want ErrSharedReadOnly", err)
 	}
 }
+
+// TestSharedPinsDamagedRecordRefusesItsCheckpointOnly: one shared pin record that does not decode
+// (anyone who can write the area's prefix can plant one) keeps only the checkpoint it is named for
+// from retirement; every other checkpoint is judged by the pins read, and a readable pin still
+// protects. Moving the record away releases.
+func TestSharedPinsDamagedRecordRefusesItsCheckpointOnly(t *testing.T) {
+	ctx := context.Background()
+	tr, cur, _ := sharedTree(t)
+	area := sharedArea(t, tr.Root)
+	pins := shared.NewPins(area, "h")
+	ix := openSynced(t, localStore(t, tr.Root), refindex.WithSharedPins(pins))
+	damaged := "flink-checkpoints/" + treegen.IncidentOneOldJob + "/chk-100271/_metadata"
+	pinned := "flink-checkpoints/" + treegen.IncidentOneNewJob + "/chk-100274/_metadata"
+	if _, err := area.Put(ctx, shared.PinName(damaged), []byte("not json"), ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pins.Set(ctx, pinned, true, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	syncIndex(t, ix)
+	if d := ix.Decide(ctx, damaged, verdict.OpUnlink); d.Allow || d.Reason != verdict.ReasonPinned || !strings.Contains(d.Message, "pin record cannot be read") {
+		t.Errorf("the checkpoint of the damaged pin record: %+v", d)
+	}
+	if d := ix.Decide(ctx, cur+"/_metadata", verdict.OpUnlink); !d.Allow {
+		t.Errorf("another checkpoint refused because one pin record is damaged: %+v", d)
+	}
+	if d := ix.Decide(ctx, pinned, verdict.OpUnlink); d.Reason != verdict.ReasonPinned || !strings.Contains(d.Message, "ckguard unpin") {
+		t.Errorf("a readable pin beside the damaged record: %+v", d)
+	}
+	if s := ix.SharedPinsStatus(); !strings.Contains(s.Error, "damaged") {
+		t.Errorf("status does not name the damaged record: %+v", s)
+	}
+	files, _ := filepath.Glob(filepath.Join(tr.Root, shared.Dir, shared.Version, shared.PinName(damaged)) + "*")
+	if len(files) != 1 {
+		t.Fatalf("the damaged record's file: %v", files)
+	}
+	if err := os.RemoveAll(files[0]); err != nil { // the operator moves it away
+		t.Fatal(err)
+	}
+	syncIndex(t, ix)
+	if d := ix.Decide(ctx, damaged, verdict.OpUnlink); strings.Contains(d.Message, "pin record") {
+		t.Errorf("after the damaged record was moved away: %+v", d)
+	}
+	if s := ix.SharedPinsStatus(); s.Error != "" {
+		t.Errorf("status after the record was moved away: %+v", s)
+	}
+}

@@ -58,13 +58,35 @@ func (p *Pins) load(ctx context.Context) ([]Pin, error) {
 	return p.cache.load(ctx, p.c, "pins/", func(name string, pin Pin) bool { return pin.Key != "" && PinName(pin.Key) == name },
 		func(name string, err error) error {
 			return fmt.Errorf("shared pin %s/%s is damaged (%v): move it away and pin again", p.c.Where(), name, err)
-		}, false) // a damaged pin may protect any checkpoint: the load fails, so nothing is retired
+		}, true) // a damaged pin is left out and named: its name says the one checkpoint it could pin
 }
 
-// Load implements refindex.SharedPins: the active pins, key → since.
+// DamagedPinsError is Load's error when some pin records could not be read: Load returned the others.
+// A pin record is named by the hash of the one _metadata key it pins, so a damaged one leaves only
+// that checkpoint unjudged (Covers), never the store's others: anyone who can write the area's prefix
+// (on S3 often a Flink job's own credentials) can damage a record.
+type DamagedPinsError struct {
+	names map[string]bool
+	err   error
+}
+
+func (e *DamagedPinsError) Error() string { return e.err.Error() }
+func (e *DamagedPinsError) Unwrap() error { return e.err }
+
+// Covers reports whether a damaged record may pin key.
+func (e *DamagedPinsError) Covers(key string) bool { return e.names[PinName(key)] }
+
+// Load implements refindex.SharedPins: the active pins, key → since. With damaged records it returns
+// the readable pins and a *DamagedPinsError.
 func (p *Pins) Load(ctx context.Context) (map[string]time.Time, error) {
 	pins, err := p.load(ctx)
-	if err != nil {
+	var damaged *DamagedPinsError
+	if names := skippedNames(err); names != nil {
+		damaged = &DamagedPinsError{names: map[string]bool{}, err: err}
+		for _, n := range names {
+			damaged.names[n] = true
+		}
+	} else if err != nil {
 		return nil, err
 	}
 	now := p.now()
@@ -73,6 +95,9 @@ func (p *Pins) Load(ctx context.Context) (map[string]time.Time, error) {
 		if pin.Active(now) {
 			out[pin.Key] = pin.Since
 		}
+	}
+	if damaged != nil {
+		return out, damaged
 	}
 	return out, nil
 }

@@ -100,7 +100,7 @@ func (rc *recordCache[T]) load(ctx context.Context, c CAS, prefix string, valid 
 		}
 		var bad *DamagedError
 		if skipDamaged && errors.As(err, &bad) {
-			skipped = append(skipped, err)
+			skipped = append(skipped, &SkippedRecord{Name: e.Name, Err: err})
 			continue
 		}
 		if err != nil {
@@ -109,7 +109,7 @@ func (rc *recordCache[T]) load(ctx context.Context, c CAS, prefix string, valid 
 		var r T
 		if err := decodeRecord(data, &r); err != nil || !valid(e.Name, r) {
 			if skipDamaged {
-				skipped = append(skipped, damaged(e.Name, err))
+				skipped = append(skipped, &SkippedRecord{Name: e.Name, Err: damaged(e.Name, err)})
 				continue
 			}
 			return nil, damaged(e.Name, err)
@@ -124,6 +124,36 @@ func (rc *recordCache[T]) load(ctx context.Context, c CAS, prefix string, valid 
 		out = append(out, cr.rec)
 	}
 	return out, errors.Join(skipped...)
+}
+
+// SkippedRecord is a record a load with skipDamaged left out: its name and why.
+type SkippedRecord struct {
+	Name string
+	Err  error
+}
+
+func (e *SkippedRecord) Error() string { return e.Err.Error() }
+func (e *SkippedRecord) Unwrap() error { return e.Err }
+
+// skippedNames returns the names of the records a load's err says were left out, or nil when err is
+// not only such records (a load that failed as a whole, or no error).
+func skippedNames(err error) []string {
+	if err == nil {
+		return nil
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	var names []string
+	for _, e := range errs {
+		sk, ok := e.(*SkippedRecord)
+		if !ok {
+			return nil
+		}
+		names = append(names, sk.Name)
+	}
+	return names
 }
 
 // requests is the number of requests the last load sent.

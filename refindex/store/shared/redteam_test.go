@@ -529,11 +529,6 @@ func TestRedteamTwoMountsOneIDAreNamed(t *testing.T) {
 // decode. Its name is the hash of the one `_metadata` it could pin, so only that checkpoint's retirement
 // needs refusing; every other pin should still load.
 func TestRedteamDamagedPinRefusesOnlyItsCheckpoint(t *testing.T) {
-	t.Skip("known hole: Pins.Load fails as a whole on one damaged pin record, and refindex then refuses the " +
-		"retirement of every live checkpoint on every --shared mount (fail closed, logged, " +
-		"ckguard_shared_state_stale 1) until the record is moved away. Scoping it needs Load to return the " +
-		"damaged records' names beside the pins and decide to refuse a retirement whose PinName is one of " +
-		"them (refindex.SharedPins and refindex/sharedpins.go change)")
 	ctx := context.Background()
 	c := sharedtest.NewMem()
 	p := shared.NewPins(c, "hosta")
@@ -546,5 +541,9 @@ func TestRedteamDamagedPinRefusesOnlyItsCheckpoint(t *testing.T) {
 	pins, err := shared.NewPins(c, "hostb").Load(ctx)
 	if _, ok := pins["job/chk-1/_metadata"]; !ok {
 		t.Errorf("one damaged pin record hid every pin: %v %v", pins, err)
+	}
+	var damaged *shared.DamagedPinsError
+	if !errors.As(err, &damaged) || !damaged.Covers("job/chk-2/_metadata") || damaged.Covers("job/chk-1/_metadata") {
+		t.Errorf("Load's error does not scope the damaged record to its one checkpoint: %v", err)
 	}
 }
