@@ -130,69 +130,98 @@ func (s *xmlScanner) next() (tokKind, error) {
 		return tokEOF, nil
 	}
 	if s.b[s.i] != '<' {
-		end := bytes.IndexByte(s.b[s.i:], '<')
-		if end < 0 {
-			end = len(s.b) - s.i
-		}
-		raw := s.b[s.i : s.i+end]
-		if bytes.Contains(raw, []byte("]]>")) {
-			return 0, s.errf("']]>' outside a CDATA section")
-		}
-		t, err := s.decodeText(raw, false)
-		if err != nil {
-			return 0, err
-		}
-		if len(s.stack) == 0 && len(bytes.TrimLeft(t, " \t\n")) > 0 {
-			return 0, s.errf("text outside the root element")
-		}
-		s.i += end
-		s.text = t
-		return tokText, nil
+		return s.charData()
 	}
 	rest := s.b[s.i:]
 	switch {
 	case bytes.HasPrefix(rest, []byte("</")):
-		s.i += 2
-		n, err := s.readName()
-		if err != nil {
-			return 0, err
-		}
-		s.skipSpace()
-		if s.i >= len(s.b) || s.b[s.i] != '>' {
-			return 0, s.errf("end tag </%s> not closed by '>'", n)
-		}
-		s.i++
-		if len(s.stack) == 0 || !bytes.Equal(s.stack[len(s.stack)-1], n) {
-			return 0, s.errf("unexpected end tag </%s>", n)
-		}
-		return tokEnd, s.pop()
+		return s.endTag()
 	case bytes.HasPrefix(rest, []byte("<!--")):
-		end := bytes.Index(rest[4:], []byte("--"))
-		if end < 0 || 4+end+2 >= len(rest) || rest[4+end+2] != '>' {
-			return 0, s.errf("unterminated comment or '--' inside one")
-		}
-		s.i += 4 + end + 3
-		return tokOther, nil
+		return s.comment()
 	case bytes.HasPrefix(rest, []byte("<![CDATA[")):
-		if len(s.stack) == 0 {
-			return 0, s.errf("CDATA outside the root element")
-		}
-		end := bytes.Index(rest[9:], []byte("]]>"))
-		if end < 0 {
-			return 0, s.errf("unterminated CDATA section")
-		}
-		t, err := s.decodeText(rest[9:9+end], true)
-		if err != nil {
-			return 0, err
-		}
-		s.i += 9 + end + 3
-		s.text = t
-		return tokText, nil
+		return s.cdata()
 	case bytes.HasPrefix(rest, []byte("<!")):
 		return 0, s.errf("DOCTYPE or other declaration not accepted")
 	case bytes.HasPrefix(rest, []byte("<?")):
 		return tokOther, s.procInst()
 	}
+	return s.startTag()
+}
+
+// charData scans the text from s.i up to the next '<' (or the end): only white space is accepted
+// outside the root element.
+func (s *xmlScanner) charData() (tokKind, error) {
+	end := bytes.IndexByte(s.b[s.i:], '<')
+	if end < 0 {
+		end = len(s.b) - s.i
+	}
+	raw := s.b[s.i : s.i+end]
+	if bytes.Contains(raw, []byte("]]>")) {
+		return 0, s.errf("']]>' outside a CDATA section")
+	}
+	t, err := s.decodeText(raw, false)
+	if err != nil {
+		return 0, err
+	}
+	if len(s.stack) == 0 && len(bytes.TrimLeft(t, " \t\n")) > 0 {
+		return 0, s.errf("text outside the root element")
+	}
+	s.i += end
+	s.text = t
+	return tokText, nil
+}
+
+// endTag scans "</name>" at s.i; it must close the innermost open element.
+func (s *xmlScanner) endTag() (tokKind, error) {
+	s.i += 2
+	n, err := s.readName()
+	if err != nil {
+		return 0, err
+	}
+	s.skipSpace()
+	if s.i >= len(s.b) || s.b[s.i] != '>' {
+		return 0, s.errf("end tag </%s> not closed by '>'", n)
+	}
+	s.i++
+	if len(s.stack) == 0 || !bytes.Equal(s.stack[len(s.stack)-1], n) {
+		return 0, s.errf("unexpected end tag </%s>", n)
+	}
+	return tokEnd, s.pop()
+}
+
+// comment skips "<!-- … -->" at s.i; "--" inside one is malformed, as XML says.
+func (s *xmlScanner) comment() (tokKind, error) {
+	rest := s.b[s.i:]
+	end := bytes.Index(rest[4:], []byte("--"))
+	if end < 0 || 4+end+2 >= len(rest) || rest[4+end+2] != '>' {
+		return 0, s.errf("unterminated comment or '--' inside one")
+	}
+	s.i += 4 + end + 3
+	return tokOther, nil
+}
+
+// cdata scans "<![CDATA[ … ]]>" at s.i, accepted only inside the root element.
+func (s *xmlScanner) cdata() (tokKind, error) {
+	if len(s.stack) == 0 {
+		return 0, s.errf("CDATA outside the root element")
+	}
+	rest := s.b[s.i:]
+	end := bytes.Index(rest[9:], []byte("]]>"))
+	if end < 0 {
+		return 0, s.errf("unterminated CDATA section")
+	}
+	t, err := s.decodeText(rest[9:9+end], true)
+	if err != nil {
+		return 0, err
+	}
+	s.i += 9 + end + 3
+	s.text = t
+	return tokText, nil
+}
+
+// startTag scans "<name attr…>" or "<name attr…/>" at s.i and opens the element (a self-closing one
+// is closed by the next call). One root element, at most listDepthMax open.
+func (s *xmlScanner) startTag() (tokKind, error) {
 	s.i++
 	n, err := s.readName()
 	if err != nil {
@@ -204,35 +233,42 @@ func (s *xmlScanner) next() (tokKind, error) {
 	if len(s.stack) >= listDepthMax {
 		return 0, s.errf("elements nested deeper than %d", listDepthMax)
 	}
-	for {
-		sp := s.i
-		s.skipSpace()
-		if s.i >= len(s.b) {
-			return 0, s.errf("unterminated start tag <%s>", n)
-		}
-		switch s.b[s.i] {
-		case '>':
-			s.i++
-		case '/':
-			if s.i+1 >= len(s.b) || s.b[s.i+1] != '>' {
-				return 0, s.errf("'/' inside start tag <%s>", n)
-			}
-			s.i += 2
-			s.closing = true
-		default:
-			if sp == s.i {
-				return 0, s.errf("no space before an attribute in <%s>", n)
-			}
-			if err := s.attr(); err != nil {
-				return 0, err
-			}
-			continue
-		}
-		break
+	if err := s.startTagAttrs(n); err != nil {
+		return 0, err
 	}
 	s.stack = append(s.stack, n)
 	s.name = localName(n)
 	return tokStart, nil
+}
+
+// startTagAttrs scans the attributes of start tag <n> up to and including its '>' or "/>" (then
+// s.closing is set); each attribute must follow white space.
+func (s *xmlScanner) startTagAttrs(n []byte) error {
+	for {
+		sp := s.i
+		s.skipSpace()
+		if s.i >= len(s.b) {
+			return s.errf("unterminated start tag <%s>", n)
+		}
+		switch s.b[s.i] {
+		case '>':
+			s.i++
+			return nil
+		case '/':
+			if s.i+1 >= len(s.b) || s.b[s.i+1] != '>' {
+				return s.errf("'/' inside start tag <%s>", n)
+			}
+			s.i += 2
+			s.closing = true
+			return nil
+		}
+		if sp == s.i {
+			return s.errf("no space before an attribute in <%s>", n)
+		}
+		if err := s.attr(); err != nil {
+			return err
+		}
+	}
 }
 
 func (s *xmlScanner) pop() error {
