@@ -712,98 +712,116 @@ func (d *listV2Decoder) commonPrefix() error {
 
 // object reads one <Contents>.
 func (s *xmlScanner) object() (Object, error) {
-	var o Object
-	var haveKey, haveSize, haveTime, haveETag bool
-	err := s.children(func(name []byte) error {
-		switch {
-		case is(name, "Key"):
-			v, err := s.value()
-			if err != nil {
-				return err
-			}
-			if haveKey {
-				return s.errf("<Contents> with two <Key>")
-			}
-			haveKey, o.Key = true, string(v)
-		case is(name, "Size"):
-			v, err := s.value()
-			if err != nil {
-				return err
-			}
-			if haveSize {
-				return s.errf("<Contents> with two <Size>")
-			}
-			haveSize = true
-			if o.Size, err = strconv.ParseInt(string(v), 10, 64); err != nil || o.Size < 0 {
-				return s.errf("<Size>%s</Size> is not a size", v)
-			}
-		case is(name, "LastModified"):
-			v, err := s.value()
-			if err != nil {
-				return err
-			}
-			if haveTime {
-				return s.errf("<Contents> with two <LastModified>")
-			}
-			haveTime = true
-			if o.ModTime, err = parseListTime(v); err != nil {
-				return s.errf("<LastModified>: %v", err)
-			}
-		case is(name, "ETag"):
-			v, err := s.value()
-			if err != nil {
-				return err
-			}
-			if haveETag {
-				return s.errf("<Contents> with two <ETag>")
-			}
-			haveETag, o.ETag = true, string(bytes.Trim(v, `"`))
-		case is(name, "StorageClass"), is(name, "ChecksumAlgorithm"), is(name, "ChecksumType"):
-			_, err := s.value()
-			return err
-		case is(name, "Owner"):
-			return s.children(func(name []byte) error {
-				if is(name, "DisplayName") || is(name, "ID") {
-					_, err := s.value()
-					return err
-				}
-				return s.skip()
-			})
-		case is(name, "RestoreStatus"):
-			return s.children(func(name []byte) error {
-				switch {
-				case is(name, "IsRestoreInProgress"):
-					v, err := s.value()
-					if err == nil {
-						_, err = strconv.ParseBool(string(v))
-					}
-					return err
-				case is(name, "RestoreExpiryDate"):
-					v, err := s.value()
-					if err == nil {
-						_, err = parseListTime(v)
-					}
-					return err
-				}
-				return s.skip()
-			})
-		default:
-			return s.skip()
-		}
-		return nil
-	})
-	if err != nil {
-		return o, err
+	var f objectFields
+	if err := s.children(func(name []byte) error { return s.objectChild(&f, name) }); err != nil {
+		return f.o, err
 	}
 	switch {
-	case !haveKey || o.Key == "":
-		return o, s.errf("<Contents> without a <Key>")
-	case !haveSize:
-		return o, s.errf("<Contents> of %q without <Size>", o.Key)
-	case !haveTime:
-		return o, s.errf("<Contents> of %q without <LastModified>", o.Key)
+	case !f.haveKey || f.o.Key == "":
+		return f.o, s.errf("<Contents> without a <Key>")
+	case !f.haveSize:
+		return f.o, s.errf("<Contents> of %q without <Size>", f.o.Key)
+	case !f.haveTime:
+		return f.o, s.errf("<Contents> of %q without <LastModified>", f.o.Key)
 	}
-	return o, nil
+	return f.o, nil
+}
+
+// objectFields is one <Contents> as far as it has been read: each field is accepted once.
+type objectFields struct {
+	o                                     Object
+	haveKey, haveSize, haveTime, haveETag bool
+}
+
+// objectChild reads child <name> of a <Contents> into f. Known children that ckguard does not use
+// are still checked to be well-formed values; unknown ones are skipped.
+func (s *xmlScanner) objectChild(f *objectFields, name []byte) error {
+	switch {
+	case is(name, "Key"):
+		v, err := s.value()
+		if err != nil {
+			return err
+		}
+		if f.haveKey {
+			return s.errf("<Contents> with two <Key>")
+		}
+		f.haveKey, f.o.Key = true, string(v)
+	case is(name, "Size"):
+		v, err := s.value()
+		if err != nil {
+			return err
+		}
+		if f.haveSize {
+			return s.errf("<Contents> with two <Size>")
+		}
+		f.haveSize = true
+		if f.o.Size, err = strconv.ParseInt(string(v), 10, 64); err != nil || f.o.Size < 0 {
+			return s.errf("<Size>%s</Size> is not a size", v)
+		}
+	case is(name, "LastModified"):
+		v, err := s.value()
+		if err != nil {
+			return err
+		}
+		if f.haveTime {
+			return s.errf("<Contents> with two <LastModified>")
+		}
+		f.haveTime = true
+		if f.o.ModTime, err = parseListTime(v); err != nil {
+			return s.errf("<LastModified>: %v", err)
+		}
+	case is(name, "ETag"):
+		v, err := s.value()
+		if err != nil {
+			return err
+		}
+		if f.haveETag {
+			return s.errf("<Contents> with two <ETag>")
+		}
+		f.haveETag, f.o.ETag = true, string(bytes.Trim(v, `"`))
+	case is(name, "StorageClass"), is(name, "ChecksumAlgorithm"), is(name, "ChecksumType"):
+		_, err := s.value()
+		return err
+	case is(name, "Owner"):
+		return s.objectOwner()
+	case is(name, "RestoreStatus"):
+		return s.objectRestoreStatus()
+	default:
+		return s.skip()
+	}
+	return nil
+}
+
+// objectOwner checks an object's <Owner>; nothing of it is kept.
+func (s *xmlScanner) objectOwner() error {
+	return s.children(func(name []byte) error {
+		if is(name, "DisplayName") || is(name, "ID") {
+			_, err := s.value()
+			return err
+		}
+		return s.skip()
+	})
+}
+
+// objectRestoreStatus checks an object's <RestoreStatus>: a boolean and a time; nothing of it is kept.
+func (s *xmlScanner) objectRestoreStatus() error {
+	return s.children(func(name []byte) error {
+		switch {
+		case is(name, "IsRestoreInProgress"):
+			v, err := s.value()
+			if err == nil {
+				_, err = strconv.ParseBool(string(v))
+			}
+			return err
+		case is(name, "RestoreExpiryDate"):
+			v, err := s.value()
+			if err == nil {
+				_, err = parseListTime(v)
+			}
+			return err
+		}
+		return s.skip()
+	})
 }
 
 // parseListTime parses a timestamp as the SDK does; the form every server sends
