@@ -128,95 +128,12 @@ func (r *requestTimes) mean() time.Duration {
 // stat'ed (they are no folder's unit).
 func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []string, sem chan struct{}, pacer Pacer, ev *ListingEvidence, rt *requestTimes) (map[string]bool, int, error) {
 	lister, _ := ix.st.(DirLister)
-	stat := ix.freshStat()
+	uc := &unitChecker{lister: lister, stat: ix.freshStat(), pacer: pacer, ev: ev, rt: rt, gone: map[string]bool{}}
 	planned := len(units)
 	for _, k := range single {
 		units = append(units, lossUnit{keys: []string{k}})
 	}
-	// Every request waits on the pacer (when set) and is timed from its slot to its answer.
-	wait := func(ctx context.Context) (func(), error) {
-		release := func() {}
-		if pacer != nil {
-			r, err := pacer.Wait(ctx)
-			if err != nil {
-				return nil, err
-			}
-			release = r
-		}
-		t0 := time.Now()
-		var once sync.Once
-		return func() {
-			once.Do(func() { rt.add(time.Since(t0)) })
-			release()
-		}, nil
-	}
-	var mu sync.Mutex
-	gone := map[string]bool{}
-	requests := 0
-	var firstErr error
-	fail := func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if firstErr == nil {
-			firstErr = err
-		}
-	}
 	var wg sync.WaitGroup
-	check := func(u lossUnit, planned bool) {
-		toStat := u.keys
-		n := 0
-		fromListing := false
-		if ev != nil && planned {
-			toStat, fromListing = ev.take(u)
-			if !fromListing {
-				toStat = u.keys
-			}
-		}
-		if u.list && lister != nil && !fromListing {
-			seen := make(map[string]bool, len(u.keys))
-			// Cut off at one request per object: never dearer than stating each.
-			r, _, err := lister.ListDirRange(ctx, u.dir, u.keys[0], u.keys[len(u.keys)-1], len(u.keys), wait, func(k string) { seen[k] = true })
-			n += r
-			if err != nil {
-				fail(fmt.Errorf("loss check: list %s/: %w", u.dir, err))
-				return
-			}
-			toStat = toStat[:0:0]
-			for _, k := range u.keys {
-				if !seen[k] {
-					toStat = append(toStat, k) // missing, or past a listing that was cut off
-				}
-			}
-		}
-		var lost []string
-		for _, k := range toStat {
-			if ctx.Err() != nil {
-				return
-			}
-			release, err := wait(ctx)
-			if err != nil {
-				fail(fmt.Errorf("loss check: stat %s: %w", k, err))
-				return
-			}
-			_, err = stat(ctx, k)
-			release()
-			n++
-			switch {
-			case err == nil:
-			case errors.Is(err, fs.ErrNotExist):
-				lost = append(lost, k)
-			default:
-				fail(fmt.Errorf("loss check: stat %s: %w", k, err))
-				return
-			}
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		requests += n
-		for _, k := range lost {
-			gone[k] = true
-		}
-	}
 	for i, u := range units {
 		if ctx.Err() != nil {
 			break
@@ -225,17 +142,142 @@ func (ix *Index) checkUnits(ctx context.Context, units []lossUnit, single []stri
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			check(u, i < planned)
+			uc.check(ctx, u, i < planned)
 		}()
 	}
 	wg.Wait()
-	if firstErr != nil {
-		return nil, requests, firstErr
+	if uc.firstErr != nil {
+		return nil, uc.requests, uc.firstErr
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, requests, err
+		return nil, uc.requests, err
 	}
-	return gone, requests, nil
+	return uc.gone, uc.requests, nil
+}
+
+// unitChecker is one checkUnits call's shared state: its units are checked concurrently, and what
+// they find (gone, requests, the first error) is added under mu.
+type unitChecker struct {
+	lister DirLister // nil: the store lists no folder ranges, every key is stat'ed
+	stat   func(context.Context, string) (store.ObjectInfo, error)
+	pacer  Pacer
+	ev     *ListingEvidence
+	rt     *requestTimes
+
+	mu       sync.Mutex
+	gone     map[string]bool
+	requests int
+	firstErr error
+}
+
+// wait waits for the pacer's slot (when there is a pacer); the release it returns ends the slot and
+// times the request from the slot to its answer, once however often it is called.
+func (uc *unitChecker) wait(ctx context.Context) (func(), error) {
+	release := func() {}
+	if uc.pacer != nil {
+		r, err := uc.pacer.Wait(ctx)
+		if err != nil {
+			return nil, err
+		}
+		release = r
+	}
+	t0 := time.Now()
+	var once sync.Once
+	return func() {
+		once.Do(func() { uc.rt.add(time.Since(t0)) })
+		release()
+	}, nil
+}
+
+// fail keeps the first error of the checks.
+func (uc *unitChecker) fail(err error) {
+	uc.mu.Lock()
+	defer uc.mu.Unlock()
+	if uc.firstErr == nil {
+		uc.firstErr = err
+	}
+}
+
+// check checks one unit (planned: one of the units, not of single): the keys a recent listing of the
+// mount (ev) or a listing of the unit's folder did not show are stat'ed, and those the store does not
+// have are added to gone. On an error, or when ctx ends, nothing of the unit is added.
+func (uc *unitChecker) check(ctx context.Context, u lossUnit, planned bool) {
+	toStat := u.keys
+	n := 0
+	fromListing := false
+	if uc.ev != nil && planned {
+		toStat, fromListing = uc.ev.take(u)
+		if !fromListing {
+			toStat = u.keys
+		}
+	}
+	if u.list && uc.lister != nil && !fromListing {
+		var r int
+		var ok bool
+		toStat, r, ok = uc.notListed(ctx, u)
+		n += r
+		if !ok {
+			return
+		}
+	}
+	lost, r, ok := uc.statKeys(ctx, toStat)
+	n += r
+	if !ok {
+		return
+	}
+	uc.mu.Lock()
+	defer uc.mu.Unlock()
+	uc.requests += n
+	for _, k := range lost {
+		uc.gone[k] = true
+	}
+}
+
+// notListed lists the unit's folder over its key range and returns the unit's keys the listing did
+// not show (missing, or past a listing that was cut off) and the requests made; ok false after an
+// error (recorded by fail).
+func (uc *unitChecker) notListed(ctx context.Context, u lossUnit) (toStat []string, requests int, ok bool) {
+	seen := make(map[string]bool, len(u.keys))
+	// Cut off at one request per object: never dearer than stating each.
+	r, _, err := uc.lister.ListDirRange(ctx, u.dir, u.keys[0], u.keys[len(u.keys)-1], len(u.keys), uc.wait, func(k string) { seen[k] = true })
+	if err != nil {
+		uc.fail(fmt.Errorf("loss check: list %s/: %w", u.dir, err))
+		return nil, r, false
+	}
+	toStat = []string{}
+	for _, k := range u.keys {
+		if !seen[k] {
+			toStat = append(toStat, k)
+		}
+	}
+	return toStat, r, true
+}
+
+// statKeys stats each key, paced, and returns those not found and the requests made; ok false after
+// an error other than not-found (recorded by fail) or when ctx ends.
+func (uc *unitChecker) statKeys(ctx context.Context, keys []string) (lost []string, requests int, ok bool) {
+	for _, k := range keys {
+		if ctx.Err() != nil {
+			return nil, requests, false
+		}
+		release, err := uc.wait(ctx)
+		if err != nil {
+			uc.fail(fmt.Errorf("loss check: stat %s: %w", k, err))
+			return nil, requests, false
+		}
+		_, err = uc.stat(ctx, k)
+		release()
+		requests++
+		switch {
+		case err == nil:
+		case errors.Is(err, fs.ErrNotExist):
+			lost = append(lost, k)
+		default:
+			uc.fail(fmt.Errorf("loss check: stat %s: %w", k, err))
+			return nil, requests, false
+		}
+	}
+	return lost, requests, true
 }
 
 // freshStat is the store's stat that never answers from a cache (store.FreshStater): verify, the

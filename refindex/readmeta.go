@@ -133,27 +133,13 @@ func (ix *Index) readOnce(ctx context.Context, oi store.ObjectInfo) (*entry, err
 	if size > maxMetadataSize {
 		return ix.unparseable(ctx, oi, size, badTooLarge, fmt.Errorf("%s is %d bytes, larger than the %d bytes (128 MiB, about a million references) a _metadata may have: remove it, or replace it by the real checkpoint's", oi.Path, size, maxMetadataSize)), nil
 	}
-	// Small files (nearly all) are read in one request; larger ones are parsed through the reader
-	// (the parser buffers), so a parse worker never holds a whole large file.
-	watched := &watchedReader{r: r}
-	var src io.ReaderAt = watched
-	if size <= readWholeMax {
-		buf := make([]byte, size)
-		if n, err := r.ReadAt(buf, 0); n != int(size) {
-			if err == nil || errors.Is(err, io.EOF) || errors.Is(err, store.ErrChanged) {
-				return nil, fmt.Errorf("read %s: %d of %d bytes: %w", oi.Path, n, size, store.ErrChanged) // shrunk or replaced meanwhile
-			}
-			return nil, fmt.Errorf("read %s: %w", oi.Path, err)
-		}
-		src = bytes.NewReader(buf)
+	src, watched, err := metadataSource(r, size, oi.Path)
+	if err != nil {
+		return nil, err
 	}
-	job, id, kind := layoutOf(oi.Path)
-	rec := &checkpointRecord{Key: oi.Path, Job: job, ID: id, Kind: kind, ModTime: oi.ModTime, Size: size, ETag: oi.ETag, UID: uidOf(oi)}
-	if oi.HasUID {
-		// Only a store with owners can tell (a stat of the folder; on S3 it would cost a listing).
-		rec.JobOwner = ix.ownsJobFolder(ctx, job, oi.UID)
-	}
+	rec := ix.newCheckpointRecord(ctx, oi, size)
 	pm, err := ix.opt.parse(src, size, oi.Path)
+	// A file that changed while it was parsed is read again (ErrChanged), whatever the parse said.
 	if changed, cerr := readerChanged(r); cerr != nil {
 		return nil, fmt.Errorf("read %s: %w", oi.Path, cerr)
 	} else if changed || errors.Is(watched.err, store.ErrChanged) {
@@ -172,26 +158,7 @@ func (ix *Index) readOnce(ctx context.Context, oi store.ObjectInfo) (*entry, err
 	if rec.Kind == "checkpoint" || pm.ID >= 0 {
 		rec.ID = pm.ID
 	}
-	e := &entry{rec: rec}
-	seen := make(map[string]int, len(pm.Refs))
-	for _, rr := range pm.Refs {
-		var k pathnorm.Key
-		if rr.Kind == RefRelative {
-			k = ix.norm.Relative(oi.Path, rr.URI)
-		} else {
-			k = ix.norm.Absolute(rr.URI)
-		}
-		// Relative and segment references need the whole object just like files; the kind is kept
-		// for reports.
-		kind := rr.Kind
-		id := string(rune('0'+kind)) + k.Path
-		if i, ok := seen[id]; ok {
-			e.refs[i].Length += rr.Length
-			continue
-		}
-		seen[id] = len(e.refs)
-		e.refs = append(e.refs, ref{Key: k.Path, Inside: k.Inside, Kind: kind, Length: rr.Length})
-	}
+	e := &entry{rec: rec, refs: ix.normalizedRefs(oi.Path, pm.Refs)}
 	if err := ix.resolveOutside(ctx, e); err != nil {
 		return nil, err
 	}
@@ -203,6 +170,63 @@ func (ix *Index) readOnce(ctx context.Context, oi store.ObjectInfo) (*entry, err
 		}
 	}
 	return e, nil
+}
+
+// metadataSource is what the parser reads a _metadata of size bytes from. Small files (nearly all) are
+// read in one request; larger ones are parsed through the reader (the parser buffers), so a parse
+// worker never holds a whole large file. watched records the reader's errors either way; a short
+// whole read is the file shrunk or replaced meanwhile (store.ErrChanged).
+func metadataSource(r store.Reader, size int64, key string) (src io.ReaderAt, watched *watchedReader, err error) {
+	watched = &watchedReader{r: r}
+	if size > readWholeMax {
+		return watched, watched, nil
+	}
+	buf := make([]byte, size)
+	if n, err := r.ReadAt(buf, 0); n != int(size) {
+		if err == nil || errors.Is(err, io.EOF) || errors.Is(err, store.ErrChanged) {
+			return nil, nil, fmt.Errorf("read %s: %d of %d bytes: %w", key, n, size, store.ErrChanged) // shrunk or replaced meanwhile
+		}
+		return nil, nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	return bytes.NewReader(buf), watched, nil
+}
+
+// newCheckpointRecord is the record of the _metadata oi as its key and stat say (its layout, version,
+// owner); the parse fills in the rest.
+func (ix *Index) newCheckpointRecord(ctx context.Context, oi store.ObjectInfo, size int64) *checkpointRecord {
+	job, id, kind := layoutOf(oi.Path)
+	rec := &checkpointRecord{Key: oi.Path, Job: job, ID: id, Kind: kind, ModTime: oi.ModTime, Size: size, ETag: oi.ETag, UID: uidOf(oi)}
+	if oi.HasUID {
+		// Only a store with owners can tell (a stat of the folder; on S3 it would cost a listing).
+		rec.JobOwner = ix.ownsJobFolder(ctx, job, oi.UID)
+	}
+	return rec
+}
+
+// normalizedRefs is the parsed references of the _metadata at key as store keys (relative ones
+// resolved against it), one per (kind, key), in first-seen order, their lengths summed.
+func (ix *Index) normalizedRefs(key string, raw []rawRef) []ref {
+	var refs []ref
+	seen := make(map[string]int, len(raw))
+	for _, rr := range raw {
+		var k pathnorm.Key
+		if rr.Kind == RefRelative {
+			k = ix.norm.Relative(key, rr.URI)
+		} else {
+			k = ix.norm.Absolute(rr.URI)
+		}
+		// Relative and segment references need the whole object just like files; the kind is kept
+		// for reports.
+		kind := rr.Kind
+		id := string(rune('0'+kind)) + k.Path
+		if i, ok := seen[id]; ok {
+			refs[i].Length += rr.Length
+			continue
+		}
+		seen[id] = len(refs)
+		refs = append(refs, ref{Key: k.Path, Inside: k.Inside, Kind: kind, Length: rr.Length})
+	}
+	return refs
 }
 
 // readerChanged reports whether the file r reads changed since it was opened, by the reader's own

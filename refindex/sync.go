@@ -48,78 +48,113 @@ func (ix *Index) Sync(ctx context.Context) (err error) {
 	ix.readStoreClock(ctx)
 	ix.loadSharedPins(ctx)
 	ix.mu.RLock()
-	need, cur, gen, prevList := ix.mu.needRebuild, ix.mu.state, ix.mu.cur, ix.mu.lastSync
+	need := ix.mu.needRebuild
+	sr := &syncRun{cur: ix.mu.state, gen: ix.mu.cur, prevList: ix.mu.lastSync, start: time.Now()}
 	ix.mu.RUnlock()
 	if need {
 		return ix.rebuildExclusive(ctx)
 	}
-	t0 := time.Now()
-	start := t0
-	var changed []store.ObjectInfo
-	listed := map[string]bool{}
-	// An entry the listing cannot read is an unknown subtree (unknown.go), not a failed sync.
-	var unk unknownCollector
-	lctx := unk.withUnknown(ctx)
-	err = ix.st.ListMetadata(lctx, func(oi store.ObjectInfo) error {
-		listed[oi.Path] = true
+	if err := ix.syncList(ctx, sr); err != nil {
+		return ix.failSync(err)
+	}
+	if err := ix.syncRead(ctx, sr); err != nil {
+		return ix.failSync(err)
+	}
+	return ix.syncCommit(ctx, sr)
+}
+
+// syncRun is one Sync's state from its listing to its commit. cur is the memory state the sync
+// started from; everything it reads is compared with it, and at the commit only keys whose record is
+// still cur's (nothing indexed, renamed or deleted through the mount meanwhile) are written.
+type syncRun struct {
+	cur      *memState
+	gen      *generation // the generation the sync started on; a switch meanwhile ends the sync
+	prevList time.Time   // the previous complete listing's start
+	start    time.Time   // this listing's start: the index is synced as of it
+	// unk collects the unknown subtrees every listing and stat of this sync reports; lctx carries it.
+	unk     unknownCollector
+	lctx    context.Context
+	listed  map[string]bool    // every _metadata the listing named
+	changed []store.ObjectInfo // listed or re-stat'ed, to be (re)read
+	puts    []*entry
+	removed []string
+}
+
+// syncList lists every _metadata into sr.listed and queues in sr.changed the new ones and those to
+// read again. An entry the listing cannot read is an unknown subtree (unknown.go), not a failed sync;
+// an unreadable store root is.
+func (ix *Index) syncList(ctx context.Context, sr *syncRun) error {
+	sr.listed = map[string]bool{}
+	sr.lctx = sr.unk.withUnknown(ctx)
+	err := ix.st.ListMetadata(sr.lctx, func(oi store.ObjectInfo) error {
+		sr.listed[oi.Path] = true
 		// A _metadata with unmapped references is read again at every sync: the store may prove their
 		// place now (a copy that was still running, a file restored).
 		// So is a damaged one holding its previous version's references (until it parses or is past
 		// --grace), and a record of an older version without a class (Bad) for a bad _metadata.
-		if c := cur.ckpts[oi.Path]; c == nil || !sameVersion(c, oi) || c.Unmapped > 0 || c.HeldRefs || c.Changing || c.Err != "" && c.Bad == "" {
-			changed = append(changed, oi)
+		if c := sr.cur.ckpts[oi.Path]; c == nil || !sameVersion(c, oi) || c.Unmapped > 0 || c.HeldRefs || c.Changing || c.Err != "" && c.Bad == "" {
+			sr.changed = append(sr.changed, oi)
 		}
 		return nil
 	})
 	if err == nil {
-		err = unk.rootUnreadable()
+		err = sr.unk.rootUnreadable()
 	}
 	if err != nil {
-		return ix.failSync(fmt.Errorf("list _metadata in %s: %w", ix.st.Root(), err))
+		return fmt.Errorf("list _metadata in %s: %w", ix.st.Root(), err)
 	}
-	ix.noteListedJobs(slices.Collect(maps.Keys(listed)))
-	unlisted := cur.unlisted(listed)
+	ix.noteListedJobs(slices.Collect(maps.Keys(sr.listed)))
+	return nil
+}
+
+// syncRead decides what the listing means: the indexed _metadata the store confirms gone are
+// removed, the changed ones read into sr.puts. When some are removed, the guard is asked to retire
+// them first and the store listed again, so that what the guard brings back is found and kept.
+func (ix *Index) syncRead(ctx context.Context, sr *syncRun) error {
+	unlisted := sr.cur.unlisted(sr.listed)
 	// A listing may be partial (S3 targeted discovery only looks where it found checkpoints at its
 	// last full walk): an indexed _metadata is retired only when the store says it is gone.
-	removed, restat, _, err := ix.confirmGone(ctx, cur, unlisted, &unk)
+	removed, restat, _, err := ix.confirmGone(ctx, sr.cur, unlisted, &sr.unk)
 	if err != nil {
-		return ix.failSync(err)
+		return err
 	}
+	sr.removed = removed
 	// However many changed, they are applied as one change (in several transactions when it is large:
 	// rolling.go), never by a rebuild, which would list the whole store and re-read every _metadata.
-	changed = append(changed, restat...)
-	var puts []*entry
-	err = ix.readAll(ctx, changed, func(e *entry) error { puts = append(puts, e); return nil }, func(key string) {
-		removed = append(removed, key)
-	})
-	if err != nil {
-		return ix.failSync(err)
-	}
-	if len(removed) > 0 {
-		incoming := make([]string, 0, len(changed))
-		for _, oi := range changed {
-			if cur.ckpts[oi.Path] == nil {
-				incoming = append(incoming, oi.Path) // new, not re-read
-			}
-		}
-		// Before the second listing, so that what the guard brings back is found there and kept.
-		ix.guardRetire(ctx, slices.Clone(removed), incoming)
-		more, err := ix.relistAfterRetire(lctx, cur, listed, changed, &removed)
-		if err != nil {
-			return ix.failSync(err)
-		}
-		err = ix.readAll(ctx, more, func(e *entry) error { puts = append(puts, e); return nil }, func(key string) {
-			removed = append(removed, key)
+	sr.changed = append(sr.changed, restat...)
+	read := func(infos []store.ObjectInfo) error {
+		return ix.readAll(ctx, infos, func(e *entry) error { sr.puts = append(sr.puts, e); return nil }, func(key string) {
+			sr.removed = append(sr.removed, key)
 		})
-		if err != nil {
-			return ix.failSync(err)
+	}
+	if err := read(sr.changed); err != nil {
+		return err
+	}
+	if len(sr.removed) == 0 {
+		return nil
+	}
+	incoming := make([]string, 0, len(sr.changed))
+	for _, oi := range sr.changed {
+		if sr.cur.ckpts[oi.Path] == nil {
+			incoming = append(incoming, oi.Path) // new, not re-read
 		}
 	}
+	// Before the second listing, so that what the guard brings back is found there and kept.
+	ix.guardRetire(ctx, slices.Clone(sr.removed), incoming)
+	more, err := ix.relistAfterRetire(sr.lctx, sr.cur, sr.listed, sr.changed, &sr.removed)
+	if err != nil {
+		return err
+	}
+	return read(more)
+}
 
+// syncCommit applies what sr read under writeMu, as of sr.start, unless the index closed or switched
+// generation meanwhile; then installs the unknown subtrees the sync found.
+func (ix *Index) syncCommit(ctx context.Context, sr *syncRun) error {
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()
 	ix.mu.RLock()
-	now, closed, switched := ix.mu.state, ix.mu.closed, ix.mu.cur != gen
+	now, closed, switched := ix.mu.state, ix.mu.closed, ix.mu.cur != sr.gen
 	ttl := max(ix.mu.pol.Grace, time.Hour)
 	ix.mu.RUnlock()
 	if closed {
@@ -133,19 +168,19 @@ func (ix *Index) Sync(ctx context.Context) (err error) {
 	// A key indexed, renamed or deleted through the mount while this sync ran has a newer record
 	// than what this sync read: leave it alone (records are replaced, never modified, so an
 	// unchanged pointer means untouched).
-	untouched := func(k string) bool { return now.ckpts[k] == cur.ckpts[k] }
-	puts = slices.DeleteFunc(puts, func(e *entry) bool { return !untouched(e.rec.Key) })
-	removed = slices.DeleteFunc(removed, func(k string) bool { return !untouched(k) })
+	untouched := func(k string) bool { return now.ckpts[k] == sr.cur.ckpts[k] }
+	puts := slices.DeleteFunc(sr.puts, func(e *entry) bool { return !untouched(e.rec.Key) })
+	removed := slices.DeleteFunc(sr.removed, func(k string) bool { return !untouched(k) })
 	sort.Strings(removed)
-	err = ix.apply(change{puts: puts, removes: removed, synced: start, tombstoneTTL: ttl})
+	err := ix.apply(change{puts: puts, removes: removed, synced: sr.start, tombstoneTTL: ttl})
 	if errors.Is(err, errNeedRebuild) {
 		return ix.rebuildLocked(ctx)
 	}
 	if err != nil {
 		return ix.failSync(fmt.Errorf("write index: %w", err))
 	}
-	ix.installUnknown(unk.found, start, prevList, false)
-	ix.log.Info("index synced", "added_or_changed", len(puts), "removed", len(removed), "checkpoints", len(ix.mu.state.ckpts), "took", time.Since(t0).Round(time.Millisecond))
+	ix.installUnknown(sr.unk.found, sr.start, sr.prevList, false)
+	ix.log.Info("index synced", "added_or_changed", len(puts), "removed", len(removed), "checkpoints", len(ix.mu.state.ckpts), "took", time.Since(sr.start).Round(time.Millisecond))
 	return nil
 }
 

@@ -134,7 +134,35 @@ func jobFolderOf(key string) string {
 func (ix *Index) installUnknown(found map[string]store.UnknownSubtree, listedAt, prevList time.Time, rebuilt bool) {
 	ix.mu.Lock()
 	old := ix.mu.unknown
-	st := ix.mu.state
+	next := nextUnknown(old, ix.mu.state, found, listedAt, prevList, rebuilt)
+	ix.mu.unknown = next
+	g := ix.mu.cur
+	g.users.Add(1) // the generation stays open while the set is persisted in it, outside mu
+	ix.mu.Unlock()
+	defer g.users.Done()
+	ix.logUnknownChanges(old, next)
+	if len(next) == 0 && len(old) == 0 {
+		return // the common case: nothing to write at every sync
+	}
+	b, err := json.Marshal(next)
+	if err == nil {
+		err = g.db.Update(func(txn *badger.Txn) error {
+			if len(next) == 0 {
+				return txn.Delete(keyUnknown)
+			}
+			return txn.Set(keyUnknown, b)
+		})
+	}
+	if err != nil {
+		ix.log.Warn("persisting the unknown subtrees", "err", err)
+	}
+}
+
+// nextUnknown is the unknown subtrees after a listing that found found, sorted by key, given the
+// previous set old (sorted) and the state st the listing read: an entry still unknown, or unknown as
+// part of a folder collapsed at the last sync, keeps its Since and LastReadable (none after a
+// rebuild); beyond maxUnknownSubtrees they are collapsed into their folders.
+func nextUnknown(old []UnknownSubtree, st *memState, found map[string]store.UnknownSubtree, listedAt, prevList time.Time, rebuilt bool) []UnknownSubtree {
 	next := make([]UnknownSubtree, 0, len(found))
 	collapsedOld := map[string]*UnknownSubtree{}
 	for i := range old {
@@ -176,15 +204,16 @@ func (ix *Index) installUnknown(found map[string]store.UnknownSubtree, listedAt,
 		}
 	}
 	sort.Slice(next, func(i, j int) bool { return next[i].Key < next[j].Key })
+	return next
+}
+
+// logUnknownChanges logs each entry of next not in old (newly unknown) and each of old not in next
+// (readable again, or gone); both sorted by key.
+func (ix *Index) logUnknownChanges(old, next []UnknownSubtree) {
 	nextKeys := make(map[string]bool, len(next))
 	for _, u := range next {
 		nextKeys[u.Key] = true
 	}
-	ix.mu.unknown = next
-	g := ix.mu.cur
-	g.users.Add(1)
-	ix.mu.Unlock()
-	defer g.users.Done()
 	for _, u := range next {
 		if i := sort.Search(len(old), func(i int) bool { return old[i].Key >= u.Key }); i < len(old) && old[i].Key == u.Key {
 			continue
@@ -195,21 +224,6 @@ func (ix *Index) installUnknown(found map[string]store.UnknownSubtree, listedAt,
 		if !nextKeys[u.Key] {
 			ix.log.Info("store entry readable again (or gone): no longer refused as unknown", "subtree", orRoot(u.Key), "unknown_since", u.Since)
 		}
-	}
-	if len(next) == 0 && len(old) == 0 {
-		return // the common case: nothing to write at every sync
-	}
-	b, err := json.Marshal(next)
-	if err == nil {
-		err = g.db.Update(func(txn *badger.Txn) error {
-			if len(next) == 0 {
-				return txn.Delete(keyUnknown)
-			}
-			return txn.Set(keyUnknown, b)
-		})
-	}
-	if err != nil {
-		ix.log.Warn("persisting the unknown subtrees", "err", err)
 	}
 }
 

@@ -21,12 +21,59 @@ func (ix *Index) Verify(ctx context.Context) (*VerifyResult, error) {
 	}
 	defer v.release()
 	res := &VerifyResult{Broken: []BrokenCheckpoint{}}
-	type job struct {
-		meta string
-		refs []ref
+	checks, err := verifyReferences(v, res)
+	if err != nil {
+		return nil, err
 	}
-	var jobs []job
-	err = v.g.db.View(func(txn *badger.Txn) error {
+	objs := ix.verifyObjects(checks, res)
+	missing, err := ix.statVerifyObjects(ctx, objs)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range checks {
+		res.Checked++
+		if b := c.broken(missing); b.MissingCount > 0 {
+			res.Broken = append(res.Broken, b)
+		}
+	}
+	if res.Broken, err = ix.dropRetired(ctx, res.Broken, res); err != nil {
+		return nil, err
+	}
+	sort.Slice(res.Broken, func(a, b int) bool { return res.Broken[a].Metadata < res.Broken[b].Metadata })
+	res.Untrusted = ix.verifyUntrusted(v, res)
+	res.OK = len(res.Broken) == 0 && res.Untrusted == ""
+	return res, nil
+}
+
+// verifyCheck is one parsed live _metadata and its references.
+type verifyCheck struct {
+	meta string
+	refs []ref
+}
+
+// broken is the checkpoint's result: its references inside the store that missing names (at most
+// 1,000 listed, all counted); MissingCount 0 when it has them all.
+func (c verifyCheck) broken(missing map[string]bool) BrokenCheckpoint {
+	var b BrokenCheckpoint
+	for _, r := range c.refs {
+		if r.Inside && missing[r.Key] {
+			b.MissingCount++
+			if len(b.Missing) < 1000 {
+				b.Missing = append(b.Missing, r.Key)
+			}
+		}
+	}
+	if b.MissingCount > 0 {
+		b.Metadata = c.meta
+	}
+	return b
+}
+
+// verifyReferences reads, in one view of the index, the references of every live _metadata in key
+// order; an unparseable one goes to res.Unparseable instead.
+func verifyReferences(v *view, res *VerifyResult) ([]verifyCheck, error) {
+	var checks []verifyCheck
+	err := v.g.db.View(func(txn *badger.Txn) error {
 		for _, k := range v.st.sorted {
 			c := v.st.ckpts[k]
 			if c.Err != "" {
@@ -37,19 +84,20 @@ func (ix *Index) Verify(ctx context.Context) (*VerifyResult, error) {
 			if err != nil {
 				return err
 			}
-			jobs = append(jobs, job{meta: k, refs: refs})
+			checks = append(checks, verifyCheck{meta: k, refs: refs})
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	// Each distinct object is stat'ed once, with bounded concurrency (network stores).
-	var mu sync.Mutex
-	exists := map[string]error{}
+	return checks, err
+}
+
+// verifyObjects is every distinct object inside the store the checks reference, each once; the
+// references outside it are counted in res (external or unmapped), not checked.
+func (ix *Index) verifyObjects(checks []verifyCheck, res *VerifyResult) []string {
+	seen := map[string]bool{}
 	var objs []string
-	for _, j := range jobs {
-		for _, r := range j.refs {
+	for _, c := range checks {
+		for _, r := range c.refs {
 			if !r.Inside {
 				res.OutsideSkipped++
 				if ix.norm.IsExternal(r.Key) {
@@ -59,13 +107,22 @@ func (ix *Index) Verify(ctx context.Context) (*VerifyResult, error) {
 				}
 				continue
 			}
-			if _, ok := exists[r.Key]; !ok {
-				exists[r.Key] = nil
+			if !seen[r.Key] {
+				seen[r.Key] = true
 				objs = append(objs, r.Key)
 			}
 		}
 	}
 	res.Objects = len(objs)
+	return objs
+}
+
+// statVerifyObjects stats each object once, with bounded concurrency (network stores), and returns
+// the missing ones. Any error other than not-found fails the verify: an object that could not be
+// checked is not known to exist.
+func (ix *Index) statVerifyObjects(ctx context.Context, objs []string) (map[string]bool, error) {
+	var mu sync.Mutex
+	missing := map[string]bool{}
 	bar := ix.newBar(len(objs), "verifying")
 	var firstErr error
 	stat := ix.freshStat()
@@ -77,7 +134,9 @@ func (ix *Index) Verify(ctx context.Context) (*VerifyResult, error) {
 		if err != nil && !errors.Is(err, fs.ErrNotExist) && firstErr == nil {
 			firstErr = fmt.Errorf("verify: stat %s: %w", o, err)
 		}
-		exists[o] = err
+		if err != nil {
+			missing[o] = true
+		}
 	})
 	bar.Finish()
 	if firstErr != nil {
@@ -86,38 +145,24 @@ func (ix *Index) Verify(ctx context.Context) (*VerifyResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	for _, j := range jobs {
-		res.Checked++
-		var b BrokenCheckpoint
-		for _, r := range j.refs {
-			if r.Inside && exists[r.Key] != nil {
-				b.MissingCount++
-				if len(b.Missing) < 1000 {
-					b.Missing = append(b.Missing, r.Key)
-				}
-			}
-		}
-		if b.MissingCount > 0 {
-			b.Metadata = j.meta
-			res.Broken = append(res.Broken, b)
-		}
-	}
-	if res.Broken, err = ix.dropRetired(ctx, res.Broken, res); err != nil {
-		return nil, err
-	}
-	sort.Slice(res.Broken, func(a, b int) bool { return res.Broken[a].Metadata < res.Broken[b].Metadata })
+	return missing, nil
+}
+
+// verifyUntrusted says why a verify without broken checkpoints still does not prove the store whole
+// (the first reason of: a blocked index, unknown subtrees that hide references, unchecked unmapped
+// references, unparseable _metadata), or "".
+func (ix *Index) verifyUntrusted(v *view, res *VerifyResult) string {
 	switch b := v.blocked(); {
 	case b != "":
-		res.Untrusted = b
+		return b
 	case unknownHides(v.unknown) != "":
-		res.Untrusted = unknownHides(v.unknown)
+		return unknownHides(v.unknown)
 	case res.UnmappedSkipped > 0:
-		res.Untrusted = fmt.Sprintf("%d reference(s) could not be checked: %s", res.UnmappedSkipped, ix.unmappedBlock(v))
+		return fmt.Sprintf("%d reference(s) could not be checked: %s", res.UnmappedSkipped, ix.unmappedBlock(v))
 	case len(res.Unparseable) > 0:
-		res.Untrusted = unparseableUntrusted(v.st)
+		return unparseableUntrusted(v.st)
 	}
-	res.OK = len(res.Broken) == 0 && res.Untrusted == ""
-	return res, nil
+	return ""
 }
 
 // dropRetired takes out of broken the checkpoints whose `_metadata` is gone from the store by now: Flink

@@ -55,8 +55,37 @@ func runGraph(c *cli.Context) error {
 	if c.NArg() != 0 {
 		return exitf(2, "usage: ckguard graph --store S --index I [--job J] [--format dot|svg] [-o FILE]")
 	}
-	format := strings.ToLower(c.String("format"))
 	out := c.String("output")
+	format, err := graphFormat(c, out)
+	if err != nil {
+		return err
+	}
+	g, err := buildStoreGraph(c)
+	if err != nil {
+		return err
+	}
+	if job := c.String("job"); job != "" && len(g.Jobs) == 0 && len(g.Folders) == 0 {
+		return exitf(1, "ckguard graph: no live checkpoint belongs to or references job %q", job)
+	}
+	text, err := renderGraph(c, g, format)
+	if err != nil {
+		return err
+	}
+	if out == "" || out == "-" {
+		_, err = c.App.Writer.Write(text)
+		return err
+	}
+	if err := os.WriteFile(out, text, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", out, err)
+	}
+	fmt.Fprintf(os.Stderr, "ckguard graph: wrote %s (%s, %s)\n", out, plural(len(g.Jobs), "folder with live checkpoints or savepoints", "folders with live checkpoints or savepoints"), plural(len(g.Edges), "edge"))
+	return nil
+}
+
+// graphFormat is "dot" or "svg": --format, else from the output's name, else DOT on a terminal and
+// SVG elsewhere; SVG falls back to DOT (said on stderr) where Graphviz is not installed.
+func graphFormat(c *cli.Context, out string) (string, error) {
+	format := strings.ToLower(c.String("format"))
 	switch {
 	case format == "" && strings.HasSuffix(out, ".dot"), format == "gv":
 		format = "dot"
@@ -67,25 +96,31 @@ func runGraph(c *cli.Context) error {
 	case format == "":
 		format = "svg"
 	case format != "dot" && format != "svg":
-		return exitf(2, "--format %q: want dot or svg", format)
+		return "", exitf(2, "--format %q: want dot or svg", format)
 	}
 	if format == "svg" && !c.Bool("json") && !graph.DotAvailable() {
 		fmt.Fprintln(os.Stderr, "ckguard graph: Graphviz (dot) is not installed, writing DOT instead of SVG (apt-get install graphviz)")
 		format = "dot"
 	}
+	return format, nil
+}
 
+// buildStoreGraph asks the index for the live checkpoints and builds the graph of --job (counts read
+// from the store); with --by-job, or too many checkpoints to draw one by one, one edge per pair of
+// job folders.
+func buildStoreGraph(c *cli.Context) (*graph.Graph, error) {
 	q, closeFn, err := openQuerier(c)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer closeFn()
 	res, err := q.Checkpoints(c.Context, "")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	refs, err := storeRefs(c, res)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	inferred := map[string][]string{}
 	for _, j := range res.Jobs {
@@ -98,7 +133,7 @@ func runGraph(c *cli.Context) error {
 	g, err := graph.Build(c.Context, res, c.String("job"), refs, refs, cliLogger())
 	stop()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	g.Store = c.String("store")
 	nodes := 0
@@ -111,36 +146,23 @@ func runGraph(c *cli.Context) error {
 		}
 		g = g.ByJob()
 	}
-	if job := c.String("job"); job != "" && len(g.Jobs) == 0 && len(g.Folders) == 0 {
-		return exitf(1, "ckguard graph: no live checkpoint belongs to or references job %q", job)
-	}
+	return g, nil
+}
 
+// renderGraph is the graph as JSON (--json), DOT or SVG (through Graphviz).
+func renderGraph(c *cli.Context, g *graph.Graph, format string) ([]byte, error) {
 	var buf bytes.Buffer
-	switch {
-	case c.Bool("json"):
+	if c.Bool("json") {
 		if err := printJSON(&buf, g); err != nil {
-			return err
+			return nil, err
 		}
-	default:
-		if err := g.DOT(&buf); err != nil {
-			return err
-		}
-		if format == "svg" {
-			svg, err := graph.SVG(c.Context, buf.Bytes())
-			if err != nil {
-				return err
-			}
-			buf.Reset()
-			buf.Write(svg)
-		}
+		return buf.Bytes(), nil
 	}
-	if out == "" || out == "-" {
-		_, err = c.App.Writer.Write(buf.Bytes())
-		return err
+	if err := g.DOT(&buf); err != nil {
+		return nil, err
 	}
-	if err := os.WriteFile(out, buf.Bytes(), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", out, err)
+	if format == "svg" {
+		return graph.SVG(c.Context, buf.Bytes())
 	}
-	fmt.Fprintf(os.Stderr, "ckguard graph: wrote %s (%s, %s)\n", out, plural(len(g.Jobs), "folder with live checkpoints or savepoints", "folders with live checkpoints or savepoints"), plural(len(g.Edges), "edge"))
-	return nil
+	return buf.Bytes(), nil
 }

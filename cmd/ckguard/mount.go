@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -17,6 +18,7 @@ import (
 	"github.com/ckguard/ckguard/internal/bytesize"
 	"github.com/ckguard/ckguard/internal/duration"
 	"github.com/ckguard/ckguard/refindex"
+	"github.com/ckguard/ckguard/refindex/flinkrest"
 	"github.com/ckguard/ckguard/refindex/store/quarantine"
 )
 
@@ -102,69 +104,103 @@ func whyCommandLine(c *cli.Context, mnt, path string) string {
 }
 
 func runMount(c *cli.Context) error {
+	f, err := parseMountFlags(c)
+	if err != nil {
+		return err
+	}
+	if err := prepareIndexDir(c, f); err != nil {
+		return err
+	}
+	if f.logFile != "" {
+		return detachMount(c, f)
+	}
+	return serveMountForeground(c, f)
+}
+
+// mountFlags is what runMount's phases share: the command line, checked, before anything is created.
+type mountFlags struct {
+	mnt       string // absolute
+	indexDir  string
+	errno     syscall.Errno
+	pol       refindex.Policy // with the --flink-rest URLs
+	flinkREST []*flinkrest.Client
+	idxOpts   []refindex.Option
+	// logFile is where a detached mount logs; "" when it runs in the foreground (--foreground, or the
+	// child of a detach).
+	logFile string
+}
+
+// parseMountFlags checks the command line; nothing is created on disk yet, so a bad flag leaves no
+// index folder behind.
+func parseMountFlags(c *cli.Context) (mountFlags, error) {
+	var f mountFlags
 	if c.NArg() != 1 {
-		return usageError(c, "want exactly one MOUNTPOINT, got %d", c.NArg())
+		return f, usageError(c, "want exactly one MOUNTPOINT, got %d", c.NArg())
 	}
-	mnt, err := filepath.Abs(c.Args().First())
-	if err != nil {
-		return err
+	var err error
+	if f.mnt, err = filepath.Abs(c.Args().First()); err != nil {
+		return f, err
 	}
-	indexDir, err := indexDir(c)
-	if err != nil {
-		return err
+	if f.indexDir, err = indexDir(c); err != nil {
+		return f, err
 	}
-	errno, err := guard.ParseErrno(c.String("refuse-errno"))
-	if err != nil {
-		return cli.Exit(err.Error(), 2)
+	if f.errno, err = guard.ParseErrno(c.String("refuse-errno")); err != nil {
+		return f, cli.Exit(err.Error(), 2)
 	}
-	pol, err := policyFrom(c)
-	if err != nil {
-		return cli.Exit(err.Error(), 2)
+	if f.pol, err = policyFrom(c); err != nil {
+		return f, cli.Exit(err.Error(), 2)
 	}
-	flinkREST, err := flinkClients(c)
-	if err != nil {
-		return cli.Exit("ckguard mount: "+err.Error(), 2)
+	if f.flinkREST, err = flinkClients(c); err != nil {
+		return f, cli.Exit("ckguard mount: "+err.Error(), 2)
 	}
-	for _, cl := range flinkREST {
-		pol.FlinkREST = append(pol.FlinkREST, cl.URL())
+	for _, cl := range f.flinkREST {
+		f.pol.FlinkREST = append(f.pol.FlinkREST, cl.URL())
 	}
-	if err := checkMountConfig(c, pol); err != nil {
-		return err
+	if err := checkMountConfig(c, f.pol); err != nil {
+		return f, err
 	}
-	idxOpts, err := indexOptions(c)
-	if err != nil {
-		return cli.Exit(err.Error(), 2)
+	if f.idxOpts, err = indexOptions(c); err != nil {
+		return f, cli.Exit(err.Error(), 2)
 	}
-	foreground := c.Bool("foreground")
-	logFile := ""
-	if !foreground && !daemon.IsChild() {
-		logFile = c.String("log-file")
-		if logFile == "" {
-			logFile = filepath.Join(indexDir, "ckguard.log")
+	if !c.Bool("foreground") && !daemon.IsChild() {
+		f.logFile = c.String("log-file")
+		if f.logFile == "" {
+			f.logFile = filepath.Join(f.indexDir, "ckguard.log")
 		}
 	}
-	// Before anything is created: an index inside the store would otherwise be left there.
-	if err := (guardd.Config{StoreDir: c.String("store"), IndexDir: indexDir, Mountpoint: mnt, AuditLog: c.String("audit-log"),
-		ControlSocket: c.String("control-socket"), LogFile: logFile}).CheckPlacement(); err != nil {
+	return f, nil
+}
+
+// prepareIndexDir creates the index folder and records the store's identity in it, after checking the
+// placement of every path: an index inside the store would otherwise be left there.
+func prepareIndexDir(c *cli.Context, f mountFlags) error {
+	if err := (guardd.Config{StoreDir: c.String("store"), IndexDir: f.indexDir, Mountpoint: f.mnt, AuditLog: c.String("audit-log"),
+		ControlSocket: c.String("control-socket"), LogFile: f.logFile}).CheckPlacement(); err != nil {
 		return cli.Exit("ckguard mount: "+err.Error(), 2)
 	}
-	if err := os.MkdirAll(indexDir, 0o700); err != nil {
-		return fmt.Errorf("index dir %s: %w", indexDir, err)
+	if err := os.MkdirAll(f.indexDir, 0o700); err != nil {
+		return fmt.Errorf("index dir %s: %w", f.indexDir, err)
 	}
 	// The store under another path (a symlink, a bind mount) finds this index by what is recorded here.
-	recordIdentity(c, indexDir)
+	recordIdentity(c, f.indexDir)
+	return nil
+}
 
-	if logFile != "" {
-		if isTerminal(os.Stderr) {
-			fmt.Fprintf(os.Stderr, "ckguard: syncing the index with %s, then mounting on %s (progress: %s)\n", c.String("store"), mnt, logFile)
-		}
-		if err := daemon.Detach(logFile); err != nil {
-			return fmt.Errorf("mount %s: %w", mnt, err)
-		}
-		fmt.Fprintf(c.App.Writer, "ckguard: mounted %s on %s (log: %s)\n%s\n", c.String("store"), mnt, logFile, refusalHint(c, mnt))
-		return nil
+// detachMount starts the mount as a detached child logging to f.logFile and returns once it is
+// mounted (daemon.Detach waits for the child's Ready, Fail or exit).
+func detachMount(c *cli.Context, f mountFlags) error {
+	if isTerminal(os.Stderr) {
+		fmt.Fprintf(os.Stderr, "ckguard: syncing the index with %s, then mounting on %s (progress: %s)\n", c.String("store"), f.mnt, f.logFile)
 	}
+	if err := daemon.Detach(f.logFile); err != nil {
+		return fmt.Errorf("mount %s: %w", f.mnt, err)
+	}
+	fmt.Fprintf(c.App.Writer, "ckguard: mounted %s on %s (log: %s)\n%s\n", c.String("store"), f.mnt, f.logFile, refusalHint(c, f.mnt))
+	return nil
+}
 
+// serveMountForeground runs the mount in this process until it is unmounted or signalled.
+func serveMountForeground(c *cli.Context, f mountFlags) error {
 	level := slog.LevelInfo
 	if c.Bool("debug") {
 		level = slog.LevelDebug
@@ -180,37 +216,7 @@ func runMount(c *cli.Context) error {
 		return fmt.Sprintf("syncing the index with %s before mounting (%s so far; progress in the log)", c.String("store"), time.Since(started).Round(time.Second))
 	}, time.Minute, 3*time.Minute)
 	defer stopStarting()
-	cfg := guardd.Config{
-		StoreDir:        c.String("store"),
-		IndexDir:        indexDir,
-		Mountpoint:      mnt,
-		Policy:          pol,
-		IndexOptions:    idxOpts,
-		AllowOther:      c.Bool("allow-other"),
-		SyncInterval:    c.Duration("sync-interval"),
-		RefuseErrno:     errno,
-		AuditLog:        c.String("audit-log"),
-		AuditFsync:      c.Duration("audit-fsync"),
-		ControlSocket:   c.String("control-socket"),
-		MetricsAddr:     c.String("metrics-addr"),
-		Debug:           c.Bool("debug"),
-		Logger:          log,
-		ServeProcs:      c.Int("serve-procs"),
-		LossCheckBudget: c.Int("loss-check-budget"),
-		LossCheckRate:   c.Float64("loss-check-rate"),
-		FlinkREST:       flinkREST,
-		Ready: func(m *guardd.Mounted) {
-			log.Info("a refused deletion fails with \"Operation not permitted\"; to learn why: `ckguard why --store S --index I PATH` or `getfattr -n user.ckguard.state PATH`",
-				"why", whyCommandLine(c, m.Mountpoint, "PATH"))
-			stopStarting()
-			daemon.Ready(fmt.Sprintf("guarding %s on %s", c.String("store"), m.Mountpoint))
-		},
-	}
-	cfg.Hold = c.String("hold")
-	cfg.Shared = c.Bool("shared")
-	cfg.SharedReadOnly = c.Bool("shared-read-only")
-	cfg.Version = version
-	cfg.Quarantine = c.Duration("quarantine")
+	cfg := mountDaemonConfig(c, f, log, stopStarting)
 	backend := backends.For(cfg.StoreDir)
 	if !c.IsSet("quarantine") && !backend.StagesDeletions() {
 		cfg.Quarantine = 0 // staging is opt-in on this store (backends.Backend.StagesDeletions)
@@ -228,6 +234,42 @@ func runMount(c *cli.Context) error {
 	}
 	daemon.Stopping()
 	return nil
+}
+
+// mountDaemonConfig is the daemon's configuration from the flags; its Ready ends the start-timeout
+// extension (stopStarting) and tells systemd the mount serves.
+func mountDaemonConfig(c *cli.Context, f mountFlags, log *slog.Logger, stopStarting func()) guardd.Config {
+	return guardd.Config{
+		StoreDir:        c.String("store"),
+		IndexDir:        f.indexDir,
+		Mountpoint:      f.mnt,
+		Policy:          f.pol,
+		IndexOptions:    f.idxOpts,
+		AllowOther:      c.Bool("allow-other"),
+		SyncInterval:    c.Duration("sync-interval"),
+		RefuseErrno:     f.errno,
+		AuditLog:        c.String("audit-log"),
+		AuditFsync:      c.Duration("audit-fsync"),
+		ControlSocket:   c.String("control-socket"),
+		MetricsAddr:     c.String("metrics-addr"),
+		Debug:           c.Bool("debug"),
+		Logger:          log,
+		ServeProcs:      c.Int("serve-procs"),
+		LossCheckBudget: c.Int("loss-check-budget"),
+		LossCheckRate:   c.Float64("loss-check-rate"),
+		FlinkREST:       f.flinkREST,
+		Ready: func(m *guardd.Mounted) {
+			log.Info("a refused deletion fails with \"Operation not permitted\"; to learn why: `ckguard why --store S --index I PATH` or `getfattr -n user.ckguard.state PATH`",
+				"why", whyCommandLine(c, m.Mountpoint, "PATH"))
+			stopStarting()
+			daemon.Ready(fmt.Sprintf("guarding %s on %s", c.String("store"), m.Mountpoint))
+		},
+		Hold:           c.String("hold"),
+		Shared:         c.Bool("shared"),
+		SharedReadOnly: c.Bool("shared-read-only"),
+		Version:        version,
+		Quarantine:     c.Duration("quarantine"),
+	}
 }
 
 // quarantineBound reads --quarantine-max-bytes and --quarantine-min-free.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
@@ -49,18 +50,8 @@ func quarantinePurgeCommand() *cli.Command {
 
 func runQuarantinePurge(c *cli.Context) error {
 	all, olderThan := c.Bool("all"), c.Duration("older-than")
-	if all && olderThan > 0 {
-		return cli.Exit("ckguard quarantine purge: give --all or --older-than, not both", exitUsage)
-	}
-	if all && !c.Bool("yes") {
-		if !stdinIsTTY() {
-			return cli.Exit("ckguard quarantine purge --all destroys every staged deletion for good and stdin is no terminal to ask: add --yes", exitUsage)
-		}
-		fmt.Fprint(c.App.ErrWriter, "purge EVERY quarantine entry for good (entries a live checkpoint references again stay)? [y/N] ")
-		line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
-		if a := strings.TrimSpace(strings.ToLower(line)); a != "y" && a != "yes" {
-			return cli.Exit("ckguard quarantine purge: not confirmed, nothing purged", exitUsage)
-		}
+	if err := confirmPurge(c, all, olderThan); err != nil {
+		return err
 	}
 	svc, viaMount, closeFn, err := openQuarantine(c, c.Duration("ttl"))
 	if err != nil {
@@ -68,86 +59,132 @@ func runQuarantinePurge(c *cli.Context) error {
 	}
 	defer closeFn()
 	if d, ok := svc.(*quarantine.Direct); ok && !viaMount {
-		// No mount: the index is opened here (and synced) to tell which entries a live checkpoint
-		// references again.
-		q, qclose, err := openQuerier(c)
-		if err != nil {
-			return fmt.Errorf("cannot ask the index whether a live checkpoint references a staged object again, so nothing is purged: %w", err)
-		}
-		defer qclose()
-		// A purge destroys data for good: without a mount it is audited here, in the mount's audit log,
-		// with the same records the mount writes; one that cannot be audited is not done.
-		al, err := openPurgeAudit(c)
+		closeDirect, err := guardDirectPurge(c, d)
 		if err != nil {
 			return err
 		}
-		defer func() {
-			if err := al.Close(); err != nil {
-				fmt.Fprintf(c.App.ErrWriter, "ckguard: %v: the last purge records may be lost\n", err)
-			}
-		}()
-		d.Purged = guardd.PurgeRecorder(cliLogger(), al)
-		d.Referenced = func(ctx context.Context, key string) (bool, error) {
-			w, err := q.Why(ctx, key)
-			if err != nil {
-				return false, err
-			}
-			if len(w.Referencing) > 0 || w.RefCount > 0 {
-				return true, nil
-			}
-			if w.State != verdict.StateDeletable {
-				return false, fmt.Errorf("the index says %s is %s: %s", key, w.State, w.Message)
-			}
-			return false, nil
-		}
+		defer closeDirect()
 	}
-	var ids []string
-	if c.NArg() > 0 {
-		l, err := svc.List(c.Context)
-		if err != nil {
-			return err
-		}
-		for _, a := range c.Args().Slice() {
-			k := storeKey(c, a)
-			n := 0
-			for _, e := range l.Entries {
-				if below(e.Key(), k) {
-					ids = append(ids, e.ID)
-					n++
-				}
-			}
-			if n == 0 {
-				return cli.Exit(fmt.Sprintf("ckguard quarantine purge: nothing from %s is in quarantine", k), exitFound)
-			}
-		}
+	ids, err := purgeIDsOfArgs(c, svc)
+	if err != nil {
+		return err
 	}
 	// Always PurgeWith, so that the audit record names who asked also for a purge past the TTL.
 	r, err := svc.PurgeWith(c.Context, quarantine.PurgeRequest{IDs: ids, OlderThan: duration.D(olderThan), All: all, By: selfAsRequester()})
 	if err != nil {
 		return err
 	}
-	if c.Bool("json") {
-		if err := printJSON(c.App.Writer, r); err != nil {
-			return err
-		}
-	} else {
-		var bytes int64
-		for _, e := range r.Purged {
-			bytes += e.Size
-		}
-		for _, k := range r.Kept {
-			switch k.Reason {
-			case "young":
-				fmt.Fprintf(c.App.ErrWriter, "ckguard: refusing to purge %s: deleted %s, younger than the TTL; %s left\n", shown(k.Entry.Key()), fmtTime(k.Entry.DeletedAt), k.Left)
-			default:
-				fmt.Fprintf(c.App.ErrWriter, "ckguard: refusing to purge %s (%s): %s\n", shown(k.Entry.Key()), k.Reason, shown(k.Detail))
-			}
-		}
-		fmt.Fprintf(c.App.Writer, "purged %s (%s), kept %d\n", plural(len(r.Purged), "entry", "entries"), humanBytes(bytes), len(r.Kept))
+	if err := printPurgeResult(c, r); err != nil {
+		return err
 	}
 	if len(r.Kept) > 0 {
 		return cli.Exit("", exitFound)
 	}
+	return nil
+}
+
+// confirmPurge checks the purge's flags; a purge of everything (--all) is done only with --yes or
+// after the terminal's user confirmed it.
+func confirmPurge(c *cli.Context, all bool, olderThan time.Duration) error {
+	if all && olderThan > 0 {
+		return cli.Exit("ckguard quarantine purge: give --all or --older-than, not both", exitUsage)
+	}
+	if !all || c.Bool("yes") {
+		return nil
+	}
+	if !stdinIsTTY() {
+		return cli.Exit("ckguard quarantine purge --all destroys every staged deletion for good and stdin is no terminal to ask: add --yes", exitUsage)
+	}
+	fmt.Fprint(c.App.ErrWriter, "purge EVERY quarantine entry for good (entries a live checkpoint references again stay)? [y/N] ")
+	line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+	if a := strings.TrimSpace(strings.ToLower(line)); a != "y" && a != "yes" {
+		return cli.Exit("ckguard quarantine purge: not confirmed, nothing purged", exitUsage)
+	}
+	return nil
+}
+
+// guardDirectPurge gives a purge without a mount what the mount would: the index, opened here (and
+// synced) to tell which entries a live checkpoint references again, and the mount's audit log, with
+// the same records the mount writes. A purge destroys data for good: one that cannot ask the index
+// or be audited is not done. The returned close closes both.
+func guardDirectPurge(c *cli.Context, d *quarantine.Direct) (closeAll func(), err error) {
+	q, qclose, err := openQuerier(c)
+	if err != nil {
+		return nil, fmt.Errorf("cannot ask the index whether a live checkpoint references a staged object again, so nothing is purged: %w", err)
+	}
+	al, err := openPurgeAudit(c)
+	if err != nil {
+		qclose()
+		return nil, err
+	}
+	d.Purged = guardd.PurgeRecorder(cliLogger(), al)
+	d.Referenced = func(ctx context.Context, key string) (bool, error) {
+		w, err := q.Why(ctx, key)
+		if err != nil {
+			return false, err
+		}
+		if len(w.Referencing) > 0 || w.RefCount > 0 {
+			return true, nil
+		}
+		if w.State != verdict.StateDeletable {
+			return false, fmt.Errorf("the index says %s is %s: %s", key, w.State, w.Message)
+		}
+		return false, nil
+	}
+	return func() {
+		if err := al.Close(); err != nil {
+			fmt.Fprintf(c.App.ErrWriter, "ckguard: %v: the last purge records may be lost\n", err)
+		}
+		qclose()
+	}, nil
+}
+
+// purgeIDsOfArgs is the entries below the PATH arguments (none: the purge is by age or --all); a PATH
+// with nothing in quarantine fails the command before anything is purged.
+func purgeIDsOfArgs(c *cli.Context, svc quarantine.Service) ([]string, error) {
+	if c.NArg() == 0 {
+		return nil, nil
+	}
+	l, err := svc.List(c.Context)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, a := range c.Args().Slice() {
+		k := storeKey(c, a)
+		n := 0
+		for _, e := range l.Entries {
+			if below(e.Key(), k) {
+				ids = append(ids, e.ID)
+				n++
+			}
+		}
+		if n == 0 {
+			return nil, cli.Exit(fmt.Sprintf("ckguard quarantine purge: nothing from %s is in quarantine", k), exitFound)
+		}
+	}
+	return ids, nil
+}
+
+// printPurgeResult prints what was purged and, on stderr, why each kept entry was kept (or all of it
+// as JSON with --json).
+func printPurgeResult(c *cli.Context, r *quarantine.PurgeResult) error {
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, r)
+	}
+	var bytes int64
+	for _, e := range r.Purged {
+		bytes += e.Size
+	}
+	for _, k := range r.Kept {
+		switch k.Reason {
+		case "young":
+			fmt.Fprintf(c.App.ErrWriter, "ckguard: refusing to purge %s: deleted %s, younger than the TTL; %s left\n", shown(k.Entry.Key()), fmtTime(k.Entry.DeletedAt), k.Left)
+		default:
+			fmt.Fprintf(c.App.ErrWriter, "ckguard: refusing to purge %s (%s): %s\n", shown(k.Entry.Key()), k.Reason, shown(k.Detail))
+		}
+	}
+	fmt.Fprintf(c.App.Writer, "purged %s (%s), kept %d\n", plural(len(r.Purged), "entry", "entries"), humanBytes(bytes), len(r.Kept))
 	return nil
 }
 

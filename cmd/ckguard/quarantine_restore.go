@@ -68,26 +68,69 @@ func runQuarantineRestore(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	var ids []string
-	picked := map[string]bool{}
-	pick := func(e quarantine.Entry) {
-		if !picked[e.ID] {
-			picked[e.ID] = true
-			ids = append(ids, e.ID)
-		}
-	}
-	var checkpoints []string // _metadata keys restored by CHECKPOINT arguments
+	sel := &restoreSelection{picked: map[string]bool{}}
 	if since != "" {
 		t, err := parseSince(since, time.Now())
 		if err != nil {
 			return usageError(c, "%v", err)
 		}
-		for _, e := range l.Entries {
-			if !e.DeletedAt.Before(t) {
-				pick(e)
-			}
+		sel.deletedSince(l, t)
+	}
+	if err := sel.belowArgs(c, l); err != nil {
+		return err
+	}
+	r, err := svc.Restore(c.Context, sel.ids)
+	if err != nil {
+		return err
+	}
+	// A restored checkpoint's references elsewhere (its job's shared/ folder): the index, which now has
+	// the checkpoint again, names what it misses; those staged here come back too.
+	if len(sel.checkpoints) > 0 && len(r.Restored) > 0 {
+		more, err := restoreMissing(c, svc, sel.checkpoints, sel.picked)
+		if err != nil {
+			return err
+		}
+		r.Restored = append(r.Restored, more.Restored...)
+		r.Failed = append(r.Failed, more.Failed...)
+	}
+	if err := printRestoreResult(c, r, viaMount); err != nil {
+		return err
+	}
+	if len(r.Failed) > 0 {
+		return cli.Exit("", exitFound)
+	}
+	return nil
+}
+
+// restoreSelection is the entries a restore asks for: each once, in the order first picked.
+type restoreSelection struct {
+	ids    []string
+	picked map[string]bool // by entry ID
+	// checkpoints is the _metadata keys restored by CHECKPOINT (or folder) arguments, whose missing
+	// references restoreMissing brings back after them.
+	checkpoints []string
+}
+
+func (s *restoreSelection) pick(e quarantine.Entry) {
+	if !s.picked[e.ID] {
+		s.picked[e.ID] = true
+		s.ids = append(s.ids, e.ID)
+	}
+}
+
+// deletedSince picks every entry deleted at or after t.
+func (s *restoreSelection) deletedSince(l *quarantine.ListResult, t time.Time) {
+	for _, e := range l.Entries {
+		if !e.DeletedAt.Before(t) {
+			s.pick(e)
 		}
 	}
+}
+
+// belowArgs picks the entries below each PATH argument (a _metadata stands for its checkpoint's whole
+// folder). A PATH inside the quarantine folder, or one with nothing in quarantine, fails the command
+// before anything is restored.
+func (s *restoreSelection) belowArgs(c *cli.Context, l *quarantine.ListResult) error {
 	for _, a := range c.Args().Slice() {
 		k := storeKey(c, a)
 		if store.InQuarantine(k) {
@@ -101,10 +144,10 @@ func runQuarantineRestore(c *cli.Context) error {
 		n := 0
 		for _, e := range l.Entries {
 			if below(e.Key(), sel) {
-				pick(e)
+				s.pick(e)
 				n++
 				if flinklayout.IsMetadata(e.Key()) {
-					checkpoints = append(checkpoints, e.Key())
+					s.checkpoints = append(s.checkpoints, e.Key())
 				}
 			}
 		}
@@ -115,40 +158,26 @@ func runQuarantineRestore(c *cli.Context) error {
 			return cli.Exit(fmt.Sprintf("ckguard quarantine restore: nothing from %s is in quarantine (`ckguard quarantine list` shows what is)", k), exitFound)
 		}
 	}
-	r, err := svc.Restore(c.Context, ids)
-	if err != nil {
-		return err
-	}
-	// A restored checkpoint's references elsewhere (its job's shared/ folder): the index, which now has
-	// the checkpoint again, names what it misses; those staged here come back too.
-	if len(checkpoints) > 0 && len(r.Restored) > 0 {
-		more, err := restoreMissing(c, svc, checkpoints, picked)
-		if err != nil {
-			return err
-		}
-		r.Restored = append(r.Restored, more.Restored...)
-		r.Failed = append(r.Failed, more.Failed...)
-	}
+	return nil
+}
+
+// printRestoreResult prints what came back and, on stderr, what did not (or all of it as JSON with
+// --json); viaMount says whether the mount indexed the restored checkpoints already.
+func printRestoreResult(c *cli.Context, r *quarantine.RestoreResult, viaMount bool) error {
 	if c.Bool("json") {
-		if err := printJSON(c.App.Writer, r); err != nil {
-			return err
-		}
-	} else {
-		for _, e := range r.Restored {
-			fmt.Fprintf(c.App.Writer, "restored %s (%s, deleted %s)\n", shown(e.Key()), humanBytes(e.Size), fmtTime(e.DeletedAt))
-		}
-		for _, f := range r.Failed {
-			fmt.Fprintf(c.App.ErrWriter, "ckguard: not restored: %s\n", shown(f.Error))
-		}
-		where := "the store directly (no mount holds the index; the next mount's sync indexes restored checkpoints)"
-		if viaMount {
-			where = "the running mount (restored checkpoints are indexed)"
-		}
-		fmt.Fprintf(c.App.Writer, "%s restored through %s, %d left in quarantine\n", plural(len(r.Restored), "entry", "entries"), where, len(r.Failed))
+		return printJSON(c.App.Writer, r)
 	}
-	if len(r.Failed) > 0 {
-		return cli.Exit("", exitFound)
+	for _, e := range r.Restored {
+		fmt.Fprintf(c.App.Writer, "restored %s (%s, deleted %s)\n", shown(e.Key()), humanBytes(e.Size), fmtTime(e.DeletedAt))
 	}
+	for _, f := range r.Failed {
+		fmt.Fprintf(c.App.ErrWriter, "ckguard: not restored: %s\n", shown(f.Error))
+	}
+	where := "the store directly (no mount holds the index; the next mount's sync indexes restored checkpoints)"
+	if viaMount {
+		where = "the running mount (restored checkpoints are indexed)"
+	}
+	fmt.Fprintf(c.App.Writer, "%s restored through %s, %d left in quarantine\n", plural(len(r.Restored), "entry", "entries"), where, len(r.Failed))
 	return nil
 }
 

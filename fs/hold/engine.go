@@ -326,51 +326,95 @@ func (e *Engine) Pass(ctx context.Context) error {
 	if versioned {
 		ver = vi.ProtectedVersion() // before the scan (see refindex.Index.ProtectedVersion)
 	}
-	e.mu.Lock()
-	if versioned && e.settled && ver == e.settledVer && t0.Sub(e.settledAt) < fullPassEvery {
-		// Nothing changed since a pass that left nothing to do: the same scan would find nothing.
-		e.st.LastPass, e.st.LastTook = t0, "0s (index unchanged)"
-		e.mu.Unlock()
-		if e.o.Fleet != nil && e.o.Fleet.MayRelease(ctx) {
-			// Other mounts let holds go whatever this index does: the lease holder releases them.
-			if err := e.releaseOrphans(ctx); err != nil {
-				return err
-			}
-			return e.o.Ledger.flush(false)
-		}
-		return nil
+	epoch, ok := e.beginEpochUnlessSettled(versioned, ver, t0)
+	if !ok {
+		return e.settledPass(ctx)
 	}
-	e.settled = false
-	e.epoch++
-	epoch := e.epoch
-	e.mu.Unlock()
-	l := e.o.Ledger
-	l.beginEpoch(epoch)
-	e.lift.Lock()
-	e.passing = true
-	clear(e.touched)
-	unneeded := e.unneeded
-	e.unneeded = nil
-	e.lift.Unlock()
-	defer func() {
-		e.lift.Lock()
-		e.passing = false
-		clear(e.touched)
-		e.lift.Unlock()
-	}()
-	if err := l.flush(false); err != nil { // what the mount lifted since the last pass
+	unneeded, endPassing := e.beginPassing(epoch)
+	defer endPassing()
+	if err := e.o.Ledger.flush(false); err != nil { // what the mount lifted since the last pass
 		e.finish(t0, 0, -1, -1, err)
 		return err
 	}
-	var todo []job
-	dirs := 0
 	joined := e.o.Fleet == nil || e.fleetJoined()
 	if e.o.Fleet == nil && e.o.StatusDir != "" {
 		// Without the fleet this mount may hold and release what it alone decides: when it joins
 		// again, every need is recorded afresh.
 		_ = os.Remove(filepath.Join(e.o.StatusDir, FleetJoinedName))
 	}
-	err := e.o.Index.ProtectedKeys(ctx, func(k string, kind refindex.ProtectedKind) bool {
+	todo, dirs, err := e.toHold(ctx, epoch, joined)
+	if err != nil {
+		e.finish(t0, dirs, -1, -1, err)
+		return fmt.Errorf("%s: read the protected keys from the index: %w", e.o.Name, err)
+	}
+	statFail, firstErr := e.holdAll(ctx, epoch, todo)
+	kept := 0
+	if firstErr == nil {
+		kept, firstErr = e.releaseUnseen(ctx, epoch)
+	}
+	e.dropLifted(ctx, unneeded)
+	e.finish(t0, dirs, kept, statFail, firstErr)
+	if !joined && firstErr == nil && statFail == 0 && e.Status().Failed == 0 {
+		e.joinFleet()
+	}
+	if versioned && firstErr == nil && kept == 0 {
+		e.noteSettled(todo, ver, t0)
+	}
+	return firstErr
+}
+
+// beginEpochUnlessSettled starts the pass's epoch, or, when the index's protected set is still the
+// version of a pass that left nothing to do (and a full pass is not due), records a pass that did
+// nothing and returns ok false: the same scan would find nothing.
+func (e *Engine) beginEpochUnlessSettled(versioned bool, ver uint64, t0 time.Time) (epoch uint64, ok bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if versioned && e.settled && ver == e.settledVer && t0.Sub(e.settledAt) < fullPassEvery {
+		e.st.LastPass, e.st.LastTook = t0, "0s (index unchanged)"
+		return 0, false
+	}
+	e.settled = false
+	e.epoch++
+	return e.epoch, true
+}
+
+// settledPass is what a pass does when the index is unchanged since a settled pass: only the lease
+// holder of a fleet releases the holds other mounts let go, whatever this index does.
+func (e *Engine) settledPass(ctx context.Context) error {
+	if e.o.Fleet != nil && e.o.Fleet.MayRelease(ctx) {
+		if err := e.releaseOrphans(ctx); err != nil {
+			return err
+		}
+		return e.o.Ledger.flush(false)
+	}
+	return nil
+}
+
+// beginPassing opens the ledger's epoch and marks the pass running for the mount's lifts (passing,
+// touched reset), taking the keys the mount found unneeded since the last pass; endPassing undoes the
+// marks.
+func (e *Engine) beginPassing(epoch uint64) (unneeded []string, endPassing func()) {
+	e.o.Ledger.beginEpoch(epoch)
+	e.lift.Lock()
+	e.passing = true
+	clear(e.touched)
+	unneeded = e.unneeded
+	e.unneeded = nil
+	e.lift.Unlock()
+	return unneeded, func() {
+		e.lift.Lock()
+		e.passing = false
+		clear(e.touched)
+		e.lift.Unlock()
+	}
+}
+
+// toHold reads the index's protected keys, marks each seen in the ledger's epoch, and returns those
+// to hold: the ones the ledger does not hold yet, and (until this mount has joined its fleet) every
+// one, so its need is recorded; dirs counts the protected folders, which are not held.
+func (e *Engine) toHold(ctx context.Context, epoch uint64, joined bool) (todo []job, dirs int, err error) {
+	l := e.o.Ledger
+	err = e.o.Index.ProtectedKeys(ctx, func(k string, kind refindex.ProtectedKind) bool {
 		if kind == refindex.ProtectedDirectory {
 			dirs++
 			return true
@@ -392,43 +436,37 @@ func (e *Engine) Pass(ctx context.Context) error {
 		}
 		return true
 	})
-	if err != nil {
-		e.finish(t0, dirs, -1, -1, err)
-		return fmt.Errorf("%s: read the protected keys from the index: %w", e.o.Name, err)
-	}
-	var firstErr error
-	statFail := 0
+	return todo, dirs, err
+}
+
+// holdAll holds todo in batches and returns the stat failures; it stops at the first error (the
+// ledger cannot be written: no more requests are sent).
+func (e *Engine) holdAll(ctx context.Context, epoch uint64, todo []job) (statFail int, err error) {
 	for i := 0; i < len(todo); i += e.o.Batch {
 		n, err := e.holdBatch(ctx, epoch, todo[i:min(i+e.o.Batch, len(todo))])
 		statFail += n
 		if err != nil {
-			firstErr = err
-			break // the ledger cannot be written: send no more requests
+			return statFail, err
 		}
 	}
-	kept := 0
-	if firstErr == nil {
-		kept, firstErr = e.releaseUnseen(ctx, epoch)
-	}
-	e.dropLifted(ctx, unneeded)
-	e.finish(t0, dirs, kept, statFail, firstErr)
-	if !joined && firstErr == nil && statFail == 0 && e.Status().Failed == 0 {
-		e.joinFleet()
-	}
-	if versioned && firstErr == nil && kept == 0 {
-		e.mu.Lock()
-		s := e.status()
-		settled := s.Pending == 0 && s.Releasing == 0 && s.Failed == 0
-		for _, j := range todo {
-			if en, ok := l.Get(j.key); !ok || en.State != Held {
-				settled = false // gone (the loss check reports it) or refused: the next pass tries again
-				break
-			}
+	return statFail, nil
+}
+
+// noteSettled records, after a pass that released nothing and failed nothing, whether it left nothing
+// to do at index version ver: nothing pending, releasing or failed, and every key it tried to hold held
+// (one gone, which the loss check reports, or refused is tried again by the next pass).
+func (e *Engine) noteSettled(todo []job, ver uint64, t0 time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.status()
+	settled := s.Pending == 0 && s.Releasing == 0 && s.Failed == 0
+	for _, j := range todo {
+		if en, ok := e.o.Ledger.Get(j.key); !ok || en.State != Held {
+			settled = false
+			break
 		}
-		e.settled, e.settledVer, e.settledAt = settled, ver, t0
-		e.mu.Unlock()
 	}
-	return firstErr
+	e.settled, e.settledVer, e.settledAt = settled, ver, t0
 }
 
 // finish records the pass's figures and writes the status (kept, statFail < 0: not counted this pass).

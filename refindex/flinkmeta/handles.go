@@ -150,101 +150,138 @@ func (p *parser) keyed(depth int) KeyedHandle {
 		c.seekFail(at, fmt.Sprintf("handles nested at most %d deep", maxDepth))
 		return h
 	}
-	// Consistency of the §8 layout attempts with the releases that wrote each code.
-	switch {
-	case p.layout.Flink111Channels && h.Code != KeyedKeyGroups && h.Code != KeyedIncremental:
-		c.seekFail(at, fmt.Sprintf("keyed handle code 3 or 5 in a Flink 1.11 file, got %d", h.Code))
-		return h
-	case p.layout.Flink114Changelog && (h.Code == KeyedIncrementalV2 || h.Code == KeyedKeyGroupsV2 || h.Code > KeyedKeyGroupsV2):
-		c.seekFail(at, fmt.Sprintf("no Flink 1.15+ keyed handle code in a Flink 1.14 file, got %d", h.Code))
+	if !p.keyedCodeFitsLayout(at, h.Code) {
 		return h
 	}
+	// Each reads the fields that follow the code, in the order the release that wrote the code wrote
+	// them; short: the Flink 1.14 layout, which lacks some of them.
 	short := p.layout.Flink114Changelog
 	switch h.Code {
 	case KeyedKeyGroups, KeyedKeyGroupsV2, KeyedKeyGroupsSavepoint:
-		c.what = "KeyGroupsStateHandle"
-		h.Start = c.i32()
-		h.Num, h.Offsets = p.keyGroupOffsets()
-		h.Delegate = p.stream(depth + 1)
-		if h.Code == KeyedKeyGroupsV2 {
-			h.HandleID = c.str()
-		}
+		p.keyGroupsHandle(&h, depth)
 	case KeyedIncremental, KeyedIncrementalV2:
-		c.what = "IncrementalRemoteKeyedStateHandle"
-		h.CheckpointID = c.i64()
-		h.BackendID = c.str()
-		h.Start, h.Num = p.keyGroupRange()
-		if h.Code == KeyedIncrementalV2 {
-			h.CheckpointedSize = c.i64()
-		}
-		h.Meta = p.stream(depth + 1)
-		h.Shared = p.named(depth)
-		h.Private = p.named(depth)
-		if h.Code == KeyedIncrementalV2 {
-			h.HandleID = c.str()
-		}
+		p.incrementalHandle(&h, depth)
 	case KeyedChangelog, KeyedChangelogV2:
-		p.changelogStart(&h, "ChangelogStateBackendHandle", h.Code == KeyedChangelog)
-		long := h.Code == KeyedChangelogV2 || !short
-		if long {
-			h.CheckpointedSize = c.i64()
-		}
-		h.Materialized = p.keyedList(depth, false)
-		h.NonMaterialized = p.keyedList(depth, true)
-		if long {
-			c.what = "ChangelogStateBackendHandle"
-			h.MaterializationID = c.i64()
-			if h.Code == KeyedChangelogV2 {
-				h.CheckpointID = c.i64()
-			}
-			h.HandleID = c.str()
-		}
+		p.changelogBackendHandle(&h, depth, short)
 	case KeyedInMemoryChangelog:
-		p.changelogStart(&h, "InMemoryChangelogStateHandle", true) // its id field is absent in the 1.14 layout
-		h.FromSeq = c.i64()
-		h.ToSeq = c.i64()
-		n := c.count(8, "changelog changes")
-		if n > 0 {
-			h.Changes = make([]Change, 0, capFor(n))
-		}
-		for k := 0; k < n && c.err == nil; k++ {
-			ch := Change{KeyGroup: c.i32()}
-			lat := c.pos()
-			l := c.i32()
-			if c.err == nil && (l < 0 || int64(l) > c.remaining()) {
-				c.seekFail(lat, fmt.Sprintf("change length between 0 and %d, got %d", c.remaining(), l))
-			}
-			ch.Len = int64(l)
-			p.inline(ch.Len, &ch.Data)
-			h.Changes = append(h.Changes, ch)
-		}
-		if !short {
-			h.HandleID = c.str()
-		}
+		p.inMemoryChangelogHandle(&h, short)
 	case KeyedChangelogFile, KeyedChangelogFileV2:
-		p.changelogStart(&h, "ChangelogStateHandleStreamImpl", h.Code == KeyedChangelogFile)
-		n := c.count(8+1, "changelog file increments")
-		if n > 0 {
-			h.Files = make([]OffsetHandle, 0, capFor(n))
-		}
-		for k := 0; k < n && c.err == nil; k++ {
-			f := OffsetHandle{Offset: c.i64()}
-			f.Handle = p.stream(depth + 1)
-			h.Files = append(h.Files, f)
-		}
-		c.what = "ChangelogStateHandleStreamImpl"
-		h.StateSize = c.i64()
-		if h.Code == KeyedChangelogFileV2 || !short {
-			h.CheckpointedSize = c.i64()
-			h.HandleID = c.str()
-		}
-		if h.Code == KeyedChangelogFileV2 {
-			h.StorageID = c.str()
-		}
+		p.changelogFileHandle(&h, depth, short)
 	default:
 		c.seekFail(at, fmt.Sprintf("keyed state handle type code 0, 3, 5, 7, 8, 9, 10, 11, 12, 13 or 14, got %d", h.Code))
 	}
 	return h
+}
+
+// keyedCodeFitsLayout checks the keyed handle code read at at against the §8 layout attempt: only
+// the codes the releases of that layout wrote are accepted (else the parse fails there).
+func (p *parser) keyedCodeFitsLayout(at int64, code uint8) bool {
+	switch {
+	case p.layout.Flink111Channels && code != KeyedKeyGroups && code != KeyedIncremental:
+		p.c.seekFail(at, fmt.Sprintf("keyed handle code 3 or 5 in a Flink 1.11 file, got %d", code))
+		return false
+	case p.layout.Flink114Changelog && (code == KeyedIncrementalV2 || code == KeyedKeyGroupsV2 || code > KeyedKeyGroupsV2):
+		p.c.seekFail(at, fmt.Sprintf("no Flink 1.15+ keyed handle code in a Flink 1.14 file, got %d", code))
+		return false
+	}
+	return true
+}
+
+func (p *parser) keyGroupsHandle(h *KeyedHandle, depth int) {
+	c := p.c
+	c.what = "KeyGroupsStateHandle"
+	h.Start = c.i32()
+	h.Num, h.Offsets = p.keyGroupOffsets()
+	h.Delegate = p.stream(depth + 1)
+	if h.Code == KeyedKeyGroupsV2 {
+		h.HandleID = c.str()
+	}
+}
+
+func (p *parser) incrementalHandle(h *KeyedHandle, depth int) {
+	c := p.c
+	c.what = "IncrementalRemoteKeyedStateHandle"
+	h.CheckpointID = c.i64()
+	h.BackendID = c.str()
+	h.Start, h.Num = p.keyGroupRange()
+	if h.Code == KeyedIncrementalV2 {
+		h.CheckpointedSize = c.i64()
+	}
+	h.Meta = p.stream(depth + 1)
+	h.Shared = p.named(depth)
+	h.Private = p.named(depth)
+	if h.Code == KeyedIncrementalV2 {
+		h.HandleID = c.str()
+	}
+}
+
+func (p *parser) changelogBackendHandle(h *KeyedHandle, depth int, short bool) {
+	c := p.c
+	p.changelogStart(h, "ChangelogStateBackendHandle", h.Code == KeyedChangelog)
+	long := h.Code == KeyedChangelogV2 || !short
+	if long {
+		h.CheckpointedSize = c.i64()
+	}
+	h.Materialized = p.keyedList(depth, false)
+	h.NonMaterialized = p.keyedList(depth, true)
+	if long {
+		c.what = "ChangelogStateBackendHandle"
+		h.MaterializationID = c.i64()
+		if h.Code == KeyedChangelogV2 {
+			h.CheckpointID = c.i64()
+		}
+		h.HandleID = c.str()
+	}
+}
+
+// inMemoryChangelogHandle reads the changes inline; each change's length is checked against what is
+// left of the file before its bytes are taken.
+func (p *parser) inMemoryChangelogHandle(h *KeyedHandle, short bool) {
+	c := p.c
+	p.changelogStart(h, "InMemoryChangelogStateHandle", true) // its id field is absent in the 1.14 layout
+	h.FromSeq = c.i64()
+	h.ToSeq = c.i64()
+	n := c.count(8, "changelog changes")
+	if n > 0 {
+		h.Changes = make([]Change, 0, capFor(n))
+	}
+	for k := 0; k < n && c.err == nil; k++ {
+		ch := Change{KeyGroup: c.i32()}
+		lat := c.pos()
+		l := c.i32()
+		if c.err == nil && (l < 0 || int64(l) > c.remaining()) {
+			c.seekFail(lat, fmt.Sprintf("change length between 0 and %d, got %d", c.remaining(), l))
+		}
+		ch.Len = int64(l)
+		p.inline(ch.Len, &ch.Data)
+		h.Changes = append(h.Changes, ch)
+	}
+	if !short {
+		h.HandleID = c.str()
+	}
+}
+
+func (p *parser) changelogFileHandle(h *KeyedHandle, depth int, short bool) {
+	c := p.c
+	p.changelogStart(h, "ChangelogStateHandleStreamImpl", h.Code == KeyedChangelogFile)
+	n := c.count(8+1, "changelog file increments")
+	if n > 0 {
+		h.Files = make([]OffsetHandle, 0, capFor(n))
+	}
+	for k := 0; k < n && c.err == nil; k++ {
+		f := OffsetHandle{Offset: c.i64()}
+		f.Handle = p.stream(depth + 1)
+		h.Files = append(h.Files, f)
+	}
+	c.what = "ChangelogStateHandleStreamImpl"
+	h.StateSize = c.i64()
+	if h.Code == KeyedChangelogFileV2 || !short {
+		h.CheckpointedSize = c.i64()
+		h.HandleID = c.str()
+	}
+	if h.Code == KeyedChangelogFileV2 {
+		h.StorageID = c.str()
+	}
 }
 
 // changelogStart reads the key-group range every changelog handle starts with. A code that exists

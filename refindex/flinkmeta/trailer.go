@@ -112,95 +112,126 @@ func (j *javaReader) content() jvalue {
 	case tcNull:
 		return jvalue{kind: jNull}
 	case tcReference:
-		switch v := j.ref().(type) {
-		case jvalue:
-			return v
-		case *jclass:
-			return jvalue{kind: jClassRef, class: v}
-		}
-		if j.c.err == nil {
-			j.c.back(4)
-			j.c.failf("Java back-reference to a completely read item")
-		}
-		return jvalue{}
+		return j.backReference()
 	case tcString:
 		h := j.newHandle(nil)
 		v := jvalue{kind: jString, str: j.javaString()}
 		j.handles[h] = v
 		return v
 	case tcLongString:
-		h := j.newHandle(nil)
-		n := j.c.i64()
-		if n < 0 || n > j.c.remaining() {
-			j.c.failf("Java long string length within the remaining %d bytes (got %d)", j.c.remaining(), n)
-			return jvalue{}
-		}
-		v := jvalue{kind: jString, str: j.c.mutf8Body(int(n))}
-		j.handles[h] = v
-		return v
+		return j.longString()
 	case tcEnum:
-		cl := j.classDesc()
-		h := j.newHandle(nil)
-		name := j.content()
-		if j.c.err != nil {
-			return jvalue{}
-		}
-		if cl == nil || cl.flags&scEnum == 0 || name.kind != jString {
-			j.c.failf("Java enum with an enum class descriptor and a constant name")
-			return jvalue{}
-		}
-		v := jvalue{kind: jEnum, class: cl, str: name.str}
-		j.handles[h] = v
-		return v
+		return j.enumConstant()
 	case tcObject:
-		cl := j.classDesc()
-		if j.c.err != nil {
-			return jvalue{}
-		}
-		if cl == nil {
-			j.c.failf("Java object with a class descriptor")
-			return jvalue{}
-		}
-		h := j.newHandle(nil)
-		v := jvalue{kind: jObject, class: cl, values: map[string]jvalue{}, prims: map[string]int64{}}
-		j.handles[h] = v
-		var chain []*jclass
-		for k := cl; k != nil; k = k.super {
-			chain = append(chain, k)
-			if len(chain) > 16 {
-				j.c.failf("Java class hierarchy at most 16 deep")
-				return jvalue{}
-			}
-		}
-		for i := len(chain) - 1; i >= 0; i-- {
-			k := chain[i]
-			if k.flags&scWriteMethod != 0 || k.flags&scSerializable == 0 {
-				j.c.failf("Java class %s serialized by default field order (flags 0x%02x unsupported)", k.name, k.flags)
-				return jvalue{}
-			}
-			for _, f := range k.fields {
-				switch f.typ {
-				case 'Z', 'B':
-					v.prims[f.name] = int64(j.c.u8())
-				case 'C', 'S':
-					v.prims[f.name] = int64(j.c.u16())
-				case 'I', 'F':
-					v.prims[f.name] = int64(j.c.i32())
-				case 'J', 'D':
-					v.prims[f.name] = j.c.i64()
-				case 'L', '[':
-					v.values[f.name] = j.content()
-				}
-				if j.c.err != nil {
-					return jvalue{}
-				}
-			}
-		}
-		return v
+		return j.object()
 	}
 	j.c.back(1)
 	j.c.failf("Java serialization content tag (null, reference, string, enum or object; got 0x%02x)", tc)
 	return jvalue{}
+}
+
+// backReference reads a back-reference to an item read before; one to an item still being read (its
+// handle is assigned, its value not yet) fails the parse.
+func (j *javaReader) backReference() jvalue {
+	switch v := j.ref().(type) {
+	case jvalue:
+		return v
+	case *jclass:
+		return jvalue{kind: jClassRef, class: v}
+	}
+	if j.c.err == nil {
+		j.c.back(4)
+		j.c.failf("Java back-reference to a completely read item")
+	}
+	return jvalue{}
+}
+
+// longString reads a long string, its length bounded by what is left of the file.
+func (j *javaReader) longString() jvalue {
+	h := j.newHandle(nil)
+	n := j.c.i64()
+	if n < 0 || n > j.c.remaining() {
+		j.c.failf("Java long string length within the remaining %d bytes (got %d)", j.c.remaining(), n)
+		return jvalue{}
+	}
+	v := jvalue{kind: jString, str: j.c.mutf8Body(int(n))}
+	j.handles[h] = v
+	return v
+}
+
+// enumConstant reads an enum constant: an enum class descriptor, then the constant's name.
+func (j *javaReader) enumConstant() jvalue {
+	cl := j.classDesc()
+	h := j.newHandle(nil)
+	name := j.content()
+	if j.c.err != nil {
+		return jvalue{}
+	}
+	if cl == nil || cl.flags&scEnum == 0 || name.kind != jString {
+		j.c.failf("Java enum with an enum class descriptor and a constant name")
+		return jvalue{}
+	}
+	v := jvalue{kind: jEnum, class: cl, str: name.str}
+	j.handles[h] = v
+	return v
+}
+
+// object reads an object's class descriptor and its fields, superclass first. Only classes
+// serialized in default field order are read; the object's handle is assigned before its fields,
+// so that they may refer back to it.
+func (j *javaReader) object() jvalue {
+	cl := j.classDesc()
+	if j.c.err != nil {
+		return jvalue{}
+	}
+	if cl == nil {
+		j.c.failf("Java object with a class descriptor")
+		return jvalue{}
+	}
+	h := j.newHandle(nil)
+	v := jvalue{kind: jObject, class: cl, values: map[string]jvalue{}, prims: map[string]int64{}}
+	j.handles[h] = v
+	var chain []*jclass
+	for k := cl; k != nil; k = k.super {
+		chain = append(chain, k)
+		if len(chain) > 16 {
+			j.c.failf("Java class hierarchy at most 16 deep")
+			return jvalue{}
+		}
+	}
+	for i := len(chain) - 1; i >= 0; i-- {
+		if !j.classFields(chain[i], v) {
+			return jvalue{}
+		}
+	}
+	return v
+}
+
+// classFields reads the fields class k declares into v (its maps), in the descriptor's order; false
+// when the class is not serialized in default field order or a field could not be read.
+func (j *javaReader) classFields(k *jclass, v jvalue) bool {
+	if k.flags&scWriteMethod != 0 || k.flags&scSerializable == 0 {
+		j.c.failf("Java class %s serialized by default field order (flags 0x%02x unsupported)", k.name, k.flags)
+		return false
+	}
+	for _, f := range k.fields {
+		switch f.typ {
+		case 'Z', 'B':
+			v.prims[f.name] = int64(j.c.u8())
+		case 'C', 'S':
+			v.prims[f.name] = int64(j.c.u16())
+		case 'I', 'F':
+			v.prims[f.name] = int64(j.c.i32())
+		case 'J', 'D':
+			v.prims[f.name] = j.c.i64()
+		case 'L', '[':
+			v.values[f.name] = j.content()
+		}
+		if j.c.err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func (j *javaReader) classDesc() *jclass {

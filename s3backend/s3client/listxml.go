@@ -130,69 +130,98 @@ func (s *xmlScanner) next() (tokKind, error) {
 		return tokEOF, nil
 	}
 	if s.b[s.i] != '<' {
-		end := bytes.IndexByte(s.b[s.i:], '<')
-		if end < 0 {
-			end = len(s.b) - s.i
-		}
-		raw := s.b[s.i : s.i+end]
-		if bytes.Contains(raw, []byte("]]>")) {
-			return 0, s.errf("']]>' outside a CDATA section")
-		}
-		t, err := s.decodeText(raw, false)
-		if err != nil {
-			return 0, err
-		}
-		if len(s.stack) == 0 && len(bytes.TrimLeft(t, " \t\n")) > 0 {
-			return 0, s.errf("text outside the root element")
-		}
-		s.i += end
-		s.text = t
-		return tokText, nil
+		return s.charData()
 	}
 	rest := s.b[s.i:]
 	switch {
 	case bytes.HasPrefix(rest, []byte("</")):
-		s.i += 2
-		n, err := s.readName()
-		if err != nil {
-			return 0, err
-		}
-		s.skipSpace()
-		if s.i >= len(s.b) || s.b[s.i] != '>' {
-			return 0, s.errf("end tag </%s> not closed by '>'", n)
-		}
-		s.i++
-		if len(s.stack) == 0 || !bytes.Equal(s.stack[len(s.stack)-1], n) {
-			return 0, s.errf("unexpected end tag </%s>", n)
-		}
-		return tokEnd, s.pop()
+		return s.endTag()
 	case bytes.HasPrefix(rest, []byte("<!--")):
-		end := bytes.Index(rest[4:], []byte("--"))
-		if end < 0 || 4+end+2 >= len(rest) || rest[4+end+2] != '>' {
-			return 0, s.errf("unterminated comment or '--' inside one")
-		}
-		s.i += 4 + end + 3
-		return tokOther, nil
+		return s.comment()
 	case bytes.HasPrefix(rest, []byte("<![CDATA[")):
-		if len(s.stack) == 0 {
-			return 0, s.errf("CDATA outside the root element")
-		}
-		end := bytes.Index(rest[9:], []byte("]]>"))
-		if end < 0 {
-			return 0, s.errf("unterminated CDATA section")
-		}
-		t, err := s.decodeText(rest[9:9+end], true)
-		if err != nil {
-			return 0, err
-		}
-		s.i += 9 + end + 3
-		s.text = t
-		return tokText, nil
+		return s.cdata()
 	case bytes.HasPrefix(rest, []byte("<!")):
 		return 0, s.errf("DOCTYPE or other declaration not accepted")
 	case bytes.HasPrefix(rest, []byte("<?")):
 		return tokOther, s.procInst()
 	}
+	return s.startTag()
+}
+
+// charData scans the text from s.i up to the next '<' (or the end): only white space is accepted
+// outside the root element.
+func (s *xmlScanner) charData() (tokKind, error) {
+	end := bytes.IndexByte(s.b[s.i:], '<')
+	if end < 0 {
+		end = len(s.b) - s.i
+	}
+	raw := s.b[s.i : s.i+end]
+	if bytes.Contains(raw, []byte("]]>")) {
+		return 0, s.errf("']]>' outside a CDATA section")
+	}
+	t, err := s.decodeText(raw, false)
+	if err != nil {
+		return 0, err
+	}
+	if len(s.stack) == 0 && len(bytes.TrimLeft(t, " \t\n")) > 0 {
+		return 0, s.errf("text outside the root element")
+	}
+	s.i += end
+	s.text = t
+	return tokText, nil
+}
+
+// endTag scans "</name>" at s.i; it must close the innermost open element.
+func (s *xmlScanner) endTag() (tokKind, error) {
+	s.i += 2
+	n, err := s.readName()
+	if err != nil {
+		return 0, err
+	}
+	s.skipSpace()
+	if s.i >= len(s.b) || s.b[s.i] != '>' {
+		return 0, s.errf("end tag </%s> not closed by '>'", n)
+	}
+	s.i++
+	if len(s.stack) == 0 || !bytes.Equal(s.stack[len(s.stack)-1], n) {
+		return 0, s.errf("unexpected end tag </%s>", n)
+	}
+	return tokEnd, s.pop()
+}
+
+// comment skips "<!-- … -->" at s.i; "--" inside one is malformed, as XML says.
+func (s *xmlScanner) comment() (tokKind, error) {
+	rest := s.b[s.i:]
+	end := bytes.Index(rest[4:], []byte("--"))
+	if end < 0 || 4+end+2 >= len(rest) || rest[4+end+2] != '>' {
+		return 0, s.errf("unterminated comment or '--' inside one")
+	}
+	s.i += 4 + end + 3
+	return tokOther, nil
+}
+
+// cdata scans "<![CDATA[ … ]]>" at s.i, accepted only inside the root element.
+func (s *xmlScanner) cdata() (tokKind, error) {
+	if len(s.stack) == 0 {
+		return 0, s.errf("CDATA outside the root element")
+	}
+	rest := s.b[s.i:]
+	end := bytes.Index(rest[9:], []byte("]]>"))
+	if end < 0 {
+		return 0, s.errf("unterminated CDATA section")
+	}
+	t, err := s.decodeText(rest[9:9+end], true)
+	if err != nil {
+		return 0, err
+	}
+	s.i += 9 + end + 3
+	s.text = t
+	return tokText, nil
+}
+
+// startTag scans "<name attr…>" or "<name attr…/>" at s.i and opens the element (a self-closing one
+// is closed by the next call). One root element, at most listDepthMax open.
+func (s *xmlScanner) startTag() (tokKind, error) {
 	s.i++
 	n, err := s.readName()
 	if err != nil {
@@ -204,35 +233,42 @@ func (s *xmlScanner) next() (tokKind, error) {
 	if len(s.stack) >= listDepthMax {
 		return 0, s.errf("elements nested deeper than %d", listDepthMax)
 	}
-	for {
-		sp := s.i
-		s.skipSpace()
-		if s.i >= len(s.b) {
-			return 0, s.errf("unterminated start tag <%s>", n)
-		}
-		switch s.b[s.i] {
-		case '>':
-			s.i++
-		case '/':
-			if s.i+1 >= len(s.b) || s.b[s.i+1] != '>' {
-				return 0, s.errf("'/' inside start tag <%s>", n)
-			}
-			s.i += 2
-			s.closing = true
-		default:
-			if sp == s.i {
-				return 0, s.errf("no space before an attribute in <%s>", n)
-			}
-			if err := s.attr(); err != nil {
-				return 0, err
-			}
-			continue
-		}
-		break
+	if err := s.startTagAttrs(n); err != nil {
+		return 0, err
 	}
 	s.stack = append(s.stack, n)
 	s.name = localName(n)
 	return tokStart, nil
+}
+
+// startTagAttrs scans the attributes of start tag <n> up to and including its '>' or "/>" (then
+// s.closing is set); each attribute must follow white space.
+func (s *xmlScanner) startTagAttrs(n []byte) error {
+	for {
+		sp := s.i
+		s.skipSpace()
+		if s.i >= len(s.b) {
+			return s.errf("unterminated start tag <%s>", n)
+		}
+		switch s.b[s.i] {
+		case '>':
+			s.i++
+			return nil
+		case '/':
+			if s.i+1 >= len(s.b) || s.b[s.i+1] != '>' {
+				return s.errf("'/' inside start tag <%s>", n)
+			}
+			s.i += 2
+			s.closing = true
+			return nil
+		}
+		if sp == s.i {
+			return s.errf("no space before an attribute in <%s>", n)
+		}
+		if err := s.attr(); err != nil {
+			return err
+		}
+	}
 }
 
 func (s *xmlScanner) pop() error {
@@ -676,98 +712,116 @@ func (d *listV2Decoder) commonPrefix() error {
 
 // object reads one <Contents>.
 func (s *xmlScanner) object() (Object, error) {
-	var o Object
-	var haveKey, haveSize, haveTime, haveETag bool
-	err := s.children(func(name []byte) error {
-		switch {
-		case is(name, "Key"):
-			v, err := s.value()
-			if err != nil {
-				return err
-			}
-			if haveKey {
-				return s.errf("<Contents> with two <Key>")
-			}
-			haveKey, o.Key = true, string(v)
-		case is(name, "Size"):
-			v, err := s.value()
-			if err != nil {
-				return err
-			}
-			if haveSize {
-				return s.errf("<Contents> with two <Size>")
-			}
-			haveSize = true
-			if o.Size, err = strconv.ParseInt(string(v), 10, 64); err != nil || o.Size < 0 {
-				return s.errf("<Size>%s</Size> is not a size", v)
-			}
-		case is(name, "LastModified"):
-			v, err := s.value()
-			if err != nil {
-				return err
-			}
-			if haveTime {
-				return s.errf("<Contents> with two <LastModified>")
-			}
-			haveTime = true
-			if o.ModTime, err = parseListTime(v); err != nil {
-				return s.errf("<LastModified>: %v", err)
-			}
-		case is(name, "ETag"):
-			v, err := s.value()
-			if err != nil {
-				return err
-			}
-			if haveETag {
-				return s.errf("<Contents> with two <ETag>")
-			}
-			haveETag, o.ETag = true, string(bytes.Trim(v, `"`))
-		case is(name, "StorageClass"), is(name, "ChecksumAlgorithm"), is(name, "ChecksumType"):
-			_, err := s.value()
-			return err
-		case is(name, "Owner"):
-			return s.children(func(name []byte) error {
-				if is(name, "DisplayName") || is(name, "ID") {
-					_, err := s.value()
-					return err
-				}
-				return s.skip()
-			})
-		case is(name, "RestoreStatus"):
-			return s.children(func(name []byte) error {
-				switch {
-				case is(name, "IsRestoreInProgress"):
-					v, err := s.value()
-					if err == nil {
-						_, err = strconv.ParseBool(string(v))
-					}
-					return err
-				case is(name, "RestoreExpiryDate"):
-					v, err := s.value()
-					if err == nil {
-						_, err = parseListTime(v)
-					}
-					return err
-				}
-				return s.skip()
-			})
-		default:
-			return s.skip()
-		}
-		return nil
-	})
-	if err != nil {
-		return o, err
+	var f objectFields
+	if err := s.children(func(name []byte) error { return s.objectChild(&f, name) }); err != nil {
+		return f.o, err
 	}
 	switch {
-	case !haveKey || o.Key == "":
-		return o, s.errf("<Contents> without a <Key>")
-	case !haveSize:
-		return o, s.errf("<Contents> of %q without <Size>", o.Key)
-	case !haveTime:
-		return o, s.errf("<Contents> of %q without <LastModified>", o.Key)
+	case !f.haveKey || f.o.Key == "":
+		return f.o, s.errf("<Contents> without a <Key>")
+	case !f.haveSize:
+		return f.o, s.errf("<Contents> of %q without <Size>", f.o.Key)
+	case !f.haveTime:
+		return f.o, s.errf("<Contents> of %q without <LastModified>", f.o.Key)
 	}
-	return o, nil
+	return f.o, nil
+}
+
+// objectFields is one <Contents> as far as it has been read: each field is accepted once.
+type objectFields struct {
+	o                                     Object
+	haveKey, haveSize, haveTime, haveETag bool
+}
+
+// objectChild reads child <name> of a <Contents> into f. Known children that ckguard does not use
+// are still checked to be well-formed values; unknown ones are skipped.
+func (s *xmlScanner) objectChild(f *objectFields, name []byte) error {
+	switch {
+	case is(name, "Key"):
+		v, err := s.value()
+		if err != nil {
+			return err
+		}
+		if f.haveKey {
+			return s.errf("<Contents> with two <Key>")
+		}
+		f.haveKey, f.o.Key = true, string(v)
+	case is(name, "Size"):
+		v, err := s.value()
+		if err != nil {
+			return err
+		}
+		if f.haveSize {
+			return s.errf("<Contents> with two <Size>")
+		}
+		f.haveSize = true
+		if f.o.Size, err = strconv.ParseInt(string(v), 10, 64); err != nil || f.o.Size < 0 {
+			return s.errf("<Size>%s</Size> is not a size", v)
+		}
+	case is(name, "LastModified"):
+		v, err := s.value()
+		if err != nil {
+			return err
+		}
+		if f.haveTime {
+			return s.errf("<Contents> with two <LastModified>")
+		}
+		f.haveTime = true
+		if f.o.ModTime, err = parseListTime(v); err != nil {
+			return s.errf("<LastModified>: %v", err)
+		}
+	case is(name, "ETag"):
+		v, err := s.value()
+		if err != nil {
+			return err
+		}
+		if f.haveETag {
+			return s.errf("<Contents> with two <ETag>")
+		}
+		f.haveETag, f.o.ETag = true, string(bytes.Trim(v, `"`))
+	case is(name, "StorageClass"), is(name, "ChecksumAlgorithm"), is(name, "ChecksumType"):
+		_, err := s.value()
+		return err
+	case is(name, "Owner"):
+		return s.objectOwner()
+	case is(name, "RestoreStatus"):
+		return s.objectRestoreStatus()
+	default:
+		return s.skip()
+	}
+	return nil
+}
+
+// objectOwner checks an object's <Owner>; nothing of it is kept.
+func (s *xmlScanner) objectOwner() error {
+	return s.children(func(name []byte) error {
+		if is(name, "DisplayName") || is(name, "ID") {
+			_, err := s.value()
+			return err
+		}
+		return s.skip()
+	})
+}
+
+// objectRestoreStatus checks an object's <RestoreStatus>: a boolean and a time; nothing of it is kept.
+func (s *xmlScanner) objectRestoreStatus() error {
+	return s.children(func(name []byte) error {
+		switch {
+		case is(name, "IsRestoreInProgress"):
+			v, err := s.value()
+			if err == nil {
+				_, err = strconv.ParseBool(string(v))
+			}
+			return err
+		case is(name, "RestoreExpiryDate"):
+			v, err := s.value()
+			if err == nil {
+				_, err = parseListTime(v)
+			}
+			return err
+		}
+		return s.skip()
+	})
 }
 
 // parseListTime parses a timestamp as the SDK does; the form every server sends

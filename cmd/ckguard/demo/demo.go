@@ -398,32 +398,14 @@ func verify(ctx context.Context, r *runner, args []string) (*verifyResult, int, 
 
 // guarded runs the same cleanup through the guard mount and checks every outcome.
 func guarded(ctx context.Context, p *printer, cfg Config, dir string, now time.Time, res *Result, mp **mountProc) error {
-	title := "2. With ckguard: the same cleanup through the guard mount"
-	storeArg, storeRoot, uriPrefix := "store", filepath.Join(dir, "store"), ""
 	r := &runner{dir: dir, exe: cfg.Exe, env: cfg.Env}
-	var s3flags []string
-	if cfg.S3 {
-		title = "2. With ckguard on S3: the same cleanup through the guard mount of a bucket"
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		srv, err := startS3(ctx, cfg.Exe, dir)
-		if err != nil {
-			return err
-		}
-		defer srv.stop()
-		storeArg, storeRoot, uriPrefix = "s3://"+s3Bucket, filepath.Join(srv.data, s3Bucket), "s3://"+s3Bucket
-		s3flags = srv.flags()
-		r.env = append(append([]string{}, r.env...), s3Env()...)
-		defer func() {
-			if *mp != nil { // unmount before the server goes away
-				_ = (*mp).stop()
-				*mp = nil
-			}
-		}()
+	gs, stopStore, err := guardedStoreFor(ctx, cfg, dir, r, mp)
+	if err != nil {
+		return err
 	}
-	p.f("%s\n", p.bold(title))
-	s, err := BuildAt(storeRoot, now, uriPrefix)
+	defer stopStore()
+	p.f("%s\n", p.bold(gs.title))
+	s, err := BuildAt(gs.root, now, gs.uriPrefix)
 	if err != nil {
 		return err
 	}
@@ -431,38 +413,19 @@ func guarded(ctx context.Context, p *printer, cfg Config, dir string, now time.T
 	case cfg.SkipControl:
 		describe(p, s)
 	case cfg.S3:
-		p.f("   The same store, generated again as bucket %s on a local S3 server (versitygw, %s).\n\n", storeArg, strings.Join(s3flags[:2], " "))
+		p.f("   The same store, generated again as bucket %s on a local S3 server (versitygw, %s).\n\n", gs.arg, strings.Join(gs.s3flags[:2], " "))
 	default:
 		p.f("   The same store, generated again in guarded/store.\n\n")
 	}
-	q := func(args ...string) []string { // a ckguard command on this store
-		out := append([]string{args[0], "--store", storeArg, "--index", "index"}, s3flags...)
-		return append(out, args[1:]...)
-	}
-	mntAbs := filepath.Join(dir, "mnt")
-	if err := os.MkdirAll(mntAbs, 0o755); err != nil {
-		return err
-	}
-	p.cmd("cd " + dir)
-	args := q("mount", "--foreground", "mnt")
-	p.cmd("ckguard " + strings.Join(args, " ") + " &")
-	t0 := time.Now()
-	m, err := r.startMount(ctx, mntAbs, filepath.Join(dir, "mount.log"), args...)
+	q := gs.command
+	m, err := mountGuarded(ctx, p, r, dir, s, q)
 	if err != nil {
 		return err
 	}
 	*mp = m
-	p.f("     mounted in %.1fs (index built from the store's %d _metadata)\n", time.Since(t0).Seconds(), len(s.Tree.Live))
-
-	// Savepoints belong to people, not to the cleanup's age rule: pin it.
-	pin := q("pin", s.Savepoint)
-	p.cmd("ckguard " + strings.Join(pin, " "))
-	if out, err := r.ckguard(ctx, pin...); err != nil {
+	if err := pinSavepoint(ctx, p, r, s, q); err != nil {
 		return err
-	} else if out.code != 0 {
-		return fmt.Errorf("ckguard pin exited %d: %s%s", out.code, out.stdout, out.stderr)
 	}
-
 	phases, err := cleanup(ctx, p, r, s, "mnt", s.Tree.Root)
 	if err != nil {
 		return err
@@ -470,8 +433,106 @@ func guarded(ctx context.Context, p *printer, cfg Config, dir string, now time.T
 	if err := judge(p, s, phases, res); err != nil {
 		return err
 	}
+	if err := explainInheritedRefusal(ctx, p, r, s, q); err != nil {
+		return err
+	}
+	if err := auditSummary(p, filepath.Join(dir, "index", "audit.jsonl")); err != nil {
+		return err
+	}
+	if err := lineage(ctx, p, r, s, q); err != nil {
+		return err
+	}
+	if err := verifyGuardedGreen(ctx, p, r, q, res); err != nil {
+		return err
+	}
+	if err := unmountGuarded(ctx, p, r, m, mp); err != nil {
+		return err
+	}
+	p.f("%s deleted %d files (%s), refused %d (exactly the files live checkpoints reference), verify green\n",
+		p.green("RESULT: OK —"), res.Deleted, humanize.IBytes(uint64(res.DeletedBytes)), res.Refused)
+	return nil
+}
 
-	// Ask the guard about one refused file, as an operator would.
+// guardedStore is where the guarded scenario's store lives: a folder, or a bucket on a local S3 server.
+type guardedStore struct {
+	title     string
+	arg       string // the --store value
+	root      string // the folder the scenario is generated in (the bucket's data folder on S3)
+	uriPrefix string // of the references the scenario's _metadata name ("" for paths)
+	s3flags   []string
+}
+
+// command is a ckguard command on this store, run from the scenario's folder.
+func (gs guardedStore) command(args ...string) []string {
+	out := append([]string{args[0], "--store", gs.arg, "--index", "index"}, gs.s3flags...)
+	return append(out, args[1:]...)
+}
+
+// guardedStoreFor is the scenario's store; with cfg.S3 it starts the S3 server and adds its
+// environment to r. The returned stop unmounts a mount still in *mp before it stops the server, so a
+// mount never outlives the store it serves.
+func guardedStoreFor(ctx context.Context, cfg Config, dir string, r *runner, mp **mountProc) (guardedStore, func(), error) {
+	gs := guardedStore{
+		title: "2. With ckguard: the same cleanup through the guard mount",
+		arg:   "store", root: filepath.Join(dir, "store"),
+	}
+	if !cfg.S3 {
+		return gs, func() {}, nil
+	}
+	gs.title = "2. With ckguard on S3: the same cleanup through the guard mount of a bucket"
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return gs, nil, err
+	}
+	srv, err := startS3(ctx, cfg.Exe, dir)
+	if err != nil {
+		return gs, nil, err
+	}
+	gs.arg, gs.root, gs.uriPrefix = "s3://"+s3Bucket, filepath.Join(srv.data, s3Bucket), "s3://"+s3Bucket
+	gs.s3flags = srv.flags()
+	r.env = append(append([]string{}, r.env...), s3Env()...)
+	return gs, func() {
+		if *mp != nil { // unmount before the server goes away
+			_ = (*mp).stop()
+			*mp = nil
+		}
+		srv.stop()
+	}, nil
+}
+
+// mountGuarded mounts the store on dir/mnt in the foreground and waits until it serves.
+func mountGuarded(ctx context.Context, p *printer, r *runner, dir string, s *Scenario, q func(...string) []string) (*mountProc, error) {
+	mntAbs := filepath.Join(dir, "mnt")
+	if err := os.MkdirAll(mntAbs, 0o755); err != nil {
+		return nil, err
+	}
+	p.cmd("cd " + dir)
+	args := q("mount", "--foreground", "mnt")
+	p.cmd("ckguard " + strings.Join(args, " ") + " &")
+	t0 := time.Now()
+	m, err := r.startMount(ctx, mntAbs, filepath.Join(dir, "mount.log"), args...)
+	if err != nil {
+		return nil, err
+	}
+	p.f("     mounted in %.1fs (index built from the store's %d _metadata)\n", time.Since(t0).Seconds(), len(s.Tree.Live))
+	return m, nil
+}
+
+// pinSavepoint pins the scenario's savepoint: savepoints belong to people, not to the cleanup's age rule.
+func pinSavepoint(ctx context.Context, p *printer, r *runner, s *Scenario, q func(...string) []string) error {
+	pin := q("pin", s.Savepoint)
+	p.cmd("ckguard " + strings.Join(pin, " "))
+	if out, err := r.ckguard(ctx, pin...); err != nil {
+		return err
+	} else if out.code != 0 {
+		return fmt.Errorf("ckguard pin exited %d: %s%s", out.code, out.stdout, out.stderr)
+	}
+	return nil
+}
+
+// explainInheritedRefusal asks the guard, as an operator would, why one refused file of the old job
+// (referenced by the current job's live checkpoints) was kept; the answer must name a referencing
+// checkpoint of the current job.
+func explainInheritedRefusal(ctx context.Context, p *printer, r *runner, s *Scenario, q func(...string) []string) error {
 	var inherited []string
 	for k := range s.Referenced(s.LiveUnder(s.CurrentJobDir)) {
 		if strings.HasPrefix(k, s.OldJobDir+"/") {
@@ -490,13 +551,12 @@ func guarded(ctx context.Context, p *printer, cfg Config, dir string, now time.T
 	if !strings.Contains(out.stdout+out.stderr, path.Base(path.Dir(s.LiveUnder(s.CurrentJobDir)[0]))) {
 		return failf("ckguard why did not name a referencing checkpoint of the current job:\n%s%s", out.stdout, out.stderr)
 	}
-	if err := auditSummary(p, filepath.Join(dir, "index", "audit.jsonl")); err != nil {
-		return err
-	}
-	if err := lineage(ctx, p, r, s, q); err != nil {
-		return err
-	}
+	return nil
+}
 
+// verifyGuardedGreen runs verify after the guarded cleanup and records in res whether it is green
+// (exit 0, nothing broken); anything else fails the demo.
+func verifyGuardedGreen(ctx context.Context, p *printer, r *runner, q func(...string) []string, res *Result) error {
 	p.f("\n")
 	p.cmd("ckguard " + strings.Join(q("verify"), " "))
 	v, code, err := verify(ctx, r, q("verify"))
@@ -508,7 +568,12 @@ func guarded(ctx context.Context, p *printer, cfg Config, dir string, now time.T
 		return failf("verify after the guarded cleanup: exit %d, %d broken checkpoints (want exit 0, none broken)", code, len(v.Broken))
 	}
 	p.f("     exit 0: %s — all %d live checkpoints and savepoints have every file they reference\n", p.green("GREEN"), v.Checked)
+	return nil
+}
 
+// unmountGuarded unmounts with `ckguard umount` and waits for the mount process to end; *mp is cleared
+// once the umount succeeded, so the caller's teardown does not stop it again.
+func unmountGuarded(ctx context.Context, p *printer, r *runner, m *mountProc, mp **mountProc) error {
 	p.cmd("ckguard umount mnt")
 	if out, err := r.ckguard(ctx, "umount", "mnt"); err != nil {
 		return err
@@ -520,8 +585,6 @@ func guarded(ctx context.Context, p *printer, cfg Config, dir string, now time.T
 		return err
 	}
 	p.f("     unmounted; nothing left in /proc/self/mountinfo\n\n")
-	p.f("%s deleted %d files (%s), refused %d (exactly the files live checkpoints reference), verify green\n",
-		p.green("RESULT: OK —"), res.Deleted, humanize.IBytes(uint64(res.DeletedBytes)), res.Refused)
 	return nil
 }
 

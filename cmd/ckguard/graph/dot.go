@@ -80,84 +80,130 @@ const legend = `<<TABLE BORDER="0" CELLBORDER="1" CELLSPACING="0" CELLPADDING="4
 // in red (the folders a purge must not touch); an edge per checkpoint and referenced foreign folder,
 // a dotted edge from a savepoint to the job it was taken of, and a legend.
 func (g *Graph) DOT(w io.Writer) error {
-	var b bytes.Buffer
-	title := "ckguard graph: live checkpoints and the job folders whose files they reference"
-	if g.Store != "" {
-		title += "\nstore: " + g.Store
+	d := &dotWriter{g: g, layout: g.dotLayout()}
+	d.header()
+	for i, j := range g.Jobs {
+		d.jobCluster(i, j)
 	}
-	// A folder node inside a cluster is drawn only where an edge ends or starts at it; otherwise the
-	// cluster's title says everything and the node would be a box connected to nothing.
-	needNode := map[string]bool{}
+	d.orphanFolders()
+	d.referenceEdges()
+	d.savepointEdges()
+	d.unparseableAndLegend()
+	fmt.Fprintf(&d.b, "}\n")
+	_, err := w.Write(d.b.Bytes())
+	return err
+}
+
+// dotLayout is what the DOT writer decides before it draws anything.
+type dotLayout struct {
+	// needNode: the folders drawn as a node of their own. A folder node inside a cluster is drawn only
+	// where an edge ends or starts at it; otherwise the cluster's title says everything and the node
+	// would be a box connected to nothing.
+	needNode map[string]bool
+	// clusterOf is each job folder's cluster number (its index in Graph.Jobs).
+	clusterOf map[string]int
+	// anchorOf is, per job folder drawn with its checkpoints (not byJob), the node a "savepoint of"
+	// edge ends at, clipped to the cluster (lhead): its first checkpoint.
+	anchorOf map[string]string
+}
+
+func (g *Graph) dotLayout() dotLayout {
+	l := dotLayout{needNode: map[string]bool{}, clusterOf: map[string]int{}, anchorOf: map[string]string{}}
 	for _, e := range g.Edges {
-		needNode[e.To] = true
+		l.needNode[e.To] = true
 		if g.byJob {
-			needNode[e.From] = true
+			l.needNode[e.From] = true
 		}
 	}
-	clusterOf, anchorOf := map[string]int{}, map[string]string{}
 	for i, j := range g.Jobs {
-		clusterOf[j.Folder] = i
+		l.clusterOf[j.Folder] = i
 		if !g.byJob && len(j.Checkpoints) > 0 {
-			anchorOf[j.Folder] = ckptID(j.Checkpoints[0].Metadata)
+			l.anchorOf[j.Folder] = ckptID(j.Checkpoints[0].Metadata)
 		}
 	}
 	for _, s := range g.SavepointsOf {
-		if anchorOf[s.Job] == "" {
-			needNode[s.Job] = true
+		if l.anchorOf[s.Job] == "" {
+			l.needNode[s.Job] = true
 		}
 		if g.byJob {
-			needNode[folderOfSavepoint(g, s.Savepoint)] = true
+			l.needNode[folderOfSavepoint(g, s.Savepoint)] = true
 		}
 	}
-	fmt.Fprintf(&b, "digraph ckguard {\n")
-	fmt.Fprintf(&b, "  graph [rankdir=LR, compound=true, fontname=\"Helvetica\", fontsize=12, labelloc=t, label=%s];\n", quote(title))
-	fmt.Fprintf(&b, "  node [fontname=\"Helvetica\", fontsize=10];\n  edge [fontname=\"Helvetica\", fontsize=9];\n")
-	for i, j := range g.Jobs {
-		cks, sps := 0, 0
+	return l
+}
+
+// dotWriter writes one graph's DOT text into b, section by section, in the order DOT.
+type dotWriter struct {
+	g      *Graph
+	layout dotLayout
+	b      bytes.Buffer
+}
+
+func (d *dotWriter) header() {
+	title := "ckguard graph: live checkpoints and the job folders whose files they reference"
+	if d.g.Store != "" {
+		title += "\nstore: " + d.g.Store
+	}
+	fmt.Fprintf(&d.b, "digraph ckguard {\n")
+	fmt.Fprintf(&d.b, "  graph [rankdir=LR, compound=true, fontname=\"Helvetica\", fontsize=12, labelloc=t, label=%s];\n", quote(title))
+	fmt.Fprintf(&d.b, "  node [fontname=\"Helvetica\", fontsize=10];\n  edge [fontname=\"Helvetica\", fontsize=9];\n")
+}
+
+// jobCluster draws job folder j as cluster i: its title with the counts of what is live in it, its
+// folder node where an edge needs one, and (not byJob) one node per live checkpoint or savepoint.
+func (d *dotWriter) jobCluster(i int, j Job) {
+	cks, sps := 0, 0
+	for _, ci := range j.Checkpoints {
+		if ci.Kind == "savepoint" {
+			sps++
+		} else {
+			cks++
+		}
+	}
+	kind := "job folder"
+	if cks == 0 && sps > 0 {
+		kind = "savepoint folder"
+	}
+	counts := plural(cks, "live checkpoint") + ", " + plural(sps, "savepoint")
+	if kind == "savepoint folder" {
+		counts = plural(sps, "live savepoint")
+	}
+	fmt.Fprintf(&d.b, "  subgraph cluster_%d {\n    style=rounded; color=gray50; label=%s;\n", i, quote(folderName(j.Folder)+"\n"+kind+": "+counts))
+	if d.layout.needNode[j.Folder] {
+		label := "files of this folder"
+		if d.g.byJob {
+			label = kind + "\n" + counts
+		}
+		fmt.Fprintf(&d.b, "    %s [shape=folder, label=%s];\n", quote(folderID(j.Folder)), quote(label))
+	}
+	if !d.g.byJob {
 		for _, ci := range j.Checkpoints {
-			if ci.Kind == "savepoint" {
-				sps++
-			} else {
-				cks++
-			}
-		}
-		kind := "job folder"
-		if cks == 0 && sps > 0 {
-			kind = "savepoint folder"
-		}
-		counts := plural(cks, "live checkpoint") + ", " + plural(sps, "savepoint")
-		if kind == "savepoint folder" {
-			counts = plural(sps, "live savepoint")
-		}
-		fmt.Fprintf(&b, "  subgraph cluster_%d {\n    style=rounded; color=gray50; label=%s;\n", i, quote(folderName(j.Folder)+"\n"+kind+": "+counts))
-		if needNode[j.Folder] {
-			label := "files of this folder"
-			if g.byJob {
-				label = kind + "\n" + counts
-			}
-			fmt.Fprintf(&b, "    %s [shape=folder, label=%s];\n", quote(folderID(j.Folder)), quote(label))
-		}
-		for _, ci := range j.Checkpoints {
-			if g.byJob {
-				break
-			}
 			style := "shape=box, style=rounded"
 			if ci.Kind == "savepoint" {
 				style = "shape=box, style=\"rounded,filled\", fillcolor=lightyellow"
 			}
-			fmt.Fprintf(&b, "    %s [%s, label=%s];\n", quote(ckptID(ci.Metadata)), style, quote(ckptLabel(ci)))
+			fmt.Fprintf(&d.b, "    %s [%s, label=%s];\n", quote(ckptID(ci.Metadata)), style, quote(ckptLabel(ci)))
 		}
-		fmt.Fprintf(&b, "  }\n")
 	}
-	for _, f := range g.Folders {
-		fmt.Fprintf(&b, "  %s [shape=folder, style=filled, fillcolor=\"#fbd5d5\", color=red, label=%s];\n", quote(folderID(f)),
+	fmt.Fprintf(&d.b, "  }\n")
+}
+
+// orphanFolders draws, in red, the folders no live checkpoint is in whose files are still referenced.
+func (d *dotWriter) orphanFolders() {
+	for _, f := range d.g.Folders {
+		fmt.Fprintf(&d.b, "  %s [shape=folder, style=filled, fillcolor=\"#fbd5d5\", color=red, label=%s];\n", quote(folderID(f)),
 			quote(folderName(f)+"\nno live checkpoints: files still referenced"))
 	}
+}
+
+// referenceEdges draws one edge per (checkpoint or job folder, referenced folder); red into an
+// orphan folder, red and dashed where referenced files are missing.
+func (d *dotWriter) referenceEdges() {
 	orphanFolder := map[string]bool{}
-	for _, f := range g.Folders {
+	for _, f := range d.g.Folders {
 		orphanFolder[f] = true
 	}
-	for _, e := range g.Edges {
+	for _, e := range d.g.Edges {
 		attrs := ""
 		if orphanFolder[e.To] {
 			attrs = ", color=red, fontcolor=red, penwidth=2"
@@ -166,39 +212,45 @@ func (g *Graph) DOT(w io.Writer) error {
 			attrs = ", color=red, fontcolor=red, penwidth=2, style=dashed"
 		}
 		from, label := ckptID(e.From), EdgeLabel(e)
-		if g.byJob {
+		if d.g.byJob {
 			from = folderID(e.From)
 			label += "\nfrom " + plural(e.Checkpoints, "checkpoint")
 		}
-		fmt.Fprintf(&b, "  %s -> %s [label=%s%s];\n", quote(from), quote(folderID(e.To)), quote(label), attrs)
+		fmt.Fprintf(&d.b, "  %s -> %s [label=%s%s];\n", quote(from), quote(folderID(e.To)), quote(label), attrs)
 	}
+}
+
+// savepointEdges draws the dotted "savepoint of" edges, at most one per (from, to) node pair.
+func (d *dotWriter) savepointEdges() {
 	seenPair := map[[2]string]bool{}
-	for _, s := range g.SavepointsOf {
+	for _, s := range d.g.SavepointsOf {
 		from, to, attrs := ckptID(s.Savepoint), folderID(s.Job), ""
-		if g.byJob {
-			from = folderID(folderOfSavepoint(g, s.Savepoint))
-		} else if a := anchorOf[s.Job]; a != "" {
+		if d.g.byJob {
+			from = folderID(folderOfSavepoint(d.g, s.Savepoint))
+		} else if a := d.layout.anchorOf[s.Job]; a != "" {
 			// To the job's cluster, not to one of its checkpoints.
-			to, attrs = a, fmt.Sprintf(", lhead=cluster_%d", clusterOf[s.Job])
+			to, attrs = a, fmt.Sprintf(", lhead=cluster_%d", d.layout.clusterOf[s.Job])
 		}
 		if seenPair[[2]string{from, to}] {
 			continue
 		}
 		seenPair[[2]string{from, to}] = true
-		fmt.Fprintf(&b, "  %s -> %s [class=\"savepoint-of\", style=dotted, arrowhead=empty, label=\"savepoint of\"%s];\n", quote(from), quote(to), attrs)
+		fmt.Fprintf(&d.b, "  %s -> %s [class=\"savepoint-of\", style=dotted, arrowhead=empty, label=\"savepoint of\"%s];\n", quote(from), quote(to), attrs)
 	}
-	for _, u := range g.Unparseable {
-		fmt.Fprintf(&b, "  %s [shape=octagon, color=red, label=%s];\n", quote(ckptID(u.Metadata)),
+}
+
+// unparseableAndLegend draws the unparseable _metadata (each refuses what it names) and then the
+// legend, or a note when there is nothing to draw at all.
+func (d *dotWriter) unparseableAndLegend() {
+	for _, u := range d.g.Unparseable {
+		fmt.Fprintf(&d.b, "  %s [shape=octagon, color=red, label=%s];\n", quote(ckptID(u.Metadata)),
 			quote(u.Metadata+"\nUNPARSEABLE: refuses "+u.Refuses))
 	}
-	if len(g.Jobs) == 0 && len(g.Folders) == 0 && len(g.Unparseable) == 0 {
-		fmt.Fprintf(&b, "  empty [shape=plaintext, label=\"no live checkpoints or savepoints\"];\n")
+	if len(d.g.Jobs) == 0 && len(d.g.Folders) == 0 && len(d.g.Unparseable) == 0 {
+		fmt.Fprintf(&d.b, "  empty [shape=plaintext, label=\"no live checkpoints or savepoints\"];\n")
 	} else {
-		fmt.Fprintf(&b, "  legend [shape=none, margin=0, fontsize=9, label=%s];\n", legend)
+		fmt.Fprintf(&d.b, "  legend [shape=none, margin=0, fontsize=9, label=%s];\n", legend)
 	}
-	fmt.Fprintf(&b, "}\n")
-	_, err := w.Write(b.Bytes())
-	return err
 }
 
 // folderOfSavepoint is the job folder (in the picture) that holds the savepoint metadataKey.

@@ -131,31 +131,7 @@ func Build(ctx context.Context, res *refindex.CheckpointsResult, job string, ref
 		log = slog.Default()
 	}
 	g := &Graph{Jobs: []Job{}, Edges: []Edge{}}
-	known := map[string]bool{}
-	for _, j := range res.Jobs {
-		known[j.Job] = true
-	}
-	type pending struct {
-		ci refindex.CheckpointInfo
-		to string
-	}
-	var want []pending
-	keepJob := map[string]bool{}
-	referenced := map[string]bool{}
-	for _, j := range res.Jobs {
-		for _, ci := range j.Checkpoints {
-			for _, to := range ci.ReferencesJobs {
-				if matchJob(j.Job, job) || matchJob(to, job) {
-					want = append(want, pending{ci, to})
-					keepJob[j.Job] = true
-					referenced[to] = true
-				}
-			}
-		}
-		if matchJob(j.Job, job) {
-			keepJob[j.Job] = true
-		}
-	}
+	want, keepJob, referenced := selectEdges(res, job)
 	for _, j := range res.Jobs {
 		if !keepJob[j.Job] {
 			continue
@@ -169,6 +145,10 @@ func Build(ctx context.Context, res *refindex.CheckpointsResult, job string, ref
 		}
 		g.Jobs = append(g.Jobs, jj)
 	}
+	known := map[string]bool{}
+	for _, j := range res.Jobs {
+		known[j.Job] = true
+	}
 	for f := range referenced {
 		if !known[f] {
 			g.Folders = append(g.Folders, f)
@@ -180,10 +160,57 @@ func Build(ctx context.Context, res *refindex.CheckpointsResult, job string, ref
 			g.Unparseable = append(g.Unparseable, u)
 		}
 	}
+	edges, err := countedEdges(ctx, want, refs, sizes, log)
+	if err != nil {
+		return nil, err
+	}
+	g.Edges = append(g.Edges, edges...)
+	sort.Slice(g.Edges, func(a, b int) bool {
+		x, y := g.Edges[a], g.Edges[b]
+		if x.From != y.From {
+			return x.From < y.From
+		}
+		return x.To < y.To
+	})
+	g.SavepointsOf = savepointsOf(g.Jobs)
+	return g, nil
+}
 
-	// Counts: parse each checkpoint once, list each referenced folder once.
+// wantedEdge is an edge the graph draws: checkpoint ci references files in job folder to.
+type wantedEdge struct {
+	ci refindex.CheckpointInfo
+	to string
+}
+
+// selectEdges is the edges the job filter keeps (those from or to a matching job folder), the job
+// folders the graph shows (matching ones and those with a kept edge), and the folders the kept edges
+// end at.
+func selectEdges(res *refindex.CheckpointsResult, job string) (want []wantedEdge, keepJob, referenced map[string]bool) {
+	keepJob, referenced = map[string]bool{}, map[string]bool{}
+	for _, j := range res.Jobs {
+		for _, ci := range j.Checkpoints {
+			for _, to := range ci.ReferencesJobs {
+				if matchJob(j.Job, job) || matchJob(to, job) {
+					want = append(want, wantedEdge{ci, to})
+					keepJob[j.Job] = true
+					referenced[to] = true
+				}
+			}
+		}
+		if matchJob(j.Job, job) {
+			keepJob[j.Job] = true
+		}
+	}
+	return want, keepJob, referenced
+}
+
+// countedEdges makes the edges with their counts: each checkpoint's _metadata is parsed once and each
+// referenced folder listed once. A checkpoint whose references cannot be read has its edges drawn
+// without counts; the end of ctx, or a folder listing that fails, fails the graph.
+func countedEdges(ctx context.Context, want []wantedEdge, refs RefLister, sizes Sizer, log *slog.Logger) ([]Edge, error) {
 	c := &counter{sizes: sizes, listed: map[string]map[string]int64{}}
 	refsOf := map[string][]Ref{}
+	var edges []Edge
 	for _, p := range want {
 		e := Edge{From: p.ci.Metadata, FromJob: p.ci.Job, To: p.to}
 		rs, ok := refsOf[p.ci.Metadata]
@@ -209,17 +236,9 @@ func Build(ctx context.Context, res *refindex.CheckpointsResult, job string, ref
 				e.Counted = false
 			}
 		}
-		g.Edges = append(g.Edges, e)
+		edges = append(edges, e)
 	}
-	sort.Slice(g.Edges, func(a, b int) bool {
-		x, y := g.Edges[a], g.Edges[b]
-		if x.From != y.From {
-			return x.From < y.From
-		}
-		return x.To < y.To
-	})
-	g.SavepointsOf = savepointsOf(g.Jobs)
-	return g, nil
+	return edges, nil
 }
 
 func referencesMatching(ci refindex.CheckpointInfo, job string) bool {
